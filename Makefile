@@ -1,0 +1,57 @@
+# Two promises: `make run` starts the daemon with the built-in policy and
+# `make test` runs every test, both from a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+GEN    := sidecar/proto/policy_pb2.py
+PROTOS := $(wildcard protos/squawk/v1/*.proto)
+
+.PHONY: all setup gen run test lint typecheck unit buf clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(STAMP) $(GEN)
+
+# Generated code is never edited by hand. protoc writes absolute imports
+# (`from squawk.v1 import ...`); the sed makes them package-relative so the
+# code can live inside `sidecar.proto`.
+$(GEN): $(PROTOS) $(STAMP)
+	rm -rf sidecar/proto build/gen && mkdir -p sidecar/proto build/gen
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grpc_tools.protoc -Iprotos \
+	  --python_out=build/gen --grpc_python_out=build/gen \
+	  --mypy_out=build/gen --mypy_grpc_out=build/gen $(PROTOS)
+	cp build/gen/squawk/v1/* sidecar/proto/
+	sed -i -e 's/^from squawk\.v1 import/from . import/' -e 's/^import squawk\.v1\.\([a-z_0-9]*\)$$/from . import \1/' \
+	  -e 's/squawk\.v1\.\([a-z_0-9]*_pb2\)\./\1./g' sidecar/proto/*.py sidecar/proto/*.pyi
+	printf '"""Generated from protos/squawk/v1 by `make gen`; do not edit."""\n' > sidecar/proto/__init__.py
+	touch sidecar/proto/py.typed
+
+gen: $(GEN)
+
+run: setup
+	$(BIN)/squawk serve
+
+buf:
+	npx --yes @bufbuild/buf@1.75.0 lint
+
+lint: setup
+	$(BIN)/ruff check sidecar clients/python tests
+	$(BIN)/ruff format --check sidecar clients/python tests
+
+typecheck: setup
+	$(BIN)/mypy sidecar clients/python/squawk_client tests
+
+unit: setup
+	$(BIN)/pytest -q
+
+test: setup lint typecheck buf unit
+
+clean:
+	rm -rf $(VENV) sidecar/proto build

@@ -1,0 +1,156 @@
+"""Sync and asyncio clients. The logic lives once in `_Policy`; the two
+transports only differ in how they call the stub.
+
+Decision calls carry a short deadline (50 ms by default): Squawk sits on the
+failure path, and a slow or absent daemon must not stall the executor. When
+the daemon is unreachable or too slow, DecideRetry answers from the local
+fallback policy and the decision says so (`fallback=True`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import grpc
+from opentelemetry import propagate
+
+from sidecar.policy import PolicyInputError
+from sidecar.proto import policy_pb2 as pb
+from sidecar.proto import policy_pb2_grpc as pb_grpc
+
+from ._decision import Decision, fallback_decision, from_message
+from ._errors import SquawkError
+
+__all__ = ["DEFAULT_CALL_TIMEOUT", "AsyncSquawkClient", "SquawkClient"]
+
+DEFAULT_CALL_TIMEOUT = timedelta(milliseconds=50)
+
+# Reconnect quickly once the daemon is back: the default backoff can grow to
+# two minutes, which would keep the client on its fallback long after.
+_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+_FALL_BACK_ON = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def _metadata() -> tuple[tuple[str, str | bytes], ...]:
+    # W3C traceparent (and baggage) of the caller's current span, if any.
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return tuple(carrier.items())
+
+
+class _Policy:
+    """What both transports share: timeouts, fallback and error mapping."""
+
+    def __init__(self, call_timeout: timedelta, fallback: bool) -> None:
+        self.call_timeout_s = call_timeout.total_seconds()
+        self.fallback_enabled = fallback
+        self.fallback_count = 0
+
+    def on_error(self, exc: grpc.RpcError, request: pb.DecideRetryRequest | None) -> Decision:
+        code: grpc.StatusCode = exc.code()
+        if request is not None and self.fallback_enabled and code in _FALL_BACK_ON:
+            try:
+                decision = fallback_decision(request)
+            except PolicyInputError as bad:
+                raise SquawkError("INVALID_ARGUMENT", str(bad)) from exc
+            self.fallback_count += 1
+            return decision
+        raise SquawkError(code.name, exc.details() or "") from exc
+
+
+class SquawkClient:
+    """Blocking client, for threaded executors."""
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        call_timeout: timedelta = DEFAULT_CALL_TIMEOUT,
+        fallback: bool = True,
+    ) -> None:
+        self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._stub = pb_grpc.PolicyServiceStub(self._channel)
+        self._policy = _Policy(call_timeout, fallback)
+
+    @property
+    def fallback_count(self) -> int:
+        return self._policy.fallback_count
+
+    def classify(self, request: pb.ClassifyRequest) -> pb.ClassifyResponse:
+        try:
+            reply: pb.ClassifyResponse = self._stub.Classify(
+                request, timeout=self._policy.call_timeout_s, metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            self._policy.on_error(exc, None)
+            raise AssertionError("unreachable") from exc
+        return reply
+
+    def decide_retry(self, request: pb.DecideRetryRequest) -> Decision:
+        try:
+            reply = self._stub.DecideRetry(
+                request, timeout=self._policy.call_timeout_s, metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            return self._policy.on_error(exc, request)
+        return from_message(reply)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> SquawkClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class AsyncSquawkClient:
+    """asyncio client; create it inside the running event loop."""
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        call_timeout: timedelta = DEFAULT_CALL_TIMEOUT,
+        fallback: bool = True,
+    ) -> None:
+        self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._stub = pb_grpc.PolicyServiceStub(self._channel)
+        self._policy = _Policy(call_timeout, fallback)
+
+    @property
+    def fallback_count(self) -> int:
+        return self._policy.fallback_count
+
+    async def classify(self, request: pb.ClassifyRequest) -> pb.ClassifyResponse:
+        try:
+            reply: pb.ClassifyResponse = await self._stub.Classify(
+                request, timeout=self._policy.call_timeout_s, metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            self._policy.on_error(exc, None)
+            raise AssertionError("unreachable") from exc
+        return reply
+
+    async def decide_retry(self, request: pb.DecideRetryRequest) -> Decision:
+        try:
+            reply = await self._stub.DecideRetry(
+                request, timeout=self._policy.call_timeout_s, metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            return self._policy.on_error(exc, request)
+        return from_message(reply)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncSquawkClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()

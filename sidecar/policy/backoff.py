@@ -1,0 +1,87 @@
+"""Backoff: how long to wait before resending the same payload.
+
+The default jitter is the executor guide's deterministic sine jitter: the same
+attempt always waits the same time, so a decision can be replayed exactly in
+any language. Random jitter modes take a caller-supplied `random.Random`, which
+keeps the core free of hidden randomness (tests pass a seeded one).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+
+__all__ = ["BackoffConfig", "Jitter", "delay", "parse_duration"]
+
+
+class Jitter(enum.Enum):
+    NONE = "none"
+    # delay = min(base * (1 + 0.1 * sin(attempt)), max): deterministic ±10 %.
+    SINE = "sine"
+    # delay = uniform(0, base): AWS "full jitter".
+    FULL = "full"
+    # delay = uniform(initial, min(max, 3 * previous base)): AWS "decorrelated
+    # jitter", made stateless by taking the previous attempt's base delay.
+    DECORRELATED = "decorrelated"
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffConfig:
+    initial: timedelta = timedelta(milliseconds=500)
+    max: timedelta = timedelta(seconds=10)
+    factor: float = 2.0
+    jitter: Jitter = Jitter.SINE
+
+
+def _base_ms(attempt: int, cfg: BackoffConfig) -> float:
+    initial_ms = cfg.initial / timedelta(milliseconds=1)
+    max_ms = cfg.max / timedelta(milliseconds=1)
+    # Cap the exponent so a huge attempt number cannot overflow a float.
+    exponent = min(attempt - 1, 1024)
+    try:
+        base = initial_ms * cfg.factor**exponent
+    except OverflowError:
+        base = max_ms
+    return min(base, max_ms)
+
+
+def delay(attempt: int, cfg: BackoffConfig, rng: random.Random | None = None) -> timedelta:
+    """The wait after failed attempt `attempt` (1-based), in whole milliseconds.
+
+    Whole milliseconds make the result identical across languages, whose
+    float formatting and libm differ in the last bits.
+    """
+    max_ms = cfg.max / timedelta(milliseconds=1)
+    base = _base_ms(attempt, cfg)
+    if cfg.jitter is Jitter.SINE:
+        ms = min(base * (1 + 0.1 * math.sin(attempt)), max_ms)
+    elif cfg.jitter is Jitter.NONE:
+        ms = base
+    else:
+        if rng is None:
+            raise ValueError(f"jitter {cfg.jitter.value!r} needs a random source")
+        if cfg.jitter is Jitter.FULL:
+            ms = rng.uniform(0, base)
+        else:
+            initial_ms = cfg.initial / timedelta(milliseconds=1)
+            previous = _base_ms(attempt - 1, cfg) if attempt > 1 else initial_ms
+            ms = rng.uniform(initial_ms, max(initial_ms, min(max_ms, 3 * previous)))
+    return timedelta(milliseconds=round(ms))
+
+
+_UNIT_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION_FULL = re.compile(r"(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+")
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a Go-style duration ("500ms", "1s", "1m30s"); raise ValueError."""
+    text = text.strip()
+    if not _DURATION_FULL.fullmatch(text):
+        raise ValueError(f"{text!r} is not a duration such as 500ms, 1s or 1m30s")
+    ms = sum(float(n) * _UNIT_MS[unit] for n, unit in _DURATION.findall(text))
+    return timedelta(milliseconds=ms)

@@ -1,0 +1,87 @@
+"""Classification: which kind of failure is this, and may it be resent?
+
+The status table is the guide's decision matrix; `retryable` is derived from
+the profile's transient set, so Classify and DecideRetry can never disagree
+about what a profile resends.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from .headers import retry_after
+from .profiles import Profile
+from .redact import redact
+from .types import Category, Classification, Failure, PolicyInputError
+
+__all__ = ["check_status", "classify", "status_from_text", "tool_status"]
+
+# The guide's pattern, with two fixes: the digits may not continue
+# ("code: 12345" is no status) and only 100..599 counts (checked below).
+_STATUS = re.compile(r"(?:status|error|code)[:\s]+([0-9]{3})(?![0-9])", re.IGNORECASE)
+
+# upstream status -> (status the tool answers with, category, code)
+_TABLE: dict[int, tuple[int, Category, str]] = {
+    400: (400, Category.INPUT_ERROR, "INVALID_INPUT"),
+    401: (401, Category.AUTH_ERROR, "UNAUTHORIZED"),
+    403: (403, Category.AUTH_ERROR, "FORBIDDEN"),
+    404: (400, Category.INPUT_ERROR, "NOT_FOUND"),
+    # Kept as 405 so the executor still sees a terminal status.
+    405: (405, Category.INPUT_ERROR, "METHOD_NOT_ALLOWED"),
+    # An upstream timeout is the tool's gateway failing, not the caller's.
+    408: (502, Category.SERVICE_ERROR, "UPSTREAM_TIMEOUT"),
+    409: (400, Category.INPUT_ERROR, "CONFLICT"),
+    422: (400, Category.INPUT_ERROR, "UNPROCESSABLE"),
+    429: (429, Category.RATE_LIMIT, "RATE_LIMITED"),
+}
+_NO_STATUS = (502, Category.SERVICE_ERROR, "UPSTREAM_UNAVAILABLE")
+
+
+def check_status(status: int, field: str = "http_status") -> None:
+    if status != 0 and not 100 <= status <= 599:
+        raise PolicyInputError(field, f"{status} is not an HTTP status (0 or 100..599)")
+
+
+def status_from_text(message: str) -> int:
+    """The first real HTTP status named in an error text, or 0."""
+    for match in _STATUS.finditer(message):
+        status = int(match.group(1))
+        if 100 <= status <= 599:
+            return status
+    return 0
+
+
+def tool_status(upstream: int) -> tuple[int, Category, str]:
+    """(status the tool answers with, category, code) for an upstream status (0 = none)."""
+    row = _TABLE.get(upstream)
+    if row is not None:
+        return row
+    if upstream == 0:
+        return _NO_STATUS
+    if 400 <= upstream < 500:
+        return (400, Category.INPUT_ERROR, "UPSTREAM_CLIENT_ERROR")
+    if upstream >= 500:
+        return (502, Category.SERVICE_ERROR, "UPSTREAM_SERVER_ERROR")
+    # 1xx-3xx reported as a failure: the answer will not change on resend.
+    return (502, Category.SERVICE_ERROR, "UNEXPECTED_STATUS")
+
+
+def classify(failure: Failure, profile: Profile, clock: Callable[[], float]) -> Classification:
+    check_status(failure.http_status)
+    if failure.transport_failure:
+        upstream = 0
+    else:
+        upstream = failure.http_status or status_from_text(failure.error_message)
+    status, category, code = tool_status(upstream)
+    if failure.transport_failure:
+        code = "TRANSPORT_FAILURE"
+    return Classification(
+        http_status=status,
+        category=category,
+        retryable=upstream == 0 or upstream in profile.transient_statuses,
+        code=code,
+        upstream_status=upstream,
+        redacted_message=redact(failure.error_message),
+        retry_after=retry_after(failure.headers, clock),
+    )

@@ -1,0 +1,199 @@
+"""Routing: what the executor does after a failed attempt.
+
+The rules run in a fixed order and the first that applies decides:
+cancellation, the component's explicit refusal, terminal statuses, single
+dispatch, transient failures (resend unchanged), other 4xx (correct), and
+everything else fails. The deadline guard applies to every resend.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import timedelta
+
+from .backoff import delay
+from .classify import check_status, classify
+from .envelope import read_envelope
+from .profiles import DEFAULT_MAX_BODY_BYTES, Profile
+from .types import (
+    Action,
+    AttemptState,
+    Classification,
+    Decision,
+    Failure,
+    PolicyInputError,
+    Reason,
+)
+
+__all__ = ["decide", "validate"]
+
+_ZERO = timedelta(0)
+
+
+def validate(state: AttemptState, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    """Raise PolicyInputError naming the first field the policy cannot accept."""
+    if state.attempt < 1:
+        raise PolicyInputError("attempt", f"must be >= 1 (1-based), got {state.attempt}")
+    if state.max_attempts is not None and state.max_attempts < 1:
+        raise PolicyInputError("max_attempts", f"must be >= 1 when set, got {state.max_attempts}")
+    check_status(state.http_status)
+    if state.validation_retries_used < 0:
+        raise PolicyInputError(
+            "validation_retries_used", f"must be >= 0, got {state.validation_retries_used}"
+        )
+    if state.max_validation_retries is not None and state.max_validation_retries < 0:
+        raise PolicyInputError(
+            "max_validation_retries", f"must be >= 0 when set, got {state.max_validation_retries}"
+        )
+    if state.deadline is not None and state.deadline < _ZERO:
+        raise PolicyInputError("deadline", "must not be negative")
+    if len(state.response_body) > max_body_bytes:
+        raise PolicyInputError(
+            "response_body",
+            f"{len(state.response_body)} bytes is over the limit of {max_body_bytes} bytes",
+        )
+
+
+def _ms(wait: timedelta) -> int:
+    return round(wait / timedelta(milliseconds=1))
+
+
+def decide(
+    state: AttemptState,
+    profile: Profile,
+    clock: Callable[[], float],
+    rng: random.Random | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> Decision:
+    validate(state, max_body_bytes)
+    profile = profile.for_capability(state.capability)
+    envelope = read_envelope(state.response_body)
+    failure = Failure(envelope.message, state.http_status, state.transport_failure, state.headers)
+    seen = classify(failure, profile, clock)
+    declared = envelope.retryable
+    status = state.http_status
+    transport = state.transport_failure or status == 0
+
+    def fail(reason: Reason, why: str) -> Decision:
+        return Decision(Action.FAIL, _ZERO, reason, why, True, seen, declared)
+
+    if state.cancelled:
+        return fail(
+            Reason.CANCELLED, "The step was cancelled; nothing is retried after cancellation."
+        )
+    if declared is False:
+        return fail(
+            Reason.EXPLICIT_NOT_RETRYABLE,
+            "The component declared error.retryable=false, which stops every same-step retry.",
+        )
+    if not transport and status in profile.terminal_statuses:
+        return fail(
+            Reason.TERMINAL_STATUS,
+            f"HTTP {status} is an authentication or method error; retrying cannot fix it.",
+        )
+    if state.delegated_orchestrator:
+        return fail(
+            Reason.SINGLE_DISPATCH,
+            "A delegated orchestrator is dispatched exactly once; it is never retried here.",
+        )
+    if transport or status in profile.transient_statuses:
+        return _resend(state, profile, seen, declared, transport, rng)
+    if profile.corrections and 400 <= status < 500:
+        return _correct(state, profile, seen, declared)
+    return fail(
+        Reason.NOT_RETRYABLE_STATUS,
+        f"HTTP {status} is not in profile {profile.name!r}'s retryable set.",
+    )
+
+
+def _resend(
+    state: AttemptState,
+    profile: Profile,
+    seen: Classification,
+    declared: bool | None,
+    transport: bool,
+    rng: random.Random | None,
+) -> Decision:
+    reason = Reason.TRANSPORT_FAILURE if transport else Reason.TRANSIENT_STATUS
+    what = "The call failed in transport" if transport else f"HTTP {state.http_status} is transient"
+    max_attempts = profile.max_attempts if state.max_attempts is None else state.max_attempts
+    if state.attempt >= max_attempts:
+        return Decision(
+            Action.FAIL,
+            _ZERO,
+            Reason.ATTEMPTS_EXHAUSTED,
+            f"{what}, but attempt {state.attempt} of {max_attempts} was the last.",
+            True,
+            seen,
+            declared,
+        )
+    hinted = seen.retry_after is not None
+    wait = (
+        seen.retry_after
+        if seen.retry_after is not None
+        else delay(state.attempt, profile.backoff, rng)
+    )
+    if state.deadline is not None and wait > state.deadline:
+        return Decision(
+            Action.FAIL,
+            _ZERO,
+            Reason.DEADLINE_EXCEEDED,
+            f"{what}, but the {_ms(wait)} ms wait would outlast the "
+            f"{_ms(state.deadline)} ms left before the step's deadline.",
+            True,
+            seen,
+            declared,
+        )
+    source = "the server's Retry-After" if hinted else "backoff"
+    return Decision(
+        Action.RETRY,
+        wait,
+        reason,
+        f"{what}; resend the same payload after {_ms(wait)} ms ({source}), "
+        f"attempt {state.attempt + 1} of {max_attempts}.",
+        True,
+        seen,
+        declared,
+    )
+
+
+def _correct(
+    state: AttemptState, profile: Profile, seen: Classification, declared: bool | None
+) -> Decision:
+    status = state.http_status
+    budget = (
+        profile.max_validation_retries
+        if state.max_validation_retries is None
+        else state.max_validation_retries
+    )
+    if state.hitl_approved:
+        reason, why = (
+            Reason.HITL_PROTECTED,
+            f"HTTP {status} on human-approved inputs; they are never rewritten or resent.",
+        )
+    elif not state.correction_available:
+        reason, why = (
+            Reason.NO_CORRECTION_AVAILABLE,
+            f"HTTP {status} needs corrected parameters and no analyzer or correction hook "
+            "is enabled; a non-transient 4xx is never resent unchanged.",
+        )
+    elif state.validation_retries_used >= budget:
+        reason, why = (
+            Reason.CORRECTION_BUDGET_EXHAUSTED,
+            f"HTTP {status} needs corrected parameters, but {state.validation_retries_used} "
+            f"of {budget} corrections are already used.",
+        )
+    else:
+        return Decision(
+            Action.CORRECT,
+            _ZERO,
+            Reason.CORRECTION_ELIGIBLE,
+            f"HTTP {status} is an input error; ask for corrected parameters "
+            f"(correction {state.validation_retries_used + 1} of {budget}, "
+            "not counted as an attempt).",
+            False,
+            seen,
+            declared,
+        )
+    return Decision(Action.FAIL, _ZERO, reason, why, True, seen, declared)

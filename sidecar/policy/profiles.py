@@ -1,0 +1,100 @@
+"""Profiles: named sets of retry rules, and the two built in.
+
+"default" is the executor step policy of the error-handling guide: 408, 429
+and every 5xx are transient, 401/403/405 are terminal, and any other 4xx may
+be corrected. "llm" is the LLM-client policy of the companion SDK: an exact
+retryable set (a 501, 507 or 520 is terminal) and no correction path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from types import MappingProxyType
+
+from .backoff import BackoffConfig, Jitter
+from .types import PolicyInputError
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "LLM_RETRYABLE",
+    "STEP_TRANSIENT",
+    "TERMINAL",
+    "Policy",
+    "Profile",
+    "builtin_policy",
+    "builtin_profile",
+]
+
+STEP_TRANSIENT = frozenset({408, 429, *range(500, 600)})
+LLM_RETRYABLE = frozenset({429, 500, 502, 503, 504, 529})
+TERMINAL = frozenset({401, 403, 405})
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+_NO_OVERRIDES: Mapping[str, Profile] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    # Which built-in rule set this profile routes by: "default" or "llm".
+    base: str = "default"
+    max_attempts: int = 3
+    backoff: BackoffConfig = field(default_factory=BackoffConfig)
+    max_validation_retries: int = 2
+    # Statuses resent unchanged; a file's retryable_statuses only add to it.
+    transient_statuses: frozenset[int] = STEP_TRANSIENT
+    terminal_statuses: frozenset[int] = TERMINAL
+    # Whether a non-transient 4xx may be answered with CORRECT.
+    corrections: bool = True
+    # Per-capability variants of this profile, already merged.
+    capabilities: Mapping[str, Profile] = field(default_factory=lambda: _NO_OVERRIDES)
+
+    def for_capability(self, capability: str) -> Profile:
+        if not capability or not self.capabilities:
+            return self
+        return self.capabilities.get(capability, self)
+
+
+def builtin_profile(base: str, name: str | None = None) -> Profile:
+    if base == "default":
+        return Profile(name=name or base)
+    if base == "llm":
+        return Profile(
+            name=name or base,
+            base="llm",
+            max_attempts=3,
+            backoff=BackoffConfig(
+                initial=timedelta(milliseconds=500),
+                max=timedelta(seconds=10),
+                jitter=Jitter.SINE,
+            ),
+            max_validation_retries=0,
+            transient_statuses=LLM_RETRYABLE,
+            terminal_statuses=frozenset(),
+            corrections=False,
+        )
+    raise ValueError(f"unknown base profile {base!r}; expected 'default' or 'llm'")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    profiles: Mapping[str, Profile]
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+    def profile(self, name: str) -> Profile:
+        found = self.profiles.get(name or "default")
+        if found is None:
+            known = ", ".join(sorted(self.profiles))
+            raise PolicyInputError("profile", f"unknown profile {name!r}; known: {known}")
+        return found
+
+    def with_profile(self, profile: Profile) -> Policy:
+        return replace(self, profiles=MappingProxyType({**self.profiles, profile.name: profile}))
+
+
+def builtin_policy() -> Policy:
+    return Policy(
+        profiles=MappingProxyType({p: builtin_profile(p) for p in ("default", "llm")}),
+    )

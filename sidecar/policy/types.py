@@ -1,0 +1,123 @@
+"""The values the policy core reads and returns.
+
+Every value is frozen and built fresh per call, so concurrent calls never
+share mutable state. The enum numbers equal the squawk.v1 wire numbers, which
+makes the conversion at the gRPC boundary a plain int cast.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+__all__ = [
+    "Action",
+    "AttemptState",
+    "Category",
+    "Classification",
+    "Decision",
+    "Failure",
+    "PolicyInputError",
+    "Reason",
+]
+
+
+class Category(enum.IntEnum):
+    INPUT_ERROR = 1
+    NOT_FOUND = 2
+    RATE_LIMIT = 3
+    AUTH_ERROR = 4
+    SERVICE_ERROR = 5
+
+
+class Action(enum.IntEnum):
+    RETRY = 1
+    CORRECT = 2
+    FAIL = 3
+
+
+class Reason(enum.IntEnum):
+    EXPLICIT_NOT_RETRYABLE = 1
+    TERMINAL_STATUS = 2
+    TRANSIENT_STATUS = 3
+    TRANSPORT_FAILURE = 4
+    CORRECTION_ELIGIBLE = 5
+    HITL_PROTECTED = 6
+    SINGLE_DISPATCH = 7
+    ATTEMPTS_EXHAUSTED = 8
+    CORRECTION_BUDGET_EXHAUSTED = 9
+    NO_CORRECTION_AVAILABLE = 10
+    DEADLINE_EXCEEDED = 11
+    CANCELLED = 12
+    NOT_RETRYABLE_STATUS = 13
+
+
+class PolicyInputError(ValueError):
+    """A request the policy cannot answer; `field` names the offending input."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+_NO_HEADERS: Mapping[str, str] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed upstream call, as a tool saw it."""
+
+    error_message: str = ""
+    http_status: int = 0
+    transport_failure: bool = False
+    headers: Mapping[str, str] = field(default_factory=lambda: _NO_HEADERS)
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    http_status: int
+    category: Category
+    retryable: bool
+    code: str
+    upstream_status: int
+    redacted_message: str
+    retry_after: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptState:
+    """Everything DecideRetry knows about the attempt that just failed.
+
+    `None` means "not given: use the profile's default", never zero.
+    """
+
+    attempt: int
+    max_attempts: int | None = None
+    http_status: int = 0
+    transport_failure: bool = False
+    response_body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=lambda: _NO_HEADERS)
+    validation_retries_used: int = 0
+    max_validation_retries: int | None = None
+    correction_available: bool = False
+    hitl_approved: bool = False
+    delegated_orchestrator: bool = False
+    cancelled: bool = False
+    deadline: timedelta | None = None
+    capability: str = ""
+    upstream: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Action
+    delay: timedelta
+    reason: Reason
+    explanation: str
+    consumes_attempt: bool
+    classification: Classification
+    # The envelope's error.retryable: True/False when declared, None when not.
+    declared_retryable: bool | None = None

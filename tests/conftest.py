@@ -1,0 +1,129 @@
+"""Shared fixtures: the real daemon, started as a subprocess on a free port."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTORS = json.loads((ROOT / "tests" / "vectors" / "decisions.json").read_text())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Daemon:
+    process: subprocess.Popen[bytes]
+    target: str
+    log: IO[bytes]
+
+    def stop(self, sig: int = 15) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        code = self.process.wait(timeout=15)
+        self.log.close()
+        return code
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+
+def wait_serving(target: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                # typeshed's HealthStub declares no methods.
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)  # type: ignore[attr-defined]
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.05)
+    raise TimeoutError(f"daemon at {target} did not become SERVING in {timeout_s}s")
+
+
+def start_daemon(
+    *args: str, env: dict[str, str] | None = None, listen: str | None = None
+) -> Daemon:
+    target = listen or f"127.0.0.1:{free_port()}"
+    # A file, not a pipe: a chatty daemon must never block on a full pipe.
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Daemon.stop)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sidecar.cli", "serve", "--listen", target, *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    daemon = Daemon(process, target, log)
+    try:
+        wait_serving(target)
+    except TimeoutError:
+        output = daemon.output()
+        daemon.stop(9)
+        raise RuntimeError(f"daemon failed to start:\n{output}") from None
+    return daemon
+
+
+@pytest.fixture(scope="session")
+def daemon() -> Iterator[Daemon]:
+    d = start_daemon()
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session")
+def channel(daemon: Daemon) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(daemon.target) as ch:
+        yield ch
+
+
+def subset_mismatches(expect: Any, actual: Any, path: str = "") -> list[str]:
+    """Where `actual` differs from the fields `expect` lists (durations compared in ms)."""
+    if isinstance(expect, dict):
+        if not isinstance(actual, dict):
+            return [f"{path}: expected an object, got {actual!r}"]
+        out: list[str] = []
+        for key, value in expect.items():
+            out += subset_mismatches(value, actual.get(key, _MISSING), f"{path}.{key}")
+        return out
+    if isinstance(expect, str) and expect.endswith("s") and _is_duration(expect):
+        got = duration_ms(actual) if isinstance(actual, str) and _is_duration(actual) else actual
+        return [] if got == duration_ms(expect) else [f"{path}: expected {expect}, got {actual!r}"]
+    return [] if expect == actual else [f"{path}: expected {expect!r}, got {actual!r}"]
+
+
+_MISSING = object()
+
+
+def _is_duration(text: str) -> bool:
+    try:
+        float(text[:-1])
+    except ValueError:
+        return False
+    return True
+
+
+def duration_ms(text: str) -> float:
+    return round(float(text[:-1]) * 1000, 3)

@@ -1,0 +1,88 @@
+"""The shared vector file, run in-process against the core and over the wire.
+
+In-process goes through the same request conversion as the daemon, so a
+failure here and not over the wire points at the server layer, and the other
+way round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+from conftest import VECTORS, subset_mismatches
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from sidecar.config import load_policy
+from sidecar.policy import PolicyInputError
+from sidecar.proto import policy_pb2 as pb
+from sidecar.proto import policy_pb2_grpc as pb_grpc
+from sidecar.server.servicer import PolicyServicer
+
+CLASSIFY = [pytest.param(c, id=c["name"]) for c in VECTORS["classify"]]
+DECIDE = [pytest.param(c, id=c["name"]) for c in VECTORS["decide"]]
+INVALID = [pytest.param(c, id=c["name"]) for c in VECTORS["invalid"]]
+LOCAL = PolicyServicer(load_policy(None, environ={}))
+
+
+def as_dict(message: Message) -> dict[str, Any]:
+    return json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
+
+
+@pytest.mark.parametrize("case", CLASSIFY)
+def test_classify_in_process(case: dict[str, Any]) -> None:
+    request = json_format.ParseDict(case["request"], pb.ClassifyRequest())
+    assert subset_mismatches(case["expect"], as_dict(LOCAL.classify(request))) == []
+
+
+@pytest.mark.parametrize("case", DECIDE)
+def test_decide_in_process(case: dict[str, Any]) -> None:
+    request = json_format.ParseDict(case["request"], pb.DecideRetryRequest())
+    assert subset_mismatches(case["expect"], as_dict(LOCAL.decide(request))) == []
+
+
+@pytest.mark.parametrize("case", INVALID)
+def test_invalid_in_process(case: dict[str, Any]) -> None:
+    rpc = LOCAL.classify if case["rpc"] == "Classify" else LOCAL.decide
+    request_type = pb.ClassifyRequest if case["rpc"] == "Classify" else pb.DecideRetryRequest
+    with pytest.raises(PolicyInputError) as info:
+        rpc(json_format.ParseDict(case["request"], request_type()))  # type: ignore[arg-type]
+    assert info.value.field == case["field"]
+
+
+@pytest.mark.parametrize("case", CLASSIFY)
+def test_classify_over_the_wire(channel: grpc.Channel, case: dict[str, Any]) -> None:
+    stub = pb_grpc.PolicyServiceStub(channel)
+    reply = stub.Classify(json_format.ParseDict(case["request"], pb.ClassifyRequest()), timeout=5)
+    assert subset_mismatches(case["expect"], as_dict(reply)) == []
+
+
+@pytest.mark.parametrize("case", DECIDE)
+def test_decide_over_the_wire(channel: grpc.Channel, case: dict[str, Any]) -> None:
+    stub = pb_grpc.PolicyServiceStub(channel)
+    request = json_format.ParseDict(case["request"], pb.DecideRetryRequest())
+    assert subset_mismatches(case["expect"], as_dict(stub.DecideRetry(request, timeout=5))) == []
+
+
+@pytest.mark.parametrize("case", INVALID)
+def test_invalid_over_the_wire(channel: grpc.Channel, case: dict[str, Any]) -> None:
+    stub = pb_grpc.PolicyServiceStub(channel)
+    with pytest.raises(grpc.RpcError) as info:
+        if case["rpc"] == "Classify":
+            stub.Classify(json_format.ParseDict(case["request"], pb.ClassifyRequest()), timeout=5)
+        else:
+            request = json_format.ParseDict(case["request"], pb.DecideRetryRequest())
+            stub.DecideRetry(request, timeout=5)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (info.value.details() or "").startswith(case["field"] + ":")
+
+
+@pytest.mark.parametrize("case", VECTORS["redaction"], ids=lambda c: c["name"])
+def test_redaction(channel: grpc.Channel, case: dict[str, Any]) -> None:
+    stub = pb_grpc.PolicyServiceStub(channel)
+    reply = stub.Classify(pb.ClassifyRequest(error_message=case["input"]), timeout=5)
+    for secret in case["secrets"]:
+        assert secret not in reply.redacted_message
+    assert "[REDACTED]" in reply.redacted_message
