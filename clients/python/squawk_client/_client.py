@@ -9,6 +9,7 @@ fallback policy and the decision says so (`fallback=True`).
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
 import grpc
@@ -18,7 +19,7 @@ from sidecar.policy import PolicyInputError
 from sidecar.proto import policy_pb2 as pb
 from sidecar.proto import policy_pb2_grpc as pb_grpc
 
-from ._decision import Decision, fallback_decision, from_message
+from ._decision import Decision, fallback_decision, fallback_profile, from_message
 from ._errors import SquawkError
 
 __all__ = ["DEFAULT_CALL_TIMEOUT", "AsyncSquawkClient", "SquawkClient"]
@@ -48,13 +49,14 @@ class _Policy:
     def __init__(self, call_timeout: timedelta, fallback: bool) -> None:
         self.call_timeout_s = call_timeout.total_seconds()
         self.fallback_enabled = fallback
+        self.fallback_profile = fallback_profile(os.environ)
         self.fallback_count = 0
 
     def on_error(self, exc: grpc.RpcError, request: pb.DecideRetryRequest | None) -> Decision:
         code: grpc.StatusCode = exc.code()
         if request is not None and self.fallback_enabled and code in _FALL_BACK_ON:
             try:
-                decision = fallback_decision(request)
+                decision = fallback_decision(request, self.fallback_profile)
             except PolicyInputError as bad:
                 raise SquawkError("INVALID_ARGUMENT", str(bad)) from exc
             self.fallback_count += 1

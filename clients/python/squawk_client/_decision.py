@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
+from sidecar.config import apply_env
 from sidecar.convert import attempt_state
-from sidecar.policy import Action, Reason, builtin_profile, decide
+from sidecar.policy import Action, Profile, Reason, builtin_policy, decide
 from sidecar.policy import Decision as CoreDecision
 from sidecar.proto import policy_pb2 as pb
 
-__all__ = ["Decision", "fallback_decision", "from_message"]
+__all__ = ["Decision", "fallback_decision", "fallback_profile", "from_message"]
 
-# The fallback is the "default" profile with corrections disabled: without
-# the daemon there is no analyzer, and a 4xx must never be resent unchanged.
-_FALLBACK_PROFILE = builtin_profile("default")
+
+def fallback_profile(environ: Mapping[str, str]) -> Profile:
+    """The built-in "default" profile with the pod's SQUAWK_STEP_RETRY_* overrides,
+    so the fallback waits as the daemon in the same pod would."""
+    return apply_env(builtin_policy(), environ).profile("default")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +54,11 @@ def _from_core(decision: CoreDecision) -> Decision:
     )
 
 
-def fallback_decision(request: pb.DecideRetryRequest) -> Decision:
-    """Answer locally; raises PolicyInputError for input the daemon would refuse."""
+def fallback_decision(request: pb.DecideRetryRequest, profile: Profile) -> Decision:
+    """Answer locally; raises PolicyInputError for input the daemon would refuse.
+
+    Corrections are disabled: without the daemon there is no analyzer, and a
+    non-transient 4xx must never be resent unchanged.
+    """
     state = replace(attempt_state(request), correction_available=False)
-    return _from_core(decide(state, _FALLBACK_PROFILE, time.time))
+    return _from_core(decide(state, profile, time.time))

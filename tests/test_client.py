@@ -1,0 +1,304 @@
+"""The Python client and step runners against the real daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+from conftest import VECTORS, Daemon, free_port, start_daemon, subset_mismatches, wait_serving
+from google.protobuf import json_format
+from opentelemetry.sdk.trace import TracerProvider
+from squawk_client import (
+    Action,
+    AsyncSquawkClient,
+    Decision,
+    Reason,
+    SquawkClient,
+    SquawkError,
+    StepCancelled,
+    StepError,
+    StepFailed,
+    StepOptions,
+    run_step,
+    run_step_sync,
+)
+
+from sidecar.proto import policy_pb2 as pb
+
+FAST = {"SQUAWK_STEP_RETRY_INITIAL_DELAY": "1ms", "SQUAWK_STEP_RETRY_MAX_DELAY": "4ms"}
+
+
+@pytest.fixture
+def fast_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in FAST.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(scope="module")
+def fast_daemon() -> Iterator[Daemon]:
+    daemon = start_daemon(env=FAST)
+    yield daemon
+    daemon.stop()
+
+
+def test_sync_client_asks_the_daemon(daemon: Daemon) -> None:
+    with SquawkClient(daemon.target, call_timeout=timedelta(seconds=5)) as client:
+        decision = client.decide_retry(pb.DecideRetryRequest(attempt=1, http_status=429))
+        assert decision == Decision(
+            Action.RETRY,
+            timedelta(milliseconds=542),
+            Reason.TRANSIENT_STATUS,
+            decision.explanation,
+            True,
+            fallback=False,
+        )
+        assert client.classify(pb.ClassifyRequest(http_status=401)).http_status == 401
+        assert client.fallback_count == 0
+
+
+def test_async_client_asks_the_daemon(daemon: Daemon) -> None:
+    async def main() -> Decision:
+        async with AsyncSquawkClient(daemon.target, call_timeout=timedelta(seconds=5)) as c:
+            return await c.decide_retry(pb.DecideRetryRequest(attempt=1, http_status=400))
+
+    decision = asyncio.run(main())
+    assert (decision.action, decision.reason) == (Action.FAIL, Reason.NO_CORRECTION_AVAILABLE)
+    assert not decision.fallback
+
+
+def test_invalid_input_is_an_error_not_a_fallback(daemon: Daemon) -> None:
+    with SquawkClient(daemon.target, call_timeout=timedelta(seconds=5)) as client:
+        with pytest.raises(SquawkError) as info:
+            client.decide_retry(pb.DecideRetryRequest(attempt=0))
+        assert info.value.code == "INVALID_ARGUMENT"
+        assert client.fallback_count == 0
+
+
+FALLBACK_CASES = [
+    pytest.param(c, id=c["name"]) for c in VECTORS["decide"] if c.get("fallback", True) is not False
+]
+
+
+@pytest.fixture(scope="module")
+def unreachable() -> Iterator[SquawkClient]:
+    with SquawkClient(f"127.0.0.1:{free_port()}") as client:
+        yield client
+
+
+@pytest.mark.parametrize("case", FALLBACK_CASES)
+def test_fallback_vectors(unreachable: SquawkClient, case: dict[str, Any]) -> None:
+    before = unreachable.fallback_count
+    decision = unreachable.decide_retry(
+        json_format.ParseDict(case["request"], pb.DecideRetryRequest())
+    )
+    expect = case["fallback"] if isinstance(case.get("fallback"), dict) else case["expect"]
+    actual = {
+        "action": "ACTION_" + decision.action.name,
+        "reason": "REASON_" + decision.reason.name,
+        "delay": f"{decision.delay.total_seconds():.3f}s",
+        "consumesAttempt": decision.consumes_attempt,
+    }
+    expect = {k: v for k, v in expect.items() if k != "classification"}
+    assert subset_mismatches(expect, actual) == []
+    assert decision.fallback
+    assert unreachable.fallback_count == before + 1
+
+
+def test_fallback_refuses_invalid_input(unreachable: SquawkClient) -> None:
+    with pytest.raises(SquawkError) as info:
+        unreachable.decide_retry(pb.DecideRetryRequest(attempt=0))
+    assert "attempt" in info.value.details
+
+
+def test_fallback_can_be_disabled() -> None:
+    with SquawkClient(f"127.0.0.1:{free_port()}", fallback=False) as client:
+        with pytest.raises(SquawkError) as info:
+            client.decide_retry(pb.DecideRetryRequest(attempt=1, http_status=503))
+        assert info.value.code in {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
+
+
+def test_trace_context_travels_with_the_call() -> None:
+    seen: list[dict[str, str]] = []
+
+    def handler(request: bytes, context: grpc.ServicerContext) -> bytes:
+        seen.append({k: str(v) for k, v in context.invocation_metadata()})
+        return pb.DecideRetryResponse(
+            action=pb.ACTION_FAIL, reason=pb.REASON_CANCELLED
+        ).SerializeToString()
+
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "squawk.v1.PolicyService",
+                {"DecideRetry": grpc.unary_unary_rpc_method_handler(handler)},
+            ),
+        )
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        tracer = TracerProvider().get_tracer("executor")
+        with (
+            SquawkClient(f"127.0.0.1:{port}", call_timeout=timedelta(seconds=5)) as client,
+            tracer.start_as_current_span("step") as span,
+        ):
+            client.decide_retry(pb.DecideRetryRequest(attempt=1))
+            ctx = span.get_span_context()
+        version, trace_id, parent_id, _flags = seen[0]["traceparent"].split("-")
+        assert (version, trace_id, parent_id) == (
+            "00",
+            f"{ctx.trace_id:032x}",
+            f"{ctx.span_id:016x}",
+        )
+    finally:
+        server.stop(None)
+
+
+def test_runner_retries_then_succeeds(fast_daemon: Daemon) -> None:
+    calls: list[str] = []
+
+    def step(city: str) -> str:
+        calls.append(city)
+        if len(calls) < 3:
+            raise StepError("upstream status 503", http_status=503)
+        return f"hotels in {city}"
+
+    with SquawkClient(fast_daemon.target, call_timeout=timedelta(seconds=5)) as client:
+        assert run_step_sync(client, step, "PAR") == "hotels in PAR"
+    assert calls == ["PAR", "PAR", "PAR"]
+
+
+def test_runner_corrects_without_spending_attempts(fast_daemon: Daemon) -> None:
+    calls: list[str] = []
+
+    def step(city: str) -> str:
+        calls.append(city)
+        if city != "PAR":
+            raise StepError("error 400: INVALID CITY CODE", http_status=400)
+        return "ok"
+
+    def correct(city: str, exc: BaseException, decision: Decision) -> str:
+        assert decision.action is Action.CORRECT
+        return "PAR" if city == "Pariss" else "Pariss"
+
+    with SquawkClient(fast_daemon.target, call_timeout=timedelta(seconds=5)) as client:
+        options = StepOptions(max_attempts=1)
+        assert run_step_sync(client, step, "PARIS", correct=correct, options=options) == "ok"
+    assert calls == ["PARIS", "Pariss", "PAR"]
+
+
+def test_runner_fail_raises_with_the_decision(fast_daemon: Daemon) -> None:
+    def step(_: None) -> None:
+        raise StepError("error 401: expired key", http_status=401)
+
+    with (
+        SquawkClient(fast_daemon.target, call_timeout=timedelta(seconds=5)) as client,
+        pytest.raises(StepFailed) as info,
+    ):
+        run_step_sync(client, step, None)
+    assert info.value.decision.reason is Reason.TERMINAL_STATUS
+    assert isinstance(info.value.__cause__, StepError)
+
+
+def test_runner_stops_after_max_attempts(fast_daemon: Daemon) -> None:
+    calls = 0
+
+    async def step(_: None) -> None:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError("connection reset")
+
+    async def main() -> None:
+        async with AsyncSquawkClient(fast_daemon.target, call_timeout=timedelta(seconds=5)) as c:
+            await run_step(c, step, None, options=StepOptions(max_attempts=4))
+
+    with pytest.raises(StepFailed) as info:
+        asyncio.run(main())
+    assert info.value.decision.reason is Reason.ATTEMPTS_EXHAUSTED
+    assert calls == 4
+
+
+def test_async_cancel_aborts_the_wait_at_once(daemon: Daemon) -> None:
+    async def step(_: None) -> None:
+        raise StepError("slow down", http_status=429, headers={"Retry-After": "30"})
+
+    async def main() -> float:
+        async with AsyncSquawkClient(daemon.target, call_timeout=timedelta(seconds=5)) as c:
+            task = asyncio.create_task(run_step(c, step, None))
+            await asyncio.sleep(0.3)
+            started = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return time.monotonic() - started
+
+    assert asyncio.run(main()) < 5  # far below the 30 s wait
+
+
+def test_sync_cancel_aborts_the_wait_and_is_never_retried(daemon: Daemon) -> None:
+    cancel = threading.Event()
+    calls = 0
+
+    def step(_: None) -> None:
+        nonlocal calls
+        calls += 1
+        raise StepError("slow down", http_status=429, headers={"Retry-After": "30"})
+
+    threading.Timer(0.3, cancel.set).start()
+    with (
+        SquawkClient(daemon.target, call_timeout=timedelta(seconds=5)) as client,
+        pytest.raises(StepCancelled),
+    ):
+        run_step_sync(client, step, None, cancel=cancel)
+    assert calls == 1
+
+
+class RecordingClient(SquawkClient):
+    def __init__(self, target: str) -> None:
+        super().__init__(target)
+        self.decisions: list[Decision] = []
+
+    def decide_retry(self, request: pb.DecideRetryRequest) -> Decision:
+        decision = super().decide_retry(request)
+        self.decisions.append(decision)
+        return decision
+
+
+def test_runner_survives_a_daemon_restart(fast_env: None) -> None:
+    target = f"127.0.0.1:{free_port()}"
+    daemons = [start_daemon(env=FAST, listen=target)]
+    calls = 0
+
+    def step(_: None) -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            daemons[0].stop(9)  # killed mid-run
+        if calls == 6:
+            daemons.append(start_daemon(env=FAST, listen=target))
+            wait_serving(target)
+        if calls >= 6:
+            time.sleep(0.3)  # give the channel time to reconnect
+        if calls < 12:
+            raise StepError("upstream status 503", http_status=503)
+        return "done"
+
+    client = RecordingClient(target)
+    try:
+        assert run_step_sync(client, step, None, options=StepOptions(max_attempts=20)) == "done"
+    finally:
+        client.close()
+        daemons[-1].stop()
+    sources = [d.fallback for d in client.decisions]
+    assert sources[:2] == [False, False]
+    assert sources[2:5] == [True, True, True]
+    assert sources[-3:] == [False, False, False]
+    assert all(d.action is Action.RETRY for d in client.decisions)
