@@ -13,21 +13,30 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import IO
 
 import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from .config import ConfigError, load_policy
-from .policy import PolicyInputError, parse_duration
+from .policy import PolicyInputError, parse_duration, redact
 from .proto import policy_pb2 as pb
 from .proto import policy_pb2_grpc as pb_grpc
 from .server.app import DEFAULT_LISTEN, BindError, Daemon
 from .server.servicer import PolicyServicer
+from .server.telemetry import tracer_provider_from_env
 
 __all__ = ["main"]
 
 log = logging.getLogger("squawk")
+
+
+class RedactingFormatter(logging.Formatter):
+    """Every log line, tracebacks included, passes the secret redaction."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
 
 
 def _headers(values: Sequence[str]) -> dict[str, str]:
@@ -53,6 +62,18 @@ def _parser() -> argparse.ArgumentParser:
         f"(default: $SQUAWK_LISTEN, comma-separated, or {DEFAULT_LISTEN})",
     )
     serve.add_argument("--grace", type=float, default=5.0, help="seconds to drain on SIGTERM")
+    serve.add_argument(
+        "--metrics-listen",
+        default=os.environ.get("SQUAWK_METRICS_LISTEN"),
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics over HTTP here (default: off; $SQUAWK_METRICS_LISTEN)",
+    )
+    serve.add_argument(
+        "--decision-log",
+        default=os.environ.get("SQUAWK_DECISION_LOG"),
+        metavar="PATH",
+        help="write one JSON line per decision to PATH, or - for stdout (default: off)",
+    )
 
     for name in ("classify", "decide"):
         cmd = sub.add_parser(name, help=f"print the {name} answer as JSON")
@@ -141,16 +162,33 @@ async def _serve(args: argparse.Namespace) -> None:
     listen = args.listen or [
         a.strip() for a in os.environ.get("SQUAWK_LISTEN", DEFAULT_LISTEN).split(",") if a.strip()
     ]
-    daemon = Daemon(load_policy(args.policy), listen, grace_s=args.grace)
-    await daemon.start()
-    await daemon.run_until_stopped()
+    policy = load_policy(args.policy)
+    log_file: IO[str] | None = None
+    if args.decision_log == "-":
+        log_file = sys.stdout
+    elif args.decision_log:
+        log_file = open(args.decision_log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    try:
+        daemon = Daemon(
+            policy,
+            listen,
+            grace_s=args.grace,
+            tracing=tracer_provider_from_env(os.environ),
+            metrics_listen=args.metrics_listen,
+            decision_log=log_file,
+        )
+        await daemon.start()
+        await daemon.run_until_stopped()
+    finally:
+        if log_file is not None and log_file is not sys.stdout:
+            log_file.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
     try:
         if args.command == "serve":
             asyncio.run(_serve(args))

@@ -10,15 +10,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from typing import IO
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
+from opentelemetry.sdk.trace import TracerProvider
 
 from ..policy import Policy
 from ..proto import policy_pb2 as pb
 from ..proto import policy_pb2_grpc as pb_grpc
+from .observe import Metrics, Observer
 from .servicer import PolicyServicer
+from .telemetry import CountingBatchSpanProcessor
 
 __all__ = ["DEFAULT_LISTEN", "BindError", "Daemon"]
 
@@ -37,12 +42,33 @@ class BindError(RuntimeError):
 
 
 class Daemon:
-    def __init__(self, policy: Policy, listen: list[str], grace_s: float = 5.0) -> None:
-        self.servicer = PolicyServicer(policy)
+    def __init__(
+        self,
+        policy: Policy,
+        listen: list[str],
+        grace_s: float = 5.0,
+        *,
+        tracing: tuple[TracerProvider, CountingBatchSpanProcessor | None] | None = None,
+        metrics_listen: str | None = None,
+        decision_log: IO[str] | None = None,
+    ) -> None:
+        self.tracer_provider = tracing[0] if tracing else None
+        self.metrics = Metrics(tracing[1] if tracing else None) if metrics_listen else None
+        self.metrics_listen = metrics_listen
+        self.servicer = PolicyServicer(policy, observer=Observer(self.metrics, decision_log))
         self.health = health.aio.HealthServicer()
         self.listen = listen
         self.grace_s = grace_s
-        self.server = grpc.aio.server(options=SERVER_OPTIONS)
+        interceptors = []
+        if self.tracer_provider is not None:
+            # Health probes and reflection would drown the decisions in noise.
+            interceptors.append(
+                aio_server_interceptor(  # type: ignore[no-untyped-call]
+                    tracer_provider=self.tracer_provider,
+                    filter_=filters.negate(filters.service_prefix("grpc.")),
+                )
+            )
+        self.server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
         self.ports: list[int] = []
         self._stopping = asyncio.Event()
 
@@ -64,6 +90,8 @@ class Daemon:
                 ) from None
             self.ports.append(port)
         await self.server.start()
+        if self.metrics is not None and self.metrics_listen:
+            self.metrics.serve(self.metrics_listen)
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("squawk serving on %s", ", ".join(self.listen))
@@ -82,3 +110,6 @@ class Daemon:
         log.info("squawk stopping: health NOT_SERVING, draining for up to %.1fs", self.grace_s)
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.grace_s)
+        if self.tracer_provider is not None:
+            # Flush what is queued; bounded by the exporter's own timeout.
+            self.tracer_provider.shutdown()

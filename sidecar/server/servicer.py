@@ -12,14 +12,16 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
+from opentelemetry import trace
 
 from ..convert import attempt_state, classification_message, decision_message, failure
-from ..policy import Policy, PolicyInputError, classify, decide
+from ..policy import Action, Decision, Policy, PolicyInputError, classify, decide, redact
 from ..proto import policy_pb2 as pb
 from ..proto import policy_pb2_grpc as pb_grpc
+from .observe import Observer, decision_fields
 
 __all__ = ["MAX_BATCH", "PolicyServicer"]
 
@@ -40,12 +42,16 @@ def _boundary(method: Method[Req, Resp]) -> Method[Req, Resp]:
         try:
             return await method(self, request, context)
         except PolicyInputError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            # Redacted: an error echoes a caller's value, and it reaches spans.
+            code, message = grpc.StatusCode.INVALID_ARGUMENT, redact(str(exc))
         except grpc.aio.AbortError:
             raise
         except Exception:
             log.exception("internal error in %s", method.__name__)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the daemon's log")
+            code, message = grpc.StatusCode.INTERNAL, "internal error; see the daemon's log"
+        # Abort outside the except block, so the AbortError does not carry the
+        # original exception (and its unredacted text) into a span's event.
+        await context.abort(code, message)
         raise AssertionError("unreachable: abort raises")
 
     return wrapper
@@ -57,25 +63,31 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         policy: Policy,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self._policy = policy
         self._clock = clock
         self._rng = rng or random.Random()
+        self._observer = observer or Observer()
+
+    def _note(self, rpc: str, fields: Callable[[], dict[str, Any]], started: float) -> None:
+        # Fields are built only when a span records or metrics/logs are on.
+        span = trace.get_current_span()
+        if self._observer.active or span.is_recording():
+            self._observer.record(rpc, fields(), started, span)
 
     def classify(self, request: pb.ClassifyRequest) -> pb.ClassifyResponse:
         profile = self._policy.profile(request.profile)
         return classification_message(classify(failure(request), profile, self._clock))
 
-    def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
+    def decide_core(self, request: pb.DecideRetryRequest) -> Decision:
         profile = self._policy.profile(request.profile)
-        decision = decide(
-            attempt_state(request),
-            profile,
-            self._clock,
-            self._rng,
-            self._policy.max_body_bytes,
+        return decide(
+            attempt_state(request), profile, self._clock, self._rng, self._policy.max_body_bytes
         )
-        return decision_message(decision)
+
+    def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
+        return decision_message(self.decide_core(request))
 
     @_boundary
     async def Classify(
@@ -83,7 +95,19 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         request: pb.ClassifyRequest,
         context: grpc.aio.ServicerContext[pb.ClassifyRequest, pb.ClassifyResponse],
     ) -> pb.ClassifyResponse:
-        return self.classify(request)
+        started = time.perf_counter()
+        reply = self.classify(request)
+        self._note(
+            "Classify",
+            lambda: {
+                "squawk.profile": request.profile or "default",
+                "squawk.http_status": reply.upstream_status,
+                "squawk.category": pb.ErrorCategory.Name(reply.category)[len("ERROR_CATEGORY_") :],
+                "squawk.retryable": reply.retryable,
+            },
+            started,
+        )
+        return reply
 
     @_boundary
     async def DecideRetry(
@@ -91,7 +115,10 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         request: pb.DecideRetryRequest,
         context: grpc.aio.ServicerContext[pb.DecideRetryRequest, pb.DecideRetryResponse],
     ) -> pb.DecideRetryResponse:
-        return self.decide(request)
+        started = time.perf_counter()
+        decision = self.decide_core(request)
+        self._note("DecideRetry", lambda: decision_fields(request, decision), started)
+        return decision_message(decision)
 
     @_boundary
     async def DecideRetryBatch(
@@ -103,12 +130,29 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             raise PolicyInputError(
                 "requests", f"{len(request.requests)} requests is over the limit of {MAX_BATCH}"
             )
+        started = time.perf_counter()
         results = []
+        actions = {action: 0 for action in Action}
         for i, item in enumerate(request.requests):
             try:
-                results.append(pb.DecideRetryBatchResult(decision=self.decide(item)))
+                decision = self.decide_core(item)
             except PolicyInputError as exc:
-                results.append(pb.DecideRetryBatchResult(error=f"requests[{i}].{exc}"))
+                results.append(pb.DecideRetryBatchResult(error=redact(f"requests[{i}].{exc}")))
+                continue
+            actions[decision.action] += 1
+            if self._observer.active:
+                self._observer.record(
+                    "DecideRetryBatch", decision_fields(item, decision), started, trace.INVALID_SPAN
+                )
+            results.append(pb.DecideRetryBatchResult(decision=decision_message(decision)))
+        # One span for the batch, not one per item: a 10,000-item batch would
+        # otherwise flood the export queue. Metrics and logs stay per item.
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes(
+                {"squawk.batch.size": len(request.requests)}
+                | {f"squawk.batch.{a.name.lower()}": n for a, n in actions.items()}
+            )
         return pb.DecideRetryBatchResponse(results=results)
 
     @_boundary

@@ -1,0 +1,130 @@
+"""What the daemon tells operators about each decision: span attributes,
+Prometheus metrics and structured decision logs.
+
+The three carry the same `squawk.*` fields, built once per decision and
+only when someone is listening. No field ever holds caller-supplied text
+(error messages, bodies, headers), so no secret can reach them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import IO
+
+from opentelemetry.trace import Span
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from ..policy import Decision
+from ..proto import policy_pb2 as pb
+
+__all__ = ["Metrics", "Observer", "decision_fields"]
+
+Field = str | int | bool
+
+_DECLARED = {None: "unset", True: "true", False: "false"}
+_LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1)
+
+
+def decision_fields(request: pb.DecideRetryRequest, decision: Decision) -> dict[str, Field]:
+    c = decision.classification
+    return {
+        "squawk.profile": request.profile or "default",
+        "squawk.capability": request.capability,
+        "squawk.upstream": request.upstream,
+        "squawk.attempt": request.attempt,
+        "squawk.http_status": request.http_status,
+        "squawk.category": c.category.name,
+        "squawk.retryable": c.retryable,
+        "squawk.declared_retryable": _DECLARED[decision.declared_retryable],
+        "squawk.action": decision.action.name,
+        "squawk.reason": decision.reason.name,
+        "squawk.delay_ms": round(decision.delay.total_seconds() * 1000),
+    }
+
+
+class _DroppedSpans(Collector):
+    def __init__(self, source: object) -> None:
+        self._source = source
+
+    def collect(self) -> list[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "squawk_spans_dropped", "Spans dropped because the export queue was full."
+        )
+        family.add_metric([], float(getattr(self._source, "dropped", 0)))
+        return [family]
+
+
+class Metrics:
+    """Prometheus metrics on a private registry, served on --metrics-listen."""
+
+    def __init__(self, span_source: object | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.decisions = Counter(
+            "squawk_decisions",
+            "Decisions made, by RPC, action and rule.",
+            ["rpc", "action", "reason"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "squawk_decision_duration_seconds",
+            "Time to decide, from request to answer, inside the daemon.",
+            ["rpc"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.corrections = Counter(
+            "squawk_corrections",
+            "Correction attempts (DecideRetry said CORRECT) and analyzer outcomes.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.analyzer_latency = Histogram(
+            "squawk_analyzer_duration_seconds",
+            "Time AnalyzeError took, by the analyzer that answered.",
+            ["source"],
+            registry=self.registry,
+        )
+        self.analyzer_fallbacks = Counter(
+            "squawk_analyzer_fallbacks",
+            "Model answers that fell back to the offline analyzer, by cause.",
+            ["cause"],
+            registry=self.registry,
+        )
+        if span_source is not None:
+            self.registry.register(_DroppedSpans(span_source))
+
+    def serve(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+
+
+class Observer:
+    """Fans one decision out to the span, the metrics and the decision log."""
+
+    def __init__(self, metrics: Metrics | None = None, log: IO[str] | None = None) -> None:
+        self.metrics = metrics
+        self.log = log
+        # Whether anything besides a recording span wants the fields.
+        self.active = metrics is not None or log is not None
+
+    def record(self, rpc: str, fields: Mapping[str, Field], started: float, span: Span) -> None:
+        if span.is_recording():
+            span.set_attributes(fields)
+        if self.metrics is not None:
+            m = self.metrics
+            action = str(fields.get("squawk.action", ""))
+            m.decisions.labels(rpc, action, str(fields.get("squawk.reason", ""))).inc()
+            m.latency.labels(rpc).observe(time.perf_counter() - started)
+            if action == "CORRECT":
+                m.corrections.labels("requested").inc()
+        if self.log is not None:
+            ctx = span.get_span_context()
+            line = {"ts": time.time(), "rpc": rpc, **fields}
+            if ctx.is_valid:
+                line["trace_id"] = f"{ctx.trace_id:032x}"
+                line["span_id"] = f"{ctx.span_id:016x}"
+            self.log.write(json.dumps(line, separators=(",", ":")) + "\n")

@@ -1,0 +1,214 @@
+"""Spans, metrics and decision logs, as an operator reads them."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+import grpc
+from conftest import Daemon, free_port, start_daemon
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from sidecar.config import load_policy
+from sidecar.proto import policy_pb2 as pb
+from sidecar.proto import policy_pb2_grpc as pb_grpc
+from sidecar.server.app import Daemon as InProcessDaemon
+
+CANARY = "sk-canary0123456789abcdef"
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+TRACEPARENT = (("traceparent", f"00-{TRACE_ID}-{PARENT_ID}-01"),)
+
+# The attribute names this project commits to (README, "Tracing"): the RPC
+# conventions as opentelemetry-instrumentation-grpc emits them today.
+RPC_ATTRIBUTES = {"rpc.system", "rpc.service", "rpc.method", "rpc.grpc.status_code"}
+
+
+def secret_calls() -> list[tuple[str, object]]:
+    body = json.dumps({"success": False, "error": {"message": CANARY, "retryable": True}})
+    return [
+        (
+            "DecideRetry",
+            pb.DecideRetryRequest(
+                attempt=1,
+                http_status=503,
+                response_body=body.encode(),
+                headers={"Authorization": f"Bearer {CANARY}", "Retry-After": "1"},
+                capability="search_hotels",
+                upstream="amadeus",
+            ),
+        ),
+        ("Classify", pb.ClassifyRequest(error_message=f"error 401: api_key={CANARY}")),
+        ("DecideRetry", pb.DecideRetryRequest(attempt=1, profile=CANARY)),  # refused
+        ("Classify", pb.ClassifyRequest(profile=f"x api_key={CANARY}")),  # refused
+    ]
+
+
+def run_in_process(log: io.StringIO | None = None) -> Sequence[ReadableSpan]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    target = f"127.0.0.1:{free_port()}"
+
+    async def main() -> None:
+        daemon = InProcessDaemon(
+            load_policy(None, environ={}), [target], tracing=(provider, None), decision_log=log
+        )
+        await daemon.start()
+        try:
+            async with grpc.aio.insecure_channel(target) as channel:
+                stub = pb_grpc.PolicyServiceStub(channel)
+                for method, request in secret_calls():
+                    try:
+                        await getattr(stub, method)(request, metadata=TRACEPARENT, timeout=5)
+                    except grpc.aio.AioRpcError as exc:
+                        assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT
+                        assert CANARY not in (exc.details() or "")
+        finally:
+            await daemon.stop()
+
+    asyncio.run(main())
+    return exporter.get_finished_spans()
+
+
+def test_server_span_is_the_callers_child_and_carries_the_decision() -> None:
+    spans = run_in_process()
+    decide = next(s for s in spans if s.attributes and s.attributes.get("squawk.action"))
+    assert decide.kind is SpanKind.SERVER
+    assert decide.name == "/squawk.v1.PolicyService/DecideRetry"
+    assert decide.context is not None and decide.parent is not None
+    assert f"{decide.context.trace_id:032x}" == TRACE_ID
+    assert f"{decide.parent.span_id:016x}" == PARENT_ID
+    attrs = dict(decide.attributes or {})
+    assert RPC_ATTRIBUTES <= attrs.keys()
+    assert attrs["rpc.system"] == "grpc"
+    assert attrs["rpc.service"] == "squawk.v1.PolicyService"
+    assert attrs["rpc.method"] == "DecideRetry"
+    assert attrs["rpc.grpc.status_code"] == 0
+    assert {k: v for k, v in attrs.items() if k.startswith("squawk.")} == {
+        "squawk.profile": "default",
+        "squawk.capability": "search_hotels",
+        "squawk.upstream": "amadeus",
+        "squawk.attempt": 1,
+        "squawk.http_status": 503,
+        "squawk.category": "SERVICE_ERROR",
+        "squawk.retryable": True,
+        "squawk.declared_retryable": "true",
+        "squawk.action": "RETRY",
+        "squawk.reason": "TRANSIENT_STATUS",
+        "squawk.delay_ms": 1000,
+    }
+
+
+def test_refused_calls_record_their_status() -> None:
+    spans = run_in_process()
+    refused = [s for s in spans if (s.attributes or {}).get("rpc.grpc.status_code") == 3]
+    assert len(refused) == 2
+
+
+def test_no_secret_reaches_a_span_or_the_decision_log() -> None:
+    log = io.StringIO()
+    spans = run_in_process(log)
+    assert len(spans) == 4
+    for span in spans:
+        dumped = span.to_json()
+        assert CANARY not in dumped, dumped
+        assert "canary" not in dumped
+    assert log.getvalue().count("\n") == 2  # one line per decision that was made
+    assert CANARY not in log.getvalue()
+
+
+def test_health_checks_are_not_traced() -> None:
+    # Covered by the daemon's filter: only squawk.v1 methods appear.
+    assert all(s.name.startswith("/squawk.v1.") for s in run_in_process())
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text = reply.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def test_metrics_and_decision_log(tmp_path: Path) -> None:
+    port = free_port()
+    log_path = tmp_path / "decisions.jsonl"
+    daemon = start_daemon("--metrics-listen", f"127.0.0.1:{port}", "--decision-log", str(log_path))
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            for status in (503, 503, 401):
+                stub.DecideRetry(pb.DecideRetryRequest(attempt=1, http_status=status), timeout=5)
+            stub.DecideRetry(
+                pb.DecideRetryRequest(attempt=1, http_status=400, correction_available=True),
+                timeout=5,
+            )
+        samples = scrape(port)
+    finally:
+        daemon.stop()
+    decisions = 'squawk_decisions_total{action="%s",reason="%s",rpc="DecideRetry"}'
+    assert samples[decisions % ("RETRY", "TRANSIENT_STATUS")] == 2
+    assert samples[decisions % ("FAIL", "TERMINAL_STATUS")] == 1
+    assert samples[decisions % ("CORRECT", "CORRECTION_ELIGIBLE")] == 1
+    assert samples['squawk_corrections_total{outcome="requested"}'] == 1
+    assert samples['squawk_decision_duration_seconds_count{rpc="DecideRetry"}'] == 4
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [(x["squawk.action"], x["squawk.reason"]) for x in lines] == [
+        ("RETRY", "TRANSIENT_STATUS"),
+        ("RETRY", "TRANSIENT_STATUS"),
+        ("FAIL", "TERMINAL_STATUS"),
+        ("CORRECT", "CORRECTION_ELIGIBLE"),
+    ]
+    assert lines[0]["squawk.delay_ms"] == 542
+
+
+def test_a_dead_collector_does_not_slow_or_fail_decisions() -> None:
+    metrics_port = free_port()
+    daemon = start_daemon(
+        "--metrics-listen",
+        f"127.0.0.1:{metrics_port}",
+        env={
+            # Nothing listens there: every export fails.
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+            "OTEL_TRACES_SAMPLER": "always_on",
+            "OTEL_BSP_MAX_QUEUE_SIZE": "512",
+        },
+    )
+    try:
+        failures = asyncio.run(burst(daemon, 10_000))
+        samples = scrape(metrics_port)
+    finally:
+        daemon.stop(9)
+    assert failures == 0
+    decisions = 'squawk_decisions_total{action="RETRY",reason="TRANSIENT_STATUS",rpc="DecideRetry"}'
+    assert samples[decisions] == 10_000
+    assert samples["squawk_spans_dropped_total"] > 0
+
+
+async def burst(daemon: Daemon, count: int) -> int:
+    failures = 0
+    async with grpc.aio.insecure_channel(daemon.target) as channel:
+        stub = pb_grpc.PolicyServiceStub(channel)
+        request = pb.DecideRetryRequest(attempt=1, http_status=503)
+
+        async def worker(n: int) -> None:
+            nonlocal failures
+            for _ in range(n):
+                try:
+                    await stub.DecideRetry(request, timeout=10)
+                except grpc.aio.AioRpcError:
+                    failures += 1
+
+        await asyncio.gather(*(worker(count // 50) for _ in range(50)))
+    return failures
