@@ -5,9 +5,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 GEN    := sidecar/proto/policy_pb2.py
+# Built once per machine, outside the repo (see tests/jaeger/build.sh).
+JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
-.PHONY: all setup gen run test lint typecheck unit buf clean
+.PHONY: all setup gen run test lint typecheck unit buf jaeger clean
 
 all: test
 
@@ -48,8 +50,13 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy sidecar clients/python/squawk_client tests
 
-unit: setup
-	$(BIN)/pytest -q
+$(JAEGER_BIN):
+	tests/jaeger/build.sh $@
+
+jaeger: $(JAEGER_BIN)
+
+unit: setup $(JAEGER_BIN)
+	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) $(BIN)/pytest -q
 
 test: setup lint typecheck buf unit
 

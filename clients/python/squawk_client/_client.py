@@ -25,6 +25,8 @@ from ._errors import SquawkError
 __all__ = ["DEFAULT_CALL_TIMEOUT", "AsyncSquawkClient", "SquawkClient"]
 
 DEFAULT_CALL_TIMEOUT = timedelta(milliseconds=50)
+# Analysis may ask a model; it gets a budget of seconds, not milliseconds.
+DEFAULT_ANALYZE_TIMEOUT = timedelta(seconds=30)
 
 # Reconnect quickly once the daemon is back: the default backoff can grow to
 # two minutes, which would keep the client on its fallback long after.
@@ -92,6 +94,19 @@ class SquawkClient:
             raise AssertionError("unreachable") from exc
         return reply
 
+    def analyze_error(
+        self, request: pb.AnalyzeErrorRequest, timeout: timedelta = DEFAULT_ANALYZE_TIMEOUT
+    ) -> pb.AnalyzeErrorResponse:
+        """Ask for corrected parameters; no fallback (a correction needs the daemon)."""
+        try:
+            reply: pb.AnalyzeErrorResponse = self._stub.AnalyzeError(
+                request, timeout=timeout.total_seconds(), metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            self._policy.on_error(exc, None)
+            raise AssertionError("unreachable") from exc
+        return reply
+
     def decide_retry(self, request: pb.DecideRetryRequest) -> Decision:
         try:
             reply = self._stub.DecideRetry(
@@ -133,6 +148,19 @@ class AsyncSquawkClient:
         try:
             reply: pb.ClassifyResponse = await self._stub.Classify(
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            self._policy.on_error(exc, None)
+            raise AssertionError("unreachable") from exc
+        return reply
+
+    async def analyze_error(
+        self, request: pb.AnalyzeErrorRequest, timeout: timedelta = DEFAULT_ANALYZE_TIMEOUT
+    ) -> pb.AnalyzeErrorResponse:
+        """Ask for corrected parameters; no fallback (a correction needs the daemon)."""
+        try:
+            reply: pb.AnalyzeErrorResponse = await self._stub.AnalyzeError(
+                request, timeout=timeout.total_seconds(), metadata=_metadata()
             )
         except grpc.RpcError as exc:
             self._policy.on_error(exc, None)
