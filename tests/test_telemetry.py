@@ -212,3 +212,21 @@ async def burst(daemon: Daemon, count: int) -> int:
 
         await asyncio.gather(*(worker(count // 50) for _ in range(50)))
     return failures
+
+
+def test_log_lines_are_redacted() -> None:
+    from sidecar.cli import RedactingFormatter
+
+    formatter = RedactingFormatter("%(message)s")
+    try:
+        raise ValueError(f"upstream said api_key={CANARY}")
+    except ValueError:
+        import logging
+        import sys
+
+        record = logging.LogRecord(
+            "t", logging.ERROR, __file__, 1, "calling %s", (f"Bearer {CANARY}",), sys.exc_info()
+        )
+    line = formatter.format(record)
+    assert CANARY not in line
+    assert "ValueError" in line

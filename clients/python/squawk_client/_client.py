@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import NoReturn
 
 import grpc
 from opentelemetry import propagate
@@ -54,16 +55,21 @@ class _Policy:
         self.fallback_profile = fallback_profile(os.environ)
         self.fallback_count = 0
 
-    def on_error(self, exc: grpc.RpcError, request: pb.DecideRetryRequest | None) -> Decision:
-        code: grpc.StatusCode = exc.code()
-        if request is not None and self.fallback_enabled and code in _FALL_BACK_ON:
-            try:
-                decision = fallback_decision(request, self.fallback_profile)
-            except PolicyInputError as bad:
-                raise SquawkError("INVALID_ARGUMENT", str(bad)) from exc
-            self.fallback_count += 1
-            return decision
-        raise SquawkError(code.name, exc.details() or "") from exc
+    def fallback(self, exc: grpc.RpcError, request: pb.DecideRetryRequest) -> Decision:
+        """Answer DecideRetry locally when the daemon is away, else raise."""
+        if not self.fallback_enabled or exc.code() not in _FALL_BACK_ON:
+            raise_for(exc)
+        try:
+            decision = fallback_decision(request, self.fallback_profile)
+        except PolicyInputError as bad:
+            raise SquawkError("INVALID_ARGUMENT", str(bad)) from exc
+        self.fallback_count += 1
+        return decision
+
+
+def raise_for(exc: grpc.RpcError) -> NoReturn:
+    code: grpc.StatusCode = exc.code()
+    raise SquawkError(code.name, exc.details() or "") from exc
 
 
 class SquawkClient:
@@ -90,8 +96,7 @@ class SquawkClient:
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
             )
         except grpc.RpcError as exc:
-            self._policy.on_error(exc, None)
-            raise AssertionError("unreachable") from exc
+            raise_for(exc)
         return reply
 
     def analyze_error(
@@ -103,8 +108,7 @@ class SquawkClient:
                 request, timeout=timeout.total_seconds(), metadata=_metadata()
             )
         except grpc.RpcError as exc:
-            self._policy.on_error(exc, None)
-            raise AssertionError("unreachable") from exc
+            raise_for(exc)
         return reply
 
     def decide_retry(self, request: pb.DecideRetryRequest) -> Decision:
@@ -113,7 +117,7 @@ class SquawkClient:
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
             )
         except grpc.RpcError as exc:
-            return self._policy.on_error(exc, request)
+            return self._policy.fallback(exc, request)
         return from_message(reply)
 
     def close(self) -> None:
@@ -150,8 +154,7 @@ class AsyncSquawkClient:
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
             )
         except grpc.RpcError as exc:
-            self._policy.on_error(exc, None)
-            raise AssertionError("unreachable") from exc
+            raise_for(exc)
         return reply
 
     async def analyze_error(
@@ -163,8 +166,7 @@ class AsyncSquawkClient:
                 request, timeout=timeout.total_seconds(), metadata=_metadata()
             )
         except grpc.RpcError as exc:
-            self._policy.on_error(exc, None)
-            raise AssertionError("unreachable") from exc
+            raise_for(exc)
         return reply
 
     async def decide_retry(self, request: pb.DecideRetryRequest) -> Decision:
@@ -173,7 +175,7 @@ class AsyncSquawkClient:
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
             )
         except grpc.RpcError as exc:
-            return self._policy.on_error(exc, request)
+            return self._policy.fallback(exc, request)
         return from_message(reply)
 
     async def close(self) -> None:
