@@ -9,7 +9,7 @@ GEN    := sidecar/proto/policy_pb2.py
 JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
-.PHONY: all setup gen run test lint typecheck unit buf jaeger clean
+.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test clean
 
 all: test
 
@@ -58,7 +58,12 @@ jaeger: $(JAEGER_BIN)
 unit: setup $(JAEGER_BIN)
 	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) $(BIN)/pytest -q
 
-test: setup lint typecheck buf unit
+# Go users expect generated code in the repo; --check fails on any drift.
+go-test: setup
+	clients/go/gen.sh --check
+	cd clients/go && go vet ./... && go test ./...
+
+test: setup lint typecheck buf unit go-test
 
 clean:
 	rm -rf $(VENV) sidecar/proto build

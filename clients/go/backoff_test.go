@@ -1,0 +1,54 @@
+package squawk
+
+import (
+	"testing"
+	"time"
+)
+
+// The vector file pins the backoff through DecideRetry; these check the
+// edges the vectors cannot reach.
+func TestBackoffEdges(t *testing.T) {
+	b := DefaultBackoff
+	if got, want := b.Delay(0), b.Delay(1); got != want {
+		t.Errorf("Delay(0) = %v, want Delay(1) = %v", got, want)
+	}
+	for _, attempt := range []int{7, 100, 1025, 1 << 30} {
+		if got := b.Delay(attempt); got > b.Max || got < b.Max*9/10 {
+			t.Errorf("Delay(%d) = %v, want within 10%% under the %v cap", attempt, got, b.Max)
+		}
+	}
+	if got := b.Delay(3); got%time.Millisecond != 0 {
+		t.Errorf("Delay(3) = %v is not whole milliseconds", got)
+	}
+	flat := Backoff{Initial: time.Second, Max: time.Minute, Factor: 1}
+	if got := flat.Delay(1); got != 1084*time.Millisecond { // 1000 × (1 + 0.1 × sin 1)
+		t.Errorf("flat.Delay(1) = %v, want 1.084s", got)
+	}
+}
+
+func TestParseHTTPDate(t *testing.T) {
+	want := time.Date(2015, 10, 21, 7, 28, 0, 0, time.UTC)
+	for _, value := range []string{
+		"Wed, 21 Oct 2015 07:28:00 GMT",
+		"Wednesday, 21-Oct-15 07:28:00 GMT",
+		"21 Oct 2015 09:28:00 +0200",
+		"Wed, 21 Oct 2015 00:28:00 PDT",
+	} {
+		got, ok := parseHTTPDate(value)
+		if !ok || !got.Equal(want) {
+			t.Errorf("parseHTTPDate(%q) = %v, %v; want %v", value, got, ok, want)
+		}
+	}
+	for _, value := range []string{"soon", "Wed, 21 Oct 2015 07:28:00", "Wed, 21 Oct 2015 07:28:00 -0000", "Wed, 21 Oct 2015 07:28:00 XYZ"} {
+		if got, ok := parseHTTPDate(value); ok {
+			t.Errorf("parseHTTPDate(%q) = %v; want no date", value, got)
+		}
+	}
+}
+
+func TestRedactKeepsRedactedAndGoesOn(t *testing.T) {
+	got := redact("key=[REDACTED]token=abcdef12")
+	if want := "key=[REDACTED]token=[REDACTED]"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,255 @@
+package squawk
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/squawk-dev/squawk/clients/go/squawkv1"
+)
+
+// Local classification for the fallback's decisions: the port of
+// sidecar/policy/classify.py and headers.py under the "default" profile.
+
+// pySpace is Python's \s for str patterns, which RE2's ASCII \s is not.
+const pySpace = `\s\v\p{Z}\x{85}\x{1c}-\x{1f}`
+
+// statusInText finds "status 404", "error: 503", "code 429". RE2 has no
+// lookahead, so the digits are taken greedily and only a run of exactly
+// three counts, which is what the daemon's `[0-9]{3}(?![0-9])` means.
+var statusInText = regexp.MustCompile(`(?i)(?:status|error|code)[:` + pySpace + `]+([0-9]+)`)
+
+type statusRow struct {
+	toolStatus int32
+	category   squawkv1.ErrorCategory
+	code       string
+}
+
+// statusTable maps an upstream status to what the tool answers with.
+var statusTable = map[int32]statusRow{
+	400: {400, squawkv1.ErrorCategory_ERROR_CATEGORY_INPUT_ERROR, "INVALID_INPUT"},
+	401: {401, squawkv1.ErrorCategory_ERROR_CATEGORY_AUTH_ERROR, "UNAUTHORIZED"},
+	403: {403, squawkv1.ErrorCategory_ERROR_CATEGORY_AUTH_ERROR, "FORBIDDEN"},
+	404: {400, squawkv1.ErrorCategory_ERROR_CATEGORY_INPUT_ERROR, "NOT_FOUND"},
+	405: {405, squawkv1.ErrorCategory_ERROR_CATEGORY_INPUT_ERROR, "METHOD_NOT_ALLOWED"},
+	408: {502, squawkv1.ErrorCategory_ERROR_CATEGORY_SERVICE_ERROR, "UPSTREAM_TIMEOUT"},
+	409: {400, squawkv1.ErrorCategory_ERROR_CATEGORY_INPUT_ERROR, "CONFLICT"},
+	422: {400, squawkv1.ErrorCategory_ERROR_CATEGORY_INPUT_ERROR, "UNPROCESSABLE"},
+	429: {429, squawkv1.ErrorCategory_ERROR_CATEGORY_RATE_LIMIT, "RATE_LIMITED"},
+}
+
+func checkStatus(status int32) error {
+	if status != 0 && (status < 100 || status > 599) {
+		return &InputError{"http_status", fmt.Sprintf("%d is not an HTTP status (0 or 100..599)", status)}
+	}
+	return nil
+}
+
+// statusFromText is the first real HTTP status (100..599) named in an error
+// text, or 0.
+func statusFromText(message string) int32 {
+	for _, m := range statusInText.FindAllStringSubmatch(message, -1) {
+		if len(m[1]) != 3 {
+			continue
+		}
+		n, _ := strconv.Atoi(m[1])
+		if n >= 100 && n <= 599 {
+			return int32(n)
+		}
+	}
+	return 0
+}
+
+func toolStatus(upstream int32) statusRow {
+	if row, ok := statusTable[upstream]; ok {
+		return row
+	}
+	switch {
+	case upstream == 0:
+		return statusRow{502, squawkv1.ErrorCategory_ERROR_CATEGORY_SERVICE_ERROR, "UPSTREAM_UNAVAILABLE"}
+	case upstream >= 400 && upstream < 500:
+		return statusRow{400, squawkv1.ErrorCategory_ERROR_CATEGORY_INPUT_ERROR, "UPSTREAM_CLIENT_ERROR"}
+	case upstream >= 500:
+		return statusRow{502, squawkv1.ErrorCategory_ERROR_CATEGORY_SERVICE_ERROR, "UPSTREAM_SERVER_ERROR"}
+	}
+	// 1xx-3xx reported as a failure: the answer will not change on resend.
+	return statusRow{502, squawkv1.ErrorCategory_ERROR_CATEGORY_SERVICE_ERROR, "UNEXPECTED_STATUS"}
+}
+
+// classifyLocal classifies a failure under the "default" profile. httpStatus
+// must already be valid (checkStatus).
+func classifyLocal(message string, httpStatus int32, transportFailure bool, headers map[string]string, now time.Time) *squawkv1.ClassifyResponse {
+	var upstream int32
+	if !transportFailure {
+		upstream = httpStatus
+		if upstream == 0 {
+			upstream = statusFromText(message)
+		}
+	}
+	row := toolStatus(upstream)
+	if transportFailure {
+		row.code = "TRANSPORT_FAILURE"
+	}
+	resp := &squawkv1.ClassifyResponse{
+		HttpStatus:      row.toolStatus,
+		Category:        row.category,
+		Retryable:       upstream == 0 || transientStatus(upstream),
+		Code:            row.code,
+		UpstreamStatus:  upstream,
+		RedactedMessage: redact(message),
+	}
+	if wait, ok := retryAfter(headers, now); ok {
+		resp.RetryAfter = durationpb.New(wait)
+	}
+	return resp
+}
+
+// header looks name (lower case) up case-insensitively: the exact key
+// first, then the first key, in sorted order, that folds to it.
+func header(headers map[string]string, name string) (string, bool) {
+	if v, ok := headers[name]; ok {
+		return v, true
+	}
+	keys := make([]string, 0, len(headers))
+	for k := range headers {
+		if strings.ToLower(k) == name {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return "", false
+	}
+	slices.Sort(keys)
+	return headers[keys[0]], true
+}
+
+func isPySpace(r rune) bool {
+	return unicode.IsSpace(r) || (r >= 0x1c && r <= 0x1f)
+}
+
+// digits reads a value of plain ASCII digits (surrounding spaces allowed);
+// a fraction, a sign or a word is malformed.
+func digits(value string) (uint64, bool) {
+	value = strings.TrimFunc(value, isPySpace)
+	if value == "" {
+		return 0, false
+	}
+	for i := 0; i < len(value); i++ {
+		if value[i] < '0' || value[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseUint(value, 10, 64)
+	if err != nil {
+		return math.MaxUint64, true // too many digits: saturates below
+	}
+	return n, true
+}
+
+// scaled is n units as a Duration, saturating instead of overflowing.
+func scaled(n uint64, unit time.Duration) time.Duration {
+	if n > uint64(math.MaxInt64/int64(unit)) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(n) * unit
+}
+
+// retryAfter is the wait the server asked for in Retry-After (seconds or an
+// HTTP-date) or grpc-retry-pushback-ms; ok is false when it asked for none
+// or sent garbage.
+func retryAfter(headers map[string]string, now time.Time) (time.Duration, bool) {
+	if len(headers) == 0 {
+		return 0, false
+	}
+	if value, ok := header(headers, "retry-after"); ok {
+		if seconds, ok := digits(value); ok {
+			return scaled(seconds, time.Second), true
+		}
+		if when, ok := parseHTTPDate(value); ok {
+			return max(0, when.Sub(now)).Round(time.Microsecond), true
+		}
+	}
+	if value, ok := header(headers, "grpc-retry-pushback-ms"); ok {
+		if ms, ok := digits(value); ok {
+			return scaled(ms, time.Millisecond), true
+		}
+	}
+	return 0, false
+}
+
+// zoneOffsets are the zone names RFC 2822 dates may carry, in seconds east
+// of UTC (Python's email.utils table).
+var zoneOffsets = map[string]int{
+	"UT": 0, "UTC": 0, "GMT": 0, "Z": 0,
+	"AST": -4 * 3600, "ADT": -3 * 3600,
+	"EST": -5 * 3600, "EDT": -4 * 3600,
+	"CST": -6 * 3600, "CDT": -5 * 3600,
+	"MST": -7 * 3600, "MDT": -6 * 3600,
+	"PST": -8 * 3600, "PDT": -7 * 3600,
+}
+
+var dayNames = []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}
+
+var dateLayouts = []string{
+	"2 Jan 2006 15:04:05",
+	"2 Jan 2006 15:04",
+	"2 Jan 06 15:04:05",
+	"2 Jan 06 15:04",
+	"2-Jan-2006 15:04:05",
+	"2-Jan-06 15:04:05",
+}
+
+// parseHTTPDate reads an RFC 7231 / RFC 2822 date ("Wed, 21 Oct 2015
+// 07:28:00 GMT", RFC 850 "Wednesday, 21-Oct-15 07:28:00 GMT", numeric
+// zones). A date without a zone, with an unknown zone name or with "-0000"
+// (zone unknown, RFC 2822) names no instant and is ignored, as the daemon
+// ignores it.
+func parseHTTPDate(value string) (time.Time, bool) {
+	fields := strings.Fields(value)
+	if len(fields) < 3 {
+		return time.Time{}, false
+	}
+	if first := strings.ToLower(fields[0]); strings.HasSuffix(first, ",") || slices.Contains(dayNames, first) {
+		fields = fields[1:]
+	}
+	if len(fields) < 3 {
+		return time.Time{}, false
+	}
+	zone := fields[len(fields)-1]
+	offset, ok := zoneOffset(zone)
+	if !ok {
+		return time.Time{}, false
+	}
+	rest := strings.Join(fields[:len(fields)-1], " ")
+	for _, layout := range dateLayouts {
+		if t, err := time.Parse(layout, rest); err == nil {
+			return t.Add(-time.Duration(offset) * time.Second), true
+		}
+	}
+	return time.Time{}, false
+}
+
+func zoneOffset(zone string) (int, bool) {
+	if off, ok := zoneOffsets[strings.ToUpper(zone)]; ok {
+		return off, true
+	}
+	if len(zone) != 5 || (zone[0] != '+' && zone[0] != '-') || zone == "-0000" {
+		return 0, false
+	}
+	hhmm, err := strconv.Atoi(zone[1:])
+	if err != nil || zone[1] < '0' || zone[1] > '9' {
+		return 0, false
+	}
+	off := (hhmm/100)*3600 + (hhmm%100)*60
+	if zone[0] == '-' {
+		off = -off
+	}
+	return off, true
+}

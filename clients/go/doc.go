@@ -1,0 +1,46 @@
+// Package squawk is the Go client of the Squawk retry-and-recovery policy
+// daemon.
+//
+// An executor asks the daemon what to do after a failed tool call: resend the
+// same payload after a delay (RETRY), ask for corrected parameters (CORRECT),
+// or end the step (FAIL). The wire contract is package squawk.v1, generated
+// into the squawkv1 sub-package.
+//
+// # Client
+//
+// New dials lazily and never blocks; every decision call is bounded by the
+// call timeout (WithCallTimeout, 50 ms by default) and carries the W3C trace
+// context of its ctx in the outgoing gRPC metadata (traceparent, tracestate,
+// baggage).
+//
+// # Local fallback
+//
+// When the daemon is unreachable, answers UNAVAILABLE or DEADLINE_EXCEEDED,
+// or is slower than the call timeout, DecideRetry answers from a local port of
+// the daemon's built-in "default" profile instead, with corrections disabled
+// (a non-transient 4xx fails with REASON_NO_CORRECTION_AVAILABLE, or
+// REASON_HITL_PROTECTED for human-approved inputs). Such a Decision has
+// Fallback set, and Client.FallbackCount counts them. The daemon is tried
+// again on every call, so decisions come from it again as soon as it is back.
+// Like the daemon, the fallback applies the pod's SQUAWK_STEP_RETRY_INITIAL_DELAY,
+// _MAX_DELAY and _MAX_ATTEMPTS (or TRUVAG3_STEP_RETRY_*) overrides, read once
+// in New. It knows neither the daemon's policy file nor its other profiles:
+// whatever the request's profile and capability, it routes by "default".
+// WithFallbackDisabled turns the fallback off; DecideRetry then returns the
+// daemon's error.
+//
+// # Errors
+//
+// Errors are wrapped with %w. A daemon error keeps its gRPC status
+// (status.FromError and status.Code see through the wrapping); a request the
+// local fallback refuses is an *InputError, which also reports
+// codes.InvalidArgument to status.FromError. The step runner's failures are
+// *RunError values carrying the last Decision.
+//
+// # Step runner
+//
+// Run calls a step function until it succeeds or the policy ends it, waiting
+// the decided delays (honouring ctx) and calling an optional correction hook
+// on CORRECT. A step reports an HTTP failure by returning a *StepError; any
+// other error counts as a transport failure.
+package squawk

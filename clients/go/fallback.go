@@ -1,0 +1,208 @@
+package squawk
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"github.com/squawk-dev/squawk/clients/go/squawkv1"
+)
+
+// The local fallback is a port of the daemon's built-in "default" profile
+// (sidecar/policy: decide.py, classify.py, envelope.py, headers.py,
+// backoff.py) with corrections disabled. The shared conformance vectors in
+// tests/vectors/decisions.json check both against the same expectations.
+
+const (
+	// DefaultMaxAttempts is the "default" profile's attempt budget (initial
+	// call + retries) when a request leaves max_attempts unset.
+	DefaultMaxAttempts = 3
+	// maxBodyBytes is the daemon's default limit on response_body.
+	maxBodyBytes    = 1 << 20
+	fallbackProfile = "default"
+)
+
+// transientStatus is the "default" profile's resend-unchanged set: 408, 429
+// and every 5xx.
+func transientStatus(status int32) bool {
+	return status == 408 || status == 429 || (status >= 500 && status <= 599)
+}
+
+// terminalStatus is the "default" profile's never-retry set.
+func terminalStatus(status int32) bool {
+	return status == 401 || status == 403 || status == 405
+}
+
+func validateRequest(req *squawkv1.DecideRetryRequest) error {
+	if req.GetAttempt() < 1 {
+		return &InputError{"attempt", fmt.Sprintf("must be >= 1 (1-based), got %d", req.GetAttempt())}
+	}
+	if req.MaxAttempts != nil && req.GetMaxAttempts() < 1 {
+		return &InputError{"max_attempts", fmt.Sprintf("must be >= 1 when set, got %d", req.GetMaxAttempts())}
+	}
+	if err := checkStatus(req.GetHttpStatus()); err != nil {
+		return err
+	}
+	if req.GetValidationRetriesUsed() < 0 {
+		return &InputError{"validation_retries_used", fmt.Sprintf("must be >= 0, got %d", req.GetValidationRetriesUsed())}
+	}
+	if req.MaxValidationRetries != nil && req.GetMaxValidationRetries() < 0 {
+		return &InputError{"max_validation_retries", fmt.Sprintf("must be >= 0 when set, got %d", req.GetMaxValidationRetries())}
+	}
+	if dl := req.GetDeadline(); dl != nil {
+		if err := dl.CheckValid(); err != nil {
+			return &InputError{"deadline", fmt.Sprintf("is not a valid duration: %v", err)}
+		}
+		if dl.AsDuration() < 0 {
+			return &InputError{"deadline", "must not be negative"}
+		}
+	}
+	if n := len(req.GetResponseBody()); n > maxBodyBytes {
+		return &InputError{"response_body", fmt.Sprintf("%d bytes is over the limit of %d bytes", n, maxBodyBytes)}
+	}
+	return nil
+}
+
+// decideLocal routes one failed attempt by the "default" profile p, with
+// corrections disabled. The rules run in the daemon's order and the first
+// that applies decides.
+func decideLocal(req *squawkv1.DecideRetryRequest, p localProfile, now time.Time) (Decision, error) {
+	if err := validateRequest(req); err != nil {
+		return Decision{}, err
+	}
+	env := readEnvelope(req.GetResponseBody())
+	seen := classifyLocal(env.message, req.GetHttpStatus(), req.GetTransportFailure(), req.GetHeaders(), now)
+	status := req.GetHttpStatus()
+	transport := req.GetTransportFailure() || status == 0
+
+	fail := func(reason squawkv1.Reason, why string) Decision {
+		return Decision{
+			Action:          squawkv1.Action_ACTION_FAIL,
+			Reason:          reason,
+			Explanation:     why,
+			ConsumesAttempt: true,
+			Classification:  seen,
+		}
+	}
+
+	switch {
+	case req.GetCancelled():
+		return fail(squawkv1.Reason_REASON_CANCELLED,
+			"The step was cancelled; nothing is retried after cancellation."), nil
+	case env.declared && !env.retryable:
+		return fail(squawkv1.Reason_REASON_EXPLICIT_NOT_RETRYABLE,
+			"The component declared error.retryable=false, which stops every same-step retry."), nil
+	case !transport && terminalStatus(status):
+		return fail(squawkv1.Reason_REASON_TERMINAL_STATUS,
+			fmt.Sprintf("HTTP %d is an authentication or method error; retrying cannot fix it.", status)), nil
+	case req.GetDelegatedOrchestrator():
+		return fail(squawkv1.Reason_REASON_SINGLE_DISPATCH,
+			"A delegated orchestrator is dispatched exactly once; it is never retried here."), nil
+	case transport || transientStatus(status):
+		return resendLocal(req, p, seen, transport, fail), nil
+	case status >= 400 && status < 500:
+		if req.GetHitlApproved() {
+			return fail(squawkv1.Reason_REASON_HITL_PROTECTED,
+				fmt.Sprintf("HTTP %d on human-approved inputs; they are never rewritten or resent.", status)), nil
+		}
+		return fail(squawkv1.Reason_REASON_NO_CORRECTION_AVAILABLE,
+			fmt.Sprintf("HTTP %d needs corrected parameters and the local fallback cannot correct "+
+				"(the Squawk daemon is unavailable); a non-transient 4xx is never resent unchanged.", status)), nil
+	default:
+		return fail(squawkv1.Reason_REASON_NOT_RETRYABLE_STATUS,
+			fmt.Sprintf("HTTP %d is not in profile '%s''s retryable set.", status, fallbackProfile)), nil
+	}
+}
+
+func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv1.ClassifyResponse, transport bool,
+	fail func(squawkv1.Reason, string) Decision) Decision {
+	reason := squawkv1.Reason_REASON_TRANSIENT_STATUS
+	what := fmt.Sprintf("HTTP %d is transient", req.GetHttpStatus())
+	if transport {
+		reason = squawkv1.Reason_REASON_TRANSPORT_FAILURE
+		what = "The call failed in transport"
+	}
+	attempt := req.GetAttempt()
+	maxAttempts := p.maxAttempts
+	if req.MaxAttempts != nil {
+		maxAttempts = req.GetMaxAttempts()
+	}
+	if attempt >= maxAttempts {
+		return fail(squawkv1.Reason_REASON_ATTEMPTS_EXHAUSTED,
+			fmt.Sprintf("%s, but attempt %d of %d was the last.", what, attempt, maxAttempts))
+	}
+	wait, source := p.backoff.Delay(int(attempt)), "backoff"
+	if seen.GetRetryAfter() != nil {
+		wait, source = seen.GetRetryAfter().AsDuration(), "the server's Retry-After"
+	}
+	if dl := req.GetDeadline(); dl != nil && wait > dl.AsDuration() {
+		return fail(squawkv1.Reason_REASON_DEADLINE_EXCEEDED,
+			fmt.Sprintf("%s, but the %d ms wait would outlast the %d ms left before the step's deadline.",
+				what, roundMS(wait), roundMS(dl.AsDuration())))
+	}
+	return Decision{
+		Action: squawkv1.Action_ACTION_RETRY,
+		Reason: reason,
+		Delay:  wait,
+		Explanation: fmt.Sprintf("%s; resend the same payload after %d ms (%s), attempt %d of %d.",
+			what, roundMS(wait), source, attempt+1, maxAttempts),
+		ConsumesAttempt: true,
+		Classification:  seen,
+	}
+}
+
+func roundMS(d time.Duration) int64 {
+	return int64(math.RoundToEven(msFloat(d)))
+}
+
+// envelope is the component's own retry declaration:
+// {"success": false, "error": {"retryable": <JSON bool>, "message": "..."}}.
+// Anything else (a top-level retryable, a string error, a missing
+// success:false, a null/string/number retryable) declares nothing.
+type envelope struct {
+	declared  bool
+	retryable bool
+	message   string
+}
+
+func readEnvelope(body []byte) envelope {
+	// Skip the parse for bodies that cannot be an object.
+	trimmed := bytes.TrimLeft(body, " \t\n\r\v\f")
+	if len(trimmed) == 0 || trimmed[0] != '{' || !utf8.Valid(body) {
+		return envelope{}
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return envelope{}
+	}
+	if success, ok := jsonBool(doc["success"]); !ok || success {
+		return envelope{}
+	}
+	var errObj map[string]json.RawMessage
+	if raw := bytes.TrimSpace(doc["error"]); len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &errObj) != nil {
+		return envelope{}
+	}
+	var env envelope
+	env.retryable, env.declared = jsonBool(errObj["retryable"])
+	if raw := bytes.TrimSpace(errObj["message"]); len(raw) > 0 && raw[0] == '"' {
+		var msg string
+		if json.Unmarshal(raw, &msg) == nil {
+			env.message = msg
+		}
+	}
+	return env
+}
+
+// jsonBool reads a JSON true or false; ok is false for any other value.
+func jsonBool(raw json.RawMessage) (value, ok bool) {
+	switch string(bytes.TrimSpace(raw)) {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	return false, false
+}

@@ -1,0 +1,69 @@
+package squawk
+
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	"google.golang.org/grpc"
+)
+
+// DefaultCallTimeout bounds each decision call (Classify, DecideRetry) when
+// WithCallTimeout is not given.
+const DefaultCallTimeout = 50 * time.Millisecond
+
+// Option configures a Client in New.
+type Option func(*config)
+
+type config struct {
+	callTimeout time.Duration
+	dialOptions []grpc.DialOption
+	fallback    bool
+	propagator  propagation.TextMapPropagator
+	now         func() time.Time
+}
+
+func defaultConfig() config {
+	return config{
+		callTimeout: DefaultCallTimeout,
+		fallback:    true,
+		propagator:  propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		now:         time.Now,
+	}
+}
+
+// WithCallTimeout bounds every decision call to the daemon (default 50 ms).
+// A call slower than this is answered by the local fallback, unless it is
+// disabled. The ctx given to the call can only shorten it. d must be > 0.
+func WithCallTimeout(d time.Duration) Option {
+	return func(c *config) { c.callTimeout = d }
+}
+
+// WithDialOptions adds gRPC dial options. They are applied after the
+// client's own (insecure transport credentials, a short reconnect backoff and
+// the trace-context interceptor), so they can override the credentials or
+// the connect parameters; interceptors given here are chained after the
+// client's.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(c *config) { c.dialOptions = append(c.dialOptions, opts...) }
+}
+
+// WithFallbackDisabled makes DecideRetry return the daemon's error instead
+// of answering from the local "default" profile when the daemon is
+// unreachable or too slow.
+func WithFallbackDisabled() Option {
+	return func(c *config) { c.fallback = false }
+}
+
+// WithPropagator sets how the trace context of a call's ctx is written into
+// its outgoing metadata. The default writes W3C traceparent/tracestate and
+// baggage whatever the global propagator is; pass otel.GetTextMapPropagator()
+// to use the global one instead.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) { c.propagator = p }
+}
+
+// WithClock sets the clock the local fallback reads to turn an HTTP-date
+// Retry-After into a wait. The default is time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) { c.now = now }
+}
