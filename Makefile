@@ -9,7 +9,7 @@ GEN    := sidecar/proto/policy_pb2.py
 JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
-.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test clean
+.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-test clean
 
 all: test
 
@@ -63,7 +63,10 @@ go-test: setup
 	clients/go/gen.sh --check
 	cd clients/go && go vet ./... && go test ./...
 
-test: setup lint typecheck buf unit go-test
+ts-test: setup
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && npm test
+
+test: setup lint typecheck buf unit go-test ts-test
 
 clean:
-	rm -rf $(VENV) sidecar/proto build
+	rm -rf $(VENV) sidecar/proto build clients/typescript/node_modules clients/typescript/dist

@@ -1,4 +1,5 @@
 // Deterministic sine-jitter backoff, identical to sidecar/policy/backoff.py.
+import { roundHalfEven } from "./duration";
 
 export interface BackoffConfig {
   /** First wait, in milliseconds (default 500). */
@@ -10,8 +11,6 @@ export interface BackoffConfig {
 }
 
 export const DEFAULT_BACKOFF: BackoffConfig = Object.freeze({ initialMs: 500, maxMs: 10_000, factor: 2 });
-
-import { roundHalfEven } from "./duration";
 
 /**
  * The wait after failed attempt `attempt` (1-based), in whole milliseconds:

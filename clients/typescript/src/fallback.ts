@@ -1,0 +1,165 @@
+// The local fallback: the built-in "default" profile's routing, ported from
+// sidecar/policy/decide.py, with corrections disabled (no analyzer runs
+// without the daemon). The requested profile is not consulted: whatever the
+// daemon's policy file says, the fallback routes by the default rules.
+import { backoffDelayMs, DEFAULT_BACKOFF, type BackoffConfig } from "./backoff";
+import { checkStatus, classifyFailure, isTerminalStatus, isTransientStatus } from "./classify";
+import { durationFromMs, durationToMs, roundHalfEven } from "./duration";
+import { readEnvelope } from "./envelope";
+import { SquawkInputError } from "./errors";
+import {
+  Action,
+  Reason,
+  type ClassifyRequest,
+  type ClassifyResponse,
+  type DecideRetryRequest,
+  type DecideRetryResponse,
+} from "./gen/squawk/v1/policy";
+
+export interface FallbackProfile {
+  /** Attempts allowed when the request leaves max_attempts unset (default 3). */
+  readonly maxAttempts: number;
+  readonly backoff: BackoffConfig;
+  /** The largest response body accepted, in bytes (default 1 MiB). */
+  readonly maxBodyBytes: number;
+}
+
+export const DEFAULT_FALLBACK_PROFILE: FallbackProfile = Object.freeze({
+  maxAttempts: 3,
+  backoff: DEFAULT_BACKOFF,
+  maxBodyBytes: 1 << 20,
+});
+
+const PROFILE_NAME = "default";
+
+/** Throw SquawkInputError naming the first field the policy cannot accept. */
+export function validateDecideRequest(req: DecideRetryRequest, maxBodyBytes = DEFAULT_FALLBACK_PROFILE.maxBodyBytes): void {
+  const bad = (field: string, why: string): never => {
+    throw new SquawkInputError(field, `${field}: ${why}`);
+  };
+  if (req.attempt < 1) bad("attempt", `must be >= 1 (1-based), got ${req.attempt}`);
+  if (req.maxAttempts !== undefined && req.maxAttempts < 1) {
+    bad("max_attempts", `must be >= 1 when set, got ${req.maxAttempts}`);
+  }
+  checkStatus(req.httpStatus);
+  if (req.validationRetriesUsed < 0) {
+    bad("validation_retries_used", `must be >= 0, got ${req.validationRetriesUsed}`);
+  }
+  if (req.maxValidationRetries !== undefined && req.maxValidationRetries < 0) {
+    bad("max_validation_retries", `must be >= 0 when set, got ${req.maxValidationRetries}`);
+  }
+  if (req.deadline !== undefined && durationToMs(req.deadline) < 0) bad("deadline", "must not be negative");
+  if (req.responseBody.length > maxBodyBytes) {
+    bad("response_body", `${req.responseBody.length} bytes is over the limit of ${maxBodyBytes} bytes`);
+  }
+}
+
+/** Classify under the default profile (the fallback for the Classify RPC). */
+export function fallbackClassify(req: ClassifyRequest, nowMs: number): ClassifyResponse {
+  return classifyFailure(
+    {
+      errorMessage: req.errorMessage,
+      httpStatus: req.httpStatus,
+      transportFailure: req.transportFailure,
+      headers: req.headers,
+    },
+    nowMs,
+  );
+}
+
+/** Decide one failed attempt under the default profile with corrections disabled. */
+export function fallbackDecide(
+  req: DecideRetryRequest,
+  nowMs: number,
+  profile: FallbackProfile = DEFAULT_FALLBACK_PROFILE,
+): DecideRetryResponse {
+  validateDecideRequest(req, profile.maxBodyBytes);
+  const envelope = readEnvelope(req.responseBody);
+  const seen = classifyFailure(
+    {
+      errorMessage: envelope.message,
+      httpStatus: req.httpStatus,
+      transportFailure: req.transportFailure,
+      headers: req.headers,
+    },
+    nowMs,
+  );
+  const status = req.httpStatus;
+  const transport = req.transportFailure || status === 0;
+  const answer = (action: Action, reason: Reason, explanation: string, delayMs = 0): DecideRetryResponse => ({
+    action,
+    delay: durationFromMs(delayMs),
+    reason,
+    explanation,
+    consumesAttempt: true,
+    classification: seen,
+  });
+  const fail = (reason: Reason, explanation: string): DecideRetryResponse => answer(Action.ACTION_FAIL, reason, explanation);
+
+  if (req.cancelled) {
+    return fail(Reason.REASON_CANCELLED, "The step was cancelled; nothing is retried after cancellation.");
+  }
+  if (envelope.retryable === false) {
+    return fail(
+      Reason.REASON_EXPLICIT_NOT_RETRYABLE,
+      "The component declared error.retryable=false, which stops every same-step retry.",
+    );
+  }
+  if (!transport && isTerminalStatus(status)) {
+    return fail(
+      Reason.REASON_TERMINAL_STATUS,
+      `HTTP ${status} is an authentication or method error; retrying cannot fix it.`,
+    );
+  }
+  if (req.delegatedOrchestrator) {
+    return fail(
+      Reason.REASON_SINGLE_DISPATCH,
+      "A delegated orchestrator is dispatched exactly once; it is never retried here.",
+    );
+  }
+  if (transport || isTransientStatus(status)) {
+    const reason = transport ? Reason.REASON_TRANSPORT_FAILURE : Reason.REASON_TRANSIENT_STATUS;
+    const what = transport ? "The call failed in transport" : `HTTP ${status} is transient`;
+    const maxAttempts = req.maxAttempts ?? profile.maxAttempts;
+    if (req.attempt >= maxAttempts) {
+      return fail(
+        Reason.REASON_ATTEMPTS_EXHAUSTED,
+        `${what}, but attempt ${req.attempt} of ${maxAttempts} was the last.`,
+      );
+    }
+    const hinted = seen.retryAfter !== undefined;
+    const waitMs = seen.retryAfter !== undefined ? durationToMs(seen.retryAfter) : backoffDelayMs(req.attempt, profile.backoff);
+    if (req.deadline !== undefined && waitMs > durationToMs(req.deadline)) {
+      return fail(
+        Reason.REASON_DEADLINE_EXCEEDED,
+        `${what}, but the ${roundHalfEven(waitMs)} ms wait would outlast the ` +
+          `${roundHalfEven(durationToMs(req.deadline))} ms left before the step's deadline.`,
+      );
+    }
+    const source = hinted ? "the server's Retry-After" : "backoff";
+    return answer(
+      Action.ACTION_RETRY,
+      reason,
+      `${what}; resend the same payload after ${roundHalfEven(waitMs)} ms (${source}), ` +
+        `attempt ${req.attempt + 1} of ${maxAttempts}.`,
+      waitMs,
+    );
+  }
+  if (status >= 400 && status < 500) {
+    if (req.hitlApproved) {
+      return fail(
+        Reason.REASON_HITL_PROTECTED,
+        `HTTP ${status} on human-approved inputs; they are never rewritten or resent.`,
+      );
+    }
+    return fail(
+      Reason.REASON_NO_CORRECTION_AVAILABLE,
+      `HTTP ${status} needs corrected parameters and the local fallback cannot correct them; ` +
+        "a non-transient 4xx is never resent unchanged.",
+    );
+  }
+  return fail(
+    Reason.REASON_NOT_RETRYABLE_STATUS,
+    `HTTP ${status} is not in profile '${PROFILE_NAME}''s retryable set.`,
+  );
+}

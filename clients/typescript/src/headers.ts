@@ -1,0 +1,161 @@
+// Server-sent wait hints (Retry-After, grpc-retry-pushback-ms), as in
+// sidecar/policy/headers.py. The HTTP-date parser follows Python's
+// email.utils.parsedate_to_datetime, which the daemon uses.
+import { roundHalfEven } from "./duration";
+
+export type HeaderMap = Readonly<Record<string, string>>;
+
+/** Case-insensitive header lookup; `name` is lower case. */
+export function header(headers: HeaderMap, name: string): string | undefined {
+  if (Object.prototype.hasOwnProperty.call(headers, name)) return headers[name];
+  for (const [key, value] of Object.entries(headers)) {
+    if (key.toLowerCase() === name) return value;
+  }
+  return undefined;
+}
+
+/** Plain ASCII digits only: a fraction, a sign or a word is malformed. */
+function digits(value: string): number | undefined {
+  const v = value.trim();
+  return /^[0-9]+$/.test(v) ? Number(v) : undefined;
+}
+
+/**
+ * The wait the server asked for in milliseconds, or undefined when it asked
+ * for none (or sent garbage). `nowMs` is the current Unix time in ms; it is
+ * only read for an HTTP-date.
+ */
+export function retryAfterMs(headers: HeaderMap, nowMs: number): number | undefined {
+  const value = header(headers, "retry-after");
+  if (value !== undefined) {
+    const seconds = digits(value);
+    if (seconds !== undefined) return seconds * 1000;
+    const when = parseHttpDate(value);
+    if (when !== undefined) {
+      // Python's timedelta keeps whole microseconds.
+      return roundHalfEven(Math.max(0, when - nowMs) * 1000) / 1000;
+    }
+  }
+  const pushback = header(headers, "grpc-retry-pushback-ms");
+  if (pushback !== undefined) {
+    const ms = digits(pushback);
+    if (ms !== undefined) return ms;
+  }
+  return undefined;
+}
+
+const MONTHS = [
+  "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+  "january", "february", "march", "april", "may", "june", "july", "august", "september",
+  "october", "november", "december",
+];
+const DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+const ZONES: Readonly<Record<string, number>> = {
+  UT: 0, UTC: 0, GMT: 0, Z: 0, AST: -400, ADT: -300, EST: -500, EDT: -400,
+  CST: -600, CDT: -500, MST: -700, MDT: -600, PST: -800, PDT: -700,
+};
+
+/** Python's int() on one token: optional sign, digits, single underscores between digits. */
+function pyInt(text: string): number | undefined {
+  const t = text.trim();
+  if (!/^[+-]?[0-9]+(?:_[0-9]+)*$/.test(t)) return undefined;
+  return Number(t.replace(/_/g, ""));
+}
+
+function daysInMonth(year: number, month: number): number {
+  if (month === 2) return year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28;
+  return [4, 6, 9, 11].includes(month) ? 30 : 31;
+}
+
+/**
+ * Unix ms of an RFC 5322 / HTTP date that names its time zone, else
+ * undefined (garbage, an impossible date, or "-0000" / no zone: a date
+ * without a known zone is ignored, as the daemon ignores it).
+ */
+export function parseHttpDate(value: string): number | undefined {
+  let data = value.trim().split(/\s+/).filter((s) => s !== "");
+  if (data.length === 0) return undefined;
+  const first = data[0] as string;
+  if (first.endsWith(",") || DAYS.includes(first.toLowerCase())) {
+    data.shift();
+  } else {
+    const i = first.lastIndexOf(",");
+    if (i >= 0) data[0] = first.slice(i + 1);
+  }
+  if (data.length === 3) {
+    // RFC 850 date, deprecated.
+    const stuff = (data[0] as string).split("-");
+    if (stuff.length === 3) data = [...stuff, ...data.slice(1)];
+  }
+  if (data.length === 4) {
+    const s = data[3] as string;
+    let i = s.indexOf("+");
+    if (i === -1) i = s.indexOf("-");
+    if (i > 0) data = [...data.slice(0, 3), s.slice(0, i), s.slice(i)];
+    else data.push("");
+  }
+  if (data.length < 5) return undefined;
+  let [dd, mm, yy, tm, tz] = data.slice(0, 5) as [string, string, string, string, string];
+  if (!(dd && mm && yy)) return undefined;
+  mm = mm.toLowerCase();
+  if (!MONTHS.includes(mm)) {
+    [dd, mm] = [mm, dd.toLowerCase()];
+    if (!MONTHS.includes(mm)) return undefined;
+  }
+  let month = MONTHS.indexOf(mm) + 1;
+  if (month > 12) month -= 12;
+  if (dd.endsWith(",")) dd = dd.slice(0, -1);
+  if (yy.indexOf(":") > 0) [yy, tm] = [tm, yy];
+  if (yy.endsWith(",")) {
+    yy = yy.slice(0, -1);
+    if (!yy) return undefined;
+  }
+  if (!yy || !/^[0-9]/.test(yy)) [yy, tz] = [tz, yy];
+  if (tm.endsWith(",")) tm = tm.slice(0, -1);
+  let parts = tm.split(":");
+  let hhText: string;
+  let mmText: string;
+  let ssText = "0";
+  if (parts.length === 2 || parts.length === 3) {
+    [hhText, mmText] = parts as [string, string];
+    if (parts.length === 3) ssText = parts[2] as string;
+  } else if (parts.length === 1 && tm.includes(".")) {
+    // Some non-compliant mailers use '.' between the time's parts.
+    parts = tm.split(".");
+    if (parts.length !== 2 && parts.length !== 3) return undefined;
+    [hhText, mmText] = parts as [string, string];
+    if (parts.length === 3) ssText = parts[2] as string;
+  } else {
+    return undefined;
+  }
+  let year = pyInt(yy);
+  const day = pyInt(dd);
+  const hour = pyInt(hhText);
+  const minute = pyInt(mmText);
+  const second = pyInt(ssText);
+  if (year === undefined || day === undefined || hour === undefined || minute === undefined || second === undefined) {
+    return undefined;
+  }
+  if (year < 100) year += year > 68 ? 1900 : 2000;
+  let offset: number | undefined;
+  const zone = tz.toUpperCase();
+  if (Object.prototype.hasOwnProperty.call(ZONES, zone)) {
+    offset = ZONES[zone];
+  } else {
+    offset = pyInt(zone);
+    if (offset === 0 && zone.startsWith("-")) offset = undefined;
+  }
+  // A date without a known zone is naive in Python, and the daemon ignores it.
+  if (offset === undefined) return undefined;
+  const sign = offset < 0 ? -1 : 1;
+  const abs = Math.abs(offset);
+  const offsetSeconds = sign * (Math.floor(abs / 100) * 3600 + (abs % 100) * 60);
+  // datetime's own range checks.
+  if (year < 1 || year > 9999 || day < 1 || day > daysInMonth(year, month)) return undefined;
+  if (hour > 23 || minute > 59 || second > 59 || hour < 0 || minute < 0 || second < 0) return undefined;
+  if (Math.abs(offsetSeconds) >= 86_400) return undefined;
+  const date = new Date(0);
+  date.setUTCFullYear(year, month - 1, day);
+  date.setUTCHours(hour, minute, second, 0);
+  return date.getTime() - offsetSeconds * 1000;
+}
