@@ -9,14 +9,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import grpc
 import pytest
+from google.protobuf import descriptor_pool, json_format, message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "decisions.json").read_text())
@@ -97,6 +101,31 @@ def daemon() -> Iterator[Daemon]:
 def channel(daemon: Daemon) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(daemon.target) as ch:
         yield ch
+
+
+Reflected = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+@pytest.fixture(scope="session")
+def reflected(channel: grpc.Channel) -> Reflected:
+    """Call a PolicyService method with proto3 JSON, knowing only what the
+    daemon's reflection service says, as grpcurl does."""
+    pool = descriptor_pool.DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
+    service = pool.FindServiceByName("squawk.v1.PolicyService")
+
+    def call(method: str, body: dict[str, Any]) -> dict[str, Any]:
+        m = service.methods_by_name[method]
+        request_cls = message_factory.GetMessageClass(m.input_type)
+        response_cls = message_factory.GetMessageClass(m.output_type)
+        rpc: grpc.UnaryUnaryMultiCallable[Any, Any] = channel.unary_unary(
+            f"/squawk.v1.PolicyService/{method}",
+            request_serializer=lambda msg: msg.SerializeToString(),
+            response_deserializer=response_cls.FromString,
+        )
+        reply = rpc(json_format.ParseDict(body, request_cls()), timeout=5)
+        return json_format.MessageToDict(reply, always_print_fields_with_no_presence=True)
+
+    return call
 
 
 def subset_mismatches(expect: Any, actual: Any, path: str = "") -> list[str]:

@@ -10,43 +10,22 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
-from conftest import ROOT, Daemon, free_port, start_daemon
-from google.protobuf import descriptor_pool, json_format, message_factory
+from conftest import ROOT, Daemon, Reflected, free_port, start_daemon
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
-    ProtoReflectionDescriptorDatabase,
-)
 
 from sidecar.proto import policy_pb2 as pb
 from sidecar.proto import policy_pb2_grpc as pb_grpc
 
 
-def reflect_call(channel: grpc.Channel, method: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Call `squawk.v1.PolicyService/<method>` knowing nothing but the JSON, as grpcurl does."""
-    pool = descriptor_pool.DescriptorPool(ProtoReflectionDescriptorDatabase(channel))
-    service = pool.FindServiceByName("squawk.v1.PolicyService")
-    m = service.methods_by_name[method]
-    request_cls = message_factory.GetMessageClass(m.input_type)
-    response_cls = message_factory.GetMessageClass(m.output_type)
-    call: grpc.UnaryUnaryMultiCallable[Any, Any] = channel.unary_unary(
-        f"/squawk.v1.PolicyService/{method}",
-        request_serializer=lambda msg: msg.SerializeToString(),
-        response_deserializer=response_cls.FromString,
-    )
-    reply = call(json_format.ParseDict(body, request_cls()), timeout=5)
-    return json_format.MessageToDict(reply, always_print_fields_with_no_presence=True)
-
-
-def test_reflection_json_call(channel: grpc.Channel) -> None:
-    reply = reflect_call(channel, "DecideRetry", {"attempt": 1, "httpStatus": 429})
+def test_reflection_json_call(reflected: Reflected) -> None:
+    reply = reflected("DecideRetry", {"attempt": 1, "httpStatus": 429})
     assert reply["action"] == "ACTION_RETRY"
     assert reply["reason"] == "REASON_TRANSIENT_STATUS"
     assert reply["delay"] == "0.542s"
-    reply = reflect_call(channel, "Classify", {"errorMessage": "error 401: expired key"})
+    reply = reflected("Classify", {"errorMessage": "error 401: expired key"})
     assert reply["category"] == "ERROR_CATEGORY_AUTH_ERROR"
 
 
