@@ -19,7 +19,7 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from .config import ConfigError, load_policy
+from .config import ConfigError, load_config, load_policy
 from .policy import PolicyInputError, parse_duration, redact
 from .proto import policy_pb2 as pb
 from .proto import policy_pb2_grpc as pb_grpc
@@ -162,7 +162,7 @@ async def _serve(args: argparse.Namespace) -> None:
     listen = args.listen or [
         a.strip() for a in os.environ.get("SQUAWK_LISTEN", DEFAULT_LISTEN).split(",") if a.strip()
     ]
-    policy = load_policy(args.policy)
+    config = load_config(args.policy)
     log_file: IO[str] | None = None
     if args.decision_log == "-":
         log_file = sys.stdout
@@ -170,12 +170,13 @@ async def _serve(args: argparse.Namespace) -> None:
         log_file = open(args.decision_log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
     try:
         daemon = Daemon(
-            policy,
+            config.policy,
             listen,
             grace_s=args.grace,
             tracing=tracer_provider_from_env(os.environ),
             metrics_listen=args.metrics_listen,
             decision_log=log_file,
+            analyzer_settings=config.analyzer,
         )
         await daemon.start()
         await daemon.run_until_stopped()

@@ -10,18 +10,29 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import yaml
 
+from .analysis.settings import DEFAULT_API_KEY_ENV, AnalyzerSettings, Backend
 from .policy import BackoffConfig, Jitter, Policy, Profile, builtin_policy, builtin_profile
 from .policy.backoff import parse_duration
 
-__all__ = ["ConfigError", "apply_env", "load_policy", "parse_policy"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "apply_analyzer_env",
+    "apply_env",
+    "load_config",
+    "load_policy",
+    "parse_config",
+    "parse_policy",
+]
 
 log = logging.getLogger(__name__)
 
@@ -205,15 +216,110 @@ def _profile(name: str, node: yaml.Node, path: str, known: Mapping[str, Profile]
     return profile
 
 
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything the policy file configures: the policy, and the analyzer apart from it.
+
+    The analyzer's settings are kept out of Policy so the pure core never
+    sees analysis (or network) types.
+    """
+
+    policy: Policy
+    analyzer: AnalyzerSettings = field(default_factory=AnalyzerSettings)
+
+
+_ANALYZER_FIELDS = {
+    "backend",
+    "base_url",
+    "model",
+    "api_key",
+    "api_key_env",
+    "timeout",
+    "deadline",
+    "cache_ttl",
+    "cache_size",
+    "max_tokens",
+    "json_mode",
+}
+
+
+def _base_url(text: str) -> str:
+    # The messages never echo the URL: it might carry a credential.
+    try:
+        parts = urlsplit(text)
+        hostname = parts.hostname
+    except ValueError:
+        raise ValueError("not a URL") from None
+    if parts.username is not None or parts.password is not None:
+        # The URL reaches log lines; a key belongs in api_key / the env.
+        raise ValueError("credentials in the URL are not allowed; use api_key_env")
+    if parts.scheme not in ("http", "https") or not hostname:
+        raise ValueError("not an http(s) URL")
+    return text.rstrip("/")
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() in ("true", "yes", "on"):
+        return True
+    if text.lower() in ("false", "no", "off"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean")
+
+
+def _analyzer(node: yaml.Node) -> tuple[AnalyzerSettings, str]:
+    """The analyzer section, and the API key the file itself gives ("" if none)."""
+    path = "analyzer"
+    fields = _mapping(node, path, _ANALYZER_FIELDS)
+
+    def get(name: str, parse: Callable[[str], T], what: str) -> T | None:
+        if name not in fields:
+            return None
+        return _scalar(fields[name], f"{path}.{name}", parse, what)
+
+    settings = AnalyzerSettings()
+    backend = get("backend", Backend, "offline or openai")
+    updates: dict[str, Any] = {
+        "backend": backend,
+        "base_url": get("base_url", _base_url, "an http(s) URL such as https://api.openai.com/v1"),
+        "model": get("model", str, "a model name"),
+        "api_key_env": get("api_key_env", str, "an environment variable name"),
+        "timeout": get("timeout", _positive_duration, "a positive duration such as 10s"),
+        "deadline": get("deadline", _positive_duration, "a positive duration such as 30s"),
+        "cache_ttl": get("cache_ttl", parse_duration, "a duration such as 60s (0s = off)"),
+        "cache_size": get("cache_size", _natural, "an integer >= 0"),
+        "max_tokens": get("max_tokens", _positive_int, "an integer >= 1"),
+        "json_mode": get("json_mode", _boolean, "true or false"),
+    }
+    settings = replace(settings, **{k: v for k, v in updates.items() if v is not None})
+    if settings.deadline < settings.timeout:
+        raise ConfigError(f"{_where(node, path)}: deadline is shorter than timeout")
+    return settings, get("api_key", str, "a string") or ""
+
+
+def _check_analyzer(settings: AnalyzerSettings, source: str) -> None:
+    if settings.backend is Backend.OPENAI:
+        for name in ("base_url", "model"):
+            if not getattr(settings, name):
+                raise ConfigError(
+                    f"{source}: analyzer.{name}: required when analyzer.backend is openai "
+                    f"(set it in the file or in SQUAWK_ANALYZER_{name.upper()})"
+                )
+
+
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
+    return parse_config(text, source).policy
+
+
+def parse_config(text: str, source: str = "<policy>") -> Config:
+    """The policy file's policy and analyzer settings (the file's API key included)."""
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {exc}") from None
     policy = builtin_policy()
     if root is None:
-        return policy
-    fields = _mapping(root, "policy", {"profiles", "max_body_bytes"})
+        return Config(policy)
+    fields = _mapping(root, "policy", {"profiles", "max_body_bytes", "analyzer"})
     if "max_body_bytes" in fields:
         policy = replace(
             policy,
@@ -224,7 +330,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     if "profiles" in fields:
         for name, node in _mapping(fields["profiles"], "profiles", set()).items():
             policy = policy.with_profile(_profile(name, node, f"profiles.{name}", policy.profiles))
-    return policy
+    analyzer = AnalyzerSettings()
+    if "analyzer" in fields:
+        analyzer, key = _analyzer(fields["analyzer"])
+        analyzer = replace(analyzer, api_key=key)
+    return Config(policy, analyzer)
 
 
 def _env(environ: Mapping[str, str], suffix: str) -> tuple[str, str] | None:
@@ -271,16 +381,60 @@ def apply_env(policy: Policy, environ: Mapping[str, str]) -> Policy:
     return policy.with_profile(replace(profile, backoff=backoff))
 
 
-def load_policy(path: str | None, environ: Mapping[str, str] | None = None) -> Policy:
+def apply_analyzer_env(settings: AnalyzerSettings, environ: Mapping[str, str]) -> AnalyzerSettings:
+    """Apply SQUAWK_ANALYZER_{BACKEND,BASE_URL,MODEL,API_KEY} over the file's settings.
+
+    The API key is SQUAWK_ANALYZER_API_KEY, else the variable the file names
+    in api_key_env, else the file's own api_key. A bad value is logged (by
+    name, never the key) and ignored, like every other environment override.
+    """
+    backend = environ.get("SQUAWK_ANALYZER_BACKEND")
+    if backend is not None:
+        try:
+            settings = replace(settings, backend=Backend(backend.strip().lower()))
+        except ValueError:
+            log.warning("ignoring SQUAWK_ANALYZER_BACKEND=%r: expected offline or openai", backend)
+    base_url = environ.get("SQUAWK_ANALYZER_BASE_URL")
+    if base_url is not None:
+        try:
+            settings = replace(settings, base_url=_base_url(base_url.strip()))
+        except ValueError as exc:
+            log.warning("ignoring SQUAWK_ANALYZER_BASE_URL: %s", exc)
+    model = environ.get("SQUAWK_ANALYZER_MODEL")
+    if model is not None and model.strip():
+        settings = replace(settings, model=model.strip())
+    for name in dict.fromkeys((DEFAULT_API_KEY_ENV, settings.api_key_env)):
+        key = environ.get(name)
+        if key:
+            settings = replace(settings, api_key=key.strip(), api_key_env=name)
+            break
+    if backend is not None and settings.backend is Backend.OPENAI and not settings.uses_model:
+        log.warning(
+            "ignoring SQUAWK_ANALYZER_BACKEND=openai: a base URL and a model are both needed; "
+            "keeping the offline analyzer"
+        )
+        settings = replace(settings, backend=Backend.OFFLINE)
+    return settings
+
+
+def load_config(path: str | None, environ: Mapping[str, str] | None = None) -> Config:
     """The built-in policy, overlaid with the file at `path` (if any), then env vars."""
-    policy = builtin_policy()
+    config = Config(builtin_policy())
     if path:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
         try:
-            policy = parse_policy(text, path)
+            config = parse_config(text, path)
         except ConfigError as exc:
             raise ConfigError(f"{path}: {exc}") from None
-    return apply_env(policy, os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    analyzer = apply_analyzer_env(config.analyzer, environ)
+    _check_analyzer(analyzer, path or "<policy>")
+    return Config(apply_env(config.policy, environ), analyzer)
+
+
+def load_policy(path: str | None, environ: Mapping[str, str] | None = None) -> Policy:
+    """The built-in policy, overlaid with the file at `path` (if any), then env vars."""
+    return load_config(path, environ).policy

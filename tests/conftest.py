@@ -42,6 +42,10 @@ class Daemon:
     def stop(self, sig: int = 15) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
+        return self.wait()
+
+    def wait(self) -> int:
+        """Wait for an exit already under way (a second SIGTERM would kill it)."""
         code = self.process.wait(timeout=15)
         self.log.close()
         return code

@@ -111,7 +111,7 @@ def test_sigterm_turns_health_not_serving_then_drains() -> None:
         assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
         # The call that was in flight when SIGTERM arrived still completes.
         assert len(in_flight.result().results) == 10_000
-    assert daemon.stop() == 0
+    assert daemon.wait() == 0
 
 
 def test_second_daemon_on_a_used_port_fails_clearly(daemon: Daemon) -> None:

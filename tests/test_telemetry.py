@@ -154,6 +154,12 @@ def test_metrics_and_decision_log(tmp_path: Path) -> None:
                 pb.DecideRetryRequest(attempt=1, http_status=400, correction_available=True),
                 timeout=5,
             )
+            analysis = pb.AnalyzeErrorRequest(http_status=400, error_response="bad unit")
+            analysis.original_request.update({"units": "Metric"})
+            analysis.parameter_schema.update(
+                {"properties": {"units": {"type": "string", "enum": ["metric", "imperial"]}}}
+            )
+            assert stub.AnalyzeError(analysis, timeout=5).suggested_changes["units"] == "metric"
         samples = scrape(port)
     finally:
         daemon.stop()
@@ -162,8 +168,11 @@ def test_metrics_and_decision_log(tmp_path: Path) -> None:
     assert samples[decisions % ("FAIL", "TERMINAL_STATUS")] == 1
     assert samples[decisions % ("CORRECT", "CORRECTION_ELIGIBLE")] == 1
     assert samples['squawk_corrections_total{outcome="requested"}'] == 1
+    assert samples['squawk_corrections_total{outcome="suggested"}'] == 1
+    assert samples['squawk_analyzer_duration_seconds_count{source="HEURISTIC"}'] == 1
     assert samples['squawk_decision_duration_seconds_count{rpc="DecideRetry"}'] == 4
     lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert lines.pop()["squawk.analyzer.source"] == "HEURISTIC"
     assert [(x["squawk.action"], x["squawk.reason"]) for x in lines] == [
         ("RETRY", "TRANSIENT_STATUS"),
         ("RETRY", "TRANSIENT_STATUS"),

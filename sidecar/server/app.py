@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 from opentelemetry.sdk.trace import TracerProvider
 
+from ..analysis import Analyzer, AnalyzerSettings
 from ..policy import Policy
 from ..proto import policy_pb2 as pb
 from ..proto import policy_pb2_grpc as pb_grpc
@@ -51,11 +52,16 @@ class Daemon:
         tracing: tuple[TracerProvider, CountingBatchSpanProcessor | None] | None = None,
         metrics_listen: str | None = None,
         decision_log: IO[str] | None = None,
+        analyzer_settings: AnalyzerSettings | None = None,
     ) -> None:
         self.tracer_provider = tracing[0] if tracing else None
         self.metrics = Metrics(tracing[1] if tracing else None) if metrics_listen else None
         self.metrics_listen = metrics_listen
-        self.servicer = PolicyServicer(policy, observer=Observer(self.metrics, decision_log))
+        # Unset = the offline analyzer; the CLI passes the file's and env's settings.
+        self.analyzer = Analyzer(analyzer_settings or AnalyzerSettings(), policy)
+        self.servicer = PolicyServicer(
+            policy, observer=Observer(self.metrics, decision_log), analyzer=self.analyzer
+        )
         self.health = health.aio.HealthServicer()
         self.listen = listen
         self.grace_s = grace_s
@@ -95,6 +101,10 @@ class Daemon:
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("squawk serving on %s", ", ".join(self.listen))
+        settings = self.analyzer.settings
+        if settings.uses_model:
+            # The URL carries no credentials (config refuses them); the key is never logged.
+            log.info("AnalyzeError layer 3: model %s at %s", settings.model, settings.base_url)
 
     def request_stop(self) -> None:
         self._stopping.set()
@@ -110,6 +120,7 @@ class Daemon:
         log.info("squawk stopping: health NOT_SERVING, draining for up to %.1fs", self.grace_s)
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.grace_s)
+        await self.analyzer.aclose()
         if self.tracer_provider is not None:
             # Flush what is queued; bounded by the exporter's own timeout.
             self.tracer_provider.shutdown()

@@ -116,11 +116,34 @@ class Observer:
             span.set_attributes(fields)
         if self.metrics is not None:
             m = self.metrics
-            action = str(fields.get("squawk.action", ""))
-            m.decisions.labels(rpc, action, str(fields.get("squawk.reason", ""))).inc()
-            m.latency.labels(rpc).observe(time.perf_counter() - started)
-            if action == "CORRECT":
-                m.corrections.labels("requested").inc()
+            elapsed = time.perf_counter() - started
+            m.latency.labels(rpc).observe(elapsed)
+            if rpc == "AnalyzeError":
+                self._analysis_metrics(m, fields, elapsed)
+            else:
+                action = str(fields.get("squawk.action", ""))
+                m.decisions.labels(rpc, action, str(fields.get("squawk.reason", ""))).inc()
+                if action == "CORRECT":
+                    m.corrections.labels("requested").inc()
+        if self.log is not None:
+            self._log(rpc, fields, span)
+
+    @staticmethod
+    def _analysis_metrics(m: Metrics, fields: Mapping[str, Field], elapsed: float) -> None:
+        m.analyzer_latency.labels(str(fields.get("squawk.analyzer.source", ""))).observe(elapsed)
+        if fields.get("squawk.analyzer.fallback"):
+            m.analyzer_fallbacks.labels(str(fields["squawk.analyzer.fallback"])).inc()
+        if fields.get("squawk.changes.suggested"):
+            outcome = "suggested"
+        elif fields.get("squawk.analyzer.transient"):
+            outcome = "skipped_transient"
+        elif fields.get("squawk.changes.rejected"):
+            outcome = "refused"
+        else:
+            outcome = "no_fix"
+        m.corrections.labels(outcome).inc()
+
+    def _log(self, rpc: str, fields: Mapping[str, Field], span: Span) -> None:
         if self.log is not None:
             ctx = span.get_span_context()
             line = {"ts": time.time(), "rpc": rpc, **fields}

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import grpc
 from opentelemetry import trace
 
+from ..analysis import Analyzer, AnalyzerSettings, check_dispatch, wire
 from ..convert import attempt_state, classification_message, decision_message, failure
 from ..policy import Action, Decision, Policy, PolicyInputError, classify, decide, redact
 from ..proto import policy_pb2 as pb
@@ -64,8 +65,11 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         observer: Observer | None = None,
+        analyzer: Analyzer | None = None,
     ) -> None:
         self._policy = policy
+        # The default analyzer is the offline one: no network, nothing to close.
+        self._analyzer = analyzer if analyzer is not None else Analyzer(AnalyzerSettings(), policy)
         self._clock = clock
         self._rng = rng or random.Random()
         self._observer = observer or Observer()
@@ -161,8 +165,10 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         request: pb.AnalyzeErrorRequest,
         context: grpc.aio.ServicerContext[pb.AnalyzeErrorRequest, pb.AnalyzeErrorResponse],
     ) -> pb.AnalyzeErrorResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "AnalyzeError is not implemented yet")
-        raise AssertionError("unreachable")
+        started = time.perf_counter()
+        analysis = await self._analyzer.analyze(wire.analysis_request(request))
+        self._note("AnalyzeError", lambda: wire.analysis_fields(analysis), started)
+        return wire.analysis_response(analysis)
 
     @_boundary
     async def CheckDispatch(
@@ -170,5 +176,6 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         request: pb.CheckDispatchRequest,
         context: grpc.aio.ServicerContext[pb.CheckDispatchRequest, pb.CheckDispatchResponse],
     ) -> pb.CheckDispatchResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "CheckDispatch is not implemented yet")
-        raise AssertionError("unreachable")
+        parameters = wire.struct_dict(request.parameters)
+        schema = wire.struct_dict(request.parameter_schema)
+        return wire.dispatch_response(check_dispatch(parameters, schema))

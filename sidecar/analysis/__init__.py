@@ -1,0 +1,35 @@
+"""Safe semantic correction (AnalyzeError) and the pre-dispatch guard (CheckDispatch).
+
+Layers, each in its own module: `heuristic` (layer 3, offline), `llm`
+(layer 3 with an OpenAI-compatible model: the only network I/O here),
+`contextual` (layer 4), `gates` (what every suggestion must pass), `guard`
+(CheckDispatch), `analyzer` (the order they run in). Everything except
+`llm`, `analyzer` and `wire` is pure.
+"""
+
+from . import wire
+from .analyzer import DEFAULT_SEMANTIC_RETRIES, Analyzer, validate
+from .guard import RULES, check_dispatch
+from .llm import ModelBackend
+from .settings import DEFAULT_API_KEY_ENV, AnalyzerSettings, Backend
+from .types import Analysis, AnalysisRequest, Json, Proposal, Rejected, Source, Violation
+
+__all__ = [
+    "DEFAULT_API_KEY_ENV",
+    "DEFAULT_SEMANTIC_RETRIES",
+    "RULES",
+    "Analysis",
+    "AnalysisRequest",
+    "Analyzer",
+    "AnalyzerSettings",
+    "Backend",
+    "Json",
+    "ModelBackend",
+    "Proposal",
+    "Rejected",
+    "Source",
+    "Violation",
+    "check_dispatch",
+    "validate",
+    "wire",
+]

@@ -1,0 +1,98 @@
+"""The offline analyzer on the case table, in process and over the wire.
+
+In process builds the request straight from JSON (integers stay integers);
+over the wire goes through the daemon's Struct conversion (every number
+becomes a float), so both number paths meet the same expectations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+
+from sidecar.analysis import Analysis, AnalysisRequest, Analyzer, AnalyzerSettings, Json
+from sidecar.analysis.values import same_json
+from sidecar.policy import builtin_policy
+from sidecar.proto import policy_pb2 as pb
+from sidecar.proto import policy_pb2_grpc as pb_grpc
+
+TABLE = json.loads((Path(__file__).parent / "analysis_cases.json").read_text())["cases"]
+CASES = [pytest.param(c, id=c["name"]) for c in TABLE]
+OFFLINE = Analyzer(AnalyzerSettings(), builtin_policy())
+
+
+def request_from(data: dict[str, Any]) -> AnalysisRequest:
+    fields = dict(data)
+    fields["protected_parameters"] = frozenset(fields.get("protected_parameters", ()))
+    return AnalysisRequest(**fields)
+
+
+def mismatches(expect: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """Where an answer (as plain values) differs from a case's expectation."""
+    out = []
+    for key in ("should_retry", "source"):
+        if got[key] != expect[key]:
+            out.append(f"{key}: expected {expect[key]!r}, got {got[key]!r} ({got['reason']})")
+    changes: dict[str, Json] = got["changes"]
+    if changes.keys() != expect["changes"].keys() or not all(
+        same_json(changes[k], v) for k, v in expect["changes"].items()
+    ):
+        out.append(f"changes: expected {expect['changes']!r}, got {changes!r} ({got['reason']})")
+    if "transient" in expect and got["transient"] != expect["transient"]:
+        out.append(f"transient: expected {expect['transient']}, got {got['transient']}")
+    for want in expect.get("rejected", []):
+        if not any(
+            r[0] == want["parameter"] and r[1].startswith(want["reason"]) for r in got["rejected"]
+        ):
+            out.append(f"rejected: expected {want}, got {got['rejected']}")
+    if "reason_contains" in expect and expect["reason_contains"] not in got["reason"]:
+        out.append(f"reason: expected to mention {expect['reason_contains']!r}: {got['reason']}")
+    return out
+
+
+def plain(analysis: Analysis) -> dict[str, Any]:
+    return {
+        "should_retry": analysis.should_retry,
+        "source": analysis.source.name,
+        "changes": dict(analysis.suggested_changes),
+        "transient": analysis.is_transient_error,
+        "rejected": [(r.parameter, r.reason) for r in analysis.rejected_changes],
+        "reason": analysis.reason,
+    }
+
+
+def test_the_table_is_big_enough() -> None:
+    assert len(TABLE) >= 30
+    fixed = [c for c in TABLE if c["expect"]["should_retry"]]
+    refused = [c for c in TABLE if not c["expect"]["should_retry"]]
+    assert len(fixed) >= 15 and len(refused) >= 15
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_offline_in_process(case: dict[str, Any]) -> None:
+    analysis = asyncio.run(OFFLINE.analyze(request_from(case["request"])))
+    assert mismatches(case["expect"], plain(analysis)) == []
+    # One sentence, always.
+    assert analysis.reason.endswith(".") and "\n" not in analysis.reason
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_offline_over_the_wire(channel: grpc.Channel, case: dict[str, Any]) -> None:
+    stub = pb_grpc.PolicyServiceStub(channel)
+    request = json_format.ParseDict(case["request"], pb.AnalyzeErrorRequest())
+    reply = stub.AnalyzeError(request, timeout=10)
+    got = {
+        "should_retry": reply.should_retry,
+        "source": pb.AnalysisSource.Name(reply.source).removeprefix("ANALYSIS_SOURCE_"),
+        "changes": json_format.MessageToDict(reply.suggested_changes),
+        "transient": reply.is_transient_error,
+        "rejected": [(r.parameter, r.reason) for r in reply.rejected_changes],
+        "reason": reply.reason,
+    }
+    assert mismatches(case["expect"], got) == []
