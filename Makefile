@@ -61,7 +61,7 @@ unit: setup $(JAEGER_BIN)
 # Go users expect generated code in the repo; --check fails on any drift.
 go-test: setup
 	clients/go/gen.sh --check
-	cd clients/go && go vet ./... && go test ./...
+	cd clients/go && go vet ./... && go test -count=1 ./...
 
 ts-test: setup
 	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && npm test
