@@ -1,0 +1,139 @@
+"""The `profiles:` and `max_body_bytes` parts of the policy file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from types import MappingProxyType
+
+import yaml
+
+from ..policy import BackoffConfig, Jitter, Policy, Profile, builtin_profile
+from ._yaml import (
+    ConfigError,
+    factor,
+    mapping,
+    natural,
+    positive_duration,
+    positive_int,
+    scalar,
+    status,
+    where,
+)
+
+__all__ = ["parse_profiles"]
+
+_BACKOFF_FIELDS = {"initial_delay", "max_delay", "factor", "jitter"}
+
+_RULE_FIELDS = {"max_attempts", "max_validation_retries", "retryable_statuses", "backoff"}
+
+_PROFILE_FIELDS = _RULE_FIELDS | {"base", "capabilities"}
+
+
+def _backoff(node: yaml.Node, path: str, base: BackoffConfig) -> BackoffConfig:
+    fields = mapping(node, path, _BACKOFF_FIELDS)
+    cfg = base
+    if "initial_delay" in fields:
+        cfg = replace(
+            cfg,
+            initial=scalar(
+                fields["initial_delay"],
+                f"{path}.initial_delay",
+                positive_duration,
+                "a positive duration",
+            ),
+        )
+    if "max_delay" in fields:
+        cfg = replace(
+            cfg,
+            max=scalar(
+                fields["max_delay"], f"{path}.max_delay", positive_duration, "a positive duration"
+            ),
+        )
+    if "factor" in fields:
+        cfg = replace(
+            cfg, factor=scalar(fields["factor"], f"{path}.factor", factor, "a number >= 1")
+        )
+    if "jitter" in fields:
+        cfg = replace(
+            cfg,
+            jitter=scalar(
+                fields["jitter"], f"{path}.jitter", Jitter, "one of none, sine, full, decorrelated"
+            ),
+        )
+    if cfg.max < cfg.initial:
+        raise ConfigError(f"{where(node, path)}: max_delay is shorter than initial_delay")
+    return cfg
+
+
+def _rules(fields: Mapping[str, yaml.Node], path: str, profile: Profile) -> Profile:
+    if "max_attempts" in fields:
+        profile = replace(
+            profile,
+            max_attempts=scalar(
+                fields["max_attempts"], f"{path}.max_attempts", positive_int, "an integer >= 1"
+            ),
+        )
+    if "max_validation_retries" in fields:
+        profile = replace(
+            profile,
+            max_validation_retries=scalar(
+                fields["max_validation_retries"],
+                f"{path}.max_validation_retries",
+                natural,
+                "an integer >= 0",
+            ),
+        )
+    if "retryable_statuses" in fields:
+        node = fields["retryable_statuses"]
+        at = f"{path}.retryable_statuses"
+        if not isinstance(node, yaml.SequenceNode):
+            raise ConfigError(f"{where(node, at)}: expected a list of HTTP statuses")
+        added = {
+            scalar(item, f"{at}[{i}]", status, "an HTTP status (100..599)")
+            for i, item in enumerate(node.value)
+        }
+        # Additive only: a profile can never drop a status from its base set.
+        profile = replace(profile, transient_statuses=profile.transient_statuses | added)
+    if "backoff" in fields:
+        profile = replace(
+            profile, backoff=_backoff(fields["backoff"], f"{path}.backoff", profile.backoff)
+        )
+    return profile
+
+
+def _profile(name: str, node: yaml.Node, path: str, known: Mapping[str, Profile]) -> Profile:
+    fields = mapping(node, path, _PROFILE_FIELDS)
+    if "base" in fields:
+        base = scalar(fields["base"], f"{path}.base", str, "'default' or 'llm'")
+        if base not in ("default", "llm"):
+            raise ConfigError(
+                f"{where(fields['base'], f'{path}.base')}: "
+                f"expected 'default' or 'llm', got {base!r}"
+            )
+        profile = builtin_profile(base, name)
+    elif name in known:
+        profile = known[name]
+    else:
+        profile = builtin_profile("default", name)
+    profile = _rules(fields, path, profile)
+    if "capabilities" in fields:
+        caps = mapping(fields["capabilities"], f"{path}.capabilities", set())
+        overrides = {}
+        for cap, cap_node in caps.items():
+            cap_path = f"{path}.capabilities.{cap}"
+            overrides[cap] = _rules(
+                mapping(cap_node, cap_path, _RULE_FIELDS),
+                cap_path,
+                replace(profile, name=f"{name}/{cap}"),
+            )
+        profile = replace(profile, capabilities=MappingProxyType(overrides))
+    return profile
+
+
+def parse_profiles(node: yaml.Node, policy: Policy) -> Policy:
+    for name, profile_node in mapping(node, "profiles", set()).items():
+        policy = policy.with_profile(
+            _profile(name, profile_node, f"profiles.{name}", policy.profiles)
+        )
+    return policy
