@@ -21,12 +21,23 @@ from prometheus_client.registry import Collector
 from ..policy import Decision
 from ..proto import policy_pb2 as pb
 
-__all__ = ["Metrics", "Observer", "decision_fields"]
+__all__ = ["Metrics", "Observer", "classification_fields", "decision_fields"]
 
 Field = str | int | bool
 
 _DECLARED = {None: "unset", True: "true", False: "false"}
 _LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1)
+
+
+def classification_fields(
+    request: pb.ClassifyRequest, reply: pb.ClassifyResponse
+) -> dict[str, Field]:
+    return {
+        "squawk.profile": request.profile or "default",
+        "squawk.http_status": reply.upstream_status,
+        "squawk.category": pb.ErrorCategory.Name(reply.category).removeprefix("ERROR_CATEGORY_"),
+        "squawk.retryable": reply.retryable,
+    }
 
 
 def decision_fields(request: pb.DecideRetryRequest, decision: Decision) -> dict[str, Field]:

@@ -22,7 +22,7 @@ from ..convert import attempt_state, classification_message, decision_message, f
 from ..policy import Action, Decision, Policy, PolicyInputError, classify, decide, redact
 from ..proto import policy_pb2 as pb
 from ..proto import policy_pb2_grpc as pb_grpc
-from .observe import Observer, decision_fields
+from .observe import Observer, classification_fields, decision_fields
 
 __all__ = ["MAX_BATCH", "PolicyServicer"]
 
@@ -101,16 +101,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
     ) -> pb.ClassifyResponse:
         started = time.perf_counter()
         reply = self.classify(request)
-        self._note(
-            "Classify",
-            lambda: {
-                "squawk.profile": request.profile or "default",
-                "squawk.http_status": reply.upstream_status,
-                "squawk.category": pb.ErrorCategory.Name(reply.category)[len("ERROR_CATEGORY_") :],
-                "squawk.retryable": reply.retryable,
-            },
-            started,
-        )
+        self._note("Classify", lambda: classification_fields(request, reply), started)
         return reply
 
     @_boundary
