@@ -2,17 +2,13 @@
 # there); `make test` covers everything this image runs.
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+RUN apt-get update && apt-get install -y --no-install-recommends make && rm -rf /var/lib/apt/lists/*
+COPY Makefile pyproject.toml README.md ./
 COPY protos protos
 COPY sidecar sidecar
 COPY clients/python clients/python
-RUN pip install --no-cache-dir grpcio-tools==1.85.1 mypy-protobuf \
- && mkdir -p sidecar/proto build/gen \
- && python -m grpc_tools.protoc -Iprotos --python_out=build/gen --grpc_python_out=build/gen protos/squawk/v1/*.proto \
- && cp build/gen/squawk/v1/* sidecar/proto/ \
- && sed -i 's/^from squawk\.v1 import/from . import/' sidecar/proto/*.py \
- && touch sidecar/proto/__init__.py \
- && pip wheel --no-cache-dir --wheel-dir /wheels .
+# The same code generation as a checkout's `make gen`, then a wheel with it.
+RUN make gen PYTHON=python && .venv/bin/pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
 COPY --from=build /wheels /wheels
