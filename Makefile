@@ -44,11 +44,11 @@ buf:
 	npx --yes @bufbuild/buf@1.75.0 lint
 
 lint: setup
-	$(BIN)/ruff check sidecar clients/python tests
-	$(BIN)/ruff format --check sidecar clients/python tests
+	$(BIN)/ruff check sidecar clients/python tests bench
+	$(BIN)/ruff format --check sidecar clients/python tests bench
 
 typecheck: setup
-	$(BIN)/mypy sidecar clients/python/squawk_client tests
+	$(BIN)/mypy sidecar clients/python/squawk_client tests bench
 
 $(JAEGER_BIN):
 	tests/jaeger/build.sh $@
@@ -66,7 +66,9 @@ go-test: setup
 ts-test: setup
 	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && npm test
 
-test: setup lint typecheck buf unit go-test ts-test
+test: setup lint typecheck buf unit go-test ts-test bench-smoke
 
 clean:
 	rm -rf $(VENV) sidecar/proto build clients/typescript/node_modules clients/typescript/dist
+
+include bench/bench.mk

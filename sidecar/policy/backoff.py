@@ -12,7 +12,7 @@ import enum
 import math
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 __all__ = ["BackoffConfig", "Jitter", "delay", "parse_duration"]
@@ -29,24 +29,40 @@ class Jitter(enum.Enum):
     DECORRELATED = "decorrelated"
 
 
+_ONE_MS = timedelta(milliseconds=1)
+# How many attempts' deterministic delays each config computes up front.
+_PRECOMPUTED = 32
+
+
 @dataclass(frozen=True, slots=True)
 class BackoffConfig:
     initial: timedelta = timedelta(milliseconds=500)
     max: timedelta = timedelta(seconds=10)
     factor: float = 2.0
     jitter: Jitter = Jitter.SINE
+    # Derived once per config, because delay() runs on every resend and
+    # timedelta arithmetic costs more than the formula: the bounds in ms, and
+    # for the deterministic jitters the answers for attempts 1.._PRECOMPUTED.
+    _initial_ms: float = field(init=False, repr=False, compare=False)
+    _max_ms: float = field(init=False, repr=False, compare=False)
+    _precomputed: tuple[timedelta, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_initial_ms", self.initial / _ONE_MS)
+        object.__setattr__(self, "_max_ms", self.max / _ONE_MS)
+        deterministic = self.jitter in (Jitter.SINE, Jitter.NONE)
+        table = [_delay(n, self, None) for n in range(1, _PRECOMPUTED + 1)] if deterministic else []
+        object.__setattr__(self, "_precomputed", tuple(table))
 
 
 def _base_ms(attempt: int, cfg: BackoffConfig) -> float:
-    initial_ms = cfg.initial / timedelta(milliseconds=1)
-    max_ms = cfg.max / timedelta(milliseconds=1)
     # Cap the exponent so a huge attempt number cannot overflow a float.
     exponent = min(attempt - 1, 1024)
     try:
-        base = initial_ms * cfg.factor**exponent
+        base = cfg._initial_ms * cfg.factor**exponent
     except OverflowError:
-        base = max_ms
-    return min(base, max_ms)
+        base = cfg._max_ms
+    return min(base, cfg._max_ms)
 
 
 def delay(attempt: int, cfg: BackoffConfig, rng: random.Random | None = None) -> timedelta:
@@ -55,7 +71,13 @@ def delay(attempt: int, cfg: BackoffConfig, rng: random.Random | None = None) ->
     Whole milliseconds make the result identical across languages, whose
     float formatting and libm differ in the last bits.
     """
-    max_ms = cfg.max / timedelta(milliseconds=1)
+    if 0 < attempt <= len(cfg._precomputed):
+        return cfg._precomputed[attempt - 1]
+    return _delay(attempt, cfg, rng)
+
+
+def _delay(attempt: int, cfg: BackoffConfig, rng: random.Random | None) -> timedelta:
+    max_ms = cfg._max_ms
     base = _base_ms(attempt, cfg)
     if cfg.jitter is Jitter.SINE:
         ms = min(base * (1 + 0.1 * math.sin(attempt)), max_ms)
@@ -67,7 +89,7 @@ def delay(attempt: int, cfg: BackoffConfig, rng: random.Random | None = None) ->
         if cfg.jitter is Jitter.FULL:
             ms = rng.uniform(0, base)
         else:
-            initial_ms = cfg.initial / timedelta(milliseconds=1)
+            initial_ms = cfg._initial_ms
             previous = _base_ms(attempt - 1, cfg) if attempt > 1 else initial_ms
             ms = rng.uniform(initial_ms, max(initial_ms, min(max_ms, 3 * previous)))
     return timedelta(milliseconds=round(ms))

@@ -8,14 +8,14 @@ about what a profile resends.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from .headers import retry_after
 from .profiles import Profile
 from .redact import redact
 from .types import Category, Classification, Failure, PolicyInputError
 
-__all__ = ["check_status", "classify", "status_from_text", "tool_status"]
+__all__ = ["check_status", "classify", "classify_parts", "status_from_text", "tool_status"]
 
 # The guide's pattern, with two fixes: the digits may not continue
 # ("code: 12345" is no status) and only 100..599 counts (checked below).
@@ -68,13 +68,29 @@ def tool_status(upstream: int) -> tuple[int, Category, str]:
 
 
 def classify(failure: Failure, profile: Profile, clock: Callable[[], float]) -> Classification:
-    check_status(failure.http_status)
-    if failure.transport_failure:
-        upstream = 0
-    else:
-        upstream = failure.http_status or status_from_text(failure.error_message)
+    return classify_parts(
+        failure.error_message,
+        failure.http_status,
+        failure.transport_failure,
+        failure.headers,
+        profile,
+        clock,
+    )
+
+
+def classify_parts(
+    error_message: str,
+    http_status: int,
+    transport_failure: bool,
+    headers: Mapping[str, str],
+    profile: Profile,
+    clock: Callable[[], float],
+) -> Classification:
+    """`classify` on a Failure's fields: decide() calls it without building one."""
+    check_status(http_status)
+    upstream = 0 if transport_failure else http_status or status_from_text(error_message)
     status, category, code = tool_status(upstream)
-    if failure.transport_failure:
+    if transport_failure:
         code = "TRANSPORT_FAILURE"
     return Classification(
         http_status=status,
@@ -82,6 +98,6 @@ def classify(failure: Failure, profile: Profile, clock: Callable[[], float]) -> 
         retryable=upstream == 0 or upstream in profile.transient_statuses,
         code=code,
         upstream_status=upstream,
-        redacted_message=redact(failure.error_message),
-        retry_after=retry_after(failure.headers, clock),
+        redacted_message=redact(error_message),
+        retry_after=retry_after(headers, clock),
     )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from .backoff import delay
-from .classify import check_status, classify
+from .classify import check_status, classify_parts
 from .envelope import read_envelope
 from .profiles import DEFAULT_MAX_BODY_BYTES, Profile
 from .types import (
@@ -21,7 +21,6 @@ from .types import (
     AttemptState,
     Classification,
     Decision,
-    Failure,
     PolicyInputError,
     Reason,
 )
@@ -29,6 +28,7 @@ from .types import (
 __all__ = ["decide", "validate"]
 
 _ZERO = timedelta(0)
+_ONE_MS = timedelta(milliseconds=1)
 
 
 def validate(state: AttemptState, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
@@ -56,7 +56,7 @@ def validate(state: AttemptState, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) 
 
 
 def _ms(wait: timedelta) -> int:
-    return round(wait / timedelta(milliseconds=1))
+    return round(wait / _ONE_MS)
 
 
 def decide(
@@ -69,8 +69,9 @@ def decide(
     validate(state, max_body_bytes)
     profile = profile.for_capability(state.capability)
     envelope = read_envelope(state.response_body)
-    failure = Failure(envelope.message, state.http_status, state.transport_failure, state.headers)
-    seen = classify(failure, profile, clock)
+    seen = classify_parts(
+        envelope.message, state.http_status, state.transport_failure, state.headers, profile, clock
+    )
     declared = envelope.retryable
     status = state.http_status
     transport = state.transport_failure or status == 0

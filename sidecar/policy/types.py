@@ -11,6 +11,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import NamedTuple
 
 __all__ = [
     "Action",
@@ -76,8 +77,12 @@ class Failure:
     headers: Mapping[str, str] = field(default_factory=lambda: _NO_HEADERS)
 
 
-@dataclass(frozen=True, slots=True)
-class Classification:
+# The two answers are NamedTuples, not frozen dataclasses: the core builds
+# them on every call, and a frozen dataclass's __init__ (one
+# object.__setattr__ per field) costs three times as much. Both are still
+# immutable values with named fields; the inputs stay dataclasses, which
+# callers derive with dataclasses.replace().
+class Classification(NamedTuple):
     http_status: int
     category: Category
     retryable: bool
@@ -111,8 +116,7 @@ class AttemptState:
     upstream: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     action: Action
     delay: timedelta
     reason: Reason

@@ -1,0 +1,147 @@
+"""Micro-benchmark of the pure policy core, and of the servicer's work around it.
+
+"core" rows time `classify` and `decide` alone, on values already converted
+from the benchmark's requests (the goal: <= 5 us per decision). "servicer"
+rows time what a call costs the daemon outside gRPC: parse the request
+bytes, convert, decide, build and serialize the reply. The gap between the
+two is conversion and protobuf work, which no core change can remove.
+
+Each row is the best of 5 repeats, each long enough (>= 0.2 s) to swamp
+timer resolution; best-of is the usual choice for micro-benchmarks, as the
+slower repeats measure the machine's noise, not the code.
+
+Usage: python -m bench.core [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import timeit
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar.convert import attempt_state, failure
+from sidecar.policy import Failure, builtin_policy, classify, decide
+from sidecar.proto import policy_pb2 as pb
+from sidecar.server.servicer import PolicyServicer
+
+from .workloads import classify_request, envelope_request, transient_request
+
+__all__ = ["CoreResult", "measure"]
+
+BATCH = 100
+
+
+@dataclass(frozen=True)
+class CoreResult:
+    layer: str
+    case: str
+    us_per_decision: float
+
+
+def _clock() -> float:
+    return 1_700_000_000.0
+
+
+def _best_us(fn: Callable[[], object], per_call: int = 1, min_time_s: float = 0.2) -> float:
+    timer = timeit.Timer(fn)
+    number, took = timer.autorange()
+    number = max(1, int(number * min_time_s / max(took, 1e-9)))
+    return min(timer.repeat(repeat=5, number=number)) / number / per_call * 1e6
+
+
+def _cases() -> list[tuple[str, str, Callable[[], object], int]]:
+    policy = builtin_policy()
+    profile = policy.profile("")
+    rng = random.Random(1)
+    limit = policy.max_body_bytes
+    cls = failure(classify_request())
+    plain = Failure("Amadeus API error 400: INVALID CITY CODE: PARIS")
+    transient, envelope = attempt_state(transient_request()), attempt_state(envelope_request())
+    servicer = PolicyServicer(policy, clock=_clock, rng=random.Random(1))
+    wire = {
+        "classify": classify_request().SerializeToString(),
+        "transient": transient_request().SerializeToString(),
+        "envelope": envelope_request().SerializeToString(),
+    }
+    batch = pb.DecideRetryBatchRequest(
+        requests=[transient_request() if i % 2 == 0 else envelope_request() for i in range(BATCH)]
+    ).SerializeToString()
+    loop = asyncio.new_event_loop()
+
+    def batch_call() -> bytes:
+        request = pb.DecideRetryBatchRequest.FromString(batch)
+        # The context is only touched on error, which this batch has none of.
+        reply = loop.run_until_complete(servicer.DecideRetryBatch(request, None))  # type: ignore[arg-type]
+        return reply.SerializeToString()
+
+    return [
+        ("core", "Classify, no secret in the text", lambda: classify(plain, profile, _clock), 1),
+        ("core", "Classify (bench request)", lambda: classify(cls, profile, _clock), 1),
+        (
+            "core",
+            "DecideRetry transient",
+            lambda: decide(transient, profile, _clock, rng, limit),
+            1,
+        ),
+        ("core", "DecideRetry envelope", lambda: decide(envelope, profile, _clock, rng, limit), 1),
+        (
+            "servicer",
+            "Classify (bench request)",
+            lambda: servicer.classify(
+                pb.ClassifyRequest.FromString(wire["classify"])
+            ).SerializeToString(),
+            1,
+        ),
+        (
+            "servicer",
+            "DecideRetry transient",
+            lambda: servicer.decide(
+                pb.DecideRetryRequest.FromString(wire["transient"])
+            ).SerializeToString(),
+            1,
+        ),
+        (
+            "servicer",
+            "DecideRetry envelope",
+            lambda: servicer.decide(
+                pb.DecideRetryRequest.FromString(wire["envelope"])
+            ).SerializeToString(),
+            1,
+        ),
+        ("servicer", f"DecideRetryBatch x{BATCH}, per decision", batch_call, BATCH),
+    ]
+
+
+def measure(min_time_s: float = 0.2) -> list[CoreResult]:
+    return [
+        CoreResult(layer, case, round(_best_us(fn, per_call, min_time_s), 2))
+        for layer, case, fn, per_call in _cases()
+    ]
+
+
+def render(results: list[CoreResult]) -> str:
+    lines = [f"{'layer':<9} {'case':<38} {'us/decision':>11}"]
+    lines += [f"{r.layer:<9} {r.case:<38} {r.us_per_decision:>11.2f}" for r in results]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--min-time", type=float, default=0.2, help="seconds per repeat")
+    args = parser.parse_args()
+    results = measure(args.min_time)
+    print(render(results))
+    if args.json:
+        doc: list[dict[str, Any]] = [asdict(r) for r in results]
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

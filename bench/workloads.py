@@ -1,0 +1,192 @@
+"""What each benchmark row sends, and how to tell that the answer is the one
+the row means to measure.
+
+Requests are serialized once here, with the daemon's own protobuf classes,
+and the load generator sends those bytes unchanged. Each workload checks one
+real answer before it is loaded: a row that would measure an error path (an
+UNIMPLEMENTED, a validation error) fails instead of reporting a fast error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from sidecar.proto import policy_pb2 as pb
+
+from .echo_server import ECHO_METHOD
+
+__all__ = [
+    "ECHO",
+    "Workload",
+    "analyze_request",
+    "classify_request",
+    "envelope_request",
+    "squawk_workloads",
+    "transient_request",
+]
+
+SERVICE = "/squawk.v1.PolicyService/"
+# A DecideRetry envelope of the kind the executor guide shows.
+ENVELOPE = (
+    b'{"success": false, "error": {"code": "QUOTA_EXHAUSTED", '
+    b'"message": "daily quota for search_hotels is used up", "retryable": false}}'
+)
+
+Check = Callable[[bytes], str | None]
+
+
+@dataclass(frozen=True)
+class Workload:
+    rpc: str
+    method: str
+    payload: bytes
+    # Returns None when a reply is what the row measures, else what is wrong.
+    check: Check
+    # Decisions per call: DecideRetryBatch answers many in one call.
+    items: int = 1
+    # Fixed-rate rows are offered in calls/s; a batch call is not comparable.
+    open_loop: bool = True
+
+
+def _expect_decision(action: int, reason: int) -> Check:
+    def check(reply: bytes) -> str | None:
+        got = pb.DecideRetryResponse.FromString(reply)
+        if (got.action, got.reason) != (action, reason):
+            return f"answered {pb.Action.Name(got.action)}/{pb.Reason.Name(got.reason)}"
+        return None
+
+    return check
+
+
+def _expect_classification(reply: bytes) -> str | None:
+    got = pb.ClassifyResponse.FromString(reply)
+    if got.category != pb.ERROR_CATEGORY_RATE_LIMIT or "[REDACTED]" not in got.redacted_message:
+        return f"answered {pb.ErrorCategory.Name(got.category)}: {got.redacted_message!r}"
+    return None
+
+
+def _expect_batch(size: int) -> Check:
+    def check(reply: bytes) -> str | None:
+        got = pb.DecideRetryBatchResponse.FromString(reply)
+        errors = [r.error for r in got.results if r.WhichOneof("result") != "decision"]
+        if len(got.results) != size or errors:
+            return f"answered {len(got.results)} results, errors {errors[:3]}"
+        return None
+
+    return check
+
+
+def _expect_suggestion(reply: bytes) -> str | None:
+    got = pb.AnalyzeErrorResponse.FromString(reply)
+    if got.source != pb.ANALYSIS_SOURCE_HEURISTIC or not got.suggested_changes.fields:
+        return f"answered source {pb.AnalysisSource.Name(got.source)}: {got.reason!r}"
+    return None
+
+
+def transient_request() -> pb.DecideRetryRequest:
+    request = pb.DecideRetryRequest(
+        attempt=1, http_status=503, capability="search_hotels", upstream="amadeus"
+    )
+    request.deadline.FromTimedelta(timedelta(seconds=30))
+    return request
+
+
+def envelope_request() -> pb.DecideRetryRequest:
+    return pb.DecideRetryRequest(
+        attempt=1,
+        http_status=503,
+        response_body=ENVELOPE,
+        headers={"Content-Type": "application/json"},
+        capability="search_hotels",
+        upstream="amadeus",
+    )
+
+
+def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update(value)
+    return s
+
+
+def analyze_request() -> pb.AnalyzeErrorRequest:
+    # The executor's first correction request (tests/executor_trace.py).
+    return pb.AnalyzeErrorRequest(
+        http_status=400,
+        error_response="error 400: INVALID CITY CODE: PARIS",
+        original_request=_struct({"city_code": "PARIS", "check_in": "2026-04-01"}),
+        parameter_schema=_struct(
+            {
+                "type": "object",
+                "properties": {"city_code": {"type": "string", "enum": ["PAR", "LON", "NYC"]}},
+            }
+        ),
+        capability_name="search_hotels",
+    )
+
+
+def classify_request() -> pb.ClassifyRequest:
+    return pb.ClassifyRequest(
+        error_message=(
+            "search_hotels: upstream status 429 Too Many Requests from "
+            "https://api.example.com/v1/hotels?city=PAR&api_key=k3y-8f2a91c0d7"
+        ),
+        headers={"Retry-After": "2", "Content-Type": "application/json"},
+    )
+
+
+def squawk_workloads(batch_size: int) -> list[Workload]:
+    classify = classify_request()
+    # Half transient, half envelope, as a queue of mixed failures would be.
+    batch = pb.DecideRetryBatchRequest(
+        requests=[
+            transient_request() if i % 2 == 0 else envelope_request() for i in range(batch_size)
+        ]
+    )
+    return [
+        Workload(
+            "Classify", SERVICE + "Classify", classify.SerializeToString(), _expect_classification
+        ),
+        Workload(
+            "DecideRetry transient",
+            SERVICE + "DecideRetry",
+            transient_request().SerializeToString(),
+            _expect_decision(pb.ACTION_RETRY, pb.REASON_TRANSIENT_STATUS),
+        ),
+        Workload(
+            "DecideRetry envelope",
+            SERVICE + "DecideRetry",
+            envelope_request().SerializeToString(),
+            _expect_decision(pb.ACTION_FAIL, pb.REASON_EXPLICIT_NOT_RETRYABLE),
+        ),
+        Workload(
+            f"DecideRetryBatch x{batch_size}",
+            SERVICE + "DecideRetryBatch",
+            batch.SerializeToString(),
+            _expect_batch(batch_size),
+            items=batch_size,
+            open_loop=False,
+        ),
+        Workload(
+            "AnalyzeError offline",
+            SERVICE + "AnalyzeError",
+            analyze_request().SerializeToString(),
+            _expect_suggestion,
+        ),
+    ]
+
+
+# The echo floors get the DecideRetry request's bytes: the same size on the
+# wire as the call they are the floor for.
+ECHO = Workload(
+    "Echo",
+    ECHO_METHOD,
+    transient_request().SerializeToString(),
+    lambda reply: (
+        None if reply == transient_request().SerializeToString() else "echoed other bytes"
+    ),
+)
