@@ -66,7 +66,7 @@ go-test: setup
 ts-test: setup
 	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && npm test
 
-test: setup lint typecheck buf unit go-test ts-test bench-smoke
+test: setup lint typecheck buf bench-smoke unit go-test ts-test
 
 clean:
 	rm -rf $(VENV) sidecar/proto build clients/typescript/node_modules clients/typescript/dist
