@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
+from typing import Any, TypeVar
 
 import yaml
 
@@ -30,60 +31,43 @@ _RULE_FIELDS = {"max_attempts", "max_validation_retries", "retryable_statuses", 
 _PROFILE_FIELDS = _RULE_FIELDS | {"base", "capabilities"}
 
 
+# (YAML field, attribute, parser, what the error says is expected): one row
+# per scalar field, so each field's rule is written once.
+_Scalar = tuple[str, str, Callable[[str], Any], str]
+_BACKOFF_SCALARS: tuple[_Scalar, ...] = (
+    ("initial_delay", "initial", positive_duration, "a positive duration"),
+    ("max_delay", "max", positive_duration, "a positive duration"),
+    ("factor", "factor", factor, "a number >= 1"),
+    ("jitter", "jitter", Jitter, "one of none, sine, full, decorrelated"),
+)
+_RULE_SCALARS: tuple[_Scalar, ...] = (
+    ("max_attempts", "max_attempts", positive_int, "an integer >= 1"),
+    ("max_validation_retries", "max_validation_retries", natural, "an integer >= 0"),
+)
+
+T = TypeVar("T", BackoffConfig, Profile)
+
+
+def _apply(value: T, fields: Mapping[str, yaml.Node], path: str, scalars: tuple[_Scalar, ...]) -> T:
+    updates = {
+        attribute: scalar(fields[name], f"{path}.{name}", parse, what)
+        for name, attribute, parse, what in scalars
+        if name in fields
+    }
+    return replace(value, **updates) if updates else value
+
+
 def _backoff(node: yaml.Node, path: str, base: BackoffConfig) -> BackoffConfig:
     fields = mapping(node, path, _BACKOFF_FIELDS)
     cfg = base
-    if "initial_delay" in fields:
-        cfg = replace(
-            cfg,
-            initial=scalar(
-                fields["initial_delay"],
-                f"{path}.initial_delay",
-                positive_duration,
-                "a positive duration",
-            ),
-        )
-    if "max_delay" in fields:
-        cfg = replace(
-            cfg,
-            max=scalar(
-                fields["max_delay"], f"{path}.max_delay", positive_duration, "a positive duration"
-            ),
-        )
-    if "factor" in fields:
-        cfg = replace(
-            cfg, factor=scalar(fields["factor"], f"{path}.factor", factor, "a number >= 1")
-        )
-    if "jitter" in fields:
-        cfg = replace(
-            cfg,
-            jitter=scalar(
-                fields["jitter"], f"{path}.jitter", Jitter, "one of none, sine, full, decorrelated"
-            ),
-        )
+    cfg = _apply(cfg, fields, path, _BACKOFF_SCALARS)
     if cfg.max < cfg.initial:
         raise ConfigError(f"{where(node, path)}: max_delay is shorter than initial_delay")
     return cfg
 
 
 def _rules(fields: Mapping[str, yaml.Node], path: str, profile: Profile) -> Profile:
-    if "max_attempts" in fields:
-        profile = replace(
-            profile,
-            max_attempts=scalar(
-                fields["max_attempts"], f"{path}.max_attempts", positive_int, "an integer >= 1"
-            ),
-        )
-    if "max_validation_retries" in fields:
-        profile = replace(
-            profile,
-            max_validation_retries=scalar(
-                fields["max_validation_retries"],
-                f"{path}.max_validation_retries",
-                natural,
-                "an integer >= 0",
-            ),
-        )
+    profile = _apply(profile, fields, path, _RULE_SCALARS)
     if "retryable_statuses" in fields:
         node = fields["retryable_statuses"]
         at = f"{path}.retryable_statuses"
