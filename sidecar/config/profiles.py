@@ -59,8 +59,7 @@ def _apply(value: T, fields: Mapping[str, yaml.Node], path: str, scalars: tuple[
 
 def _backoff(node: yaml.Node, path: str, base: BackoffConfig) -> BackoffConfig:
     fields = mapping(node, path, _BACKOFF_FIELDS)
-    cfg = base
-    cfg = _apply(cfg, fields, path, _BACKOFF_SCALARS)
+    cfg = _apply(base, fields, path, _BACKOFF_SCALARS)
     if cfg.max < cfg.initial:
         raise ConfigError(f"{where(node, path)}: max_delay is shorter than initial_delay")
     return cfg
