@@ -7,6 +7,7 @@ plain int. Nothing here decides anything.
 from __future__ import annotations
 
 from .policy import AttemptState, Classification, Decision, Failure
+from .policy.limits import duration
 from .proto import policy_pb2 as pb
 
 __all__ = [
@@ -44,7 +45,11 @@ def attempt_state(request: pb.DecideRetryRequest) -> AttemptState:
         hitl_approved=request.hitl_approved,
         delegated_orchestrator=request.delegated_orchestrator,
         cancelled=request.cancelled,
-        deadline=request.deadline.ToTimedelta() if request.HasField("deadline") else None,
+        deadline=(
+            duration("deadline", request.deadline.seconds, request.deadline.nanos)
+            if request.HasField("deadline")
+            else None
+        ),
         capability=request.capability,
         upstream=request.upstream,
     )

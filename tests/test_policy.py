@@ -26,6 +26,7 @@ from sidecar.policy import (
     retry_after,
     status_from_text,
 )
+from sidecar.policy.limits import MAX_ERROR_MESSAGE_CHARS
 
 DEFAULT = builtin_policy().profile("default")
 LLM = builtin_policy().profile("llm")
@@ -122,11 +123,20 @@ def test_status_from_text(text: str, status: int) -> None:
     assert status_from_text(text) == status
 
 
-def test_multi_megabyte_message_is_scanned_in_bounded_time() -> None:
+def test_a_message_over_the_limit_is_refused_before_any_scan() -> None:
+    hostile = "key=" + "a" * (MAX_ERROR_MESSAGE_CHARS - 3)
+    with pytest.raises(PolicyInputError) as caught:
+        classify(Failure(hostile), DEFAULT, clock)
+    assert caught.value.field == "error_message"
+    assert "a" * 100 not in str(caught.value)
+
+
+def test_a_message_at_the_limit_is_scanned_in_bounded_time() -> None:
     # Worst cases for the pattern and the redactor: keywords followed by long
     # separator runs, and one huge token. Linear patterns finish in well under
     # a second on any machine; a backtracking one would not finish at all.
-    hostile = ("status" + " " * 1000 + ":") * 2000 + "key=" + "a" * 3_000_000
+    hostile = ("status" + " " * 100 + ":") * 200 + "key=" + "a" * 40_000
+    assert len(hostile) <= MAX_ERROR_MESSAGE_CHARS
     started = time.process_time()
     result = classify(Failure(hostile), DEFAULT, clock)
     assert result.upstream_status == 0

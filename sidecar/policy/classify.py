@@ -11,8 +11,9 @@ import re
 from collections.abc import Callable, Mapping
 
 from .headers import retry_after
+from .limits import MAX_ERROR_MESSAGE_CHARS, check_chars, check_headers
 from .profiles import Profile
-from .redact import redact
+from .text import shown_text
 from .types import Category, Classification, Failure, PolicyInputError
 
 __all__ = ["check_status", "classify", "classify_parts", "status_from_text", "tool_status"]
@@ -68,6 +69,8 @@ def tool_status(upstream: int) -> tuple[int, Category, str]:
 
 
 def classify(failure: Failure, profile: Profile, clock: Callable[[], float]) -> Classification:
+    check_chars("error_message", failure.error_message, MAX_ERROR_MESSAGE_CHARS)
+    check_headers(failure.headers)
     return classify_parts(
         failure.error_message,
         failure.http_status,
@@ -86,9 +89,17 @@ def classify_parts(
     profile: Profile,
     clock: Callable[[], float],
 ) -> Classification:
-    """`classify` on a Failure's fields: decide() calls it without building one."""
+    """`classify` on a Failure's fields: decide() calls it without building one.
+
+    The fields are already within their bounds (decide() passes an
+    envelope's message, which read_envelope bounds).
+    """
     check_status(http_status)
-    upstream = 0 if transport_failure else http_status or status_from_text(error_message)
+    upstream = (
+        0
+        if transport_failure
+        else http_status or status_from_text(error_message[:MAX_ERROR_MESSAGE_CHARS])
+    )
     status, category, code = tool_status(upstream)
     if transport_failure:
         code = "TRANSPORT_FAILURE"
@@ -98,6 +109,6 @@ def classify_parts(
         retryable=upstream == 0 or upstream in profile.transient_statuses,
         code=code,
         upstream_status=upstream,
-        redacted_message=redact(error_message),
+        redacted_message=shown_text(error_message, MAX_ERROR_MESSAGE_CHARS),
         retry_after=retry_after(headers, clock),
     )

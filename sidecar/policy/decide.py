@@ -15,6 +15,7 @@ from datetime import timedelta
 from .backoff import delay
 from .classify import check_status, classify_parts
 from .envelope import read_envelope
+from .limits import MAX_NAME_CHARS, check_chars, check_headers
 from .profiles import DEFAULT_MAX_BODY_BYTES, Profile
 from .types import (
     Action,
@@ -53,6 +54,9 @@ def validate(state: AttemptState, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) 
             "response_body",
             f"{len(state.response_body)} bytes is over the limit of {max_body_bytes} bytes",
         )
+    check_headers(state.headers)
+    check_chars("capability", state.capability, MAX_NAME_CHARS)
+    check_chars("upstream", state.upstream, MAX_NAME_CHARS)
 
 
 def _ms(wait: timedelta) -> int:

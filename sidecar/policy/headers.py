@@ -1,4 +1,11 @@
-"""Server-sent wait hints: Retry-After and grpc-retry-pushback-ms."""
+"""Server-sent wait hints: Retry-After and grpc-retry-pushback-ms.
+
+A hint is capped at MAX_RETRY_AFTER: a server asking for more than a day
+says "not today", and a 317-year delay (ten digits of seconds) is neither
+useful nor representable everywhere (google.protobuf.Duration ends at
+10,000 years; grpcurl prints none past 99,999,999 seconds). The deadline
+guard in decide() still fails a step whose wait would outlast its deadline.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,13 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from email.utils import parsedate_to_datetime
 
-__all__ = ["header", "retry_after"]
+__all__ = ["MAX_RETRY_AFTER", "header", "retry_after"]
+
+MAX_RETRY_AFTER = timedelta(days=1)
+_MAX_SECONDS = MAX_RETRY_AFTER // timedelta(seconds=1)
+# More digits than this already mean "over the cap"; int() of thousands of
+# digits would raise.
+_MAX_DIGITS = 12
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:
@@ -29,7 +42,7 @@ def _digits(value: str) -> int | None:
     # Only plain ASCII digits: a fraction, a sign or a word is malformed.
     value = value.strip()
     if value and value.isascii() and value.isdigit():
-        return int(value)
+        return int(value) if len(value) <= _MAX_DIGITS else 10**_MAX_DIGITS
     return None
 
 
@@ -44,16 +57,17 @@ def retry_after(headers: Mapping[str, str], clock: Callable[[], float]) -> timed
     if value is not None:
         seconds = _digits(value)
         if seconds is not None:
-            return timedelta(seconds=seconds)
+            return timedelta(seconds=min(seconds, _MAX_SECONDS))
         try:
             when = parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError, OverflowError):
             when = None
         if when is not None and when.tzinfo is not None:
-            return timedelta(seconds=max(0.0, when.timestamp() - clock()))
+            wait = min(max(0.0, when.timestamp() - clock()), _MAX_SECONDS)
+            return timedelta(seconds=wait)
     pushback = header(headers, "grpc-retry-pushback-ms")
     if pushback is not None:
         ms = _digits(pushback)
         if ms is not None:
-            return timedelta(milliseconds=ms)
+            return timedelta(milliseconds=min(ms, _MAX_SECONDS * 1000))
     return None

@@ -14,6 +14,7 @@ from datetime import timedelta
 from types import MappingProxyType
 
 from .backoff import BackoffConfig, Jitter
+from .text import quoted
 from .types import PolicyInputError
 
 __all__ = [
@@ -87,7 +88,7 @@ class Policy:
         found = self.profiles.get(name or "default")
         if found is None:
             known = ", ".join(sorted(self.profiles))
-            raise PolicyInputError("profile", f"unknown profile {name!r}; known: {known}")
+            raise PolicyInputError("profile", f"unknown profile {quoted(name)}; known: {known}")
         return found
 
     def with_profile(self, profile: Profile) -> Policy:

@@ -21,9 +21,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from ..analysis import Analyzer, AnalyzerSettings
 from ..policy import Policy
 from ..proto import policy_pb2 as pb
-from ..proto import policy_pb2_grpc as pb_grpc
 from .observe import Metrics, Observer
-from .servicer import PolicyServicer
+from .servicer import PolicyServicer, register
 from .telemetry import CountingBatchSpanProcessor
 
 __all__ = ["DEFAULT_LISTEN", "BindError", "Daemon"]
@@ -82,7 +81,7 @@ class Daemon:
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
-        pb_grpc.add_PolicyServiceServicer_to_server(self.servicer, self.server)
+        register(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server

@@ -2,15 +2,18 @@
 Prometheus metrics and structured decision logs.
 
 The three carry the same `squawk.*` fields, built once per decision and
-only when someone is listening. No field ever holds caller-supplied text
-(error messages, bodies, headers), so no secret can reach them.
+only when someone is listening. No field holds an error message, a body or
+a header; the names a caller chooses (capability, upstream, profile) pass
+`shown_text` in `Observer.record`, the one gate between a caller's strings
+and every sink here, which also bounds each field and so each log line.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO
 
 from opentelemetry.trace import Span
@@ -19,11 +22,20 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from ..policy import Decision
+from ..policy.limits import MAX_NAME_CHARS
+from ..policy.text import shown_text
 from ..proto import policy_pb2 as pb
 
 __all__ = ["Metrics", "Observer", "classification_fields", "decision_fields"]
 
+log = logging.getLogger(__name__)
+
 Field = str | int | bool
+# Refusals of one cause are logged at most once per this many seconds.
+_LOG_EVERY_S = 10.0
+# Distinct field strings remembered with their shown form; the same few
+# capability and upstream names recur on every decision.
+_SHOWN_CACHE = 4096
 
 _DECLARED = {None: "unset", True: "true", False: "false"}
 _LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1)
@@ -99,6 +111,13 @@ class Metrics:
             ["source"],
             registry=self.registry,
         )
+        self.refused = Counter(
+            "squawk_refused_calls",
+            "Calls answered with an error, by RPC and cause "
+            "(malformed, invalid_argument, internal).",
+            ["rpc", "cause"],
+            registry=self.registry,
+        )
         self.analyzer_fallbacks = Counter(
             "squawk_analyzer_fallbacks",
             "Model answers that fell back to the offline analyzer, by cause.",
@@ -113,6 +132,26 @@ class Metrics:
         start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
 
 
+class _Throttle:
+    """Says whether to log now: once per interval per key, counting the rest."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval = interval_s
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def ready(self, key: str) -> int | None:
+        """The number of events held back since the last log, or None to hold this one."""
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self._interval:
+            self._held[key] = self._held.get(key, 0) + 1
+            return None
+        self._last[key] = now
+        return self._held.pop(key, 0)
+
+
 class Observer:
     """Fans one decision out to the span, the metrics and the decision log."""
 
@@ -121,8 +160,44 @@ class Observer:
         self.log = log
         # Whether anything besides a recording span wants the fields.
         self.active = metrics is not None or log is not None
+        self._shown: dict[str, str] = {}
+        self._throttle = _Throttle(_LOG_EVERY_S)
+
+    def _safe(self, fields: Mapping[str, Field]) -> dict[str, Field]:
+        out = dict(fields)
+        shown = self._shown
+        for name, value in out.items():
+            if isinstance(value, str):
+                safe = shown.get(value)
+                if safe is None:
+                    safe = shown_text(value, MAX_NAME_CHARS)
+                    if len(shown) >= _SHOWN_CACHE:
+                        shown.clear()
+                    shown[value] = safe
+                out[name] = safe
+        return out
+
+    def refused(self, rpc: str, cause: str, exc_info: bool = False) -> None:
+        """Count a call answered with an error; log the unexpected ones, throttled.
+
+        A stream of malformed or failing calls costs one log line per cause
+        and interval, never one (or a traceback) per call.
+        """
+        if self.metrics is not None:
+            self.metrics.refused.labels(rpc, cause).inc()
+        if cause == "invalid_argument":
+            return
+        held = self._throttle.ready(f"{rpc}/{cause}")
+        if held is None:
+            return
+        also = f" ({held} more since the last report)" if held else ""
+        if cause == "malformed":
+            log.warning("%s: a request body that is not a valid message%s", rpc, also)
+        else:
+            log.error("internal error in %s%s", rpc, also, exc_info=exc_info)
 
     def record(self, rpc: str, fields: Mapping[str, Field], started: float, span: Span) -> None:
+        fields = self._safe(fields)
         if span.is_recording():
             span.set_attributes(fields)
         if self.metrics is not None:

@@ -1,12 +1,15 @@
 """The PolicyService servicer: convert the request, call the core, convert back.
 
-Domain errors become INVALID_ARGUMENT naming the field; anything unexpected
-becomes INTERNAL with a generic message and the traceback in the log, so a
-request can never crash the daemon.
+Domain errors become INVALID_ARGUMENT naming the field; a body that is not
+a valid message becomes INVALID_ARGUMENT naming `request`; anything
+unexpected becomes INTERNAL with a generic message and the traceback in the
+log, so a request can never crash the daemon. Every message that reaches a
+caller or a span passes `shown_text`: redacted, bounded, valid UTF-8.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import random
@@ -15,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import message_factory
+from google.protobuf.message import Message
 from opentelemetry import trace
 
 from ..analysis import Analyzer, AnalyzerSettings, check_dispatch, wire
@@ -25,12 +30,13 @@ from ..convert import (
     failure,
     fill_decision,
 )
-from ..policy import Action, Decision, Policy, PolicyInputError, classify, decide, redact
+from ..policy import Action, Decision, Policy, PolicyInputError, classify, decide
+from ..policy.text import shown_text
 from ..proto import policy_pb2 as pb
 from ..proto import policy_pb2_grpc as pb_grpc
 from .observe import Observer, classification_fields, decision_fields
 
-__all__ = ["MAX_BATCH", "PolicyServicer"]
+__all__ = ["MAX_BATCH", "MAX_ERROR_CHARS", "Malformed", "PolicyServicer", "register"]
 
 log = logging.getLogger(__name__)
 
@@ -39,23 +45,85 @@ Resp = TypeVar("Resp")
 Method = Callable[["PolicyServicer", Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]
 
 MAX_BATCH = 10_000
+# The longest status message a refused call carries.
+MAX_ERROR_CHARS = 1_024
+# A batch gives the event loop back this often, so health checks and other
+# calls are answered while it runs, and a cancelled batch stops there.
+_BATCH_SLICE = 64
+_INTERNAL = "internal error; see the daemon's log"
+
+
+class Malformed:
+    """A request body that did not parse as its method's message.
+
+    The deserializer returns this instead of raising: grpc answers a raising
+    deserializer with UNKNOWN and logs a traceback per call, which lets a
+    stream of garbage flood the log.
+    """
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+
+def _reader(cls: type[Message]) -> Callable[[bytes], Message | Malformed]:
+    parse = cls.FromString
+    name = cls.DESCRIPTOR.full_name
+
+    def read(data: bytes) -> Message | Malformed:
+        try:
+            return parse(data)
+        except Exception:  # DecodeError, or protobuf's recursion limit
+            return Malformed(name)
+
+    return read
+
+
+def register(servicer: PolicyServicer, server: grpc.aio.Server) -> None:
+    """Serve PolicyService on `server`, parsing requests with `_reader`.
+
+    The generated add_PolicyServiceServicer_to_server, but for the deserializer.
+    """
+    service = pb.DESCRIPTOR.services_by_name["PolicyService"]
+    handlers = {
+        m.name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, m.name),
+            request_deserializer=_reader(message_factory.GetMessageClass(m.input_type)),
+            response_serializer=message_factory.GetMessageClass(m.output_type).SerializeToString,
+        )
+        for m in service.methods
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(service.full_name, handlers)
 
 
 def _boundary(method: Method[Req, Resp]) -> Method[Req, Resp]:
+    rpc = method.__name__
+
     @functools.wraps(method)
     async def wrapper(
         self: PolicyServicer, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
     ) -> Resp:
-        try:
-            return await method(self, request, context)
-        except PolicyInputError as exc:
-            # Redacted: an error echoes a caller's value, and it reaches spans.
-            code, message = grpc.StatusCode.INVALID_ARGUMENT, redact(str(exc))
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            log.exception("internal error in %s", method.__name__)
-            code, message = grpc.StatusCode.INTERNAL, "internal error; see the daemon's log"
+        if isinstance(request, Malformed):
+            self._observer.refused(rpc, "malformed")
+            code = grpc.StatusCode.INVALID_ARGUMENT
+            message = f"request: not a valid {request.type_name} message"
+        else:
+            try:
+                return await method(self, request, context)
+            except PolicyInputError as exc:
+                self._observer.refused(rpc, "invalid_argument")
+                # Bounded and redacted: an error echoes a caller's value, and it reaches spans.
+                code = grpc.StatusCode.INVALID_ARGUMENT
+                message = shown_text(str(exc), MAX_ERROR_CHARS)
+            except grpc.aio.AbortError:
+                raise
+            except Exception:
+                self._observer.refused(rpc, "internal", exc_info=True)
+                code, message = grpc.StatusCode.INTERNAL, _INTERNAL
         # Abort outside the except block, so the AbortError does not carry the
         # original exception (and its unredacted text) into a span's event.
         await context.abort(code, message)
@@ -142,10 +210,18 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         results = response.results
         actions = {action: 0 for action in Action}
         for i, item in enumerate(request.requests):
+            if i and not i % _BATCH_SLICE:
+                # Raises CancelledError here once the caller has gone.
+                await asyncio.sleep(0)
             try:
                 decision = self.decide_core(item)
             except PolicyInputError as exc:
-                results.add(error=redact(f"requests[{i}].{exc}"))
+                results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
+                continue
+            except Exception:
+                # One bad item answers with its own error; the batch goes on.
+                self._observer.refused("DecideRetryBatch", "internal", exc_info=True)
+                results.add(error=f"requests[{i}]: {_INTERNAL}")
                 continue
             actions[decision.action] += 1
             if self._observer.active:
