@@ -1,0 +1,280 @@
+"""Every bound on Classify and DecideRetry, as a caller meets it over the wire.
+
+Each case sends one request past a bound to the real daemon and expects
+INVALID_ARGUMENT whose message starts with the field's name; the cases at
+the edge of a bound expect an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import grpc
+import pytest
+from conftest import Daemon, start_daemon
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sidecar.proto import policy_pb2 as pb
+from sidecar.proto import policy_pb2_grpc as pb_grpc
+
+
+def _deadline(seconds: int, nanos: int = 0) -> pb.DecideRetryRequest:
+    request = pb.DecideRetryRequest(attempt=1, http_status=503)
+    request.deadline.seconds = seconds
+    request.deadline.nanos = nanos
+    return request
+
+
+REFUSED: list[tuple[str, str, object, str]] = [
+    # (case, rpc, request, the field the message must start with)
+    (
+        "error_message over 64 KiB",
+        "Classify",
+        pb.ClassifyRequest(error_message="x" * 65_537),
+        "error_message:",
+    ),
+    ("65 headers", "Classify", pb.ClassifyRequest(headers={f"h{i}": "v" for i in range(65)}), "headers:"),
+    (
+        "a header name over 256",
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, headers={"n" * 257: "v"}),
+        "headers:",
+    ),
+    (
+        "a header value over 8 KiB",
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, headers={"retry-after": "1" * 8_193}),
+        "headers['retry-after']:",
+    ),
+    (
+        "capability over 256",
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, capability="c" * 257),
+        "capability:",
+    ),
+    (
+        "upstream over 256",
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, upstream="u" * 257),
+        "upstream:",
+    ),
+    (
+        "response_body over 1 MiB",
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, response_body=b" " * (1 << 20 | 1)),
+        "response_body:",
+    ),
+    ("deadline past Duration's range", "DecideRetry", _deadline(10**14), "deadline.seconds:"),
+    ("deadline nanos past 1s", "DecideRetry", _deadline(0, 1_000_000_000), "deadline.nanos:"),
+    ("deadline of -5 ns", "DecideRetry", _deadline(0, -5), "deadline:"),
+    ("deadline with mixed signs", "DecideRetry", _deadline(1, -5), "deadline:"),
+    ("attempt 0", "DecideRetry", pb.DecideRetryRequest(attempt=0), "attempt:"),
+    (
+        "an unknown profile of 1 MB",
+        "Classify",
+        pb.ClassifyRequest(profile="p" * 1_000_000),
+        "profile:",
+    ),
+    (
+        "over 10,000 items",
+        "DecideRetryBatch",
+        pb.DecideRetryBatchRequest(requests=[pb.DecideRetryRequest(attempt=1)] * 10_001),
+        "requests:",
+    ),
+]
+
+
+def _call(channel: grpc.Channel, rpc: str, request: object) -> object:
+    return getattr(pb_grpc.PolicyServiceStub(channel), rpc)(request, timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("rpc", "request_", "field"),
+    [case[1:] for case in REFUSED],
+    ids=[case[0] for case in REFUSED],
+)
+def test_a_value_past_its_bound_is_refused_naming_the_field(
+    channel: grpc.Channel, rpc: str, request_: object, field: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        _call(channel, rpc, request_)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = caught.value.details() or ""
+    assert details.startswith(field), details
+    # An error never echoes more than a bounded prefix of what was sent.
+    assert len(details) <= 1_100
+
+
+def test_values_at_their_bounds_are_answered(channel: grpc.Channel) -> None:
+    at_limit = pb.DecideRetryRequest(
+        attempt=1,
+        http_status=503,
+        capability="c" * 256,
+        upstream="u" * 256,
+        headers={f"h{i}": "v" * 8_192 for i in range(63)} | {"retry-after": "2"},
+    )
+    at_limit.deadline.seconds = 315_576_000_000
+    reply = _call(channel, "DecideRetry", at_limit)
+    assert isinstance(reply, pb.DecideRetryResponse)
+    assert reply.action == pb.ACTION_RETRY
+    assert reply.delay.ToTimedelta() == timedelta(seconds=2)
+    classified = _call(channel, "Classify", pb.ClassifyRequest(error_message="e" * 65_536))
+    assert isinstance(classified, pb.ClassifyResponse)
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        ("Retry-After", "9" * 20),
+        ("Retry-After", "99999999999"),
+        ("Retry-After", "Fri, 31 Dec 9999 23:59:59 GMT"),
+        ("grpc-retry-pushback-ms", "9" * 15),
+        ("Retry-After", "9" * 5_000),
+    ],
+)
+def test_a_server_hint_is_capped_at_one_day(channel: grpc.Channel, header: str, value: str) -> None:
+    request = pb.DecideRetryRequest(attempt=1, http_status=503, headers={header: value})
+    reply = _call(channel, "DecideRetry", request)
+    assert isinstance(reply, pb.DecideRetryResponse)
+    assert reply.action == pb.ACTION_RETRY
+    assert reply.delay.ToTimedelta() == timedelta(days=1)
+    assert reply.classification.retry_after.ToTimedelta() == timedelta(days=1)
+
+
+def test_a_lone_surrogate_in_an_envelope_comes_back_as_a_replacement_character(
+    channel: grpc.Channel,
+) -> None:
+    body = b'{"success": false, "error": {"message": "bad \\ud800 city", "retryable": true}}'
+    request = pb.DecideRetryRequest(attempt=1, http_status=503, response_body=body)
+    reply = _call(channel, "DecideRetry", request)
+    assert isinstance(reply, pb.DecideRetryResponse)
+    assert reply.classification.redacted_message == "bad \ufffd city"
+
+
+@pytest.mark.parametrize(
+    "rpc", ["Classify", "DecideRetry", "DecideRetryBatch", "AnalyzeError", "CheckDispatch"]
+)
+@pytest.mark.parametrize("body", [b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x08" + b"\xff" * 11])
+def test_a_malformed_body_is_an_invalid_argument_naming_the_request(
+    channel: grpc.Channel, rpc: str, body: bytes
+) -> None:
+    raw = channel.unary_unary(
+        f"/squawk.v1.PolicyService/{rpc}",
+        request_serializer=lambda b: b,
+        response_deserializer=lambda b: b,
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        raw(body, timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == f"request: not a valid squawk.v1.{rpc}Request message"
+
+
+def test_one_bad_item_answers_alone_and_the_batch_goes_on(channel: grpc.Channel) -> None:
+    bad = pb.DecideRetryRequest(attempt=1, http_status=503)
+    bad.deadline.seconds = 10**14
+    request = pb.DecideRetryBatchRequest(
+        requests=[
+            pb.DecideRetryRequest(attempt=1, http_status=503),
+            bad,
+            pb.DecideRetryRequest(attempt=1, http_status=503, profile="nope password=hunter2"),
+            pb.DecideRetryRequest(attempt=1, http_status=400),
+        ]
+    )
+    reply = _call(channel, "DecideRetryBatch", request)
+    assert isinstance(reply, pb.DecideRetryBatchResponse)
+    kinds = [r.WhichOneof("result") for r in reply.results]
+    assert kinds == ["decision", "error", "error", "decision"]
+    assert reply.results[1].error.startswith("requests[1].deadline.seconds:")
+    assert reply.results[2].error.startswith("requests[2].profile:")
+    assert "hunter2" not in reply.results[2].error
+
+
+@pytest.fixture
+def logged_daemon(tmp_path: Path) -> tuple[Daemon, Path]:
+    log = tmp_path / "decisions.jsonl"
+    return start_daemon("--decision-log", str(log)), log
+
+
+def test_garbage_costs_a_throttled_log_line_not_a_traceback_each(
+    logged_daemon: tuple[Daemon, Path],
+) -> None:
+    daemon, _ = logged_daemon
+    with grpc.insecure_channel(daemon.target) as channel:
+        raw = channel.unary_unary(
+            "/squawk.v1.PolicyService/DecideRetry",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
+        for i in range(300):
+            with pytest.raises(grpc.RpcError):
+                raw(bytes([0xFF, i % 256, 0xFF]), timeout=5)
+    output = daemon.output()
+    daemon.stop()
+    assert "Traceback" not in output
+    assert output.count("not a valid message") == 1, output
+
+
+def test_caller_names_reach_the_decision_log_redacted_and_bounded(
+    logged_daemon: tuple[Daemon, Path],
+) -> None:
+    daemon, log = logged_daemon
+    secrets = ("hunter2", "sk-LEAKLEAK1234567890", "abcdefghijklmnop")
+    with grpc.insecure_channel(daemon.target) as channel:
+        _call(
+            channel,
+            "DecideRetry",
+            pb.DecideRetryRequest(
+                attempt=1,
+                http_status=503,
+                capability="search password=hunter2 sk-LEAKLEAK1234567890",
+                upstream="Bearer abcdefghijklmnop " + "x" * 200,
+            ),
+        )
+    daemon.stop()
+    (line,) = log.read_text().splitlines()
+    assert not [s for s in secrets if s in line]
+    entry = json.loads(line)
+    assert entry["squawk.capability"] == "search password=[REDACTED] [REDACTED]"
+    assert entry["squawk.upstream"].startswith("Bearer [REDACTED] xxx")
+    assert len(entry["squawk.upstream"]) <= 257
+
+
+def test_health_answers_while_a_worst_case_batch_is_decided(daemon: Daemon) -> None:
+    # 10,000 items whose bodies each take the JSON parse and a long
+    # redaction, within gRPC's 4 MiB: the longest a batch can keep the
+    # daemon busy. The batch yields between slices, so health keeps answering.
+    message = ("status " * 40 + "password=" + "p" * 40)[:300]
+    body = json.dumps({"success": False, "error": {"message": message}}).encode()
+    item = pb.DecideRetryRequest(attempt=1, response_body=body, headers={"retry-after": "1"})
+    batch = pb.DecideRetryBatchRequest(requests=[item] * 10_000)
+    assert batch.ByteSize() < 4 << 20
+
+    def probe_latencies(stop: Callable[[], bool]) -> list[float]:
+        seen: list[float] = []
+        with grpc.insecure_channel(daemon.target) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while not stop():
+                started = time.perf_counter()
+                health.Check(health_pb2.HealthCheckRequest(), timeout=5)  # type: ignore[attr-defined]
+                seen.append(time.perf_counter() - started)
+                time.sleep(0.01)
+        return seen
+
+    with grpc.insecure_channel(daemon.target) as channel, ThreadPoolExecutor(2) as pool:
+        health = health_pb2_grpc.HealthStub(channel)
+        health.Check(health_pb2.HealthCheckRequest(), timeout=5)  # type: ignore[attr-defined]
+        done = False
+        probes = pool.submit(probe_latencies, lambda: done)
+        for _ in range(3):
+            reply = _call(channel, "DecideRetryBatch", batch)
+            assert isinstance(reply, pb.DecideRetryBatchResponse)
+            assert len(reply.results) == 10_000
+        done = True
+        latencies = probes.result(timeout=30)
+    assert len(latencies) >= 5
+    assert max(latencies) < 0.1, sorted(latencies)[-5:]
