@@ -23,7 +23,13 @@ from .config import ConfigError, load_config, load_policy
 from .policy import PolicyInputError, parse_duration, redact
 from .proto import policy_pb2 as pb
 from .proto import policy_pb2_grpc as pb_grpc
-from .server.app import DEFAULT_LISTEN, BindError, Daemon
+from .server.app import (
+    DEFAULT_GRACE_S,
+    DEFAULT_LISTEN,
+    DEFAULT_SHUTDOWN_NOTICE_S,
+    BindError,
+    Daemon,
+)
 from .server.servicer import PolicyServicer
 from .server.telemetry import tracer_provider_from_env
 
@@ -49,6 +55,16 @@ def _headers(values: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="squawk", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("SQUAWK_LOG_LEVEL", "INFO"))
@@ -61,7 +77,23 @@ def _parser() -> argparse.ArgumentParser:
         help="address to listen on, host:port or unix:///path; repeatable "
         f"(default: $SQUAWK_LISTEN, comma-separated, or {DEFAULT_LISTEN})",
     )
-    serve.add_argument("--grace", type=float, default=5.0, help="seconds to drain on SIGTERM")
+    serve.add_argument(
+        "--grace",
+        type=_seconds,
+        default=DEFAULT_GRACE_S,
+        metavar="SECONDS",
+        help="on SIGTERM or SIGINT, exit within this many seconds: the notice, the drain "
+        "of calls in flight and the span flush all fit in it; keep it below the "
+        f"platform's own limit (default: {DEFAULT_GRACE_S:g})",
+    )
+    serve.add_argument(
+        "--shutdown-notice",
+        type=_seconds,
+        default=DEFAULT_SHUTDOWN_NOTICE_S,
+        metavar="SECONDS",
+        help="the first part of --grace, during which health reports NOT_SERVING but "
+        f"every call is still answered (default: {DEFAULT_SHUTDOWN_NOTICE_S:g})",
+    )
     serve.add_argument(
         "--metrics-listen",
         default=os.environ.get("SQUAWK_METRICS_LISTEN"),
@@ -173,6 +205,7 @@ async def _serve(args: argparse.Namespace) -> None:
             config.policy,
             listen,
             grace_s=args.grace,
+            shutdown_notice_s=args.shutdown_notice,
             tracing=tracer_provider_from_env(os.environ),
             metrics_listen=args.metrics_listen,
             decision_log=log_file,
@@ -186,7 +219,13 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve" and args.shutdown_notice > args.grace:
+        parser.error(
+            f"--shutdown-notice ({args.shutdown_notice:g}s) must not exceed "
+            f"--grace ({args.grace:g}s): the notice is part of the grace period"
+        )
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])

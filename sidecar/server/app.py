@@ -1,8 +1,21 @@
 """Running the daemon: bind, health, reflection, signals and draining.
 
-Shutdown follows the grpc idiom: health turns NOT_SERVING first (so load
-balancers and clients stop sending), then `server.stop(grace)` lets in-flight
-calls finish.
+Shutdown (on SIGTERM or SIGINT) fits in the grace period, counted from the
+signal, in three steps:
+
+1. notice: health turns NOT_SERVING at once, and every call is still
+   answered for `shutdown_notice_s`, so health checkers (a Kubernetes gRPC
+   probe, a load balancer) see NOT_SERVING instead of a refused connection,
+   and an executor mid-step still gets its decision;
+2. drain: `server.stop()` refuses new calls and lets those in flight finish
+   until the grace period ends, then cancels them;
+3. flush: queued spans get what is left of the grace, at most
+   FLUSH_BOUND_S, whatever the collector does.
+
+So the process exits within the grace period plus its own teardown. The
+alternative, refusing new calls as soon as the signal arrives (the bare
+`server.stop(grace)`), makes health checks fail with UNAVAILABLE instead of
+reading NOT_SERVING.
 """
 
 from __future__ import annotations
@@ -26,11 +39,23 @@ from .observe import Metrics, Observer
 from .servicer import PolicyServicer
 from .telemetry import CountingBatchSpanProcessor
 
-__all__ = ["DEFAULT_LISTEN", "BindError", "Daemon"]
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "DEFAULT_LISTEN",
+    "DEFAULT_SHUTDOWN_NOTICE_S",
+    "BindError",
+    "Daemon",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN = "127.0.0.1:50051"
+# The whole shutdown, from the signal to the exit; well inside Kubernetes'
+# default terminationGracePeriodSeconds (30).
+DEFAULT_GRACE_S = 5.0
+# The command's default; an embedded Daemon defaults to no notice, since
+# only a deployment has health checkers to tell.
+DEFAULT_SHUTDOWN_NOTICE_S = 2.0
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
 
 # gRPC turns SO_REUSEPORT on by default, which would let a second daemon bind
@@ -47,13 +72,18 @@ class Daemon:
         self,
         policy: Policy,
         listen: list[str],
-        grace_s: float = 5.0,
+        grace_s: float = DEFAULT_GRACE_S,
         *,
+        shutdown_notice_s: float = 0.0,
         tracing: tuple[TracerProvider, CountingBatchSpanProcessor | None] | None = None,
         metrics_listen: str | None = None,
         decision_log: IO[str] | None = None,
         analyzer_settings: AnalyzerSettings | None = None,
     ) -> None:
+        if not 0 <= shutdown_notice_s <= grace_s:
+            raise ValueError(
+                f"shutdown_notice_s: {shutdown_notice_s} is not between 0 and grace_s ({grace_s})"
+            )
         self.tracer_provider = tracing[0] if tracing else None
         self.metrics = Metrics(tracing[1] if tracing else None) if metrics_listen else None
         self.metrics_listen = metrics_listen
@@ -68,6 +98,7 @@ class Daemon:
         self.health = health.aio.HealthServicer()
         self.listen = listen
         self.grace_s = grace_s
+        self.shutdown_notice_s = shutdown_notice_s
         interceptors = []
         if self.tracer_provider is not None:
             # Health probes and reflection would drown the decisions in noise.
@@ -120,10 +151,19 @@ class Daemon:
         await self.stop()
 
     async def stop(self) -> None:
-        log.info("squawk stopping: health NOT_SERVING, draining for up to %.1fs", self.grace_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace_s
+        log.info(
+            "squawk stopping: health NOT_SERVING, still answering for %.1fs, "
+            "then draining; exit within %.1fs",
+            self.shutdown_notice_s,
+            self.grace_s,
+        )
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(self.grace_s)
+        await asyncio.sleep(self.shutdown_notice_s)
+        await self.server.stop(max(deadline - loop.time(), 0.0))
         await self.analyzer.aclose()
         if self.tracer_provider is not None:
             # Flush what is queued; bounded by the exporter's own timeout.
             self.tracer_provider.shutdown()
+        log.info("squawk stopped")

@@ -1,0 +1,213 @@
+"""Starting and stopping the daemon as a platform runs it: the shutdown
+notice and drain on SIGTERM, a bounded exit whatever the trace collector
+does, and the addresses it claims (unix socket files, their mode, ports
+already taken). Every test runs the real daemon process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import grpc
+from conftest import ROOT, Daemon, start_daemon
+from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sidecar.proto import policy_pb2 as pb
+from sidecar.proto import policy_pb2_grpc as pb_grpc
+
+# What the daemon may take beyond --grace to exit: closing the analyzer's
+# client and the interpreter's own teardown (README, "Shutdown").
+TEARDOWN_S = 1.0
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not happen within {timeout_s}s")
+        time.sleep(0.02)
+
+
+def health_check(target: str) -> int | grpc.StatusCode:
+    """One Check on a new channel: the status it reads, or the RPC's error code."""
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            request = health_pb2.HealthCheckRequest(service="squawk.v1.PolicyService")
+            reply = stub.Check(request, timeout=2)  # type: ignore[attr-defined]
+        except grpc.RpcError as exc:
+            code: grpc.StatusCode = exc.code()
+            return code
+        status: int = reply.status
+        return status
+
+
+def decide(target: str) -> pb.DecideRetryResponse | grpc.StatusCode:
+    with grpc.insecure_channel(target) as channel:
+        try:
+            return pb_grpc.PolicyServiceStub(channel).DecideRetry(
+                pb.DecideRetryRequest(attempt=1, http_status=503), timeout=2
+            )
+        except grpc.RpcError as exc:
+            code: grpc.StatusCode = exc.code()
+            return code
+
+
+def exit_time(daemon: Daemon, signalled_at: float, timeout_s: float) -> tuple[int, float]:
+    """The exit code and the seconds from the signal to the exit."""
+    code = daemon.process.wait(timeout=timeout_s)
+    return code, time.monotonic() - signalled_at
+
+
+def squawk_serve(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "serve", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+# --- SIGTERM: notice, then drain -----------------------------------------
+
+
+class HeldModel:
+    """A chat-completions server on loopback that holds its answer until
+    released, so a test has an AnalyzeError call in flight for as long as it
+    needs one."""
+
+    def __init__(self) -> None:
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                model.arrived.set()
+                model.release.wait(10)
+                content = json.dumps({"changes": {"city_code": "LON"}, "reason": "held"})
+                body = json.dumps(
+                    {
+                        "id": "chatcmpl-1",
+                        "object": "chat.completion",
+                        "model": "held",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": content},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "SQUAWK_ANALYZER_BACKEND": "openai",
+            "SQUAWK_ANALYZER_BASE_URL": f"http://127.0.0.1:{self.httpd.server_address[1]}/v1",
+            "SQUAWK_ANALYZER_MODEL": "held",
+        }
+
+    def __enter__(self) -> HeldModel:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+
+def analysis_request() -> pb.AnalyzeErrorRequest:
+    request = pb.AnalyzeErrorRequest(http_status=400, error_response="INVALID CITY CODE: PARIS")
+    request.original_request.update({"city_code": "PARIS"})
+    request.parameter_schema.update(
+        {"properties": {"city_code": {"type": "string", "enum": ["PAR", "LON"]}}}
+    )
+    return request
+
+
+def test_sigterm_gives_notice_then_drains_then_exits_in_time() -> None:
+    grace, notice = 5.0, 1.5
+    with HeldModel() as model:
+        daemon = start_daemon(
+            "--grace", str(grace), "--shutdown-notice", str(notice), env=model.env
+        )
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                in_flight = pb_grpc.PolicyServiceStub(channel).AnalyzeError.future(
+                    analysis_request(), timeout=15
+                )
+                assert model.arrived.wait(5), "the analysis never reached the model"
+                signalled_at = time.monotonic()
+                daemon.process.send_signal(signal.SIGTERM)
+
+                # New health checks read NOT_SERVING (a check may still read
+                # SERVING before the signal is handled), never a refused call.
+                seen: list[int | grpc.StatusCode] = []
+
+                def stopped_serving() -> bool:
+                    seen.append(health_check(daemon.target))
+                    return seen[-1] != SERVING
+
+                until(stopped_serving, 2, "NOT_SERVING")
+                assert seen[-1] == NOT_SERVING, seen
+                # During the notice a new decision is still answered.
+                answered = decide(daemon.target)
+                assert isinstance(answered, pb.DecideRetryResponse), answered
+                assert answered.action == pb.ACTION_RETRY
+                assert health_check(daemon.target) == NOT_SERVING
+
+                # Then the drain: new calls are refused, the one in flight goes on.
+                until(
+                    lambda: decide(daemon.target) == grpc.StatusCode.UNAVAILABLE,
+                    notice + 2,
+                    "refusing new calls",
+                )
+                assert not in_flight.done()
+                model.release.set()
+                reply = in_flight.result(timeout=5)
+            assert reply.source == pb.ANALYSIS_SOURCE_LLM
+            assert json_format.MessageToDict(reply.suggested_changes) == {"city_code": "LON"}
+            code, took = exit_time(daemon, signalled_at, grace + 5)
+        finally:
+            output = daemon.output()
+            daemon.stop(signal.SIGKILL)
+    assert code == 0, output
+    assert took <= grace + TEARDOWN_S, f"exited {took:.2f}s after SIGTERM\n{output}"
+
+
+def test_a_notice_longer_than_the_grace_is_refused() -> None:
+    result = squawk_serve("--grace", "1", "--shutdown-notice", "2")
+    assert result.returncode == 2
+    assert "--shutdown-notice (2s) must not exceed --grace (1s)" in result.stderr
