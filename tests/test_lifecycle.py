@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import grpc
-from conftest import ROOT, Daemon, start_daemon
+import pytest
+from conftest import ROOT, Daemon, free_port, start_daemon
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from sidecar.proto import policy_pb2 as pb
 from sidecar.proto import policy_pb2_grpc as pb_grpc
@@ -211,3 +215,143 @@ def test_a_notice_longer_than_the_grace_is_refused() -> None:
     result = squawk_serve("--grace", "1", "--shutdown-notice", "2")
     assert result.returncode == 2
     assert "--shutdown-notice (2s) must not exceed --grace (1s)" in result.stderr
+
+
+# --- A collector that is down, silent or fine ------------------------------
+
+
+@contextmanager
+def silent_collector() -> Iterator[int]:
+    """A TCP server that accepts connections and never says a word."""
+    held: list[socket.socket] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        listener.settimeout(0.1)
+        stop = threading.Event()
+
+        def accept() -> None:
+            while not stop.is_set():
+                with suppress(TimeoutError):
+                    held.append(listener.accept()[0])
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        try:
+            yield listener.getsockname()[1]
+        finally:
+            stop.set()
+            thread.join(5)
+            for conn in held:
+                conn.close()
+
+
+@contextmanager
+def refused_collector() -> Iterator[int]:
+    yield free_port()  # nothing listens there
+
+
+class Collector:
+    """An OTLP/HTTP trace collector on loopback that accepts everything."""
+
+    def __init__(self) -> None:
+        self.spans = 0
+        collector = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                collector.spans += sum(
+                    len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans
+                )
+                reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    def __enter__(self) -> Collector:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+
+DECISIONS = 20
+
+
+def traced_run(port: int, protocol: str, grace: float) -> tuple[int, float, str]:
+    """Start a traced daemon, make DECISIONS decisions, SIGTERM it: the exit
+    code, the seconds from the signal to the exit, and its log."""
+    daemon = start_daemon(
+        "--grace",
+        str(grace),
+        "--shutdown-notice",
+        "0",
+        env={
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+            "OTEL_TRACES_SAMPLER": "always_on",
+            # Nothing leaves before the shutdown: the flush carries every span.
+            "OTEL_BSP_SCHEDULE_DELAY": "60000",
+        },
+    )
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            for _ in range(DECISIONS):
+                stub.DecideRetry(pb.DecideRetryRequest(attempt=1, http_status=503), timeout=5)
+        signalled_at = time.monotonic()
+        daemon.process.send_signal(signal.SIGTERM)
+        code, took = exit_time(daemon, signalled_at, grace + 10)
+    finally:
+        output = daemon.output()
+        daemon.stop(signal.SIGKILL)
+    return code, took, output
+
+
+@pytest.mark.parametrize(
+    ("collector", "protocol"),
+    [
+        (silent_collector, "grpc"),
+        (silent_collector, "http/protobuf"),
+        (refused_collector, "grpc"),
+    ],
+    ids=["silent-grpc", "silent-http", "refused-grpc"],
+)
+def test_a_dead_collector_cannot_hold_up_the_exit(
+    collector: Callable[[], Any], protocol: str
+) -> None:
+    grace = 2.0
+    with collector() as port:
+        code, took, output = traced_run(port, protocol, grace)
+    assert code == 0, output
+    assert took <= grace + TEARDOWN_S, f"exited {took:.2f}s after SIGTERM\n{output}"
+    assert f"tracing: {DECISIONS} of {DECISIONS} spans were not exported" in output, output
+
+
+def test_a_working_collector_gets_every_span_at_exit() -> None:
+    with Collector() as collector:
+        code, _, output = traced_run(collector.port, "http/protobuf", 3.0)
+    assert code == 0, output
+    assert collector.spans == DECISIONS
+    assert f"tracing: all {DECISIONS} spans exported" in output, output

@@ -37,7 +37,7 @@ from ..proto import policy_pb2 as pb
 from ..proto import policy_pb2_grpc as pb_grpc
 from .observe import Metrics, Observer
 from .servicer import PolicyServicer
-from .telemetry import CountingBatchSpanProcessor
+from .telemetry import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -85,6 +85,7 @@ class Daemon:
                 f"shutdown_notice_s: {shutdown_notice_s} is not between 0 and grace_s ({grace_s})"
             )
         self.tracer_provider = tracing[0] if tracing else None
+        self._span_processor = tracing[1] if tracing else None
         self.metrics = Metrics(tracing[1] if tracing else None) if metrics_listen else None
         self.metrics_listen = metrics_listen
         # Unset = the offline analyzer; the CLI passes the file's and env's settings.
@@ -164,6 +165,7 @@ class Daemon:
         await self.server.stop(max(deadline - loop.time(), 0.0))
         await self.analyzer.aclose()
         if self.tracer_provider is not None:
-            # Flush what is queued; bounded by the exporter's own timeout.
-            self.tracer_provider.shutdown()
+            # Blocks the loop on purpose: the server has stopped, nothing else waits.
+            flush_s = min(FLUSH_BOUND_S, max(deadline - loop.time(), 0.0))
+            shutdown_tracing(self.tracer_provider, self._span_processor, flush_s)
         log.info("squawk stopped")
