@@ -27,6 +27,7 @@ from .server.app import (
     DEFAULT_GRACE_S,
     DEFAULT_LISTEN,
     DEFAULT_SHUTDOWN_NOTICE_S,
+    DEFAULT_SOCKET_MODE,
     BindError,
     Daemon,
 )
@@ -65,6 +66,16 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _octal_mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode like 660") from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a mode between 0 and 777")
+    return mode
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="squawk", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("SQUAWK_LOG_LEVEL", "INFO"))
@@ -93,6 +104,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="the first part of --grace, during which health reports NOT_SERVING but "
         f"every call is still answered (default: {DEFAULT_SHUTDOWN_NOTICE_S:g})",
+    )
+    serve.add_argument(
+        "--socket-mode",
+        type=_octal_mode,
+        default=DEFAULT_SOCKET_MODE,
+        metavar="OCTAL",
+        help=f"permissions of unix:// socket files (default: {DEFAULT_SOCKET_MODE:o}, "
+        "owner and group)",
     )
     serve.add_argument(
         "--metrics-listen",
@@ -206,6 +225,7 @@ async def _serve(args: argparse.Namespace) -> None:
             listen,
             grace_s=args.grace,
             shutdown_notice_s=args.shutdown_notice,
+            socket_mode=args.socket_mode,
             tracing=tracer_provider_from_env(os.environ),
             metrics_listen=args.metrics_listen,
             decision_log=log_file,

@@ -6,15 +6,19 @@ already taken). Every test runs the real daemon process."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -355,3 +359,80 @@ def test_a_working_collector_gets_every_span_at_exit() -> None:
     assert code == 0, output
     assert collector.spans == DECISIONS
     assert f"tracing: all {DECISIONS} spans exported" in output, output
+
+
+# --- Unix sockets -----------------------------------------------------------
+
+# No health checker to give notice to here.
+QUICK_STOP = ("--shutdown-notice", "0")
+
+
+@pytest.fixture
+def sock() -> Iterator[Path]:
+    """A socket path in a new directory; short, since a unix socket path has
+    room for about 107 bytes and pytest's tmp_path can be longer."""
+    directory = Path(tempfile.mkdtemp(prefix="sq-"))
+    yield directory / "squawk.sock"
+    shutil.rmtree(directory)
+
+
+def test_a_second_daemon_on_a_live_socket_exits_3_and_the_first_keeps_serving(
+    sock: Path,
+) -> None:
+    address = f"unix://{sock}"
+    first = start_daemon(*QUICK_STOP, listen=address)
+    try:
+        inode = sock.stat().st_ino
+        second = squawk_serve("--listen", address)
+        assert second.returncode == 3, second.stderr
+        assert f"cannot listen on {address}: another process is serving on it" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert sock.stat().st_ino == inode
+        answered = decide(address)
+        assert isinstance(answered, pb.DecideRetryResponse), answered
+    finally:
+        code = first.stop()
+    assert code == 0
+    assert not sock.exists(), "a clean exit leaves no socket file"
+
+
+def test_a_stale_socket_from_a_killed_daemon_is_replaced(sock: Path) -> None:
+    address = f"unix://{sock}"
+    killed = start_daemon(listen=address)
+    killed.stop(signal.SIGKILL)
+    assert stat.S_ISSOCK(sock.lstat().st_mode), "SIGKILL leaves the socket file behind"
+    daemon = start_daemon(*QUICK_STOP, listen=address)
+    try:
+        assert isinstance(decide(address), pb.DecideRetryResponse)
+        assert "removed the stale socket" in daemon.output()
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_a_path_that_is_not_a_socket_is_refused(sock: Path) -> None:
+    sock.write_text("not a socket\n")
+    address = f"unix://{sock}"
+    result = squawk_serve("--listen", address)
+    assert result.returncode == 3, result.stderr
+    assert f"cannot listen on {address}: {sock} exists and is not a socket" in result.stderr
+    assert sock.read_text() == "not a socket\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "mode"), [((), 0o660), (("--socket-mode", "600"), 0o600)], ids=["default", "600"]
+)
+def test_the_socket_mode_does_not_depend_on_the_umask(
+    sock: Path, args: tuple[str, ...], mode: int
+) -> None:
+    # umask 0 would create the socket 0777 if the daemon left it to the umask.
+    daemon = start_daemon(*args, *QUICK_STOP, listen=f"unix://{sock}", umask=0)
+    try:
+        assert stat.S_IMODE(sock.lstat().st_mode) == mode
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_a_bad_socket_mode_is_refused() -> None:
+    result = squawk_serve("--socket-mode", "rw-rw----")
+    assert result.returncode == 2
+    assert "--socket-mode" in result.stderr and "is not an octal mode" in result.stderr

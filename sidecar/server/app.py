@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from typing import IO
 
@@ -35,6 +36,14 @@ from ..analysis import Analyzer, AnalyzerSettings
 from ..policy import Policy
 from ..proto import policy_pb2 as pb
 from ..proto import policy_pb2_grpc as pb_grpc
+from .listeners import (
+    DEFAULT_SOCKET_MODE,
+    BindError,
+    BoundSocket,
+    claim_unix_socket,
+    socket_umask,
+    unix_socket_path,
+)
 from .observe import Metrics, Observer
 from .servicer import PolicyServicer
 from .telemetry import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
@@ -43,6 +52,7 @@ __all__ = [
     "DEFAULT_GRACE_S",
     "DEFAULT_LISTEN",
     "DEFAULT_SHUTDOWN_NOTICE_S",
+    "DEFAULT_SOCKET_MODE",
     "BindError",
     "Daemon",
 ]
@@ -63,10 +73,6 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
 SERVER_OPTIONS = [("grpc.so_reuseport", 0)]
 
 
-class BindError(RuntimeError):
-    """The daemon could not listen on an address."""
-
-
 class Daemon:
     def __init__(
         self,
@@ -75,6 +81,7 @@ class Daemon:
         grace_s: float = DEFAULT_GRACE_S,
         *,
         shutdown_notice_s: float = 0.0,
+        socket_mode: int = DEFAULT_SOCKET_MODE,
         tracing: tuple[TracerProvider, CountingBatchSpanProcessor | None] | None = None,
         metrics_listen: str | None = None,
         decision_log: IO[str] | None = None,
@@ -100,6 +107,7 @@ class Daemon:
         self.listen = listen
         self.grace_s = grace_s
         self.shutdown_notice_s = shutdown_notice_s
+        self.socket_mode = socket_mode
         interceptors = []
         if self.tracer_provider is not None:
             # Health probes and reflection would drown the decisions in noise.
@@ -111,6 +119,7 @@ class Daemon:
             )
         self.server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
         self.ports: list[int] = []
+        self._sockets: list[BoundSocket] = []
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
@@ -122,14 +131,7 @@ class Daemon:
         # The stock async health servicer starts as SERVING; we are not, yet.
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        for address in self.listen:
-            try:
-                port = self.server.add_insecure_port(address)
-            except RuntimeError as exc:
-                raise BindError(
-                    f"cannot listen on {address}: the address is in use or not available ({exc})"
-                ) from None
-            self.ports.append(port)
+        self._bind()
         await self.server.start()
         if self.metrics is not None and self.metrics_listen:
             self.metrics.serve(self.metrics_listen)
@@ -140,6 +142,29 @@ class Daemon:
         if settings.uses_model:
             # The URL carries no credentials (config refuses them); the key is never logged.
             log.info("AnalyzeError layer 3: model %s at %s", settings.model, settings.base_url)
+
+    def _bind(self) -> None:
+        for address in self.listen:
+            path = unix_socket_path(address)
+            if path is None:
+                self.ports.append(self._add_port(address))
+                continue
+            claim_unix_socket(address, path)
+            with socket_umask(self.socket_mode):
+                self.ports.append(self._add_port(address))
+            self._sockets.append(BoundSocket(path, os.lstat(path).st_ino))
+
+    def _add_port(self, address: str) -> int:
+        try:
+            return self.server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise BindError(
+                f"cannot listen on {address}: the address is in use or not available ({exc})"
+            ) from None
+
+    def _remove_sockets(self) -> None:
+        for bound in self._sockets:
+            bound.remove()
 
     def request_stop(self) -> None:
         self._stopping.set()
@@ -163,6 +188,7 @@ class Daemon:
         await self.health.enter_graceful_shutdown()
         await asyncio.sleep(self.shutdown_notice_s)
         await self.server.stop(max(deadline - loop.time(), 0.0))
+        self._remove_sockets()
         await self.analyzer.aclose()
         if self.tracer_provider is not None:
             # Blocks the loop on purpose: the server has stopped, nothing else waits.
