@@ -436,3 +436,18 @@ def test_a_bad_socket_mode_is_refused() -> None:
     result = squawk_serve("--socket-mode", "rw-rw----")
     assert result.returncode == 2
     assert "--socket-mode" in result.stderr and "is not an octal mode" in result.stderr
+
+
+# --- Ports already taken ----------------------------------------------------
+
+
+def test_a_busy_metrics_port_exits_3_and_leaves_no_socket(sock: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        metrics = f"127.0.0.1:{taken.getsockname()[1]}"
+        result = squawk_serve("--listen", f"unix://{sock}", "--metrics-listen", metrics)
+    assert result.returncode == 3, result.stderr
+    assert f"cannot listen on {metrics} for metrics" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not sock.exists(), "a daemon that failed to start leaves no socket file"

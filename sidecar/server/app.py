@@ -131,10 +131,15 @@ class Daemon:
         # The stock async health servicer starts as SERVING; we are not, yet.
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        self._bind()
-        await self.server.start()
-        if self.metrics is not None and self.metrics_listen:
-            self.metrics.serve(self.metrics_listen)
+        try:
+            self._bind()
+            self._serve_metrics()
+            await self.server.start()
+        except BaseException:
+            # A daemon that fails to start leaves no socket file behind.
+            await self.server.stop(None)
+            self._remove_sockets()
+            raise
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("squawk serving on %s", ", ".join(self.listen))
@@ -160,6 +165,17 @@ class Daemon:
         except RuntimeError as exc:
             raise BindError(
                 f"cannot listen on {address}: the address is in use or not available ({exc})"
+            ) from None
+
+    def _serve_metrics(self) -> None:
+        if self.metrics is None or not self.metrics_listen:
+            return
+        try:
+            self.metrics.serve(self.metrics_listen)
+        except (OSError, ValueError) as exc:
+            raise BindError(
+                f"cannot listen on {self.metrics_listen} for metrics: "
+                f"the address is in use or not available ({exc})"
             ) from None
 
     def _remove_sockets(self) -> None:
