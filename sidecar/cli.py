@@ -26,10 +26,10 @@ from .proto import policy_pb2_grpc as pb_grpc
 from .server.app import (
     DEFAULT_GRACE_S,
     DEFAULT_LISTEN,
-    DEFAULT_SHUTDOWN_NOTICE_S,
     DEFAULT_SOCKET_MODE,
     BindError,
     Daemon,
+    default_shutdown_notice,
 )
 from .server.servicer import PolicyServicer
 from .server.telemetry import tracer_provider_from_env
@@ -100,10 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--shutdown-notice",
         type=_seconds,
-        default=DEFAULT_SHUTDOWN_NOTICE_S,
         metavar="SECONDS",
         help="the first part of --grace, during which health reports NOT_SERVING but "
-        f"every call is still answered (default: {DEFAULT_SHUTDOWN_NOTICE_S:g})",
+        "every call is still answered (default: 2, or half of --grace if that is shorter)",
     )
     serve.add_argument(
         "--socket-mode",
@@ -241,11 +240,14 @@ async def _serve(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.command == "serve" and args.shutdown_notice > args.grace:
-        parser.error(
-            f"--shutdown-notice ({args.shutdown_notice:g}s) must not exceed "
-            f"--grace ({args.grace:g}s): the notice is part of the grace period"
-        )
+    if args.command == "serve":
+        if args.shutdown_notice is None:
+            args.shutdown_notice = default_shutdown_notice(args.grace)
+        elif args.shutdown_notice > args.grace:
+            parser.error(
+                f"--shutdown-notice ({args.shutdown_notice:g}s) must not exceed "
+                f"--grace ({args.grace:g}s): the notice is part of the grace period"
+            )
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])

@@ -215,6 +215,29 @@ def test_sigterm_gives_notice_then_drains_then_exits_in_time() -> None:
     assert took <= grace + TEARDOWN_S, f"exited {took:.2f}s after SIGTERM\n{output}"
 
 
+def test_a_short_grace_gets_half_of_it_as_notice_by_default() -> None:
+    grace = 1.0
+    daemon = start_daemon("--grace", str(grace))
+    try:
+        signalled_at = time.monotonic()
+        daemon.process.send_signal(signal.SIGTERM)
+        seen: list[int | grpc.StatusCode] = []
+
+        def stopped_serving() -> bool:
+            seen.append(health_check(daemon.target))
+            return seen[-1] != SERVING
+
+        until(stopped_serving, 1, "NOT_SERVING")
+        code, took = exit_time(daemon, signalled_at, grace + 5)
+    finally:
+        output = daemon.output()
+        daemon.stop(signal.SIGKILL)
+    assert seen[-1] == NOT_SERVING, seen
+    assert code == 0, output
+    # Half the grace for the notice; the drain has nothing in flight.
+    assert grace / 2 <= took <= grace + TEARDOWN_S, f"exited {took:.2f}s after SIGTERM"
+
+
 def test_a_notice_longer_than_the_grace_is_refused() -> None:
     result = squawk_serve("--grace", "1", "--shutdown-notice", "2")
     assert result.returncode == 2

@@ -51,10 +51,10 @@ from .telemetry import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_traci
 __all__ = [
     "DEFAULT_GRACE_S",
     "DEFAULT_LISTEN",
-    "DEFAULT_SHUTDOWN_NOTICE_S",
     "DEFAULT_SOCKET_MODE",
     "BindError",
     "Daemon",
+    "default_shutdown_notice",
 ]
 
 log = logging.getLogger(__name__)
@@ -63,14 +63,19 @@ DEFAULT_LISTEN = "127.0.0.1:50051"
 # The whole shutdown, from the signal to the exit; well inside Kubernetes'
 # default terminationGracePeriodSeconds (30).
 DEFAULT_GRACE_S = 5.0
-# The command's default; an embedded Daemon defaults to no notice, since
-# only a deployment has health checkers to tell.
-DEFAULT_SHUTDOWN_NOTICE_S = 2.0
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
 
 # gRPC turns SO_REUSEPORT on by default, which would let a second daemon bind
 # the same port silently and steal half the calls.
 SERVER_OPTIONS = [("grpc.so_reuseport", 0)]
+
+
+def default_shutdown_notice(grace_s: float) -> float:
+    """The command's notice when none is given: 2 s, or half the grace period
+    if that is shorter, so the drain and the flush keep the other half. (An
+    embedded Daemon defaults to no notice: only a deployment has health
+    checkers to tell.)"""
+    return min(2.0, grace_s / 2)
 
 
 class Daemon:
