@@ -23,7 +23,14 @@ from .config import ConfigError, load_config, load_policy
 from .policy import PolicyInputError, parse_duration, redact
 from .proto import policy_pb2 as pb
 from .proto import policy_pb2_grpc as pb_grpc
-from .server.app import DEFAULT_LISTEN, BindError, Daemon
+from .server.app import (
+    DEFAULT_GRACE_S,
+    DEFAULT_LISTEN,
+    DEFAULT_SOCKET_MODE,
+    BindError,
+    Daemon,
+    default_shutdown_notice,
+)
 from .server.servicer import PolicyServicer
 from .server.telemetry import tracer_provider_from_env
 
@@ -49,6 +56,26 @@ def _headers(values: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def _octal_mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode like 660") from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a mode between 0 and 777")
+    return mode
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="squawk", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("SQUAWK_LOG_LEVEL", "INFO"))
@@ -61,7 +88,30 @@ def _parser() -> argparse.ArgumentParser:
         help="address to listen on, host:port or unix:///path; repeatable "
         f"(default: $SQUAWK_LISTEN, comma-separated, or {DEFAULT_LISTEN})",
     )
-    serve.add_argument("--grace", type=float, default=5.0, help="seconds to drain on SIGTERM")
+    serve.add_argument(
+        "--grace",
+        type=_seconds,
+        default=DEFAULT_GRACE_S,
+        metavar="SECONDS",
+        help="on SIGTERM or SIGINT, exit within this many seconds: the notice, the drain "
+        "of calls in flight and the span flush all fit in it; keep it below the "
+        f"platform's own limit (default: {DEFAULT_GRACE_S:g})",
+    )
+    serve.add_argument(
+        "--shutdown-notice",
+        type=_seconds,
+        metavar="SECONDS",
+        help="the first part of --grace, during which health reports NOT_SERVING but "
+        "every call is still answered (default: 2, or half of --grace if that is shorter)",
+    )
+    serve.add_argument(
+        "--socket-mode",
+        type=_octal_mode,
+        default=DEFAULT_SOCKET_MODE,
+        metavar="OCTAL",
+        help=f"permissions of unix:// socket files (default: {DEFAULT_SOCKET_MODE:o}, "
+        "owner and group)",
+    )
     serve.add_argument(
         "--metrics-listen",
         default=os.environ.get("SQUAWK_METRICS_LISTEN"),
@@ -173,6 +223,8 @@ async def _serve(args: argparse.Namespace) -> None:
             config.policy,
             listen,
             grace_s=args.grace,
+            shutdown_notice_s=args.shutdown_notice,
+            socket_mode=args.socket_mode,
             tracing=tracer_provider_from_env(os.environ),
             metrics_listen=args.metrics_listen,
             decision_log=log_file,
@@ -186,7 +238,16 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        if args.shutdown_notice is None:
+            args.shutdown_notice = default_shutdown_notice(args.grace)
+        elif args.shutdown_notice > args.grace:
+            parser.error(
+                f"--shutdown-notice ({args.shutdown_notice:g}s) must not exceed "
+                f"--grace ({args.grace:g}s): the notice is part of the grace period"
+            )
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler])

@@ -72,8 +72,10 @@ def wait_serving(target: str, timeout_s: float = 20.0) -> None:
 
 
 def start_daemon(
-    *args: str, env: dict[str, str] | None = None, listen: str | None = None
+    *args: str, env: dict[str, str] | None = None, listen: str | None = None, umask: int = -1
 ) -> Daemon:
+    """The daemon as a subprocess, once it reports SERVING; `umask` is the one
+    it inherits (-1: this process's)."""
     target = listen or f"127.0.0.1:{free_port()}"
     # A file, not a pipe: a chatty daemon must never block on a full pipe.
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Daemon.stop)
@@ -83,6 +85,7 @@ def start_daemon(
         env={**os.environ, **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,
+        umask=umask,
     )
     daemon = Daemon(process, target, log)
     try:

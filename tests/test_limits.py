@@ -38,7 +38,12 @@ REFUSED: list[tuple[str, str, object, str]] = [
         pb.ClassifyRequest(error_message="x" * 65_537),
         "error_message:",
     ),
-    ("65 headers", "Classify", pb.ClassifyRequest(headers={f"h{i}": "v" for i in range(65)}), "headers:"),
+    (
+        "65 headers",
+        "Classify",
+        pb.ClassifyRequest(headers={f"h{i}": "v" for i in range(65)}),
+        "headers:",
+    ),
     (
         "a header name over 256",
         "DecideRetry",

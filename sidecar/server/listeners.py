@@ -1,0 +1,123 @@
+"""Claiming the addresses the daemon listens on.
+
+gRPC replaces whatever socket file sits at a unix:// path, so a second
+daemon started on the same path would take it over silently while the first
+kept running, unreachable. Before binding, `claim_unix_socket` tells the
+three cases apart:
+
+- nothing there: bind;
+- a socket nobody answers on (left by a daemon that was killed): remove it,
+  then bind;
+- a socket something answers on, or a path that is not a socket: refuse.
+
+The check and the bind are two steps, so two daemons starting in the same
+instant could both find a stale socket; one of them then replaces the
+other's, the case this guard cannot close without a lock file.
+
+The socket is created with the configured mode from the start: the umask is
+narrowed around the bind, so there is no moment when the file exists with a
+wider mode (a chmod after the bind would leave one). The umask is
+per-process, so a file another thread creates during that call is created
+narrower, never wider.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_SOCKET_MODE",
+    "BindError",
+    "BoundSocket",
+    "claim_unix_socket",
+    "socket_umask",
+    "unix_socket_path",
+]
+
+log = logging.getLogger(__name__)
+
+# Owner and group may connect: the executor runs as the daemon's user or in
+# its group; nobody else on the host can.
+DEFAULT_SOCKET_MODE = 0o660
+
+# How long a connect may take to tell "someone answers" from "stale".
+_PROBE_TIMEOUT_S = 1.0
+
+
+class BindError(RuntimeError):
+    """The daemon could not listen on an address."""
+
+
+@dataclass(frozen=True, slots=True)
+class BoundSocket:
+    """A socket file this process created, known by its inode so that a
+    clean exit never removes a file some other process put at the path."""
+
+    path: str
+    inode: int
+
+    def remove(self) -> None:
+        try:
+            if os.lstat(self.path).st_ino == self.inode:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass  # gRPC removes it itself when the server stops
+
+
+def unix_socket_path(address: str) -> str | None:
+    """The file a gRPC listen address creates, or None (TCP, abstract socket)."""
+    for prefix in ("unix://", "unix:"):
+        if address.startswith(prefix):
+            return address.removeprefix(prefix)
+    return None
+
+
+def claim_unix_socket(address: str, path: str) -> None:
+    """Make `path` free for a new socket, or raise BindError naming `address`."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise BindError(f"cannot listen on {address}: {path} exists and is not a socket")
+    if _answers(address, path):
+        raise BindError(f"cannot listen on {address}: another process is serving on it")
+    with suppress(FileNotFoundError):
+        os.unlink(path)
+    log.info("removed the stale socket %s: nothing answered on it", path)
+
+
+def _answers(address: str, path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(_PROBE_TIMEOUT_S)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except TimeoutError:
+            return True  # a full backlog: a live listener that is busy
+        except OSError as exc:
+            if exc.errno == errno.EAGAIN:
+                return True  # the same, as a non-blocking connect reports it
+            raise BindError(
+                f"cannot listen on {address}: cannot tell whether another process "
+                f"serves on it ({exc.strerror})"
+            ) from None
+    return True
+
+
+@contextmanager
+def socket_umask(mode: int) -> Iterator[None]:
+    """Files created inside get at most `mode` (sockets get exactly `mode`)."""
+    previous = os.umask(0o777 & ~mode)
+    try:
+        yield
+    finally:
+        os.umask(previous)
