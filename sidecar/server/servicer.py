@@ -49,7 +49,7 @@ MAX_BATCH = 10_000
 MAX_ERROR_CHARS = 1_024
 # A batch gives the event loop back this often, so health checks and other
 # calls are answered while it runs, and a cancelled batch stops there.
-_BATCH_SLICE = 64
+_BATCH_SLICE = 32
 _INTERNAL = "internal error; see the daemon's log"
 
 

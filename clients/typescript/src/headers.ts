@@ -20,12 +20,20 @@ function digits(value: string): number | undefined {
   return /^[0-9]+$/.test(v) ? Number(v) : undefined;
 }
 
+/** A server's hint is capped at a day, as the daemon caps it. */
+export const MAX_RETRY_AFTER_MS = 86_400_000;
+
 /**
- * The wait the server asked for in milliseconds, or undefined when it asked
- * for none (or sent garbage). `nowMs` is the current Unix time in ms; it is
- * only read for an HTTP-date.
+ * The wait the server asked for in milliseconds, capped at a day, or
+ * undefined when it asked for none (or sent garbage). `nowMs` is the current
+ * Unix time in ms; it is only read for an HTTP-date.
  */
 export function retryAfterMs(headers: HeaderMap, nowMs: number): number | undefined {
+  const wait = uncappedRetryAfterMs(headers, nowMs);
+  return wait === undefined ? undefined : Math.min(wait, MAX_RETRY_AFTER_MS);
+}
+
+function uncappedRetryAfterMs(headers: HeaderMap, nowMs: number): number | undefined {
   const value = header(headers, "retry-after");
   if (value !== undefined) {
     const seconds = digits(value);
