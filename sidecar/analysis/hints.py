@@ -13,11 +13,10 @@ from __future__ import annotations
 import bisect
 import json
 import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .dates import format_named_in
-from .types import Json
+from .mentions import mentions
 
 __all__ = ["Hint", "Sentences", "hints", "mentions", "readable", "wanted_type"]
 
@@ -72,12 +71,6 @@ _TYPE_NAMES = {
     "text": "string",
 }
 _SENTENCE_END = re.compile(r"\n|[.;!?](?=\s|$)")
-# Names this short or this common are only "named" when quoted or written as
-# `name:` / `name=`: "to" and "from" appear in every English sentence.
-_WEAK_NAMES = frozenset(
-    {"a", "an", "and", "as", "at", "by", "for", "from", "id", "if", "in", "is", "it", "no"}
-    | {"of", "on", "or", "q", "the", "to", "type", "value"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,45 +117,6 @@ def readable(error_text: str) -> str:
             lines.append(top)
         return "\n".join(lines)
     return text
-
-
-def _split_words(name: str) -> str:
-    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
-    return " ".join(re.split(r"[^0-9a-zA-Z]+", spaced.lower())).strip()
-
-
-def _first(pattern: str, text: str) -> int | None:
-    m = re.search(pattern, text)
-    return None if m is None else m.start()
-
-
-def mentions(text: str, request: Mapping[str, Json], names: Iterable[str]) -> dict[str, int]:
-    """Parameter -> position of its first mention (by name or by current value).
-
-    Plain substring tests come first, so a long text and many parameters
-    cost one regex search only for the names that actually appear.
-    """
-    found: dict[str, int] = {}
-    lowered = text.lower()
-    for name in names:
-        spots: list[int | None] = []
-        words = _split_words(name)
-        weak = not words or words in _WEAK_NAMES or len(words) <= 2
-        quoted = re.escape(name)
-        if name in text and weak:
-            spots.append(_first(rf"""['"`“]{quoted}['"`”]|(?<![\w-]){quoted}\s*[:=]""", text))
-        elif name in text:
-            spots.append(_first(rf"(?<![\w-]){quoted}(?![\w-])", text))
-        if not weak and words.split()[0] in lowered:
-            pattern = r"[\s_-]+".join(re.escape(w) for w in words.split())
-            spots.append(_first(rf"(?i)(?<![\w]){pattern}(?![\w])", text))
-        value = request.get(name)
-        if isinstance(value, str) and len(value) >= 2 and value in text:
-            spots.append(_first(rf"(?<![\w]){re.escape(value)}(?![\w])", text))
-        hits = [spot for spot in spots if spot is not None]
-        if hits:
-            found[name] = min(hits)
-    return found
 
 
 class Sentences:
