@@ -535,7 +535,8 @@ def test_over_the_wire_with_a_model(tmp_path: Any) -> None:
     assert json_format.MessageToDict(bad.suggested_changes) == {"city_code": "PAR"}
     assert {r.parameter for r in bad.rejected_changes} == set(HOSTILE)
     proposed = {r.parameter: r.proposed_value for r in bad.rejected_changes}
-    assert proposed["api_key"].string_value == "sk-attacker"
+    # A secret-shaped value is never echoed back, not even as a refused one.
+    assert proposed["api_key"].string_value == "[REDACTED]"
     assert proposed["admin"].bool_value is True
     for seen in server.seen:
         assert b"sk-wirecanary" not in seen.raw

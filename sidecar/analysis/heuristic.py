@@ -26,6 +26,7 @@ import re
 from collections.abc import Mapping
 
 from . import dates, hints
+from .credentials import redacted_text
 from .schema import declared_types, enum_values, problems, property_schema, type_matches
 from .similarity import nearest
 from .types import AnalysisRequest, Json, Proposal, Source
@@ -41,12 +42,11 @@ _MAX_SHOWN = 40
 
 
 def show(value: Json) -> str:
-    """A value for a reason sentence: quoted strings, bare numbers, short."""
+    """A value for a reason sentence: quoted strings (redacted), bare numbers, short."""
+    if isinstance(value, str):
+        return repr(redacted_text(value, _MAX_SHOWN))
     text = scalar_text(value)
-    if value is None:
-        text = "null"
-    shown = repr(text) if isinstance(value, str) else text if text is not None else kind(value)
-    return shown if len(shown) <= _MAX_SHOWN else shown[: _MAX_SHOWN - 1] + "…'"
+    return "null" if value is None else text if text is not None else kind(value)
 
 
 def convert(value: Json, wanted: str) -> Json | None:
