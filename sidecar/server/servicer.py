@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import grpc
 from opentelemetry import trace
 
-from ..analysis import Analyzer, AnalyzerSettings, check_dispatch, wire
+from ..analysis import Analyzer, AnalyzerSettings, wire
 from ..convert import (
     attempt_state,
     classification_message,
@@ -170,7 +170,10 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         context: grpc.aio.ServicerContext[pb.AnalyzeErrorRequest, pb.AnalyzeErrorResponse],
     ) -> pb.AnalyzeErrorResponse:
         started = time.perf_counter()
-        analysis = await self._analyzer.analyze(wire.analysis_request(request))
+        # Reading a large request is CPU work: on the analysis worker, off the loop.
+        analysis = await self._analyzer.analyze(
+            await self._analyzer.worker.run(wire.analysis_request, request)
+        )
         self._note("AnalyzeError", lambda: wire.analysis_fields(analysis), started)
         return wire.analysis_response(analysis)
 
@@ -180,6 +183,4 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         request: pb.CheckDispatchRequest,
         context: grpc.aio.ServicerContext[pb.CheckDispatchRequest, pb.CheckDispatchResponse],
     ) -> pb.CheckDispatchResponse:
-        parameters = wire.struct_dict(request.parameters)
-        schema = wire.struct_dict(request.parameter_schema)
-        return wire.dispatch_response(check_dispatch(parameters, schema))
+        return await self._analyzer.worker.run(wire.dispatch, request)
