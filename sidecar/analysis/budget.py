@@ -17,8 +17,8 @@ kind on the machine this was measured on, so DEFAULT_UNITS is about 20 ms.
 The budget of the running analysis travels in a context variable (per-call
 data, like a trace context): `Analyzer.analyze` opens a fresh one per call,
 and the worker thread runs each step in a copy of the caller's context.
-Outside an analysis (CheckDispatch, direct calls in tests), each search is
-measured against a fresh default budget of its own.
+Outside an analysis (CheckDispatch, a direct call), each public entry
+point (`check_dispatch`, `schema.problems`) opens a budget of its own.
 
 The budget also memoizes what one analysis would otherwise rebuild for
 every value it checks (an enum's membership index), keyed by the object it
@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
-__all__ = ["DEFAULT_UNITS", "Budget", "afford", "memo", "scope"]
+__all__ = ["DEFAULT_UNITS", "Budget", "afford", "memo", "scope", "within_one"]
 
 T = TypeVar("T")
 
@@ -97,3 +97,9 @@ def scope(budget: Budget) -> Iterator[Budget]:
         yield budget
     finally:
         _CURRENT.reset(token)
+
+
+def within_one() -> contextlib.AbstractContextManager[Budget]:
+    """The running analysis's budget, or a fresh one for a call made outside any."""
+    budget = _CURRENT.get()
+    return contextlib.nullcontext(budget) if budget is not None else scope(Budget())

@@ -20,7 +20,7 @@ from .heuristic import convert, show
 from .schema import declared_types, problems, property_schema, required
 from .similarity import name_closeness
 from .types import AnalysisRequest, Json, Proposal, Source
-from .values import leaves, same_json
+from .values import distinct, leaves, same_json
 
 __all__ = ["failing_parameters", "propose"]
 
@@ -82,9 +82,9 @@ def _resolve(
     if best == 0 and not any(k in schema for k in _RESTRICTIVE):
         return f"no dependency result has a key named like {name}"
     top = [(value, where) for rank, value, where in found if rank == best]
-    distinct = [v for i, (v, _) in enumerate(top) if not any(same_json(v, w) for w, _ in top[:i])]
-    if len(distinct) > 1:
-        shown = ", ".join(show(v) for v in distinct[:4])
+    candidates = distinct((v for v, _ in top), limit=5)
+    if len(candidates) > 1:
+        shown = ", ".join(show(v) for v in candidates[:4])
         return f"the dependency results hold several candidates for {name} ({shown})"
     value, where = top[0]
     return value, f"{where}, {_RANKS[best]}"

@@ -132,9 +132,6 @@ def check_dispatch(
     keys first at each level, so the same input always answers the same way.
     """
     out: list[Violation] = []
-    if budget.current() is None:
-        with budget.scope(budget.Budget()):  # CheckDispatch: one call's memo of enum sets
-            _check(dict(parameters), schema, "", out)
-    else:
+    with budget.within_one():  # CheckDispatch's own: one call's memo of enum sets
         _check(dict(parameters), schema, "", out)
     return tuple(out[:MAX_VIOLATIONS])

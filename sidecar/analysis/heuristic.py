@@ -25,12 +25,12 @@ import functools
 import re
 from collections.abc import Mapping
 
-from . import dates, hints
+from . import dates, hints, patterns
 from .credentials import redacted_text
-from .schema import declared_types, enum_values, problems, property_schema, type_matches
+from .schema import declared_types, enum_values, in_enum, problems, property_schema, type_matches
 from .similarity import nearest
 from .types import AnalysisRequest, Json, Proposal, Source
-from .values import kind, number_text, same_json, scalar_text
+from .values import distinct, kind, number_text, same_json, scalar_text
 
 __all__ = ["convert", "propose"]
 
@@ -130,7 +130,7 @@ def _by_type(ctx: _Context, name: str, value: Json, schema: Mapping[str, Json]) 
 def _by_enum(value: Json, schema: Mapping[str, Json]) -> list[Json]:
     allowed = enum_values(schema)
     text = scalar_text(value)
-    if allowed is None or text is None or any(same_json(value, v) for v in allowed):
+    if allowed is None or text is None or in_enum(value, allowed):
         return []
     found = nearest(text, allowed)
     return [] if found is None else [found[0]]
@@ -222,6 +222,11 @@ def propose(request: AnalysisRequest, error_text: str) -> Proposal:
     for name, value in ctx.params.items():
         schema = property_schema(ctx.schema, name)
         found = candidates.setdefault(name, [])
+        pattern = schema.get("pattern")
+        unchecked = patterns.unverifiable(pattern) if isinstance(pattern, str) else None
+        if unchecked is not None:
+            notes.append(f"{name}'s pattern {unchecked.value}, so no value for it can be checked")
+            continue
         found += _by_type(ctx, name, value, schema)
         found += _by_enum(value, schema)
         found += _by_case(value, schema)
@@ -229,13 +234,13 @@ def propose(request: AnalysisRequest, error_text: str) -> Proposal:
     changes: dict[str, Json] = {}
     why: dict[str, str] = {}
     for name, found in candidates.items():
-        distinct = [v for i, v in enumerate(found) if not any(same_json(v, w) for w in found[:i])]
-        if len(distinct) > 1:
+        options = distinct(found, limit=2)
+        if len(options) > 1:
             notes.append(f"{name} has several possible corrections and none is chosen")
-        elif distinct:
-            changes[name] = distinct[0]
+        elif options:
+            changes[name] = options[0]
             before = show(ctx.params[name]) if name in ctx.params else "(unset)"
-            why[name] = f"{name} {before} -> {show(distinct[0])}"
+            why[name] = f"{name} {before} -> {show(options[0])}"
     if changes:
         return Proposal(Source.HEURISTIC, changes, why)
     if not notes:

@@ -39,7 +39,7 @@ import re2  # type: ignore[import-untyped]  # google-re2 ships no type informati
 
 from . import budget
 
-__all__ = ["MAX_MEMORY", "MAX_PATTERN_CHARS", "Verdict", "search"]
+__all__ = ["MAX_MEMORY", "MAX_PATTERN_CHARS", "Verdict", "search", "unverifiable"]
 
 MAX_PATTERN_CHARS = 1_000
 MAX_MEMORY = 1 << 20
@@ -139,3 +139,9 @@ def search(pattern: str, text: str) -> Verdict:
     if not budget.afford((len(data) + 1) * compiled.size):
         return Verdict.OVER_BUDGET
     return Verdict.MATCH if compiled.matches(data) else Verdict.NO_MATCH
+
+
+def unverifiable(pattern: str) -> Verdict | None:
+    """Why no text can be checked against `pattern` in this analysis, or None when it can."""
+    compiled = _program(pattern)
+    return compiled if isinstance(compiled, Verdict) else None

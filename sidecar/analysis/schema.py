@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from . import budget, patterns
 from .dates import conforms_format
 from .types import Json
-from .values import canonical, kind, same_json, scalar_text
+from .values import json_key, kind, same_json, scalar_text
 
 __all__ = [
     "UNCHECKED",
@@ -94,8 +94,8 @@ def in_enum(value: Json, allowed: list[Json]) -> bool:
     per analysis, so checking N values against an enum of E members costs
     N + E, not N x E.
     """
-    members = budget.memo(allowed, "enum members", lambda: frozenset(map(canonical, allowed)))
-    return canonical(value) in members
+    members = budget.memo(allowed, "enum members", lambda: frozenset(map(json_key, allowed)))
+    return json_key(value) in members
 
 
 def _pattern_problem(value: str, schema: Schema) -> str | None:
@@ -200,7 +200,7 @@ def _container(value: Json, schema: Schema, path: str) -> list[str]:
 def _nested(value: Json, schema: Schema, path: str) -> list[str]:
     if not budget.afford(_NESTED_UNITS):
         return [f"{path or 'value'} {UNCHECKED} within this analysis's CPU budget"]
-    return problems(value, schema, path)
+    return _problems(value, schema, path)
 
 
 def problems(value: Json, schema: Schema, path: str = "") -> list[str]:
@@ -208,6 +208,11 @@ def problems(value: Json, schema: Schema, path: str = "") -> list[str]:
 
     A value that cannot be checked (see UNCHECKED) has a problem saying so.
     """
+    with budget.within_one():
+        return _problems(value, schema, path)
+
+
+def _problems(value: Json, schema: Schema, path: str) -> list[str]:
     where = path or "value"
     types = declared_types(schema)
     if not type_matches(value, types):

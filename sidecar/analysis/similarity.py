@@ -46,6 +46,8 @@ def distance(a: str, b: str, limit: int) -> int:
     if abs(len(a) - len(b)) > limit or max(len(a), len(b)) > MAX_SPELLING_CHARS:
         return over
     width = len(b)
+    if not budget.afford(_CELL_UNITS * (limit + 1)):
+        return over  # not even the first row: nothing is built
     # Cells outside the band hold `over`: they are further than `limit` anyway.
     previous2 = [over] * (width + 1)
     previous = [j if j <= limit else over for j in range(width + 1)]

@@ -117,9 +117,7 @@ class _Reader:
         if kind == "number_value":
             number = value.number_value
             if not math.isfinite(number):
-                raise self._refuse(
-                    (parent, key), f"{number} is not a JSON number (NaN and infinities are not)"
-                )
+                raise self._refuse((parent, key), f"must be a finite number, got {number}")
             return number
         if kind == "bool_value":
             return value.bool_value
