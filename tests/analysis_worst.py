@@ -125,7 +125,7 @@ def _measure(runs: int = 5) -> None:
                 works.append(time.thread_time() - read)
                 answering = time.thread_time()
                 wire.dispatch_response(violations)
-            else:
+            elif isinstance(message, pb.AnalyzeErrorRequest):
                 request = wire.analysis_request(message)
                 read = time.thread_time()
                 # The analysis runs on the worker thread: its CPU is counted there.

@@ -42,10 +42,10 @@ def credential_in(value: Json) -> str | None:
             stack += node
         elif isinstance(node, dict):
             for key, item in node.items():
-                if secret_name(key):
-                    return f"a key named like a credential ({redact(key)})"
                 if redact(key) != key:
                     return "a key shaped like a secret"
+                if secret_name(key):
+                    return f"a key named like a credential ({key})"
                 stack.append(item)
     return None
 
