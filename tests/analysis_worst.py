@@ -88,6 +88,32 @@ def long_texts() -> pb.AnalyzeErrorRequest:
     return request
 
 
+def many_hints() -> pb.AnalyzeErrorRequest:
+    """An error full of suggestions, each one tried against every parameter it names."""
+    names = [f"p{i}" for i in range(2_000)]
+    mentioned = " ".join(f"'{n}'" for n in names)[:8_000]
+    text = (mentioned + ". " + " ".join(f"use V{i};" for i in range(2_000)))[:16_384]
+    request = pb.AnalyzeErrorRequest(http_status=400, error_response=text)
+    request.original_request.update({n: "x" for n in names})
+    request.parameter_schema.update({"properties": {n: {"type": "string"} for n in names}})
+    return request
+
+
+def many_targets() -> pb.AnalyzeErrorRequest:
+    """Every parameter failing, and dependency results to re-resolve each from."""
+    names = [f"code_{i}" for i in range(1_000)]
+    request = pb.AnalyzeErrorRequest(http_status=400, error_response="invalid codes")
+    request.original_request.update({n: "lower" for n in names})
+    request.parameter_schema.update(
+        {"properties": {n: {"type": "string", "pattern": "^[A-Z]+$"} for n in names}}
+    )
+    for step in range(2):
+        request.dependency_results[f"geo{step}"].update(
+            {f"code_{i}": f"UPPER{chr(65 + i % 26)}" for i in range(step, 13_000, 2)}
+        )
+    return request
+
+
 def dispatch_everything() -> pb.CheckDispatchRequest:
     """As many values as allowed, each scanned for placeholders and found in its enum."""
     members: list[Any] = [f"m{i} {{{{ {'x' * 90}" for i in range(MAX_ITEMS - 6)]
@@ -104,6 +130,8 @@ WORST_ANALYZE_ERROR: dict[str, Callable[[], pb.AnalyzeErrorRequest]] = {
     "near_enum": near_enum,
     "contextual": contextual,
     "long_texts": long_texts,
+    "many_hints": many_hints,
+    "many_targets": many_targets,
 }
 WORST_CHECK_DISPATCH: dict[str, Callable[[], pb.CheckDispatchRequest]] = {
     "dispatch_everything": dispatch_everything,

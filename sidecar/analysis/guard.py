@@ -111,6 +111,8 @@ def _check(value: Json, schema: Mapping[str, Json], path: str, out: list[Violati
     if isinstance(value, dict):
         declared = properties(schema)
         for key in required(schema):
+            if len(out) >= MAX_VIOLATIONS:
+                return
             if key not in value:
                 sub = f"{path}.{key}" if path else key
                 out.append(Violation(sub, "required", f"{sub} is required but missing."))

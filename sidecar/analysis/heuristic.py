@@ -21,22 +21,28 @@ the same: this module proposes, it does not approve.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Mapping
 
-from . import dates, hints, patterns
+from . import budget, dates, hints, patterns
 from .credentials import redacted_text
 from .schema import declared_types, enum_values, in_enum, problems, property_schema, type_matches
 from .similarity import nearest
 from .types import AnalysisRequest, Json, Proposal, Source
 from .values import distinct, kind, number_text, same_json, scalar_text
 
-__all__ = ["convert", "propose"]
+__all__ = ["MAX_HINTS", "convert", "propose"]
 
 _INTEGER = re.compile(r"[+-]?\d{1,15}(?:\.0+)?")
 _NUMBER = re.compile(r"[+-]?(?:\d{1,15}(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
 _TYPE_ORDER = ("integer", "number", "boolean", "string")
+# Suggestions read from one error text, and units charged per parameter a
+# suggestion is tried on: 2,000 hints against 2,000 named parameters took
+# 12 s before both were bounded.
+MAX_HINTS = 32
+_TARGET_UNITS = 500
 _FORMAT_WORDS = re.compile(r"(?i)\b(?:format|date[- ]?time|datetime|date|time|iso|rfc)\b")
 _MAX_SHOWN = 40
 
@@ -77,7 +83,14 @@ class _Context:
         self.text = hints.readable(error_text)
         names = dict.fromkeys([*self.params, *_declared(self.schema)])
         self.named = hints.mentions(self.text, self.params, names)
+        self._by_spot = sorted((spot, name) for name, spot in self.named.items())
         self.sentences = hints.Sentences(self.text)
+
+    def named_between(self, start: int, end: int) -> list[str]:
+        """The parameters first named in text[start:end], in order."""
+        low = bisect.bisect_left(self._by_spot, (start, ""))
+        high = bisect.bisect_left(self._by_spot, (end, ""))
+        return [name for _, name in self._by_spot[low:high]]
 
     def sentence(self, name: str) -> str:
         """The error sentence that names `name`, or "" when none does."""
@@ -179,9 +192,12 @@ def _by_date(
 
 def _by_hint(ctx: _Context, notes: list[str]) -> dict[str, list[Json]]:
     out: dict[str, list[Json]] = {}
-    for hint in hints.hints(ctx.text):
+    found_hints = hints.hints(ctx.text)
+    if len(found_hints) > MAX_HINTS:
+        notes.append(f"the error makes more than {MAX_HINTS} suggestions; only the first are read")
+    for hint in found_hints[:MAX_HINTS]:
         start, end = ctx.sentences.around(hint.start)
-        near = [n for n, spot in ctx.named.items() if start <= spot < end]
+        near = ctx.named_between(start, end)
         # A hint binds only to a parameter the error names (by name or value):
         # "use ADMIN" in an injected sentence names nothing and changes nothing.
         targets = near or list(ctx.named)
@@ -191,6 +207,8 @@ def _by_hint(ctx: _Context, notes: list[str]) -> dict[str, list[Json]]:
             continue
         fits: dict[str, Json] = {}
         for name in targets:
+            if len(fits) > 1 or not budget.afford(_TARGET_UNITS):
+                break  # already ambiguous, or out of budget: nothing more to learn
             schema = property_schema(ctx.schema, name)
             current = ctx.params.get(name)
             if hint.is_list:
@@ -210,7 +228,7 @@ def _by_hint(ctx: _Context, notes: list[str]) -> dict[str, list[Json]]:
             name, candidate = fits.popitem()
             out.setdefault(name, []).append(candidate)
         elif len(fits) > 1:
-            notes.append(f"the error's hint fits several parameters ({', '.join(sorted(fits))})")
+            notes.append(f"the error's hint fits several parameters ({', '.join(sorted(fits))}, …)")
     return out
 
 

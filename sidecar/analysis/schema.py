@@ -182,6 +182,9 @@ def _container(value: Json, schema: Schema, path: str) -> list[str]:
         if high is not None and len(value) > high:
             out.append(f"{path or 'value'} has more than {scalar_text(high)} items")
     elif isinstance(value, dict):
+        listed = required(schema)
+        if listed and not budget.afford(len(listed)):
+            return [f"{path or 'value'} {UNCHECKED} within this analysis's CPU budget"]
         declared = properties(schema)
         for key, item in value.items():
             sub = f"{path}.{key}" if path else key
@@ -190,9 +193,7 @@ def _container(value: Json, schema: Schema, path: str) -> list[str]:
             elif schema.get("additionalProperties") is False:
                 out.append(f"{sub} is not a declared property")
         out += [
-            f"{path + '.' if path else ''}{key} is required"
-            for key in required(schema)
-            if key not in value
+            f"{path + '.' if path else ''}{key} is required" for key in listed if key not in value
         ]
     return out
 
