@@ -227,3 +227,29 @@ def test_many_failing_parameters_do_not_each_read_every_result() -> None:
     with within(2.0), scope(Budget()):  # 1,000 parameters x 9,000 values before
         proposal = contextual.propose(request, request.error_response)
     assert f"only the first {MAX_TARGETS} of 1000 failing parameters are tried" in proposal.why_not
+
+
+def test_a_megabyte_value_is_not_read_for_slips() -> None:
+    # Folding or re-spacing a megabyte to compare it with short codes held
+    # the GIL, and so the event loop, for 60 ms; no slip is that long.
+    huge = "Paris " * 200_000
+    with within(0.03):
+        assert nearest(huge, ["PARIS", "LON"]) is None
+    request = AnalysisRequest(
+        http_status=400,
+        error_response="bad city",
+        original_request={"city": huge},
+        parameter_schema={"properties": {"city": {"enum": ["PARIS"], "format": "date"}}},
+    )
+    with within(0.5):
+        assert asyncio.run(OFFLINE.analyze(request)).suggested_changes == {}
+
+
+def test_a_status_is_looked_for_where_the_analyzers_read() -> None:
+    # No status given: the error text is searched for one, its first 16 KiB.
+    late = AnalysisRequest(http_status=0, error_response="x " * 500_000 + "status 400")
+    with within(0.03):  # the whole megabyte: 80 ms with the GIL held
+        skipped = OFFLINE.skip(late)
+    assert skipped is not None and skipped.is_transient_error  # no status known
+    early = AnalysisRequest(http_status=0, error_response="status 400: bad" + " x" * 500_000)
+    assert OFFLINE.skip(early) is None  # a 400: analysed

@@ -91,6 +91,10 @@ def test_re2_errors_stay_out_of_the_log(capfd: pytest.CaptureFixture[str]) -> No
     # A pattern no earlier test compiled: RE2 parses it here, fails, and must
     # not print the absl "Error parsing" line to the daemon's stderr.
     assert patterns.search("(x)\\1 unique to this test", "x") is patterns.Verdict.UNSUPPORTED
+    # Nor "DFA out of memory" when a search outgrows its cache (the budget
+    # is raised here so the search runs at all).
+    with scope(Budget(units=10**9)):
+        assert patterns.search("(?:[a-z0-9]{1,1000}x)", "a" * 5_000) is patterns.Verdict.NO_MATCH
     out, err = capfd.readouterr()
     assert "unique to this test" not in out + err and "re2" not in (out + err).lower()
 

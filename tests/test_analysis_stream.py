@@ -2,10 +2,11 @@
 
 Every call runs on one event loop; AnalyzeError and CheckDispatch do their
 CPU work on the analysis worker thread. Here two clients send nothing but
-the worst requests that fit every bound (tests/analysis_worst.py) for a
-few seconds, back to back, while a third checks health every 20 ms on its
-own connection: every check must answer within 100 ms, and every worst
-request must be answered, not refused or failed.
+the worst requests that fit every bound (tests/analysis_worst.py), back
+to back, for a few seconds and until each was answered, while a third
+checks health every 20 ms on its own connection: every check must answer
+within 100 ms, and every worst request must be answered, not refused or
+failed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from conftest import Daemon, start_daemon
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 LOAD_S = 4.0
+MAX_LOAD_S = 60.0
 HEALTH_EVERY_S = 0.02
 HEALTH_LIMIT_S = 0.1
 
@@ -78,7 +80,14 @@ def test_health_answers_within_100_ms_under_a_stream_of_worst_requests(
         for sender in senders:
             sender.start()
         started = time.monotonic()
-        while time.monotonic() - started < LOAD_S:
+
+        def loading() -> bool:
+            # At least LOAD_S, and until every worst request was answered once.
+            elapsed = time.monotonic() - started
+            pending = any(answered[m] < len(bodies) for m, bodies in loads.items())
+            return elapsed < LOAD_S or (pending and elapsed < MAX_LOAD_S and not failures)
+
+        while loading():
             sent = time.perf_counter()
             reply = check(health_pb2.HealthCheckRequest(), timeout=5)
             latencies.append(time.perf_counter() - sent)
@@ -88,9 +97,9 @@ def test_health_answers_within_100_ms_under_a_stream_of_worst_requests(
         for sender in senders:
             sender.join(120)
     assert failures == []
-    # The load was real: every worst request was served more than once.
-    assert answered["AnalyzeError"] > len(loads["AnalyzeError"])
-    assert answered["CheckDispatch"] > len(loads["CheckDispatch"])
+    # The load was real: every worst request was served.
+    assert answered["AnalyzeError"] >= len(loads["AnalyzeError"])
+    assert answered["CheckDispatch"] >= len(loads["CheckDispatch"])
     slowest = max(latencies)
     assert slowest < HEALTH_LIMIT_S, (
         f"slowest health check {slowest * 1e3:.0f} ms of {len(latencies)}; answered {answered}"

@@ -21,7 +21,7 @@ from dataclasses import replace
 from ..policy import Policy, PolicyInputError, redact, status_from_text
 from ..policy.classify import check_status
 from ..policy.profiles import DEFAULT_MAX_BODY_BYTES
-from . import contextual, heuristic
+from . import contextual, heuristic, hints
 from .bounds import (
     MAX_DEPENDENCIES,
     MAX_PROTECTED,
@@ -229,8 +229,11 @@ class Analyzer:
         self.settings = settings
         self._step = policy.profile("default")
         self._max_error_bytes = policy.max_body_bytes
-        # Every CPU step of an analysis runs here, never on the event loop.
+        # Every CPU step of an analysis runs here, never on the event loop;
+        # a large CheckDispatch runs on its own, so a stream of analyses
+        # never delays the check made before every dispatch.
         self.worker = worker or Worker()
+        self.dispatch_worker = Worker()
         if model is None and settings.uses_model:
             model = ModelBackend(settings, policy.profile("llm"), worker=self.worker)
         self._model = model
@@ -239,10 +242,14 @@ class Analyzer:
         if self._model is not None:
             await self._model.aclose()
         self.worker.close()
+        self.dispatch_worker.close()
 
     def skip(self, request: AnalysisRequest) -> Analysis | None:
         """The answer when nothing may be analysed, else None."""
-        status = request.http_status or status_from_text(request.error_response)
+        # As much as the analyzers read: scanning a megabyte for a status
+        # held the GIL (and so the event loop) for 80 ms.
+        text = request.error_response[: hints.MAX_ERROR_CHARS]
+        status = request.http_status or status_from_text(text)
         if status in self._step.terminal_statuses:
             return Analysis(
                 False,

@@ -100,7 +100,11 @@ def _check(value: Json, schema: Mapping[str, Json], path: str, out: list[Violati
         return  # nothing below a wrong shape can be read against the schema
     allowed = enum_values(schema)
     if allowed is not None and mine == "scalar" and not _enum_member(value, allowed):
-        options = ", ".join(_show(v) for v in allowed[:10]) + (", …" if len(allowed) > 10 else "")
+        options = budget.memo(
+            allowed,
+            "enum shown",
+            lambda: ", ".join(map(_show, allowed[:10])) + (", …" if len(allowed) > 10 else ""),
+        )
         out.append(
             Violation(
                 where,

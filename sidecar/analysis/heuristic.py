@@ -33,11 +33,14 @@ from .similarity import nearest
 from .types import AnalysisRequest, Json, Proposal, Source
 from .values import distinct, kind, number_text, same_json, scalar_text
 
-__all__ = ["MAX_HINTS", "convert", "propose"]
+__all__ = ["MAX_HINTS", "MAX_SLIP_CHARS", "convert", "propose"]
 
 _INTEGER = re.compile(r"[+-]?\d{1,15}(?:\.0+)?")
 _NUMBER = re.compile(r"[+-]?(?:\d{1,15}(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
 _TYPE_ORDER = ("integer", "number", "boolean", "string")
+# A value longer than this has no slip of case or spacing worth fixing;
+# reading one of a megabyte (folding, re-spacing) held the GIL for 60 ms.
+MAX_SLIP_CHARS = 1_024
 # Suggestions read from one error text, and units charged per parameter a
 # suggestion is tried on: 2,000 hints against 2,000 named parameters took
 # 12 s before both were bounded.
@@ -143,7 +146,7 @@ def _by_type(ctx: _Context, name: str, value: Json, schema: Mapping[str, Json]) 
 def _by_enum(value: Json, schema: Mapping[str, Json]) -> list[Json]:
     allowed = enum_values(schema)
     text = scalar_text(value)
-    if allowed is None or text is None or in_enum(value, allowed):
+    if allowed is None or text is None or len(text) > MAX_SLIP_CHARS or in_enum(value, allowed):
         return []
     found = nearest(text, allowed)
     return [] if found is None else [found[0]]
@@ -151,7 +154,9 @@ def _by_enum(value: Json, schema: Mapping[str, Json]) -> list[Json]:
 
 def _by_case(value: Json, schema: Mapping[str, Json]) -> list[Json]:
     """A code the pattern rejects only for case or stray spaces ("par " for ^[A-Z]{3}$)."""
-    if not isinstance(value, str) or "pattern" not in schema or _fits(value, schema):
+    if not isinstance(value, str) or len(value) > MAX_SLIP_CHARS or "pattern" not in schema:
+        return []
+    if _fits(value, schema):
         return []
     squeezed = " ".join(value.split())
     for candidate in (squeezed, squeezed.upper(), squeezed.lower()):

@@ -18,9 +18,18 @@ from dataclasses import dataclass
 from .dates import format_named_in
 from .mentions import mentions
 
-__all__ = ["Hint", "Sentences", "hints", "mentions", "readable", "wanted_type"]
+__all__ = [
+    "MAX_ERROR_CHARS",
+    "Hint",
+    "Sentences",
+    "hints",
+    "mentions",
+    "readable",
+    "wanted_type",
+]
 
-_MAX_TEXT = 16_384
+# How much of an error text is read: its start is where upstreams say what is wrong.
+MAX_ERROR_CHARS = 16_384
 _QUOTED = (
     r"(?:'(?P<q1>[^'\n]{1,64})'"
     r'|"(?P<q2>[^"\n]{1,64})"'
@@ -105,7 +114,7 @@ def _flatten(node: object, lines: list[str]) -> str | None:
 
 def readable(error_text: str) -> str:
     """The error as lines of text; a JSON body becomes one line per object."""
-    text = error_text[:_MAX_TEXT]
+    text = error_text[:MAX_ERROR_CHARS]
     stripped = text.strip()
     if stripped[:1] in ("{", "["):
         lines: list[str] = []

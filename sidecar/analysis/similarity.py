@@ -21,9 +21,19 @@ from . import budget
 from .types import Json
 from .values import scalar_text
 
-__all__ = ["MAX_SPELLING_CHARS", "distance", "fold", "name_closeness", "nearest"]
+__all__ = [
+    "MAX_FOLD_CHARS",
+    "MAX_SPELLING_CHARS",
+    "distance",
+    "fold",
+    "name_closeness",
+    "nearest",
+]
 
 MAX_SPELLING_CHARS = 64
+# Texts longer than this are not even folded: folding a megabyte held the
+# GIL (and so the event loop) for 60 ms, to compare it with short codes.
+MAX_FOLD_CHARS = 1_024
 # Units per cell of the distance table (about 0.3 us each), and per option
 # folded and compared in `nearest`.
 _CELL_UNITS = 30
@@ -87,14 +97,17 @@ def nearest(value: str, options: Sequence[Json]) -> tuple[Json, str] | None:
     None when no option is close, or when two are equally close: a tie is
     a guess, and guesses are not corrections.
     """
-    folded = fold(value)
-    if not folded or not budget.afford(_OPTION_UNITS * len(options)):
+    if len(value) > MAX_FOLD_CHARS or not budget.afford(_OPTION_UNITS * len(options)):
         return None
-    # Each option folded once; options that are containers or fold to nothing never match.
+    folded = fold(value)
+    if not folded:
+        return None
+    # Each option folded once; options that are containers, too long or
+    # fold to nothing never match.
     folds: list[tuple[Json, str]] = []
     for option in options:
         text = scalar_text(option)
-        if text is not None and (folded_option := fold(text)):
+        if text is not None and len(text) <= MAX_FOLD_CHARS and (folded_option := fold(text)):
             folds.append((option, folded_option))
     same = [o for o, f in folds if f == folded]
     if len(same) == 1:

@@ -42,8 +42,13 @@ __all__ = [
     "dispatch",
     "dispatch_request",
     "dispatch_response",
+    "dispatch_small",
     "struct_dict",
 ]
+
+# What CheckDispatch may read and check on the event loop (see dispatch_small).
+INLINE_VALUES = 128
+INLINE_CHARS = 8_192
 
 # A value's path, built only when an error names it: (parent, key or index).
 _Path: TypeAlias = "tuple[_Path, str | int] | str"
@@ -64,12 +69,23 @@ def _path_text(path: _Path) -> str:
     return text if len(text) <= _SHOWN_PATH else text[: _SHOWN_PATH - 1] + "…"
 
 
-class _Reader:
-    """Reads Structs into JSON values, counting one request's values and characters."""
+class _Larger(Exception):
+    """The request is larger than the small reading was allowed to read."""
 
-    def __init__(self) -> None:
+
+class _Reader:
+    """Reads Structs into JSON values, counting one request's values and characters.
+
+    `small` reads at most INLINE_VALUES values and INLINE_CHARS characters
+    and raises _Larger past them, instead of refusing the request.
+    """
+
+    def __init__(self, small: bool = False) -> None:
         self.values = 0
         self.chars = 0
+        self._small = small
+        self._max_values = INLINE_VALUES if small else MAX_VALUES
+        self._max_chars = INLINE_CHARS if small else MAX_CHARS
 
     def struct(self, message: struct_pb2.Struct, field: str) -> dict[str, Json]:
         return self._fields(message, field, 1)
@@ -93,7 +109,9 @@ class _Reader:
 
     def _value(self, value: struct_pb2.Value, parent: _Path, key: str | int, depth: int) -> Json:
         self.values += 1
-        if self.values > MAX_VALUES:
+        if self.values > self._max_values:
+            if self._small:
+                raise _Larger
             raise self._refuse(
                 (parent, key), f"the request holds more than {MAX_VALUES} values in all"
             )
@@ -108,7 +126,9 @@ class _Reader:
                     (parent, key),
                     f"a string of {len(text)} characters is over the limit of {MAX_STRING_CHARS}",
                 )
-            if self.chars > MAX_CHARS:
+            if self.chars > self._max_chars:
+                if self._small:
+                    raise _Larger
                 raise self._refuse(
                     (parent, key),
                     f"the request holds more than {MAX_CHARS} characters of strings and keys",
@@ -190,10 +210,10 @@ def analysis_request(request: pb.AnalyzeErrorRequest) -> AnalysisRequest:
 
 
 def dispatch_request(
-    request: pb.CheckDispatchRequest,
+    request: pb.CheckDispatchRequest, small: bool = False
 ) -> tuple[dict[str, Json], dict[str, Json]]:
     """CheckDispatch's parameters and parameter_schema, read within one request's bounds."""
-    reader = _Reader()
+    reader = _Reader(small)
     return (
         reader.struct(request.parameters, "parameters"),
         reader.struct(request.parameter_schema, "parameter_schema"),
@@ -201,8 +221,24 @@ def dispatch_request(
 
 
 def dispatch(request: pb.CheckDispatchRequest) -> pb.CheckDispatchResponse:
-    """The whole CheckDispatch call: read, check, answer (one step for the worker thread)."""
+    """The whole CheckDispatch call: read, check, answer (one step for a worker thread)."""
     parameters, schema = dispatch_request(request)
+    return dispatch_response(check_dispatch(parameters, schema))
+
+
+def dispatch_small(request: pb.CheckDispatchRequest) -> pb.CheckDispatchResponse | None:
+    """The whole call when the request is small enough for the event loop, else None.
+
+    CheckDispatch runs before every dispatch, so most requests are a few
+    parameters: checking one costs less than handing it to a thread. Past
+    INLINE_VALUES values or INLINE_CHARS characters (well under a
+    millisecond of work) the reading stops and the caller uses `dispatch`
+    on a worker.
+    """
+    try:
+        parameters, schema = dispatch_request(request, small=True)
+    except _Larger:
+        return None
     return dispatch_response(check_dispatch(parameters, schema))
 
 

@@ -3,8 +3,10 @@
 Every call the daemon serves (health checks and DecideRetry included) runs
 on one asyncio loop. Converting a large Struct, checking it and analysing
 it is bounded (see `bounds` and `budget`) but can still take tens of
-milliseconds, so AnalyzeError and CheckDispatch hand that work to this
-thread and await it; the loop keeps answering meanwhile.
+milliseconds, so AnalyzeError and CheckDispatch hand that work to a worker
+and await it; the loop keeps answering meanwhile. The analyzer keeps two:
+one for analyses, one for CheckDispatch calls too large for the loop, so
+a stream of analyses never delays the check made before every dispatch.
 
 One thread, not a pool: the GIL lets one thread run Python at a time, and
 each extra busy thread is one more the loop must wait behind (CPython

@@ -183,4 +183,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         request: pb.CheckDispatchRequest,
         context: grpc.aio.ServicerContext[pb.CheckDispatchRequest, pb.CheckDispatchResponse],
     ) -> pb.CheckDispatchResponse:
-        return await self._analyzer.worker.run(wire.dispatch, request)
+        reply = wire.dispatch_small(request)
+        if reply is None:  # too large to check on the event loop
+            reply = await self._analyzer.dispatch_worker.run(wire.dispatch, request)
+        return reply
