@@ -229,11 +229,9 @@ class Analyzer:
         self.settings = settings
         self._step = policy.profile("default")
         self._max_error_bytes = policy.max_body_bytes
-        # Every CPU step of an analysis runs here, never on the event loop;
-        # a large CheckDispatch runs on its own, so a stream of analyses
-        # never delays the check made before every dispatch.
+        # Every CPU step of an analysis, and of a CheckDispatch too large for
+        # the loop, runs here, never on the event loop.
         self.worker = worker or Worker()
-        self.dispatch_worker = Worker()
         if model is None and settings.uses_model:
             model = ModelBackend(settings, policy.profile("llm"), worker=self.worker)
         self._model = model
@@ -242,7 +240,6 @@ class Analyzer:
         if self._model is not None:
             await self._model.aclose()
         self.worker.close()
-        self.dispatch_worker.close()
 
     def skip(self, request: AnalysisRequest) -> Analysis | None:
         """The answer when nothing may be analysed, else None."""

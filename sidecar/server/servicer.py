@@ -185,5 +185,5 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
     ) -> pb.CheckDispatchResponse:
         reply = wire.dispatch_small(request)
         if reply is None:  # too large to check on the event loop
-            reply = await self._analyzer.dispatch_worker.run(wire.dispatch, request)
+            reply = await self._analyzer.worker.run(wire.dispatch, request)
         return reply
