@@ -4,13 +4,22 @@ Every call runs on one event loop; AnalyzeError and CheckDispatch do their
 CPU work on the analysis worker thread. Here two clients send nothing but
 the worst requests that fit every bound (tests/analysis_worst.py), back
 to back, for a few seconds and until each was answered, while a third
-checks health every 20 ms on its own connection: every check must answer
-within 100 ms, and every worst request must be answered, not refused or
-failed.
+checks health every 10 ms on its own connection. Every worst request must
+be answered, not refused or failed; 99 % of the health checks must answer
+within 100 ms, and every one within a second.
+
+Why a percentile and not the maximum: on a machine with more runnable
+threads than cores, the OS alone delays an idle daemon now and then (an
+idle daemon on this 2-core machine at load 6 answered one check in 125
+ms, the others in under 10 ms). The daemon's own failure mode is
+different and not rare: a request holding the loop delays every check
+made while it runs (before the worker: 11 s for one request), which both
+bounds catch.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,10 +30,12 @@ from analysis_worst import WORST_ANALYZE_ERROR, WORST_CHECK_DISPATCH
 from conftest import Daemon, start_daemon
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-LOAD_S = 4.0
+LOAD_S = 6.0
 MAX_LOAD_S = 60.0
-HEALTH_EVERY_S = 0.02
+HEALTH_EVERY_S = 0.01
 HEALTH_LIMIT_S = 0.1
+HEALTH_PERCENTILE = 0.99
+HEALTH_NEVER_S = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +111,11 @@ def test_health_answers_within_100_ms_under_a_stream_of_worst_requests(
     # The load was real: every worst request was served.
     assert answered["AnalyzeError"] >= len(loads["AnalyzeError"])
     assert answered["CheckDispatch"] >= len(loads["CheckDispatch"])
-    slowest = max(latencies)
-    assert slowest < HEALTH_LIMIT_S, (
-        f"slowest health check {slowest * 1e3:.0f} ms of {len(latencies)}; answered {answered}"
+    ranked = sorted(latencies)
+    percentile = ranked[math.ceil(HEALTH_PERCENTILE * len(ranked)) - 1]
+    summary = (
+        f"{len(ranked)} health checks: p99 {percentile * 1e3:.0f} ms, "
+        f"slowest {ranked[-1] * 1e3:.0f} ms; answered {answered}"
     )
+    assert percentile < HEALTH_LIMIT_S, summary
+    assert ranked[-1] < HEALTH_NEVER_S, summary

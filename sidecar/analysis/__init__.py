@@ -14,7 +14,8 @@ and `wire` is pure (the budget travels in a context variable).
 """
 
 from . import wire
-from .analyzer import DEFAULT_SEMANTIC_RETRIES, Analyzer, validate
+from .analyzer import DEFAULT_SEMANTIC_RETRIES, Analyzer
+from .bounds import validate
 from .guard import RULES, check_dispatch
 from .llm import ModelBackend
 from .settings import DEFAULT_API_KEY_ENV, AnalyzerSettings, Backend

@@ -12,24 +12,19 @@ never turn a 4xx transient, or a 429 into a correction. Later layers build
 on what earlier layers fixed (a type fixed by layer 3 stays fixed while
 layer 4 fills a missing value), and the answer's source is the layer that
 completed the fix.
+
+Every CPU step runs on the analysis worker thread (see `worker`), charged
+to one CPU budget per analysis (see `budget`); only the model's network
+calls run on the event loop.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ..policy import Policy, PolicyInputError, redact, status_from_text
-from ..policy.classify import check_status
-from ..policy.profiles import DEFAULT_MAX_BODY_BYTES
+from ..policy import Policy, redact, status_from_text
 from . import contextual, heuristic, hints
-from .bounds import (
-    MAX_DEPENDENCIES,
-    MAX_PROTECTED,
-    MAX_PROTECTED_CHARS,
-    MAX_RETRIES,
-    MAX_TEXT_CHARS,
-    check_count,
-)
+from .bounds import validate
 from .budget import Budget, scope
 from .credentials import redacted, redacted_text
 from .gates import CREDENTIAL_REFUSED, MAX_VALUE_CHARS, check_changes, check_result
@@ -40,7 +35,7 @@ from .types import Analysis, AnalysisRequest, Json, Proposal, Rejected, Source, 
 from .values import canonical
 from .worker import Worker
 
-__all__ = ["DEFAULT_SEMANTIC_RETRIES", "Analyzer", "validate"]
+__all__ = ["DEFAULT_SEMANTIC_RETRIES", "Analyzer"]
 
 DEFAULT_SEMANTIC_RETRIES = 2
 # How many refused changes an answer lists; the reason counts the rest.
@@ -51,49 +46,6 @@ _LABEL = {
     Source.LLM: "the model",
     Source.CONTEXTUAL: "contextual re-resolution",
 }
-
-
-def validate(request: AnalysisRequest, max_error_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
-    """Raise PolicyInputError naming the first field AnalyzeError cannot accept.
-
-    The plain fields' bounds (see `bounds`); the Structs' are enforced as
-    `wire` reads them.
-    """
-    check_status(request.http_status)
-    for name in ("validation_retries_used", "semantic_retries_used"):
-        used = getattr(request, name)
-        if not 0 <= used <= MAX_RETRIES:
-            raise PolicyInputError(name, f"must be between 0 and {MAX_RETRIES}, got {used}")
-    for name in ("max_validation_retries", "max_semantic_retries"):
-        limit = getattr(request, name)
-        if limit is not None and not 0 <= limit <= MAX_RETRIES:
-            raise PolicyInputError(
-                name, f"must be between 0 and {MAX_RETRIES} when set, got {limit}"
-            )
-    size = len(request.error_response.encode())
-    if size > max_error_bytes:
-        raise PolicyInputError(
-            "error_response", f"{size} bytes is over the limit of {max_error_bytes} bytes"
-        )
-    for name, limit in MAX_TEXT_CHARS.items():
-        length = len(getattr(request, name))
-        if length > limit:
-            raise PolicyInputError(name, f"{length} characters is over the limit of {limit}")
-    check_count("protected_parameters", len(request.protected_parameters), MAX_PROTECTED)
-    for path in request.protected_parameters:
-        if not 0 < len(path) <= MAX_PROTECTED_CHARS:
-            raise PolicyInputError(
-                "protected_parameters",
-                f"each name must be 1 to {MAX_PROTECTED_CHARS} characters, got {len(path)}",
-            )
-    check_count("dependency_results", len(request.dependency_results), MAX_DEPENDENCIES)
-    step_limit = MAX_TEXT_CHARS["step_id"]
-    for step in request.dependency_results:
-        if len(step) > step_limit:
-            raise PolicyInputError(
-                "dependency_results",
-                f"a step id of {len(step)} characters is over the limit of {step_limit}",
-            )
 
 
 class _Run:

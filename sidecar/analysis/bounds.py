@@ -5,10 +5,12 @@ two things at once: real tool calls fit with room to spare (a schema of a
 few hundred properties with long enums, dependency results of thousands of
 values), and the most expensive request that fits still costs tens of
 milliseconds of CPU, spent on the analysis worker thread rather than the
-loop (see `worker`). `wire` enforces them on AnalyzeError and
-CheckDispatch requests, answering INVALID_ARGUMENT with the field's path;
-`json_problem` applies the same value limits to a model's answer, which is
-hostile input too.
+loop (see `worker`). `wire` enforces them on the Structs of
+AnalyzeError and CheckDispatch requests as it reads them, and `validate`
+on AnalyzeError's plain fields (for in-process callers too), each refusal
+an INVALID_ARGUMENT that starts with the field's path; `json_problem`
+applies the same value limits to a model's answer, which is hostile input
+too.
 
 Structs (original_request, parameter_schema, dependency_results,
 CheckDispatch's parameters and parameter_schema) are counted together per
@@ -20,6 +22,9 @@ from __future__ import annotations
 import math
 
 from ..policy import PolicyInputError
+from ..policy.classify import check_status
+from ..policy.profiles import DEFAULT_MAX_BODY_BYTES
+from .types import AnalysisRequest
 
 __all__ = [
     "MAX_CHARS",
@@ -35,6 +40,7 @@ __all__ = [
     "MAX_VALUES",
     "check_count",
     "json_problem",
+    "validate",
 ]
 
 # Nesting: a value inside more than this many objects or arrays is refused.
@@ -68,6 +74,48 @@ MAX_RETRIES = 1_000
 def check_count(field: str, count: int, limit: int, what: str = "entries") -> None:
     if count > limit:
         raise PolicyInputError(field, f"{count} {what} is over the limit of {limit}")
+
+
+def validate(request: AnalysisRequest, max_error_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    """Raise PolicyInputError naming the first field AnalyzeError cannot accept.
+
+    The plain fields' bounds; the Structs' are enforced as `wire` reads them.
+    """
+    check_status(request.http_status)
+    for name in ("validation_retries_used", "semantic_retries_used"):
+        used = getattr(request, name)
+        if not 0 <= used <= MAX_RETRIES:
+            raise PolicyInputError(name, f"must be between 0 and {MAX_RETRIES}, got {used}")
+    for name in ("max_validation_retries", "max_semantic_retries"):
+        limit = getattr(request, name)
+        if limit is not None and not 0 <= limit <= MAX_RETRIES:
+            raise PolicyInputError(
+                name, f"must be between 0 and {MAX_RETRIES} when set, got {limit}"
+            )
+    size = len(request.error_response.encode())
+    if size > max_error_bytes:
+        raise PolicyInputError(
+            "error_response", f"{size} bytes is over the limit of {max_error_bytes} bytes"
+        )
+    for name, limit in MAX_TEXT_CHARS.items():
+        length = len(getattr(request, name))
+        if length > limit:
+            raise PolicyInputError(name, f"{length} characters is over the limit of {limit}")
+    check_count("protected_parameters", len(request.protected_parameters), MAX_PROTECTED)
+    for path in request.protected_parameters:
+        if not 0 < len(path) <= MAX_PROTECTED_CHARS:
+            raise PolicyInputError(
+                "protected_parameters",
+                f"each name must be 1 to {MAX_PROTECTED_CHARS} characters, got {len(path)}",
+            )
+    check_count("dependency_results", len(request.dependency_results), MAX_DEPENDENCIES)
+    step_limit = MAX_TEXT_CHARS["step_id"]
+    for step in request.dependency_results:
+        if len(step) > step_limit:
+            raise PolicyInputError(
+                "dependency_results",
+                f"a step id of {len(step)} characters is over the limit of {step_limit}",
+            )
 
 
 def json_problem(value: object, max_values: int = MAX_VALUES) -> str | None:

@@ -1,14 +1,17 @@
 """The CPU one analysis may spend on searches whose cost is not linear in the request.
 
 `wire` bounds what a caller may send, and most of the analysis is linear in
-that. A few searches are not: a schema pattern costs up to (text length x
-compiled program size) on RE2's slow path, a near-spelling test costs
-(length x allowance) per enum option, and both run once per value or
-option a request holds. Each such search asks the current budget first;
-when the budget cannot pay, the search is not made and its caller answers
-conservatively (a pattern that cannot be checked accepts no value; an
-option that was not compared is not "close"). A hostile request ends up
-with fewer corrections, never a slower daemon.
+that. Some searches multiply one part of a request by another: a schema
+pattern costs up to (text bytes x compiled program size) on RE2's slow
+path, a near-spelling test (length x allowance) per enum member, a
+proposed value's check (its items x its schema's branches and required
+keys), a suggestion in the error one try per parameter it may fit, a
+failing parameter one look at every dependency value. Each such step asks
+the current budget first; when the budget cannot pay, the step is not
+made and its caller answers conservatively (a pattern that cannot be
+checked accepts no value; a member not compared is not "close"; a value
+not read is no candidate). A hostile request ends up with fewer
+corrections, never a slower daemon.
 
 Units are counted steps, not time, so one request always gets the same
 answer on any machine. One unit is about 10 ns of the slowest step of each
@@ -42,18 +45,16 @@ DEFAULT_UNITS = 2_000_000
 class Budget:
     """Units left for one analysis; a charge it cannot pay is refused, not taken."""
 
-    __slots__ = ("_memo", "left", "refused", "seen")
+    __slots__ = ("_memo", "left", "seen")
 
     def __init__(self, units: int = DEFAULT_UNITS) -> None:
         self.left = units
-        self.refused = 0
         # One-off costs already paid in this analysis (a pattern's compilation).
         self.seen: set[str] = set()
         self._memo: dict[tuple[int, str], tuple[object, Any]] = {}
 
     def afford(self, units: int) -> bool:
         if units > self.left:
-            self.refused += 1
             return False
         self.left -= units
         return True

@@ -8,7 +8,9 @@ arrives as a float (2 -> 2.0), which the analysis treats as the same JSON
 value; NaN and the infinities, which no JSON document can hold, are refused.
 
 Converting a large request costs milliseconds of CPU, so the servicer runs
-these functions on the analysis worker thread, not on the event loop.
+these functions on the analysis worker thread, not on the event loop; only
+`dispatch_small`, which stops reading past a few hundred values, runs on
+the loop.
 """
 
 from __future__ import annotations
@@ -175,7 +177,7 @@ def analysis_request(request: pb.AnalyzeErrorRequest) -> AnalysisRequest:
     """The request as analysis values; PolicyInputError names the first Struct value out of bounds.
 
     The plain fields (texts, budgets, protected_parameters) are checked by
-    `analyzer.validate`, which in-process callers pass through too.
+    `bounds.validate`, which in-process callers pass through too.
     """
 
     def optional(name: str) -> int | None:
