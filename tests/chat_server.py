@@ -142,8 +142,9 @@ def settings_for(server: ChatServer, **overrides: Any) -> AnalyzerSettings:
         base_url=server.base_url,
         model="scripted",
         api_key=API_KEY,
-        timeout=timedelta(seconds=0.5),
-        deadline=timedelta(seconds=1),
+        # Generous for a loaded machine; the tests about timeouts set their own.
+        timeout=timedelta(seconds=2),
+        deadline=timedelta(seconds=4),
     )
     return AnalyzerSettings(**{**{f: getattr(base, f) for f in base.__slots__}, **overrides})
 

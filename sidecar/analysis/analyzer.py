@@ -233,28 +233,14 @@ class Analyzer:
         validate(request, self._max_error_bytes)
         return self.skip(request)
 
-    async def _analyze(self, request: AnalysisRequest) -> Analysis:
-        work = self.worker.run
-        skipped = await work(self._check, request)
-        if skipped is not None:
-            return skipped
-        error = request.error_response
-        run = _Run(request)
-        if self._model is not None:
-            proposal = await self._model.propose(request, error, Mode.CORRECT)
-            await work(run.offer, proposal)
-            if not run.fixed and not run.model_fallback:
-                # The model answered, but not with a fix: say which way, for metrics.
-                run.model_fallback = "refused" if proposal.changes else "no_fix"
+    def _offline_fix(self, run: _Run) -> None:
+        """Layer 3 offline, unless an earlier layer already fixed the call."""
         if not run.fixed:
-            await work(run.offer, await work(heuristic.propose, request, error))
-        if run.fixed:
-            return await work(run.finish)
-        if request.dependency_results:
-            await self._layer4(request, run)
-        return await work(run.finish)
+            run.offer(heuristic.propose(run.request, run.request.error_response))
 
-    async def _layer4(self, request: AnalysisRequest, run: _Run) -> None:
+    def _offline_layer4(self, run: _Run) -> bool:
+        """Layer 4 offline; False when its budget is spent and nothing more may run."""
+        request = run.request
         limit = request.max_semantic_retries
         limit = DEFAULT_SEMANTIC_RETRIES if limit is None else limit
         if request.semantic_retries_used >= limit:
@@ -262,13 +248,41 @@ class Analyzer:
                 f"contextual re-resolution: its budget is spent "
                 f"({request.semantic_retries_used} of {limit} used)"
             )
-            return
+            return False
+        run.offer(contextual.propose(request, request.error_response, run.pending))
+        return True
+
+    def _offline(self, request: AnalysisRequest) -> Analysis:
+        """The whole analysis without a model: one step on the worker, no handoffs."""
+        skipped = self._check(request)
+        if skipped is not None:
+            return skipped
+        run = _Run(request)
+        self._offline_fix(run)
+        if not run.fixed and request.dependency_results:
+            self._offline_layer4(run)
+        return run.finish()
+
+    async def _analyze(self, request: AnalysisRequest) -> Analysis:
         work = self.worker.run
-        proposal = await work(contextual.propose, request, request.error_response, run.pending)
+        if self._model is None:
+            return await work(self._offline, request)
+        model = self._model
+        skipped = await work(self._check, request)
+        if skipped is not None:
+            return skipped
+        run = _Run(request)
+        proposal = await model.propose(request, request.error_response, Mode.CORRECT)
         await work(run.offer, proposal)
-        if not run.fixed and self._model is not None:
-            with_pending = run.with_pending()
-            await work(
-                run.offer,
-                await self._model.propose(with_pending, request.error_response, Mode.CONTEXTUAL),
+        if not run.fixed and not run.model_fallback:
+            # The model answered, but not with a fix: say which way, for metrics.
+            run.model_fallback = "refused" if proposal.changes else "no_fix"
+        await work(self._offline_fix, run)
+        if run.fixed or not request.dependency_results:
+            return await work(run.finish)
+        if await work(self._offline_layer4, run) and not run.fixed:
+            contextual_proposal = await model.propose(
+                run.with_pending(), request.error_response, Mode.CONTEXTUAL
             )
+            await work(run.offer, contextual_proposal)
+        return await work(run.finish)
