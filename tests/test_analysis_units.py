@@ -10,7 +10,7 @@ from sidecar.analysis import dates
 from sidecar.analysis.cache import TTLCache
 from sidecar.analysis.hints import hints, mentions, readable
 from sidecar.analysis.prompt import answer_content, parse_answer, redact_json
-from sidecar.analysis.schema import problems
+from sidecar.analysis.schema import UNCHECKED, problems
 from sidecar.analysis.similarity import name_closeness, nearest
 from sidecar.analysis.values import same_json
 
@@ -219,7 +219,9 @@ def test_schema_problems_are_strict() -> None:
     both: dict[str, Any] = {"allOf": [{"type": "string"}, {"maxLength": 0}]}
     assert problems("x", either) == []
     assert problems("x", both) != []
-    assert problems("x", {"pattern": "(unclosed"}) == []  # unreadable pattern: ignored
+    # A pattern RE2 cannot read is never a pass: the value cannot be checked.
+    (unreadable,) = problems("x", {"pattern": "(unclosed"})
+    assert UNCHECKED in unreadable
     assert problems(5, {"exclusiveMinimum": True, "minimum": 5}) != []  # draft 4 style
 
 

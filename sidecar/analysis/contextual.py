@@ -15,16 +15,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
-from . import hints
+from . import budget, hints
 from .heuristic import convert, show
 from .schema import declared_types, problems, property_schema, required
 from .similarity import name_closeness
 from .types import AnalysisRequest, Json, Proposal, Source
-from .values import leaves, same_json
+from .values import distinct, leaves, same_json
 
-__all__ = ["failing_parameters", "propose"]
+__all__ = ["MAX_TARGETS", "failing_parameters", "propose"]
 
 _MAX_LEAVES = 10_000
+# Parameters re-resolved in one analysis (each reads every result), and
+# units charged per result value tried as a candidate.
+MAX_TARGETS = 8
+_LEAF_UNITS = 100
 _RESTRICTIVE = ("enum", "pattern", "format", "const")
 _RANKS = {3: "the same name", 2: "a close name", 1: "a related name", 0: "the only value"}
 
@@ -72,6 +76,8 @@ def _resolve(
     for step, (path, key, raw) in itertools.islice(every, _MAX_LEAVES):
         if isinstance(raw, dict | list) and not declared_types(schema) & {"object", "array"}:
             continue
+        if not budget.afford(_LEAF_UNITS):
+            break  # the rest of the results are not read: fewer candidates, never a guess
         value = _as_schema_type(raw, schema)
         if value is None or same_json(value, current):
             continue
@@ -82,9 +88,9 @@ def _resolve(
     if best == 0 and not any(k in schema for k in _RESTRICTIVE):
         return f"no dependency result has a key named like {name}"
     top = [(value, where) for rank, value, where in found if rank == best]
-    distinct = [v for i, (v, _) in enumerate(top) if not any(same_json(v, w) for w, _ in top[:i])]
-    if len(distinct) > 1:
-        shown = ", ".join(show(v) for v in distinct[:4])
+    candidates = distinct((v for v, _ in top), limit=5)
+    if len(candidates) > 1:
+        shown = ", ".join(show(v) for v in candidates[:4])
         return f"the dependency results hold several candidates for {name} ({shown})"
     value, where = top[0]
     return value, f"{where}, {_RANKS[best]}"
@@ -105,7 +111,11 @@ def propose(
     changes: dict[str, Json] = {}
     notes: dict[str, str] = {}
     why_not: list[str] = []
-    for name in targets:
+    if len(targets) > MAX_TARGETS:
+        why_not.append(
+            f"only the first {MAX_TARGETS} of {len(targets)} failing parameters are tried"
+        )
+    for name in targets[:MAX_TARGETS]:
         current = params.get(name)
         answer = _resolve(name, current, property_schema(schema, name), request.dependency_results)
         if isinstance(answer, str):

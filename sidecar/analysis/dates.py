@@ -132,6 +132,8 @@ def _time(m: re.Match[str]) -> tuple[dt.time, str] | None:
 
 def parse(text: str) -> Temporal | None:
     """The date and/or time `text` unambiguously names, or None."""
+    if len(text) > 1_024:
+        return None  # not normalised at all: no date is that long, even padded
     text = " ".join(text.strip().lower().split())
     if not text or len(text) > 64:
         return None

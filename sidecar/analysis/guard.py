@@ -9,6 +9,8 @@ Four rules, and only these:
 - shape: a container where the schema declares another shape (an object
   where an array is declared, a string where an object is declared, ...).
 
+At most MAX_VIOLATIONS are reported (the first ones, in the order below).
+
 This is deliberately not a JSON Schema validator. It keeps what upstreams
 commonly accept: scalar coercion ("3" for an integer, 3 for a string, and
 "3" matching an enum member 3), explicit null (never a shape or enum
@@ -23,14 +25,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..policy import redact
+from . import budget
+from .credentials import redacted_text
 from .schema import declared_types, enum_values, properties, required
 from .types import Json, Violation
-from .values import kind, same_json, scalar_text
+from .values import kind, scalar_text
 
-__all__ = ["RULES", "check_dispatch"]
+__all__ = ["MAX_VIOLATIONS", "RULES", "check_dispatch"]
 
 RULES = ("unresolved_reference", "required", "enum", "shape")
+MAX_VIOLATIONS = 100
 
 # One bounded run per "{{" keeps the scan linear in the value's length
 # (at most ~256 steps of backtracking per brace); `{{ }}` with nothing
@@ -49,19 +53,29 @@ _MAX_SHOWN = 60
 
 def _show(value: Json) -> str:
     text = scalar_text(value)
-    shown = repr(text) if isinstance(value, str) else (text or kind(value))
-    return redact(shown if len(shown) <= _MAX_SHOWN else shown[: _MAX_SHOWN - 1] + "…")
+    if isinstance(value, str):
+        return repr(redacted_text(value, _MAX_SHOWN))
+    return text or kind(value)
 
 
 def _enum_member(value: Json, allowed: list[Json]) -> bool:
+    """A scalar is a member when its text is a member's: "3" matches 3 (coercion).
+
+    One set lookup, the set built once per call: a list of N items against
+    an enum of E members costs N + E.
+    """
     text = scalar_text(value)
-    return any(
-        same_json(value, option) or (text is not None and text == scalar_text(option))
-        for option in allowed
+    if text is None:
+        return False
+    texts = budget.memo(
+        allowed, "enum texts", lambda: frozenset(map(scalar_text, allowed)) - {None}
     )
+    return text in texts
 
 
 def _check(value: Json, schema: Mapping[str, Json], path: str, out: list[Violation]) -> None:
+    if len(out) >= MAX_VIOLATIONS:
+        return
     where = path or "parameters"
     if isinstance(value, str):
         found = _REFERENCE.search(value)
@@ -86,7 +100,11 @@ def _check(value: Json, schema: Mapping[str, Json], path: str, out: list[Violati
         return  # nothing below a wrong shape can be read against the schema
     allowed = enum_values(schema)
     if allowed is not None and mine == "scalar" and not _enum_member(value, allowed):
-        options = ", ".join(_show(v) for v in allowed[:10]) + (", …" if len(allowed) > 10 else "")
+        options = budget.memo(
+            allowed,
+            "enum shown",
+            lambda: ", ".join(map(_show, allowed[:10])) + (", …" if len(allowed) > 10 else ""),
+        )
         out.append(
             Violation(
                 where,
@@ -97,6 +115,8 @@ def _check(value: Json, schema: Mapping[str, Json], path: str, out: list[Violati
     if isinstance(value, dict):
         declared = properties(schema)
         for key in required(schema):
+            if len(out) >= MAX_VIOLATIONS:
+                return
             if key not in value:
                 sub = f"{path}.{key}" if path else key
                 out.append(Violation(sub, "required", f"{sub} is required but missing."))
@@ -118,5 +138,6 @@ def check_dispatch(
     keys first at each level, so the same input always answers the same way.
     """
     out: list[Violation] = []
-    _check(dict(parameters), schema, "", out)
-    return tuple(out)
+    with budget.within_one():  # CheckDispatch's own: one call's memo of enum sets
+        _check(dict(parameters), schema, "", out)
+    return tuple(out[:MAX_VIOLATIONS])

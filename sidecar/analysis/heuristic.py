@@ -21,32 +21,41 @@ the same: this module proposes, it does not approve.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Mapping
 
-from . import dates, hints
-from .schema import declared_types, enum_values, problems, property_schema, type_matches
+from . import budget, dates, hints, patterns
+from .credentials import redacted_text
+from .schema import declared_types, enum_values, in_enum, problems, property_schema, type_matches
 from .similarity import nearest
 from .types import AnalysisRequest, Json, Proposal, Source
-from .values import kind, number_text, same_json, scalar_text
+from .values import distinct, kind, number_text, same_json, scalar_text
 
-__all__ = ["convert", "propose"]
+__all__ = ["MAX_HINTS", "MAX_SLIP_CHARS", "convert", "propose"]
 
 _INTEGER = re.compile(r"[+-]?\d{1,15}(?:\.0+)?")
 _NUMBER = re.compile(r"[+-]?(?:\d{1,15}(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,3})?")
 _TYPE_ORDER = ("integer", "number", "boolean", "string")
+# A value longer than this has no slip of case or spacing worth fixing;
+# reading one of a megabyte (folding, re-spacing) held the GIL for 60 ms.
+MAX_SLIP_CHARS = 1_024
+# Suggestions read from one error text, and units charged per parameter a
+# suggestion is tried on: 2,000 hints against 2,000 named parameters took
+# 12 s before both were bounded.
+MAX_HINTS = 32
+_TARGET_UNITS = 500
 _FORMAT_WORDS = re.compile(r"(?i)\b(?:format|date[- ]?time|datetime|date|time|iso|rfc)\b")
 _MAX_SHOWN = 40
 
 
 def show(value: Json) -> str:
-    """A value for a reason sentence: quoted strings, bare numbers, short."""
+    """A value for a reason sentence: quoted strings (redacted), bare numbers, short."""
+    if isinstance(value, str):
+        return repr(redacted_text(value, _MAX_SHOWN))
     text = scalar_text(value)
-    if value is None:
-        text = "null"
-    shown = repr(text) if isinstance(value, str) else text if text is not None else kind(value)
-    return shown if len(shown) <= _MAX_SHOWN else shown[: _MAX_SHOWN - 1] + "…'"
+    return "null" if value is None else text if text is not None else kind(value)
 
 
 def convert(value: Json, wanted: str) -> Json | None:
@@ -77,7 +86,14 @@ class _Context:
         self.text = hints.readable(error_text)
         names = dict.fromkeys([*self.params, *_declared(self.schema)])
         self.named = hints.mentions(self.text, self.params, names)
+        self._by_spot = sorted((spot, name) for name, spot in self.named.items())
         self.sentences = hints.Sentences(self.text)
+
+    def named_between(self, start: int, end: int) -> list[str]:
+        """The parameters first named in text[start:end], in order."""
+        low = bisect.bisect_left(self._by_spot, (start, ""))
+        high = bisect.bisect_left(self._by_spot, (end, ""))
+        return [name for _, name in self._by_spot[low:high]]
 
     def sentence(self, name: str) -> str:
         """The error sentence that names `name`, or "" when none does."""
@@ -130,7 +146,7 @@ def _by_type(ctx: _Context, name: str, value: Json, schema: Mapping[str, Json]) 
 def _by_enum(value: Json, schema: Mapping[str, Json]) -> list[Json]:
     allowed = enum_values(schema)
     text = scalar_text(value)
-    if allowed is None or text is None or any(same_json(value, v) for v in allowed):
+    if allowed is None or text is None or len(text) > MAX_SLIP_CHARS or in_enum(value, allowed):
         return []
     found = nearest(text, allowed)
     return [] if found is None else [found[0]]
@@ -138,7 +154,9 @@ def _by_enum(value: Json, schema: Mapping[str, Json]) -> list[Json]:
 
 def _by_case(value: Json, schema: Mapping[str, Json]) -> list[Json]:
     """A code the pattern rejects only for case or stray spaces ("par " for ^[A-Z]{3}$)."""
-    if not isinstance(value, str) or "pattern" not in schema or _fits(value, schema):
+    if not isinstance(value, str) or len(value) > MAX_SLIP_CHARS or "pattern" not in schema:
+        return []
+    if _fits(value, schema):
         return []
     squeezed = " ".join(value.split())
     for candidate in (squeezed, squeezed.upper(), squeezed.lower()):
@@ -179,9 +197,12 @@ def _by_date(
 
 def _by_hint(ctx: _Context, notes: list[str]) -> dict[str, list[Json]]:
     out: dict[str, list[Json]] = {}
-    for hint in hints.hints(ctx.text):
+    found_hints = hints.hints(ctx.text)
+    if len(found_hints) > MAX_HINTS:
+        notes.append(f"the error makes more than {MAX_HINTS} suggestions; only the first are read")
+    for hint in found_hints[:MAX_HINTS]:
         start, end = ctx.sentences.around(hint.start)
-        near = [n for n, spot in ctx.named.items() if start <= spot < end]
+        near = ctx.named_between(start, end)
         # A hint binds only to a parameter the error names (by name or value):
         # "use ADMIN" in an injected sentence names nothing and changes nothing.
         targets = near or list(ctx.named)
@@ -191,6 +212,8 @@ def _by_hint(ctx: _Context, notes: list[str]) -> dict[str, list[Json]]:
             continue
         fits: dict[str, Json] = {}
         for name in targets:
+            if len(fits) > 1 or not budget.afford(_TARGET_UNITS):
+                break  # already ambiguous, or out of budget: nothing more to learn
             schema = property_schema(ctx.schema, name)
             current = ctx.params.get(name)
             if hint.is_list:
@@ -210,7 +233,7 @@ def _by_hint(ctx: _Context, notes: list[str]) -> dict[str, list[Json]]:
             name, candidate = fits.popitem()
             out.setdefault(name, []).append(candidate)
         elif len(fits) > 1:
-            notes.append(f"the error's hint fits several parameters ({', '.join(sorted(fits))})")
+            notes.append(f"the error's hint fits several parameters ({', '.join(sorted(fits))}, …)")
     return out
 
 
@@ -222,6 +245,11 @@ def propose(request: AnalysisRequest, error_text: str) -> Proposal:
     for name, value in ctx.params.items():
         schema = property_schema(ctx.schema, name)
         found = candidates.setdefault(name, [])
+        pattern = schema.get("pattern")
+        unchecked = patterns.unverifiable(pattern) if isinstance(pattern, str) else None
+        if unchecked is not None:
+            notes.append(f"{name}'s pattern {unchecked.value}, so no value for it can be checked")
+            continue
         found += _by_type(ctx, name, value, schema)
         found += _by_enum(value, schema)
         found += _by_case(value, schema)
@@ -229,13 +257,13 @@ def propose(request: AnalysisRequest, error_text: str) -> Proposal:
     changes: dict[str, Json] = {}
     why: dict[str, str] = {}
     for name, found in candidates.items():
-        distinct = [v for i, v in enumerate(found) if not any(same_json(v, w) for w in found[:i])]
-        if len(distinct) > 1:
+        options = distinct(found, limit=2)
+        if len(options) > 1:
             notes.append(f"{name} has several possible corrections and none is chosen")
-        elif distinct:
-            changes[name] = distinct[0]
+        elif options:
+            changes[name] = options[0]
             before = show(ctx.params[name]) if name in ctx.params else "(unset)"
-            why[name] = f"{name} {before} -> {show(distinct[0])}"
+            why[name] = f"{name} {before} -> {show(options[0])}"
     if changes:
         return Proposal(Source.HEURISTIC, changes, why)
     if not notes:

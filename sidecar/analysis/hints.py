@@ -13,15 +13,23 @@ from __future__ import annotations
 import bisect
 import json
 import re
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from .dates import format_named_in
-from .types import Json
+from .mentions import mentions
 
-__all__ = ["Hint", "Sentences", "hints", "mentions", "readable", "wanted_type"]
+__all__ = [
+    "MAX_ERROR_CHARS",
+    "Hint",
+    "Sentences",
+    "hints",
+    "mentions",
+    "readable",
+    "wanted_type",
+]
 
-_MAX_TEXT = 16_384
+# How much of an error text is read: its start is where upstreams say what is wrong.
+MAX_ERROR_CHARS = 16_384
 _QUOTED = (
     r"(?:'(?P<q1>[^'\n]{1,64})'"
     r'|"(?P<q2>[^"\n]{1,64})"'
@@ -72,12 +80,6 @@ _TYPE_NAMES = {
     "text": "string",
 }
 _SENTENCE_END = re.compile(r"\n|[.;!?](?=\s|$)")
-# Names this short or this common are only "named" when quoted or written as
-# `name:` / `name=`: "to" and "from" appear in every English sentence.
-_WEAK_NAMES = frozenset(
-    {"a", "an", "and", "as", "at", "by", "for", "from", "id", "if", "in", "is", "it", "no"}
-    | {"of", "on", "or", "q", "the", "to", "type", "value"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +114,7 @@ def _flatten(node: object, lines: list[str]) -> str | None:
 
 def readable(error_text: str) -> str:
     """The error as lines of text; a JSON body becomes one line per object."""
-    text = error_text[:_MAX_TEXT]
+    text = error_text[:MAX_ERROR_CHARS]
     stripped = text.strip()
     if stripped[:1] in ("{", "["):
         lines: list[str] = []
@@ -124,45 +126,6 @@ def readable(error_text: str) -> str:
             lines.append(top)
         return "\n".join(lines)
     return text
-
-
-def _split_words(name: str) -> str:
-    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name)
-    return " ".join(re.split(r"[^0-9a-zA-Z]+", spaced.lower())).strip()
-
-
-def _first(pattern: str, text: str) -> int | None:
-    m = re.search(pattern, text)
-    return None if m is None else m.start()
-
-
-def mentions(text: str, request: Mapping[str, Json], names: Iterable[str]) -> dict[str, int]:
-    """Parameter -> position of its first mention (by name or by current value).
-
-    Plain substring tests come first, so a long text and many parameters
-    cost one regex search only for the names that actually appear.
-    """
-    found: dict[str, int] = {}
-    lowered = text.lower()
-    for name in names:
-        spots: list[int | None] = []
-        words = _split_words(name)
-        weak = not words or words in _WEAK_NAMES or len(words) <= 2
-        quoted = re.escape(name)
-        if name in text and weak:
-            spots.append(_first(rf"""['"`“]{quoted}['"`”]|(?<![\w-]){quoted}\s*[:=]""", text))
-        elif name in text:
-            spots.append(_first(rf"(?<![\w-]){quoted}(?![\w-])", text))
-        if not weak and words.split()[0] in lowered:
-            pattern = r"[\s_-]+".join(re.escape(w) for w in words.split())
-            spots.append(_first(rf"(?i)(?<![\w]){pattern}(?![\w])", text))
-        value = request.get(name)
-        if isinstance(value, str) and len(value) >= 2 and value in text:
-            spots.append(_first(rf"(?<![\w]){re.escape(value)}(?![\w])", text))
-        hits = [spot for spot in spots if spot is not None]
-        if hits:
-            found[name] = min(hits)
-    return found
 
 
 class Sentences:

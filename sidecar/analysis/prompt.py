@@ -13,13 +13,21 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from collections.abc import Mapping
 
 from ..policy import REDACTED, redact
+from .bounds import json_problem
+from .credentials import redacted_text, secret_name
 from .types import AnalysisRequest, Json
 
-__all__ = ["Mode", "answer_content", "messages", "parse_answer", "redact_json"]
+__all__ = [
+    "MAX_ANSWER_CHARS",
+    "Mode",
+    "answer_content",
+    "messages",
+    "parse_answer",
+    "redact_json",
+]
 
 _MAX_ERROR_CHARS = 8_000
 _MAX_STRING_CHARS = 2_000
@@ -63,63 +71,80 @@ when it satisfies the parameter's schema.
 """
 
 
-def _secret_name(name: str) -> bool:
-    # Asks the one redaction rule whether `name=...` is a secret assignment,
-    # so the list of secret names lives only in sidecar.policy.redact.
-    probe = f"{name}=probe-value"
-    return redact(probe) != probe
+class _Room:
+    """Characters of text the document may still take: past it, strings become "…".
+
+    The document is cut at _MAX_DOCUMENT_CHARS anyway; counting as it is
+    built means a request of megabytes is redacted only as far as the
+    model will read it (redaction runs at a few MB/s).
+    """
+
+    def __init__(self, chars: int = _MAX_DOCUMENT_CHARS) -> None:
+        self.left = chars
+
+    def text(self, value: str) -> str:
+        limit = min(_MAX_STRING_CHARS, self.left)
+        out = redacted_text(value, limit) if limit > 0 else "…"
+        self.left -= len(out)
+        return out
+
+    def key(self, value: str) -> str:
+        out = redact(value)
+        self.left -= len(out)
+        return out
 
 
-def redact_json(value: Json, under_secret: bool = False, by_name: bool = True) -> Json:
+def redact_json(
+    value: Json, under_secret: bool = False, by_name: bool = True, room: _Room | None = None
+) -> Json:
     """`value` with secrets redacted, long strings cut and long lists shortened.
 
     `by_name` also withholds whole values under secret-looking keys; it is off
     for the schema, where `api_key` names a property and holds no secret.
     """
+    room = room or _Room()
     if isinstance(value, str):
-        if under_secret:
-            return REDACTED
-        text = redact(value)
-        return text if len(text) <= _MAX_STRING_CHARS else text[:_MAX_STRING_CHARS] + "…"
+        return REDACTED if under_secret else room.text(value)
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int | float):
         return REDACTED if under_secret else value
     if isinstance(value, list):
-        return [redact_json(v, under_secret, by_name) for v in value[:_MAX_ITEMS]]
+        return [redact_json(v, under_secret, by_name, room) for v in value[:_MAX_ITEMS]]
     return {
-        redact(k): redact_json(v, under_secret or (by_name and _secret_name(k)), by_name)
+        room.key(k): redact_json(v, under_secret or (by_name and secret_name(k)), by_name, room)
         for k, v in value.items()
     }
 
 
 def _document(request: AnalysisRequest, error_text: str, mode: Mode) -> str:
-    error = redact(error_text)
-    if len(error) > _MAX_ERROR_CHARS:
-        error = error[:_MAX_ERROR_CHARS] + "…"
-    protected: list[Json] = [*sorted(request.protected_parameters)]
+    room = _Room()
+    error = redacted_text(error_text, _MAX_ERROR_CHARS)
+    room.left -= len(error)
+    protected: list[Json] = [*sorted({room.key(p) for p in request.protected_parameters})]
     body: dict[str, Json] = {
         "capability": {
-            "name": redact(request.capability_name),
-            "description": redact_json(request.capability_description),
+            "name": room.key(request.capability_name),
+            "description": redact_json(request.capability_description, room=room),
         },
-        "user_query": redact_json(request.user_query),
+        "user_query": redact_json(request.user_query, room=room),
         "http_status": request.http_status,
         "error_text": error,
-        "original_request": redact_json(dict(request.original_request)),
-        "parameter_schema": redact_json(dict(request.parameter_schema), by_name=False),
+        "original_request": redact_json(dict(request.original_request), room=room),
+        "parameter_schema": redact_json(dict(request.parameter_schema), by_name=False, room=room),
         "protected_parameters": protected,
     }
     if mode is Mode.CONTEXTUAL:
         results: dict[str, Json] = {}
-        room = _MAX_DOCUMENT_CHARS - len(_dump(body))
+        left = _MAX_DOCUMENT_CHARS - len(_dump(body))
         for step in sorted(request.dependency_results):
-            result = redact_json(dict(request.dependency_results[step]))
-            room -= len(_dump({step: result}))
-            if room < 0:
+            result = redact_json(dict(request.dependency_results[step]), room=room)
+            name = room.key(step)
+            left -= len(_dump({name: result}))
+            if left < 0:
                 results["…"] = "further step results left out for length"
                 break
-            results[step] = result
+            results[name] = result
         body["dependency_results"] = results
     text = _dump(body)
     if len(text) > _MAX_DOCUMENT_CHARS:
@@ -137,7 +162,18 @@ def messages(request: AnalysisRequest, error_text: str, mode: Mode) -> list[dict
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-_FENCE = re.compile(r"```(?:json)?\s*(?P<body>.*?)\s*```", re.DOTALL)
+# A real answer is a few hundred characters (max_tokens defaults to 512).
+MAX_ANSWER_CHARS = 65_536
+# The values one answer's `changes` may hold (see `bounds.json_problem`).
+MAX_ANSWER_VALUES = 10_000
+
+
+def _unfenced(text: str) -> str:
+    """The body of a ```json ... ``` fence, or `text` when it is not one fenced block."""
+    if len(text) < 6 or not (text.startswith("```") and text.endswith("```")):
+        return text
+    body = text[3:-3]
+    return (body[4:] if body.startswith("json") else body).strip()
 
 
 def _no_constants(name: str) -> Json:
@@ -145,19 +181,24 @@ def _no_constants(name: str) -> Json:
 
 
 def parse_answer(content: str) -> dict[str, Json] | None:
-    """The `changes` object of a model answer, or None when the answer is not strict JSON."""
-    text = content.strip()
-    fenced = _FENCE.fullmatch(text)
-    if fenced is not None:
-        text = fenced["body"]
-    try:
-        answer = json.loads(text, parse_constant=_no_constants)
-    except ValueError:
+    """The `changes` object of a model answer, or None when it is not strict, bounded JSON.
+
+    The answer is hostile input: over MAX_ANSWER_CHARS, nested past
+    bounds.MAX_DEPTH, holding a number no JSON double can carry (1e999) or
+    a string that is not valid Unicode, it is not read at all. Integers
+    are read as floats, as a Struct would carry them.
+    """
+    if len(content) > MAX_ANSWER_CHARS:
         return None
+    text = _unfenced(content.strip())
+    try:
+        answer = json.loads(text, parse_constant=_no_constants, parse_int=float)
+    except (ValueError, RecursionError):
+        return None  # RecursionError: nested deeper than the parser's own limit
     if not isinstance(answer, dict):
         return None
     changes = answer.get("changes")
-    if not isinstance(changes, dict):
+    if not isinstance(changes, dict) or json_problem(changes, MAX_ANSWER_VALUES) is not None:
         return None
     return changes
 

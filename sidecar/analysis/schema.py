@@ -9,37 +9,57 @@ additionalProperties: false, anyOf/oneOf/allOf). It is still not a full
 JSON Schema validator: $ref, if/then/else, dependencies and the like are
 ignored, which only ever makes it accept less than a real validator would
 reject, never more than the keywords above allow.
+
+Patterns run on RE2 (see `patterns`); one that cannot be checked is a
+problem (UNCHECKED), never a pass.
 """
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Mapping
 
+from . import budget, patterns
 from .dates import conforms_format
 from .types import Json
-from .values import kind, same_json, scalar_text
+from .values import json_key, kind, same_json, scalar_text
 
 __all__ = [
+    "UNCHECKED",
     "declared_types",
     "enum_values",
+    "in_enum",
     "problems",
     "properties",
     "property_schema",
     "required",
 ]
 
+# Every problem about a value that could not be checked says this: a
+# pattern RE2 cannot run, or a check past the analysis's CPU budget.
+UNCHECKED = "cannot be checked"
+# Units charged per nested check (an item, a property, an anyOf branch):
+# a value of N nodes against a schema of M can cost N x M checks.
+_NESTED_UNITS = 20
+_MAX_SHOWN_PATTERN = 100
+
 Schema = Mapping[str, Json]
 
 _NO_SCHEMA: Schema = {}
+_NO_SCHEMA_MAP: Mapping[str, Schema] = {}
 
 
-def properties(schema: Schema) -> dict[str, Schema]:
+def properties(schema: Schema) -> Mapping[str, Schema]:
+    """The declared properties that are schemas; built once per schema per analysis.
+
+    Once, because every parameter's schema is looked up here: rebuilding it
+    per lookup made a request of N parameters cost N x N.
+    """
     found = schema.get("properties")
     if not isinstance(found, dict):
-        return {}
-    return {k: v for k, v in found.items() if isinstance(v, dict)}
+        return _NO_SCHEMA_MAP
+    return budget.memo(
+        found, "properties", lambda: {k: v for k, v in found.items() if isinstance(v, dict)}
+    )
 
 
 def property_schema(schema: Schema, key: str) -> Schema:
@@ -67,19 +87,29 @@ def required(schema: Schema) -> list[str]:
     return [k for k in found if isinstance(k, str)] if isinstance(found, list) else []
 
 
-@functools.lru_cache(maxsize=256)
-def _pattern(text: str) -> re.Pattern[str] | None:
-    try:
-        return re.compile(text)
-    except re.error:
-        return None  # not a pattern Python can read: ignored, like any unknown keyword
+def in_enum(value: Json, allowed: list[Json]) -> bool:
+    """Whether `value` is the same JSON value as a member of `allowed` (see `same_json`).
+
+    One set lookup per value: the members' canonical forms are built once
+    per analysis, so checking N values against an enum of E members costs
+    N + E, not N x E.
+    """
+    members = budget.memo(allowed, "enum members", lambda: frozenset(map(json_key, allowed)))
+    return json_key(value) in members
 
 
-def matches_pattern(value: str, schema: Schema) -> bool:
-    """JSON Schema `pattern` semantics: unanchored search; absent or unreadable passes."""
+def _pattern_problem(value: str, schema: Schema) -> str | None:
+    """Why `value` fails the schema's `pattern` (unanchored search), or None when it passes."""
     raw = schema.get("pattern")
-    compiled = _pattern(raw) if isinstance(raw, str) else None
-    return compiled is None or compiled.search(value) is not None
+    if not isinstance(raw, str):
+        return None  # absent, or not a string: ignored like any odd keyword
+    verdict = patterns.search(raw, value)
+    if verdict is patterns.Verdict.MATCH:
+        return None
+    shown = raw if len(raw) <= _MAX_SHOWN_PATTERN else raw[: _MAX_SHOWN_PATTERN - 1] + "…"
+    if verdict is patterns.Verdict.NO_MATCH:
+        return f"does not match the pattern {shown}"
+    return f"{UNCHECKED} against the pattern {shown}, which {verdict.value}"
 
 
 def type_matches(value: Json, types: frozenset[str]) -> bool:
@@ -125,8 +155,9 @@ def _bounds(value: float, schema: Schema) -> list[str]:
 
 def _string(value: str, schema: Schema) -> list[str]:
     out = []
-    if not matches_pattern(value, schema):
-        out.append(f"does not match the pattern {schema.get('pattern')}")
+    broken = _pattern_problem(value, schema)
+    if broken is not None:
+        out.append(broken)
     low, high = _number(schema, "minLength"), _number(schema, "maxLength")
     if low is not None and len(value) < low:
         out.append(f"is shorter than {scalar_text(low)} characters")
@@ -144,37 +175,52 @@ def _container(value: Json, schema: Schema, path: str) -> list[str]:
         items = schema.get("items")
         if isinstance(items, dict):
             for i, item in enumerate(value):
-                out += problems(item, items, f"{path}[{i}]")
+                out += _nested(item, items, f"{path}[{i}]")
         low, high = _number(schema, "minItems"), _number(schema, "maxItems")
         if low is not None and len(value) < low:
             out.append(f"{path or 'value'} has fewer than {scalar_text(low)} items")
         if high is not None and len(value) > high:
             out.append(f"{path or 'value'} has more than {scalar_text(high)} items")
     elif isinstance(value, dict):
+        listed = required(schema)
+        if listed and not budget.afford(len(listed)):
+            return [f"{path or 'value'} {UNCHECKED} within this analysis's CPU budget"]
         declared = properties(schema)
         for key, item in value.items():
             sub = f"{path}.{key}" if path else key
             if key in declared:
-                out += problems(item, declared[key], sub)
+                out += _nested(item, declared[key], sub)
             elif schema.get("additionalProperties") is False:
                 out.append(f"{sub} is not a declared property")
         out += [
-            f"{path + '.' if path else ''}{key} is required"
-            for key in required(schema)
-            if key not in value
+            f"{path + '.' if path else ''}{key} is required" for key in listed if key not in value
         ]
     return out
 
 
+def _nested(value: Json, schema: Schema, path: str) -> list[str]:
+    if not budget.afford(_NESTED_UNITS):
+        return [f"{path or 'value'} {UNCHECKED} within this analysis's CPU budget"]
+    return _problems(value, schema, path)
+
+
 def problems(value: Json, schema: Schema, path: str = "") -> list[str]:
-    """Why `value` does not satisfy `schema` (strictly), or [] when it does."""
+    """Why `value` does not satisfy `schema` (strictly), or [] when it does.
+
+    A value that cannot be checked (see UNCHECKED) has a problem saying so.
+    """
+    with budget.within_one():
+        return _problems(value, schema, path)
+
+
+def _problems(value: Json, schema: Schema, path: str) -> list[str]:
     where = path or "value"
     types = declared_types(schema)
     if not type_matches(value, types):
         return [f"{where} must be {' or '.join(sorted(types))}, not {kind(value)}"]
     out: list[str] = []
     allowed = enum_values(schema)
-    if allowed is not None and not any(same_json(value, v) for v in allowed):
+    if allowed is not None and not in_enum(value, allowed):
         out.append(f"{where} is not one of the declared enum values")
     if "const" in schema and not same_json(value, schema["const"]):
         out.append(f"{where} is not the declared constant")
@@ -187,11 +233,19 @@ def problems(value: Json, schema: Schema, path: str = "") -> list[str]:
         branches = schema.get(word)
         if isinstance(branches, list):
             subs = [b for b in branches if isinstance(b, dict)]
-            if subs and all(problems(value, b, path) for b in subs):
-                out.append(f"{where} matches none of the {word} alternatives")
+            unchecked: list[str] = []
+            for branch in subs:
+                found = _nested(value, branch, path)
+                if not found:
+                    break
+                unchecked += [p for p in found if UNCHECKED in p]
+            else:
+                if subs:
+                    out.append(f"{where} matches none of the {word} alternatives")
+                    out += unchecked[:1]
     branches = schema.get("allOf")
     if isinstance(branches, list):
         for b in branches:
             if isinstance(b, dict):
-                out += problems(value, b, path)
+                out += _nested(value, b, path)
     return out

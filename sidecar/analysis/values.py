@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from .types import Json
 
 __all__ = [
     "canonical",
+    "distinct",
+    "json_key",
     "kind",
     "leaves",
     "number_text",
@@ -86,6 +88,43 @@ def canonical(value: Json) -> str:
         return obj
 
     return json.dumps(finite(value), sort_keys=True, separators=(",", ":"))
+
+
+JsonKey = tuple[str, object]
+
+
+def json_key(value: Json) -> JsonKey:
+    """A hashable key equal for two values exactly when `same_json` holds.
+
+    Scalars are keyed directly (2 and 2.0 are one float; "2", 2 and true
+    are three kinds), containers by their canonical text.
+    """
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, int | float):
+        return ("number", float(value))
+    if isinstance(value, str):
+        return ("string", value)
+    if value is None:
+        return ("null", None)
+    return ("json", canonical(value))
+
+
+def distinct(values: Iterable[Json], limit: int | None = None) -> list[Json]:
+    """`values` without repeats (by `same_json`), in order; at most `limit` of them.
+
+    One key per value and a set, so N candidates cost N, not N x N.
+    """
+    seen: set[JsonKey] = set()
+    out: list[Json] = []
+    for value in values:
+        key = json_key(value)
+        if key not in seen:
+            seen.add(key)
+            out.append(value)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
 
 
 def leaves(value: Json, path: str = "") -> Iterator[tuple[str, str, Json]]:

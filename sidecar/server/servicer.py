@@ -22,7 +22,7 @@ from google.protobuf import message_factory
 from google.protobuf.message import Message
 from opentelemetry import trace
 
-from ..analysis import Analyzer, AnalyzerSettings, check_dispatch, wire
+from ..analysis import Analyzer, AnalyzerSettings, wire
 from ..convert import (
     attempt_state,
     classification_message,
@@ -246,7 +246,10 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         context: grpc.aio.ServicerContext[pb.AnalyzeErrorRequest, pb.AnalyzeErrorResponse],
     ) -> pb.AnalyzeErrorResponse:
         started = time.perf_counter()
-        analysis = await self._analyzer.analyze(wire.analysis_request(request))
+        # Reading a large request is CPU work: on the analysis worker, off the loop.
+        analysis = await self._analyzer.analyze(
+            await self._analyzer.worker.run(wire.analysis_request, request)
+        )
         self._note("AnalyzeError", lambda: wire.analysis_fields(analysis), started)
         return wire.analysis_response(analysis)
 
@@ -256,6 +259,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         request: pb.CheckDispatchRequest,
         context: grpc.aio.ServicerContext[pb.CheckDispatchRequest, pb.CheckDispatchResponse],
     ) -> pb.CheckDispatchResponse:
-        parameters = wire.struct_dict(request.parameters)
-        schema = wire.struct_dict(request.parameter_schema)
-        return wire.dispatch_response(check_dispatch(parameters, schema))
+        reply = wire.dispatch_small(request)
+        if reply is None:  # too large to check on the event loop
+            reply = await self._analyzer.worker.run(wire.dispatch, request)
+        return reply
