@@ -7,6 +7,14 @@
 // squawk.v1 is the wire contract between executors and the Squawk policy
 // daemon. Every field comment states its default, unit and bounds; "unset"
 // (an absent `optional` field) always means "use the policy default", never 0.
+//
+// A request past a bound is refused with INVALID_ARGUMENT whose message
+// starts with the field's path (e.g. "deadline.seconds: ..."); a body that
+// is not a valid message gets INVALID_ARGUMENT naming "request". Lengths
+// are in characters (Unicode code points). Every Duration must lie within
+// google.protobuf.Duration's range (|seconds| <= 315,576,000,000, |nanos| <=
+// 999,999,999, one sign). Error messages quote at most a short, redacted
+// prefix of a caller's value and are at most 1,024 characters.
 
 package squawkv1
 
@@ -306,17 +314,20 @@ func (AnalysisSource) EnumDescriptor() ([]byte, []int) {
 
 type ClassifyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The upstream client's error text. Scanned for a status with the pattern
-	// `(?:status|error|code)[:\s]+(\d{3})`; only 100..599 counts.
+	// The upstream client's error text, at most 65,536 characters. Scanned for
+	// a status with the pattern `(?:status|error|code)[:\s]+(\d{3})`; only
+	// 100..599 counts.
 	ErrorMessage string `protobuf:"bytes,1,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	// The upstream HTTP status when known; 0 = unknown. Wins over the text.
+	// The upstream HTTP status when known; 0 = unknown, else 100..599. Wins
+	// over the text.
 	HttpStatus int32 `protobuf:"varint,2,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
 	// True when no HTTP response arrived (connect, reset, DNS, timeout).
 	TransportFailure bool `protobuf:"varint,3,opt,name=transport_failure,json=transportFailure,proto3" json:"transport_failure,omitempty"`
 	// Response headers; names are matched case-insensitively. Read for
-	// Retry-After and grpc-retry-pushback-ms.
+	// Retry-After and grpc-retry-pushback-ms. At most 64 headers, names of at
+	// most 256 and values of at most 8,192 characters.
 	Headers map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Policy profile; empty = "default".
+	// Policy profile; empty = "default". Must name a profile of the policy.
 	Profile       string `protobuf:"bytes,5,opt,name=profile,proto3" json:"profile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -399,9 +410,11 @@ type ClassifyResponse struct {
 	// The upstream status found; 0 = none.
 	UpstreamStatus int32 `protobuf:"varint,5,opt,name=upstream_status,json=upstreamStatus,proto3" json:"upstream_status,omitempty"`
 	// error_message with bearer tokens, API keys, passwords and URL
-	// credentials replaced by "[REDACTED]".
+	// credentials replaced by "[REDACTED]", lone UTF-16 surrogates by U+FFFD,
+	// and cut to 65,536 characters (plus "…").
 	RedactedMessage string `protobuf:"bytes,6,opt,name=redacted_message,json=redactedMessage,proto3" json:"redacted_message,omitempty"`
-	// Set when the headers carry a valid Retry-After or grpc-retry-pushback-ms.
+	// Set when the headers carry a valid Retry-After or grpc-retry-pushback-ms;
+	// capped at 86,400 s (one day).
 	RetryAfter    *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -493,17 +506,21 @@ type DecideRetryRequest struct {
 	// Attempts allowed in all (initial + retries); unset = the profile's
 	// (default 3). Must be >= 1 when set.
 	MaxAttempts *int32 `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3,oneof" json:"max_attempts,omitempty"`
-	// The component's HTTP status; 0 = transport failure or unknown.
+	// The component's HTTP status; 0 = transport failure or unknown, else
+	// 100..599.
 	HttpStatus int32 `protobuf:"varint,3,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
 	// True when no HTTP response arrived.
 	TransportFailure bool `protobuf:"varint,4,opt,name=transport_failure,json=transportFailure,proto3" json:"transport_failure,omitempty"`
-	// The component's raw response body, at most 1 MiB. Read for the
-	// envelope `{"success": false, "error": {"retryable": <bool>}}`.
+	// The component's raw response body, at most 1 MiB (the policy file's
+	// max_body_bytes). Read for the envelope
+	// `{"success": false, "error": {"retryable": <bool>, "message": <text>}}`.
+	// In proto3 JSON (grpcurl) a bytes field is written in base64.
 	ResponseBody []byte `protobuf:"bytes,5,opt,name=response_body,json=responseBody,proto3" json:"response_body,omitempty"`
 	// Response headers, matched case-insensitively (Retry-After,
-	// grpc-retry-pushback-ms).
+	// grpc-retry-pushback-ms). At most 64 headers, names of at most 256 and
+	// values of at most 8,192 characters. A hint is capped at one day.
 	Headers map[string]string `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Corrections already applied to this step.
+	// Corrections already applied to this step. Must be >= 0.
 	ValidationRetriesUsed int32 `protobuf:"varint,7,opt,name=validation_retries_used,json=validationRetriesUsed,proto3" json:"validation_retries_used,omitempty"`
 	// Correction budget; unset = the profile's (default 2). Must be >= 0.
 	MaxValidationRetries *int32 `protobuf:"varint,8,opt,name=max_validation_retries,json=maxValidationRetries,proto3,oneof" json:"max_validation_retries,omitempty"`
@@ -515,13 +532,16 @@ type DecideRetryRequest struct {
 	DelegatedOrchestrator bool `protobuf:"varint,11,opt,name=delegated_orchestrator,json=delegatedOrchestrator,proto3" json:"delegated_orchestrator,omitempty"`
 	// The step's context was cancelled.
 	Cancelled bool `protobuf:"varint,12,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
-	// Time left for the step; unset = no deadline. Must not be negative.
+	// Time left for the step; unset = no deadline. Must not be negative and
+	// must lie within google.protobuf.Duration's range.
 	Deadline *durationpb.Duration `protobuf:"bytes,13,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	// Capability name; selects per-capability overrides of the profile.
+	// Capability name, at most 256 characters; selects per-capability
+	// overrides of the profile. Shown redacted in spans and decision logs.
 	Capability string `protobuf:"bytes,14,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Upstream service name, for telemetry.
+	// Upstream service name, at most 256 characters, for telemetry. Shown
+	// redacted in spans and decision logs.
 	Upstream string `protobuf:"bytes,15,opt,name=upstream,proto3" json:"upstream,omitempty"`
-	// Policy profile; empty = "default".
+	// Policy profile; empty = "default". Must name a profile of the policy.
 	Profile       string `protobuf:"bytes,16,opt,name=profile,proto3" json:"profile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -759,7 +779,9 @@ func (x *DecideRetryResponse) GetClassification() *ClassifyResponse {
 
 type DecideRetryBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// At most 10,000 requests.
+	// At most 10,000 requests, within gRPC's 4 MiB message limit. The answer
+	// to a full batch can exceed a client's default 4 MiB receive limit:
+	// raise it, or send smaller batches.
 	Requests      []*DecideRetryRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -931,30 +953,49 @@ func (*DecideRetryBatchResult_Decision) isDecideRetryBatchResult_Result() {}
 
 func (*DecideRetryBatchResult_Error) isDecideRetryBatchResult_Result() {}
 
+// The Structs of one AnalyzeError request (original_request,
+// parameter_schema and every dependency result) hold together at most
+// 20,000 values and 2 Mi characters of strings and keys, nest at most 32
+// levels deep, have at most 10,000 keys per object or items per array, keys
+// of at most 1,024 characters, strings of at most 1 Mi characters, and
+// finite numbers only (no NaN or Infinity). A refusal names the value's
+// path, e.g. "original_request.rooms[3].beds: ...".
 type AnalyzeErrorRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The component's HTTP status.
+	// The component's HTTP status; 0 = read it from error_response, else
+	// 100..599.
 	HttpStatus int32 `protobuf:"varint,1,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
-	// The component's error response text (redacted before any model call).
+	// The component's error response text, at most 1 MiB (the policy file's
+	// max_body_bytes); the analyzers read its first 16 KiB. Redacted before
+	// any model call.
 	ErrorResponse string `protobuf:"bytes,2,opt,name=error_response,json=errorResponse,proto3" json:"error_response,omitempty"`
 	// The parameters of the failed call.
 	OriginalRequest *structpb.Struct `protobuf:"bytes,3,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
-	// The user's request that led to this step.
-	UserQuery             string `protobuf:"bytes,4,opt,name=user_query,json=userQuery,proto3" json:"user_query,omitempty"`
-	CapabilityName        string `protobuf:"bytes,5,opt,name=capability_name,json=capabilityName,proto3" json:"capability_name,omitempty"`
+	// The user's request that led to this step; at most 16,384 characters.
+	UserQuery string `protobuf:"bytes,4,opt,name=user_query,json=userQuery,proto3" json:"user_query,omitempty"`
+	// At most 256 characters.
+	CapabilityName string `protobuf:"bytes,5,opt,name=capability_name,json=capabilityName,proto3" json:"capability_name,omitempty"`
+	// At most 16,384 characters.
 	CapabilityDescription string `protobuf:"bytes,6,opt,name=capability_description,json=capabilityDescription,proto3" json:"capability_description,omitempty"`
-	StepId                string `protobuf:"bytes,7,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	// The capability's JSON Schema for its inputs.
+	// At most 256 characters.
+	StepId string `protobuf:"bytes,7,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// The capability's JSON Schema for its inputs. A `pattern` runs on RE2
+	// (at most 1,000 characters); one RE2 cannot run (backreferences,
+	// lookaround) is never a pass, so no value for that parameter is proposed.
 	ParameterSchema *structpb.Struct `protobuf:"bytes,8,opt,name=parameter_schema,json=parameterSchema,proto3" json:"parameter_schema,omitempty"`
-	// Inputs that must never change (HITL-approved, exact template bindings).
+	// Inputs that must never change (HITL-approved, exact template bindings):
+	// at most 256 names or paths ("rooms[0].type") of 1..1,024 characters.
 	ProtectedParameters []string `protobuf:"bytes,9,rep,name=protected_parameters,json=protectedParameters,proto3" json:"protected_parameters,omitempty"`
-	// Step id -> that step's result, for contextual re-resolution.
-	DependencyResults     map[string]*structpb.Struct `protobuf:"bytes,10,rep,name=dependency_results,json=dependencyResults,proto3" json:"dependency_results,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	ValidationRetriesUsed int32                       `protobuf:"varint,11,opt,name=validation_retries_used,json=validationRetriesUsed,proto3" json:"validation_retries_used,omitempty"`
-	// Unset = 2.
+	// Step id -> that step's result, for contextual re-resolution. At most 64
+	// steps, ids of at most 256 characters.
+	DependencyResults map[string]*structpb.Struct `protobuf:"bytes,10,rep,name=dependency_results,json=dependencyResults,proto3" json:"dependency_results,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Corrections already applied to this step; 0..1,000.
+	ValidationRetriesUsed int32 `protobuf:"varint,11,opt,name=validation_retries_used,json=validationRetriesUsed,proto3" json:"validation_retries_used,omitempty"`
+	// Unset = 2; 0..1,000.
 	MaxValidationRetries *int32 `protobuf:"varint,12,opt,name=max_validation_retries,json=maxValidationRetries,proto3,oneof" json:"max_validation_retries,omitempty"`
-	SemanticRetriesUsed  int32  `protobuf:"varint,13,opt,name=semantic_retries_used,json=semanticRetriesUsed,proto3" json:"semantic_retries_used,omitempty"`
-	// Unset = 2.
+	// Contextual re-resolutions already applied to this step; 0..1,000.
+	SemanticRetriesUsed int32 `protobuf:"varint,13,opt,name=semantic_retries_used,json=semanticRetriesUsed,proto3" json:"semantic_retries_used,omitempty"`
+	// Unset = 2; 0..1,000.
 	MaxSemanticRetries *int32 `protobuf:"varint,14,opt,name=max_semantic_retries,json=maxSemanticRetries,proto3,oneof" json:"max_semantic_retries,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
@@ -1236,10 +1277,15 @@ func (x *AnalyzeErrorResponse) GetRejectedChanges() []*RejectedChange {
 	return nil
 }
 
+// The Structs are bounded as AnalyzeError's are: together at most 20,000
+// values and 2 Mi characters, 32 levels, 10,000 keys or items per
+// container, finite numbers only.
 type CheckDispatchRequest struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Parameters      *structpb.Struct       `protobuf:"bytes,1,opt,name=parameters,proto3" json:"parameters,omitempty"`
-	ParameterSchema *structpb.Struct       `protobuf:"bytes,2,opt,name=parameter_schema,json=parameterSchema,proto3" json:"parameter_schema,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The parameters about to be sent.
+	Parameters *structpb.Struct `protobuf:"bytes,1,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	// The capability's JSON Schema for its inputs.
+	ParameterSchema *structpb.Struct `protobuf:"bytes,2,opt,name=parameter_schema,json=parameterSchema,proto3" json:"parameter_schema,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }

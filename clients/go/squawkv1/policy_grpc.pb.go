@@ -7,6 +7,14 @@
 // squawk.v1 is the wire contract between executors and the Squawk policy
 // daemon. Every field comment states its default, unit and bounds; "unset"
 // (an absent `optional` field) always means "use the policy default", never 0.
+//
+// A request past a bound is refused with INVALID_ARGUMENT whose message
+// starts with the field's path (e.g. "deadline.seconds: ..."); a body that
+// is not a valid message gets INVALID_ARGUMENT naming "request". Lengths
+// are in characters (Unicode code points). Every Duration must lie within
+// google.protobuf.Duration's range (|seconds| <= 315,576,000,000, |nanos| <=
+// 999,999,999, one sign). Error messages quote at most a short, redacted
+// prefix of a caller's value and are at most 1,024 characters.
 
 package squawkv1
 
