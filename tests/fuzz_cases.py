@@ -175,15 +175,15 @@ _GOOD_ITEM = pb.DecideRetryRequest(attempt=1, http_status=503)
 
 def _batch(rng: random.Random) -> tuple[str, bytes]:
     roll = rng.random()
-    if roll < 0.006:
+    if roll < 0.01:
         # Huge: at, one past and twice the limit, each with one bad item.
-        n = rng.choice((MAX_BATCH, MAX_BATCH + 1, 2 * MAX_BATCH))
+        n = rng.choice((MAX_BATCH, MAX_BATCH + 1, MAX_BATCH + 1, 2 * MAX_BATCH))
         items = [field_bytes(1, _GOOD_ITEM.SerializeToString())] * n
         items[rng.randrange(n)] = field_bytes(
             1, pb.DecideRetryRequest(attempt=0).SerializeToString()
         )
         return f"huge.{n}", b"".join(items)
-    n = rng.choice((1, 2, 5, 20)) if rng.random() < 0.95 else 200
+    n = rng.choice((1, 2, 5, 20)) if rng.random() < 0.98 else 200
     batch = pb.DecideRetryBatchRequest()
     if roll < 0.3:
         # One hostile item among good ones: the rest must still be decided.
@@ -198,7 +198,7 @@ def _batch(rng: random.Random) -> tuple[str, bytes]:
             break  # stay under gRPC's 4 MiB message limit most of the time
         labels.add(label.split("+")[-1])
         batch.requests.append(item)
-    return "items." + ",".join(sorted(labels)), batch.SerializeToString()
+    return "+".join(["items", *sorted(labels)]), batch.SerializeToString()
 
 
 _HINTS = (
@@ -218,7 +218,7 @@ def _error_text(rng: random.Random, keys: list[str]) -> str:
     hint = rng.choice(_HINTS)
     stem = hostile_string(rng, 24)
     values = ", ".join(
-        f"{stem}{i}" for i in range(rng.choice((2, 50)) if rng.random() < 0.9 else 3000)
+        f"{stem}{i}" for i in range(rng.choice((2, 50)) if rng.random() < 0.97 else 3000)
     )
     return hint.format(k=rng.choice(keys), v=hostile_string(rng), vs=values)
 
@@ -243,7 +243,7 @@ def _analyze(rng: random.Random) -> tuple[str, bytes]:
         step_id=hostile_string(rng, 64),
     )
     stem = hostile_string(rng, 16)
-    count = rng.choice((0, 1, 3)) if rng.random() < 0.95 else 2000
+    count = rng.choice((0, 1, 3)) if rng.random() < 0.98 else 2000
     r.protected_parameters.extend(f"{stem}{i}" for i in range(count))
     if rng.random() < 0.05:
         r.protected_parameters.append("")
@@ -262,7 +262,7 @@ def _analyze(rng: random.Random) -> tuple[str, bytes]:
     what = "fields"
     if rng.random() < 0.5:
         what += "+dependencies"
-        for _ in range(rng.choice((1, 2, 3)) if rng.random() < 0.95 else 50):
+        for _ in range(rng.choice((1, 2, 3)) if rng.random() < 0.98 else 50):
             result = struct_bytes({k: hostile_json(rng) for k in [*keys, "other"]})
             entry = field_bytes(1, hostile_string(rng, 16).encode()) + field_bytes(2, result)
             parts.append(field_bytes(10, entry))

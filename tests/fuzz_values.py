@@ -212,7 +212,7 @@ def _number(rng: random.Random) -> float:
 
 
 def _width(rng: random.Random) -> int:
-    return rng.choice((1, 2, 3, 8)) if rng.random() < 0.97 else 500
+    return rng.choice((1, 2, 3, 8)) if rng.random() < 0.99 else 500
 
 
 def hostile_json(rng: random.Random, depth: int = 0) -> Any:
@@ -259,7 +259,7 @@ def hostile_property(rng: random.Random) -> dict[str, Any]:
     if roll < 0.3:
         return {"type": "string", "pattern": rng.choice(_PATTERNS)}
     if roll < 0.45:
-        n = rng.choice((3, 50)) if rng.random() < 0.9 else 10_000
+        n = rng.choice((3, 50)) if rng.random() < 0.98 else 10_000
         stem = hostile_string(rng, 40)
         enum: list[Any] = [f"{stem}{i}" for i in range(n)]
         return {"type": rng.choice(("string", "integer", ["string", "null"])), "enum": enum}
