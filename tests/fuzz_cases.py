@@ -10,7 +10,8 @@ those three values without replaying the stream before it. A case is:
 - hostile: a request built field by field from fuzz_values, well-formed
   protobuf holding values at and past every edge, plus the raw shapes the
   generated classes cannot write (huge batches, crafted Struct nesting,
-  lone surrogates in JSON bodies).
+  lone surrogates in JSON bodies);
+- edge: the fixed worst cases of fuzz_edges, each sent once per run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, cast
 
+from fuzz_edges import EDGE_EVERY, EDGES
 from fuzz_values import (
     DURATION_NANOS,
     DURATION_SECONDS,
@@ -308,6 +310,10 @@ def _descriptor(rpc: str) -> Descriptor:
 
 
 def case(seed: int, rpc: str, index: int) -> Case:
+    edge, offset = divmod(index, EDGE_EVERY)
+    if offset == EDGE_EVERY // 2 and edge < len(EDGES[rpc]):
+        label, data = EDGES[rpc][edge]()
+        return Case(rpc, index, f"edge:{label}", data)
     rng = random.Random(f"{seed}/{rpc}/{index}")
     roll = rng.random()
     if roll < 0.15:

@@ -194,7 +194,7 @@ def fuzz_rpc(
     workdir: Path,
     *,
     concurrency: int = 16,
-    timeout_s: float = 10.0,
+    timeout_s: float = 5.0,
     budget_s: float = 60.0,
     restarts: int = 2,
 ) -> Report:
@@ -216,9 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=100_000, help="cases per RPC")
     parser.add_argument("--rpc", action="append", choices=RPCS, help="default: every RPC")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds per call")
     parser.add_argument("--budget", type=float, default=1800.0, help="seconds per RPC")
-    parser.add_argument("--restarts", type=int, default=20, help="stalled daemons replaced")
+    parser.add_argument("--restarts", type=int, default=200, help="stalled daemons replaced")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     reports = []

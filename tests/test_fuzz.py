@@ -1,13 +1,15 @@
 """Nothing a caller sends fails a call or stalls the daemon: the wire fuzz.
 
 Each RPC gets its own daemon (decision log on) and a seeded stream of
-random bytes, damaged valid requests and hostile well-formed ones
-(tests/fuzz_cases.py). The answers must be OK, INVALID_ARGUMENT naming
-its field, or RESOURCE_EXHAUSTED past gRPC's size limit: never INTERNAL,
-UNKNOWN or a missed deadline, and bytes protobuf cannot parse answer
-INVALID_ARGUMENT. Afterwards the daemon must be alive and SERVING, with a
-bounded log and bounded decision-log lines (tests/fuzz_wire.py says
-exactly what is judged). `make fuzz` runs the same generator longer.
+random bytes, damaged valid requests, hostile well-formed ones and fixed
+worst cases (tests/fuzz_cases.py, tests/fuzz_edges.py). The answers must
+be OK, INVALID_ARGUMENT naming its field, or RESOURCE_EXHAUSTED past
+gRPC's size limit: never INTERNAL, UNKNOWN or a missed 5 s deadline (with
+16 calls in flight, five times the slowest legitimate call seen on a
+loaded machine), and bytes protobuf cannot parse answer INVALID_ARGUMENT.
+Afterwards the daemon must be alive and SERVING, with a bounded log and
+bounded decision-log lines (tests/fuzz_wire.py says exactly what is
+judged). `make fuzz` runs the same generator longer.
 
 A failure names each case as `seed=S index=I`; `fuzz_cases.case(S, rpc, I)`
 rebuilds it.
@@ -20,6 +22,7 @@ from pathlib import Path
 import grpc
 import pytest
 from fuzz_cases import RPCS, Case, case, is_malformed
+from fuzz_edges import EDGES
 from fuzz_report import verdict
 from fuzz_wire import fuzz_rpc
 
@@ -46,11 +49,12 @@ COVERS = {
 
 @pytest.mark.parametrize("rpc", RPCS)
 def test_no_request_fails_a_call_or_stalls_the_daemon(rpc: str, tmp_path: Path) -> None:
-    report = fuzz_rpc(rpc, SEED, CASES_PER_RPC, tmp_path, timeout_s=10.0, budget_s=30.0)
+    report = fuzz_rpc(rpc, SEED, CASES_PER_RPC, tmp_path, timeout_s=5.0, budget_s=30.0, restarts=3)
     if report.failed:
         pytest.fail(report.summary(), pytrace=False)
     assert report.judged == CASES_PER_RPC
-    assert {"random", "mutation", "hostile", *COVERS[rpc]} <= report.words.keys()
+    edges = {label for label, _ in (build() for build in EDGES[rpc])}
+    assert {"random", "mutation", "hostile", *COVERS[rpc], *edges} <= report.words.keys()
     assert 0 < report.malformed < report.judged
 
 
