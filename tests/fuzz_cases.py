@@ -62,7 +62,7 @@ MAX_BATCH = 10_000  # the documented limit (README, "The service")
 class Case:
     rpc: str
     index: int
-    label: str  # "random", "mutation:<ops>" or "hostile:<what>"
+    label: str  # "random", "mutation:<ops>", "hostile:<what>" or "edge:<name>"
     payload: bytes
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import tempfile
 import time
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
-from conftest import Daemon, start_daemon
+from conftest import ROOT, Daemon, start_daemon
 from fuzz_cases import RPCS, Case, cases, is_malformed
 from fuzz_report import Report
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -160,11 +161,17 @@ async def _run(
             await session.close()
 
 
+# Where a traceback's files live on this machine: left out of the results.
+_FILE_PREFIX = re.compile(
+    r'File "(?:[^"]*/(?=site-packages/|python3\.\d+/)|' + re.escape(str(ROOT)) + "/)"
+)
+
+
 def _log_problems(output: str, requests: int) -> list[str]:
     problems = []
     tracebacks = output.count("Traceback (most recent call last)")
     if tracebacks:
-        first = output[output.index("Traceback") :][:1200]
+        first = _FILE_PREFIX.sub('File "', output[output.index("Traceback") :][:1200])
         problems.append(f"{tracebacks} tracebacks in the daemon's log; the first:\n{first}")
     lines = output.count("\n")
     limit = LOG_LINES_BASE + LOG_LINES_PER_1000 * requests // 1000
