@@ -9,7 +9,7 @@ GEN    := sidecar/proto/policy_pb2.py
 JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
-.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-test clean
+.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-test fuzz clean
 
 all: test
 
@@ -67,6 +67,18 @@ ts-test: setup
 	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && npm test
 
 test: setup lint typecheck buf bench-smoke unit go-test ts-test
+
+# The long wire fuzz: the generator of tests/test_fuzz.py, FUZZ_COUNT cases
+# per RPC (about 40 minutes for the default on 2 cores), counts per RPC and
+# status code into bench/results/fuzz.json. Fails on any problem the test
+# would fail on (INTERNAL, UNKNOWN, a stall, a bounded-log breach, ...).
+#   make fuzz FUZZ_SEED=7 FUZZ_COUNT=20000 FUZZ_ARGS='--rpc AnalyzeError'
+FUZZ_SEED  ?= 1
+FUZZ_COUNT ?= 100000
+FUZZ_ARGS  ?=
+fuzz: setup
+	$(BIN)/python tests/fuzz_wire.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT) \
+	  --out bench/results/fuzz.json $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV) sidecar/proto build clients/typescript/node_modules clients/typescript/dist

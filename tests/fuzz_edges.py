@@ -1,0 +1,185 @@
+"""Fixed worst cases the random mix might miss: inputs at sizes where a
+super-linear scan (regex backtracking, quadratic redaction, a hint scan
+over a whitespace run, Levenshtein over a huge enum) costs seconds, and
+values exactly at and past documented limits.
+
+fuzz_cases sends the RPC's edges once each, early in every run (case
+EDGE_EVERY * k + EDGE_EVERY // 2 is edge k), so a run of a few thousand
+cases sends them all and the long run does not repeat them.
+Each builder returns (label, request bytes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from wire_bytes import field_bytes, struct_bytes
+
+from sidecar.proto import policy_pb2 as pb
+
+__all__ = ["EDGES", "EDGE_EVERY"]
+
+EDGE_EVERY = 40
+N = 65_536  # long enough that O(n^2) takes seconds, short enough to send fast
+MIB = 2**20
+EYJ = "eyJ-" * N  # every position starts a JWT-looking token that never ends
+SPACES = " " * N
+HINT_SPACES = "use" + SPACES  # "did you mean/use X" with X never coming
+BACKTRACK = "a" * 40 + "!"  # "^(a+)+$" takes 2^40 steps to reject this
+Edge = Callable[[], tuple[str, bytes]]
+
+
+def _classify(label: str, **fields: Any) -> Edge:
+    return lambda: (label, pb.ClassifyRequest(**fields).SerializeToString())
+
+
+def _decide(label: str, **fields: Any) -> Edge:
+    def build() -> tuple[str, bytes]:
+        request = pb.DecideRetryRequest(attempt=1, http_status=503)
+        for name, value in fields.items():
+            if name == "deadline":
+                request.deadline.seconds, request.deadline.nanos = value
+            elif name == "headers":
+                request.headers.update(value)
+            else:
+                setattr(request, name, value)
+        return label, request.SerializeToString()
+
+    return build
+
+
+def _envelope(message: str) -> bytes:
+    return json.dumps({"success": False, "error": {"message": message}}).encode()
+
+
+def _analyze(label: str, params: Any, schema: Any, deps: Any = None, **fields: Any) -> Edge:
+    def build() -> tuple[str, bytes]:
+        base: dict[str, Any] = {"http_status": 400, "error_response": "error 400: invalid value"}
+        base |= fields
+        parts = [
+            pb.AnalyzeErrorRequest(**base).SerializeToString(),
+            field_bytes(3, struct_bytes(params)),
+            field_bytes(8, struct_bytes(schema)),
+        ]
+        for step, result in (deps or {}).items():
+            entry = field_bytes(1, step.encode()) + field_bytes(2, struct_bytes(result))
+            parts.append(field_bytes(10, entry))
+        return label, b"".join(parts)
+
+    return build
+
+
+def _dispatch(label: str, params: Any, schema: Any) -> Edge:
+    return lambda: (
+        label,
+        field_bytes(1, struct_bytes(params)) + field_bytes(2, struct_bytes(schema)),
+    )
+
+
+def _batch(label: str, *items: pb.DecideRetryRequest, copies: int = 1) -> Edge:
+    return lambda: (
+        label,
+        pb.DecideRetryBatchRequest(requests=list(items) * copies).SerializeToString(),
+    )
+
+
+_PATTERN = {"type": "string", "pattern": "^(a+)+$"}
+_BIG_ENUM = [f"option-{i:05d}-" + "x" * 40 for i in range(10_000)]
+
+EDGES: dict[str, list[Edge]] = {
+    "Classify": [
+        _classify("eyJ-message", error_message=EYJ),
+        _classify("eyJ-profile", profile=EYJ),
+        _classify("spaces-after-status-word", error_message="error" + " " * MIB),
+        _classify("a-run-bang", error_message="a" * MIB + "!"),
+        _classify("bearer-run", error_message="Bearer " * (N // 2)),
+        _classify("assignment-run", error_message="api_key=" * (N // 2)),
+        _classify("url-credentials-run", error_message="https://a:b@" * (N // 2)),
+        _classify("retry-after-20-digits", headers={"Retry-After": "9" * 20}),
+        _classify("pushback-20-digits", headers={"grpc-retry-pushback-ms": "9" * 20}),
+        _classify(
+            "retry-after-year-9999", headers={"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}
+        ),
+        _classify("10000-headers", headers={f"x-{i}": "v" for i in range(10_000)}),
+        _classify("status-int32-min", http_status=-(2**31), error_message="x"),
+    ],
+    "DecideRetry": [
+        _decide("eyJ-envelope-message", response_body=_envelope(EYJ)),
+        _decide("eyJ-profile", profile=EYJ),
+        _decide("eyJ-capability", capability=EYJ, upstream=EYJ),
+        _decide("body-at-limit", response_body=b"{" + b" " * (MIB - 1)),
+        _decide("body-over-limit", response_body=b" " * (MIB + 1)),
+        _decide("nested-objects", response_body=b'{"a":' * (MIB // 5 - 1)),
+        _decide(
+            "surrogate-envelope", response_body=b'{"success":false,"error":{"message":"\\ud800"}}'
+        ),
+        _decide("deadline-int64-max", deadline=(2**63 - 1, 0)),
+        _decide("deadline-mixed-signs", deadline=(1, -1)),
+        _decide("deadline-nanos-int32-max", deadline=(0, 2**31 - 1)),
+        _decide("retry-after-20-digits", headers={"Retry-After": "9" * 20}),
+        _decide("pushback-20-digits", headers={"grpc-retry-pushback-ms": "9" * 20}),
+        _decide("attempt-int32-max", attempt=2**31 - 1, max_attempts=2**31 - 1),
+    ],
+    "DecideRetryBatch": [
+        _batch(
+            "10000-bad-items", pb.DecideRetryRequest(attempt=0, profile="x" * 100), copies=10_000
+        ),
+        _batch("eyJ-profile-item", pb.DecideRetryRequest(attempt=1, profile=EYJ)),
+        _batch("eyJ-capability-item", pb.DecideRetryRequest(attempt=1, capability=EYJ)),
+        _batch(
+            "retry-after-item", pb.DecideRetryRequest(attempt=1, headers={"Retry-After": "9" * 20})
+        ),
+        _batch("10001-items", pb.DecideRetryRequest(attempt=1), copies=10_001),
+    ],
+    "AnalyzeError": [
+        _analyze("eyJ-error", {"a": "x"}, {}, error_response=EYJ),
+        _analyze("spaces-error", {"a": "x"}, {}, error_response="x: expected integer" + SPACES),
+        _analyze("use-spaces-error", {"a": "x"}, {}, error_response=HINT_SPACES),
+        _analyze("one-of-spaces", {"a": "x"}, {}, error_response="a: one of" + SPACES + "b"),
+        _analyze(
+            "backtracking-pattern",
+            {"code": BACKTRACK},
+            {"properties": {"code": _PATTERN}},
+            error_response="code is invalid, did you mean " + BACKTRACK,
+        ),
+        _analyze(
+            "backtracking-dependencies",
+            {"code": "b"},
+            {"properties": {"code": _PATTERN}},
+            {"geo": {f"code{i}": BACKTRACK for i in range(50)}},
+            error_response="code is invalid",
+        ),
+        _analyze(
+            "10000-enum-near-miss",
+            {"cabin": "option-xxxxx-" + "x" * 40},
+            {"properties": {"cabin": {"type": "string", "enum": _BIG_ENUM}}},
+            error_response="cabin is not one of the allowed values",
+        ),
+        _analyze(
+            "10000-leaf-dependencies",
+            {"city": "Paris"},
+            {"properties": {"city": {"type": "string", "enum": ["PAR"]}}},
+            {f"s{i}": {"city": f"C{i}", "name": "x" * 20} for i in range(5000)},
+            error_response="city is invalid",
+        ),
+        _analyze(
+            "date-digits",
+            {"day": "9" * 5000},
+            {"properties": {"day": {"type": "string", "format": "date"}}},
+            error_response="day must be in format YYYY-MM-DD",
+        ),
+        _analyze("error-over-limit", {"a": "x"}, {}, error_response="x" * (MIB + 1)),
+        _analyze("retries-int32-max", {"a": "x"}, {}, validation_retries_used=2**31 - 1),
+    ],
+    "CheckDispatch": [
+        _dispatch("braces", {"a": "{{" * (MIB // 4)}, {}),
+        _dispatch("dollar-braces", {"a": "${" * (MIB // 4)}, {}),
+        _dispatch("unclosed-reference-run", {"a": "{{ a" * (MIB // 8)}, {}),
+        _dispatch("enum-10000", {"a": "z"}, {"properties": {"a": {"enum": _BIG_ENUM}}}),
+        _dispatch("100000-required", {}, {"required": [f"k{i}" for i in range(100_000)]}),
+        _dispatch("eyJ-enum-value", {"a": EYJ}, {"properties": {"a": {"enum": ["b"]}}}),
+        _dispatch("eyJ-key", {EYJ: 1}, {"properties": {EYJ: {"type": "array"}}}),
+    ],
+}
