@@ -22,7 +22,8 @@ MAX_DETAILS = 4096
 EXAMPLES_PER_KIND = 3
 SLOWEST = 5
 # A refusal names its field first: `attempt: must be >= 1`, `requests[3].profile: ...`.
-_FIELD_FIRST = re.compile(r"^[A-Za-z_][\w.\[\]-]*: ")
+# The request's field first; a path into a Struct may go on with any key.
+_FIELD_FIRST = re.compile(r"^[A-Za-z_]\w*(?:: |[.\[])")
 S = grpc.StatusCode
 
 

@@ -253,3 +253,21 @@ def test_a_status_is_looked_for_where_the_analyzers_read() -> None:
     assert skipped is not None and skipped.is_transient_error  # no status known
     early = AnalysisRequest(http_status=0, error_response="status 400: bad" + " x" * 500_000)
     assert OFFLINE.skip(early) is None  # a 400: analysed
+
+
+def test_whitespace_runs_in_an_error_text_cost_linear_time() -> None:
+    # Several `\s*` meeting on a run of spaces made the hint patterns try
+    # every split of it: 16 KiB of spaces after "use" took over ten seconds.
+    from sidecar.analysis.hints import MAX_ERROR_CHARS, hints
+
+    for text in (
+        "use" + " " * MAX_ERROR_CHARS,
+        "did you mean" + "\t" * MAX_ERROR_CHARS + ":",
+        "must be" + " \n" * (MAX_ERROR_CHARS // 2),
+    ):
+        started = time.process_time()
+        assert hints(text) == []
+        assert time.process_time() - started < 1.0  # a hang guard, not a benchmark
+    # Folding keeps what the hints read: a list across a run of spaces.
+    (found,) = hints("city_code must be one of:      PAR,     LON")
+    assert found.values == ("PAR", "LON")

@@ -52,7 +52,7 @@ REFUSED: list[tuple[str, str, object, str]] = [
         "a header value over 8 KiB",
         "DecideRetry",
         pb.DecideRetryRequest(attempt=1, headers={"retry-after": "1" * 8_193}),
-        "headers['retry-after']:",
+        "headers: the value of 'retry-after' is 8193 characters",
     ),
     (
         "capability over 256",

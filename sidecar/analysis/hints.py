@@ -54,7 +54,7 @@ _MUST_BE = re.compile(rf"(?i)(?:should|must)\s+be\s*:?\s*{_QUOTED}")
 _ALTERNATIVE = re.compile(rf"\s*(?:,|\bor\b)\s*(?:{_QUOTED}|{_BARE})")
 _LIST = re.compile(
     r"""(?ix)
-    (?:(?:expected|must\s+be|should\s+be|is\s+not|use)?\s*one\s+of(?:\s+the\s+following)?
+    (?:(?:(?:expected|must\s+be|should\s+be|is\s+not|use)\s+)?one\s+of(?:\s+the\s+following)?
       |(?:valid|allowed|supported|accepted|possible)\s+(?:values|options|choices|codes)(?:\s+are)?
       |(?:allowed|enum|choices|options)(?=\s*:))
     \s*:?\s*(?P<list>\[[^\]\n]{1,2000}\]|\([^)\n]{1,2000}\)|\{[^}\n]{1,2000}\}|[^.;\n]{1,2000})
@@ -157,8 +157,20 @@ def _value(m: re.Match[str]) -> str | None:
     return next((g for g in quoted if g is not None), None) or groups.get("bare")
 
 
+# Whitespace runs are folded before matching: the patterns above let
+# several `\s*` meet, and on a long run of spaces a backtracking engine
+# tries every way to split it between them.
+_BLANKS = re.compile(r"[^\S\n]+")
+_LINE_BREAKS = re.compile(r" ?\n[\s]*")
+
+
+def _folded(text: str) -> str:
+    return _LINE_BREAKS.sub("\n", _BLANKS.sub(" ", text))
+
+
 def hints(text: str) -> list[Hint]:
     """Every suggestion and every list of allowed values the text offers."""
+    text = _folded(text)
     out: list[Hint] = []
     listed: list[range] = []
     for m in _LIST.finditer(text):

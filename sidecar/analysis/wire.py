@@ -22,6 +22,7 @@ from typing import TypeAlias
 from google.protobuf import struct_pb2
 
 from ..policy import PolicyInputError
+from ..policy.text import shown_text
 from ..proto import policy_pb2 as pb
 from .bounds import (
     MAX_CHARS,
@@ -55,6 +56,7 @@ INLINE_CHARS = 8_192
 # A value's path, built only when an error names it: (parent, key or index).
 _Path: TypeAlias = "tuple[_Path, str | int] | str"
 _SHOWN_KEY = 40
+_SHOWN_MESSAGE = 1_024
 _SHOWN_PATH = 200
 
 
@@ -65,8 +67,7 @@ def _path_text(path: _Path) -> str:
         if isinstance(step, int):
             parts.append(f"[{step}]")
         else:
-            key = step if len(step) <= _SHOWN_KEY else step[: _SHOWN_KEY - 1] + "…"
-            parts.append(f".{key}")
+            parts.append(f".{shown_text(step, _SHOWN_KEY)}")
     text = path + "".join(reversed(parts))
     return text if len(text) <= _SHOWN_PATH else text[: _SHOWN_PATH - 1] + "…"
 
@@ -264,7 +265,12 @@ def dispatch_response(violations: tuple[Violation, ...]) -> pb.CheckDispatchResp
     return pb.CheckDispatchResponse(
         ok=not violations,
         violations=[
-            pb.Violation(parameter=v.parameter, rule=v.rule, message=v.message) for v in violations
+            # `parameter` hands the caller's own key back so it can find it; the
+            # sentence quotes keys and values, so it passes the text gate.
+            pb.Violation(
+                parameter=v.parameter, rule=v.rule, message=shown_text(v.message, _SHOWN_MESSAGE)
+            )
+            for v in violations
         ],
     )
 

@@ -59,7 +59,13 @@ def check_headers(headers: Mapping[str, str], field: str = "headers") -> None:
                 f"a header name of {len(name)} characters is over the limit of "
                 f"{MAX_HEADER_NAME_CHARS}",
             )
-        check_chars(f"{field}[{quoted(name)}]", headers[name], MAX_HEADER_VALUE_CHARS)
+        size = len(headers[name])
+        if size > MAX_HEADER_VALUE_CHARS:
+            raise PolicyInputError(
+                field,
+                f"the value of {quoted(name)} is {size} characters, over the limit of "
+                f"{MAX_HEADER_VALUE_CHARS}",
+            )
 
 
 def duration(field: str, seconds: int, nanos: int) -> timedelta:
