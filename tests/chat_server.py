@@ -1,11 +1,15 @@
 """A scripted OpenAI-compatible chat-completions server on loopback, for model tests.
 
 `ChatServer` is an http.server on 127.0.0.1 that speaks POST
-/v1/chat/completions and answers from a per-test script; it records every
-request as it arrived on the socket. Nothing in the path under test is
-patched: the backend's httpx client, its retry loop and the analyzer run
-as in the daemon. The one seam is the retry sleep, replaced by a recorder
-where a test asserts the exact backoff instead of waiting for it.
+/v1/chat/completions and answers from a per-test script, or computes each
+answer from the request, and can hold every request until the test releases
+it; it records every request as it arrived on the socket. Nothing in the path
+under test is patched: the backend's httpx client, its retry loop and the
+analyzer run as in the daemon. The one seam is the retry sleep, replaced by a
+recorder where a test asserts the exact backoff instead of waiting for it.
+
+`LoopbackServer` is the recording HTTP server under it, for the other HTTP
+peers a test stands up (an OTLP/HTTP collector).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 from sidecar.analysis import (
     Analysis,
@@ -36,12 +40,18 @@ API_KEY = "sk-apikeycanary-0000000000"
 
 @dataclass
 class Reply:
-    """One scripted answer: a chat completion (dict), text or raw bytes, after `delay_s`."""
+    """One answer: a chat completion (dict), text or raw bytes, after `delay_s`."""
 
     body: dict[str, Any] | str | bytes = ""
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    content_type: str = "application/json"
+
+    def encoded(self) -> bytes:
+        if isinstance(self.body, bytes):
+            return self.body
+        return (self.body if isinstance(self.body, str) else json.dumps(self.body)).encode()
 
 
 def completion(content: str | None, refusal: str | None = None) -> dict[str, Any]:
@@ -76,12 +86,20 @@ class Seen:
         return "\n".join(m["content"] for m in self.json["messages"])
 
 
-class ChatServer:
-    """A scripted OpenAI-compatible server on a free loopback port."""
+class LoopbackServer:
+    """An HTTP server on a free loopback port that records every POST as it
+    arrived and sends what `answer` returns for it.
 
-    def __init__(self, *replies: Reply) -> None:
-        self.script = list(replies)
+    With `hold`, each request waits after it arrived (`arrived` is set) until
+    the test sets `release`, or 10 s, so a call stays in flight for as long as
+    a test needs one; leaving the context releases every request.
+    """
+
+    def __init__(self, *, hold: bool = False) -> None:
         self.seen: list[Seen] = []
+        self.hold = hold
+        self.arrived = threading.Event()
+        self.release = threading.Event()
         self._lock = threading.Lock()
         server = self
 
@@ -93,22 +111,18 @@ class ChatServer:
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                with server._lock:
-                    server.seen.append(Seen(self.path, dict(self.headers.items()), raw))
-                    reply = server.script.pop(0) if server.script else None
-                if self.path != "/v1/chat/completions":
-                    reply = Reply("no such route", status=404)
-                if reply is None:
-                    reply = Reply("script exhausted", status=500)
+                seen = Seen(self.path, dict(self.headers.items()), raw)
+                with server._lock:  # the answer is picked in arrival order
+                    server.seen.append(seen)
+                    reply = server.answer(seen)
+                if server.hold:
+                    server.arrived.set()
+                    server.release.wait(10)
                 time.sleep(reply.delay_s)
-                if isinstance(reply.body, bytes):
-                    data = reply.body
-                else:
-                    text = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
-                    data = text.encode()
+                data = reply.encoded()
                 try:
                     self.send_response(reply.status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", reply.content_type)
                     self.send_header("Content-Length", str(len(data)))
                     for name, value in reply.headers.items():
                         self.send_header(name, value)
@@ -122,18 +136,62 @@ class ChatServer:
             target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+    def answer(self, seen: Seen) -> Reply:
+        """The reply to one request; called under the lock, in arrival order."""
+        raise NotImplementedError
 
-    def __enter__(self) -> ChatServer:
+    @property
+    def port(self) -> int:
+        return self.httpd.server_address[1]
+
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()  # joins handler threads: at most one slow reply
         self.thread.join(5)
+
+
+class ChatServer(LoopbackServer):
+    """An OpenAI-compatible server on a free loopback port: each request gets
+    the next scripted reply, then, once the script is spent, what `respond`
+    computes from it (500 "script exhausted" without one)."""
+
+    def __init__(
+        self,
+        *replies: Reply,
+        respond: Callable[[Seen], Reply] | None = None,
+        hold: bool = False,
+    ) -> None:
+        super().__init__(hold=hold)
+        self.script = list(replies)
+        self.respond = respond
+
+    def answer(self, seen: Seen) -> Reply:
+        reply = self.script.pop(0) if self.script else None
+        if seen.path != "/v1/chat/completions":
+            return Reply("no such route", status=404)
+        if reply is None and self.respond is not None:
+            reply = self.respond(seen)
+        return reply if reply is not None else Reply("script exhausted", status=500)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def daemon_env(self, api_key: str | None = API_KEY) -> dict[str, str]:
+        """The environment that points a daemon's analyzer at this server."""
+        env = {
+            "SQUAWK_ANALYZER_BACKEND": "openai",
+            "SQUAWK_ANALYZER_BASE_URL": self.base_url,
+            "SQUAWK_ANALYZER_MODEL": "scripted",
+        }
+        if api_key is not None:
+            env["SQUAWK_ANALYZER_API_KEY"] = api_key
+        return env
 
 
 def settings_for(server: ChatServer, **overrides: Any) -> AnalyzerSettings:

@@ -351,13 +351,7 @@ def test_over_the_wire_with_a_model(tmp_path: Any) -> None:
     """The daemon, configured through the environment, asks the scripted model."""
     with ChatServer(answer({"city_code": "LON"}), answer(HOSTILE)) as server:
         daemon = start_daemon(
-            env={
-                "SQUAWK_LOG_LEVEL": "DEBUG",
-                "SQUAWK_ANALYZER_BACKEND": "openai",
-                "SQUAWK_ANALYZER_BASE_URL": server.base_url,
-                "SQUAWK_ANALYZER_MODEL": "scripted",
-                "SQUAWK_ANALYZER_API_KEY": API_KEY,
-            },
+            env={"SQUAWK_LOG_LEVEL": "DEBUG", **server.daemon_env()},
         )
         try:
             with grpc.insecure_channel(daemon.target) as channel:

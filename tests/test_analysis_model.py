@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 import pytest
-from chat_server import API_KEY, ChatServer, Reply, analyze, answer, completion, settings_for
+from chat_server import ChatServer, Reply, analyze, answer, completion, settings_for
 from conftest import start_daemon
 from google.protobuf import json_format
 
@@ -179,14 +179,7 @@ def test_hostile_answers_over_the_wire() -> None:
         Reply(_gzip_bomb(64 << 20), headers={"Content-Encoding": "gzip"}),
     ]
     with ChatServer(*answers) as server:
-        daemon = start_daemon(
-            env={
-                "SQUAWK_ANALYZER_BACKEND": "openai",
-                "SQUAWK_ANALYZER_BASE_URL": server.base_url,
-                "SQUAWK_ANALYZER_MODEL": "scripted",
-                "SQUAWK_ANALYZER_API_KEY": API_KEY,
-            }
-        )
+        daemon = start_daemon(env=server.daemon_env())
         replies = []
         try:
             with grpc.insecure_channel(daemon.target) as channel:

@@ -23,9 +23,10 @@ from pathlib import Path
 import grpc
 import pytest
 from canaries import MARKER, SHAPES, SLOTS, Call, calls, where
+from chat_server import ChatServer, Reply, Seen, answer
 from conftest import free_port, start_daemon
 from google.protobuf.message import Message
-from loopback_sinks import ModelServer, OtlpReceiver, span_texts
+from loopback_sinks import OtlpReceiver, span_texts
 
 from sidecar.proto import policy_pb2 as pb
 
@@ -38,6 +39,18 @@ RESPONSES: dict[str, type[Message]] = {
     "AnalyzeError": pb.AnalyzeErrorResponse,
     "CheckDispatch": pb.CheckDispatchResponse,
 }
+
+
+def _propose(seen: Seen) -> Reply:
+    """One proposed change for parameter correction and another for
+    re-resolution from dependency results (the system message says which is
+    asked)."""
+    try:
+        system = seen.json["messages"][0]["content"]
+    except (ValueError, LookupError, TypeError):
+        system = ""
+    currency = "CHF" if "dependency_results" in system else "Switzerland"
+    return answer({"currency": currency}, "the error names this value")
 
 
 @dataclass
@@ -118,7 +131,7 @@ def test_no_canary_reaches_any_output(tmp_path: Path) -> None:
     metrics_port = free_port()
     with (
         OtlpReceiver() as collector,
-        ModelServer(correct={"currency": "Switzerland"}, contextual={"currency": "CHF"}) as model,
+        ChatServer(respond=_propose) as model,
     ):
         daemon = start_daemon(
             "--decision-log",
@@ -127,10 +140,7 @@ def test_no_canary_reaches_any_output(tmp_path: Path) -> None:
             f"127.0.0.1:{metrics_port}",
             env={
                 "SQUAWK_LOG_LEVEL": "DEBUG",
-                "SQUAWK_ANALYZER_BACKEND": "openai",
-                "SQUAWK_ANALYZER_BASE_URL": model.base_url,
-                "SQUAWK_ANALYZER_MODEL": "recorder",
-                "SQUAWK_ANALYZER_API_KEY": MODEL_KEY,
+                **model.daemon_env(api_key=MODEL_KEY),
                 "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
                 "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
                 "OTEL_BSP_SCHEDULE_DELAY": "100",
@@ -148,7 +158,7 @@ def test_no_canary_reaches_any_output(tmp_path: Path) -> None:
             output = daemon.output()
             daemon.log.close()
         exports = list(collector.requests)
-        prompts = list(model.received)
+        prompts = list(model.seen)
 
     wrong_status = [
         f"{a.call.slot} / {a.call.shape}: {a.code.name} {a.details[:160]!r}"
@@ -169,7 +179,7 @@ def test_no_canary_reaches_any_output(tmp_path: Path) -> None:
     leaks.scan("decision log", decision_log.read_text(errors="replace"))
     leaks.scan("metrics", metrics)
     for prompt in prompts:
-        leaks.scan("model prompts", prompt.body.decode(errors="replace"))
+        leaks.scan("model prompts", prompt.raw.decode(errors="replace"))
         headers = {k: v for k, v in prompt.headers.items() if k.lower() != "authorization"}
         leaks.scan("model request headers", repr(headers))
 

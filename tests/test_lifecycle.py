@@ -5,7 +5,6 @@ already taken). Every test runs the real daemon process."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import socket
@@ -17,12 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from chat_server import ChatServer, LoopbackServer, Reply, Seen, answer
 from conftest import ROOT, Daemon, free_port, start_daemon
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -91,71 +90,6 @@ def squawk_serve(*args: str, timeout_s: float = 30) -> subprocess.CompletedProce
 # --- SIGTERM: notice, then drain -----------------------------------------
 
 
-class HeldModel:
-    """A chat-completions server on loopback that holds its answer until
-    released, so a test has an AnalyzeError call in flight for as long as it
-    needs one."""
-
-    def __init__(self) -> None:
-        self.arrived = threading.Event()
-        self.release = threading.Event()
-        model = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                model.arrived.set()
-                model.release.wait(10)
-                content = json.dumps({"changes": {"city_code": "LON"}, "reason": "held"})
-                body = json.dumps(
-                    {
-                        "id": "chatcmpl-1",
-                        "object": "chat.completion",
-                        "model": "held",
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": content},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {
-            "SQUAWK_ANALYZER_BACKEND": "openai",
-            "SQUAWK_ANALYZER_BASE_URL": f"http://127.0.0.1:{self.httpd.server_address[1]}/v1",
-            "SQUAWK_ANALYZER_MODEL": "held",
-        }
-
-    def __enter__(self) -> HeldModel:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
-
-
 def analysis_request() -> pb.AnalyzeErrorRequest:
     request = pb.AnalyzeErrorRequest(http_status=400, error_response="INVALID CITY CODE: PARIS")
     request.original_request.update({"city_code": "PARIS"})
@@ -167,9 +101,11 @@ def analysis_request() -> pb.AnalyzeErrorRequest:
 
 def test_sigterm_gives_notice_then_drains_then_exits_in_time() -> None:
     grace, notice = 5.0, 1.5
-    with HeldModel() as model:
+    # The model holds its answer until released: an AnalyzeError call in
+    # flight for as long as the test needs one.
+    with ChatServer(answer({"city_code": "LON"}, "held"), hold=True) as model:
         daemon = start_daemon(
-            "--grace", str(grace), "--shutdown-notice", str(notice), env=model.env
+            "--grace", str(grace), "--shutdown-notice", str(notice), env=model.daemon_env()
         )
         try:
             with grpc.insecure_channel(daemon.target) as channel:
@@ -278,49 +214,21 @@ def refused_collector() -> Iterator[int]:
     yield free_port()  # nothing listens there
 
 
-class Collector:
+class Collector(LoopbackServer):
     """An OTLP/HTTP trace collector on loopback that accepts everything."""
 
-    def __init__(self) -> None:
-        self.spans = 0
-        collector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
-                collector.spans += sum(
-                    len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans
-                )
-                reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+    def answer(self, seen: Seen) -> Reply:
+        reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+        return Reply(reply, content_type="application/x-protobuf")
 
     @property
-    def port(self) -> int:
-        return self.httpd.server_address[1]
-
-    def __enter__(self) -> Collector:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+    def spans(self) -> int:
+        """Spans received, counted from every export as it arrived."""
+        count = 0
+        for seen in self.seen:
+            export = trace_service_pb2.ExportTraceServiceRequest.FromString(seen.raw)
+            count += sum(len(sc.spans) for rs in export.resource_spans for sc in rs.scope_spans)
+        return count
 
 
 DECISIONS = 20
