@@ -247,6 +247,19 @@ def test_429_with_retry_after_zero_retries_at_once_for_real() -> None:
     assert result.source is Source.LLM and len(server.seen) == 2
 
 
+def test_a_429_with_many_headers_still_honours_its_retry_after() -> None:
+    # The policy bounds the headers a decision reads; a model server's many
+    # other headers must not turn its Retry-After into an analyzer failure.
+    noise = {f"x-noise-{i}": "v" * 300 for i in range(80)}
+    replies = (
+        Reply("", status=429, headers={**noise, "Retry-After": "0"}),
+        answer({"city_code": "LON"}),
+    )
+    with ChatServer(*replies) as server:
+        (result,) = analyze(settings_for(server), FIXABLE)
+    assert result.source is Source.LLM and len(server.seen) == 2
+
+
 def test_429_forever_gives_up_after_three_attempts(sleeps: list[float]) -> None:
     with ChatServer(*[Reply("", status=429)] * 5) as server:
         (result,) = analyze(

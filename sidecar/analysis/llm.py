@@ -59,6 +59,10 @@ ACCEPT_ENCODING = "gzip, identity"
 Sleep = Callable[[float], Awaitable[None]]
 
 
+_HINTS = ("retry-after", "grpc-retry-pushback-ms")
+_MAX_HINT_CHARS = 256
+
+
 class _Failed(Exception):
     """One model call that gave no answer; `status` (0 = none arrived) feeds decide()."""
 
@@ -73,7 +77,13 @@ class _Failed(Exception):
         self.what = what
         self.cause = cause
         self.status = status
-        self.headers = dict(headers or {})
+        # Only the wait hints: decide() bounds the headers it is given, and
+        # a model server's other headers are no business of the policy.
+        self.headers = {
+            name: value[:_MAX_HINT_CHARS]
+            for name, value in (headers or {}).items()
+            if name.lower() in _HINTS
+        }
 
 
 class _Body:
