@@ -214,6 +214,7 @@ FRAGMENTS = [
     ),
     *("-----BEGIN PRIVATE KEY-----", "-----END PRIVATE KEY-----", "-----", "https://", "@", "/"),
     *(REDACTED, " ", "\n", "&", ",", ";", "}", "<", "é", "\u2028", "\xa0", "K", "\u212a"),
+    *('"x"', "'a b'", "BeArer", "xToken", "0"),
 ]
 # Random text made of those pieces, whole secrets, runs of token characters
 # and anything else.

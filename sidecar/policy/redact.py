@@ -160,10 +160,12 @@ _SEPARATOR = (
 )
 
 
-def _closed(group: str) -> str:
+def _closed(group: str, close: str = "") -> str:
     """A quoted string: up to the same quote, escaped the same way (`\\"`),
-    with JSON escapes inside, on one line. `group` names the opening quote."""
-    return rf"(?P<{group}>\\?[\"'])(?:(?!(?P={group}))(?:[^\\\n]|\\.))++(?P={group})"
+    with JSON escapes inside, on one line. `group` names the opening quote,
+    `close` (if any) the closing one."""
+    closing = f"(?P<{close}>(?P={group}))" if close else f"(?P={group})"
+    return rf"(?P<{group}>\\?[\"'])(?:(?!(?P={group}))(?:[^\\\n]|\\.))++{closing}"
 
 
 # Unquoted: a backslash starts a pair, and an escaped whitespace or quote
@@ -177,13 +179,14 @@ _QUOTED_NAME_END = "|".join(
 )
 
 
-def _value(open_group: str, probe_group: str, lone_group: str) -> str:
+def _value(n: str) -> str:
     """A quoted value, redacted whole; or, where no quoted string starts, an
     unquoted one (perhaps after a quote that is never closed). A quoted
-    secret name followed by a separator is the next name, not a value."""
+    secret name followed by a separator is the next name, not a value.
+    `n` tells this value's groups apart."""
     return (
-        rf"{_closed(open_group)}(?!(?:{_QUOTED_NAME_END})\s*+[:=])"
-        rf"|(?!{_closed(probe_group)})(?P<{lone_group}>(?:\\?[\"'])?){_VALUE_CHAR}++"
+        rf"{_closed('open' + n, 'close' + n)}(?!(?:{_QUOTED_NAME_END})\s*+[:=])"
+        rf"|(?!{_closed('probe' + n)})(?P<lone{n}>(?:\\?[\"'])?){_VALUE_CHAR}++"
     )
 
 
@@ -195,11 +198,11 @@ def _value(open_group: str, probe_group: str, lone_group: str) -> str:
 # other assignments than the first.
 _NEXT_VALUE = (
     rf"(?:{_word_end(_NAME_WORDS, '[:=]', 1)}|{_word_end(_SCHEME_WORDS)})"
-    rf"\s++(?:(?:{_SCHEMES})\s++)?(?:{_value('open2', 'probe2', 'lone2')})"
+    rf"\s++(?:(?:{_SCHEMES})\s++)?(?:{_value('2')})"
 )
 _ASSIGNMENT = re.compile(
     rf"(?P<sep>{_SEPARATOR})(?P<scheme>(?:{_SCHEMES})\s++)?"
-    rf"(?:{_value('open', 'probe', 'lone')})(?:{_NEXT_VALUE})*+"
+    rf"(?:{_value('')})(?:{_NEXT_VALUE})*+"
 )
 
 # --- rule 4: authorization schemes ------------------------------------------------
@@ -271,6 +274,14 @@ def _kept(*parts: str) -> Callable[[re.Match[str]], str]:
     return lambda m: "".join((m[p] or "") if p.isidentifier() else p for p in parts)
 
 
+def _assignment(m: re.Match[str]) -> str:
+    """The separator and a kept scheme word, the first value's opening quote,
+    and the closing quote of the last value (a chain may end quoted)."""
+    end = m.end()
+    close = next((m[g] for g in ("close2", "close") if m.end(g) == end), "")
+    return f"{m['sep']}{m['scheme'] or ''}{m['open'] or ''}{m['lone'] or ''}{REDACTED}{close}"
+
+
 @dataclass(frozen=True, slots=True)
 class _Rule:
     pattern: re.Pattern[str]
@@ -285,7 +296,7 @@ _RULES = (
     _Rule(_URL_CREDENTIALS, _kept("scheme", REDACTED, "@"), (("@",), ("://",))),
     _Rule(
         _ASSIGNMENT,
-        _kept("sep", "scheme", "open", "lone", REDACTED, "open"),
+        _assignment,
         (
             # Every word in _NAME_WORDS holds one of these.
             (
