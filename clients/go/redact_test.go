@@ -71,8 +71,9 @@ func TestRedactRules(t *testing.T) {
 		{"Bearer INVALID. Basic upstream. Token Expired", "Bearer INVALID. Basic upstream. Token Expired"},
 		{"xsk-abcdefghijkl \\rk-abcdefghijkl \\nsk-abcdefghijkl", "xsk-abcdefghijkl \\rk-abcdefghijkl \\n[REDACTED]"},
 		{"AKIAIOSFODNN7EXAMPLEX AKIAIOSFODNN7EXAMPLE-", "AKIAIOSFODNN7EXAMPLEX [REDACTED]-"},
-		// Non-ASCII whitespace is Python's \s; the Kelvin sign is no k.
+		// Non-ASCII whitespace is Python's \s; the Kelvin sign is no k; astral characters pass.
 		{"password:\u00a0abc \u212aey=abc", "password:\u00a0[REDACTED] \u212aey=abc"},
+		{"token=\U0001F511x\U0001F511 \U0001F511sk-abcdefghijkl", "token=[REDACTED] \U0001F511[REDACTED]"},
 	} {
 		if got := redact(tc.in); got != tc.want {
 			t.Errorf("redact(%q)\n got %q\nwant %q", tc.in, got, tc.want)
