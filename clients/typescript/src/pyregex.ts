@@ -1,15 +1,16 @@
-// Pieces for writing JavaScript regular expressions that match as Python's
-// `re` does on str patterns, whose \b, \w and \s are Unicode-aware.
-// Every pattern using these needs the "u" flag.
-
-/** Python's \w: letters, numbers and the underscore. */
-const WORD = "[\\p{L}\\p{N}_]";
-
-/** Python's \b. */
-export const B = `(?:(?<=${WORD})(?!${WORD})|(?<!${WORD})(?=${WORD}))`;
+// Pieces for matching text as Python's `re` does on str patterns, whose \s
+// is Unicode-aware. Every pattern using S needs the "u" flag.
 
 /** The characters of Python's \s (str.isspace()), for use inside a character class. */
 export const SPACE_CHARS = "\\t\\n\\v\\f\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
 
 /** Python's \s. */
 export const S = `[${SPACE_CHARS}]`;
+
+const SPACE = new RegExp(`^${S}$`, "u");
+
+/** Whether the UTF-16 code unit `code` is Python's \s; every such character is one unit. */
+export function isPySpace(code: number): boolean {
+  if (code < 0x80) return (code >= 0x09 && code <= 0x0d) || (code >= 0x1c && code <= 0x20);
+  return SPACE.test(String.fromCharCode(code));
+}
