@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from sidecar.analysis import AnalysisRequest
-from sidecar.analysis.credentials import credential_in, redacted, redacted_text, secret_name
+from sidecar.analysis.credentials import credential_in, redacted, secret_name
 from sidecar.analysis.gates import CREDENTIAL_REFUSED, check_changes
 from sidecar.analysis.prompt import Mode, messages
+from sidecar.policy.text import shown_text
 
 # Named like a credential by the one redaction rule, or not.
 NAMES = [
@@ -22,8 +23,12 @@ NAMES = [
     ("client_secret", True),
     ("session_id", True),
     ("key", True),
-    ("sort_key", False),
-    ("page_token", False),
+    # The redaction rule redacts any name ending in a secret word, so the
+    # model never sees these values either, and may not change them.
+    ("sort_key", True),
+    ("page_token", True),
+    ("sort_by", False),
+    ("page", False),
     ("keyword", False),
     ("monkey", False),
     ("city_code", False),
@@ -39,16 +44,16 @@ REQUEST = AnalysisRequest(
     http_status=400,
     original_request={
         "q": "hotels",
-        "auth": "Bearer abcdefgh12345678",  # a credential, under a name that says nothing
-        "sort_key": "price",
+        "login": "Bearer abcdefgh12345678",  # a credential, under a name that says nothing
+        "sort_by": "price",
         "filters": {},
     },
     parameter_schema={
         "properties": {
             "q": {"type": "string"},
             "password": {"type": "string"},
-            "auth": {"type": "string"},
-            "sort_key": {"type": "string"},
+            "login": {"type": "string"},
+            "sort_by": {"type": "string"},
             "filters": {"type": "object"},
         }
     },
@@ -57,8 +62,8 @@ REQUEST = AnalysisRequest(
 # (parameter, proposed value, the refusal's start or None when it passes)
 CHANGES: list[tuple[str, Any, str | None]] = [
     ("password", "hunter2", "password is named like a credential"),
-    ("auth", "Bearer zzzzzzzz87654321", "the current value of auth holds a credential"),
-    ("auth", "none", "the current value of auth holds a credential"),
+    ("login", "Bearer zzzzzzzz87654321", "the current value of login holds a credential"),
+    ("login", "none", "the current value of login holds a credential"),
     ("q", "ghp_0123456789abcdefghij", "the proposed value holds a value shaped like a secret"),
     (
         "q",
@@ -71,7 +76,7 @@ CHANGES: list[tuple[str, Any, str | None]] = [
         "the proposed value holds a key named like a credential",
     ),
     ("filters", ["sk-abcdefghijklmnop"], "the proposed value holds a value shaped like a secret"),
-    ("sort_key", "rating", None),
+    ("sort_by", "rating", None),
     ("q", "hotels in Paris", None),
     ("filters", {"stars": 4, "keyword": "pool"}, None),
 ]
@@ -104,7 +109,7 @@ def test_credential_in_and_redacted_agree() -> None:
 def test_a_cut_never_leaves_half_a_secret() -> None:
     text = "ok " + "sk-abcdefghijklmnopqrstu" + " tail"
     for limit in range(len(text) + 2):
-        shown = redacted_text(text, limit)
+        shown = shown_text(text, limit)
         assert "sk-" not in shown and "abcdefgh" not in shown, (limit, shown)
         assert len(shown) <= limit + 1 or shown == "ok [REDACTED] tail"
 

@@ -23,10 +23,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..policy import Policy, redact, status_from_text
+from ..policy.text import shown_text
 from . import contextual, heuristic, hints
 from .bounds import validate
 from .budget import Budget, scope
-from .credentials import redacted, redacted_text
+from .credentials import redacted
 from .gates import CREDENTIAL_REFUSED, MAX_VALUE_CHARS, check_changes, check_result
 from .llm import ModelBackend
 from .prompt import Mode
@@ -156,7 +157,7 @@ def _sentence(text: str, last: str = "", limit: int = 600) -> str:
 
 
 def _short(text: str, limit: int = 40) -> str:
-    return redacted_text(text, limit - 1) if len(text) > limit else redact(text)
+    return shown_text(text, limit - 1) if len(text) > limit else redact(text)
 
 
 def _echo(value: Json) -> Json:

@@ -16,7 +16,7 @@ import functools
 from ..policy import REDACTED, redact
 from .types import Json
 
-__all__ = ["credential_in", "redacted", "redacted_text", "secret_name"]
+__all__ = ["credential_in", "redacted", "secret_name"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -61,20 +61,3 @@ def redacted(value: Json, under_secret: bool = False) -> Json:
     if under_secret and value is not None and not isinstance(value, bool):
         return REDACTED
     return value
-
-
-def redacted_text(text: str, limit: int) -> str:
-    """`text` redacted, and cut to at most `limit` characters (then "…") when longer.
-
-    Cut before redacting, so a long text costs `limit` characters of
-    redaction rather than its whole length. The word the cut falls in is
-    dropped whole: a secret cut in half would no longer look like one, and
-    every secret shape is one unbroken word or ends with one.
-    """
-    if len(text) <= limit:
-        return redact(text)
-    head = text[:limit]
-    if head and not head[-1].isspace() and not text[limit].isspace():
-        words = head.rsplit(None, 1)
-        head = words[0] + " " if len(words) == 2 else ""
-    return redact(head.rstrip()) + "…"

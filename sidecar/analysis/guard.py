@@ -25,8 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from ..policy.text import shown_text
 from . import budget
-from .credentials import redacted_text
 from .schema import declared_types, enum_values, properties, required
 from .types import Json, Violation
 from .values import kind, scalar_text
@@ -54,7 +54,7 @@ _MAX_SHOWN = 60
 def _show(value: Json) -> str:
     text = scalar_text(value)
     if isinstance(value, str):
-        return repr(redacted_text(value, _MAX_SHOWN))
+        return repr(shown_text(value, _MAX_SHOWN))
     return text or kind(value)
 
 

@@ -26,8 +26,8 @@ import functools
 import re
 from collections.abc import Mapping
 
+from ..policy.text import shown_text
 from . import budget, dates, hints, patterns
-from .credentials import redacted_text
 from .schema import declared_types, enum_values, in_enum, problems, property_schema, type_matches
 from .similarity import nearest
 from .types import AnalysisRequest, Json, Proposal, Source
@@ -53,7 +53,7 @@ _MAX_SHOWN = 40
 def show(value: Json) -> str:
     """A value for a reason sentence: quoted strings (redacted), bare numbers, short."""
     if isinstance(value, str):
-        return repr(redacted_text(value, _MAX_SHOWN))
+        return repr(shown_text(value, _MAX_SHOWN))
     text = scalar_text(value)
     return "null" if value is None else text if text is not None else kind(value)
 

@@ -16,8 +16,9 @@ import json
 from collections.abc import Mapping
 
 from ..policy import REDACTED, redact
+from ..policy.text import shown_text
 from .bounds import json_problem
-from .credentials import redacted_text, secret_name
+from .credentials import secret_name
 from .types import AnalysisRequest, Json
 
 __all__ = [
@@ -84,7 +85,7 @@ class _Room:
 
     def text(self, value: str) -> str:
         limit = min(_MAX_STRING_CHARS, self.left)
-        out = redacted_text(value, limit) if limit > 0 else "…"
+        out = shown_text(value, limit) if limit > 0 else "…"
         self.left -= len(out)
         return out
 
@@ -119,7 +120,7 @@ def redact_json(
 
 def _document(request: AnalysisRequest, error_text: str, mode: Mode) -> str:
     room = _Room()
-    error = redacted_text(error_text, _MAX_ERROR_CHARS)
+    error = shown_text(error_text, _MAX_ERROR_CHARS)
     room.left -= len(error)
     protected: list[Json] = [*sorted({room.key(p) for p in request.protected_parameters})]
     body: dict[str, Json] = {
