@@ -41,11 +41,13 @@ All character classes are ASCII and spelled out (no IGNORECASE, no `\\b`,
 no `\\w`), so Python, Go (RE2) and JavaScript agree on every input. Only
 `\\s` is Unicode: Python's whitespace, which the ports spell out.
 
-Every pattern is linear-time by construction: a match may start only where
-the previous character is not one the pattern's unbounded runs consume (a
-lookbehind), and each run is possessive and ends at a character it cannot
-consume, so each run of text is scanned a bounded number of times whatever
-it holds. tests/test_redact.py feeds each rule hostile megabyte inputs.
+Every pattern is linear-time by construction. A match may start only where
+a lookbehind allows: a token, URL or authorization scheme after a character
+its runs cannot consume, so no run is entered again from inside; an
+assignment right after a secret name, so a run of separators or a value is
+entered once. Every run is possessive and ends at a character it cannot
+consume, so nothing is rescanned by backtracking, whatever the text holds.
+tests/test_redact.py times every rule on hostile mebibyte inputs.
 
 Redaction runs on every decision that carries text, so it is built for the
 common case, a message with no secret in it: each rule first checks, with
