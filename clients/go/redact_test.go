@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// The shared redaction vectors, with the exact output each must give.
+// The shared redaction vectors, with the exact output each must give; they
+// hold the corners of the rules too.
 func loadRedactionVectors(t *testing.T) []struct {
 	Name     string   `json:"name"`
 	Input    string   `json:"input"`
@@ -44,40 +45,6 @@ func TestRedactVectorsExactly(t *testing.T) {
 				t.Errorf("redact(%q)\n got %q\nwant %q", tc.Input, got, tc.Redacted)
 			}
 		})
-	}
-}
-
-func TestRedactRules(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		// An unquoted value runs to whitespace or a delimiter, a marker included.
-		{"key=[REDACTED]token=abcdef12", "key=[REDACTED]"},
-		// A name that ends in a secret word at a boundary; others are not secret.
-		{"monkey=banana turkey: 3 max_tokens=9 my_token=abc", "monkey=banana turkey: 3 max_tokens=9 my_token=[REDACTED]"},
-		{"MONKEY=1 MonKey=2 XAPIKey=3 APIKEY=4", "MONKEY=1 MonKey=[REDACTED] XAPIKey=[REDACTED] APIKEY=[REDACTED]"},
-		// The separator takes every ":" and "=", so "==" is no value.
-		{"password==", "password=="},
-		{"secret := 's3'", "secret := '[REDACTED]'"},
-		// A quoted secret name followed by a separator is a name.
-		{`password= "token": "abc"`, `password= "token": "[REDACTED]"`},
-		// A value ending in a secret name and separator runs on over the next.
-		{"api_key:\n  secret: xyz\nnext", "api_key:\n  [REDACTED]\nnext"},
-		{"password=(Bearer abc123 rest", "password=[REDACTED] rest"},
-		// The last value of a chain keeps its closing quote.
-		{`pass:xBearer "a b"c`, `pass:[REDACTED]"c`},
-		// An empty quoted value, and one never closed.
-		{`password: ""`, `password: ""`},
-		{`password: "abc def`, `password: "[REDACTED] def`},
-		// Credentials that read as words stay; tokens need a boundary.
-		{"Bearer INVALID. Basic upstream. Token Expired", "Bearer INVALID. Basic upstream. Token Expired"},
-		{"xsk-abcdefghijkl \\rk-abcdefghijkl \\nsk-abcdefghijkl", "xsk-abcdefghijkl \\rk-abcdefghijkl \\n[REDACTED]"},
-		{"AKIAIOSFODNN7EXAMPLEX AKIAIOSFODNN7EXAMPLE-", "AKIAIOSFODNN7EXAMPLEX [REDACTED]-"},
-		// Non-ASCII whitespace is Python's \s; the Kelvin sign is no k; astral characters pass.
-		{"password:\u00a0abc \u212aey=abc", "password:\u00a0[REDACTED] \u212aey=abc"},
-		{"token=\U0001F511x\U0001F511 \U0001F511sk-abcdefghijkl", "token=[REDACTED] \U0001F511[REDACTED]"},
-	} {
-		if got := redact(tc.in); got != tc.want {
-			t.Errorf("redact(%q)\n got %q\nwant %q", tc.in, got, tc.want)
-		}
 	}
 }
 

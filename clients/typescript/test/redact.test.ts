@@ -1,5 +1,6 @@
-// Secret redaction in the fallback: the shared vectors' exact outputs, the
-// rules' corners, a time bound over hostile inputs, and idempotence.
+// Secret redaction in the fallback: the shared vectors' exact outputs (the
+// rules' corners among them), ordinary text, a time bound over hostile
+// inputs, and idempotence.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, test } from "node:test";
@@ -21,37 +22,7 @@ describe("redaction vectors, exactly", () => {
   }
 });
 
-describe("redaction rules", () => {
-  const cases: [string, string][] = [
-    // An unquoted value runs to whitespace or a delimiter, a marker included.
-    ["key=[REDACTED]token=abcdef12", "key=[REDACTED]"],
-    // A name that ends in a secret word at a boundary; others are not secret.
-    ["monkey=banana turkey: 3 max_tokens=9 my_token=abc", "monkey=banana turkey: 3 max_tokens=9 my_token=[REDACTED]"],
-    ["MONKEY=1 MonKey=2 XAPIKey=3 APIKEY=4", "MONKEY=1 MonKey=[REDACTED] XAPIKey=[REDACTED] APIKEY=[REDACTED]"],
-    // The separator takes every ":" and "=", so "==" is no value.
-    ["password==", "password=="],
-    ["secret := 's3'", "secret := '[REDACTED]'"],
-    // A quoted secret name followed by a separator is a name.
-    ['password= "token": "abc"', 'password= "token": "[REDACTED]"'],
-    // A value ending in a secret name and separator runs on over the next.
-    ["api_key:\n  secret: xyz\nnext", "api_key:\n  [REDACTED]\nnext"],
-    ["password=(Bearer abc123 rest", "password=[REDACTED] rest"],
-    // The last value of a chain keeps its closing quote.
-    ['pass:xBearer "a b"c', 'pass:[REDACTED]"c'],
-    // An empty quoted value, and one never closed.
-    ['password: ""', 'password: ""'],
-    ['password: "abc def', 'password: "[REDACTED] def'],
-    // Credentials that read as words stay; tokens need a boundary.
-    ["Bearer INVALID. Basic upstream. Token Expired", "Bearer INVALID. Basic upstream. Token Expired"],
-    ["xsk-abcdefghijkl \\rk-abcdefghijkl \\nsk-abcdefghijkl", "xsk-abcdefghijkl \\rk-abcdefghijkl \\n[REDACTED]"],
-    ["AKIAIOSFODNN7EXAMPLEX AKIAIOSFODNN7EXAMPLE-", "AKIAIOSFODNN7EXAMPLEX [REDACTED]-"],
-    // Non-ASCII whitespace is Python's \s; the Kelvin sign is no k; astral characters pass.
-    ["password:\u00a0abc \u212aey=abc", "password:\u00a0[REDACTED] \u212aey=abc"],
-    ["token=\u{1F511}x\u{1F511} \u{1F511}sk-abcdefghijkl", "token=[REDACTED] \u{1F511}[REDACTED]"],
-  ];
-  for (const [input, want] of cases) {
-    test(JSON.stringify(input), () => assert.equal(redact(input), want));
-  }
+describe("ordinary text is unchanged", () => {
   for (const text of [
     "Amadeus API error 400: INVALID CITY CODE: PARIS (check_in 2026-04-01)",
     "error code: 400",
@@ -61,7 +32,7 @@ describe("redaction rules", () => {
     "ssh://git@github.com/org/repo.git",
     "",
   ]) {
-    test(`unchanged: ${JSON.stringify(text)}`, () => assert.equal(redact(text), text));
+    test(JSON.stringify(text), () => assert.equal(redact(text), text));
   }
 });
 
