@@ -105,7 +105,7 @@ func redactAuthSchemes(text string) string {
 func isCredentialChar(b byte) bool { return isAlnum(b) || strings.IndexByte("._~+/=-", b) >= 0 }
 
 // authSchemeAt matches a scheme word, whitespace and a credential of 8 or
-// more characters that does not read as a word.
+// more characters that, after Basic, Token or Digest, does not read as a word.
 func authSchemeAt(text string, p int) (int, string, bool) {
 	if !startsAt(text, p, isTokenChar) {
 		return 0, "", false
@@ -118,7 +118,9 @@ func authSchemeAt(text string, p int) (int, string, bool) {
 	for e < len(text) && isCredentialChar(text[e]) {
 		e++
 	}
-	if e-k < 8 || readsAsWord(text[k:e]) {
+	// "Bearer" is no English word: what follows it is a credential whatever it reads like.
+	bearer := k-p > len("bearer") && strings.EqualFold(text[p:p+len("bearer")], "bearer")
+	if e-k < 8 || (!bearer && readsAsWord(text[k:e])) {
 		return 0, "", false
 	}
 	return e, text[p:k] + redacted, true

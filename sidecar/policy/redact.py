@@ -25,7 +25,8 @@ The rules, applied in this order, each to the previous one's output:
    unquoted value that ends in a secret name and a separator (`api_key:`
    then `secret: x` on the next line) runs on over that name's value.
 4. Authorization schemes: `Bearer|Basic|Token|Digest <credential>`, where the
-   credential has 8+ characters and does not read as a word (lower case,
+   credential has 8+ characters and, after Basic, Token or Digest (which are
+   also English words), does not read as a word (lower case,
    Capitalised or ALL CAPS, without digits), as random tokens do not: "Basic
    authentication failed." and "Bearer INVALID." stay readable. Runs after
    the assignments, so a scheme word never swallows a secret's name.
@@ -225,11 +226,13 @@ _CREDENTIAL = "A-Za-z0-9._~+/=-"
 _AUTH_SCHEME = re.compile(
     # The scheme's first letter first, so the pattern starts with a class.
     rf"(?P<scheme>[BbTtDd](?:{_starts_before('A-Za-z0-9_-', 1)})"
-    rf"(?:(?<=[Bb])(?:{_ci('earer')}|{_ci('asic')})|(?<=[Tt]){_ci('oken')}|(?<=[Dd]){_ci('igest')}))"
+    rf"(?:(?<=[Bb])(?P<bearer>{_ci('earer')})|(?<=[Bb]){_ci('asic')}"
+    rf"|(?<=[Tt]){_ci('oken')}|(?<=[Dd]){_ci('igest')}))"
     rf"(?P<space>\s++)(?=[{_CREDENTIAL}]{{8}})"
     # Not a word: lower case (perhaps Capitalised) or ALL CAPS, with symbols
-    # but no digit, up to the end of the credential.
-    rf"(?![A-Z]?[a-z._~+/=-]*+(?![{_CREDENTIAL}])|[A-Z._~+/=-]*+(?![{_CREDENTIAL}]))"
+    # but no digit, up to the end of the credential. What follows "Bearer"
+    # is a credential whatever it reads like: the word is no English verb.
+    rf"(?(bearer)|(?![A-Z]?[a-z._~+/=-]*+(?![{_CREDENTIAL}])|[A-Z._~+/=-]*+(?![{_CREDENTIAL}])))"
     rf"[{_CREDENTIAL}]++"
 )
 

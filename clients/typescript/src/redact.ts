@@ -242,14 +242,16 @@ function nextValues(text: string, v: number, close: string): [number, string] {
 const isCredentialChar = (c: number): boolean => isAlnum(c) || (c >= 0 && "._~+/=-".includes(String.fromCharCode(c)));
 const isSymbol = isIn("._~+/=-");
 
-/** A scheme word, whitespace and a credential of 8 or more characters that does not read as a word. */
+/** A scheme word, whitespace and a credential of 8 or more characters that, after Basic, Token or Digest, does not read as a word. */
 function authSchemeAt(text: string, p: number): [number, string] | undefined {
   if (!startsAt(text, p, isTokenChar)) return undefined;
   const k = schemeEnd(text, p);
   if (k === p) return undefined;
   let e = k;
   while (isCredentialChar(code(text, e))) e++;
-  if (e - k < 8 || readsAsWord(text, k, e)) return undefined;
+  // "Bearer" is no English word: what follows it is a credential whatever it reads like.
+  const bearer = text.slice(p, p + 6).toLowerCase() === "bearer";
+  if (e - k < 8 || (!bearer && readsAsWord(text, k, e))) return undefined;
   return [e, text.slice(p, k) + REDACTED];
 }
 
