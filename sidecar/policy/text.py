@@ -31,8 +31,10 @@ MAX_QUOTED_CHARS = 64
 _MARGIN = 4096
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# The characters a token is made of; a cut inside a run of them drops the run.
-_TOKEN_TAIL = re.compile(r"[^\s\"'<>,;]{1,512}\Z")
+# A cut inside a word drops the word, back to one of these, up to this many
+# characters: longer than any secret shape, short enough to stay cheap.
+_WORD_ENDS = frozenset("\"'<>,;")
+_MAX_DROPPED = 512
 
 
 def valid_utf8(text: str) -> str:
@@ -43,11 +45,15 @@ def valid_utf8(text: str) -> str:
 
 
 def _cut(text: str, limit: int) -> str:
-    head = text[:limit]
+    end = limit
     if not text[limit].isspace():
         # Cut inside a word: drop the partial word rather than show half of it.
-        head = _TOKEN_TAIL.sub("", head)
-    return head + ELLIPSIS
+        # (A loop, not a regex anchored at the end: `re` would try that
+        # anchor from every position of the text.)
+        stop = max(0, limit - _MAX_DROPPED)
+        while end > stop and not text[end - 1].isspace() and text[end - 1] not in _WORD_ENDS:
+            end -= 1
+    return text[:end] + ELLIPSIS
 
 
 def shown_text(text: str, limit: int) -> str:
