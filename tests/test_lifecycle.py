@@ -60,6 +60,18 @@ def health_check(target: str) -> int | grpc.StatusCode:
         return status
 
 
+def checks_until_not_serving(target: str, timeout_s: float) -> list[int | grpc.StatusCode]:
+    """Health checks until one reads other than SERVING: every answer read."""
+    seen: list[int | grpc.StatusCode] = []
+
+    def stopped_serving() -> bool:
+        seen.append(health_check(target))
+        return seen[-1] != SERVING
+
+    until(stopped_serving, timeout_s, "NOT_SERVING")
+    return seen
+
+
 def decide(target: str) -> pb.DecideRetryResponse | grpc.StatusCode:
     with grpc.insecure_channel(target) as channel:
         try:
@@ -118,13 +130,7 @@ def test_sigterm_gives_notice_then_drains_then_exits_in_time() -> None:
 
                 # New health checks read NOT_SERVING (a check may still read
                 # SERVING before the signal is handled), never a refused call.
-                seen: list[int | grpc.StatusCode] = []
-
-                def stopped_serving() -> bool:
-                    seen.append(health_check(daemon.target))
-                    return seen[-1] != SERVING
-
-                until(stopped_serving, 2, "NOT_SERVING")
+                seen = checks_until_not_serving(daemon.target, 2)
                 assert seen[-1] == NOT_SERVING, seen
                 # During the notice a new decision is still answered.
                 answered = decide(daemon.target)
@@ -157,13 +163,7 @@ def test_a_short_grace_gets_half_of_it_as_notice_by_default() -> None:
     try:
         signalled_at = time.monotonic()
         daemon.process.send_signal(signal.SIGTERM)
-        seen: list[int | grpc.StatusCode] = []
-
-        def stopped_serving() -> bool:
-            seen.append(health_check(daemon.target))
-            return seen[-1] != SERVING
-
-        until(stopped_serving, 1, "NOT_SERVING")
+        seen = checks_until_not_serving(daemon.target, 1)
         code, took = exit_time(daemon, signalled_at, grace + 5)
     finally:
         output = daemon.output()
