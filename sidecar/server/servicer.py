@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import Message
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry import trace
 
 from ..analysis import Analyzer, AnalyzerSettings, wire
@@ -50,7 +51,11 @@ MAX_ERROR_CHARS = 1_024
 # A batch gives the event loop back this often, so health checks and other
 # calls are answered while it runs, and a cancelled batch stops there.
 _BATCH_SLICE = 32
+# A field path names request fields and caller-chosen keys; this bounds the keys.
+MAX_FIELD_CHARS = 256
 _INTERNAL = "internal error; see the daemon's log"
+# The standard trailer of gRPC's rich error model (what grpcio-status writes).
+_STATUS_DETAILS = "grpc-status-details-bin"
 
 
 class Malformed:
@@ -107,29 +112,46 @@ def _boundary(method: Method[Req, Resp]) -> Method[Req, Resp]:
     async def wrapper(
         self: PolicyServicer, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
     ) -> Resp:
+        refusal: PolicyInputError | None = None
         if isinstance(request, Malformed):
             self._observer.refused(rpc, "malformed")
-            code = grpc.StatusCode.INVALID_ARGUMENT
-            message = f"request: not a valid {request.type_name} message"
+            refusal = PolicyInputError("request", f"not a valid {request.type_name} message")
         else:
             try:
                 return await method(self, request, context)
             except PolicyInputError as exc:
                 self._observer.refused(rpc, "invalid_argument")
-                # Bounded and redacted: an error echoes a caller's value, and it reaches spans.
-                code = grpc.StatusCode.INVALID_ARGUMENT
-                message = shown_text(str(exc), MAX_ERROR_CHARS)
+                refusal = exc
             except grpc.aio.AbortError:
                 raise
             except Exception:
                 self._observer.refused(rpc, "internal", exc_info=True)
-                code, message = grpc.StatusCode.INTERNAL, _INTERNAL
         # Abort outside the except block, so the AbortError does not carry the
         # original exception (and its unredacted text) into a span's event.
-        await context.abort(code, message)
+        if refusal is None:
+            await context.abort(grpc.StatusCode.INTERNAL, _INTERNAL)
+        else:
+            message, details = _bad_request(refusal)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message, details)
         raise AssertionError("unreachable: abort raises")
 
     return wrapper
+
+
+def _bad_request(exc: PolicyInputError) -> tuple[str, tuple[tuple[str, bytes], ...]]:
+    """The status message and the `google.rpc.BadRequest` trailer for a refusal.
+
+    Both are bounded and redacted (an error echoes a caller's value, and it
+    reaches spans); the message keeps its "field: description" form so a
+    client without the google.rpc types can still read the field.
+    """
+    field = shown_text(exc.field, MAX_FIELD_CHARS)
+    description = shown_text(exc.message, MAX_ERROR_CHARS)
+    message = shown_text(f"{field}: {description}", MAX_ERROR_CHARS)
+    violation = error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
+    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=message)
+    status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+    return message, ((_STATUS_DETAILS, status.SerializeToString()),)
 
 
 class PolicyServicer(pb_grpc.PolicyServiceServicer):
