@@ -106,14 +106,12 @@ func TestDecideRetryBatchRefusedWhole(t *testing.T) {
 }
 
 func TestDecideRetryInputErrorField(t *testing.T) {
-	eachMode(t, func(t *testing.T, c *Client, fallback bool) {
+	eachMode(t, func(t *testing.T, c *Client, _ bool) {
 		_, err := c.DecideRetry(context.Background(), &squawkv1.DecideRetryRequest{Attempt: 0, HttpStatus: 503})
 		wantInputError(t, err, "attempt")
-		if fallback {
-			// The field travels in the standard detail too, for callers
-			// that read statuses rather than Go types.
-			wantBadRequest(t, err, "attempt")
-		}
+		// The field travels in the standard detail too, for callers that
+		// read statuses rather than Go types.
+		wantBadRequest(t, err, "attempt")
 	})
 }
 
@@ -157,8 +155,12 @@ func TestDaemonAnalyzeError(t *testing.T) {
 	if resp.GetShouldRetry() || !resp.GetIsTransientError() {
 		t.Errorf("AnalyzeError(503) = %v, want should_retry false, is_transient_error true", resp)
 	}
-	_, err = c.AnalyzeError(ctx, &squawkv1.AnalyzeErrorRequest{HttpStatus: 400, ValidationRetriesUsed: -1})
-	wantInputError(t, err, "validation_retries_used")
+	// The counters are bounded to 0..1,000.
+	for _, used := range []int32{-1, 1001} {
+		_, err = c.AnalyzeError(ctx, &squawkv1.AnalyzeErrorRequest{HttpStatus: 400, ValidationRetriesUsed: used})
+		wantInputError(t, err, "validation_retries_used")
+		wantBadRequest(t, err, "validation_retries_used")
+	}
 	_, err = c.AnalyzeError(ctx, nil)
 	wantInputError(t, err, "request")
 }

@@ -260,6 +260,7 @@ func TestDaemonVectorsInvalid(t *testing.T) {
 			}
 			checkInvalid(t, err, tc.Field)
 			wantInputError(t, err, tc.Field)
+			wantBadRequest(t, err, tc.Field)
 		})
 	}
 }
