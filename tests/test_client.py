@@ -12,9 +12,11 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import VECTORS, Daemon, free_port, start_daemon, subset_mismatches, wait_serving
 from google.protobuf import json_format
 from opentelemetry.sdk.trace import TracerProvider
+
+from conftest import VECTORS, Daemon, free_port, start_daemon, subset_mismatches, wait_serving
+from squawk.v1 import policy_pb2 as pb
 from squawk_client import (
     Action,
     AsyncSquawkClient,
@@ -29,8 +31,6 @@ from squawk_client import (
     run_step,
     run_step_sync,
 )
-
-from sidecar.proto import policy_pb2 as pb
 
 FAST = {"SQUAWK_STEP_RETRY_INITIAL_DELAY": "1ms", "SQUAWK_STEP_RETRY_MAX_DELAY": "4ms"}
 

@@ -1,6 +1,6 @@
 """Python client for the Squawk policy daemon."""
 
-from sidecar.policy import Action, Reason
+from squawk.policy import Action, Reason
 
 from ._client import DEFAULT_CALL_TIMEOUT, AsyncSquawkClient, SquawkClient
 from ._decision import Decision

@@ -16,9 +16,9 @@ from typing import NoReturn
 import grpc
 from opentelemetry import propagate
 
-from sidecar.policy import PolicyInputError
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from squawk.policy import PolicyInputError
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from ._decision import Decision, fallback_decision, fallback_profile, from_message
 from ._errors import SquawkError

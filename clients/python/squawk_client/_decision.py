@@ -7,11 +7,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from sidecar.config import apply_env
-from sidecar.convert import attempt_state
-from sidecar.policy import Action, Profile, Reason, builtin_policy, decide
-from sidecar.policy import Decision as CoreDecision
-from sidecar.proto import policy_pb2 as pb
+from squawk.policy import Action, Profile, Reason, builtin_policy, decide
+from squawk.policy import Decision as CoreDecision
+from squawk.policy.env import apply_env
+from squawk.v1 import policy_pb2 as pb
+from squawk.wire import attempt_state
 
 __all__ = ["Decision", "fallback_decision", "fallback_profile", "from_message"]
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
-from sidecar.policy import Action
-from sidecar.proto import policy_pb2 as pb
+from squawk.policy import Action
+from squawk.v1 import policy_pb2 as pb
 
 from ._client import AsyncSquawkClient, SquawkClient
 from ._decision import Decision

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..policy import REDACTED
+from squawk.policy import REDACTED
+
 from .credentials import credential_in, secret_name
 from .guard import check_dispatch
 from .schema import UNCHECKED, problems, properties, property_schema

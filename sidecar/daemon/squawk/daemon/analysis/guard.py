@@ -25,7 +25,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..policy.text import shown_text
+from squawk.policy.text import shown_text
+
 from . import budget
 from .schema import declared_types, enum_values, properties, required
 from .types import Json, Violation

@@ -10,8 +10,9 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from squawk.policy.backoff import parse_duration
+
 from ..analysis.settings import DEFAULT_API_KEY_ENV, AnalyzerSettings, Backend
-from ..policy.backoff import parse_duration
 from ._yaml import (
     ConfigError,
     boolean,

@@ -4,7 +4,7 @@ Everything about the failure reaches the model as one JSON document inside
 <failure> tags, and the system message says what it is: data written by
 others, never instructions. `<` is escaped inside the document, so no
 error text can close the tag and speak outside it. Secrets are redacted
-with the same `sidecar.policy.redact` as Classify, string by string, and
+with the same `squawk.policy.redact` as Classify, string by string, and
 values under secret-looking keys ("api_key", "password") are withheld
 whole. None of this is what keeps a hostile answer out: the gates are.
 """
@@ -15,8 +15,9 @@ import enum
 import json
 from collections.abc import Mapping
 
-from ..policy import REDACTED, redact
-from ..policy.text import shown_text
+from squawk.policy import REDACTED, redact
+from squawk.policy.text import shown_text
+
 from .bounds import json_problem
 from .credentials import secret_name
 from .types import AnalysisRequest, Json

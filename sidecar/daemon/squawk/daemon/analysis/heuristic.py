@@ -26,7 +26,8 @@ import functools
 import re
 from collections.abc import Mapping
 
-from ..policy.text import shown_text
+from squawk.policy.text import shown_text
+
 from . import budget, dates, hints, patterns
 from .schema import declared_types, enum_values, in_enum, problems, property_schema, type_matches
 from .similarity import nearest

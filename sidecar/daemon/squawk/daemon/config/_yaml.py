@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
 from typing import TypeVar
 
 import yaml
 
-from ..policy.backoff import parse_duration
+from squawk.policy.env import positive_duration, positive_int
 
 __all__ = [
     "ConfigError",
@@ -60,24 +59,10 @@ def scalar(node: yaml.Node, path: str, convert: Callable[[str], T], what: str) -
         raise ConfigError(f"{where(node, path)}: expected {what}: {exc}") from None
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"{value} is below 1")
-    return value
-
-
 def natural(text: str) -> int:
     value = int(text)
     if value < 0:
         raise ValueError(f"{value} is negative")
-    return value
-
-
-def positive_duration(text: str) -> timedelta:
-    value = parse_duration(text)
-    if value <= timedelta(0):
-        raise ValueError("must be positive")
     return value
 
 

@@ -21,9 +21,10 @@ from typing import TypeAlias
 
 from google.protobuf import struct_pb2
 
-from ..policy import PolicyInputError
-from ..policy.text import shown_text
-from ..proto import policy_pb2 as pb
+from squawk.policy import PolicyInputError
+from squawk.policy.text import shown_text
+from squawk.v1 import policy_pb2 as pb
+
 from .bounds import (
     MAX_CHARS,
     MAX_DEPENDENCIES,

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import math
 
-from ..policy import PolicyInputError
-from ..policy.classify import check_status
-from ..policy.profiles import DEFAULT_MAX_BODY_BYTES
+from squawk.policy import PolicyInputError
+from squawk.policy.classify import check_status
+from squawk.policy.profiles import DEFAULT_MAX_BODY_BYTES
+
 from .types import AnalysisRequest
 
 __all__ = [

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..policy import Policy, redact, status_from_text
-from ..policy.text import shown_text
+from squawk.policy import Policy, redact, status_from_text
+from squawk.policy.text import shown_text
+
 from . import contextual, heuristic, hints
 from .bounds import validate
 from .budget import Budget, scope

@@ -9,7 +9,8 @@ from typing import Any, TypeVar
 
 import yaml
 
-from ..policy import BackoffConfig, Jitter, Policy, Profile, builtin_profile
+from squawk.policy import BackoffConfig, Jitter, Policy, Profile, builtin_profile
+
 from ._yaml import (
     ConfigError,
     factor,

@@ -1,7 +1,7 @@
 """AnalyzerSettings: which layer-3 backend runs, and how it reaches its model.
 
 Built from the policy file's `analyzer:` section and SQUAWK_ANALYZER_*
-environment variables by `sidecar.config`; the defaults are the offline
+environment variables by `squawk.daemon.config`; the defaults are the offline
 analyzer and bounded timeouts everywhere.
 """
 

@@ -21,10 +21,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from ..policy import Decision
-from ..policy.limits import MAX_NAME_CHARS
-from ..policy.text import shown_text
-from ..proto import policy_pb2 as pb
+from squawk.policy import Decision
+from squawk.policy.limits import MAX_NAME_CHARS
+from squawk.policy.text import shown_text
+from squawk.v1 import policy_pb2 as pb
 
 __all__ = ["Metrics", "Observer", "classification_fields", "decision_fields"]
 

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import yaml
 
+from squawk.policy import Policy, builtin_policy
+from squawk.policy.env import apply_env
+
 from ..analysis.settings import AnalyzerSettings
-from ..policy import Policy, builtin_policy
 from ._yaml import ConfigError, mapping, positive_int, scalar
 from .analyzer import apply_analyzer_env, check_analyzer, parse_analyzer
-from .env import apply_env
 from .profiles import parse_profiles
 
 __all__ = [

@@ -19,10 +19,11 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from squawk.policy import PolicyInputError, parse_duration, redact
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+
 from .config import ConfigError, load_config, load_policy
-from .policy import PolicyInputError, parse_duration, redact
-from .proto import policy_pb2 as pb
-from .proto import policy_pb2_grpc as pb_grpc
 from .server.app import (
     DEFAULT_GRACE_S,
     DEFAULT_LISTEN,

@@ -32,9 +32,10 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 from opentelemetry.sdk.trace import TracerProvider
 
+from squawk.policy import Policy
+from squawk.v1 import policy_pb2 as pb
+
 from ..analysis import Analyzer, AnalyzerSettings
-from ..policy import Policy
-from ..proto import policy_pb2 as pb
 from .listeners import (
     DEFAULT_SOCKET_MODE,
     BindError,

@@ -23,18 +23,19 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry import trace
 
-from ..analysis import Analyzer, AnalyzerSettings, wire
-from ..convert import (
+from squawk.policy import Action, Decision, Policy, PolicyInputError, classify, decide
+from squawk.policy.text import shown_text
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+from squawk.wire import (
     attempt_state,
     classification_message,
     decision_message,
     failure,
     fill_decision,
 )
-from ..policy import Action, Decision, Policy, PolicyInputError, classify, decide
-from ..policy.text import shown_text
-from ..proto import policy_pb2 as pb
-from ..proto import policy_pb2_grpc as pb_grpc
+
+from ..analysis import Analyzer, AnalyzerSettings, wire
 from .observe import Observer, classification_fields, decision_fields
 
 __all__ = ["MAX_BATCH", "MAX_ERROR_CHARS", "Malformed", "PolicyServicer", "register"]

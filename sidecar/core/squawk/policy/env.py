@@ -9,16 +9,31 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
-from ..policy import Policy
-from ._yaml import positive_duration, positive_int
+from .backoff import parse_duration
+from .profiles import Policy
 
-__all__ = ["apply_env"]
+__all__ = ["apply_env", "positive_duration", "positive_int"]
 
 log = logging.getLogger(__name__)
 
 _ENV_PREFIXES = ("SQUAWK_STEP_RETRY_", "TRUVAG3_STEP_RETRY_")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{value} is below 1")
+    return value
+
+
+def positive_duration(text: str) -> timedelta:
+    value = parse_duration(text)
+    if value <= timedelta(0):
+        raise ValueError("must be positive")
+    return value
 
 
 def _env(environ: Mapping[str, str], suffix: str) -> tuple[str, str] | None:

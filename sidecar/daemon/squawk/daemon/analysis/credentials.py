@@ -1,6 +1,6 @@
 """What counts as a credential in a JSON value, asked of the one redaction rule.
 
-`sidecar.policy.redact` is the only place that knows what a secret looks
+`squawk.policy.redact` is the only place that knows what a secret looks
 like. This module asks it two questions about JSON: is this key *named*
 like a credential (`api_key`, `password`: would `name=...` be redacted?),
 and is this string *shaped* like one (`sk-...`, a JWT, `Bearer ...`: does
@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 
-from ..policy import REDACTED, redact
+from squawk.policy import REDACTED, redact
+
 from .types import Json
 
 __all__ = ["credential_in", "redacted", "secret_name"]

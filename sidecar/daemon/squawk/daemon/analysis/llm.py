@@ -37,7 +37,8 @@ from datetime import timedelta
 
 import httpx
 
-from ..policy import Action, AttemptState, Profile, decide
+from squawk.policy import Action, AttemptState, Profile, decide
+
 from .cache import TTLCache
 from .heuristic import show
 from .prompt import Mode, answer_content, messages, parse_answer

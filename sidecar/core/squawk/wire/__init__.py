@@ -6,9 +6,9 @@ plain int. Nothing here decides anything.
 
 from __future__ import annotations
 
-from .policy import AttemptState, Classification, Decision, Failure
-from .policy.limits import duration
-from .proto import policy_pb2 as pb
+from squawk.policy import AttemptState, Classification, Decision, Failure
+from squawk.policy.limits import duration
+from squawk.v1 import policy_pb2 as pb
 
 __all__ = [
     "attempt_state",
