@@ -372,7 +372,10 @@ def test_a_batch_answers_item_by_item(daemon: Daemon, mode: str) -> None:
 
 
 def test_analysis_and_the_dispatch_check_go_through_the_client(daemon: Daemon) -> None:
-    schema = {"type": "object", "properties": {"city": {"type": "string", "enum": ["PAR", "LON"]}}}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["PAR", "LON"]}},
+    }
 
     async def main() -> tuple[pb.AnalyzeErrorResponse, pb.CheckDispatchResponse]:
         async with AsyncSquawkClient(daemon.target, call_timeout=timedelta(seconds=5)) as c:
