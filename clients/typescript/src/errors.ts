@@ -76,9 +76,9 @@ function fieldFromDetails(metadata: Metadata): string | undefined {
   for (const raw of metadata.get(STATUS_DETAILS)) {
     if (typeof raw === "string") continue;
     const details = decodeOrUndefined((b) => Status.decode(b).details, raw) ?? [];
-    for (const any of details) {
-      if (any.typeUrl !== BAD_REQUEST_TYPE) continue;
-      const violation = decodeOrUndefined((b) => BadRequest.decode(b).fieldViolations[0], any.value);
+    for (const detail of details) {
+      if (detail.typeUrl !== BAD_REQUEST_TYPE) continue;
+      const violation = decodeOrUndefined((b) => BadRequest.decode(b).fieldViolations[0], detail.value);
       if (violation !== undefined) return violation.field;
     }
   }
