@@ -15,11 +15,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import Daemon, start_daemon
 from google.rpc import error_details_pb2, status_pb2
 
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from conftest import Daemon, start_daemon
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 
 def _deadline(seconds: int, nanos: int = 0) -> pb.DecideRetryRequest:

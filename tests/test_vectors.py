@@ -11,15 +11,15 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import VECTORS, Reflected, subset_mismatches
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from sidecar.config import load_policy
-from sidecar.policy import PolicyInputError
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
-from sidecar.server.servicer import PolicyServicer
+from conftest import VECTORS, Reflected, subset_mismatches
+from squawk.daemon.config import load_policy
+from squawk.daemon.server.servicer import PolicyServicer
+from squawk.policy import PolicyInputError
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 CLASSIFY = [pytest.param(c, id=c["name"]) for c in VECTORS["classify"]]
 DECIDE = [pytest.param(c, id=c["name"]) for c in VECTORS["decide"]]
