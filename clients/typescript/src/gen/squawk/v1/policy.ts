@@ -25,21 +25,31 @@ export const protobufPackage = "squawk.v1";
 
 export const protobufFileName = "squawk/v1/policy.proto";
 
-/** ErrorCategory is the kind of failure, as a tool reports it. */
+/**
+ * ErrorCategory is the kind of failure, as a tool reports it. The built-in
+ * classifier answers every value but UNSPECIFIED and NOT_FOUND.
+ */
 export enum ErrorCategory {
+  /** ERROR_CATEGORY_UNSPECIFIED - Never sent by the daemon. */
   ERROR_CATEGORY_UNSPECIFIED = "ERROR_CATEGORY_UNSPECIFIED",
-  /** ERROR_CATEGORY_INPUT_ERROR - Malformed or invalid request payload (400, 404, 409, 422 and other 4xx). */
+  /**
+   * ERROR_CATEGORY_INPUT_ERROR - The request was wrong: upstream 400, 404, 405, 409, 422 and every other
+   * 4xx but 401, 403, 408 and 429.
+   */
   ERROR_CATEGORY_INPUT_ERROR = "ERROR_CATEGORY_INPUT_ERROR",
   /**
-   * ERROR_CATEGORY_NOT_FOUND - Resource does not exist. Reserved for tools that report it themselves:
-   * the built-in classifier folds upstream 404 into INPUT_ERROR.
+   * ERROR_CATEGORY_NOT_FOUND - The resource does not exist. For tools that report it themselves: the
+   * built-in classifier folds upstream 404 into INPUT_ERROR.
    */
   ERROR_CATEGORY_NOT_FOUND = "ERROR_CATEGORY_NOT_FOUND",
-  /** ERROR_CATEGORY_RATE_LIMIT - Quota exceeded (429). */
+  /** ERROR_CATEGORY_RATE_LIMIT - Upstream 429. */
   ERROR_CATEGORY_RATE_LIMIT = "ERROR_CATEGORY_RATE_LIMIT",
-  /** ERROR_CATEGORY_AUTH_ERROR - Authentication or authorization failure (401, 403). */
+  /** ERROR_CATEGORY_AUTH_ERROR - Upstream 401 or 403. */
   ERROR_CATEGORY_AUTH_ERROR = "ERROR_CATEGORY_AUTH_ERROR",
-  /** ERROR_CATEGORY_SERVICE_ERROR - Backend failure, usually transient (5xx, transport failure, unknown). */
+  /**
+   * ERROR_CATEGORY_SERVICE_ERROR - The upstream, or the way to it, failed: 408, 5xx, a 1xx-3xx reported as
+   * a failure, no status found, or a transport failure.
+   */
   ERROR_CATEGORY_SERVICE_ERROR = "ERROR_CATEGORY_SERVICE_ERROR",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
@@ -113,10 +123,15 @@ export function errorCategoryToNumber(object: ErrorCategory): number {
 
 /** Action is what the executor does next. */
 export enum Action {
+  /** ACTION_UNSPECIFIED - Never sent by the daemon. */
   ACTION_UNSPECIFIED = "ACTION_UNSPECIFIED",
-  /** ACTION_RETRY - Resend the same payload after `delay`. */
+  /** ACTION_RETRY - Resend the same payload after `delay`. Consumes an attempt. */
   ACTION_RETRY = "ACTION_RETRY",
-  /** ACTION_CORRECT - Ask for corrected parameters (AnalyzeError or a hook), then resend. */
+  /**
+   * ACTION_CORRECT - Ask for corrected parameters (AnalyzeError or the executor's hook), then
+   * send them. Consumes no attempt; the executor counts it in
+   * validation_retries_used.
+   */
   ACTION_CORRECT = "ACTION_CORRECT",
   /** ACTION_FAIL - The step ends with this failure. */
   ACTION_FAIL = "ACTION_FAIL",
@@ -176,34 +191,83 @@ export function actionToNumber(object: Action): number {
   }
 }
 
-/** Reason names the rule that decided. */
+/**
+ * Reason names the rule that decided. DecideRetry tries the rules in this
+ * order and the first that applies decides: CANCELLED,
+ * EXPLICIT_NOT_RETRYABLE, TERMINAL_STATUS, SINGLE_DISPATCH; then a transport
+ * failure or transient status is resent (TRANSPORT_FAILURE,
+ * TRANSIENT_STATUS) unless ATTEMPTS_EXHAUSTED or DEADLINE_EXCEEDED; then
+ * another 4xx is corrected (CORRECTION_ELIGIBLE) unless HITL_PROTECTED,
+ * NO_CORRECTION_AVAILABLE or CORRECTION_BUDGET_EXHAUSTED; anything else is
+ * NOT_RETRYABLE_STATUS.
+ */
 export enum Reason {
+  /** REASON_UNSPECIFIED - Never sent by the daemon. */
   REASON_UNSPECIFIED = "REASON_UNSPECIFIED",
-  /** REASON_EXPLICIT_NOT_RETRYABLE - The component's envelope declared error.retryable = false. */
+  /**
+   * REASON_EXPLICIT_NOT_RETRYABLE - FAIL: the response body's envelope declared error.retryable = false (see
+   * DecideRetryRequest.response_body). Applies to every status, 5xx
+   * included.
+   */
   REASON_EXPLICIT_NOT_RETRYABLE = "REASON_EXPLICIT_NOT_RETRYABLE",
-  /** REASON_TERMINAL_STATUS - 401, 403 or 405: retrying cannot help. */
+  /**
+   * REASON_TERMINAL_STATUS - FAIL: a status in the profile's terminal set ("default" 401, 403, 405;
+   * "llm" none): retrying cannot help.
+   */
   REASON_TERMINAL_STATUS = "REASON_TERMINAL_STATUS",
-  /** REASON_TRANSIENT_STATUS - 408, 429 or 5xx (default profile) or the profile's retryable set. */
+  /**
+   * REASON_TRANSIENT_STATUS - RETRY: the status is in the profile's transient set (see
+   * ClassifyResponse.retryable) and an attempt is left.
+   */
   REASON_TRANSIENT_STATUS = "REASON_TRANSIENT_STATUS",
-  /** REASON_TRANSPORT_FAILURE - No HTTP response arrived. */
+  /**
+   * REASON_TRANSPORT_FAILURE - RETRY: no HTTP response arrived (transport_failure, or http_status 0)
+   * and an attempt is left.
+   */
   REASON_TRANSPORT_FAILURE = "REASON_TRANSPORT_FAILURE",
-  /** REASON_CORRECTION_ELIGIBLE - A non-transient 4xx with correction budget left. */
+  /**
+   * REASON_CORRECTION_ELIGIBLE - CORRECT: a 4xx in neither the terminal nor the transient set, under a
+   * profile with a correction path ("default" has one, "llm" none), with a
+   * correction available and budget left.
+   */
   REASON_CORRECTION_ELIGIBLE = "REASON_CORRECTION_ELIGIBLE",
-  /** REASON_HITL_PROTECTED - Inputs were approved by a human; they are never rewritten. */
+  /**
+   * REASON_HITL_PROTECTED - FAIL: a correctable 4xx on inputs a human approved; they are never
+   * rewritten.
+   */
   REASON_HITL_PROTECTED = "REASON_HITL_PROTECTED",
-  /** REASON_SINGLE_DISPATCH - A delegated orchestrator gets exactly one physical dispatch. */
+  /**
+   * REASON_SINGLE_DISPATCH - FAIL: a delegated orchestrator is dispatched exactly once, so nothing is
+   * resent or corrected.
+   */
   REASON_SINGLE_DISPATCH = "REASON_SINGLE_DISPATCH",
-  /** REASON_ATTEMPTS_EXHAUSTED - The attempt budget is spent. */
+  /**
+   * REASON_ATTEMPTS_EXHAUSTED - FAIL: a transport failure or transient status, but attempt >=
+   * max_attempts.
+   */
   REASON_ATTEMPTS_EXHAUSTED = "REASON_ATTEMPTS_EXHAUSTED",
-  /** REASON_CORRECTION_BUDGET_EXHAUSTED - The correction budget is spent. */
+  /**
+   * REASON_CORRECTION_BUDGET_EXHAUSTED - FAIL: a correctable 4xx, but validation_retries_used >=
+   * max_validation_retries.
+   */
   REASON_CORRECTION_BUDGET_EXHAUSTED = "REASON_CORRECTION_BUDGET_EXHAUSTED",
-  /** REASON_NO_CORRECTION_AVAILABLE - A non-transient 4xx and no analyzer or correction hook is enabled. */
+  /**
+   * REASON_NO_CORRECTION_AVAILABLE - FAIL: a correctable 4xx, but correction_available is false; a
+   * non-transient 4xx is never resent unchanged.
+   */
   REASON_NO_CORRECTION_AVAILABLE = "REASON_NO_CORRECTION_AVAILABLE",
-  /** REASON_DEADLINE_EXCEEDED - The delay would outlast the step's deadline. */
+  /**
+   * REASON_DEADLINE_EXCEEDED - FAIL: the wait before a resend (a server hint included) is longer than
+   * `deadline`. A wait equal to it is allowed.
+   */
   REASON_DEADLINE_EXCEEDED = "REASON_DEADLINE_EXCEEDED",
-  /** REASON_CANCELLED - The step was cancelled; nothing is retried after cancellation. */
+  /** REASON_CANCELLED - FAIL: the step was cancelled; nothing is retried after cancellation. */
   REASON_CANCELLED = "REASON_CANCELLED",
-  /** REASON_NOT_RETRYABLE_STATUS - The profile does not retry this status (e.g. 501 under "llm"). */
+  /**
+   * REASON_NOT_RETRYABLE_STATUS - FAIL: no other rule applies: a 1xx-3xx reported as a failure, or, under
+   * a profile without a correction path ("llm"), any status outside its
+   * transient set (401, 408, 501, ...).
+   */
   REASON_NOT_RETRYABLE_STATUS = "REASON_NOT_RETRYABLE_STATUS",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
@@ -333,14 +397,18 @@ export function reasonToNumber(object: Reason): number {
 
 /** AnalysisSource is which analyzer produced the answer. */
 export enum AnalysisSource {
+  /** ANALYSIS_SOURCE_UNSPECIFIED - Never sent by the daemon. */
   ANALYSIS_SOURCE_UNSPECIFIED = "ANALYSIS_SOURCE_UNSPECIFIED",
-  /** ANALYSIS_SOURCE_NONE - No analyzer ran or none could help. */
+  /**
+   * ANALYSIS_SOURCE_NONE - Nothing is suggested: the request was skipped, or no analyzer found a
+   * safe change.
+   */
   ANALYSIS_SOURCE_NONE = "ANALYSIS_SOURCE_NONE",
-  /** ANALYSIS_SOURCE_HEURISTIC - The offline deterministic analyzer. */
+  /** ANALYSIS_SOURCE_HEURISTIC - Layer 3, offline: the deterministic analyzer, no network. */
   ANALYSIS_SOURCE_HEURISTIC = "ANALYSIS_SOURCE_HEURISTIC",
-  /** ANALYSIS_SOURCE_LLM - The configured OpenAI-compatible model. */
+  /** ANALYSIS_SOURCE_LLM - Layer 3 with the configured OpenAI-compatible model. */
   ANALYSIS_SOURCE_LLM = "ANALYSIS_SOURCE_LLM",
-  /** ANALYSIS_SOURCE_CONTEXTUAL - Contextual re-resolution from dependency step results. */
+  /** ANALYSIS_SOURCE_CONTEXTUAL - Layer 4: a value found in dependency_results, offline or by the model. */
   ANALYSIS_SOURCE_CONTEXTUAL = "ANALYSIS_SOURCE_CONTEXTUAL",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
@@ -405,27 +473,46 @@ export function analysisSourceToNumber(object: AnalysisSource): number {
   }
 }
 
+/**
+ * ClassifyRequest is one failed upstream call, as a tool saw it. Every field
+ * is optional; an empty request classifies as "no status found".
+ */
 export interface ClassifyRequest {
   /**
-   * The upstream client's error text, at most 65,536 characters. Scanned for
-   * a status with the pattern `(?:status|error|code)[:\s]+(\d{3})`; only
-   * 100..599 counts.
+   * The upstream client's error text. Optional; at most 65,536 characters.
+   * Scanned only when http_status is 0 and transport_failure is false: the
+   * upstream status is then the first match of
+   * `(?:status|error|code)[:\s]+(\d{3})` (case-insensitive) whose three
+   * digits are not followed by a fourth and lie in 100..599; none = 0.
    */
   errorMessage: string;
   /**
-   * The upstream HTTP status when known; 0 = unknown, else 100..599. Wins
-   * over the text.
+   * The upstream HTTP status. Optional; 0 (the default) = unknown, else
+   * 100..599. When set it wins over error_message.
    */
   httpStatus: number;
-  /** True when no HTTP response arrived (connect, reset, DNS, timeout). */
+  /**
+   * True when no HTTP response arrived (connect, reset, DNS, timeout).
+   * Optional; default false. When true, upstream_status is 0 and code is
+   * "TRANSPORT_FAILURE", whatever http_status and error_message say
+   * (http_status is still checked against its bounds).
+   */
   transportFailure: boolean;
   /**
-   * Response headers; names are matched case-insensitively. Read for
-   * Retry-After and grpc-retry-pushback-ms. At most 64 headers, names of at
-   * most 256 and values of at most 8,192 characters.
+   * Response headers; names match case-insensitively. Optional; at most 64
+   * headers, names of at most 256 and values of at most 8,192 characters.
+   * Two are read, for retry_after: `Retry-After` (ASCII digits = seconds,
+   * `0` = now; or an HTTP-date, a past one = now) and, when Retry-After is
+   * absent or malformed, `grpc-retry-pushback-ms` (ASCII digits =
+   * milliseconds). A malformed value (a fraction, a sign, a word, non-ASCII
+   * digits) is ignored.
    */
   headers: { [key: string]: string };
-  /** Policy profile; empty = "default". Must name a profile of the policy. */
+  /**
+   * The policy profile whose transient set decides `retryable`. Optional;
+   * "" (the default) = "default". Built in: "default" and "llm"; the policy
+   * file may add more. An unknown name is refused.
+   */
   profile: string;
 }
 
@@ -434,91 +521,172 @@ export interface ClassifyRequest_HeadersEntry {
   value: string;
 }
 
+/**
+ * ClassifyResponse is the classification of one failure. Every field is
+ * filled in; retry_after only when the headers carry a valid hint.
+ */
 export interface ClassifyResponse {
-  /** The HTTP status the tool should answer with. */
+  /**
+   * The status the tool should answer with, from upstream_status: 400, 401,
+   * 403, 405 and 429 are kept; 404, 409, 422 and every other 4xx become 400;
+   * 408, 5xx, 1xx-3xx, no status and a transport failure become 502.
+   */
   httpStatus: number;
+  /** The kind of failure, from upstream_status as ErrorCategory's values say. */
   category: ErrorCategory;
-  /** True exactly when the profile would resend the same payload. */
+  /**
+   * True exactly when upstream_status is 0 (no status found, or a transport
+   * failure) or is in the profile's transient set: "default" 408, 429 and
+   * 500-599, "llm" 429, 500, 502, 503, 504 and 529, plus any
+   * retryable_statuses the policy file adds.
+   */
   retryable: boolean;
-  /** A stable machine-readable code, e.g. "UPSTREAM_RATE_LIMITED". */
+  /**
+   * A stable machine-readable code, from upstream_status: 400
+   * "INVALID_INPUT", 401 "UNAUTHORIZED", 403 "FORBIDDEN", 404 "NOT_FOUND",
+   * 405 "METHOD_NOT_ALLOWED", 408 "UPSTREAM_TIMEOUT", 409 "CONFLICT", 422
+   * "UNPROCESSABLE", 429 "RATE_LIMITED", other 4xx "UPSTREAM_CLIENT_ERROR",
+   * 5xx "UPSTREAM_SERVER_ERROR", 1xx-3xx "UNEXPECTED_STATUS", no status
+   * "UPSTREAM_UNAVAILABLE", transport failure "TRANSPORT_FAILURE".
+   */
   code: string;
-  /** The upstream status found; 0 = none. */
+  /**
+   * The upstream status the answer is based on: http_status when set, else
+   * the one read from the error text; 0 = none found, or a transport
+   * failure.
+   */
   upstreamStatus: number;
   /**
-   * error_message with bearer tokens, API keys, passwords and URL
-   * credentials replaced by "[REDACTED]", lone UTF-16 surrogates by U+FFFD,
-   * and cut to 65,536 characters (plus "…").
+   * The error text with every recognised secret replaced by "[REDACTED]"
+   * (named values such as `api_key=` or `"password": "..."`; Bearer, Basic,
+   * Token and Digest credentials; URL credentials; PEM private keys; known
+   * token shapes) and lone UTF-16 surrogates by U+FFFD, then cut to 65,536
+   * characters (plus "…"), dropping a word the cut would split. The text is
+   * Classify's error_message, or in a DecideRetryResponse the envelope's
+   * error.message ("" when there is none).
    */
   redactedMessage: string;
   /**
-   * Set when the headers carry a valid Retry-After or grpc-retry-pushback-ms;
-   * capped at 86,400 s (one day).
+   * The wait the server asked for (see ClassifyRequest.headers), capped at
+   * 86,400 s (one day). Unset when no header holds a valid hint; zero for
+   * `Retry-After: 0` or a past date.
    */
   retryAfter: Duration | undefined;
 }
 
+/**
+ * DecideRetryRequest is the attempt that just failed. Only attempt is
+ * required.
+ */
 export interface DecideRetryRequest {
-  /** 1-based number of the attempt that just failed. Must be >= 1. */
+  /**
+   * The 1-based number of the attempt that just failed. Required: must be
+   * >= 1 (0, the unset value, is refused).
+   */
   attempt: number;
   /**
-   * Attempts allowed in all (initial + retries); unset = the profile's
-   * (default 3). Must be >= 1 when set.
+   * Attempts allowed in all, the first included. Optional; unset = the
+   * profile's after capability overrides (3 in both built-in profiles).
+   * Must be >= 1 when set. A transient failure is resent only while
+   * attempt < max_attempts.
    */
   maxAttempts?:
     | number
     | undefined;
   /**
-   * The component's HTTP status; 0 = transport failure or unknown, else
-   * 100..599.
+   * The component's HTTP status. Optional; 0 (the default) = no HTTP
+   * response, routed as a transport failure; else 100..599.
    */
   httpStatus: number;
-  /** True when no HTTP response arrived. */
+  /**
+   * True when no HTTP response arrived (connect, reset, DNS, timeout).
+   * Optional; default false. When true the attempt is routed as a transport
+   * failure whatever http_status says (http_status is still checked against
+   * its bounds).
+   */
   transportFailure: boolean;
   /**
-   * The component's raw response body, at most 1 MiB (the policy file's
-   * max_body_bytes). Read for the envelope
-   * `{"success": false, "error": {"retryable": <bool>, "message": <text>}}`.
-   * In proto3 JSON (grpcurl) a bytes field is written in base64.
+   * The component's raw response body. Optional; at most the policy file's
+   * max_body_bytes, in bytes (default 1,048,576). Read only for the JSON
+   * envelope `{"success": false, "error": {"retryable": <bool>, "message":
+   * <string>}}` (UTF-8, -16 or -32): `retryable` false ends the step
+   * (EXPLICIT_NOT_RETRYABLE), true declares nothing; `message` is the text
+   * classified. Any other shape (a top-level retryable, a string error, no
+   * `"success": false`, a null, string or number retryable, not JSON)
+   * declares nothing. In proto3 JSON (grpcurl) bytes are written in base64.
    */
   responseBody: Uint8Array;
   /**
-   * Response headers, matched case-insensitively (Retry-After,
-   * grpc-retry-pushback-ms). At most 64 headers, names of at most 256 and
-   * values of at most 8,192 characters. A hint is capped at one day.
+   * Response headers; names match case-insensitively. Optional; at most 64
+   * headers, names of at most 256 and values of at most 8,192 characters.
+   * A valid Retry-After or grpc-retry-pushback-ms (read as
+   * ClassifyRequest.headers says, capped at one day) replaces the computed
+   * backoff on RETRY.
    */
   headers: { [key: string]: string };
-  /** Corrections already applied to this step. Must be >= 0. */
+  /**
+   * Corrections already applied to this step. Optional; default 0; must be
+   * >= 0. CORRECT needs validation_retries_used < max_validation_retries.
+   */
   validationRetriesUsed: number;
-  /** Correction budget; unset = the profile's (default 2). Must be >= 0. */
+  /**
+   * The correction budget. Optional; unset = the profile's after capability
+   * overrides ("default" 2, "llm" 0). Must be >= 0 when set.
+   */
   maxValidationRetries?:
     | number
     | undefined;
-  /** The executor has an analyzer or a correction callback enabled. */
+  /**
+   * The executor has an analyzer or a correction hook to act on CORRECT.
+   * Optional; default false, which makes every correctable 4xx a FAIL
+   * (NO_CORRECTION_AVAILABLE).
+   */
   correctionAvailable: boolean;
-  /** The step's inputs were approved by a human (HITL). */
+  /**
+   * The step's inputs were approved by a human (HITL). Optional; default
+   * false. When true a correctable 4xx is a FAIL (HITL_PROTECTED); transient
+   * failures are still resent unchanged.
+   */
   hitlApproved: boolean;
-  /** The capability is a delegated orchestrator (single dispatch). */
+  /**
+   * The capability is a delegated orchestrator, dispatched exactly once.
+   * Optional; default false. When true every failure is a FAIL
+   * (SINGLE_DISPATCH) unless CANCELLED, EXPLICIT_NOT_RETRYABLE or
+   * TERMINAL_STATUS decided first.
+   */
   delegatedOrchestrator: boolean;
-  /** The step's context was cancelled. */
+  /**
+   * The step's context was cancelled. Optional; default false. When true the
+   * answer is FAIL (CANCELLED), before every other rule.
+   */
   cancelled: boolean;
   /**
-   * Time left for the step; unset = no deadline. Must not be negative and
-   * must lie within google.protobuf.Duration's range.
+   * Time left before the step's deadline. Optional; unset = no deadline.
+   * Must not be negative and must lie within google.protobuf.Duration's
+   * range (|seconds| <= 315,576,000,000, |nanos| <= 999,999,999, one sign).
+   * A RETRY whose wait is longer becomes FAIL (DEADLINE_EXCEEDED).
    */
   deadline:
     | Duration
     | undefined;
   /**
-   * Capability name, at most 256 characters; selects per-capability
-   * overrides of the profile. Shown redacted in spans and decision logs.
+   * The capability (tool) name. Optional; at most 256 characters. Selects
+   * the profile's per-capability overrides by exact name; a name without
+   * overrides uses the profile as it is. Shown redacted in spans and
+   * decision logs.
    */
   capability: string;
   /**
-   * Upstream service name, at most 256 characters, for telemetry. Shown
-   * redacted in spans and decision logs.
+   * The upstream service's name, for telemetry only: it never changes the
+   * decision. Optional; at most 256 characters. Shown redacted in spans and
+   * decision logs.
    */
   upstream: string;
-  /** Policy profile; empty = "default". Must name a profile of the policy. */
+  /**
+   * The policy profile. Optional; "" (the default) = "default". Built in:
+   * "default" and "llm"; the policy file may add more. An unknown name is
+   * refused.
+   */
   profile: string;
 }
 
@@ -527,104 +695,183 @@ export interface DecideRetryRequest_HeadersEntry {
   value: string;
 }
 
+/**
+ * DecideRetryResponse is the decision for one failed attempt. Every field is
+ * filled in.
+ */
 export interface DecideRetryResponse {
+  /** What to do next. */
   action: Action;
-  /** How long to wait before resending; zero unless action is RETRY. */
-  delay: Duration | undefined;
+  /**
+   * How long to wait before resending; zero unless action is RETRY. A
+   * server hint (see DecideRetryRequest.headers) wins; otherwise the
+   * profile's backoff for `attempt`, in whole milliseconds. With
+   * base = min(initial * factor^(attempt - 1), max) and the default jitter
+   * "sine":
+   *   delay = min(base * (1 + 0.1 * sin(attempt)), max)
+   * Both built-in profiles use initial 500 ms, max 10 s and factor 2, so
+   * attempts 1, 2, 3 wait 542 ms, 1.091 s, 2.028 s (the policy file and, for
+   * "default", SQUAWK_STEP_RETRY_* may change them). A policy file may
+   * choose jitter "none" (base), "full" (uniform(0, base)) or
+   * "decorrelated" (uniform(initial, max(initial, min(max, 3 * the previous
+   * attempt's base)))).
+   */
+  delay:
+    | Duration
+    | undefined;
+  /** The rule that decided. */
   reason: Reason;
-  /** One human sentence saying why. */
+  /**
+   * One sentence for people, e.g. "HTTP 429 is transient; resend the same
+   * payload after 3000 ms (the server's Retry-After), attempt 2 of 3.".
+   * Programs read action and reason instead.
+   */
   explanation: string;
-  /** False for corrections: they do not count against max_attempts. */
+  /** False exactly for CORRECT, which does not count against max_attempts. */
   consumesAttempt: boolean;
-  /** The classification of this failure under the same profile. */
+  /**
+   * This failure's classification under the same profile (after capability
+   * overrides), from http_status, transport_failure, headers and the
+   * envelope's error.message. With http_status 0 and transport_failure
+   * false, it may name a status read from that message although the
+   * decision routed the attempt as a transport failure.
+   */
   classification: ClassifyResponse | undefined;
 }
 
+/** DecideRetryBatchRequest asks for many decisions in one call. */
 export interface DecideRetryBatchRequest {
   /**
-   * At most 10,000 requests, within gRPC's 4 MiB message limit. The answer
-   * to a full batch can exceed a client's default 4 MiB receive limit:
-   * raise it, or send smaller batches.
+   * The attempts to decide, each bounded as a DecideRetryRequest. Optional;
+   * at most 10,000 (more refuses the whole call, naming "requests"), within
+   * gRPC's 4 MiB message limit. The answer to a full batch can exceed a
+   * client's default 4 MiB receive limit: raise it, or send smaller
+   * batches.
    */
   requests: DecideRetryRequest[];
 }
 
+/** DecideRetryBatchResponse answers a DecideRetryBatchRequest. */
 export interface DecideRetryBatchResponse {
-  /** One result per request, in request order. */
+  /** Exactly one result per request, in request order. */
   results: DecideRetryBatchResult[];
 }
 
+/** DecideRetryBatchResult answers one item of a batch. */
 export interface DecideRetryBatchResult {
+  /** The decision, as DecideRetry would answer this item. */
   decision?:
     | DecideRetryResponse
     | undefined;
   /**
-   * Why this request was refused; names the field, as INVALID_ARGUMENT
-   * would for a single call.
+   * Why this item was refused: INVALID_ARGUMENT's message for a single
+   * call, after the item's index, e.g. "requests[3].attempt: must be >= 1
+   * (1-based), got 0". Redacted; cut to 1,024 characters (plus "…").
    */
   error?: string | undefined;
 }
 
 /**
- * The Structs of one AnalyzeError request (original_request,
- * parameter_schema and every dependency result) hold together at most
- * 20,000 values and 2 Mi characters of strings and keys, nest at most 32
- * levels deep, have at most 10,000 keys per object or items per array, keys
- * of at most 1,024 characters, strings of at most 1 Mi characters, and
- * finite numbers only (no NaN or Infinity). A refusal names the value's
- * path, e.g. "original_request.rooms[3].beds: ...".
+ * AnalyzeErrorRequest is a failed call to correct. Its Structs
+ * (original_request, parameter_schema and every dependency result) together
+ * hold at most 20,000 values and 2 Mi (2,097,152) characters of strings and
+ * keys; they nest at most 32 levels deep, with at most 10,000 keys per
+ * object or items per array, keys of at most 1,024 characters, strings of at
+ * most 1 Mi (1,048,576) characters, and finite numbers only (no NaN or
+ * Infinity). A refusal names the value's path, e.g.
+ * "original_request.rooms[3].beds: must be a finite number, got nan".
  */
 export interface AnalyzeErrorRequest {
   /**
-   * The component's HTTP status; 0 = read it from error_response, else
-   * 100..599.
+   * The component's HTTP status. Optional; 0 (the default) = read it from
+   * error_response as ClassifyRequest.error_message says; else 100..599. The
+   * status alone decides whether anything is analysed: no status, or one in
+   * the "default" profile's transient set (408, 429, 5xx), answers
+   * is_transient_error true and suggests nothing; 401, 403, 405 and 1xx-3xx
+   * suggest nothing either.
    */
   httpStatus: number;
   /**
-   * The component's error response text, at most 1 MiB (the policy file's
-   * max_body_bytes); the analyzers read its first 16 KiB. Redacted before
-   * any model call.
+   * The component's error response text. Optional; at most the policy
+   * file's max_body_bytes in UTF-8 bytes (default 1,048,576). The analyzers
+   * read its first 16,384 characters; a model sees it redacted and cut to
+   * 8,000.
    */
   errorResponse: string;
-  /** The parameters of the failed call. */
+  /**
+   * The parameters of the failed call. Optional; default {}. A suggestion
+   * may change only its top-level keys and parameter_schema's properties.
+   */
   originalRequest:
     | { [key: string]: any }
     | undefined;
-  /** The user's request that led to this step; at most 16,384 characters. */
+  /**
+   * The user's request that led to this step; only a model reads it.
+   * Optional; at most 16,384 characters.
+   */
   userQuery: string;
-  /** At most 256 characters. */
+  /**
+   * The capability's name; only a model reads it. Optional; at most 256
+   * characters.
+   */
   capabilityName: string;
-  /** At most 16,384 characters. */
+  /**
+   * The capability's description; only a model reads it. Optional; at most
+   * 16,384 characters.
+   */
   capabilityDescription: string;
-  /** At most 256 characters. */
+  /**
+   * The step's id. Optional; at most 256 characters. Checked against its
+   * bound, but no analyzer reads it.
+   */
   stepId: string;
   /**
-   * The capability's JSON Schema for its inputs. A `pattern` runs on RE2
-   * (at most 1,000 characters); one RE2 cannot run (backreferences,
-   * lookaround) is never a pass, so no value for that parameter is proposed.
+   * The capability's JSON Schema for its inputs. Optional; default {}.
+   * Every suggested value must satisfy it: type, enum, const, pattern,
+   * lengths, bounds, format date/date-time/time, items, properties,
+   * required, additionalProperties: false, anyOf/oneOf/allOf; $ref and
+   * other keywords are ignored. A `pattern` runs on RE2; one RE2 cannot
+   * run (a backreference, lookaround, over 1,000 characters) is never a
+   * pass, so no value for that parameter is proposed.
    */
   parameterSchema:
     | { [key: string]: any }
     | undefined;
   /**
    * Inputs that must never change (HITL-approved, exact template bindings):
-   * at most 256 names or paths ("rooms[0].type") of 1..1,024 characters.
+   * a top-level name ("city_code") or a path inside one ("rooms[0].type",
+   * which protects that value, not the whole list). Optional; at most 256
+   * entries of 1..1,024 characters.
    */
   protectedParameters: string[];
   /**
-   * Step id -> that step's result, for contextual re-resolution. At most 64
-   * steps, ids of at most 256 characters.
+   * Step id -> that step's result. Optional; at most 64 steps, ids of at
+   * most 256 characters. Read by layer 4 (contextual re-resolution) only,
+   * when layer 3 could not fix the call.
    */
   dependencyResults: { [key: string]: { [key: string]: any } | undefined };
-  /** Corrections already applied to this step; 0..1,000. */
+  /**
+   * Corrections already applied to this step. Optional; default 0;
+   * 0..1,000.
+   */
   validationRetriesUsed: number;
-  /** Unset = 2; 0..1,000. */
+  /**
+   * The correction budget. Optional; unset = the "default" profile's
+   * max_validation_retries (2 built in); 0..1,000 when set. When
+   * validation_retries_used >= it, nothing is analysed.
+   */
   maxValidationRetries?:
     | number
     | undefined;
-  /** Contextual re-resolutions already applied to this step; 0..1,000. */
+  /**
+   * Contextual re-resolutions already applied to this step. Optional;
+   * default 0; 0..1,000.
+   */
   semanticRetriesUsed: number;
-  /** Unset = 2; 0..1,000. */
+  /**
+   * Layer 4's budget. Optional; unset = 2; 0..1,000 when set. When
+   * semantic_retries_used >= it, layer 4 is skipped; layer 3 still runs.
+   */
   maxSemanticRetries?: number | undefined;
 }
 
@@ -633,52 +880,110 @@ export interface AnalyzeErrorRequest_DependencyResultsEntry {
   value: { [key: string]: any } | undefined;
 }
 
+/** RejectedChange is one proposed change the gates refused. */
 export interface RejectedChange {
+  /**
+   * The top-level parameter the change was for; redacted, at most 200
+   * characters.
+   */
   parameter: string;
-  /** The value that was proposed. */
+  /**
+   * The value that was proposed, with secrets redacted; over 16,384
+   * characters of JSON, the string "(not shown: N characters of JSON)"
+   * instead.
+   */
   proposedValue:
     | any
     | undefined;
-  /** Why it was refused. */
+  /**
+   * Why it was refused, starting with the gate, e.g. "unknown parameter:
+   * ...", "protected parameter: ...", "no change: ...", "credential change
+   * refused: ...", "breaks the schema: ...". Redacted; a reason over 300
+   * characters is cut to 300.
+   */
   reason: string;
 }
 
+/** AnalyzeErrorResponse is the proposed correction, or why there is none. */
 export interface AnalyzeErrorResponse {
+  /** True exactly when suggested_changes is not empty. */
   shouldRetry: boolean;
-  /** One sentence. */
+  /**
+   * One redacted sentence: what changes and why, or why nothing can. About
+   * 600 characters at most.
+   */
   reason: string;
-  /** Only the changed keys. */
-  suggestedChanges: { [key: string]: any } | undefined;
+  /**
+   * Only the changed keys: top-level parameters with their whole new
+   * values, to merge over original_request. Empty when should_retry is
+   * false.
+   */
+  suggestedChanges:
+    | { [key: string]: any }
+    | undefined;
+  /**
+   * True when the status alone says to resend unchanged (see http_status);
+   * should_retry is then false. Never decided by a model.
+   */
   isTransientError: boolean;
+  /** The layer that completed the fix; NONE when nothing is suggested. */
   source: AnalysisSource;
+  /**
+   * The proposals the gates refused, at most 64 (the reason counts the
+   * rest).
+   */
   rejectedChanges: RejectedChange[];
 }
 
 /**
- * The Structs are bounded as AnalyzeError's are: together at most 20,000
- * values and 2 Mi characters, 32 levels, 10,000 keys or items per
- * container, finite numbers only.
+ * CheckDispatchRequest is a call about to be dispatched. Its two Structs are
+ * bounded together as AnalyzeError's are: at most 20,000 values and 2 Mi
+ * characters of strings and keys, 32 levels, 10,000 keys or items per
+ * container, keys of at most 1,024 and strings of at most 1 Mi characters,
+ * finite numbers only.
  */
 export interface CheckDispatchRequest {
-  /** The parameters about to be sent. */
+  /** The parameters about to be sent. Optional; default {}. */
   parameters:
     | { [key: string]: any }
     | undefined;
-  /** The capability's JSON Schema for its inputs. */
+  /**
+   * The capability's JSON Schema for its inputs. Optional; default {}, which
+   * leaves only unresolved references to refuse. Reads type (with OpenAPI's
+   * nullable), properties, required, enum and items, at every level; every
+   * other keyword is ignored.
+   */
   parameterSchema: { [key: string]: any } | undefined;
 }
 
+/** Violation is one rule a value breaks. */
 export interface Violation {
-  /** The parameter path, e.g. "city_code" or "rooms[0].type". */
+  /**
+   * The value's path, the caller's keys as sent: keys joined by ".", array
+   * items as "[i]", e.g. "city_code" or "rooms[0].type"; "parameters" for
+   * the whole object.
+   */
   parameter: string;
-  /** The rule broken: "unresolved_reference", "required", "enum" or "shape". */
+  /**
+   * The rule broken, one of: "unresolved_reference" (a string still holds
+   * `{{...}}` or `${...}`), "required" (a key its object's schema requires
+   * is absent; null counts as present), "enum" (a scalar outside its
+   * schema's enum; "3" matches 3), "shape" (an object, array or scalar where
+   * the schema declares another of the three). Null breaks no rule.
+   */
   rule: string;
-  /** One human sentence. */
+  /** One sentence for people; redacted, cut to 1,024 characters (plus "…"). */
   message: string;
 }
 
+/** CheckDispatchResponse is the guard's answer. */
 export interface CheckDispatchResponse {
+  /** True exactly when violations is empty. */
   ok: boolean;
+  /**
+   * The rules broken, at most 100: depth-first, keys in sorted order, and at
+   * each level an object's missing required keys before its present ones.
+   */
   violations: Violation[];
 }
 
@@ -3055,8 +3360,9 @@ export const CheckDispatchResponse: MessageFns<CheckDispatchResponse> = {
 export type PolicyServiceService = typeof PolicyServiceService;
 export const PolicyServiceService = {
   /**
-   * Classify maps an upstream failure to the status, category and retry
-   * permission a tool should answer with, and redacts secrets from its text.
+   * Classify maps one upstream failure to the status, category and code a
+   * tool should answer with, says whether the profile resends it, reads the
+   * server's wait hint, and redacts secrets from the error text.
    */
   classify: {
     path: "/squawk.v1.PolicyService/Classify" as const,
@@ -3068,8 +3374,9 @@ export const PolicyServiceService = {
     responseDeserialize: (value: Buffer): ClassifyResponse => ClassifyResponse.decode(value),
   },
   /**
-   * DecideRetry routes one failed attempt: resend unchanged after a delay,
-   * ask for corrected parameters, or end the step.
+   * DecideRetry routes one failed attempt: RETRY (resend the same payload
+   * after a delay), CORRECT (ask for corrected parameters, then resend) or
+   * FAIL. The first rule that applies decides (see Reason).
    */
   decideRetry: {
     path: "/squawk.v1.PolicyService/DecideRetry" as const,
@@ -3081,8 +3388,9 @@ export const PolicyServiceService = {
     responseDeserialize: (value: Buffer): DecideRetryResponse => DecideRetryResponse.decode(value),
   },
   /**
-   * DecideRetryBatch decides for many failed attempts in one call; answers
-   * come back in request order. Bad items answer with an error per item.
+   * DecideRetryBatch decides up to 10,000 failed attempts in one call, in
+   * request order. A bad item answers with its own error; the others are
+   * still decided.
    */
   decideRetryBatch: {
     path: "/squawk.v1.PolicyService/DecideRetryBatch" as const,
@@ -3095,7 +3403,12 @@ export const PolicyServiceService = {
       Buffer.from(DecideRetryBatchResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): DecideRetryBatchResponse => DecideRetryBatchResponse.decode(value),
   },
-  /** AnalyzeError proposes safe parameter changes for a non-transient 4xx. */
+  /**
+   * AnalyzeError proposes parameter changes for a non-transient 4xx. Every
+   * change passes the gates (see RejectedChange) and the merged request
+   * passes CheckDispatch. A failing model falls back to the offline
+   * analyzer; it never fails the call.
+   */
   analyzeError: {
     path: "/squawk.v1.PolicyService/AnalyzeError" as const,
     requestStream: false as const,
@@ -3109,7 +3422,8 @@ export const PolicyServiceService = {
   /**
    * CheckDispatch is the pre-dispatch guard: it refuses parameters that
    * would certainly be rejected (unresolved references, missing required
-   * keys, values outside a declared enum, container-shape mismatches).
+   * keys, values outside a declared enum, container-shape mismatches). It
+   * is not a JSON Schema validator.
    */
   checkDispatch: {
     path: "/squawk.v1.PolicyService/CheckDispatch" as const,
@@ -3125,34 +3439,44 @@ export const PolicyServiceService = {
 
 export interface PolicyServiceServer extends UntypedServiceImplementation {
   /**
-   * Classify maps an upstream failure to the status, category and retry
-   * permission a tool should answer with, and redacts secrets from its text.
+   * Classify maps one upstream failure to the status, category and code a
+   * tool should answer with, says whether the profile resends it, reads the
+   * server's wait hint, and redacts secrets from the error text.
    */
   classify: handleUnaryCall<ClassifyRequest, ClassifyResponse>;
   /**
-   * DecideRetry routes one failed attempt: resend unchanged after a delay,
-   * ask for corrected parameters, or end the step.
+   * DecideRetry routes one failed attempt: RETRY (resend the same payload
+   * after a delay), CORRECT (ask for corrected parameters, then resend) or
+   * FAIL. The first rule that applies decides (see Reason).
    */
   decideRetry: handleUnaryCall<DecideRetryRequest, DecideRetryResponse>;
   /**
-   * DecideRetryBatch decides for many failed attempts in one call; answers
-   * come back in request order. Bad items answer with an error per item.
+   * DecideRetryBatch decides up to 10,000 failed attempts in one call, in
+   * request order. A bad item answers with its own error; the others are
+   * still decided.
    */
   decideRetryBatch: handleUnaryCall<DecideRetryBatchRequest, DecideRetryBatchResponse>;
-  /** AnalyzeError proposes safe parameter changes for a non-transient 4xx. */
+  /**
+   * AnalyzeError proposes parameter changes for a non-transient 4xx. Every
+   * change passes the gates (see RejectedChange) and the merged request
+   * passes CheckDispatch. A failing model falls back to the offline
+   * analyzer; it never fails the call.
+   */
   analyzeError: handleUnaryCall<AnalyzeErrorRequest, AnalyzeErrorResponse>;
   /**
    * CheckDispatch is the pre-dispatch guard: it refuses parameters that
    * would certainly be rejected (unresolved references, missing required
-   * keys, values outside a declared enum, container-shape mismatches).
+   * keys, values outside a declared enum, container-shape mismatches). It
+   * is not a JSON Schema validator.
    */
   checkDispatch: handleUnaryCall<CheckDispatchRequest, CheckDispatchResponse>;
 }
 
 export interface PolicyServiceClient extends Client {
   /**
-   * Classify maps an upstream failure to the status, category and retry
-   * permission a tool should answer with, and redacts secrets from its text.
+   * Classify maps one upstream failure to the status, category and code a
+   * tool should answer with, says whether the profile resends it, reads the
+   * server's wait hint, and redacts secrets from the error text.
    */
   classify(
     request: ClassifyRequest,
@@ -3170,8 +3494,9 @@ export interface PolicyServiceClient extends Client {
     callback: (error: ServiceError | null, response: ClassifyResponse) => void,
   ): ClientUnaryCall;
   /**
-   * DecideRetry routes one failed attempt: resend unchanged after a delay,
-   * ask for corrected parameters, or end the step.
+   * DecideRetry routes one failed attempt: RETRY (resend the same payload
+   * after a delay), CORRECT (ask for corrected parameters, then resend) or
+   * FAIL. The first rule that applies decides (see Reason).
    */
   decideRetry(
     request: DecideRetryRequest,
@@ -3189,8 +3514,9 @@ export interface PolicyServiceClient extends Client {
     callback: (error: ServiceError | null, response: DecideRetryResponse) => void,
   ): ClientUnaryCall;
   /**
-   * DecideRetryBatch decides for many failed attempts in one call; answers
-   * come back in request order. Bad items answer with an error per item.
+   * DecideRetryBatch decides up to 10,000 failed attempts in one call, in
+   * request order. A bad item answers with its own error; the others are
+   * still decided.
    */
   decideRetryBatch(
     request: DecideRetryBatchRequest,
@@ -3207,7 +3533,12 @@ export interface PolicyServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: DecideRetryBatchResponse) => void,
   ): ClientUnaryCall;
-  /** AnalyzeError proposes safe parameter changes for a non-transient 4xx. */
+  /**
+   * AnalyzeError proposes parameter changes for a non-transient 4xx. Every
+   * change passes the gates (see RejectedChange) and the merged request
+   * passes CheckDispatch. A failing model falls back to the offline
+   * analyzer; it never fails the call.
+   */
   analyzeError(
     request: AnalyzeErrorRequest,
     callback: (error: ServiceError | null, response: AnalyzeErrorResponse) => void,
@@ -3226,7 +3557,8 @@ export interface PolicyServiceClient extends Client {
   /**
    * CheckDispatch is the pre-dispatch guard: it refuses parameters that
    * would certainly be rejected (unresolved references, missing required
-   * keys, values outside a declared enum, container-shape mismatches).
+   * keys, values outside a declared enum, container-shape mismatches). It
+   * is not a JSON Schema validator.
    */
   checkDispatch(
     request: CheckDispatchRequest,
