@@ -2,7 +2,10 @@ package squawk
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -22,7 +25,7 @@ func readEnvelope(body []byte) envelope {
 	if len(trimmed) == 0 || trimmed[0] != '{' {
 		return envelope{}
 	}
-	body, ok := surrogatesReplaced(body)
+	body, ok := decodedBody(body)
 	if !ok {
 		return envelope{}
 	}
@@ -46,6 +49,40 @@ func readEnvelope(body []byte) envelope {
 		}
 	}
 	return env
+}
+
+// decodedBody is body in UTF-8, decoded as the daemon decodes it (Python's
+// json.loads): UTF-16 or UTF-32, little-endian, when the second byte is
+// zero (the first is a "{" or a space here, so no other case of Python's
+// detection can apply), else UTF-8. ok is false where Python's decoding
+// fails.
+func decodedBody(body []byte) ([]byte, bool) {
+	if len(body) < 4 || body[1] != 0 {
+		return surrogatesReplaced(body)
+	}
+	if body[2] != 0 || body[3] != 0 {
+		if len(body)%2 != 0 {
+			return nil, false
+		}
+		units := make([]uint16, len(body)/2)
+		for i := range units {
+			units[i] = binary.LittleEndian.Uint16(body[2*i:])
+		}
+		// A lone surrogate, which "surrogatepass" reads, becomes U+FFFD.
+		return []byte(string(utf16.Decode(units))), true
+	}
+	if len(body)%4 != 0 {
+		return nil, false
+	}
+	out := make([]byte, 0, len(body))
+	for i := 0; i < len(body); i += 4 {
+		r := binary.LittleEndian.Uint32(body[i:])
+		if r > unicode.MaxRune {
+			return nil, false
+		}
+		out = utf8.AppendRune(out, rune(r)) // a surrogate becomes U+FFFD
+	}
+	return out, true
 }
 
 // surrogatesReplaced checks body is UTF-8 as the daemon decodes it (Python's

@@ -44,6 +44,29 @@ function surrogatesReplaced(body: Uint8Array): Uint8Array {
   return out ?? body;
 }
 
+// A lone surrogate, which "surrogatepass" reads, becomes U+FFFD.
+const utf16 = new TextDecoder("utf-16le", { ignoreBOM: true });
+
+/**
+ * `body` decoded as the daemon decodes it (Python's json.loads): UTF-16 or
+ * UTF-32, little-endian, when the second byte is zero (the first is a "{"
+ * or a space here, so no other case of Python's detection can apply), else
+ * UTF-8. Undefined (or a throw) where Python's decoding fails.
+ */
+function decodedBody(body: Uint8Array): string | undefined {
+  if (body.length < 4 || body[1] !== 0) return decoder.decode(surrogatesReplaced(body));
+  if (body[2] !== 0 || body[3] !== 0) return body.length % 2 === 0 ? utf16.decode(body) : undefined;
+  if (body.length % 4 !== 0) return undefined;
+  const view = new DataView(body.buffer, body.byteOffset, body.byteLength);
+  let text = "";
+  for (let i = 0; i < body.length; i += 4) {
+    const code = view.getUint32(i, true);
+    if (code > 0x10ffff) return undefined;
+    text += code >= 0xd800 && code <= 0xdfff ? "\ufffd" : String.fromCodePoint(code);
+  }
+  return text;
+}
+
 const NON_FINITE = ["-Infinity", "Infinity", "NaN"] as const;
 
 /**
@@ -85,7 +108,9 @@ export function readEnvelope(body: Uint8Array): Envelope {
   if (body.length === 0 || firstNonSpace(body) !== 0x7b /* { */) return NOTHING;
   let doc: unknown;
   try {
-    doc = JSON.parse(finiteJson(decoder.decode(surrogatesReplaced(body))));
+    const text = decodedBody(body);
+    if (text === undefined) return NOTHING;
+    doc = JSON.parse(finiteJson(text));
   } catch {
     return NOTHING;
   }
