@@ -7,8 +7,10 @@ COPY Makefile pyproject.toml README.md ./
 COPY protos protos
 COPY sidecar sidecar
 COPY clients/python clients/python
-# The same code generation as a checkout's `make gen`, then a wheel with it.
-RUN make gen PYTHON=python && .venv/bin/pip wheel --no-cache-dir --wheel-dir /wheels .
+# The same code generation as a checkout's `make gen`, then the wheels of
+# the shared core and the daemon (the client is not needed in the image).
+RUN make gen PYTHON=python && \
+    .venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ./sidecar/core .
 
 FROM python:3.11-slim
 COPY --from=build /wheels /wheels

@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-GEN    := sidecar/proto/policy_pb2.py
+CORE   := sidecar/core
+GEN    := $(CORE)/squawk/v1/policy_pb2.py
 # Built once per machine, outside the repo (see tests/jaeger/build.sh).
 JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
@@ -13,27 +14,25 @@ PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
 all: test
 
-$(STAMP): pyproject.toml
+# The three distributions, editable: the shared core, the client, the daemon.
+# squawk/v1 is generated later; it must exist for the editable install to map it.
+$(STAMP): pyproject.toml $(CORE)/pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	mkdir -p $(CORE)/squawk/v1
+	$(BIN)/pip install --quiet -e ./$(CORE) -e ./clients/python -e '.[dev]'
 	touch $@
 
 setup: $(STAMP) $(GEN)
 
-# Generated code is never edited by hand. protoc writes absolute imports
-# (`from squawk.v1 import ...`); the sed makes them package-relative so the
-# code can live inside `sidecar.proto`.
+# Generated code is never edited by hand, and imported where protoc puts it:
+# squawk.v1, a package of the shared core.
 $(GEN): $(PROTOS) $(STAMP)
-	rm -rf sidecar/proto build/gen && mkdir -p sidecar/proto build/gen
+	rm -rf $(CORE)/squawk/v1
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grpc_tools.protoc -Iprotos \
-	  --python_out=build/gen --grpc_python_out=build/gen \
-	  --mypy_out=build/gen --mypy_grpc_out=build/gen $(PROTOS)
-	cp build/gen/squawk/v1/* sidecar/proto/
-	sed -i -e 's/^from squawk\.v1 import/from . import/' -e 's/^import squawk\.v1\.\([a-z_0-9]*\)$$/from . import \1/' \
-	  -e 's/squawk\.v1\.\([a-z_0-9]*_pb2\)\./\1./g' sidecar/proto/*.py sidecar/proto/*.pyi
-	printf '"""Generated from protos/squawk/v1 by `make gen`; do not edit."""\n' > sidecar/proto/__init__.py
-	touch sidecar/proto/py.typed
+	  --python_out=$(CORE) --grpc_python_out=$(CORE) \
+	  --mypy_out=$(CORE) --mypy_grpc_out=$(CORE) $(PROTOS)
+	touch $(CORE)/squawk/v1/py.typed
 
 gen: $(GEN)
 
@@ -81,6 +80,6 @@ fuzz: setup
 	  --out bench/results/fuzz.json $(FUZZ_ARGS)
 
 clean:
-	rm -rf $(VENV) sidecar/proto build clients/typescript/node_modules clients/typescript/dist
+	rm -rf $(VENV) $(CORE)/squawk/v1 build dist clients/typescript/node_modules clients/typescript/dist
 
 include bench/bench.mk

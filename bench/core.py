@@ -25,10 +25,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sidecar.convert import attempt_state, failure
-from sidecar.policy import Failure, builtin_policy, classify, decide
-from sidecar.proto import policy_pb2 as pb
-from sidecar.server.servicer import PolicyServicer
+from squawk.daemon.server.servicer import PolicyServicer
+from squawk.policy import Failure, builtin_policy, classify, decide
+from squawk.v1 import policy_pb2 as pb
+from squawk.wire import attempt_state, failure
 
 from .workloads import classify_request, envelope_request, transient_request
 

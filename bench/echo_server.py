@@ -2,7 +2,7 @@
 every call with the request's bytes.
 
 It runs with the daemon's own server options, read from
-sidecar/server/app.py's source rather than imported: importing the daemon
+squawk/daemon/server/app.py's source rather than imported: importing the daemon
 would load OpenTelemetry, Prometheus and the policy, and the floor's RSS
 would then be the daemon's. The method takes and returns raw bytes (no
 protobuf), so the floor is the gRPC transport and the event loop alone.
@@ -24,7 +24,15 @@ import grpc
 
 __all__ = ["ECHO_METHOD", "server_options"]
 
-APP = Path(__file__).resolve().parent.parent / "sidecar" / "server" / "app.py"
+APP = (
+    Path(__file__).resolve().parent.parent
+    / "sidecar"
+    / "daemon"
+    / "squawk"
+    / "daemon"
+    / "server"
+    / "app.py"
+)
 SERVICE, METHOD = "squawk.bench.v1.Echo", "Echo"
 # The same name bench/internal/raw.EchoMethod gives the Go floor.
 ECHO_METHOD = f"/{SERVICE}/{METHOD}"

@@ -15,7 +15,16 @@ __all__ = ["ROOT", "SQUAWK", "Jaeger", "Server", "clean_env", "servers"]
 
 ROOT = Path(__file__).resolve().parent.parent
 # The daemon as `squawk serve` runs it, with its built-in policy.
-SQUAWK = [sys.executable, "-m", "sidecar.cli", "serve", "--listen", "{listen}", "--grace", "1"]
+SQUAWK = [
+    sys.executable,
+    "-m",
+    "squawk.daemon.cli",
+    "serve",
+    "--listen",
+    "{listen}",
+    "--grace",
+    "1",
+]
 TRACED_SERVICE = "squawk-bench"
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
-from sidecar.proto import policy_pb2 as pb
+from squawk.v1 import policy_pb2 as pb
 
 from .echo_server import ECHO_METHOD
 

@@ -22,10 +22,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sidecar.analysis import Analyzer, AnalyzerSettings, check_dispatch, wire
-from sidecar.analysis.bounds import MAX_ITEMS, MAX_STRING_CHARS, MAX_VALUES
-from sidecar.policy import builtin_policy
-from sidecar.proto import policy_pb2 as pb
+from squawk.daemon.analysis import Analyzer, AnalyzerSettings, check_dispatch, wire
+from squawk.daemon.analysis.bounds import MAX_ITEMS, MAX_STRING_CHARS, MAX_VALUES
+from squawk.policy import builtin_policy
+from squawk.v1 import policy_pb2 as pb
 
 __all__ = ["WORST_ANALYZE_ERROR", "WORST_CHECK_DISPATCH"]
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.protobuf.message import Message
-from wire_bytes import field_bytes, struct_bytes
 
-from sidecar.proto import policy_pb2 as pb
+from squawk.v1 import policy_pb2 as pb
+from wire_bytes import field_bytes, struct_bytes
 
 __all__ = ["MARKER", "SHAPES", "SLOTS", "Call", "calls", "marker", "where"]
 

@@ -24,7 +24,7 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
-from sidecar.analysis import (
+from squawk.daemon.analysis import (
     Analysis,
     AnalysisRequest,
     Analyzer,
@@ -32,7 +32,7 @@ from sidecar.analysis import (
     Backend,
     ModelBackend,
 )
-from sidecar.policy import builtin_policy
+from squawk.policy import builtin_policy
 
 POLICY = builtin_policy()
 API_KEY = "sk-apikeycanary-0000000000"

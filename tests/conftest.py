@@ -80,7 +80,7 @@ def start_daemon(
     # A file, not a pipe: a chatty daemon must never block on a full pipe.
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Daemon.stop)
     process = subprocess.Popen(
-        [sys.executable, "-m", "sidecar.cli", "serve", "--listen", target, *args],
+        [sys.executable, "-m", "squawk.daemon.cli", "serve", "--listen", target, *args],
         cwd=ROOT,
         env={**os.environ, **(env or {})},
         stdout=log,

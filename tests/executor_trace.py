@@ -17,9 +17,9 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from squawk_client import SquawkClient
 
-from sidecar.proto import policy_pb2 as pb
+from squawk.v1 import policy_pb2 as pb
+from squawk_client import SquawkClient
 
 
 def main(target: str) -> None:

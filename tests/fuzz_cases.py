@@ -24,6 +24,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, cast
 
+from google.protobuf import json_format
+from google.protobuf.descriptor import Descriptor
+from google.protobuf.message import Message
+
 from fuzz_edges import EDGE_EVERY, EDGES
 from fuzz_values import (
     DURATION_NANOS,
@@ -37,12 +41,8 @@ from fuzz_values import (
     profile_name,
     wait_headers,
 )
-from google.protobuf import json_format
-from google.protobuf.descriptor import Descriptor
-from google.protobuf.message import Message
+from squawk.v1 import policy_pb2 as pb
 from wire_bytes import field_bytes, mutate, struct_bytes
-
-from sidecar.proto import policy_pb2 as pb
 
 __all__ = ["REQUEST_TYPES", "RPCS", "Case", "case", "cases", "is_malformed"]
 

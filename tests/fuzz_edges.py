@@ -15,9 +15,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from squawk.v1 import policy_pb2 as pb
 from wire_bytes import field_bytes, struct_bytes
-
-from sidecar.proto import policy_pb2 as pb
 
 __all__ = ["EDGES", "EDGE_EVERY"]
 

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import grpc
+
 from fuzz_cases import Case
 
 __all__ = ["Report", "verdict"]

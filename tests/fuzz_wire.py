@@ -28,10 +28,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from conftest import ROOT, Daemon, start_daemon
 from fuzz_cases import RPCS, Case, cases, is_malformed
 from fuzz_report import Report
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 __all__ = ["fuzz_rpc", "main"]
 

@@ -14,8 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
-from sidecar.analysis import AnalysisRequest, Analyzer, AnalyzerSettings
-from sidecar.analysis.bounds import (
+from squawk.daemon.analysis import AnalysisRequest, Analyzer, AnalyzerSettings
+from squawk.daemon.analysis.bounds import (
     MAX_CHARS,
     MAX_DEPENDENCIES,
     MAX_DEPTH,
@@ -28,10 +28,10 @@ from sidecar.analysis.bounds import (
     MAX_TEXT_CHARS,
     MAX_VALUES,
 )
-from sidecar.analysis.guard import MAX_VIOLATIONS
-from sidecar.policy import PolicyInputError, builtin_policy
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from squawk.daemon.analysis.guard import MAX_VIOLATIONS
+from squawk.policy import PolicyInputError, builtin_policy
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 NAN, INF = float("nan"), float("inf")
 

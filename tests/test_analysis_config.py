@@ -11,8 +11,8 @@ from typing import Any
 import grpc
 import pytest
 
-from sidecar.analysis import AnalysisRequest, Analyzer, AnalyzerSettings, Backend
-from sidecar.config import (
+from squawk.daemon.analysis import AnalysisRequest, Analyzer, AnalyzerSettings, Backend
+from squawk.daemon.config import (
     ConfigError,
     apply_analyzer_env,
     load_config,
@@ -20,9 +20,9 @@ from sidecar.config import (
     parse_config,
     parse_policy,
 )
-from sidecar.policy import PolicyInputError, builtin_policy
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from squawk.policy import PolicyInputError, builtin_policy
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 FULL = """\
 profiles:

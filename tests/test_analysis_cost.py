@@ -18,14 +18,20 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.analysis import AnalysisRequest, Analyzer, AnalyzerSettings, check_dispatch, contextual
-from sidecar.analysis.budget import Budget, scope
-from sidecar.analysis.contextual import MAX_TARGETS
-from sidecar.analysis.heuristic import MAX_HINTS
-from sidecar.analysis.mentions import WEAK_NAMES, mentions, split_words
-from sidecar.analysis.schema import problems
-from sidecar.analysis.similarity import distance, nearest
-from sidecar.policy import builtin_policy
+from squawk.daemon.analysis import (
+    AnalysisRequest,
+    Analyzer,
+    AnalyzerSettings,
+    check_dispatch,
+    contextual,
+)
+from squawk.daemon.analysis.budget import Budget, scope
+from squawk.daemon.analysis.contextual import MAX_TARGETS
+from squawk.daemon.analysis.heuristic import MAX_HINTS
+from squawk.daemon.analysis.mentions import WEAK_NAMES, mentions, split_words
+from squawk.daemon.analysis.schema import problems
+from squawk.daemon.analysis.similarity import distance, nearest
+from squawk.policy import builtin_policy
 
 OFFLINE = Analyzer(AnalyzerSettings(), builtin_policy())
 
@@ -258,7 +264,7 @@ def test_a_status_is_looked_for_where_the_analyzers_read() -> None:
 def test_whitespace_runs_in_an_error_text_cost_linear_time() -> None:
     # Several `\s*` meeting on a run of spaces made the hint patterns try
     # every split of it: 16 KiB of spaces after "use" took over ten seconds.
-    from sidecar.analysis.hints import MAX_ERROR_CHARS, hints
+    from squawk.daemon.analysis.hints import MAX_ERROR_CHARS, hints
 
     for text in (
         "use" + " " * MAX_ERROR_CHARS,

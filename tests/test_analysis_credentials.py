@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from sidecar.analysis import AnalysisRequest
-from sidecar.analysis.credentials import credential_in, redacted, secret_name
-from sidecar.analysis.gates import CREDENTIAL_REFUSED, check_changes
-from sidecar.analysis.prompt import Mode, messages
-from sidecar.policy.text import shown_text
+from squawk.daemon.analysis import AnalysisRequest
+from squawk.daemon.analysis.credentials import credential_in, redacted, secret_name
+from squawk.daemon.analysis.gates import CREDENTIAL_REFUSED, check_changes
+from squawk.daemon.analysis.prompt import Mode, messages
+from squawk.policy.text import shown_text
 
 # Named like a credential by the one redaction rule, or not.
 NAMES = [

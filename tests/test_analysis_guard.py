@@ -8,10 +8,10 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from sidecar.analysis import AnalysisRequest, check_dispatch
-from sidecar.analysis.gates import check_changes, check_result
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from squawk.daemon.analysis import AnalysisRequest, check_dispatch
+from squawk.daemon.analysis.gates import check_changes, check_result
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 HOTEL: dict[str, Any] = {
     "type": "object",
@@ -245,6 +245,6 @@ def test_struct_round_trip_keeps_rules() -> None:
     # The wire turns 2 into 2.0; the guard must not see that as a shape or enum change.
     s = struct_pb2.Struct()
     s.update({"city": "P", "check_in": "x", "adults": 2})
-    from sidecar.analysis.wire import struct_dict
+    from squawk.daemon.analysis.wire import struct_dict
 
     assert check_dispatch(struct_dict(s), HOTEL) == ()

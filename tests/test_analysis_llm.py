@@ -11,6 +11,8 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import json_format
+
 from chat_server import (
     API_KEY,
     POLICY,
@@ -22,11 +24,9 @@ from chat_server import (
     settings_for,
 )
 from conftest import start_daemon
-from google.protobuf import json_format
-
-from sidecar.analysis import Analysis, AnalysisRequest, Analyzer, ModelBackend, Source
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from squawk.daemon.analysis import Analysis, AnalysisRequest, Analyzer, ModelBackend, Source
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 
 @pytest.fixture
@@ -400,9 +400,9 @@ def test_over_the_wire_with_a_model(tmp_path: Any) -> None:
 
 def assert_safe(request: AnalysisRequest, result: Analysis) -> None:
     """What AnalyzeError promises about every answer, whoever proposed it."""
-    from sidecar.analysis import check_dispatch
-    from sidecar.analysis.schema import problems, properties, property_schema
-    from sidecar.analysis.values import same_json
+    from squawk.daemon.analysis import check_dispatch
+    from squawk.daemon.analysis.schema import problems, properties, property_schema
+    from squawk.daemon.analysis.values import same_json
 
     params, schema = request.original_request, request.parameter_schema
     for name, value in result.suggested_changes.items():

@@ -14,16 +14,16 @@ from typing import Any
 
 import grpc
 import pytest
-from chat_server import ChatServer, Reply, analyze, answer, completion, settings_for
-from conftest import start_daemon
 from google.protobuf import json_format
 
-from sidecar.analysis import AnalysisRequest, Source
-from sidecar.analysis.analyzer import MAX_REJECTED
-from sidecar.analysis.llm import ACCEPT_ENCODING, MAX_RESPONSE_BYTES
-from sidecar.analysis.prompt import MAX_ANSWER_CHARS
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from chat_server import ChatServer, Reply, analyze, answer, completion, settings_for
+from conftest import start_daemon
+from squawk.daemon.analysis import AnalysisRequest, Source
+from squawk.daemon.analysis.analyzer import MAX_REJECTED
+from squawk.daemon.analysis.llm import ACCEPT_ENCODING, MAX_RESPONSE_BYTES
+from squawk.daemon.analysis.prompt import MAX_ANSWER_CHARS
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 SCHEMA: dict[str, Any] = {
     "properties": {

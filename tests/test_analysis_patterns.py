@@ -9,13 +9,13 @@ from typing import Any
 import grpc
 import pytest
 
-from sidecar.analysis import AnalysisRequest, Analyzer, AnalyzerSettings, Source, patterns
-from sidecar.analysis.budget import Budget, scope
-from sidecar.analysis.gates import check_changes
-from sidecar.analysis.schema import UNCHECKED, problems
-from sidecar.policy import builtin_policy
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from squawk.daemon.analysis import AnalysisRequest, Analyzer, AnalyzerSettings, Source, patterns
+from squawk.daemon.analysis.budget import Budget, scope
+from squawk.daemon.analysis.gates import check_changes
+from squawk.daemon.analysis.schema import UNCHECKED, problems
+from squawk.policy import builtin_policy
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 OFFLINE = Analyzer(AnalyzerSettings(), builtin_policy())
 

@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from analysis_worst import WORST_ANALYZE_ERROR, WORST_CHECK_DISPATCH
 from conftest import Daemon, start_daemon
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 LOAD_S = 6.0
 MAX_LOAD_S = 60.0

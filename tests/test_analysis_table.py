@@ -16,11 +16,11 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from sidecar.analysis import Analysis, AnalysisRequest, Analyzer, AnalyzerSettings, Json
-from sidecar.analysis.values import same_json
-from sidecar.policy import builtin_policy
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from squawk.daemon.analysis import Analysis, AnalysisRequest, Analyzer, AnalyzerSettings, Json
+from squawk.daemon.analysis.values import same_json
+from squawk.policy import builtin_policy
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 TABLE = json.loads((Path(__file__).parent / "analysis_cases.json").read_text())["cases"]
 CASES = [pytest.param(c, id=c["name"]) for c in TABLE]

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from sidecar.analysis import dates
-from sidecar.analysis.cache import TTLCache
-from sidecar.analysis.hints import hints, mentions, readable
-from sidecar.analysis.prompt import answer_content, parse_answer, redact_json
-from sidecar.analysis.schema import UNCHECKED, problems
-from sidecar.analysis.similarity import name_closeness, nearest
-from sidecar.analysis.values import same_json
+from squawk.daemon.analysis import dates
+from squawk.daemon.analysis.cache import TTLCache
+from squawk.daemon.analysis.hints import hints, mentions, readable
+from squawk.daemon.analysis.prompt import answer_content, parse_answer, redact_json
+from squawk.daemon.analysis.schema import UNCHECKED, problems
+from squawk.daemon.analysis.similarity import name_closeness, nearest
+from squawk.daemon.analysis.values import same_json
 
 # (text, rendered as ISO, or None when it must not be read)
 DATES = [
@@ -245,8 +245,8 @@ def test_ttl_cache() -> None:
 
 
 def test_the_prompt_stays_bounded() -> None:
-    from sidecar.analysis import AnalysisRequest
-    from sidecar.analysis.prompt import Mode, messages
+    from squawk.daemon.analysis import AnalysisRequest
+    from squawk.daemon.analysis.prompt import Mode, messages
 
     request = AnalysisRequest(
         http_status=400,

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.message import Message
+
 from canaries import MARKER, SHAPES, SLOTS, Call, calls, where
 from chat_server import ChatServer, Reply, Seen, answer
 from conftest import free_port, start_daemon
-from google.protobuf.message import Message
 from loopback_sinks import OtlpReceiver, span_texts
-
-from sidecar.proto import policy_pb2 as pb
+from squawk.v1 import policy_pb2 as pb
 
 SERVICE = "squawk.v1.PolicyService"
 MODEL_KEY = "sk-modelkey-5f4e3d2c1b0a99887766"

@@ -8,11 +8,14 @@ import time
 from collections.abc import Iterator
 from concurrent import futures
 from datetime import timedelta
+from typing import Any
 
 import grpc
 import pytest
-from conftest import Daemon, free_port, start_daemon, wait_serving
 from opentelemetry.sdk.trace import TracerProvider
+
+from conftest import Daemon, free_port, start_daemon, wait_serving
+from squawk.v1 import policy_pb2 as pb
 from squawk_client import (
     Action,
     AsyncSquawkClient,
@@ -20,6 +23,7 @@ from squawk_client import (
     Reason,
     SquawkClient,
     SquawkError,
+    SquawkInputError,
     StepCancelled,
     StepError,
     StepFailed,
@@ -27,8 +31,6 @@ from squawk_client import (
     run_step,
     run_step_sync,
 )
-
-from sidecar.proto import policy_pb2 as pb
 
 FAST = {"SQUAWK_STEP_RETRY_INITIAL_DELAY": "1ms", "SQUAWK_STEP_RETRY_MAX_DELAY": "4ms"}
 
@@ -55,8 +57,11 @@ def test_sync_client_asks_the_daemon(daemon: Daemon) -> None:
             Reason.TRANSIENT_STATUS,
             decision.explanation,
             True,
+            decision.classification,
             fallback=False,
         )
+        assert decision.classification.http_status == 429
+        assert decision.classification.category == pb.ERROR_CATEGORY_RATE_LIMIT
         assert client.classify(pb.ClassifyRequest(http_status=401)).http_status == 401
         assert client.fallback_count == 0
 
@@ -73,9 +78,10 @@ def test_async_client_asks_the_daemon(daemon: Daemon) -> None:
 
 def test_invalid_input_is_an_error_not_a_fallback(daemon: Daemon) -> None:
     with SquawkClient(daemon.target, call_timeout=timedelta(seconds=5)) as client:
-        with pytest.raises(SquawkError) as info:
+        with pytest.raises(SquawkInputError) as info:
             client.decide_retry(pb.DecideRetryRequest(attempt=0))
         assert info.value.code == "INVALID_ARGUMENT"
+        assert info.value.field == "attempt"
         assert client.fallback_count == 0
 
 
@@ -86,9 +92,10 @@ def unreachable() -> Iterator[SquawkClient]:
 
 
 def test_fallback_refuses_invalid_input(unreachable: SquawkClient) -> None:
-    with pytest.raises(SquawkError) as info:
+    with pytest.raises(SquawkInputError) as info:
         unreachable.decide_retry(pb.DecideRetryRequest(attempt=0))
-    assert "attempt" in info.value.details
+    assert info.value.field == "attempt"
+    assert info.value.details.startswith("attempt: ")
 
 
 def test_fallback_can_be_disabled() -> None:
@@ -276,3 +283,93 @@ def test_runner_survives_a_daemon_restart(fast_env: None) -> None:
     assert sources[2:5] == [True, True, True]
     assert sources[-3:] == [False, False, False]
     assert all(d.action is Action.RETRY for d in client.decisions)
+
+
+def test_the_public_names_are_pinned() -> None:
+    import squawk_client
+
+    assert sorted(squawk_client.__all__) == sorted(
+        [
+            "DEFAULT_ANALYZE_TIMEOUT",
+            "DEFAULT_BATCH_TIMEOUT",
+            "DEFAULT_CALL_TIMEOUT",
+            "Action",
+            "AnalyzeErrorRequest",
+            "AnalyzeErrorResponse",
+            "AsyncSquawkClient",
+            "BatchResult",
+            "Category",
+            "CheckDispatchRequest",
+            "CheckDispatchResponse",
+            "ClassifyRequest",
+            "ClassifyResponse",
+            "DecideRetryRequest",
+            "DecideRetryResponse",
+            "Decision",
+            "ErrorInfo",
+            "Reason",
+            "SquawkClient",
+            "SquawkError",
+            "SquawkInputError",
+            "StepCancelled",
+            "StepError",
+            "StepFailed",
+            "StepOptions",
+            "Tier",
+            "run_step",
+            "run_step_sync",
+        ]
+    )
+    assert all(hasattr(squawk_client, name) for name in squawk_client.__all__)
+
+
+BATCH = [
+    pb.DecideRetryRequest(attempt=1, http_status=503),
+    pb.DecideRetryRequest(attempt=0, http_status=503),
+    pb.DecideRetryRequest(attempt=3, http_status=503),
+]
+
+
+@pytest.mark.parametrize("mode", ["daemon", "fallback"])
+def test_a_batch_answers_item_by_item(daemon: Daemon, mode: str) -> None:
+    target = daemon.target if mode == "daemon" else f"127.0.0.1:{free_port()}"
+    with SquawkClient(target, call_timeout=timedelta(seconds=5)) as client:
+        first, second, third = client.decide_retry_batch(BATCH, timeout=timedelta(seconds=5))
+    assert isinstance(first, Decision) and isinstance(third, Decision)
+    assert (first.action, first.delay, first.fallback) == (
+        Action.RETRY,
+        timedelta(milliseconds=542),
+        mode == "fallback",
+    )
+    assert (third.action, third.reason) == (Action.FAIL, Reason.ATTEMPTS_EXHAUSTED)
+    assert isinstance(second, SquawkInputError)
+    assert second.field == "requests[1].attempt"
+
+
+def test_analysis_and_the_dispatch_check_go_through_the_client(daemon: Daemon) -> None:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "enum": ["PAR", "LON"]}},
+    }
+
+    async def main() -> tuple[pb.AnalyzeErrorResponse, pb.CheckDispatchResponse]:
+        async with AsyncSquawkClient(daemon.target, call_timeout=timedelta(seconds=5)) as c:
+            analysis = pb.AnalyzeErrorRequest(http_status=400, error_response="invalid city")
+            analysis.original_request.update({"city": "paris"})
+            analysis.parameter_schema.update(schema)
+            check = pb.CheckDispatchRequest()
+            check.parameters.update({"city": "Rome"})
+            check.parameter_schema.update(schema)
+            return await c.analyze_error(analysis), await c.check_dispatch(check)
+
+    analysis, check = asyncio.run(main())
+    assert analysis.should_retry
+    assert dict(analysis.suggested_changes) == {"city": "PAR"}
+    assert not check.ok
+    assert [v.parameter for v in check.violations] == ["city"]
+
+
+def test_a_refused_analysis_names_the_field(daemon: Daemon) -> None:
+    with SquawkClient(daemon.target) as client, pytest.raises(SquawkInputError) as info:
+        client.analyze_error(pb.AnalyzeErrorRequest(validation_retries_used=-1))
+    assert info.value.field == "validation_retries_used"

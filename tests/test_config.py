@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.config import ConfigError, apply_env, load_policy, parse_policy
-from sidecar.policy import Jitter, builtin_policy
+from squawk.daemon.config import ConfigError, apply_env, load_policy, parse_policy
+from squawk.policy import Jitter, builtin_policy
 
 EXAMPLE = """
 max_body_bytes: 65536

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import ROOT, Daemon, Reflected, free_port, start_daemon
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from conftest import ROOT, Daemon, Reflected, free_port, start_daemon
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 
 def test_reflection_json_call(reflected: Reflected) -> None:
@@ -116,7 +116,7 @@ def test_sigterm_turns_health_not_serving_then_drains() -> None:
 
 def test_second_daemon_on_a_used_port_fails_clearly(daemon: Daemon) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "serve", "--listen", daemon.target],
+        [sys.executable, "-m", "squawk.daemon.cli", "serve", "--listen", daemon.target],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -172,7 +172,7 @@ def test_bad_policy_file_stops_the_daemon(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "sidecar.cli",
+            "squawk.daemon.cli",
             "serve",
             "--listen",
             f"127.0.0.1:{free_port()}",
@@ -190,7 +190,7 @@ def test_bad_policy_file_stops_the_daemon(tmp_path: Path) -> None:
 
 def squawk(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", *args],
+        [sys.executable, "-m", "squawk.daemon.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from fuzz_cases import RPCS, Case, case, is_malformed
 from fuzz_edges import EDGES
 from fuzz_report import verdict
 from fuzz_wire import fuzz_rpc
-
-from sidecar.proto import policy_pb2 as pb
+from squawk.v1 import policy_pb2 as pb
 
 SEED = 20261130
 CASES_PER_RPC = 2000

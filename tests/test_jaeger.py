@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import ROOT, free_port, start_daemon
 
 JAEGER_BIN = Path(

@@ -21,14 +21,14 @@ from typing import Any
 
 import grpc
 import pytest
-from chat_server import ChatServer, LoopbackServer, Reply, Seen, answer
-from conftest import ROOT, Daemon, free_port, start_daemon
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from chat_server import ChatServer, LoopbackServer, Reply, Seen, answer
+from conftest import ROOT, Daemon, free_port, start_daemon
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 # What the daemon may take beyond --grace to exit: closing the analyzer's
 # client and the interpreter's own teardown (README, "Shutdown").
@@ -91,7 +91,7 @@ def exit_time(daemon: Daemon, signalled_at: float, timeout_s: float) -> tuple[in
 
 def squawk_serve(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sidecar.cli", "serve", *args],
+        [sys.executable, "-m", "squawk.daemon.cli", "serve", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import Daemon, start_daemon
+from google.rpc import error_details_pb2, status_pb2
 
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from conftest import Daemon, start_daemon
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 
 def _deadline(seconds: int, nanos: int = 0) -> pb.DecideRetryRequest:
@@ -111,6 +112,23 @@ def test_a_value_past_its_bound_is_refused_naming_the_field(
     assert details.startswith(field), details
     # An error never echoes more than a bounded prefix of what was sent.
     assert len(details) <= 1_100
+    # The rich error model names the same field, for clients that read it.
+    assert _violated_fields(caught.value) == [field.partition(":")[0]]
+
+
+def _violated_fields(error: grpc.RpcError) -> list[str]:
+    assert isinstance(error, grpc.Call)
+    raw = [v for k, v in error.trailing_metadata() or () if k == "grpc-status-details-bin"]
+    assert len(raw) == 1 and isinstance(raw[0], bytes)
+    status = status_pb2.Status.FromString(raw[0])
+    assert status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert status.message == error.details()
+    fields = []
+    for detail in status.details:
+        bad = error_details_pb2.BadRequest()
+        assert detail.Unpack(bad)
+        fields += [v.field for v in bad.field_violations]
+    return fields
 
 
 def test_values_at_their_bounds_are_answered(channel: grpc.Channel) -> None:

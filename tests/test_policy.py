@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from sidecar.policy import (
+from squawk.policy import (
     Action,
     AttemptState,
     BackoffConfig,
@@ -26,7 +26,7 @@ from sidecar.policy import (
     retry_after,
     status_from_text,
 )
-from sidecar.policy.limits import MAX_ERROR_MESSAGE_CHARS
+from squawk.policy.limits import MAX_ERROR_MESSAGE_CHARS
 
 DEFAULT = builtin_policy().profile("default")
 LLM = builtin_policy().profile("llm")

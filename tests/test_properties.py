@@ -15,7 +15,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.policy import (
+from squawk.policy import (
     Action,
     AttemptState,
     BackoffConfig,
@@ -26,8 +26,8 @@ from sidecar.policy import (
     builtin_policy,
     decide,
 )
-from sidecar.policy.headers import MAX_RETRY_AFTER
-from sidecar.policy.text import shown_text
+from squawk.policy.headers import MAX_RETRY_AFTER
+from squawk.policy.text import shown_text
 
 NOW = 1_700_000_000.0
 POLICY = builtin_policy()

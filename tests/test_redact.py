@@ -1,4 +1,4 @@
-"""Secret redaction (sidecar.policy.redact): exact outputs, time bound, properties.
+"""Secret redaction (squawk.policy.redact): exact outputs, time bound, properties.
 
 The exact outputs are the "redaction" vectors in tests/vectors/decisions.json,
 which the Go and TypeScript fallbacks check too; the properties below search
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sidecar.policy import REDACTED, redact
-from sidecar.policy.redact import _RULES
+from squawk.policy import REDACTED, redact
+from squawk.policy.redact import _RULES
 
 VECTORS: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "vectors" / "decisions.json").read_text(encoding="utf-8")

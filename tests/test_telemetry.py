@@ -10,16 +10,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
-from conftest import Daemon, free_port, start_daemon
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from sidecar.config import load_policy
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
-from sidecar.server.app import Daemon as InProcessDaemon
+from conftest import Daemon, free_port, start_daemon
+from squawk.daemon.config import load_policy
+from squawk.daemon.server.app import Daemon as InProcessDaemon
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 CANARY = "sk-canary0123456789abcdef"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -224,7 +224,7 @@ async def burst(daemon: Daemon, count: int) -> int:
 
 
 def test_log_lines_are_redacted() -> None:
-    from sidecar.cli import RedactingFormatter
+    from squawk.daemon.cli import RedactingFormatter
 
     formatter = RedactingFormatter("%(message)s")
     try:

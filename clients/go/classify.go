@@ -47,7 +47,7 @@ var statusTable = map[int32]statusRow{
 
 func checkStatus(status int32) error {
 	if status != 0 && (status < 100 || status > 599) {
-		return &InputError{"http_status", fmt.Sprintf("%d is not an HTTP status (0 or 100..599)", status)}
+		return &InputError{Field: "http_status", Message: fmt.Sprintf("%d is not an HTTP status (0 or 100..599)", status)}
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
 )
@@ -85,16 +83,16 @@ func (c *Client) Close() error {
 }
 
 // PolicyService returns the generated stub on the client's connection, for
-// the RPCs this package does not wrap (DecideRetryBatch, AnalyzeError,
-// CheckDispatch). Its calls carry the trace context too, but have neither
-// the call timeout nor the local fallback.
+// callers that want the raw wire answers. Its calls carry the trace context
+// too, but have neither the call timeout, the local fallback nor the
+// *InputError mapping.
 func (c *Client) PolicyService() squawkv1.PolicyServiceClient {
 	return c.rpc
 }
 
 // FallbackCount is the number of decisions answered by the local fallback
-// since the client was created (Run's local REASON_CANCELLED answers on an
-// ended ctx included).
+// since the client was created (each item of a batch counts, and so do Run's
+// local REASON_CANCELLED answers on an ended ctx).
 func (c *Client) FallbackCount() int64 {
 	return c.fallbacks.Load()
 }
@@ -104,7 +102,7 @@ func (c *Client) FallbackCount() int64 {
 // is an error.
 func (c *Client) Classify(ctx context.Context, req *squawkv1.ClassifyRequest) (*squawkv1.ClassifyResponse, error) {
 	if req == nil {
-		return nil, fmt.Errorf("squawk: Classify: %w", &InputError{Field: "request", Message: "must not be nil"})
+		return nil, nilRequest("Classify")
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout)
 	defer cancel()
@@ -119,12 +117,12 @@ func (c *Client) Classify(ctx context.Context, req *squawkv1.ClassifyRequest) (*
 // daemon is unreachable, answers UNAVAILABLE or DEADLINE_EXCEEDED, or takes
 // longer than the call timeout, the local fallback answers instead (unless
 // disabled) and the Decision has Fallback set. A request the policy cannot
-// accept is an error with codes.InvalidArgument, from the daemon or from the
-// fallback alike. When ctx itself ends before an answer, DecideRetry returns
-// an error that matches ctx.Err() with errors.Is.
+// accept is an *InputError, from the daemon or from the fallback alike.
+// When ctx itself ends before an answer, DecideRetry returns an error that
+// matches ctx.Err() with errors.Is.
 func (c *Client) DecideRetry(ctx context.Context, req *squawkv1.DecideRetryRequest) (Decision, error) {
 	if req == nil {
-		return Decision{}, fmt.Errorf("squawk: DecideRetry: %w", &InputError{Field: "request", Message: "must not be nil"})
+		return Decision{}, nilRequest("DecideRetry")
 	}
 	callCtx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout)
 	defer cancel()
@@ -132,7 +130,7 @@ func (c *Client) DecideRetry(ctx context.Context, req *squawkv1.DecideRetryReque
 	if err == nil {
 		return decisionFromProto(resp), nil
 	}
-	if !c.cfg.fallback || ctx.Err() != nil || !daemonDown(err) {
+	if !c.fallsBack(ctx, err) {
 		return Decision{}, wrapCallError(ctx, "DecideRetry", err)
 	}
 	d, ferr := c.decideLocally(req, err)
@@ -140,6 +138,51 @@ func (c *Client) DecideRetry(ctx context.Context, req *squawkv1.DecideRetryReque
 		return Decision{}, fmt.Errorf("squawk: DecideRetry (local fallback, daemon: %v): %w", err, ferr)
 	}
 	return d, nil
+}
+
+// AnalyzeError asks the daemon for corrected parameters after a CORRECT
+// decision. Only ctx bounds it, not the call timeout: with a model
+// configured, an analysis legitimately takes seconds (the daemon bounds it
+// by its own analyzer deadline). It has no local fallback.
+func (c *Client) AnalyzeError(ctx context.Context, req *squawkv1.AnalyzeErrorRequest) (*squawkv1.AnalyzeErrorResponse, error) {
+	if req == nil {
+		return nil, nilRequest("AnalyzeError")
+	}
+	resp, err := c.rpc.AnalyzeError(ctx, req)
+	if err != nil {
+		return nil, wrapCallError(ctx, "AnalyzeError", err)
+	}
+	return resp, nil
+}
+
+// CheckDispatch asks the daemon whether parameters may be dispatched (the
+// pre-dispatch guard). It is bounded by the call timeout and has no local
+// fallback: an unreachable daemon is an error, never a silent "ok".
+func (c *Client) CheckDispatch(ctx context.Context, req *squawkv1.CheckDispatchRequest) (*squawkv1.CheckDispatchResponse, error) {
+	if req == nil {
+		return nil, nilRequest("CheckDispatch")
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout)
+	defer cancel()
+	resp, err := c.rpc.CheckDispatch(callCtx, req)
+	if err != nil {
+		return nil, wrapCallError(ctx, "CheckDispatch", err)
+	}
+	return resp, nil
+}
+
+// fallsBack reports whether a failed decision call is answered locally: the
+// fallback is on, the caller still waits, and the daemon could not answer
+// in time (as opposed to answering with a refusal).
+func (c *Client) fallsBack(ctx context.Context, err error) bool {
+	if !c.cfg.fallback || ctx.Err() != nil {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }
 
 // decideLocally answers req from the local "default" profile and counts it.
@@ -152,98 +195,4 @@ func (c *Client) decideLocally(req *squawkv1.DecideRetryRequest, cause error) (D
 	d.FallbackCause = cause
 	c.fallbacks.Add(1)
 	return d, nil
-}
-
-// daemonDown reports whether err means the daemon could not answer in time,
-// as opposed to answering with a refusal.
-func daemonDown(err error) bool {
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return true
-	}
-	return false
-}
-
-func wrapCallError(ctx context.Context, method string, err error) error {
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("squawk: %s: %w: %w", method, ctxErr, err)
-	}
-	return fmt.Errorf("squawk: %s: %w", method, err)
-}
-
-// Decision is the answer to one DecideRetry call.
-type Decision struct {
-	// Action is what to do next: ACTION_RETRY, ACTION_CORRECT or ACTION_FAIL.
-	Action squawkv1.Action
-	// Reason names the rule that decided.
-	Reason squawkv1.Reason
-	// Delay is how long to wait before resending; zero unless Action is RETRY.
-	Delay time.Duration
-	// Explanation is one human sentence saying why.
-	Explanation string
-	// ConsumesAttempt is false for corrections, which do not count against
-	// max_attempts.
-	ConsumesAttempt bool
-	// Classification is the failure's classification under the same profile.
-	Classification *squawkv1.ClassifyResponse
-	// Fallback is true when the local fallback answered instead of the daemon.
-	Fallback bool
-	// FallbackCause is the daemon error that sent the call to the fallback
-	// (nil when Fallback is false).
-	FallbackCause error
-}
-
-// Proto returns the decision as the wire message.
-func (d Decision) Proto() *squawkv1.DecideRetryResponse {
-	return &squawkv1.DecideRetryResponse{
-		Action:          d.Action,
-		Delay:           durationpb.New(d.Delay),
-		Reason:          d.Reason,
-		Explanation:     d.Explanation,
-		ConsumesAttempt: d.ConsumesAttempt,
-		Classification:  d.Classification,
-	}
-}
-
-// String is a short log-friendly form, e.g. "RETRY after 542ms (TRANSIENT_STATUS)".
-func (d Decision) String() string {
-	var b strings.Builder
-	b.WriteString(strings.TrimPrefix(d.Action.String(), "ACTION_"))
-	if d.Action == squawkv1.Action_ACTION_RETRY {
-		fmt.Fprintf(&b, " after %v", d.Delay)
-	}
-	fmt.Fprintf(&b, " (%s)", strings.TrimPrefix(d.Reason.String(), "REASON_"))
-	if d.Fallback {
-		b.WriteString(" [local fallback]")
-	}
-	return b.String()
-}
-
-func decisionFromProto(r *squawkv1.DecideRetryResponse) Decision {
-	return Decision{
-		Action:          r.GetAction(),
-		Reason:          r.GetReason(),
-		Delay:           r.GetDelay().AsDuration(),
-		Explanation:     r.GetExplanation(),
-		ConsumesAttempt: r.GetConsumesAttempt(),
-		Classification:  r.GetClassification(),
-	}
-}
-
-// InputError is a request the policy cannot accept; Field names the
-// offending request field (e.g. "attempt", "max_attempts"). The local
-// fallback returns it; status.FromError reports it as codes.InvalidArgument,
-// like the daemon's own refusal.
-type InputError struct {
-	Field   string
-	Message string
-}
-
-func (e *InputError) Error() string {
-	return e.Field + ": " + e.Message
-}
-
-// GRPCStatus makes status.FromError and status.Code see codes.InvalidArgument.
-func (e *InputError) GRPCStatus() *status.Status {
-	return status.New(codes.InvalidArgument, e.Error())
 }

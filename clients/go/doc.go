@@ -8,16 +8,19 @@
 //
 // # Client
 //
-// New dials lazily and never blocks; every decision call is bounded by the
-// call timeout (WithCallTimeout, 50 ms by default) and carries the W3C trace
-// context of its ctx in the outgoing gRPC metadata (traceparent, tracestate,
-// baggage).
+// New dials lazily and never blocks. Client wraps every PolicyService call:
+// Classify, DecideRetry, DecideRetryBatch, AnalyzeError and CheckDispatch,
+// each taking ctx first. All but AnalyzeError, which may wait on a model,
+// are bounded by the call timeout (WithCallTimeout, 50 ms by default; see
+// DefaultCallTimeout). Every call carries the W3C trace context of its ctx
+// in the outgoing gRPC metadata (traceparent, tracestate, baggage).
 //
 // # Local fallback
 //
 // When the daemon is unreachable, answers UNAVAILABLE or DEADLINE_EXCEEDED,
-// or is slower than the call timeout, DecideRetry answers from a local port of
-// the daemon's built-in "default" profile instead, with corrections disabled
+// or is slower than the call timeout, DecideRetry (and DecideRetryBatch, item
+// by item) answers from a local port of the daemon's built-in "default"
+// profile instead, with corrections disabled
 // (a non-transient 4xx fails with REASON_NO_CORRECTION_AVAILABLE, or
 // REASON_HITL_PROTECTED for human-approved inputs). Such a Decision has
 // Fallback set, and Client.FallbackCount counts them. The daemon is tried
@@ -27,20 +30,26 @@
 // in New. It knows neither the daemon's policy file nor its other profiles:
 // whatever the request's profile and capability, it routes by "default".
 // WithFallbackDisabled turns the fallback off; DecideRetry then returns the
-// daemon's error.
+// daemon's error. Classify, AnalyzeError and CheckDispatch have no fallback:
+// an unreachable daemon is an error.
 //
 // # Errors
 //
 // Errors are wrapped with %w. A daemon error keeps its gRPC status
-// (status.FromError and status.Code see through the wrapping); a request the
-// local fallback refuses is an *InputError, which also reports
-// codes.InvalidArgument to status.FromError. The step runner's failures are
+// (status.FromError and status.Code see through the wrapping). A request
+// the policy refuses, by the daemon's INVALID_ARGUMENT or the local
+// fallback alike, is an *InputError whose Field names the offending field:
+// read from the google.rpc.BadRequest detail the daemon sends, else from
+// its "field: description" message. The step runner's failures are
 // *RunError values carrying the last Decision.
 //
 // # Step runner
 //
 // Run calls a step function until it succeeds or the policy ends it, waiting
-// the decided delays (honouring ctx) and calling an optional correction hook
-// on CORRECT. A step reports an HTTP failure by returning a *StepError; any
-// other error counts as a transport failure.
+// the decided delays (honouring ctx, whose deadline is the step's) and
+// calling an optional correction hook on CORRECT; an optional OnError hook
+// may end the step or force a resend. A step reports an HTTP failure by
+// returning a *StepError; any other error counts as a transport failure.
+// The budgets in RunOptions are pointers (set them with new(n)), so that a
+// budget of 0 is expressible and reaches the daemon as such.
 package squawk

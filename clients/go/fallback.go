@@ -37,30 +37,30 @@ func terminalStatus(status int32) bool {
 
 func validateRequest(req *squawkv1.DecideRetryRequest) error {
 	if req.GetAttempt() < 1 {
-		return &InputError{"attempt", fmt.Sprintf("must be >= 1 (1-based), got %d", req.GetAttempt())}
+		return &InputError{Field: "attempt", Message: fmt.Sprintf("must be >= 1 (1-based), got %d", req.GetAttempt())}
 	}
 	if req.MaxAttempts != nil && req.GetMaxAttempts() < 1 {
-		return &InputError{"max_attempts", fmt.Sprintf("must be >= 1 when set, got %d", req.GetMaxAttempts())}
+		return &InputError{Field: "max_attempts", Message: fmt.Sprintf("must be >= 1 when set, got %d", req.GetMaxAttempts())}
 	}
 	if err := checkStatus(req.GetHttpStatus()); err != nil {
 		return err
 	}
 	if req.GetValidationRetriesUsed() < 0 {
-		return &InputError{"validation_retries_used", fmt.Sprintf("must be >= 0, got %d", req.GetValidationRetriesUsed())}
+		return &InputError{Field: "validation_retries_used", Message: fmt.Sprintf("must be >= 0, got %d", req.GetValidationRetriesUsed())}
 	}
 	if req.MaxValidationRetries != nil && req.GetMaxValidationRetries() < 0 {
-		return &InputError{"max_validation_retries", fmt.Sprintf("must be >= 0 when set, got %d", req.GetMaxValidationRetries())}
+		return &InputError{Field: "max_validation_retries", Message: fmt.Sprintf("must be >= 0 when set, got %d", req.GetMaxValidationRetries())}
 	}
 	if dl := req.GetDeadline(); dl != nil {
 		if err := dl.CheckValid(); err != nil {
-			return &InputError{"deadline", fmt.Sprintf("is not a valid duration: %v", err)}
+			return &InputError{Field: "deadline", Message: fmt.Sprintf("is not a valid duration: %v", err)}
 		}
 		if dl.AsDuration() < 0 {
-			return &InputError{"deadline", "must not be negative"}
+			return &InputError{Field: "deadline", Message: "must not be negative"}
 		}
 	}
 	if n := len(req.GetResponseBody()); n > maxBodyBytes {
-		return &InputError{"response_body", fmt.Sprintf("%d bytes is over the limit of %d bytes", n, maxBodyBytes)}
+		return &InputError{Field: "response_body", Message: fmt.Sprintf("%d bytes is over the limit of %d bytes", n, maxBodyBytes)}
 	}
 	return nil
 }

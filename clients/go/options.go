@@ -7,8 +7,9 @@ import (
 	"google.golang.org/grpc"
 )
 
-// DefaultCallTimeout bounds each decision call (Classify, DecideRetry) when
-// WithCallTimeout is not given.
+// DefaultCallTimeout bounds each Classify, DecideRetry and CheckDispatch
+// call (and DecideRetryBatch once per started 100 items) when
+// WithCallTimeout is not given. AnalyzeError is bounded by its ctx only.
 const DefaultCallTimeout = 50 * time.Millisecond
 
 // Option configures a Client in New.
@@ -31,9 +32,11 @@ func defaultConfig() config {
 	}
 }
 
-// WithCallTimeout bounds every decision call to the daemon (default 50 ms).
-// A call slower than this is answered by the local fallback, unless it is
-// disabled. The ctx given to the call can only shorten it. d must be > 0.
+// WithCallTimeout bounds the calls to the daemon (default 50 ms; see
+// DefaultCallTimeout for which). A decision slower than this is answered by
+// the local fallback, unless it is disabled; the other calls fail with
+// DEADLINE_EXCEEDED. The ctx given to the call can only shorten it. d must
+// be > 0.
 func WithCallTimeout(d time.Duration) Option {
 	return func(c *config) { c.callTimeout = d }
 }
@@ -47,9 +50,9 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(c *config) { c.dialOptions = append(c.dialOptions, opts...) }
 }
 
-// WithFallbackDisabled makes DecideRetry return the daemon's error instead
-// of answering from the local "default" profile when the daemon is
-// unreachable or too slow.
+// WithFallbackDisabled makes DecideRetry and DecideRetryBatch return the
+// daemon's error instead of answering from the local "default" profile when
+// the daemon is unreachable or too slow.
 func WithFallbackDisabled() Option {
 	return func(c *config) { c.fallback = false }
 }

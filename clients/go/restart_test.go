@@ -71,7 +71,7 @@ func TestDaemonKillAndRestart(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	got, err := Run(ctx, c, "params", step, RunOptions[string]{
-		MaxAttempts: 100000,
+		MaxAttempts: new(100000),
 		Sleep:       rec.sleep,
 		OnError: func(info ErrorInfo) Tier {
 			decisions = append(decisions, seen{phase, info.Decision.Fallback})

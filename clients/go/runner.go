@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -12,89 +12,20 @@ import (
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
 )
 
-// StepError is how a step reports a failed upstream call that got an HTTP
-// answer (or knowingly got none). Any other error a step returns counts as a
-// transport failure.
-type StepError struct {
-	// HTTPStatus is the component's HTTP status; 0 = none or unknown.
-	HTTPStatus int
-	// TransportFailure is true when no HTTP response arrived.
-	TransportFailure bool
-	// Body is the component's raw response body (at most 1 MiB is sent);
-	// an error envelope {"success": false, "error": {"retryable": false}}
-	// in it stops every retry.
-	Body []byte
-	// Headers are the response headers (Retry-After, grpc-retry-pushback-ms).
-	Headers map[string]string
-	// Err is the underlying error, if any.
-	Err error
-}
-
-func (e *StepError) Error() string {
-	var b strings.Builder
-	switch {
-	case e.TransportFailure || e.HTTPStatus == 0:
-		b.WriteString("transport failure")
-	default:
-		fmt.Fprintf(&b, "HTTP %d", e.HTTPStatus)
-	}
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
-	return b.String()
-}
-
-func (e *StepError) Unwrap() error { return e.Err }
-
-// Tier is an OnError hook's verdict.
-type Tier int
-
-const (
-	// TierDefault follows the decision.
-	TierDefault Tier = iota
-	// TierRetry resends the same parameters even when the decision said
-	// FAIL or CORRECT, after the decided delay or else the default backoff;
-	// never after cancellation and never past the attempt budget.
-	TierRetry
-	// TierFail ends the step even when the decision said RETRY or CORRECT.
-	TierFail
-)
-
-func (t Tier) String() string {
-	switch t {
-	case TierDefault:
-		return "default"
-	case TierRetry:
-		return "retry"
-	case TierFail:
-		return "fail"
-	}
-	return fmt.Sprintf("Tier(%d)", int(t))
-}
-
-// ErrorInfo is what an OnError hook sees after a failed attempt.
-type ErrorInfo struct {
-	// Attempt is the 1-based number of the attempt that just failed.
-	Attempt int
-	// CorrectionsUsed is how many corrections were applied so far.
-	CorrectionsUsed int
-	// Err is the error the step returned.
-	Err error
-	// Request is what was sent to DecideRetry.
-	Request *squawkv1.DecideRetryRequest
-	// Decision is the policy's answer (daemon or local fallback).
-	Decision Decision
-}
-
-// RunOptions configures Run. The zero value runs the step with the daemon's
-// defaults, no correction hook and no OnError hook.
+// RunOptions configures Run. The zero value runs the step with the profile's
+// budgets, no correction hook and no OnError hook. The step's deadline is
+// ctx's: Run sends the time left to DecideRetry, which fails a resend whose
+// wait would outlast it.
 type RunOptions[P any] struct {
-	// MaxAttempts is the attempt budget (initial call + retries); 0 = the
+	// MaxAttempts is the attempt budget (initial call + retries); nil = the
 	// profile's (3 for "default", or the pod's SQUAWK_STEP_RETRY_MAX_ATTEMPTS).
-	MaxAttempts int
-	// MaxValidationRetries is the correction budget; 0 = the profile's (2).
-	MaxValidationRetries int
+	// A pointer, because unset and a number are different requests: set it
+	// with new(n), e.g. MaxAttempts: new(5). Must be >= 1 when set.
+	MaxAttempts *int
+	// MaxValidationRetries is the correction budget; nil = the profile's (2).
+	// new(0) is a real budget of no corrections, sent as
+	// max_validation_retries=0, not the profile's default. Must be >= 0.
+	MaxValidationRetries *int
 	// Profile, Capability and Upstream are passed on to DecideRetry.
 	Profile, Capability, Upstream string
 	// HITLApproved marks the step's inputs as approved by a human: they
@@ -103,76 +34,41 @@ type RunOptions[P any] struct {
 	// DelegatedOrchestrator marks a capability that is dispatched once.
 	DelegatedOrchestrator bool
 
-	// Correct is called on CORRECT with the failed parameters and returns
-	// corrected ones. A correction does not consume an attempt. When nil,
-	// the policy is told no correction is available.
-	Correct func(ctx context.Context, params P, d Decision) (P, error)
-	// OnError, when set, has the final say after each decision.
+	// Correct is called on CORRECT with the failed parameters, the step's
+	// error and the decision, and returns corrected parameters, which are
+	// sent next. A correction consumes no attempt; it counts against the
+	// correction budget. Setting it tells the policy a correction is
+	// available; when nil, a non-transient 4xx fails.
+	Correct func(ctx context.Context, params P, err error, d Decision) (P, error)
+	// OnError, when set, has the final say after each decision: TierFail
+	// ends the step, TierRetry forces a resend of the same parameters (see
+	// Tier for the limits), TierDefault follows the decision.
 	OnError func(info ErrorInfo) Tier
 	// Sleep waits d or until ctx ends, returning ctx's error then. nil =
 	// a timer. Tests swap it to assert delays without waiting.
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
-// RunError is returned by Run when the step did not succeed.
-type RunError struct {
-	// Attempts is the number of times the step was called.
-	Attempts int
-	// Decision is the last decision taken (after the OnError hook); for a
-	// run that stopped on cancellation it is a local REASON_CANCELLED FAIL,
-	// and it is the zero Decision when DecideRetry itself failed.
-	Decision Decision
-	// Err is the last error the step returned.
-	Err error
-	// Cause, when not nil, is why the run stopped other than the policy:
-	// ctx's error during a wait, the correction hook's error, or
-	// DecideRetry's error.
-	Cause error
-}
-
-func (e *RunError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "squawk: step failed after %d attempt(s)", e.Attempts)
-	if e.Cause != nil {
-		fmt.Fprintf(&b, ": %v", e.Cause)
-	} else if e.Decision.Action != squawkv1.Action_ACTION_UNSPECIFIED {
-		fmt.Fprintf(&b, ": %s: %s", strings.TrimPrefix(e.Decision.Reason.String(), "REASON_"), e.Decision.Explanation)
-	}
-	if e.Err != nil {
-		fmt.Fprintf(&b, ": last error: %v", e.Err)
-	}
-	return b.String()
-}
-
-// Unwrap exposes both the step's last error and the cause to errors.Is and
-// errors.As.
-func (e *RunError) Unwrap() []error {
-	errs := make([]error, 0, 2)
-	if e.Cause != nil {
-		errs = append(errs, e.Cause)
-	}
-	if e.Err != nil {
-		errs = append(errs, e.Err)
-	}
-	return errs
-}
-
 // Run calls step with params until it succeeds or the policy ends it. After
 // each failure it asks c.DecideRetry (the daemon or its local fallback):
 // on RETRY it waits the delay (an ended ctx aborts the wait at once) and
-// resends the same params; on CORRECT it calls opts.Correct and resends the
+// resends the same params; on CORRECT it calls opts.Correct and sends the
 // corrected params without consuming an attempt; on FAIL it returns a
 // *RunError carrying the decision. opts.OnError may override each decision.
-// A step that fails after ctx ended is never retried.
+// A step that fails after ctx ended is never retried. Options out of range
+// are an *InputError before step is called.
 func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.Context, P) (R, error), opts RunOptions[P]) (R, error) {
 	var zero R
+	if err := opts.validate(); err != nil {
+		return zero, fmt.Errorf("squawk: Run: %w", err)
+	}
 	sleep := opts.Sleep
 	if sleep == nil {
 		sleep = sleepCtx
 	}
-	budget := opts.MaxAttempts
-	if budget <= 0 {
-		budget = int(c.profile.maxAttempts)
+	budget := int(c.profile.maxAttempts)
+	if opts.MaxAttempts != nil {
+		budget = *opts.MaxAttempts
 	}
 	attempt, corrections := 1, 0
 	for calls := 1; ; calls++ {
@@ -187,84 +83,60 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 			req.Cancelled = true
 			d, lerr := c.decideLocally(req, ctx.Err())
 			if lerr != nil {
-				return zero, &RunError{Attempts: calls, Err: err, Cause: lerr}
+				return zero, &RunError{Calls: calls, Err: err, Cause: lerr}
 			}
-			return zero, &RunError{Attempts: calls, Decision: d, Err: err}
+			return zero, &RunError{Calls: calls, Decision: d, Err: err}
 		}
 		d, derr := c.DecideRetry(ctx, req)
 		if derr != nil {
-			return zero, &RunError{Attempts: calls, Err: err, Cause: derr}
+			return zero, &RunError{Calls: calls, Err: err, Cause: derr}
 		}
 		if opts.OnError != nil {
-			d = override(d, opts.OnError(ErrorInfo{
+			tier := opts.OnError(ErrorInfo{
 				Attempt:         attempt,
 				CorrectionsUsed: corrections,
 				Err:             err,
 				Request:         req,
 				Decision:        d,
-			}), attempt, budget, c.profile.backoff)
+			})
+			d = override(d, tier, attempt, budget, c.profile.backoff)
 		}
 		switch d.Action {
 		case squawkv1.Action_ACTION_RETRY:
 			if werr := sleep(ctx, d.Delay); werr != nil {
-				return zero, &RunError{Attempts: calls, Decision: cancelledDecision(d), Err: err, Cause: werr}
+				return zero, &RunError{Calls: calls, Decision: cancelledDecision(d), Err: err, Cause: werr}
 			}
 			attempt++
 		case squawkv1.Action_ACTION_CORRECT:
 			if opts.Correct == nil {
-				return zero, &RunError{Attempts: calls, Decision: d, Err: err,
+				return zero, &RunError{Calls: calls, Decision: d, Err: err,
 					Cause: errors.New("squawk: the policy asked for a correction and RunOptions.Correct is nil")}
 			}
-			fixed, cerr := opts.Correct(ctx, params, d)
+			fixed, cerr := opts.Correct(ctx, params, err, d)
 			if cerr != nil {
-				return zero, &RunError{Attempts: calls, Decision: d, Err: err,
+				return zero, &RunError{Calls: calls, Decision: d, Err: err,
 					Cause: fmt.Errorf("squawk: correction hook: %w", cerr)}
 			}
 			params = fixed
 			corrections++
 		default:
-			return zero, &RunError{Attempts: calls, Decision: d, Err: err}
+			return zero, &RunError{Calls: calls, Decision: d, Err: err}
 		}
 	}
 }
 
-// override applies an OnError verdict to a decision.
-func override(d Decision, tier Tier, attempt, budget int, backoff Backoff) Decision {
-	switch tier {
-	case TierFail:
-		if d.Action != squawkv1.Action_ACTION_FAIL {
-			d.Action = squawkv1.Action_ACTION_FAIL
-			d.Delay = 0
-			d.ConsumesAttempt = true
-			d.Explanation = "The OnError hook ended the step (the policy said " + d.String() + ")."
-		}
-	case TierRetry:
-		if d.Action == squawkv1.Action_ACTION_RETRY ||
-			d.Reason == squawkv1.Reason_REASON_CANCELLED ||
-			d.Reason == squawkv1.Reason_REASON_ATTEMPTS_EXHAUSTED ||
-			attempt >= budget {
-			return d
-		}
-		was := d.String()
-		d.Action = squawkv1.Action_ACTION_RETRY
-		d.Delay = backoff.Delay(attempt)
-		if hint := d.Classification.GetRetryAfter(); hint != nil {
-			d.Delay = hint.AsDuration()
-		}
-		d.ConsumesAttempt = true
-		d.Explanation = fmt.Sprintf("The OnError hook asked for a resend (the policy said %s); "+
-			"resend the same payload after %d ms, attempt %d of %d.", was, roundMS(d.Delay), attempt+1, budget)
+// validate refuses budgets the wire cannot carry or the policy would refuse
+// after the first call anyway; the fields are named as on the wire.
+func (o *RunOptions[P]) validate() error {
+	if n := o.MaxAttempts; n != nil && (*n < 1 || *n > math.MaxInt32) {
+		return &InputError{Field: "max_attempts",
+			Message: fmt.Sprintf("RunOptions.MaxAttempts must be >= 1 and fit in an int32 when set, got %d", *n)}
 	}
-	return d
-}
-
-// cancelledDecision is what a RETRY becomes when ctx ends during its wait.
-func cancelledDecision(d Decision) Decision {
-	d.Action = squawkv1.Action_ACTION_FAIL
-	d.Reason = squawkv1.Reason_REASON_CANCELLED
-	d.Delay = 0
-	d.Explanation = "The step was cancelled while waiting to resend; nothing is retried after cancellation."
-	return d
+	if n := o.MaxValidationRetries; n != nil && (*n < 0 || *n > math.MaxInt32) {
+		return &InputError{Field: "max_validation_retries",
+			Message: fmt.Sprintf("RunOptions.MaxValidationRetries must be >= 0 and fit in an int32 when set, got %d", *n)}
+	}
+	return nil
 }
 
 // request builds the DecideRetry request for a failed attempt.
@@ -279,13 +151,11 @@ func (o *RunOptions[P]) request(ctx context.Context, err error, attempt, correct
 		Upstream:              o.Upstream,
 		Profile:               o.Profile,
 	}
-	if o.MaxAttempts > 0 {
-		n := int32(o.MaxAttempts)
-		req.MaxAttempts = &n
+	if o.MaxAttempts != nil {
+		req.MaxAttempts = new(int32(*o.MaxAttempts))
 	}
-	if o.MaxValidationRetries > 0 {
-		n := int32(o.MaxValidationRetries)
-		req.MaxValidationRetries = &n
+	if o.MaxValidationRetries != nil {
+		req.MaxValidationRetries = new(int32(*o.MaxValidationRetries))
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		req.Deadline = durationpb.New(max(0, time.Until(deadline)))

@@ -40,7 +40,7 @@ func TestRunRetryThenSuccess(t *testing.T) {
 	calls := 0
 	stepErr := &StepError{HTTPStatus: 503, Body: []byte("busy"), Headers: map[string]string{"X-Trace": "1"}}
 	got, err := Run(context.Background(), c, "params", failTimes[string](2, stepErr, &calls), RunOptions[string]{
-		MaxAttempts: 5, Capability: "hotels", Sleep: rec.sleep,
+		MaxAttempts: new(5), Capability: "hotels", Sleep: rec.sleep,
 	})
 	if err != nil || got != "params" {
 		t.Fatalf("Run = %q, %v", got, err)
@@ -73,7 +73,7 @@ func TestRunPlainErrorIsTransportFailure(t *testing.T) {
 	if !errors.As(err, &re) {
 		t.Fatalf("err = %v, want a *RunError", err)
 	}
-	if re.Decision.Reason != squawkv1.Reason_REASON_ATTEMPTS_EXHAUSTED || !re.Decision.Fallback || re.Attempts != 3 {
+	if re.Decision.Reason != squawkv1.Reason_REASON_ATTEMPTS_EXHAUSTED || !re.Decision.Fallback || re.Calls != 3 {
 		t.Errorf("got %+v", re)
 	}
 	if re.Decision.Classification.GetCode() != "TRANSPORT_FAILURE" {
@@ -104,9 +104,12 @@ func TestRunCorrectCallsHook(t *testing.T) {
 		return "booked " + p.City, nil
 	}
 	got, err := Run(context.Background(), c, params{City: "Paris"}, step, RunOptions[params]{
-		Correct: func(_ context.Context, p params, d Decision) (params, error) {
+		Correct: func(_ context.Context, p params, stepErr error, d Decision) (params, error) {
 			if d.Action != squawkv1.Action_ACTION_CORRECT {
 				t.Errorf("hook called on %v", d)
+			}
+			if se := (*StepError)(nil); !errors.As(stepErr, &se) || se.HTTPStatus != 400 {
+				t.Errorf("hook got error %v, want the step's HTTP 400", stepErr)
 			}
 			hookSaw = append(hookSaw, p)
 			if p.City == "Paris" {
@@ -140,7 +143,7 @@ func TestRunCorrectHookError(t *testing.T) {
 	hookErr := errors.New("analyzer down")
 	calls := 0
 	_, err := Run(context.Background(), c, 1, failTimes[int](10, &StepError{HTTPStatus: 422}, &calls), RunOptions[int]{
-		Correct: func(context.Context, int, Decision) (int, error) { return 0, hookErr },
+		Correct: func(context.Context, int, error, Decision) (int, error) { return 0, hookErr },
 	})
 	if !errors.Is(err, hookErr) {
 		t.Fatalf("err = %v, want the hook's error", err)
@@ -164,8 +167,8 @@ func TestRunFailReturnsDecision(t *testing.T) {
 	if re.Decision.Action != squawkv1.Action_ACTION_FAIL || re.Decision.Reason != squawkv1.Reason_REASON_TERMINAL_STATUS || re.Decision.Fallback {
 		t.Errorf("decision %+v", re.Decision)
 	}
-	if calls != 1 || re.Attempts != 1 {
-		t.Errorf("step called %d times (RunError says %d), want 1", calls, re.Attempts)
+	if calls != 1 || re.Calls != 1 {
+		t.Errorf("step called %d times (RunError says %d), want 1", calls, re.Calls)
 	}
 	var se *StepError
 	if !errors.As(err, &se) || se.HTTPStatus != 401 || !errors.Is(err, cause) {
@@ -258,7 +261,7 @@ func TestRunOnErrorRetryOverridesAFail(t *testing.T) {
 	var rec sleepRecorder
 	calls := 0
 	_, err := Run(context.Background(), c, 0, failTimes[int](10, &StepError{HTTPStatus: 400}, &calls), RunOptions[int]{
-		MaxAttempts: 3,
+		MaxAttempts: new(3),
 		Sleep:       rec.sleep,
 		OnError:     func(ErrorInfo) Tier { return TierRetry },
 	})
@@ -296,7 +299,7 @@ func TestRunOnErrorRetryNeverPastExhaustion(t *testing.T) {
 	c := deadClient(t)
 	calls := 0
 	_, err := Run(context.Background(), c, 0, failTimes[int](10, &StepError{HTTPStatus: 503}, &calls), RunOptions[int]{
-		MaxAttempts: 2,
+		MaxAttempts: new(2),
 		Sleep:       (&sleepRecorder{}).sleep,
 		OnError:     func(ErrorInfo) Tier { return TierRetry },
 	})

@@ -301,6 +301,8 @@ func TestDaemonVectorsInvalid(t *testing.T) {
 				t.Fatalf("unknown rpc %q in the vector file", tc.RPC)
 			}
 			checkInvalid(t, err, tc.Field)
+			wantInputError(t, err, tc.Field)
+			wantBadRequest(t, err, tc.Field)
 		})
 	}
 }
@@ -389,6 +391,7 @@ func TestFallbackVectorsInvalid(t *testing.T) {
 			if !errors.As(err, &ie) || ie.Field != tc.Field {
 				t.Errorf("error %v is not an *InputError for field %q", err, tc.Field)
 			}
+			wantBadRequest(t, err, tc.Field)
 		})
 	}
 	if n := c.FallbackCount(); n != 0 {

@@ -5,16 +5,17 @@
 // source: squawk/v1/policy.proto
 
 // squawk.v1 is the wire contract between executors and the Squawk policy
-// daemon. Every field comment states its default, unit and bounds; "unset"
-// (an absent `optional` field) always means "use the policy default", never 0.
+// daemon. Each field's comment says whether it is optional, its default,
+// unit and bounds, and the rule that reads it. An `optional` field left
+// unset takes the default its comment names, never 0.
 //
-// A request past a bound is refused with INVALID_ARGUMENT whose message
-// starts with the field's path (e.g. "deadline.seconds: ..."); a body that
-// is not a valid message gets INVALID_ARGUMENT naming "request". Lengths
-// are in characters (Unicode code points). Every Duration must lie within
-// google.protobuf.Duration's range (|seconds| <= 315,576,000,000, |nanos| <=
-// 999,999,999, one sign). Error messages quote at most a short, redacted
-// prefix of a caller's value and are at most 1,024 characters.
+// A request past a bound is refused with INVALID_ARGUMENT, before any other
+// work, with a message that starts with the field's path (e.g.
+// "deadline.seconds: ..."); a body that is not a valid message gets
+// INVALID_ARGUMENT naming "request". Lengths are in characters (Unicode code
+// points) unless a comment says bytes. An error message quotes a caller's
+// value redacted and cut to 64 characters, and is itself cut to 1,024
+// characters (plus "…").
 
 package squawkv1
 
@@ -35,21 +36,25 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ErrorCategory is the kind of failure, as a tool reports it.
+// ErrorCategory is the kind of failure, as a tool reports it. The built-in
+// classifier answers every value but UNSPECIFIED and NOT_FOUND.
 type ErrorCategory int32
 
 const (
+	// Never sent by the daemon.
 	ErrorCategory_ERROR_CATEGORY_UNSPECIFIED ErrorCategory = 0
-	// Malformed or invalid request payload (400, 404, 409, 422 and other 4xx).
+	// The request was wrong: upstream 400, 404, 405, 409, 422 and every other
+	// 4xx but 401, 403, 408 and 429.
 	ErrorCategory_ERROR_CATEGORY_INPUT_ERROR ErrorCategory = 1
-	// Resource does not exist. Reserved for tools that report it themselves:
-	// the built-in classifier folds upstream 404 into INPUT_ERROR.
+	// The resource does not exist. For tools that report it themselves: the
+	// built-in classifier folds upstream 404 into INPUT_ERROR.
 	ErrorCategory_ERROR_CATEGORY_NOT_FOUND ErrorCategory = 2
-	// Quota exceeded (429).
+	// Upstream 429.
 	ErrorCategory_ERROR_CATEGORY_RATE_LIMIT ErrorCategory = 3
-	// Authentication or authorization failure (401, 403).
+	// Upstream 401 or 403.
 	ErrorCategory_ERROR_CATEGORY_AUTH_ERROR ErrorCategory = 4
-	// Backend failure, usually transient (5xx, transport failure, unknown).
+	// The upstream, or the way to it, failed: 408, 5xx, a 1xx-3xx reported as
+	// a failure, no status found, or a transport failure.
 	ErrorCategory_ERROR_CATEGORY_SERVICE_ERROR ErrorCategory = 5
 )
 
@@ -104,10 +109,13 @@ func (ErrorCategory) EnumDescriptor() ([]byte, []int) {
 type Action int32
 
 const (
+	// Never sent by the daemon.
 	Action_ACTION_UNSPECIFIED Action = 0
-	// Resend the same payload after `delay`.
+	// Resend the same payload after `delay`. Consumes an attempt.
 	Action_ACTION_RETRY Action = 1
-	// Ask for corrected parameters (AnalyzeError or a hook), then resend.
+	// Ask for corrected parameters (AnalyzeError or the executor's hook), then
+	// send them. Consumes no attempt; the executor counts it in
+	// validation_retries_used.
 	Action_ACTION_CORRECT Action = 2
 	// The step ends with this failure.
 	Action_ACTION_FAIL Action = 3
@@ -156,36 +164,59 @@ func (Action) EnumDescriptor() ([]byte, []int) {
 	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{1}
 }
 
-// Reason names the rule that decided.
+// Reason names the rule that decided. DecideRetry tries the rules in this
+// order and the first that applies decides: CANCELLED,
+// EXPLICIT_NOT_RETRYABLE, TERMINAL_STATUS, SINGLE_DISPATCH; then a transport
+// failure or transient status is resent (TRANSPORT_FAILURE,
+// TRANSIENT_STATUS) unless ATTEMPTS_EXHAUSTED or DEADLINE_EXCEEDED; then
+// another 4xx is corrected (CORRECTION_ELIGIBLE) unless HITL_PROTECTED,
+// NO_CORRECTION_AVAILABLE or CORRECTION_BUDGET_EXHAUSTED; anything else is
+// NOT_RETRYABLE_STATUS.
 type Reason int32
 
 const (
+	// Never sent by the daemon.
 	Reason_REASON_UNSPECIFIED Reason = 0
-	// The component's envelope declared error.retryable = false.
+	// FAIL: the response body's envelope declared error.retryable = false (see
+	// DecideRetryRequest.response_body). Applies to every status, 5xx
+	// included.
 	Reason_REASON_EXPLICIT_NOT_RETRYABLE Reason = 1
-	// 401, 403 or 405: retrying cannot help.
+	// FAIL: a status in the profile's terminal set ("default" 401, 403, 405;
+	// "llm" none): retrying cannot help.
 	Reason_REASON_TERMINAL_STATUS Reason = 2
-	// 408, 429 or 5xx (default profile) or the profile's retryable set.
+	// RETRY: the status is in the profile's transient set (see
+	// ClassifyResponse.retryable) and an attempt is left.
 	Reason_REASON_TRANSIENT_STATUS Reason = 3
-	// No HTTP response arrived.
+	// RETRY: no HTTP response arrived (transport_failure, or http_status 0)
+	// and an attempt is left.
 	Reason_REASON_TRANSPORT_FAILURE Reason = 4
-	// A non-transient 4xx with correction budget left.
+	// CORRECT: a 4xx in neither the terminal nor the transient set, under a
+	// profile with a correction path ("default" has one, "llm" none), with a
+	// correction available and budget left.
 	Reason_REASON_CORRECTION_ELIGIBLE Reason = 5
-	// Inputs were approved by a human; they are never rewritten.
+	// FAIL: a correctable 4xx on inputs a human approved; they are never
+	// rewritten.
 	Reason_REASON_HITL_PROTECTED Reason = 6
-	// A delegated orchestrator gets exactly one physical dispatch.
+	// FAIL: a delegated orchestrator is dispatched exactly once, so nothing is
+	// resent or corrected.
 	Reason_REASON_SINGLE_DISPATCH Reason = 7
-	// The attempt budget is spent.
+	// FAIL: a transport failure or transient status, but attempt >=
+	// max_attempts.
 	Reason_REASON_ATTEMPTS_EXHAUSTED Reason = 8
-	// The correction budget is spent.
+	// FAIL: a correctable 4xx, but validation_retries_used >=
+	// max_validation_retries.
 	Reason_REASON_CORRECTION_BUDGET_EXHAUSTED Reason = 9
-	// A non-transient 4xx and no analyzer or correction hook is enabled.
+	// FAIL: a correctable 4xx, but correction_available is false; a
+	// non-transient 4xx is never resent unchanged.
 	Reason_REASON_NO_CORRECTION_AVAILABLE Reason = 10
-	// The delay would outlast the step's deadline.
+	// FAIL: the wait before a resend (a server hint included) is longer than
+	// `deadline`. A wait equal to it is allowed.
 	Reason_REASON_DEADLINE_EXCEEDED Reason = 11
-	// The step was cancelled; nothing is retried after cancellation.
+	// FAIL: the step was cancelled; nothing is retried after cancellation.
 	Reason_REASON_CANCELLED Reason = 12
-	// The profile does not retry this status (e.g. 501 under "llm").
+	// FAIL: no other rule applies: a 1xx-3xx reported as a failure, or, under
+	// a profile without a correction path ("llm"), any status outside its
+	// transient set (401, 408, 501, ...).
 	Reason_REASON_NOT_RETRYABLE_STATUS Reason = 13
 )
 
@@ -256,14 +287,16 @@ func (Reason) EnumDescriptor() ([]byte, []int) {
 type AnalysisSource int32
 
 const (
+	// Never sent by the daemon.
 	AnalysisSource_ANALYSIS_SOURCE_UNSPECIFIED AnalysisSource = 0
-	// No analyzer ran or none could help.
+	// Nothing is suggested: the request was skipped, or no analyzer found a
+	// safe change.
 	AnalysisSource_ANALYSIS_SOURCE_NONE AnalysisSource = 1
-	// The offline deterministic analyzer.
+	// Layer 3, offline: the deterministic analyzer, no network.
 	AnalysisSource_ANALYSIS_SOURCE_HEURISTIC AnalysisSource = 2
-	// The configured OpenAI-compatible model.
+	// Layer 3 with the configured OpenAI-compatible model.
 	AnalysisSource_ANALYSIS_SOURCE_LLM AnalysisSource = 3
-	// Contextual re-resolution from dependency step results.
+	// Layer 4: a value found in dependency_results, offline or by the model.
 	AnalysisSource_ANALYSIS_SOURCE_CONTEXTUAL AnalysisSource = 4
 )
 
@@ -312,22 +345,35 @@ func (AnalysisSource) EnumDescriptor() ([]byte, []int) {
 	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{3}
 }
 
+// ClassifyRequest is one failed upstream call, as a tool saw it. Every field
+// is optional; an empty request classifies as "no status found".
 type ClassifyRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The upstream client's error text, at most 65,536 characters. Scanned for
-	// a status with the pattern `(?:status|error|code)[:\s]+(\d{3})`; only
-	// 100..599 counts.
+	// The upstream client's error text. Optional; at most 65,536 characters.
+	// Scanned only when http_status is 0 and transport_failure is false: the
+	// upstream status is then the first match of
+	// `(?:status|error|code)[:\s]+(\d{3})` (case-insensitive) whose three
+	// digits are not followed by a fourth and lie in 100..599; none = 0.
 	ErrorMessage string `protobuf:"bytes,1,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
-	// The upstream HTTP status when known; 0 = unknown, else 100..599. Wins
-	// over the text.
+	// The upstream HTTP status. Optional; 0 (the default) = unknown, else
+	// 100..599. When set it wins over error_message.
 	HttpStatus int32 `protobuf:"varint,2,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
 	// True when no HTTP response arrived (connect, reset, DNS, timeout).
+	// Optional; default false. When true, upstream_status is 0 and code is
+	// "TRANSPORT_FAILURE", whatever http_status and error_message say
+	// (http_status is still checked against its bounds).
 	TransportFailure bool `protobuf:"varint,3,opt,name=transport_failure,json=transportFailure,proto3" json:"transport_failure,omitempty"`
-	// Response headers; names are matched case-insensitively. Read for
-	// Retry-After and grpc-retry-pushback-ms. At most 64 headers, names of at
-	// most 256 and values of at most 8,192 characters.
+	// Response headers; names match case-insensitively. Optional; at most 64
+	// headers, names of at most 256 and values of at most 8,192 characters.
+	// Two are read, for retry_after: `Retry-After` (ASCII digits = seconds,
+	// `0` = now; or an HTTP-date, a past one = now) and, when Retry-After is
+	// absent or malformed, `grpc-retry-pushback-ms` (ASCII digits =
+	// milliseconds). A malformed value (a fraction, a sign, a word, non-ASCII
+	// digits) is ignored.
 	Headers map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Policy profile; empty = "default". Must name a profile of the policy.
+	// The policy profile whose transient set decides `retryable`. Optional;
+	// "" (the default) = "default". Built in: "default" and "llm"; the policy
+	// file may add more. An unknown name is refused.
 	Profile       string `protobuf:"bytes,5,opt,name=profile,proto3" json:"profile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -398,23 +444,43 @@ func (x *ClassifyRequest) GetProfile() string {
 	return ""
 }
 
+// ClassifyResponse is the classification of one failure. Every field is
+// filled in; retry_after only when the headers carry a valid hint.
 type ClassifyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The HTTP status the tool should answer with.
-	HttpStatus int32         `protobuf:"varint,1,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
-	Category   ErrorCategory `protobuf:"varint,2,opt,name=category,proto3,enum=squawk.v1.ErrorCategory" json:"category,omitempty"`
-	// True exactly when the profile would resend the same payload.
+	// The status the tool should answer with, from upstream_status: 400, 401,
+	// 403, 405 and 429 are kept; 404, 409, 422 and every other 4xx become 400;
+	// 408, 5xx, 1xx-3xx, no status and a transport failure become 502.
+	HttpStatus int32 `protobuf:"varint,1,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
+	// The kind of failure, from upstream_status as ErrorCategory's values say.
+	Category ErrorCategory `protobuf:"varint,2,opt,name=category,proto3,enum=squawk.v1.ErrorCategory" json:"category,omitempty"`
+	// True exactly when upstream_status is 0 (no status found, or a transport
+	// failure) or is in the profile's transient set: "default" 408, 429 and
+	// 500-599, "llm" 429, 500, 502, 503, 504 and 529, plus any
+	// retryable_statuses the policy file adds.
 	Retryable bool `protobuf:"varint,3,opt,name=retryable,proto3" json:"retryable,omitempty"`
-	// A stable machine-readable code, e.g. "UPSTREAM_RATE_LIMITED".
+	// A stable machine-readable code, from upstream_status: 400
+	// "INVALID_INPUT", 401 "UNAUTHORIZED", 403 "FORBIDDEN", 404 "NOT_FOUND",
+	// 405 "METHOD_NOT_ALLOWED", 408 "UPSTREAM_TIMEOUT", 409 "CONFLICT", 422
+	// "UNPROCESSABLE", 429 "RATE_LIMITED", other 4xx "UPSTREAM_CLIENT_ERROR",
+	// 5xx "UPSTREAM_SERVER_ERROR", 1xx-3xx "UNEXPECTED_STATUS", no status
+	// "UPSTREAM_UNAVAILABLE", transport failure "TRANSPORT_FAILURE".
 	Code string `protobuf:"bytes,4,opt,name=code,proto3" json:"code,omitempty"`
-	// The upstream status found; 0 = none.
+	// The upstream status the answer is based on: http_status when set, else
+	// the one read from the error text; 0 = none found, or a transport
+	// failure.
 	UpstreamStatus int32 `protobuf:"varint,5,opt,name=upstream_status,json=upstreamStatus,proto3" json:"upstream_status,omitempty"`
-	// error_message with bearer tokens, API keys, passwords and URL
-	// credentials replaced by "[REDACTED]", lone UTF-16 surrogates by U+FFFD,
-	// and cut to 65,536 characters (plus "…").
+	// The error text with every recognised secret replaced by "[REDACTED]"
+	// (named values such as `api_key=` or `"password": "..."`; Bearer, Basic,
+	// Token and Digest credentials; URL credentials; PEM private keys; known
+	// token shapes) and lone UTF-16 surrogates by U+FFFD, then cut to 65,536
+	// characters (plus "…"), dropping a word the cut would split. The text is
+	// Classify's error_message, or in a DecideRetryResponse the envelope's
+	// error.message ("" when there is none).
 	RedactedMessage string `protobuf:"bytes,6,opt,name=redacted_message,json=redactedMessage,proto3" json:"redacted_message,omitempty"`
-	// Set when the headers carry a valid Retry-After or grpc-retry-pushback-ms;
-	// capped at 86,400 s (one day).
+	// The wait the server asked for (see ClassifyRequest.headers), capped at
+	// 86,400 s (one day). Unset when no header holds a valid hint; zero for
+	// `Retry-After: 0` or a past date.
 	RetryAfter    *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -499,49 +565,80 @@ func (x *ClassifyResponse) GetRetryAfter() *durationpb.Duration {
 	return nil
 }
 
+// DecideRetryRequest is the attempt that just failed. Only attempt is
+// required.
 type DecideRetryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// 1-based number of the attempt that just failed. Must be >= 1.
+	// The 1-based number of the attempt that just failed. Required: must be
+	// >= 1 (0, the unset value, is refused).
 	Attempt int32 `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	// Attempts allowed in all (initial + retries); unset = the profile's
-	// (default 3). Must be >= 1 when set.
+	// Attempts allowed in all, the first included. Optional; unset = the
+	// profile's after capability overrides (3 in both built-in profiles).
+	// Must be >= 1 when set. A transient failure is resent only while
+	// attempt < max_attempts.
 	MaxAttempts *int32 `protobuf:"varint,2,opt,name=max_attempts,json=maxAttempts,proto3,oneof" json:"max_attempts,omitempty"`
-	// The component's HTTP status; 0 = transport failure or unknown, else
-	// 100..599.
+	// The component's HTTP status. Optional; 0 (the default) = no HTTP
+	// response, routed as a transport failure; else 100..599.
 	HttpStatus int32 `protobuf:"varint,3,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
-	// True when no HTTP response arrived.
+	// True when no HTTP response arrived (connect, reset, DNS, timeout).
+	// Optional; default false. When true the attempt is routed as a transport
+	// failure whatever http_status says (http_status is still checked against
+	// its bounds).
 	TransportFailure bool `protobuf:"varint,4,opt,name=transport_failure,json=transportFailure,proto3" json:"transport_failure,omitempty"`
-	// The component's raw response body, at most 1 MiB (the policy file's
-	// max_body_bytes). Read for the envelope
-	// `{"success": false, "error": {"retryable": <bool>, "message": <text>}}`.
-	// In proto3 JSON (grpcurl) a bytes field is written in base64.
+	// The component's raw response body. Optional; at most the policy file's
+	// max_body_bytes, in bytes (default 1,048,576). Read only for the JSON
+	// envelope `{"success": false, "error": {"retryable": <bool>, "message":
+	// <string>}}` (UTF-8, -16 or -32): `retryable` false ends the step
+	// (EXPLICIT_NOT_RETRYABLE), true declares nothing; `message` is the text
+	// classified. Any other shape (a top-level retryable, a string error, no
+	// `"success": false`, a null, string or number retryable, not JSON)
+	// declares nothing. In proto3 JSON (grpcurl) bytes are written in base64.
 	ResponseBody []byte `protobuf:"bytes,5,opt,name=response_body,json=responseBody,proto3" json:"response_body,omitempty"`
-	// Response headers, matched case-insensitively (Retry-After,
-	// grpc-retry-pushback-ms). At most 64 headers, names of at most 256 and
-	// values of at most 8,192 characters. A hint is capped at one day.
+	// Response headers; names match case-insensitively. Optional; at most 64
+	// headers, names of at most 256 and values of at most 8,192 characters.
+	// A valid Retry-After or grpc-retry-pushback-ms (read as
+	// ClassifyRequest.headers says, capped at one day) replaces the computed
+	// backoff on RETRY.
 	Headers map[string]string `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Corrections already applied to this step. Must be >= 0.
+	// Corrections already applied to this step. Optional; default 0; must be
+	// >= 0. CORRECT needs validation_retries_used < max_validation_retries.
 	ValidationRetriesUsed int32 `protobuf:"varint,7,opt,name=validation_retries_used,json=validationRetriesUsed,proto3" json:"validation_retries_used,omitempty"`
-	// Correction budget; unset = the profile's (default 2). Must be >= 0.
+	// The correction budget. Optional; unset = the profile's after capability
+	// overrides ("default" 2, "llm" 0). Must be >= 0 when set.
 	MaxValidationRetries *int32 `protobuf:"varint,8,opt,name=max_validation_retries,json=maxValidationRetries,proto3,oneof" json:"max_validation_retries,omitempty"`
-	// The executor has an analyzer or a correction callback enabled.
+	// The executor has an analyzer or a correction hook to act on CORRECT.
+	// Optional; default false, which makes every correctable 4xx a FAIL
+	// (NO_CORRECTION_AVAILABLE).
 	CorrectionAvailable bool `protobuf:"varint,9,opt,name=correction_available,json=correctionAvailable,proto3" json:"correction_available,omitempty"`
-	// The step's inputs were approved by a human (HITL).
+	// The step's inputs were approved by a human (HITL). Optional; default
+	// false. When true a correctable 4xx is a FAIL (HITL_PROTECTED); transient
+	// failures are still resent unchanged.
 	HitlApproved bool `protobuf:"varint,10,opt,name=hitl_approved,json=hitlApproved,proto3" json:"hitl_approved,omitempty"`
-	// The capability is a delegated orchestrator (single dispatch).
+	// The capability is a delegated orchestrator, dispatched exactly once.
+	// Optional; default false. When true every failure is a FAIL
+	// (SINGLE_DISPATCH) unless CANCELLED, EXPLICIT_NOT_RETRYABLE or
+	// TERMINAL_STATUS decided first.
 	DelegatedOrchestrator bool `protobuf:"varint,11,opt,name=delegated_orchestrator,json=delegatedOrchestrator,proto3" json:"delegated_orchestrator,omitempty"`
-	// The step's context was cancelled.
+	// The step's context was cancelled. Optional; default false. When true the
+	// answer is FAIL (CANCELLED), before every other rule.
 	Cancelled bool `protobuf:"varint,12,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
-	// Time left for the step; unset = no deadline. Must not be negative and
-	// must lie within google.protobuf.Duration's range.
+	// Time left before the step's deadline. Optional; unset = no deadline.
+	// Must not be negative and must lie within google.protobuf.Duration's
+	// range (|seconds| <= 315,576,000,000, |nanos| <= 999,999,999, one sign).
+	// A RETRY whose wait is longer becomes FAIL (DEADLINE_EXCEEDED).
 	Deadline *durationpb.Duration `protobuf:"bytes,13,opt,name=deadline,proto3" json:"deadline,omitempty"`
-	// Capability name, at most 256 characters; selects per-capability
-	// overrides of the profile. Shown redacted in spans and decision logs.
+	// The capability (tool) name. Optional; at most 256 characters. Selects
+	// the profile's per-capability overrides by exact name; a name without
+	// overrides uses the profile as it is. Shown redacted in spans and
+	// decision logs.
 	Capability string `protobuf:"bytes,14,opt,name=capability,proto3" json:"capability,omitempty"`
-	// Upstream service name, at most 256 characters, for telemetry. Shown
-	// redacted in spans and decision logs.
+	// The upstream service's name, for telemetry only: it never changes the
+	// decision. Optional; at most 256 characters. Shown redacted in spans and
+	// decision logs.
 	Upstream string `protobuf:"bytes,15,opt,name=upstream,proto3" json:"upstream,omitempty"`
-	// Policy profile; empty = "default". Must name a profile of the policy.
+	// The policy profile. Optional; "" (the default) = "default". Built in:
+	// "default" and "llm"; the policy file may add more. An unknown name is
+	// refused.
 	Profile       string `protobuf:"bytes,16,opt,name=profile,proto3" json:"profile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -689,17 +786,40 @@ func (x *DecideRetryRequest) GetProfile() string {
 	return ""
 }
 
+// DecideRetryResponse is the decision for one failed attempt. Every field is
+// filled in.
 type DecideRetryResponse struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Action Action                 `protobuf:"varint,1,opt,name=action,proto3,enum=squawk.v1.Action" json:"action,omitempty"`
-	// How long to wait before resending; zero unless action is RETRY.
-	Delay  *durationpb.Duration `protobuf:"bytes,2,opt,name=delay,proto3" json:"delay,omitempty"`
-	Reason Reason               `protobuf:"varint,3,opt,name=reason,proto3,enum=squawk.v1.Reason" json:"reason,omitempty"`
-	// One human sentence saying why.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What to do next.
+	Action Action `protobuf:"varint,1,opt,name=action,proto3,enum=squawk.v1.Action" json:"action,omitempty"`
+	// How long to wait before resending; zero unless action is RETRY. A
+	// server hint (see DecideRetryRequest.headers) wins; otherwise the
+	// profile's backoff for `attempt`, in whole milliseconds. With
+	// base = min(initial * factor^(attempt - 1), max) and the default jitter
+	// "sine":
+	//
+	//	delay = min(base * (1 + 0.1 * sin(attempt)), max)
+	//
+	// Both built-in profiles use initial 500 ms, max 10 s and factor 2, so
+	// attempts 1, 2, 3 wait 542 ms, 1.091 s, 2.028 s (the policy file and, for
+	// "default", SQUAWK_STEP_RETRY_* may change them). A policy file may
+	// choose jitter "none" (base), "full" (uniform(0, base)) or
+	// "decorrelated" (uniform(initial, max(initial, min(max, 3 * the previous
+	// attempt's base)))).
+	Delay *durationpb.Duration `protobuf:"bytes,2,opt,name=delay,proto3" json:"delay,omitempty"`
+	// The rule that decided.
+	Reason Reason `protobuf:"varint,3,opt,name=reason,proto3,enum=squawk.v1.Reason" json:"reason,omitempty"`
+	// One sentence for people, e.g. "HTTP 429 is transient; resend the same
+	// payload after 3000 ms (the server's Retry-After), attempt 2 of 3.".
+	// Programs read action and reason instead.
 	Explanation string `protobuf:"bytes,4,opt,name=explanation,proto3" json:"explanation,omitempty"`
-	// False for corrections: they do not count against max_attempts.
+	// False exactly for CORRECT, which does not count against max_attempts.
 	ConsumesAttempt bool `protobuf:"varint,5,opt,name=consumes_attempt,json=consumesAttempt,proto3" json:"consumes_attempt,omitempty"`
-	// The classification of this failure under the same profile.
+	// This failure's classification under the same profile (after capability
+	// overrides), from http_status, transport_failure, headers and the
+	// envelope's error.message. With http_status 0 and transport_failure
+	// false, it may name a status read from that message although the
+	// decision routed the attempt as a transport failure.
 	Classification *ClassifyResponse `protobuf:"bytes,6,opt,name=classification,proto3" json:"classification,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -777,11 +897,14 @@ func (x *DecideRetryResponse) GetClassification() *ClassifyResponse {
 	return nil
 }
 
+// DecideRetryBatchRequest asks for many decisions in one call.
 type DecideRetryBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// At most 10,000 requests, within gRPC's 4 MiB message limit. The answer
-	// to a full batch can exceed a client's default 4 MiB receive limit:
-	// raise it, or send smaller batches.
+	// The attempts to decide, each bounded as a DecideRetryRequest. Optional;
+	// at most 10,000 (more refuses the whole call, naming "requests"), within
+	// gRPC's 4 MiB message limit. The answer to a full batch can exceed a
+	// client's default 4 MiB receive limit: raise it, or send smaller
+	// batches.
 	Requests      []*DecideRetryRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -824,9 +947,10 @@ func (x *DecideRetryBatchRequest) GetRequests() []*DecideRetryRequest {
 	return nil
 }
 
+// DecideRetryBatchResponse answers a DecideRetryBatchRequest.
 type DecideRetryBatchResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One result per request, in request order.
+	// Exactly one result per request, in request order.
 	Results       []*DecideRetryBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -869,8 +993,11 @@ func (x *DecideRetryBatchResponse) GetResults() []*DecideRetryBatchResult {
 	return nil
 }
 
+// DecideRetryBatchResult answers one item of a batch.
 type DecideRetryBatchResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one of the two is set.
+	//
 	// Types that are valid to be assigned to Result:
 	//
 	//	*DecideRetryBatchResult_Decision
@@ -940,12 +1067,14 @@ type isDecideRetryBatchResult_Result interface {
 }
 
 type DecideRetryBatchResult_Decision struct {
+	// The decision, as DecideRetry would answer this item.
 	Decision *DecideRetryResponse `protobuf:"bytes,1,opt,name=decision,proto3,oneof"`
 }
 
 type DecideRetryBatchResult_Error struct {
-	// Why this request was refused; names the field, as INVALID_ARGUMENT
-	// would for a single call.
+	// Why this item was refused: INVALID_ARGUMENT's message for a single
+	// call, after the item's index, e.g. "requests[3].attempt: must be >= 1
+	// (1-based), got 0". Redacted; cut to 1,024 characters (plus "…").
 	Error string `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
 }
 
@@ -953,49 +1082,72 @@ func (*DecideRetryBatchResult_Decision) isDecideRetryBatchResult_Result() {}
 
 func (*DecideRetryBatchResult_Error) isDecideRetryBatchResult_Result() {}
 
-// The Structs of one AnalyzeError request (original_request,
-// parameter_schema and every dependency result) hold together at most
-// 20,000 values and 2 Mi characters of strings and keys, nest at most 32
-// levels deep, have at most 10,000 keys per object or items per array, keys
-// of at most 1,024 characters, strings of at most 1 Mi characters, and
-// finite numbers only (no NaN or Infinity). A refusal names the value's
-// path, e.g. "original_request.rooms[3].beds: ...".
+// AnalyzeErrorRequest is a failed call to correct. Its Structs
+// (original_request, parameter_schema and every dependency result) together
+// hold at most 20,000 values and 2 Mi (2,097,152) characters of strings and
+// keys; they nest at most 32 levels deep, with at most 10,000 keys per
+// object or items per array, keys of at most 1,024 characters, strings of at
+// most 1 Mi (1,048,576) characters, and finite numbers only (no NaN or
+// Infinity). A refusal names the value's path, e.g.
+// "original_request.rooms[3].beds: must be a finite number, got nan".
 type AnalyzeErrorRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The component's HTTP status; 0 = read it from error_response, else
-	// 100..599.
+	// The component's HTTP status. Optional; 0 (the default) = read it from
+	// error_response as ClassifyRequest.error_message says; else 100..599. The
+	// status alone decides whether anything is analysed: no status, or one in
+	// the "default" profile's transient set (408, 429, 5xx), answers
+	// is_transient_error true and suggests nothing; 401, 403, 405 and 1xx-3xx
+	// suggest nothing either.
 	HttpStatus int32 `protobuf:"varint,1,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
-	// The component's error response text, at most 1 MiB (the policy file's
-	// max_body_bytes); the analyzers read its first 16 KiB. Redacted before
-	// any model call.
+	// The component's error response text. Optional; at most the policy
+	// file's max_body_bytes in UTF-8 bytes (default 1,048,576). The analyzers
+	// read its first 16,384 characters; a model sees it redacted and cut to
+	// 8,000.
 	ErrorResponse string `protobuf:"bytes,2,opt,name=error_response,json=errorResponse,proto3" json:"error_response,omitempty"`
-	// The parameters of the failed call.
+	// The parameters of the failed call. Optional; default {}. A suggestion
+	// may change only its top-level keys and parameter_schema's properties.
 	OriginalRequest *structpb.Struct `protobuf:"bytes,3,opt,name=original_request,json=originalRequest,proto3" json:"original_request,omitempty"`
-	// The user's request that led to this step; at most 16,384 characters.
+	// The user's request that led to this step; only a model reads it.
+	// Optional; at most 16,384 characters.
 	UserQuery string `protobuf:"bytes,4,opt,name=user_query,json=userQuery,proto3" json:"user_query,omitempty"`
-	// At most 256 characters.
+	// The capability's name; only a model reads it. Optional; at most 256
+	// characters.
 	CapabilityName string `protobuf:"bytes,5,opt,name=capability_name,json=capabilityName,proto3" json:"capability_name,omitempty"`
-	// At most 16,384 characters.
+	// The capability's description; only a model reads it. Optional; at most
+	// 16,384 characters.
 	CapabilityDescription string `protobuf:"bytes,6,opt,name=capability_description,json=capabilityDescription,proto3" json:"capability_description,omitempty"`
-	// At most 256 characters.
+	// The step's id. Optional; at most 256 characters. Checked against its
+	// bound, but no analyzer reads it.
 	StepId string `protobuf:"bytes,7,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
-	// The capability's JSON Schema for its inputs. A `pattern` runs on RE2
-	// (at most 1,000 characters); one RE2 cannot run (backreferences,
-	// lookaround) is never a pass, so no value for that parameter is proposed.
+	// The capability's JSON Schema for its inputs. Optional; default {}.
+	// Every suggested value must satisfy it: type, enum, const, pattern,
+	// lengths, bounds, format date/date-time/time, items, properties,
+	// required, additionalProperties: false, anyOf/oneOf/allOf; $ref and
+	// other keywords are ignored. A `pattern` runs on RE2; one RE2 cannot
+	// run (a backreference, lookaround, over 1,000 characters) is never a
+	// pass, so no value for that parameter is proposed.
 	ParameterSchema *structpb.Struct `protobuf:"bytes,8,opt,name=parameter_schema,json=parameterSchema,proto3" json:"parameter_schema,omitempty"`
 	// Inputs that must never change (HITL-approved, exact template bindings):
-	// at most 256 names or paths ("rooms[0].type") of 1..1,024 characters.
+	// a top-level name ("city_code") or a path inside one ("rooms[0].type",
+	// which protects that value, not the whole list). Optional; at most 256
+	// entries of 1..1,024 characters.
 	ProtectedParameters []string `protobuf:"bytes,9,rep,name=protected_parameters,json=protectedParameters,proto3" json:"protected_parameters,omitempty"`
-	// Step id -> that step's result, for contextual re-resolution. At most 64
-	// steps, ids of at most 256 characters.
+	// Step id -> that step's result. Optional; at most 64 steps, ids of at
+	// most 256 characters. Read by layer 4 (contextual re-resolution) only,
+	// when layer 3 could not fix the call.
 	DependencyResults map[string]*structpb.Struct `protobuf:"bytes,10,rep,name=dependency_results,json=dependencyResults,proto3" json:"dependency_results,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Corrections already applied to this step; 0..1,000.
+	// Corrections already applied to this step. Optional; default 0;
+	// 0..1,000.
 	ValidationRetriesUsed int32 `protobuf:"varint,11,opt,name=validation_retries_used,json=validationRetriesUsed,proto3" json:"validation_retries_used,omitempty"`
-	// Unset = 2; 0..1,000.
+	// The correction budget. Optional; unset = the "default" profile's
+	// max_validation_retries (2 built in); 0..1,000 when set. When
+	// validation_retries_used >= it, nothing is analysed.
 	MaxValidationRetries *int32 `protobuf:"varint,12,opt,name=max_validation_retries,json=maxValidationRetries,proto3,oneof" json:"max_validation_retries,omitempty"`
-	// Contextual re-resolutions already applied to this step; 0..1,000.
+	// Contextual re-resolutions already applied to this step. Optional;
+	// default 0; 0..1,000.
 	SemanticRetriesUsed int32 `protobuf:"varint,13,opt,name=semantic_retries_used,json=semanticRetriesUsed,proto3" json:"semantic_retries_used,omitempty"`
-	// Unset = 2; 0..1,000.
+	// Layer 4's budget. Optional; unset = 2; 0..1,000 when set. When
+	// semantic_retries_used >= it, layer 4 is skipped; layer 3 still runs.
 	MaxSemanticRetries *int32 `protobuf:"varint,14,opt,name=max_semantic_retries,json=maxSemanticRetries,proto3,oneof" json:"max_semantic_retries,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
@@ -1129,12 +1281,20 @@ func (x *AnalyzeErrorRequest) GetMaxSemanticRetries() int32 {
 	return 0
 }
 
+// RejectedChange is one proposed change the gates refused.
 type RejectedChange struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Parameter string                 `protobuf:"bytes,1,opt,name=parameter,proto3" json:"parameter,omitempty"`
-	// The value that was proposed.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The top-level parameter the change was for; redacted, at most 200
+	// characters.
+	Parameter string `protobuf:"bytes,1,opt,name=parameter,proto3" json:"parameter,omitempty"`
+	// The value that was proposed, with secrets redacted; over 16,384
+	// characters of JSON, the string "(not shown: N characters of JSON)"
+	// instead.
 	ProposedValue *structpb.Value `protobuf:"bytes,2,opt,name=proposed_value,json=proposedValue,proto3" json:"proposed_value,omitempty"`
-	// Why it was refused.
+	// Why it was refused, starting with the gate, e.g. "unknown parameter:
+	// ...", "protected parameter: ...", "no change: ...", "credential change
+	// refused: ...", "breaks the schema: ...". Redacted; a reason over 300
+	// characters is cut to 300.
 	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1191,18 +1351,28 @@ func (x *RejectedChange) GetReason() string {
 	return ""
 }
 
+// AnalyzeErrorResponse is the proposed correction, or why there is none.
 type AnalyzeErrorResponse struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	ShouldRetry bool                   `protobuf:"varint,1,opt,name=should_retry,json=shouldRetry,proto3" json:"should_retry,omitempty"`
-	// One sentence.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True exactly when suggested_changes is not empty.
+	ShouldRetry bool `protobuf:"varint,1,opt,name=should_retry,json=shouldRetry,proto3" json:"should_retry,omitempty"`
+	// One redacted sentence: what changes and why, or why nothing can. About
+	// 600 characters at most.
 	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	// Only the changed keys.
-	SuggestedChanges *structpb.Struct  `protobuf:"bytes,3,opt,name=suggested_changes,json=suggestedChanges,proto3" json:"suggested_changes,omitempty"`
-	IsTransientError bool              `protobuf:"varint,4,opt,name=is_transient_error,json=isTransientError,proto3" json:"is_transient_error,omitempty"`
-	Source           AnalysisSource    `protobuf:"varint,5,opt,name=source,proto3,enum=squawk.v1.AnalysisSource" json:"source,omitempty"`
-	RejectedChanges  []*RejectedChange `protobuf:"bytes,6,rep,name=rejected_changes,json=rejectedChanges,proto3" json:"rejected_changes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Only the changed keys: top-level parameters with their whole new
+	// values, to merge over original_request. Empty when should_retry is
+	// false.
+	SuggestedChanges *structpb.Struct `protobuf:"bytes,3,opt,name=suggested_changes,json=suggestedChanges,proto3" json:"suggested_changes,omitempty"`
+	// True when the status alone says to resend unchanged (see http_status);
+	// should_retry is then false. Never decided by a model.
+	IsTransientError bool `protobuf:"varint,4,opt,name=is_transient_error,json=isTransientError,proto3" json:"is_transient_error,omitempty"`
+	// The layer that completed the fix; NONE when nothing is suggested.
+	Source AnalysisSource `protobuf:"varint,5,opt,name=source,proto3,enum=squawk.v1.AnalysisSource" json:"source,omitempty"`
+	// The proposals the gates refused, at most 64 (the reason counts the
+	// rest).
+	RejectedChanges []*RejectedChange `protobuf:"bytes,6,rep,name=rejected_changes,json=rejectedChanges,proto3" json:"rejected_changes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AnalyzeErrorResponse) Reset() {
@@ -1277,14 +1447,19 @@ func (x *AnalyzeErrorResponse) GetRejectedChanges() []*RejectedChange {
 	return nil
 }
 
-// The Structs are bounded as AnalyzeError's are: together at most 20,000
-// values and 2 Mi characters, 32 levels, 10,000 keys or items per
-// container, finite numbers only.
+// CheckDispatchRequest is a call about to be dispatched. Its two Structs are
+// bounded together as AnalyzeError's are: at most 20,000 values and 2 Mi
+// characters of strings and keys, 32 levels, 10,000 keys or items per
+// container, keys of at most 1,024 and strings of at most 1 Mi characters,
+// finite numbers only.
 type CheckDispatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The parameters about to be sent.
+	// The parameters about to be sent. Optional; default {}.
 	Parameters *structpb.Struct `protobuf:"bytes,1,opt,name=parameters,proto3" json:"parameters,omitempty"`
-	// The capability's JSON Schema for its inputs.
+	// The capability's JSON Schema for its inputs. Optional; default {}, which
+	// leaves only unresolved references to refuse. Reads type (with OpenAPI's
+	// nullable), properties, required, enum and items, at every level; every
+	// other keyword is ignored.
 	ParameterSchema *structpb.Struct `protobuf:"bytes,2,opt,name=parameter_schema,json=parameterSchema,proto3" json:"parameter_schema,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -1334,13 +1509,20 @@ func (x *CheckDispatchRequest) GetParameterSchema() *structpb.Struct {
 	return nil
 }
 
+// Violation is one rule a value breaks.
 type Violation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The parameter path, e.g. "city_code" or "rooms[0].type".
+	// The value's path, the caller's keys as sent: keys joined by ".", array
+	// items as "[i]", e.g. "city_code" or "rooms[0].type"; "parameters" for
+	// the whole object.
 	Parameter string `protobuf:"bytes,1,opt,name=parameter,proto3" json:"parameter,omitempty"`
-	// The rule broken: "unresolved_reference", "required", "enum" or "shape".
+	// The rule broken, one of: "unresolved_reference" (a string still holds
+	// `{{...}}` or `${...}`), "required" (a key its object's schema requires
+	// is absent; null counts as present), "enum" (a scalar outside its
+	// schema's enum; "3" matches 3), "shape" (an object, array or scalar where
+	// the schema declares another of the three). Null breaks no rule.
 	Rule string `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
-	// One human sentence.
+	// One sentence for people; redacted, cut to 1,024 characters (plus "…").
 	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1397,10 +1579,14 @@ func (x *Violation) GetMessage() string {
 	return ""
 }
 
+// CheckDispatchResponse is the guard's answer.
 type CheckDispatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ok            bool                   `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
-	Violations    []*Violation           `protobuf:"bytes,2,rep,name=violations,proto3" json:"violations,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True exactly when violations is empty.
+	Ok bool `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
+	// The rules broken, at most 100: depth-first, keys in sorted order, and at
+	// each level an object's missing required keys before its present ones.
+	Violations    []*Violation `protobuf:"bytes,2,rep,name=violations,proto3" json:"violations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

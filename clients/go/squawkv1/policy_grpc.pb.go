@@ -5,16 +5,17 @@
 // source: squawk/v1/policy.proto
 
 // squawk.v1 is the wire contract between executors and the Squawk policy
-// daemon. Every field comment states its default, unit and bounds; "unset"
-// (an absent `optional` field) always means "use the policy default", never 0.
+// daemon. Each field's comment says whether it is optional, its default,
+// unit and bounds, and the rule that reads it. An `optional` field left
+// unset takes the default its comment names, never 0.
 //
-// A request past a bound is refused with INVALID_ARGUMENT whose message
-// starts with the field's path (e.g. "deadline.seconds: ..."); a body that
-// is not a valid message gets INVALID_ARGUMENT naming "request". Lengths
-// are in characters (Unicode code points). Every Duration must lie within
-// google.protobuf.Duration's range (|seconds| <= 315,576,000,000, |nanos| <=
-// 999,999,999, one sign). Error messages quote at most a short, redacted
-// prefix of a caller's value and are at most 1,024 characters.
+// A request past a bound is refused with INVALID_ARGUMENT, before any other
+// work, with a message that starts with the field's path (e.g.
+// "deadline.seconds: ..."); a body that is not a valid message gets
+// INVALID_ARGUMENT naming "request". Lengths are in characters (Unicode code
+// points) unless a comment says bytes. An error message quotes a caller's
+// value redacted and cut to 64 characters, and is itself cut to 1,024
+// characters (plus "…").
 
 package squawkv1
 
@@ -45,20 +46,27 @@ const (
 // PolicyService answers "what kind of failure is this, and what should the
 // executor do about it" from one policy shared by every executor in the pod.
 type PolicyServiceClient interface {
-	// Classify maps an upstream failure to the status, category and retry
-	// permission a tool should answer with, and redacts secrets from its text.
+	// Classify maps one upstream failure to the status, category and code a
+	// tool should answer with, says whether the profile resends it, reads the
+	// server's wait hint, and redacts secrets from the error text.
 	Classify(ctx context.Context, in *ClassifyRequest, opts ...grpc.CallOption) (*ClassifyResponse, error)
-	// DecideRetry routes one failed attempt: resend unchanged after a delay,
-	// ask for corrected parameters, or end the step.
+	// DecideRetry routes one failed attempt: RETRY (resend the same payload
+	// after a delay), CORRECT (ask for corrected parameters, then resend) or
+	// FAIL. The first rule that applies decides (see Reason).
 	DecideRetry(ctx context.Context, in *DecideRetryRequest, opts ...grpc.CallOption) (*DecideRetryResponse, error)
-	// DecideRetryBatch decides for many failed attempts in one call; answers
-	// come back in request order. Bad items answer with an error per item.
+	// DecideRetryBatch decides up to 10,000 failed attempts in one call, in
+	// request order. A bad item answers with its own error; the others are
+	// still decided.
 	DecideRetryBatch(ctx context.Context, in *DecideRetryBatchRequest, opts ...grpc.CallOption) (*DecideRetryBatchResponse, error)
-	// AnalyzeError proposes safe parameter changes for a non-transient 4xx.
+	// AnalyzeError proposes parameter changes for a non-transient 4xx. Every
+	// change passes the gates (see RejectedChange) and the merged request
+	// passes CheckDispatch. A failing model falls back to the offline
+	// analyzer; it never fails the call.
 	AnalyzeError(ctx context.Context, in *AnalyzeErrorRequest, opts ...grpc.CallOption) (*AnalyzeErrorResponse, error)
 	// CheckDispatch is the pre-dispatch guard: it refuses parameters that
 	// would certainly be rejected (unresolved references, missing required
-	// keys, values outside a declared enum, container-shape mismatches).
+	// keys, values outside a declared enum, container-shape mismatches). It
+	// is not a JSON Schema validator.
 	CheckDispatch(ctx context.Context, in *CheckDispatchRequest, opts ...grpc.CallOption) (*CheckDispatchResponse, error)
 }
 
@@ -127,20 +135,27 @@ func (c *policyServiceClient) CheckDispatch(ctx context.Context, in *CheckDispat
 // PolicyService answers "what kind of failure is this, and what should the
 // executor do about it" from one policy shared by every executor in the pod.
 type PolicyServiceServer interface {
-	// Classify maps an upstream failure to the status, category and retry
-	// permission a tool should answer with, and redacts secrets from its text.
+	// Classify maps one upstream failure to the status, category and code a
+	// tool should answer with, says whether the profile resends it, reads the
+	// server's wait hint, and redacts secrets from the error text.
 	Classify(context.Context, *ClassifyRequest) (*ClassifyResponse, error)
-	// DecideRetry routes one failed attempt: resend unchanged after a delay,
-	// ask for corrected parameters, or end the step.
+	// DecideRetry routes one failed attempt: RETRY (resend the same payload
+	// after a delay), CORRECT (ask for corrected parameters, then resend) or
+	// FAIL. The first rule that applies decides (see Reason).
 	DecideRetry(context.Context, *DecideRetryRequest) (*DecideRetryResponse, error)
-	// DecideRetryBatch decides for many failed attempts in one call; answers
-	// come back in request order. Bad items answer with an error per item.
+	// DecideRetryBatch decides up to 10,000 failed attempts in one call, in
+	// request order. A bad item answers with its own error; the others are
+	// still decided.
 	DecideRetryBatch(context.Context, *DecideRetryBatchRequest) (*DecideRetryBatchResponse, error)
-	// AnalyzeError proposes safe parameter changes for a non-transient 4xx.
+	// AnalyzeError proposes parameter changes for a non-transient 4xx. Every
+	// change passes the gates (see RejectedChange) and the merged request
+	// passes CheckDispatch. A failing model falls back to the offline
+	// analyzer; it never fails the call.
 	AnalyzeError(context.Context, *AnalyzeErrorRequest) (*AnalyzeErrorResponse, error)
 	// CheckDispatch is the pre-dispatch guard: it refuses parameters that
 	// would certainly be rejected (unresolved references, missing required
-	// keys, values outside a declared enum, container-shape mismatches).
+	// keys, values outside a declared enum, container-shape mismatches). It
+	// is not a JSON Schema validator.
 	CheckDispatch(context.Context, *CheckDispatchRequest) (*CheckDispatchResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }

@@ -1,24 +1,61 @@
-"""Python client for the Squawk policy daemon."""
+"""Python client for the Squawk policy daemon.
 
-from sidecar.policy import Action, Reason
+The request and response messages are squawk.v1's, re-exported here so an
+executor needs one import; Action, Reason and Category are the policy
+core's enums, whose values equal the wire's.
+"""
 
-from ._client import DEFAULT_CALL_TIMEOUT, AsyncSquawkClient, SquawkClient
+from squawk.policy import Action, Category, Reason
+from squawk.v1.policy_pb2 import (
+    AnalyzeErrorRequest,
+    AnalyzeErrorResponse,
+    CheckDispatchRequest,
+    CheckDispatchResponse,
+    ClassifyRequest,
+    ClassifyResponse,
+    DecideRetryRequest,
+    DecideRetryResponse,
+)
+
+from ._client import (
+    DEFAULT_ANALYZE_TIMEOUT,
+    DEFAULT_BATCH_TIMEOUT,
+    DEFAULT_CALL_TIMEOUT,
+    AsyncSquawkClient,
+    BatchResult,
+    SquawkClient,
+)
 from ._decision import Decision
-from ._errors import SquawkError, StepError, StepFailed
-from ._runner import StepCancelled, StepOptions, run_step, run_step_sync
+from ._errors import SquawkError, SquawkInputError, StepError, StepFailed
+from ._runner import ErrorInfo, StepCancelled, StepOptions, Tier, run_step, run_step_sync
 
 __all__ = [
+    "DEFAULT_ANALYZE_TIMEOUT",
+    "DEFAULT_BATCH_TIMEOUT",
     "DEFAULT_CALL_TIMEOUT",
     "Action",
+    "AnalyzeErrorRequest",
+    "AnalyzeErrorResponse",
     "AsyncSquawkClient",
+    "BatchResult",
+    "Category",
+    "CheckDispatchRequest",
+    "CheckDispatchResponse",
+    "ClassifyRequest",
+    "ClassifyResponse",
+    "DecideRetryRequest",
+    "DecideRetryResponse",
     "Decision",
+    "ErrorInfo",
     "Reason",
     "SquawkClient",
     "SquawkError",
+    "SquawkInputError",
     "StepCancelled",
     "StepError",
     "StepFailed",
     "StepOptions",
+    "Tier",
     "run_step",
     "run_step_sync",
 ]

@@ -3,31 +3,49 @@ transports only differ in how they call the stub.
 
 Decision calls carry a short deadline (50 ms by default): Squawk sits on the
 failure path, and a slow or absent daemon must not stall the executor. When
-the daemon is unreachable or too slow, DecideRetry answers from the local
-fallback policy and the decision says so (`fallback=True`).
+the daemon is unreachable or too slow, DecideRetry (and DecideRetryBatch,
+item by item) answers from the local fallback policy and the decision says
+so (`fallback=True`). The other calls have no fallback: they raise.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import NoReturn
 
 import grpc
-from opentelemetry import propagate
 
-from sidecar.policy import PolicyInputError
-from sidecar.proto import policy_pb2 as pb
-from sidecar.proto import policy_pb2_grpc as pb_grpc
+from squawk.policy import Profile
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from ._decision import Decision, fallback_decision, fallback_profile, from_message
-from ._errors import SquawkError
+from ._errors import SquawkError, SquawkInputError
 
-__all__ = ["DEFAULT_CALL_TIMEOUT", "AsyncSquawkClient", "SquawkClient"]
+try:  # Trace propagation is optional: only an executor that traces has the API.
+    from opentelemetry import propagate
+except ImportError:  # pragma: no cover - exercised by the isolated-install test
+    propagate = None  # type: ignore[assignment]
+
+__all__ = [
+    "DEFAULT_ANALYZE_TIMEOUT",
+    "DEFAULT_BATCH_TIMEOUT",
+    "DEFAULT_CALL_TIMEOUT",
+    "AsyncSquawkClient",
+    "BatchResult",
+    "SquawkClient",
+]
 
 DEFAULT_CALL_TIMEOUT = timedelta(milliseconds=50)
+# A batch or a pre-dispatch check may carry thousands of items.
+DEFAULT_BATCH_TIMEOUT = timedelta(seconds=1)
 # Analysis may ask a model; it gets a budget of seconds, not milliseconds.
 DEFAULT_ANALYZE_TIMEOUT = timedelta(seconds=30)
+
+# One result per batch item: the decision, or why that item was refused.
+BatchResult = Decision | SquawkInputError
 
 # Reconnect quickly once the daemon is back: the default backoff can grow to
 # two minutes, which would keep the client on its fallback long after.
@@ -41,9 +59,28 @@ _FALL_BACK_ON = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE
 
 def _metadata() -> tuple[tuple[str, str | bytes], ...]:
     # W3C traceparent (and baggage) of the caller's current span, if any.
+    if propagate is None:
+        return ()
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
     return tuple(carrier.items())
+
+
+def raise_for(exc: grpc.RpcError) -> NoReturn:
+    code: grpc.StatusCode = exc.code()
+    details: str = exc.details() or ""
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        raise SquawkInputError.from_details(details) from exc
+    raise SquawkError(code.name, details) from exc
+
+
+def _batch_results(reply: pb.DecideRetryBatchResponse) -> list[BatchResult]:
+    return [
+        from_message(r.decision)
+        if r.WhichOneof("result") == "decision"
+        else SquawkInputError.from_details(r.error)
+        for r in reply.results
+    ]
 
 
 class _Policy:
@@ -59,17 +96,24 @@ class _Policy:
         """Answer DecideRetry locally when the daemon is away, else raise."""
         if not self.fallback_enabled or exc.code() not in _FALL_BACK_ON:
             raise_for(exc)
-        try:
-            decision = fallback_decision(request, self.fallback_profile)
-        except PolicyInputError as bad:
-            raise SquawkError("INVALID_ARGUMENT", str(bad)) from exc
+        decision = fallback_decision(request, self.fallback_profile)
         self.fallback_count += 1
         return decision
 
-
-def raise_for(exc: grpc.RpcError) -> NoReturn:
-    code: grpc.StatusCode = exc.code()
-    raise SquawkError(code.name, exc.details() or "") from exc
+    def batch_fallback(
+        self, exc: grpc.RpcError, requests: Sequence[pb.DecideRetryRequest]
+    ) -> list[BatchResult]:
+        if not self.fallback_enabled or exc.code() not in _FALL_BACK_ON:
+            raise_for(exc)
+        results: list[BatchResult] = []
+        for i, request in enumerate(requests):
+            try:
+                results.append(fallback_decision(request, self.fallback_profile))
+            except SquawkInputError as bad:
+                # Named by the item's path, as the daemon names it.
+                results.append(SquawkInputError.from_details(f"requests[{i}].{bad.details}"))
+        self.fallback_count += 1
+        return results
 
 
 class SquawkClient:
@@ -90,22 +134,14 @@ class SquawkClient:
     def fallback_count(self) -> int:
         return self._policy.fallback_count
 
+    @property
+    def fallback_profile(self) -> Profile:
+        return self._policy.fallback_profile
+
     def classify(self, request: pb.ClassifyRequest) -> pb.ClassifyResponse:
         try:
             reply: pb.ClassifyResponse = self._stub.Classify(
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
-            )
-        except grpc.RpcError as exc:
-            raise_for(exc)
-        return reply
-
-    def analyze_error(
-        self, request: pb.AnalyzeErrorRequest, timeout: timedelta = DEFAULT_ANALYZE_TIMEOUT
-    ) -> pb.AnalyzeErrorResponse:
-        """Ask for corrected parameters; no fallback (a correction needs the daemon)."""
-        try:
-            reply: pb.AnalyzeErrorResponse = self._stub.AnalyzeError(
-                request, timeout=timeout.total_seconds(), metadata=_metadata()
             )
         except grpc.RpcError as exc:
             raise_for(exc)
@@ -119,6 +155,46 @@ class SquawkClient:
         except grpc.RpcError as exc:
             return self._policy.fallback(exc, request)
         return from_message(reply)
+
+    def decide_retry_batch(
+        self,
+        requests: Sequence[pb.DecideRetryRequest],
+        timeout: timedelta = DEFAULT_BATCH_TIMEOUT,
+    ) -> list[BatchResult]:
+        """One result per request, in order: a Decision, or the item's SquawkInputError."""
+        try:
+            reply = self._stub.DecideRetryBatch(
+                pb.DecideRetryBatchRequest(requests=requests),
+                timeout=timeout.total_seconds(),
+                metadata=_metadata(),
+            )
+        except grpc.RpcError as exc:
+            return self._policy.batch_fallback(exc, requests)
+        return _batch_results(reply)
+
+    def analyze_error(
+        self, request: pb.AnalyzeErrorRequest, timeout: timedelta = DEFAULT_ANALYZE_TIMEOUT
+    ) -> pb.AnalyzeErrorResponse:
+        """Ask for corrected parameters; no fallback (a correction needs the daemon)."""
+        try:
+            reply: pb.AnalyzeErrorResponse = self._stub.AnalyzeError(
+                request, timeout=timeout.total_seconds(), metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise_for(exc)
+        return reply
+
+    def check_dispatch(
+        self, request: pb.CheckDispatchRequest, timeout: timedelta = DEFAULT_BATCH_TIMEOUT
+    ) -> pb.CheckDispatchResponse:
+        """Check parameters against their schema before dispatch; no fallback."""
+        try:
+            reply: pb.CheckDispatchResponse = self._stub.CheckDispatch(
+                request, timeout=timeout.total_seconds(), metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise_for(exc)
+        return reply
 
     def close(self) -> None:
         self._channel.close()
@@ -148,22 +224,14 @@ class AsyncSquawkClient:
     def fallback_count(self) -> int:
         return self._policy.fallback_count
 
+    @property
+    def fallback_profile(self) -> Profile:
+        return self._policy.fallback_profile
+
     async def classify(self, request: pb.ClassifyRequest) -> pb.ClassifyResponse:
         try:
             reply: pb.ClassifyResponse = await self._stub.Classify(
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
-            )
-        except grpc.RpcError as exc:
-            raise_for(exc)
-        return reply
-
-    async def analyze_error(
-        self, request: pb.AnalyzeErrorRequest, timeout: timedelta = DEFAULT_ANALYZE_TIMEOUT
-    ) -> pb.AnalyzeErrorResponse:
-        """Ask for corrected parameters; no fallback (a correction needs the daemon)."""
-        try:
-            reply: pb.AnalyzeErrorResponse = await self._stub.AnalyzeError(
-                request, timeout=timeout.total_seconds(), metadata=_metadata()
             )
         except grpc.RpcError as exc:
             raise_for(exc)
@@ -177,6 +245,46 @@ class AsyncSquawkClient:
         except grpc.RpcError as exc:
             return self._policy.fallback(exc, request)
         return from_message(reply)
+
+    async def decide_retry_batch(
+        self,
+        requests: Sequence[pb.DecideRetryRequest],
+        timeout: timedelta = DEFAULT_BATCH_TIMEOUT,
+    ) -> list[BatchResult]:
+        """One result per request, in order: a Decision, or the item's SquawkInputError."""
+        try:
+            reply = await self._stub.DecideRetryBatch(
+                pb.DecideRetryBatchRequest(requests=requests),
+                timeout=timeout.total_seconds(),
+                metadata=_metadata(),
+            )
+        except grpc.RpcError as exc:
+            return self._policy.batch_fallback(exc, requests)
+        return _batch_results(reply)
+
+    async def analyze_error(
+        self, request: pb.AnalyzeErrorRequest, timeout: timedelta = DEFAULT_ANALYZE_TIMEOUT
+    ) -> pb.AnalyzeErrorResponse:
+        """Ask for corrected parameters; no fallback (a correction needs the daemon)."""
+        try:
+            reply: pb.AnalyzeErrorResponse = await self._stub.AnalyzeError(
+                request, timeout=timeout.total_seconds(), metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise_for(exc)
+        return reply
+
+    async def check_dispatch(
+        self, request: pb.CheckDispatchRequest, timeout: timedelta = DEFAULT_BATCH_TIMEOUT
+    ) -> pb.CheckDispatchResponse:
+        """Check parameters against their schema before dispatch; no fallback."""
+        try:
+            reply: pb.CheckDispatchResponse = await self._stub.CheckDispatch(
+                request, timeout=timeout.total_seconds(), metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise_for(exc)
+        return reply
 
     async def close(self) -> None:
         await self._channel.close()

@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from sidecar.config import apply_env
-from sidecar.convert import attempt_state
-from sidecar.policy import Action, Profile, Reason, builtin_policy, decide
-from sidecar.policy import Decision as CoreDecision
-from sidecar.proto import policy_pb2 as pb
+from squawk.policy import Action, PolicyInputError, Profile, Reason, builtin_policy, decide
+from squawk.policy import Decision as CoreDecision
+from squawk.policy.env import apply_env
+from squawk.v1 import policy_pb2 as pb
+from squawk.wire import attempt_state, classification_message
+
+from ._errors import SquawkInputError
 
 __all__ = ["Decision", "fallback_decision", "fallback_profile", "from_message"]
 
@@ -29,6 +31,8 @@ class Decision:
     reason: Reason
     explanation: str
     consumes_attempt: bool
+    # The failure's classification under the same profile (Retry-After included).
+    classification: pb.ClassifyResponse
     # True when the daemon could not be reached and the local policy answered.
     fallback: bool = False
 
@@ -40,6 +44,7 @@ def from_message(message: pb.DecideRetryResponse) -> Decision:
         reason=Reason(message.reason),
         explanation=message.explanation,
         consumes_attempt=message.consumes_attempt,
+        classification=message.classification,
     )
 
 
@@ -50,15 +55,19 @@ def _from_core(decision: CoreDecision) -> Decision:
         reason=decision.reason,
         explanation=decision.explanation,
         consumes_attempt=decision.consumes_attempt,
+        classification=classification_message(decision.classification),
         fallback=True,
     )
 
 
 def fallback_decision(request: pb.DecideRetryRequest, profile: Profile) -> Decision:
-    """Answer locally; raises PolicyInputError for input the daemon would refuse.
+    """Answer locally; raises SquawkInputError for input the daemon would refuse.
 
     Corrections are disabled: without the daemon there is no analyzer, and a
     non-transient 4xx must never be resent unchanged.
     """
-    state = replace(attempt_state(request), correction_available=False)
-    return _from_core(decide(state, profile, time.time))
+    try:
+        state = replace(attempt_state(request), correction_available=False)
+        return _from_core(decide(state, profile, time.time))
+    except PolicyInputError as bad:
+        raise SquawkInputError(bad.field, str(bad)) from None

@@ -1,9 +1,10 @@
 """The client's exceptions.
 
 Exception
-├── StepError       raised by the user's step to describe how it failed
-├── StepFailed      raised by the runner when the policy says FAIL
-└── SquawkError     the daemon refused a request (e.g. INVALID_ARGUMENT)
+├── StepError             raised by the user's step to describe how it failed
+├── StepFailed            raised by the runner when the policy ends the step
+└── SquawkError           the daemon answered with an error (code and details)
+    └── SquawkInputError  INVALID_ARGUMENT: `field` names the offending field
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ._decision import Decision
 
-__all__ = ["SquawkError", "StepError", "StepFailed"]
+__all__ = ["SquawkError", "SquawkInputError", "StepError", "StepFailed"]
 
 
 class StepError(Exception):
@@ -38,11 +39,16 @@ class StepError(Exception):
 
 
 class StepFailed(Exception):
-    """The policy ended the step; `decision` says why, `__cause__` is the last error."""
+    """The policy (or the error hook) ended the step.
 
-    def __init__(self, decision: Decision) -> None:
+    `decision` says why, `attempts` is how many times the step was called, and
+    `__cause__` is the step's last error.
+    """
+
+    def __init__(self, decision: Decision, attempts: int = 1) -> None:
         super().__init__(f"{decision.reason.name}: {decision.explanation}")
         self.decision = decision
+        self.attempts = attempts
 
 
 class SquawkError(Exception):
@@ -52,3 +58,20 @@ class SquawkError(Exception):
         super().__init__(f"{code}: {details}")
         self.code = code
         self.details = details
+
+
+class SquawkInputError(SquawkError):
+    """A request the policy refuses (INVALID_ARGUMENT), from the daemon or the
+    local fallback; `field` is the offending field's path, e.g. "attempt"."""
+
+    def __init__(self, field: str, details: str) -> None:
+        super().__init__("INVALID_ARGUMENT", details)
+        self.field = field
+
+    @classmethod
+    def from_details(cls, details: str) -> SquawkInputError:
+        # The daemon also sends a google.rpc.BadRequest naming the field; its
+        # message starts with the same path, which spares this client the
+        # googleapis-common-protos dependency.
+        field, sep, _ = details.partition(": ")
+        return cls(field if sep else "", details)

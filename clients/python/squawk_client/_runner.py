@@ -1,28 +1,31 @@
 """Step runners: run the user's function and let the policy steer failures.
 
-The bookkeeping (attempt numbers, correction budget, the request to send)
-lives once in `_Attempts`; `run_step` (asyncio) and `run_step_sync` (threads)
-only differ in how they call, wait and get cancelled.
+The bookkeeping (attempt numbers, correction budget, the request to send,
+the error hook's verdict) lives once in `_Attempts`; `run_step` (asyncio)
+and `run_step_sync` (threads) only differ in how they call, wait and get
+cancelled. The Go and TypeScript runners follow the same contract, pinned
+by the shared runner vectors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TypeVar
 
-from sidecar.policy import Action
-from sidecar.proto import policy_pb2 as pb
+from squawk.policy import Action, Profile, Reason, delay
+from squawk.v1 import policy_pb2 as pb
 
 from ._client import AsyncSquawkClient, SquawkClient
 from ._decision import Decision
 from ._errors import StepError, StepFailed
 
-__all__ = ["StepCancelled", "StepOptions", "run_step", "run_step_sync"]
+__all__ = ["ErrorInfo", "StepCancelled", "StepOptions", "Tier", "run_step", "run_step_sync"]
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -32,11 +35,39 @@ class StepCancelled(Exception):
     """The caller cancelled the step (sync runner); nothing is retried after it."""
 
 
+class Tier(enum.Enum):
+    """The error hook's verdict on a decision."""
+
+    # Follow the decision.
+    DEFAULT = "default"
+    # Resend the same parameters even when the decision said CORRECT or FAIL:
+    # after the Retry-After, else the default backoff; never after
+    # cancellation, past the deadline or past the attempt budget.
+    RETRY = "retry"
+    # End the step even when the decision said RETRY or CORRECT.
+    FAIL = "fail"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """What the error hook is shown after each failed attempt."""
+
+    # The 1-based number of the attempt that failed.
+    attempt: int
+    corrections_used: int
+    error: BaseException
+    # What was sent to DecideRetry.
+    request: pb.DecideRetryRequest
+    # The policy's answer (the daemon's or the local fallback's).
+    decision: Decision
+
+
 @dataclass(frozen=True)
 class StepOptions:
-    """Per-step settings; None means "the daemon's profile default"."""
+    """Per-step settings; None means "the profile's default"."""
 
     max_attempts: int | None = None
+    # 0 is a real budget: no correction at all.
     max_validation_retries: int | None = None
     # Total time budget for the step, measured from the first attempt.
     deadline: timedelta | None = None
@@ -47,12 +78,23 @@ class StepOptions:
     delegated_orchestrator: bool = False
 
 
+# A forced resend would revive what these reasons ended for good.
+_FINAL = frozenset({Reason.CANCELLED, Reason.ATTEMPTS_EXHAUSTED, Reason.DEADLINE_EXCEEDED})
+
+
+def _answered(d: Decision) -> str:
+    return f"the policy had answered ACTION_{d.action.name}, REASON_{d.reason.name}"
+
+
 class _Attempts:
-    def __init__(self, options: StepOptions, correction_available: bool) -> None:
+    def __init__(self, options: StepOptions, correction_available: bool, profile: Profile) -> None:
         self.options = options
         self.correction_available = correction_available
+        self.profile = profile
+        self.budget = profile.max_attempts if options.max_attempts is None else options.max_attempts
         self.attempt = 1
         self.corrections = 0
+        self.calls = 1
         self.started = time.monotonic()
 
     def request(self, exc: BaseException) -> pb.DecideRetryRequest:
@@ -83,14 +125,60 @@ class _Attempts:
             request.deadline.FromTimedelta(max(left, timedelta(0)))
         return request
 
+    def settle(
+        self,
+        decision: Decision,
+        exc: BaseException,
+        request: pb.DecideRetryRequest,
+        on_error: Callable[[ErrorInfo], Tier] | None,
+    ) -> Decision:
+        """The decision after the error hook's verdict."""
+        if on_error is None:
+            return decision
+        info = ErrorInfo(self.attempt, self.corrections, exc, request, decision)
+        tier = on_error(info)
+        if tier is Tier.FAIL and decision.action is not Action.FAIL:
+            return replace(
+                decision,
+                action=Action.FAIL,
+                delay=timedelta(0),
+                consumes_attempt=True,
+                explanation=f"The error hook ended the step; {_answered(decision)}.",
+            )
+        if (
+            tier is Tier.RETRY
+            and decision.action is not Action.RETRY
+            and decision.reason not in _FINAL
+            and self.attempt < self.budget
+        ):
+            c = decision.classification
+            wait = (
+                c.retry_after.ToTimedelta()
+                if c.HasField("retry_after")
+                else delay(self.attempt, self.profile.backoff)
+            )
+            ms = round(wait.total_seconds() * 1000)
+            return replace(
+                decision,
+                action=Action.RETRY,
+                delay=wait,
+                consumes_attempt=True,
+                explanation=(
+                    f"The error hook asked for a resend; {_answered(decision)}. Resend the "
+                    f"same payload after {ms} ms, attempt {self.attempt + 1} of {self.budget}."
+                ),
+            )
+        return decision
+
     def advance(self, decision: Decision, exc: BaseException) -> None:
         if decision.action is Action.RETRY:
             self.attempt += 1
         elif decision.action is Action.CORRECT:
-            # Corrections spend the correction budget, not an attempt.
+            # Corrections spend the correction budget, never an attempt.
             self.corrections += 1
         else:
-            raise StepFailed(decision) from exc
+            raise StepFailed(decision, self.calls) from exc
+        self.calls += 1
 
 
 async def run_step(
@@ -99,25 +187,32 @@ async def run_step(
     params: P,
     *,
     correct: Callable[[P, BaseException, Decision], Awaitable[P]] | None = None,
+    on_error: Callable[[ErrorInfo], Tier] | None = None,
     options: StepOptions | None = None,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
 ) -> T:
     """Run `step(params)` until it succeeds or the policy says FAIL.
 
+    On RETRY, waits the decided delay and resends the same params; on
+    CORRECT, resends `await correct(params, error, decision)` without
+    spending an attempt; `on_error` has the final say after each decision.
     Cancelling the task cancels the step or the wait at once and is never
     retried. On FAIL, raises StepFailed (with the decision) from the last error.
     """
-    state = _Attempts(options or StepOptions(), correct is not None)
+    state = _Attempts(options or StepOptions(), correct is not None, client.fallback_profile)
     while True:
         try:
             return await step(params)
         except Exception as exc:
-            decision = await client.decide_retry(state.request(exc))
+            request = state.request(exc)
+            decision = await client.decide_retry(request)
+            decision = state.settle(decision, exc, request, on_error)
             state.advance(decision, exc)
             if decision.action is Action.CORRECT:
                 assert correct is not None
                 params = await correct(params, exc, decision)
             else:
-                await asyncio.sleep(decision.delay.total_seconds())
+                await sleep(decision.delay.total_seconds())
 
 
 def run_step_sync(
@@ -126,11 +221,17 @@ def run_step_sync(
     params: P,
     *,
     correct: Callable[[P, BaseException, Decision], P] | None = None,
+    on_error: Callable[[ErrorInfo], Tier] | None = None,
     options: StepOptions | None = None,
     cancel: threading.Event | None = None,
+    sleep: Callable[[float], object] | None = None,
 ) -> T:
-    """The blocking twin of `run_step`; setting `cancel` aborts a wait at once."""
-    state = _Attempts(options or StepOptions(), correct is not None)
+    """The blocking twin of `run_step`; setting `cancel` aborts a wait at once.
+
+    `sleep` replaces the wait (a seam for tests); `cancel` is then checked
+    after it returns.
+    """
+    state = _Attempts(options or StepOptions(), correct is not None, client.fallback_profile)
     cancel = cancel or threading.Event()
     while True:
         try:
@@ -139,9 +240,14 @@ def run_step_sync(
             request = state.request(exc)
             request.cancelled = cancel.is_set()
             decision = client.decide_retry(request)
+            decision = state.settle(decision, exc, request, on_error)
             state.advance(decision, exc)
             if decision.action is Action.CORRECT:
                 assert correct is not None
                 params = correct(params, exc, decision)
-            elif cancel.wait(decision.delay.total_seconds()):
+                continue
+            seconds = decision.delay.total_seconds()
+            if sleep is not None:
+                sleep(seconds)
+            if cancel.is_set() if sleep is not None else cancel.wait(seconds):
                 raise StepCancelled("cancelled while waiting to retry") from exc

@@ -1,0 +1,70 @@
+package squawk
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/squawk-dev/squawk/clients/go/squawkv1"
+)
+
+// Decision is the answer to one DecideRetry call.
+type Decision struct {
+	// Action is what to do next: ACTION_RETRY, ACTION_CORRECT or ACTION_FAIL.
+	Action squawkv1.Action
+	// Reason names the rule that decided.
+	Reason squawkv1.Reason
+	// Delay is how long to wait before resending; zero unless Action is RETRY.
+	Delay time.Duration
+	// Explanation is one human sentence saying why.
+	Explanation string
+	// ConsumesAttempt is false for corrections, which do not count against
+	// max_attempts.
+	ConsumesAttempt bool
+	// Classification is the failure's classification under the same profile.
+	Classification *squawkv1.ClassifyResponse
+	// Fallback is true when the local fallback answered instead of the daemon.
+	Fallback bool
+	// FallbackCause is the daemon error that sent the call to the fallback
+	// (nil when Fallback is false).
+	FallbackCause error
+}
+
+// Proto returns the decision as the wire message.
+func (d Decision) Proto() *squawkv1.DecideRetryResponse {
+	return &squawkv1.DecideRetryResponse{
+		Action:          d.Action,
+		Delay:           durationpb.New(d.Delay),
+		Reason:          d.Reason,
+		Explanation:     d.Explanation,
+		ConsumesAttempt: d.ConsumesAttempt,
+		Classification:  d.Classification,
+	}
+}
+
+// String is a short log-friendly form, e.g. "RETRY after 542ms (TRANSIENT_STATUS)".
+func (d Decision) String() string {
+	var b strings.Builder
+	b.WriteString(strings.TrimPrefix(d.Action.String(), "ACTION_"))
+	if d.Action == squawkv1.Action_ACTION_RETRY {
+		fmt.Fprintf(&b, " after %v", d.Delay)
+	}
+	fmt.Fprintf(&b, " (%s)", strings.TrimPrefix(d.Reason.String(), "REASON_"))
+	if d.Fallback {
+		b.WriteString(" [local fallback]")
+	}
+	return b.String()
+}
+
+func decisionFromProto(r *squawkv1.DecideRetryResponse) Decision {
+	return Decision{
+		Action:          r.GetAction(),
+		Reason:          r.GetReason(),
+		Delay:           r.GetDelay().AsDuration(),
+		Explanation:     r.GetExplanation(),
+		ConsumesAttempt: r.GetConsumesAttempt(),
+		Classification:  r.GetClassification(),
+	}
+}

@@ -1,0 +1,318 @@
+package squawk
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/squawk-dev/squawk/clients/go/squawkv1"
+)
+
+// The step runner's shared vectors; their cases are never copied here.
+var runnerVectorPath = filepath.Join(repoRoot, "tests", "vectors", "runner.json")
+
+type runnerFile struct {
+	About string       `json:"about"`
+	Cases []runnerCase `json:"cases"`
+}
+
+type runnerCase struct {
+	Name           string           `json:"name"`
+	Params         json.RawMessage  `json:"params"`
+	Steps          []runnerStep     `json:"steps"`
+	Options        runnerOptions    `json:"options"`
+	Correct        *[]jsonParams    `json:"correct"`
+	OnError        *[]string        `json:"onError"`
+	Expect         runnerExpect     `json:"expect"`
+	FallbackExpect *json.RawMessage `json:"fallback"`
+}
+
+type jsonParams = map[string]any
+
+type runnerStep struct {
+	OK   bool `json:"ok"`
+	Fail *struct {
+		HTTPStatus       int               `json:"httpStatus"`
+		TransportFailure bool              `json:"transportFailure"`
+		Body             string            `json:"body"`
+		Headers          map[string]string `json:"headers"`
+	} `json:"fail"`
+	Raise *string `json:"raise"`
+}
+
+type runnerOptions struct {
+	MaxAttempts           *int   `json:"maxAttempts"`
+	MaxValidationRetries  *int   `json:"maxValidationRetries"`
+	Deadline              string `json:"deadline"`
+	Capability            string `json:"capability"`
+	Upstream              string `json:"upstream"`
+	Profile               string `json:"profile"`
+	HITLApproved          bool   `json:"hitlApproved"`
+	DelegatedOrchestrator bool   `json:"delegatedOrchestrator"`
+}
+
+type runnerExpect struct {
+	Dispatches  []jsonParams      `json:"dispatches"`
+	WaitsMs     *[]int64          `json:"waitsMs"`
+	Requests    []json.RawMessage `json:"requests"`
+	OnErrorSeen *[]seenError      `json:"onErrorSeen"`
+	Outcome     struct {
+		OK     bool `json:"ok"`
+		Failed *struct {
+			Action string `json:"action"`
+			Reason string `json:"reason"`
+			Calls  int    `json:"calls"`
+		} `json:"failed"`
+	} `json:"outcome"`
+}
+
+type seenError struct {
+	Attempt         int    `json:"attempt"`
+	CorrectionsUsed int    `json:"correctionsUsed"`
+	Action          string `json:"action"`
+	Reason          string `json:"reason"`
+}
+
+func loadRunnerVectors(t *testing.T) []runnerCase {
+	t.Helper()
+	raw, err := os.ReadFile(runnerVectorPath)
+	if err != nil {
+		t.Fatalf("read the runner vectors: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields() // a key this test does not know would go unchecked
+	var f runnerFile
+	if err := dec.Decode(&f); err != nil {
+		t.Fatalf("parse %s: %v", runnerVectorPath, err)
+	}
+	if len(f.Cases) == 0 {
+		t.Fatalf("%s has no cases", runnerVectorPath)
+	}
+	return f.Cases
+}
+
+// expectFor is the case's expectation in the daemon or the fallback mode.
+func (c runnerCase) expectFor(t *testing.T, fallback bool) runnerExpect {
+	t.Helper()
+	if !fallback || c.FallbackExpect == nil {
+		return c.Expect
+	}
+	dec := json.NewDecoder(bytes.NewReader(*c.FallbackExpect))
+	dec.DisallowUnknownFields()
+	var e runnerExpect
+	if err := dec.Decode(&e); err != nil {
+		t.Fatalf("parse the fallback expectation: %v", err)
+	}
+	return e
+}
+
+// requestRecorder is a client interceptor that keeps every DecideRetry
+// request as it leaves for the wire, whether or not the daemon answers.
+type requestRecorder struct {
+	mu   sync.Mutex
+	reqs []*squawkv1.DecideRetryRequest
+}
+
+func (r *requestRecorder) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if m, ok := req.(*squawkv1.DecideRetryRequest); ok {
+		r.mu.Lock()
+		r.reqs = append(r.reqs, proto.Clone(m).(*squawkv1.DecideRetryRequest))
+		r.mu.Unlock()
+	}
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+func TestRunnerVectors(t *testing.T) {
+	cases := loadRunnerVectors(t)
+	d := requireDaemon(t)
+	for _, mode := range []struct {
+		name     string
+		fallback bool
+	}{{"daemon", false}, {"fallback", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			for _, tc := range cases {
+				t.Run(tc.Name, func(t *testing.T) {
+					var rec requestRecorder
+					dial := WithDialOptions(grpc.WithChainUnaryInterceptor(rec.intercept))
+					var c *Client
+					if mode.fallback {
+						c = deadClient(t, dial)
+					} else {
+						// A slow daemon fails the case instead of being answered locally.
+						c = newClient(t, d.addr, dial, WithFallbackDisabled(), WithCallTimeout(10*time.Second))
+					}
+					runCase(t, c, &rec, tc, tc.expectFor(t, mode.fallback), mode.fallback)
+				})
+			}
+		})
+	}
+}
+
+func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want runnerExpect, fallback bool) {
+	var params jsonParams
+	if err := json.Unmarshal(tc.Params, &params); err != nil {
+		t.Fatalf("params: %v", err)
+	}
+	var dispatches []jsonParams
+	var waits []int64
+	var seen []seenError
+	step := func(_ context.Context, p jsonParams) (string, error) {
+		dispatches = append(dispatches, p)
+		i := len(dispatches) - 1
+		if i >= len(tc.Steps) {
+			t.Fatalf("step called %d times; the case scripts %d", i+1, len(tc.Steps))
+		}
+		switch s := tc.Steps[i]; {
+		case s.OK:
+			return "done", nil
+		case s.Fail != nil:
+			return "", &StepError{HTTPStatus: s.Fail.HTTPStatus, TransportFailure: s.Fail.TransportFailure,
+				Body: []byte(s.Fail.Body), Headers: s.Fail.Headers}
+		case s.Raise != nil:
+			return "", errors.New(*s.Raise)
+		}
+		t.Fatalf("step %d scripts nothing", i)
+		return "", nil
+	}
+	opts := RunOptions[jsonParams]{
+		MaxAttempts:           tc.Options.MaxAttempts,
+		MaxValidationRetries:  tc.Options.MaxValidationRetries,
+		Capability:            tc.Options.Capability,
+		Upstream:              tc.Options.Upstream,
+		Profile:               tc.Options.Profile,
+		HITLApproved:          tc.Options.HITLApproved,
+		DelegatedOrchestrator: tc.Options.DelegatedOrchestrator,
+		Sleep: func(ctx context.Context, d time.Duration) error {
+			waits = append(waits, d.Round(time.Millisecond).Milliseconds())
+			return ctx.Err()
+		},
+	}
+	if tc.Correct != nil {
+		fixes := *tc.Correct
+		opts.Correct = func(_ context.Context, _ jsonParams, _ error, _ Decision) (jsonParams, error) {
+			if len(fixes) == 0 {
+				t.Fatal("the correction hook was called more often than the case allows")
+			}
+			next := fixes[0]
+			fixes = fixes[1:]
+			return next, nil
+		}
+	}
+	if tc.OnError != nil {
+		verdicts := *tc.OnError
+		opts.OnError = func(info ErrorInfo) Tier {
+			seen = append(seen, seenError{info.Attempt, info.CorrectionsUsed, info.Decision.Action.String(), info.Decision.Reason.String()})
+			if info.Decision.Fallback != fallback {
+				t.Errorf("OnError saw a decision with Fallback=%v", info.Decision.Fallback)
+			}
+			if len(verdicts) == 0 {
+				t.Fatal("the OnError hook was called more often than the case allows")
+			}
+			v := verdicts[0]
+			verdicts = verdicts[1:]
+			switch v {
+			case "default":
+				return TierDefault
+			case "retry":
+				return TierRetry
+			case "fail":
+				return TierFail
+			}
+			t.Fatalf("unknown OnError verdict %q", v)
+			return TierDefault
+		}
+	}
+	ctx := context.Background()
+	if tc.Options.Deadline != "" {
+		limit, err := time.ParseDuration(tc.Options.Deadline)
+		if err != nil {
+			t.Fatalf("deadline: %v", err)
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+
+	_, err := Run(ctx, c, params, step, opts)
+
+	if !reflect.DeepEqual(dispatches, want.Dispatches) {
+		t.Errorf("dispatches %v, want %v", dispatches, want.Dispatches)
+	}
+	if want.WaitsMs != nil && !reflect.DeepEqual(nonNil(waits), nonNil(*want.WaitsMs)) {
+		t.Errorf("waits %v ms, want %v ms", waits, *want.WaitsMs)
+	}
+	if want.OnErrorSeen != nil && !reflect.DeepEqual(nonNil(seen), nonNil(*want.OnErrorSeen)) {
+		t.Errorf("OnError saw %+v, want %+v", seen, *want.OnErrorSeen)
+	}
+	rec.mu.Lock()
+	sent := rec.reqs
+	rec.mu.Unlock()
+	if want.Requests != nil {
+		if len(sent) != len(want.Requests) {
+			t.Errorf("%d DecideRetry requests sent, want %d", len(sent), len(want.Requests))
+		}
+		for i := range min(len(sent), len(want.Requests)) {
+			t.Run(fmt.Sprintf("request %d", i+1), func(t *testing.T) { checkExpect(t, want.Requests[i], sent[i]) })
+		}
+	}
+	// Every decision came from where the mode says.
+	if wantFallbacks := int64(0); fallback {
+		wantFallbacks = int64(len(sent))
+		if got := c.FallbackCount(); got != wantFallbacks {
+			t.Errorf("FallbackCount = %d, want %d (one per request)", got, wantFallbacks)
+		}
+	} else if got := c.FallbackCount(); got != 0 {
+		t.Errorf("FallbackCount = %d against the daemon", got)
+	}
+
+	switch o := want.Outcome; {
+	case o.OK:
+		if err != nil {
+			t.Errorf("Run = %v, want success", err)
+		}
+	case o.Failed != nil:
+		var re *RunError
+		if !errors.As(err, &re) {
+			t.Fatalf("Run = %v, want a *RunError", err)
+		}
+		if re.Cause != nil {
+			t.Errorf("RunError.Cause = %v; want the policy's FAIL", re.Cause)
+		}
+		if got := re.Decision.Action.String(); got != o.Failed.Action {
+			t.Errorf("final action %s, want %s", got, o.Failed.Action)
+		}
+		if got := re.Decision.Reason.String(); got != o.Failed.Reason {
+			t.Errorf("final reason %s, want %s", got, o.Failed.Reason)
+		}
+		if re.Calls != o.Failed.Calls {
+			t.Errorf("RunError.Calls = %d, want %d", re.Calls, o.Failed.Calls)
+		}
+		if re.Decision.Fallback != fallback {
+			t.Errorf("final decision Fallback=%v", re.Decision.Fallback)
+		}
+		if re.Err == nil || !errors.Is(err, re.Err) {
+			t.Errorf("RunError does not carry the step's last error: %v", err)
+		}
+	default:
+		t.Fatal("the case states no outcome")
+	}
+}
+
+// nonNil makes an empty list and a missing one compare equal.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,87 @@
+"""Conversion between squawk.v1 messages and the policy core's values.
+
+The enum numbers of the core equal the wire numbers, so enums convert with a
+plain int. Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+from squawk.policy import AttemptState, Classification, Decision, Failure
+from squawk.policy.limits import duration
+from squawk.v1 import policy_pb2 as pb
+
+__all__ = [
+    "attempt_state",
+    "classification_message",
+    "decision_message",
+    "failure",
+    "fill_classification",
+    "fill_decision",
+]
+
+
+def failure(request: pb.ClassifyRequest) -> Failure:
+    return Failure(
+        error_message=request.error_message,
+        http_status=request.http_status,
+        transport_failure=request.transport_failure,
+        headers=request.headers,
+    )
+
+
+def attempt_state(request: pb.DecideRetryRequest) -> AttemptState:
+    return AttemptState(
+        attempt=request.attempt,
+        max_attempts=request.max_attempts if request.HasField("max_attempts") else None,
+        http_status=request.http_status,
+        transport_failure=request.transport_failure,
+        response_body=request.response_body,
+        headers=request.headers,
+        validation_retries_used=request.validation_retries_used,
+        max_validation_retries=(
+            request.max_validation_retries if request.HasField("max_validation_retries") else None
+        ),
+        correction_available=request.correction_available,
+        hitl_approved=request.hitl_approved,
+        delegated_orchestrator=request.delegated_orchestrator,
+        cancelled=request.cancelled,
+        deadline=(
+            duration("deadline", request.deadline.seconds, request.deadline.nanos)
+            if request.HasField("deadline")
+            else None
+        ),
+        capability=request.capability,
+        upstream=request.upstream,
+    )
+
+
+def fill_classification(c: Classification, out: pb.ClassifyResponse) -> pb.ClassifyResponse:
+    """Write `c` into `out`. Filling a message in place, rather than building
+    nested messages that protobuf then copies, halves the conversion's cost."""
+    out.http_status = c.http_status
+    out.category = c.category  # type: ignore[assignment]
+    out.retryable = c.retryable
+    out.code = c.code
+    out.upstream_status = c.upstream_status
+    out.redacted_message = c.redacted_message
+    if c.retry_after is not None:
+        out.retry_after.FromTimedelta(c.retry_after)
+    return out
+
+
+def fill_decision(d: Decision, out: pb.DecideRetryResponse) -> pb.DecideRetryResponse:
+    out.action = d.action  # type: ignore[assignment]
+    out.delay.FromTimedelta(d.delay)
+    out.reason = d.reason  # type: ignore[assignment]
+    out.explanation = d.explanation
+    out.consumes_attempt = d.consumes_attempt
+    fill_classification(d.classification, out.classification)
+    return out
+
+
+def classification_message(c: Classification) -> pb.ClassifyResponse:
+    return fill_classification(c, pb.ClassifyResponse())
+
+
+def decision_message(d: Decision) -> pb.DecideRetryResponse:
+    return fill_decision(d, pb.DecideRetryResponse())

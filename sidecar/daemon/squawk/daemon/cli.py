@@ -1,0 +1,277 @@
+"""The `squawk` command: run the daemon, or ask the policy a question.
+
+`classify` and `decide` answer locally from the same core the daemon uses,
+or from a running daemon with `--target`; either way they print the squawk.v1
+response as proto3 JSON, so the two are directly comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import IO
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from squawk.policy import PolicyInputError, parse_duration, redact
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+from .config import ConfigError, load_config, load_policy
+from .server.app import (
+    DEFAULT_GRACE_S,
+    DEFAULT_LISTEN,
+    DEFAULT_SOCKET_MODE,
+    BindError,
+    Daemon,
+    default_shutdown_notice,
+)
+from .server.servicer import PolicyServicer
+from .server.telemetry import tracer_provider_from_env
+
+__all__ = ["main"]
+
+log = logging.getLogger("squawk")
+
+
+class RedactingFormatter(logging.Formatter):
+    """Every log line, tracebacks included, passes the secret redaction."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+def _headers(values: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        name, sep, value = item.partition(":")
+        if not sep:
+            raise PolicyInputError("--header", f"{item!r} is not NAME:VALUE")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def _octal_mode(text: str) -> int:
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode like 660") from None
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a mode between 0 and 777")
+    return mode
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="squawk", description=__doc__)
+    parser.add_argument("--log-level", default=os.environ.get("SQUAWK_LOG_LEVEL", "INFO"))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the policy daemon")
+    serve.add_argument(
+        "--listen",
+        action="append",
+        help="address to listen on, host:port or unix:///path; repeatable "
+        f"(default: $SQUAWK_LISTEN, comma-separated, or {DEFAULT_LISTEN})",
+    )
+    serve.add_argument(
+        "--grace",
+        type=_seconds,
+        default=DEFAULT_GRACE_S,
+        metavar="SECONDS",
+        help="on SIGTERM or SIGINT, exit within this many seconds: the notice, the drain "
+        "of calls in flight and the span flush all fit in it; keep it below the "
+        f"platform's own limit (default: {DEFAULT_GRACE_S:g})",
+    )
+    serve.add_argument(
+        "--shutdown-notice",
+        type=_seconds,
+        metavar="SECONDS",
+        help="the first part of --grace, during which health reports NOT_SERVING but "
+        "every call is still answered (default: 2, or half of --grace if that is shorter)",
+    )
+    serve.add_argument(
+        "--socket-mode",
+        type=_octal_mode,
+        default=DEFAULT_SOCKET_MODE,
+        metavar="OCTAL",
+        help=f"permissions of unix:// socket files (default: {DEFAULT_SOCKET_MODE:o}, "
+        "owner and group)",
+    )
+    serve.add_argument(
+        "--metrics-listen",
+        default=os.environ.get("SQUAWK_METRICS_LISTEN"),
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics over HTTP here (default: off; $SQUAWK_METRICS_LISTEN)",
+    )
+    serve.add_argument(
+        "--decision-log",
+        default=os.environ.get("SQUAWK_DECISION_LOG"),
+        metavar="PATH",
+        help="write one JSON line per decision to PATH, or - for stdout (default: off)",
+    )
+
+    for name in ("classify", "decide"):
+        cmd = sub.add_parser(name, help=f"print the {name} answer as JSON")
+        cmd.add_argument("--target", help="ask a running daemon at this address instead")
+        cmd.add_argument("--profile", default="")
+        cmd.add_argument("--status", type=int, default=0, help="HTTP status, 0 = unknown")
+        cmd.add_argument("--transport-failure", action="store_true")
+        cmd.add_argument("--header", action="append", default=[], metavar="NAME:VALUE")
+        if name == "classify":
+            cmd.add_argument("error_message", nargs="?", default="")
+        else:
+            cmd.add_argument("--attempt", type=int, required=True)
+            cmd.add_argument("--max-attempts", type=int)
+            cmd.add_argument("--body", default="", help="the component's response body")
+            cmd.add_argument("--validation-retries-used", type=int, default=0)
+            cmd.add_argument("--max-validation-retries", type=int)
+            cmd.add_argument("--correction-available", action="store_true")
+            cmd.add_argument("--hitl-approved", action="store_true")
+            cmd.add_argument("--delegated-orchestrator", action="store_true")
+            cmd.add_argument("--cancelled", action="store_true")
+            cmd.add_argument("--deadline", help="time left for the step, e.g. 5s")
+            cmd.add_argument("--capability", default="")
+            cmd.add_argument("--upstream", default="")
+    for cmd in (serve, *(sub.choices[n] for n in ("classify", "decide"))):
+        cmd.add_argument(
+            "--policy",
+            default=os.environ.get("SQUAWK_POLICY"),
+            help="policy file (YAML); default: $SQUAWK_POLICY, else the built-in policy",
+        )
+    return parser
+
+
+def _request(args: argparse.Namespace) -> Message:
+    headers = _headers(args.header)
+    if args.command == "classify":
+        return pb.ClassifyRequest(
+            error_message=args.error_message,
+            http_status=args.status,
+            transport_failure=args.transport_failure,
+            headers=headers,
+            profile=args.profile,
+        )
+    request = pb.DecideRetryRequest(
+        attempt=args.attempt,
+        http_status=args.status,
+        transport_failure=args.transport_failure,
+        response_body=args.body.encode(),
+        headers=headers,
+        validation_retries_used=args.validation_retries_used,
+        correction_available=args.correction_available,
+        hitl_approved=args.hitl_approved,
+        delegated_orchestrator=args.delegated_orchestrator,
+        cancelled=args.cancelled,
+        capability=args.capability,
+        upstream=args.upstream,
+        profile=args.profile,
+    )
+    if args.max_attempts is not None:
+        request.max_attempts = args.max_attempts
+    if args.max_validation_retries is not None:
+        request.max_validation_retries = args.max_validation_retries
+    if args.deadline is not None:
+        try:
+            request.deadline.FromTimedelta(parse_duration(args.deadline))
+        except ValueError as exc:
+            raise PolicyInputError("--deadline", str(exc)) from None
+    return request
+
+
+def _ask(args: argparse.Namespace, request: Message) -> Message:
+    if args.target:
+        with grpc.insecure_channel(args.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            if isinstance(request, pb.ClassifyRequest):
+                return stub.Classify(request, timeout=10)
+            assert isinstance(request, pb.DecideRetryRequest)
+            return stub.DecideRetry(request, timeout=10)
+    servicer = PolicyServicer(load_policy(args.policy))
+    if isinstance(request, pb.ClassifyRequest):
+        return servicer.classify(request)
+    assert isinstance(request, pb.DecideRetryRequest)
+    return servicer.decide(request)
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    listen = args.listen or [
+        a.strip() for a in os.environ.get("SQUAWK_LISTEN", DEFAULT_LISTEN).split(",") if a.strip()
+    ]
+    config = load_config(args.policy)
+    log_file: IO[str] | None = None
+    if args.decision_log == "-":
+        log_file = sys.stdout
+    elif args.decision_log:
+        log_file = open(args.decision_log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+    try:
+        daemon = Daemon(
+            config.policy,
+            listen,
+            grace_s=args.grace,
+            shutdown_notice_s=args.shutdown_notice,
+            socket_mode=args.socket_mode,
+            tracing=tracer_provider_from_env(os.environ),
+            metrics_listen=args.metrics_listen,
+            decision_log=log_file,
+            analyzer_settings=config.analyzer,
+        )
+        await daemon.start()
+        await daemon.run_until_stopped()
+    finally:
+        if log_file is not None and log_file is not sys.stdout:
+            log_file.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        if args.shutdown_notice is None:
+            args.shutdown_notice = default_shutdown_notice(args.grace)
+        elif args.shutdown_notice > args.grace:
+            parser.error(
+                f"--shutdown-notice ({args.shutdown_notice:g}s) must not exceed "
+                f"--grace ({args.grace:g}s): the notice is part of the grace period"
+            )
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    try:
+        if args.command == "serve":
+            asyncio.run(_serve(args))
+            return 0
+        response = _ask(args, _request(args))
+    except ConfigError as exc:
+        print(f"squawk: bad policy: {exc}", file=sys.stderr)
+        return 2
+    except BindError as exc:
+        print(f"squawk: {exc}", file=sys.stderr)
+        return 3
+    except PolicyInputError as exc:
+        print(f"squawk: invalid input: {exc}", file=sys.stderr)
+        return 2
+    except grpc.RpcError as exc:
+        print(f"squawk: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 2 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
+    print(json_format.MessageToJson(response, always_print_fields_with_no_presence=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""The `profiles:` and `max_body_bytes` parts of the policy file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import yaml
+
+from squawk.policy import BackoffConfig, Jitter, Policy, Profile, builtin_profile
+
+from ._yaml import (
+    ConfigError,
+    factor,
+    mapping,
+    natural,
+    positive_duration,
+    positive_int,
+    scalar,
+    status,
+    where,
+)
+
+__all__ = ["parse_profiles"]
+
+_BACKOFF_FIELDS = {"initial_delay", "max_delay", "factor", "jitter"}
+
+_RULE_FIELDS = {"max_attempts", "max_validation_retries", "retryable_statuses", "backoff"}
+
+_PROFILE_FIELDS = _RULE_FIELDS | {"base", "capabilities"}
+
+
+# (YAML field, attribute, parser, what the error says is expected): one row
+# per scalar field, so each field's rule is written once.
+_Scalar = tuple[str, str, Callable[[str], Any], str]
+_BACKOFF_SCALARS: tuple[_Scalar, ...] = (
+    ("initial_delay", "initial", positive_duration, "a positive duration"),
+    ("max_delay", "max", positive_duration, "a positive duration"),
+    ("factor", "factor", factor, "a number >= 1"),
+    ("jitter", "jitter", Jitter, "one of none, sine, full, decorrelated"),
+)
+_RULE_SCALARS: tuple[_Scalar, ...] = (
+    ("max_attempts", "max_attempts", positive_int, "an integer >= 1"),
+    ("max_validation_retries", "max_validation_retries", natural, "an integer >= 0"),
+)
+
+T = TypeVar("T", BackoffConfig, Profile)
+
+
+def _apply(value: T, fields: Mapping[str, yaml.Node], path: str, scalars: tuple[_Scalar, ...]) -> T:
+    updates = {
+        attribute: scalar(fields[name], f"{path}.{name}", parse, what)
+        for name, attribute, parse, what in scalars
+        if name in fields
+    }
+    return replace(value, **updates) if updates else value
+
+
+def _backoff(node: yaml.Node, path: str, base: BackoffConfig) -> BackoffConfig:
+    fields = mapping(node, path, _BACKOFF_FIELDS)
+    cfg = _apply(base, fields, path, _BACKOFF_SCALARS)
+    if cfg.max < cfg.initial:
+        raise ConfigError(f"{where(node, path)}: max_delay is shorter than initial_delay")
+    return cfg
+
+
+def _rules(fields: Mapping[str, yaml.Node], path: str, profile: Profile) -> Profile:
+    profile = _apply(profile, fields, path, _RULE_SCALARS)
+    if "retryable_statuses" in fields:
+        node = fields["retryable_statuses"]
+        at = f"{path}.retryable_statuses"
+        if not isinstance(node, yaml.SequenceNode):
+            raise ConfigError(f"{where(node, at)}: expected a list of HTTP statuses")
+        added = {
+            scalar(item, f"{at}[{i}]", status, "an HTTP status (100..599)")
+            for i, item in enumerate(node.value)
+        }
+        # Additive only: a profile can never drop a status from its base set.
+        profile = replace(profile, transient_statuses=profile.transient_statuses | added)
+    if "backoff" in fields:
+        profile = replace(
+            profile, backoff=_backoff(fields["backoff"], f"{path}.backoff", profile.backoff)
+        )
+    return profile
+
+
+def _profile(name: str, node: yaml.Node, path: str, known: Mapping[str, Profile]) -> Profile:
+    fields = mapping(node, path, _PROFILE_FIELDS)
+    if "base" in fields:
+        base = scalar(fields["base"], f"{path}.base", str, "'default' or 'llm'")
+        if base not in ("default", "llm"):
+            raise ConfigError(
+                f"{where(fields['base'], f'{path}.base')}: "
+                f"expected 'default' or 'llm', got {base!r}"
+            )
+        profile = builtin_profile(base, name)
+    elif name in known:
+        profile = known[name]
+    else:
+        profile = builtin_profile("default", name)
+    profile = _rules(fields, path, profile)
+    if "capabilities" in fields:
+        caps = mapping(fields["capabilities"], f"{path}.capabilities", set())
+        overrides = {}
+        for cap, cap_node in caps.items():
+            cap_path = f"{path}.capabilities.{cap}"
+            overrides[cap] = _rules(
+                mapping(cap_node, cap_path, _RULE_FIELDS),
+                cap_path,
+                replace(profile, name=f"{name}/{cap}"),
+            )
+        profile = replace(profile, capabilities=MappingProxyType(overrides))
+    return profile
+
+
+def parse_profiles(node: yaml.Node, policy: Policy) -> Policy:
+    for name, profile_node in mapping(node, "profiles", set()).items():
+        policy = policy.with_profile(
+            _profile(name, profile_node, f"profiles.{name}", policy.profiles)
+        )
+    return policy

@@ -1,0 +1,218 @@
+"""Running the daemon: bind, health, reflection, signals and draining.
+
+Shutdown (on SIGTERM or SIGINT) fits in the grace period, counted from the
+signal, in three steps:
+
+1. notice: health turns NOT_SERVING at once, and every call is still
+   answered for `shutdown_notice_s`, so health checkers (a Kubernetes gRPC
+   probe, a load balancer) see NOT_SERVING instead of a refused connection,
+   and an executor mid-step still gets its decision;
+2. drain: `server.stop()` refuses new calls and lets those in flight finish
+   until the grace period ends, then cancels them;
+3. flush: queued spans get what is left of the grace, at most
+   FLUSH_BOUND_S, whatever the collector does.
+
+So the process exits within the grace period plus its own teardown. The
+alternative, refusing new calls as soon as the signal arrives (the bare
+`server.stop(grace)`), makes health checks fail with UNAVAILABLE instead of
+reading NOT_SERVING.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from typing import IO
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
+from opentelemetry.sdk.trace import TracerProvider
+
+from squawk.policy import Policy
+from squawk.v1 import policy_pb2 as pb
+
+from ..analysis import Analyzer, AnalyzerSettings
+from .listeners import (
+    DEFAULT_SOCKET_MODE,
+    BindError,
+    BoundSocket,
+    claim_unix_socket,
+    socket_umask,
+    unix_socket_path,
+)
+from .observe import Metrics, Observer
+from .servicer import PolicyServicer, register
+from .telemetry import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
+
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "DEFAULT_LISTEN",
+    "DEFAULT_SOCKET_MODE",
+    "BindError",
+    "Daemon",
+    "default_shutdown_notice",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LISTEN = "127.0.0.1:50051"
+# The whole shutdown, from the signal to the exit; well inside Kubernetes'
+# default terminationGracePeriodSeconds (30).
+DEFAULT_GRACE_S = 5.0
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
+
+# gRPC turns SO_REUSEPORT on by default, which would let a second daemon bind
+# the same port silently and steal half the calls.
+SERVER_OPTIONS = [("grpc.so_reuseport", 0)]
+
+
+def default_shutdown_notice(grace_s: float) -> float:
+    """The command's notice when none is given: 2 s, or half the grace period
+    if that is shorter, so the drain and the flush keep the other half. (An
+    embedded Daemon defaults to no notice: only a deployment has health
+    checkers to tell.)"""
+    return min(2.0, grace_s / 2)
+
+
+class Daemon:
+    def __init__(
+        self,
+        policy: Policy,
+        listen: list[str],
+        grace_s: float = DEFAULT_GRACE_S,
+        *,
+        shutdown_notice_s: float = 0.0,
+        socket_mode: int = DEFAULT_SOCKET_MODE,
+        tracing: tuple[TracerProvider, CountingBatchSpanProcessor | None] | None = None,
+        metrics_listen: str | None = None,
+        decision_log: IO[str] | None = None,
+        analyzer_settings: AnalyzerSettings | None = None,
+    ) -> None:
+        if not 0 <= shutdown_notice_s <= grace_s:
+            raise ValueError(
+                f"shutdown_notice_s: {shutdown_notice_s} is not between 0 and grace_s ({grace_s})"
+            )
+        self.tracer_provider = tracing[0] if tracing else None
+        self._span_processor = tracing[1] if tracing else None
+        self.metrics = Metrics(tracing[1] if tracing else None) if metrics_listen else None
+        self.metrics_listen = metrics_listen
+        # Unset = the offline analyzer; the CLI passes the file's and env's settings.
+        self.analyzer = Analyzer(analyzer_settings or AnalyzerSettings(), policy)
+        self.servicer = PolicyServicer(
+            policy,
+            observer=Observer(self.metrics, decision_log),
+            analyzer=self.analyzer,
+            traced=self.tracer_provider is not None,
+        )
+        self.health = health.aio.HealthServicer()
+        self.listen = listen
+        self.grace_s = grace_s
+        self.shutdown_notice_s = shutdown_notice_s
+        self.socket_mode = socket_mode
+        interceptors = []
+        if self.tracer_provider is not None:
+            # Health probes and reflection would drown the decisions in noise.
+            interceptors.append(
+                aio_server_interceptor(  # type: ignore[no-untyped-call]
+                    tracer_provider=self.tracer_provider,
+                    filter_=filters.negate(filters.service_prefix("grpc.")),
+                )
+            )
+        self.server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
+        self.ports: list[int] = []
+        self._sockets: list[BoundSocket] = []
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        register(self.servicer, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
+        )
+        # The stock async health servicer starts as SERVING; we are not, yet.
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        try:
+            self._bind()
+            self._serve_metrics()
+            await self.server.start()
+        except BaseException:
+            # A daemon that fails to start leaves no socket file behind.
+            await self.server.stop(None)
+            self._remove_sockets()
+            raise
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("squawk serving on %s", ", ".join(self.listen))
+        settings = self.analyzer.settings
+        if settings.uses_model:
+            # The URL carries no credentials (config refuses them); the key is never logged.
+            log.info("AnalyzeError layer 3: model %s at %s", settings.model, settings.base_url)
+
+    def _bind(self) -> None:
+        for address in self.listen:
+            path = unix_socket_path(address)
+            if path is None:
+                self.ports.append(self._add_port(address))
+                continue
+            claim_unix_socket(address, path)
+            with socket_umask(self.socket_mode):
+                self.ports.append(self._add_port(address))
+            self._sockets.append(BoundSocket(path, os.lstat(path).st_ino))
+
+    def _add_port(self, address: str) -> int:
+        try:
+            return self.server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise BindError(
+                f"cannot listen on {address}: the address is in use or not available ({exc})"
+            ) from None
+
+    def _serve_metrics(self) -> None:
+        if self.metrics is None or not self.metrics_listen:
+            return
+        try:
+            self.metrics.serve(self.metrics_listen)
+        except (OSError, ValueError) as exc:
+            raise BindError(
+                f"cannot listen on {self.metrics_listen} for metrics: "
+                f"the address is in use or not available ({exc})"
+            ) from None
+
+    def _remove_sockets(self) -> None:
+        for bound in self._sockets:
+            bound.remove()
+
+    def request_stop(self) -> None:
+        self._stopping.set()
+
+    async def run_until_stopped(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        await self._stopping.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace_s
+        log.info(
+            "squawk stopping: health NOT_SERVING, still answering for %.1fs, "
+            "then draining; exit within %.1fs",
+            self.shutdown_notice_s,
+            self.grace_s,
+        )
+        await self.health.enter_graceful_shutdown()
+        await asyncio.sleep(self.shutdown_notice_s)
+        await self.server.stop(max(deadline - loop.time(), 0.0))
+        self._remove_sockets()
+        await self.analyzer.aclose()
+        if self.tracer_provider is not None:
+            # Blocks the loop on purpose: the server has stopped, nothing else waits.
+            flush_s = min(FLUSH_BOUND_S, max(deadline - loop.time(), 0.0))
+            shutdown_tracing(self.tracer_provider, self._span_processor, flush_s)
+        log.info("squawk stopped")

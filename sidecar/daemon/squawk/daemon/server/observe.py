@@ -1,0 +1,239 @@
+"""What the daemon tells operators about each decision: span attributes,
+Prometheus metrics and structured decision logs.
+
+The three carry the same `squawk.*` fields, built once per decision and
+only when someone is listening. No field holds an error message, a body or
+a header; the names a caller chooses (capability, upstream, profile) pass
+`shown_text` in `Observer.record`, the one gate between a caller's strings
+and every sink here, which also bounds each field and so each log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import IO
+
+from opentelemetry.trace import Span
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from squawk.policy import Decision
+from squawk.policy.limits import MAX_NAME_CHARS
+from squawk.policy.text import shown_text
+from squawk.v1 import policy_pb2 as pb
+
+__all__ = ["Metrics", "Observer", "classification_fields", "decision_fields"]
+
+log = logging.getLogger(__name__)
+
+Field = str | int | bool
+# Refusals of one cause are logged at most once per this many seconds.
+_LOG_EVERY_S = 10.0
+# Distinct field strings remembered with their shown form; the same few
+# capability and upstream names recur on every decision.
+_SHOWN_CACHE = 4096
+
+_DECLARED = {None: "unset", True: "true", False: "false"}
+_LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1)
+
+
+def classification_fields(
+    request: pb.ClassifyRequest, reply: pb.ClassifyResponse
+) -> dict[str, Field]:
+    return {
+        "squawk.profile": request.profile or "default",
+        "squawk.http_status": reply.upstream_status,
+        "squawk.category": pb.ErrorCategory.Name(reply.category).removeprefix("ERROR_CATEGORY_"),
+        "squawk.retryable": reply.retryable,
+    }
+
+
+def decision_fields(request: pb.DecideRetryRequest, decision: Decision) -> dict[str, Field]:
+    c = decision.classification
+    return {
+        "squawk.profile": request.profile or "default",
+        "squawk.capability": request.capability,
+        "squawk.upstream": request.upstream,
+        "squawk.attempt": request.attempt,
+        "squawk.http_status": request.http_status,
+        "squawk.category": c.category.name,
+        "squawk.retryable": c.retryable,
+        "squawk.declared_retryable": _DECLARED[decision.declared_retryable],
+        "squawk.action": decision.action.name,
+        "squawk.reason": decision.reason.name,
+        "squawk.delay_ms": round(decision.delay.total_seconds() * 1000),
+    }
+
+
+class _DroppedSpans(Collector):
+    def __init__(self, source: object) -> None:
+        self._source = source
+
+    def collect(self) -> list[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            "squawk_spans_dropped", "Spans dropped because the export queue was full."
+        )
+        family.add_metric([], float(getattr(self._source, "dropped", 0)))
+        return [family]
+
+
+class Metrics:
+    """Prometheus metrics on a private registry, served on --metrics-listen."""
+
+    def __init__(self, span_source: object | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.decisions = Counter(
+            "squawk_decisions",
+            "Decisions made, by RPC, action and rule.",
+            ["rpc", "action", "reason"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "squawk_decision_duration_seconds",
+            "Time to decide, from request to answer, inside the daemon.",
+            ["rpc"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.corrections = Counter(
+            "squawk_corrections",
+            "Correction attempts (DecideRetry said CORRECT) and analyzer outcomes.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.analyzer_latency = Histogram(
+            "squawk_analyzer_duration_seconds",
+            "Time AnalyzeError took, by the analyzer that answered.",
+            ["source"],
+            registry=self.registry,
+        )
+        self.refused = Counter(
+            "squawk_refused_calls",
+            "Calls answered with an error, by RPC and cause "
+            "(malformed, invalid_argument, internal).",
+            ["rpc", "cause"],
+            registry=self.registry,
+        )
+        self.analyzer_fallbacks = Counter(
+            "squawk_analyzer_fallbacks",
+            "Model answers that fell back to the offline analyzer, by cause.",
+            ["cause"],
+            registry=self.registry,
+        )
+        if span_source is not None:
+            self.registry.register(_DroppedSpans(span_source))
+
+    def serve(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+
+
+class _Throttle:
+    """Says whether to log now: once per interval per key, counting the rest."""
+
+    def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval = interval_s
+        self._clock = clock
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def ready(self, key: str) -> int | None:
+        """The number of events held back since the last log, or None to hold this one."""
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self._interval:
+            self._held[key] = self._held.get(key, 0) + 1
+            return None
+        self._last[key] = now
+        return self._held.pop(key, 0)
+
+
+class Observer:
+    """Fans one decision out to the span, the metrics and the decision log."""
+
+    def __init__(self, metrics: Metrics | None = None, log: IO[str] | None = None) -> None:
+        self.metrics = metrics
+        self.log = log
+        # Whether anything besides a recording span wants the fields.
+        self.active = metrics is not None or log is not None
+        self._shown: dict[str, str] = {}
+        self._throttle = _Throttle(_LOG_EVERY_S)
+
+    def _safe(self, fields: Mapping[str, Field]) -> dict[str, Field]:
+        out = dict(fields)
+        shown = self._shown
+        for name, value in out.items():
+            if isinstance(value, str):
+                safe = shown.get(value)
+                if safe is None:
+                    safe = shown_text(value, MAX_NAME_CHARS)
+                    if len(shown) >= _SHOWN_CACHE:
+                        shown.clear()
+                    shown[value] = safe
+                out[name] = safe
+        return out
+
+    def refused(self, rpc: str, cause: str, exc_info: bool = False) -> None:
+        """Count a call answered with an error; log the unexpected ones, throttled.
+
+        A stream of malformed or failing calls costs one log line per cause
+        and interval, never one (or a traceback) per call.
+        """
+        if self.metrics is not None:
+            self.metrics.refused.labels(rpc, cause).inc()
+        if cause == "invalid_argument":
+            return
+        held = self._throttle.ready(f"{rpc}/{cause}")
+        if held is None:
+            return
+        also = f" ({held} more since the last report)" if held else ""
+        if cause == "malformed":
+            log.warning("%s: a request body that is not a valid message%s", rpc, also)
+        else:
+            log.error("internal error in %s%s", rpc, also, exc_info=exc_info)
+
+    def record(self, rpc: str, fields: Mapping[str, Field], started: float, span: Span) -> None:
+        fields = self._safe(fields)
+        if span.is_recording():
+            span.set_attributes(fields)
+        if self.metrics is not None:
+            m = self.metrics
+            elapsed = time.perf_counter() - started
+            m.latency.labels(rpc).observe(elapsed)
+            if rpc == "AnalyzeError":
+                self._analysis_metrics(m, fields, elapsed)
+            else:
+                action = str(fields.get("squawk.action", ""))
+                m.decisions.labels(rpc, action, str(fields.get("squawk.reason", ""))).inc()
+                if action == "CORRECT":
+                    m.corrections.labels("requested").inc()
+        if self.log is not None:
+            self._log(rpc, fields, span)
+
+    @staticmethod
+    def _analysis_metrics(m: Metrics, fields: Mapping[str, Field], elapsed: float) -> None:
+        m.analyzer_latency.labels(str(fields.get("squawk.analyzer.source", ""))).observe(elapsed)
+        if fields.get("squawk.analyzer.fallback"):
+            m.analyzer_fallbacks.labels(str(fields["squawk.analyzer.fallback"])).inc()
+        if fields.get("squawk.changes.suggested"):
+            outcome = "suggested"
+        elif fields.get("squawk.analyzer.transient"):
+            outcome = "skipped_transient"
+        elif fields.get("squawk.changes.rejected"):
+            outcome = "refused"
+        else:
+            outcome = "no_fix"
+        m.corrections.labels(outcome).inc()
+
+    def _log(self, rpc: str, fields: Mapping[str, Field], span: Span) -> None:
+        if self.log is not None:
+            ctx = span.get_span_context()
+            line = {"ts": time.time(), "rpc": rpc, **fields}
+            if ctx.is_valid:
+                line["trace_id"] = f"{ctx.trace_id:032x}"
+                line["span_id"] = f"{ctx.span_id:016x}"
+            self.log.write(json.dumps(line, separators=(",", ":")) + "\n")

@@ -1,0 +1,288 @@
+"""The PolicyService servicer: convert the request, call the core, convert back.
+
+Domain errors become INVALID_ARGUMENT naming the field; a body that is not
+a valid message becomes INVALID_ARGUMENT naming `request`; anything
+unexpected becomes INTERNAL with a generic message and the traceback in the
+log, so a request can never crash the daemon. Every message that reaches a
+caller or a span passes `shown_text`: redacted, bounded, valid UTF-8.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.message import Message
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry import trace
+
+from squawk.policy import Action, Decision, Policy, PolicyInputError, classify, decide
+from squawk.policy.text import shown_text
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+from squawk.wire import (
+    attempt_state,
+    classification_message,
+    decision_message,
+    failure,
+    fill_decision,
+)
+
+from ..analysis import Analyzer, AnalyzerSettings, wire
+from .observe import Observer, classification_fields, decision_fields
+
+__all__ = ["MAX_BATCH", "MAX_ERROR_CHARS", "Malformed", "PolicyServicer", "register"]
+
+log = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Method = Callable[["PolicyServicer", Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]
+
+MAX_BATCH = 10_000
+# The longest status message a refused call carries.
+MAX_ERROR_CHARS = 1_024
+# A batch gives the event loop back this often, so health checks and other
+# calls are answered while it runs, and a cancelled batch stops there.
+_BATCH_SLICE = 32
+# A field path names request fields and caller-chosen keys; this bounds the keys.
+MAX_FIELD_CHARS = 256
+_INTERNAL = "internal error; see the daemon's log"
+# The standard trailer of gRPC's rich error model (what grpcio-status writes).
+_STATUS_DETAILS = "grpc-status-details-bin"
+
+
+class Malformed:
+    """A request body that did not parse as its method's message.
+
+    The deserializer returns this instead of raising: grpc answers a raising
+    deserializer with UNKNOWN and logs a traceback per call, which lets a
+    stream of garbage flood the log.
+    """
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+
+def _reader(cls: type[Message]) -> Callable[[bytes], Message | Malformed]:
+    parse = cls.FromString
+    name = cls.DESCRIPTOR.full_name
+
+    def read(data: bytes) -> Message | Malformed:
+        try:
+            return parse(data)
+        except Exception:  # DecodeError, or protobuf's recursion limit
+            return Malformed(name)
+
+    return read
+
+
+def register(servicer: PolicyServicer, server: grpc.aio.Server) -> None:
+    """Serve PolicyService on `server`, parsing requests with `_reader`.
+
+    The generated add_PolicyServiceServicer_to_server, but for the deserializer.
+    """
+    service = pb.DESCRIPTOR.services_by_name["PolicyService"]
+    handlers = {
+        m.name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, m.name),
+            request_deserializer=_reader(message_factory.GetMessageClass(m.input_type)),
+            response_serializer=message_factory.GetMessageClass(m.output_type).SerializeToString,
+        )
+        for m in service.methods
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
+def _boundary(method: Method[Req, Resp]) -> Method[Req, Resp]:
+    rpc = method.__name__
+
+    @functools.wraps(method)
+    async def wrapper(
+        self: PolicyServicer, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
+    ) -> Resp:
+        refusal: PolicyInputError | None = None
+        if isinstance(request, Malformed):
+            self._observer.refused(rpc, "malformed")
+            refusal = PolicyInputError("request", f"not a valid {request.type_name} message")
+        else:
+            try:
+                return await method(self, request, context)
+            except PolicyInputError as exc:
+                self._observer.refused(rpc, "invalid_argument")
+                refusal = exc
+            except grpc.aio.AbortError:
+                raise
+            except Exception:
+                self._observer.refused(rpc, "internal", exc_info=True)
+        # Abort outside the except block, so the AbortError does not carry the
+        # original exception (and its unredacted text) into a span's event.
+        if refusal is None:
+            await context.abort(grpc.StatusCode.INTERNAL, _INTERNAL)
+        else:
+            message, details = _bad_request(refusal)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message, details)
+        raise AssertionError("unreachable: abort raises")
+
+    return wrapper
+
+
+def _bad_request(exc: PolicyInputError) -> tuple[str, tuple[tuple[str, bytes], ...]]:
+    """The status message and the `google.rpc.BadRequest` trailer for a refusal.
+
+    Both are bounded and redacted (an error echoes a caller's value, and it
+    reaches spans); the message keeps its "field: description" form so a
+    client without the google.rpc types can still read the field.
+    """
+    field = shown_text(exc.field, MAX_FIELD_CHARS)
+    description = shown_text(exc.message, MAX_ERROR_CHARS)
+    message = shown_text(f"{field}: {description}", MAX_ERROR_CHARS)
+    violation = error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
+    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=message)
+    status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+    return message, ((_STATUS_DETAILS, status.SerializeToString()),)
+
+
+class PolicyServicer(pb_grpc.PolicyServiceServicer):
+    def __init__(
+        self,
+        policy: Policy,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        observer: Observer | None = None,
+        traced: bool = True,
+        analyzer: Analyzer | None = None,
+    ) -> None:
+        self._policy = policy
+        # The default analyzer is the offline one: no network, nothing to close.
+        self._analyzer = analyzer if analyzer is not None else Analyzer(AnalyzerSettings(), policy)
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._observer = observer or Observer()
+        # Whether a span may be recording at all: without a tracer provider
+        # the per-call span lookup is pure waste on the hot path.
+        self._traced = traced
+
+    def _note(self, rpc: str, fields: Callable[[], dict[str, Any]], started: float) -> None:
+        # Fields are built only when a span records or metrics/logs are on.
+        if not (self._traced or self._observer.active):
+            return
+        span = trace.get_current_span()
+        if self._observer.active or span.is_recording():
+            self._observer.record(rpc, fields(), started, span)
+
+    def classify(self, request: pb.ClassifyRequest) -> pb.ClassifyResponse:
+        profile = self._policy.profile(request.profile)
+        return classification_message(classify(failure(request), profile, self._clock))
+
+    def decide_core(self, request: pb.DecideRetryRequest) -> Decision:
+        profile = self._policy.profile(request.profile)
+        return decide(
+            attempt_state(request), profile, self._clock, self._rng, self._policy.max_body_bytes
+        )
+
+    def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
+        return decision_message(self.decide_core(request))
+
+    @_boundary
+    async def Classify(
+        self,
+        request: pb.ClassifyRequest,
+        context: grpc.aio.ServicerContext[pb.ClassifyRequest, pb.ClassifyResponse],
+    ) -> pb.ClassifyResponse:
+        started = time.perf_counter()
+        reply = self.classify(request)
+        self._note("Classify", lambda: classification_fields(request, reply), started)
+        return reply
+
+    @_boundary
+    async def DecideRetry(
+        self,
+        request: pb.DecideRetryRequest,
+        context: grpc.aio.ServicerContext[pb.DecideRetryRequest, pb.DecideRetryResponse],
+    ) -> pb.DecideRetryResponse:
+        started = time.perf_counter()
+        decision = self.decide_core(request)
+        self._note("DecideRetry", lambda: decision_fields(request, decision), started)
+        return decision_message(decision)
+
+    @_boundary
+    async def DecideRetryBatch(
+        self,
+        request: pb.DecideRetryBatchRequest,
+        context: grpc.aio.ServicerContext[pb.DecideRetryBatchRequest, pb.DecideRetryBatchResponse],
+    ) -> pb.DecideRetryBatchResponse:
+        if len(request.requests) > MAX_BATCH:
+            raise PolicyInputError(
+                "requests", f"{len(request.requests)} requests is over the limit of {MAX_BATCH}"
+            )
+        started = time.perf_counter()
+        response = pb.DecideRetryBatchResponse()
+        results = response.results
+        actions = {action: 0 for action in Action}
+        for i, item in enumerate(request.requests):
+            if i and not i % _BATCH_SLICE:
+                # Raises CancelledError here once the caller has gone.
+                await asyncio.sleep(0)
+            try:
+                decision = self.decide_core(item)
+            except PolicyInputError as exc:
+                results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
+                continue
+            except Exception:
+                # One bad item answers with its own error; the batch goes on.
+                self._observer.refused("DecideRetryBatch", "internal", exc_info=True)
+                results.add(error=f"requests[{i}]: {_INTERNAL}")
+                continue
+            actions[decision.action] += 1
+            if self._observer.active:
+                self._observer.record(
+                    "DecideRetryBatch", decision_fields(item, decision), started, trace.INVALID_SPAN
+                )
+            fill_decision(decision, results.add().decision)
+        # One span for the batch, not one per item: a 10,000-item batch would
+        # otherwise flood the export queue. Metrics and logs stay per item.
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes(
+                {"squawk.batch.size": len(request.requests)}
+                | {f"squawk.batch.{a.name.lower()}": n for a, n in actions.items()}
+            )
+        return response
+
+    @_boundary
+    async def AnalyzeError(
+        self,
+        request: pb.AnalyzeErrorRequest,
+        context: grpc.aio.ServicerContext[pb.AnalyzeErrorRequest, pb.AnalyzeErrorResponse],
+    ) -> pb.AnalyzeErrorResponse:
+        started = time.perf_counter()
+        # Reading a large request is CPU work: on the analysis worker, off the loop.
+        analysis = await self._analyzer.analyze(
+            await self._analyzer.worker.run(wire.analysis_request, request)
+        )
+        self._note("AnalyzeError", lambda: wire.analysis_fields(analysis), started)
+        return wire.analysis_response(analysis)
+
+    @_boundary
+    async def CheckDispatch(
+        self,
+        request: pb.CheckDispatchRequest,
+        context: grpc.aio.ServicerContext[pb.CheckDispatchRequest, pb.CheckDispatchResponse],
+    ) -> pb.CheckDispatchResponse:
+        reply = wire.dispatch_small(request)
+        if reply is None:  # too large to check on the event loop
+            reply = await self._analyzer.worker.run(wire.dispatch, request)
+        return reply
