@@ -10,7 +10,7 @@ GEN    := $(CORE)/squawk/v1/policy_pb2.py
 JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
-.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-test fuzz clean
+.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-test dist fuzz clean
 
 all: test
 
@@ -35,6 +35,16 @@ $(GEN): $(PROTOS) $(STAMP)
 	touch $(CORE)/squawk/v1/py.typed
 
 gen: $(GEN)
+
+# What users install: the three Python wheels (core, client, daemon) and the
+# npm tarball. tests/test_dist.py builds them with this target, installs each
+# into an empty environment and calls a daemon started from the daemon wheel.
+DIST ?= dist
+dist: $(GEN)
+	rm -rf $(DIST) && mkdir -p $(DIST)/python
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(DIST)/python ./$(CORE) ./clients/python .
+	cd clients/typescript && npm ci --no-audit --no-fund --silent && npm run --silent build && \
+	  npm pack --silent --pack-destination $(abspath $(DIST)) >/dev/null
 
 run: setup
 	$(BIN)/squawk serve
@@ -62,8 +72,10 @@ go-test: setup
 	clients/go/gen.sh --check
 	cd clients/go && go vet ./... && go test -count=1 ./...
 
+# Generated code is committed here too: building needs Node alone, and the
+# drift check (it runs the venv's protoc with ts-proto) fails on any drift.
 ts-test: setup
-	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && npm test
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run gen:check && npm run build && npm test
 
 test: setup lint typecheck buf bench-smoke unit go-test ts-test
 

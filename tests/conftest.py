@@ -72,16 +72,21 @@ def wait_serving(target: str, timeout_s: float = 20.0) -> None:
 
 
 def start_daemon(
-    *args: str, env: dict[str, str] | None = None, listen: str | None = None, umask: int = -1
+    *args: str,
+    env: dict[str, str] | None = None,
+    listen: str | None = None,
+    umask: int = -1,
+    command: tuple[str, ...] = (sys.executable, "-m", "squawk.daemon.cli"),
+    cwd: Path = ROOT,
 ) -> Daemon:
     """The daemon as a subprocess, once it reports SERVING; `umask` is the one
-    it inherits (-1: this process's)."""
+    it inherits (-1: this process's); `command` runs the `squawk` command."""
     target = listen or f"127.0.0.1:{free_port()}"
     # A file, not a pipe: a chatty daemon must never block on a full pipe.
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by Daemon.stop)
     process = subprocess.Popen(
-        [sys.executable, "-m", "squawk.daemon.cli", "serve", "--listen", target, *args],
-        cwd=ROOT,
+        [*command, "serve", "--listen", target, *args],
+        cwd=cwd,
         env={**os.environ, **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -1,85 +1,48 @@
 // SquawkClient: typed squawk.v1 calls with a per-call deadline, W3C trace
-// context on every call, and the local fallback when the daemon cannot answer.
+// context on every call, and the local fallback for decisions when the
+// daemon cannot answer.
 import {
   credentials as grpcCredentials,
   Metadata,
   status,
   type CallOptions as GrpcCallOptions,
-  type ChannelCredentials,
-  type ChannelOptions,
   type ClientUnaryCall,
   type ServiceError,
 } from "@grpc/grpc-js";
 import { context as otelContext, propagation, type Context, type TextMapPropagator, type TextMapSetter } from "@opentelemetry/api";
-import { SquawkError, SquawkInputError } from "./errors";
+import { BATCH_ITEMS_PER_TIMEOUT, batchFromResponse, batchLocally, type BatchResult } from "./batch";
 import { fallbackProfileFromEnv } from "./env";
+import { inputErrorFrom, isServiceError, SquawkError } from "./errors";
 import { fallbackDecide, type FallbackProfile } from "./fallback";
 import {
+  AnalyzeErrorRequest,
+  CheckDispatchRequest,
   ClassifyRequest,
-  DecideRetryRequest,
   PolicyServiceClient,
+  type AnalyzeErrorResponse,
+  type CheckDispatchResponse,
   type ClassifyResponse,
+  type DecideRetryBatchResponse,
+  type DecideRetryRequest,
   type DecideRetryResponse,
-  type DeepPartial,
 } from "./gen/squawk/v1/policy";
+import {
+  DEFAULT_CHANNEL_OPTIONS,
+  type AnalyzeErrorInput,
+  type CallOptions,
+  type CheckDispatchInput,
+  type ClassifyInput,
+  type Decision,
+  type DecideRetryBatchInput,
+  type DecideRetryInput,
+  type FallbackEvent,
+  type SquawkClientOptions,
+  type SquawkMethod,
+} from "./options";
+import { batchRequest, checked, decideRequest } from "./requests";
 
-/** A decision, from the daemon (`fallback: false`) or the local fallback (`fallback: true`). */
-export type Decision = DecideRetryResponse & { readonly fallback: boolean };
-
-/** A ClassifyRequest; every field may be left out (proto3 defaults). */
-export type ClassifyInput = DeepPartial<ClassifyRequest>;
-/** A DecideRetryRequest; every field but `attempt` may be left out. A string body is sent as UTF-8. */
-export type DecideRetryInput = Omit<DeepPartial<DecideRetryRequest>, "responseBody"> & {
-  responseBody?: Uint8Array | string | undefined;
-};
-
-export type SquawkMethod = "classify" | "decideRetry";
-
-export interface FallbackEvent {
-  readonly method: SquawkMethod;
-  /** The gRPC error that sent the call to the fallback (only decideRetry falls back). */
-  readonly cause: ServiceError;
-}
-
-export interface SquawkClientOptions {
-  /** Deadline for each call, in ms (default 50). A slower daemon is answered for by the fallback. */
-  readonly callTimeoutMs?: number;
-  /** Answer from the local fallback when the daemon is unreachable or slow (default true). */
-  readonly fallback?: boolean;
-  /** Channel credentials (default insecure: the daemon listens on loopback). */
-  readonly credentials?: ChannelCredentials;
-  /** grpc-js channel options, merged over the defaults (short reconnect backoff). */
-  readonly channelOptions?: ChannelOptions;
-  /** Propagator for trace context (default: the global @opentelemetry/api propagator). */
-  readonly propagator?: TextMapPropagator;
-  /**
-   * Overrides of the fallback's default-profile numbers (default: the built-in
-   * profile with the environment's SQUAWK_STEP_RETRY_* overrides, as the daemon reads them).
-   */
-  readonly fallbackProfile?: Partial<FallbackProfile>;
-  /** Clock in Unix ms, read by the fallback for an HTTP-date Retry-After (default Date.now). */
-  readonly now?: () => number;
-  /** Called each time the fallback answers a decision. */
-  readonly onFallback?: (event: FallbackEvent) => void;
-}
-
-export interface CallOptions {
-  /** Aborting cancels the call; the promise rejects with `signal.reason`. */
-  readonly signal?: AbortSignal;
-  /** This call's deadline in ms (default: the client's callTimeoutMs). */
-  readonly timeoutMs?: number;
-  /** Trace context to propagate (default: the active context). */
-  readonly context?: Context;
-}
-
-/**
- * Channel defaults: reconnect quickly after the daemon restarts, so the
- * client stops using the fallback within about a second.
- */
-export const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = Object.freeze({
-  "grpc.initial_reconnect_backoff_ms": 100,
-  "grpc.max_reconnect_backoff_ms": 1000,
-});
+/** An analysis may call a model: it gets seconds, not the 50 ms of a decision. */
+const ANALYZE_TIMEOUT_MS = 30_000;
 
 /** Codes that mean "the daemon did not answer": the fallback takes over. */
 const FALLBACK_CODES: ReadonlySet<status> = new Set([status.UNAVAILABLE, status.DEADLINE_EXCEEDED]);
@@ -93,26 +56,14 @@ const metadataSetter: TextMapSetter<Metadata> = {
 type Callback<Res> = (error: ServiceError | null, response: Res) => void;
 type Start<Res> = (metadata: Metadata, options: Partial<GrpcCallOptions>, callback: Callback<Res>) => ClientUnaryCall;
 
-function isServiceError(error: unknown): error is ServiceError {
-  if (!(error instanceof Error)) return false;
-  const e = error as Partial<ServiceError>;
-  // A DOMException (an abort reason) has a numeric code too, but no details or metadata.
-  return typeof e.code === "number" && typeof e.details === "string" && e.metadata instanceof Metadata;
-}
-
-/** The daemon names the field first: "attempt: must be >= 1 ...". */
-function fieldOf(details: string): string {
-  const i = details.indexOf(":");
-  return i > 0 ? details.slice(0, i).trim() : "";
-}
-
 export class SquawkClient {
   readonly target: string;
+  /** The fallback's "default" profile; the runner's forced resends wait its backoff. */
+  readonly fallbackProfile: FallbackProfile;
   private readonly stub: PolicyServiceClient;
   private readonly callTimeoutMs: number;
   private readonly fallbackEnabled: boolean;
   private readonly propagator: TextMapPropagator | undefined;
-  private readonly profile: FallbackProfile;
   private readonly now: () => number;
   private readonly onFallback: ((event: FallbackEvent) => void) | undefined;
   private fallbacks = 0;
@@ -124,7 +75,7 @@ export class SquawkClient {
     if (!(this.callTimeoutMs > 0)) throw new RangeError(`callTimeoutMs must be > 0, got ${this.callTimeoutMs}`);
     this.fallbackEnabled = options.fallback ?? true;
     this.propagator = options.propagator;
-    this.profile = { ...fallbackProfileFromEnv(), ...options.fallbackProfile };
+    this.fallbackProfile = Object.freeze({ ...fallbackProfileFromEnv(), ...options.fallbackProfile });
     this.now = options.now ?? Date.now;
     this.onFallback = options.onFallback;
     this.stub = new PolicyServiceClient(target, options.credentials ?? grpcCredentials.createInsecure(), {
@@ -133,31 +84,28 @@ export class SquawkClient {
     });
   }
 
-  /** How many decisions came from the local fallback. */
+  /** How many decisions came from the local fallback (each batch item counts). */
   get fallbackCount(): number {
     return this.fallbacks;
   }
 
   /**
    * Classify an upstream failure. Only the daemon classifies: there is no
-   * fallback here (an unreachable daemon is a SquawkError), as in the Python client.
+   * fallback here (an unreachable daemon is a SquawkError).
    */
   async classify(input: ClassifyInput, options: CallOptions = {}): Promise<ClassifyResponse> {
-    const request = ClassifyRequest.fromPartial(input);
-    try {
-      return await this.invoke<ClassifyResponse>((md, co, cb) => this.stub.classify(request, md, co, cb), options);
-    } catch (error) {
-      throw this.translate("classify", error, options);
-    }
+    const request = checked("classify", ClassifyRequest.fromPartial, input);
+    return this.call<ClassifyResponse>("classify", (md, co, cb) => this.stub.classify(request, md, co, cb), options);
   }
 
-  /** Decide what to do after a failed attempt. */
+  /**
+   * Decide what to do after a failed attempt. When the daemon is
+   * unreachable, answers UNAVAILABLE or DEADLINE_EXCEEDED, or is slower than
+   * the call timeout, the local fallback answers (`fallback: true`). A
+   * request the policy cannot accept is a SquawkInputError either way.
+   */
   async decideRetry(input: DecideRetryInput, options: CallOptions = {}): Promise<Decision> {
-    const { responseBody, ...rest } = input;
-    const request = DecideRetryRequest.fromPartial({
-      ...rest,
-      responseBody: typeof responseBody === "string" ? Buffer.from(responseBody, "utf8") : responseBody,
-    });
+    const request = decideRequest(input);
     try {
       const response = await this.invoke<DecideRetryResponse>(
         (md, co, cb) => this.stub.decideRetry(request, md, co, cb),
@@ -165,21 +113,91 @@ export class SquawkClient {
       );
       return { ...response, fallback: false };
     } catch (error) {
-      if (!this.fallbackEnabled || !isServiceError(error) || !FALLBACK_CODES.has(error.code)) {
-        throw this.translate("decideRetry", error, options);
-      }
+      const cause = this.fallbackCause(error, options);
+      if (cause === undefined) throw this.translate("decideRetry", error, options);
       // Invalid input throws here, as the daemon would refuse it.
-      const decision: Decision = { ...fallbackDecide(request, this.now(), this.profile), fallback: true };
-      this.fallbacks += 1;
-      this.onFallback?.({ method: "decideRetry", cause: error });
+      const decision = this.decideLocally(request);
+      this.onFallback?.({ method: "decideRetry", cause });
       return decision;
     }
+  }
+
+  /**
+   * Decide many failed attempts in one call; results come in request order,
+   * a refused item with its own SquawkInputError. When the daemon cannot
+   * answer (as for decideRetry), the fallback decides each item. The call
+   * timeout applies once per started 100 requests.
+   */
+  async decideRetryBatch(input: DecideRetryBatchInput, options: CallOptions = {}): Promise<BatchResult[]> {
+    const request = batchRequest(input);
+    const n = request.requests.length;
+    const timeoutMs = options.timeoutMs ?? this.callTimeoutMs * Math.max(1, Math.ceil(n / BATCH_ITEMS_PER_TIMEOUT));
+    try {
+      const response = await this.invoke<DecideRetryBatchResponse>(
+        (md, co, cb) => this.stub.decideRetryBatch(request, md, co, cb),
+        { ...options, timeoutMs },
+      );
+      return batchFromResponse(response, n);
+    } catch (error) {
+      const cause = this.fallbackCause(error, options);
+      if (cause === undefined) throw this.translate("decideRetryBatch", error, options);
+      const results = batchLocally(request.requests, (item) => this.decideLocally(item));
+      this.onFallback?.({ method: "decideRetryBatch", cause });
+      return results;
+    }
+  }
+
+  /**
+   * Ask the daemon for safe parameter changes after a non-transient 4xx.
+   * No fallback. Its default deadline is 30 s, not the call timeout: a
+   * model-backed analysis takes seconds.
+   */
+  async analyzeError(input: AnalyzeErrorInput, options: CallOptions = {}): Promise<AnalyzeErrorResponse> {
+    const request = checked("analyzeError", AnalyzeErrorRequest.fromPartial, input);
+    return this.call<AnalyzeErrorResponse>(
+      "analyzeError",
+      (md, co, cb) => this.stub.analyzeError(request, md, co, cb),
+      { ...options, timeoutMs: options.timeoutMs ?? ANALYZE_TIMEOUT_MS },
+    );
+  }
+
+  /**
+   * The pre-dispatch guard: may these parameters be sent? No fallback: an
+   * unreachable daemon is a SquawkError, never a silent "ok".
+   */
+  async checkDispatch(input: CheckDispatchInput, options: CallOptions = {}): Promise<CheckDispatchResponse> {
+    const request = checked("checkDispatch", CheckDispatchRequest.fromPartial, input);
+    return this.call<CheckDispatchResponse>(
+      "checkDispatch",
+      (md, co, cb) => this.stub.checkDispatch(request, md, co, cb),
+      options,
+    );
   }
 
   /** Close the channel; later calls reject. */
   close(): void {
     this.closed = true;
     this.stub.close();
+  }
+
+  /** The gRPC error that lets the fallback answer, or undefined when the error stands. */
+  private fallbackCause(error: unknown, options: CallOptions): ServiceError | undefined {
+    if (!this.fallbackEnabled || options.signal?.aborted) return undefined;
+    return isServiceError(error) && FALLBACK_CODES.has(error.code) ? error : undefined;
+  }
+
+  private decideLocally(request: DecideRetryRequest): Decision {
+    const decision: Decision = { ...fallbackDecide(request, this.now(), this.fallbackProfile), fallback: true };
+    this.fallbacks += 1;
+    return decision;
+  }
+
+  private async call<Res>(method: SquawkMethod, start: Start<Res>, options: CallOptions): Promise<Res> {
+    try {
+      return await this.invoke(start, options);
+    } catch (error) {
+      throw this.translate(method, error, options);
+    }
   }
 
   private metadata(ctx: Context | undefined): Metadata {
@@ -194,9 +212,7 @@ export class SquawkClient {
   private translate(method: SquawkMethod, error: unknown, options: CallOptions): unknown {
     if (options.signal?.aborted && error === options.signal.reason) return error;
     if (!isServiceError(error)) return error;
-    if (error.code === status.INVALID_ARGUMENT) {
-      return new SquawkInputError(fieldOf(error.details), error.details, { cause: error });
-    }
+    if (error.code === status.INVALID_ARGUMENT) return inputErrorFrom(error);
     return new SquawkError(error.code, `${method}: ${error.details || error.message}`, { cause: error });
   }
 

@@ -1,15 +1,21 @@
-// @squawk/client: the TypeScript client of the Squawk policy daemon.
+// @squawk/client: the TypeScript client of the Squawk policy daemon. This is
+// the package's whole public surface (test/surface.test.ts pins it); every
+// other module is internal.
+export { SquawkClient } from "./client";
 export {
-  SquawkClient,
   DEFAULT_CHANNEL_OPTIONS,
+  type AnalyzeErrorInput,
   type CallOptions,
+  type CheckDispatchInput,
   type ClassifyInput,
   type Decision,
+  type DecideRetryBatchInput,
   type DecideRetryInput,
   type FallbackEvent,
   type SquawkClientOptions,
   type SquawkMethod,
-} from "./client";
+} from "./options";
+export { MAX_BATCH, type BatchResult } from "./batch";
 export { SquawkError, SquawkInputError } from "./errors";
 export { fallbackClassify, fallbackDecide, validateDecideRequest, DEFAULT_FALLBACK_PROFILE, type FallbackProfile } from "./fallback";
 export { fallbackProfileFromEnv, parseGoDuration } from "./env";
@@ -17,31 +23,34 @@ export { backoffDelayMs, DEFAULT_BACKOFF, type BackoffConfig } from "./backoff";
 export { retryAfterMs, parseHttpDate } from "./headers";
 export { redact, REDACTED } from "./redact";
 export { durationFromMs, durationToMs } from "./duration";
+export { StepError, type HeaderSource, type ResponseLike, type StepErrorInit } from "./steperror";
+export { type ErrorInfo, type Tier } from "./hooks";
 export {
   runStep,
   sleep,
-  StepError,
   StepFailedError,
   type DecisionSource,
-  type ErrorVerdict,
-  type HeaderSource,
-  type ResponseLike,
   type RunStepOptions,
   type Sleep,
   type StepContext,
-  type StepErrorInit,
-  type StepFailureInfo,
 } from "./runner";
 export {
   Action,
+  AnalysisSource,
   ErrorCategory,
   Reason,
-  actionToJSON,
-  errorCategoryToJSON,
-  reasonToJSON,
+  AnalyzeErrorRequest,
+  AnalyzeErrorResponse,
+  CheckDispatchRequest,
+  CheckDispatchResponse,
   ClassifyRequest,
   ClassifyResponse,
+  DecideRetryBatchRequest,
+  DecideRetryBatchResponse,
+  DecideRetryBatchResult,
   DecideRetryRequest,
   DecideRetryResponse,
+  RejectedChange,
+  Violation,
 } from "./gen/squawk/v1/policy";
 export type { Duration } from "./gen/google/protobuf/duration";

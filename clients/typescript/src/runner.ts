@@ -1,96 +1,35 @@
 // runStep: run a step, and after each failure ask the policy what to do.
-import { backoffDelayMs } from "./backoff";
-import type { CallOptions, Decision, DecideRetryInput } from "./client";
 import { durationFromMs, durationToMs } from "./duration";
-import { Action, reasonToJSON } from "./gen/squawk/v1/policy";
+import { SquawkInputError } from "./errors";
+import type { FallbackProfile } from "./fallback";
+import { Action, DecideRetryRequest } from "./gen/squawk/v1/policy";
+import { override, tierOf, type ErrorInfo, type Tier } from "./hooks";
+import type { CallOptions, Decision, DecideRetryInput } from "./options";
+import { StepError } from "./steperror";
 
 /** Anything that decides: a SquawkClient, or a stand-in in tests. */
 export interface DecisionSource {
   decideRetry(input: DecideRetryInput, options?: CallOptions): Promise<Decision>;
-}
-
-/** Headers as a plain object, or anything with forEach (the Fetch API's Headers). */
-export type HeaderSource =
-  | Readonly<Record<string, string>>
-  | { forEach(callback: (value: string, key: string) => void): void };
-
-export interface StepErrorInit {
-  /** The component's HTTP status; 0 = no response (transport failure) or unknown. */
-  readonly httpStatus?: number;
-  /** True when no HTTP response arrived (connect, reset, DNS, timeout). */
-  readonly transportFailure?: boolean;
-  /** The component's raw response body; read for its error envelope. */
-  readonly body?: Uint8Array | string;
-  readonly headers?: HeaderSource;
-  readonly cause?: unknown;
-}
-
-/** The minimum of a Fetch API Response that StepError.fromResponse reads. */
-export interface ResponseLike {
-  readonly status: number;
-  readonly statusText?: string;
-  readonly headers: { forEach(callback: (value: string, key: string) => void): void };
-  arrayBuffer(): Promise<ArrayBuffer>;
-}
-
-function headerRecord(source: HeaderSource | undefined): Record<string, string> {
-  const out: Record<string, string> = {};
-  if (source === undefined) return out;
-  if (typeof source.forEach === "function") {
-    (source as { forEach(callback: (value: string, key: string) => void): void }).forEach((value, key) => {
-      out[key] = value;
-    });
-    return out;
-  }
-  for (const [key, value] of Object.entries(source as Readonly<Record<string, string>>)) out[key] = value;
-  return out;
-}
-
-/**
- * A failed call to a component, as a step reports it. Any other thrown
- * error counts as a transport failure.
- */
-export class StepError extends Error {
-  override name = "StepError";
-  readonly httpStatus: number;
-  readonly transportFailure: boolean;
-  readonly body: Uint8Array | string | undefined;
-  readonly headers: Readonly<Record<string, string>>;
-
-  constructor(message: string, init: StepErrorInit = {}) {
-    super(message, init.cause === undefined ? undefined : { cause: init.cause });
-    this.httpStatus = init.httpStatus ?? 0;
-    this.transportFailure = init.transportFailure ?? false;
-    this.body = init.body;
-    this.headers = Object.freeze(headerRecord(init.headers));
-  }
-
-  /** A StepError from a non-2xx Fetch API response (reads its body). */
-  static async fromResponse(response: ResponseLike, message?: string): Promise<StepError> {
-    const body = new Uint8Array(await response.arrayBuffer());
-    const text = message ?? `HTTP ${response.status}${response.statusText ? ` ${response.statusText}` : ""}`;
-    return new StepError(text, { httpStatus: response.status, body, headers: response.headers });
-  }
+  /** Its default profile: the attempt budget and backoff of a forced resend. */
+  readonly fallbackProfile: FallbackProfile;
 }
 
 /** The step ended: `decision` says why, `cause` is the step's last error. */
 export class StepFailedError extends Error {
   override name = "StepFailedError";
+  /** The final decision (after the error hook). */
   readonly decision: Decision;
-  /** Attempts made (corrections not counted). */
-  readonly attempts: number;
-  readonly validationRetriesUsed: number;
+  /** How many times the step was called. */
+  readonly calls: number;
 
-  constructor(cause: unknown, decision: Decision, attempts: number, validationRetriesUsed: number) {
+  constructor(decision: Decision, calls: number, cause: unknown) {
     const last = cause instanceof Error ? cause.message : String(cause);
     super(
-      `step failed after ${attempts} attempt(s): ${reasonToJSON(decision.reason)}: ${decision.explanation} ` +
-        `(last error: ${last})`,
+      `step failed after ${calls} call(s): ${decision.reason}: ${decision.explanation} (last error: ${last})`,
       { cause },
     );
     this.decision = decision;
-    this.attempts = attempts;
-    this.validationRetriesUsed = validationRetriesUsed;
+    this.calls = calls;
   }
 }
 
@@ -98,32 +37,18 @@ export class StepFailedError extends Error {
 export interface StepContext {
   /** 1-based attempt number; a corrected resend keeps the number. */
   readonly attempt: number;
-  readonly validationRetriesUsed: number;
+  readonly correctionsUsed: number;
   readonly signal: AbortSignal | undefined;
 }
-
-/** What the hooks are told about a failure. */
-export interface StepFailureInfo<P> {
-  readonly error: unknown;
-  readonly decision: Decision;
-  readonly attempt: number;
-  readonly validationRetriesUsed: number;
-  readonly params: P;
-}
-
-/** onError's verdict: "retry" resends, "fail" ends the step, undefined follows the decision. */
-export type ErrorVerdict = "retry" | "fail" | undefined;
 
 export type Sleep = (ms: number, signal?: AbortSignal) => Promise<void>;
 
 export interface RunStepOptions<P> {
-  /** The step's parameters; a correction replaces them. */
-  readonly params: P;
   /** Cancels the step: a cancelled step is never retried, and a wait ends at once. */
   readonly signal?: AbortSignal;
-  /** Attempts allowed in all; unset = the profile's (default 3). */
+  /** Attempts allowed in all, >= 1; unset = the profile's (3, or the pod's SQUAWK_STEP_RETRY_MAX_ATTEMPTS). */
   readonly maxAttempts?: number;
-  /** Correction budget; unset = the profile's (default 2). */
+  /** Correction budget, >= 0; unset = the profile's (2). 0 is a budget of none, sent as 0. */
   readonly maxValidationRetries?: number;
   /** The step's time budget in ms from the start of runStep; unset = no deadline. */
   readonly deadlineMs?: number;
@@ -133,19 +58,14 @@ export interface RunStepOptions<P> {
   readonly upstream?: string;
   readonly profile?: string;
   /**
-   * Correction hook, asked on CORRECT: return corrected parameters, or
-   * undefined when it has none (the step then fails). Its presence tells
-   * the policy that corrections are available. Corrections do not consume
-   * an attempt.
+   * Correction hook, called on CORRECT with the failed parameters, the
+   * step's error and the decision; its answer is sent next. A correction
+   * consumes no attempt; it counts against the correction budget. Its
+   * presence tells the policy a correction is available.
    */
-  readonly correct?: (info: StepFailureInfo<P>) => P | undefined | Promise<P | undefined>;
-  /**
-   * The final say after each decision: "retry" resends the same parameters
-   * (after the decision's delay when it is RETRY, else after the default
-   * backoff), "fail" ends the step, undefined follows the decision. A
-   * cancelled step is never retried, whatever this returns.
-   */
-  readonly onError?: (info: StepFailureInfo<P>) => ErrorVerdict | Promise<ErrorVerdict>;
+  readonly correct?: (params: P, error: unknown, decision: Decision) => P | Promise<P>;
+  /** Error hook: the final say after each decision (see Tier). */
+  readonly onError?: (info: ErrorInfo) => Tier | undefined | Promise<Tier | undefined>;
   /** The wait between attempts (a seam for tests); default: an abortable timer. */
   readonly sleep?: Sleep;
   /** Clock in ms for the deadline (default Date.now). */
@@ -190,59 +110,82 @@ function untilAborted<T>(promise: Promise<T>, signal: AbortSignal | undefined): 
   });
 }
 
-function failureFields(error: unknown): Pick<DecideRetryInput, "httpStatus" | "transportFailure" | "responseBody" | "headers"> {
-  if (error instanceof StepError) {
-    return {
-      httpStatus: error.httpStatus,
-      transportFailure: error.transportFailure,
-      responseBody: error.body,
-      headers: { ...error.headers },
-    };
+/** Budgets the wire cannot carry, refused before the step runs; named as on the wire. */
+function validate<P>(options: RunStepOptions<P>): void {
+  const { maxAttempts, maxValidationRetries, deadlineMs } = options;
+  const int32 = (n: number): boolean => Number.isInteger(n) && n <= 2 ** 31 - 1;
+  if (maxAttempts !== undefined && !(int32(maxAttempts) && maxAttempts >= 1)) {
+    throw new SquawkInputError("max_attempts", `max_attempts: maxAttempts must be an integer >= 1 when set, got ${maxAttempts}`);
   }
-  return { httpStatus: 0, transportFailure: true };
+  if (maxValidationRetries !== undefined && !(int32(maxValidationRetries) && maxValidationRetries >= 0)) {
+    throw new SquawkInputError(
+      "max_validation_retries",
+      `max_validation_retries: maxValidationRetries must be an integer >= 0 when set, got ${maxValidationRetries}`,
+    );
+  }
+  if (deadlineMs !== undefined && !(Number.isFinite(deadlineMs) && deadlineMs >= 0)) {
+    throw new SquawkInputError("deadline", `deadline: deadlineMs must be a finite number >= 0 when set, got ${deadlineMs}`);
+  }
+}
+
+/** What a failure tells the policy: a StepError's fields, or a transport failure for anything else. */
+function failureFields(error: unknown, maxBodyBytes: number): Partial<DecideRetryRequest> {
+  if (!(error instanceof StepError)) return { httpStatus: 0, transportFailure: true };
+  const body = typeof error.body === "string" ? new TextEncoder().encode(error.body) : error.body;
+  return {
+    httpStatus: error.httpStatus,
+    transportFailure: error.transportFailure,
+    // The policy reads a body's head; a longer one would be refused whole.
+    responseBody: body?.subarray(0, maxBodyBytes),
+    headers: { ...error.headers },
+  };
 }
 
 /**
- * Run `fn` until it succeeds or the policy ends the step.
+ * Call `step(params)` until it succeeds or the policy ends the step.
  *
- * After a failure the runner asks `client.decideRetry`: RETRY waits the
- * delay (the signal cuts the wait at once) and resends the same parameters;
- * CORRECT asks `options.correct` for new parameters and resends them
- * without consuming an attempt; FAIL rejects with a StepFailedError holding
- * the decision and the last error. A step that fails after its signal
- * aborted is decided as cancelled (never retried); an abort while waiting
- * or deciding rejects with `signal.reason`.
+ * After a failure the runner asks `client.decideRetry` (the daemon or its
+ * local fallback), lets `options.onError` have the final say, then: RETRY
+ * waits the delay (the signal cuts the wait at once) and resends the same
+ * parameters; CORRECT asks `options.correct` for new parameters and sends
+ * them without consuming an attempt; FAIL rejects with a StepFailedError.
+ * A step that fails after its signal aborted is decided as cancelled (never
+ * retried); an abort while waiting or deciding rejects with `signal.reason`.
+ * Options out of range are a SquawkInputError before the step runs.
  */
 export async function runStep<P, R>(
   client: DecisionSource,
-  fn: (params: P, context: StepContext) => Promise<R>,
-  options: RunStepOptions<P>,
+  params: P,
+  step: (params: P, context: StepContext) => Promise<R>,
+  options: RunStepOptions<P> = {},
 ): Promise<R> {
-  const { signal } = options;
+  validate(options);
+  const { signal, correct, onError } = options;
   const wait = options.sleep ?? sleep;
   const now = options.now ?? Date.now;
+  const profile = client.fallbackProfile;
+  const budget = options.maxAttempts ?? profile.maxAttempts;
   const startedAt = now();
-  let params = options.params;
   let attempt = 1;
-  let validationRetriesUsed = 0;
+  let correctionsUsed = 0;
 
-  for (;;) {
+  for (let calls = 1; ; calls++) {
     if (signal?.aborted) throw signal.reason;
     let error: unknown;
     try {
-      return await fn(params, { attempt, validationRetriesUsed, signal });
+      return await step(params, { attempt, correctionsUsed, signal });
     } catch (caught) {
       error = caught;
     }
 
     const cancelled = signal?.aborted ?? false;
-    const input: DecideRetryInput = {
-      ...failureFields(error),
+    const request = DecideRetryRequest.fromPartial({
+      ...failureFields(error, profile.maxBodyBytes),
       attempt,
       maxAttempts: options.maxAttempts,
-      validationRetriesUsed,
+      validationRetriesUsed: correctionsUsed,
       maxValidationRetries: options.maxValidationRetries,
-      correctionAvailable: options.correct !== undefined,
+      correctionAvailable: correct !== undefined,
       hitlApproved: options.hitlApproved ?? false,
       delegatedOrchestrator: options.delegatedOrchestrator ?? false,
       cancelled,
@@ -251,31 +194,27 @@ export async function runStep<P, R>(
       capability: options.capability ?? "",
       upstream: options.upstream ?? "",
       profile: options.profile ?? "",
-    };
+    });
     // Once cancelled, the decision call itself must not be cut short.
-    const decision = await client.decideRetry(input, cancelled ? {} : { signal });
-    const info: StepFailureInfo<P> = { error, decision, attempt, validationRetriesUsed, params };
-    const verdict = options.onError === undefined ? undefined : await options.onError(info);
-    const fail = (): StepFailedError => new StepFailedError(error, decision, attempt, validationRetriesUsed);
+    let decision = await client.decideRetry(request, cancelled ? {} : { signal });
+    if (onError !== undefined) {
+      const info: ErrorInfo = { attempt, correctionsUsed, error, request, decision };
+      decision = override(decision, tierOf(await onError(info)), attempt, budget, profile.backoff);
+    }
 
-    if (cancelled || verdict === "fail") throw fail();
-    if (verdict === "retry" || decision.action === Action.ACTION_RETRY) {
-      const delayMs =
-        decision.action === Action.ACTION_RETRY && decision.delay !== undefined
-          ? durationToMs(decision.delay)
-          : backoffDelayMs(attempt);
+    if (cancelled || decision.action === Action.ACTION_FAIL) throw new StepFailedError(decision, calls, error);
+    if (decision.action === Action.ACTION_RETRY) {
+      const delayMs = decision.delay === undefined ? 0 : durationToMs(decision.delay);
       if (delayMs > 0) await untilAborted(wait(delayMs, signal), signal);
       attempt += 1;
       continue;
     }
-    if (decision.action === Action.ACTION_CORRECT && options.correct !== undefined) {
-      const corrected = await untilAborted(Promise.resolve(options.correct(info)), signal);
-      if (corrected === undefined) throw fail();
-      params = corrected;
-      validationRetriesUsed += 1;
-      if (decision.consumesAttempt) attempt += 1;
+    if (decision.action === Action.ACTION_CORRECT && correct !== undefined) {
+      params = await untilAborted(Promise.resolve(correct(params, error, decision)), signal);
+      correctionsUsed += 1;
       continue;
     }
-    throw fail();
+    // CORRECT without a hook, or an action this client does not know.
+    throw new StepFailedError(decision, calls, error);
   }
 }

@@ -17,6 +17,7 @@ import { W3CTraceContextPropagator } from "@opentelemetry/core";
 import {
   Action,
   ClassifyResponse,
+  DecideRetryBatchResponse,
   DecideRetryResponse,
   ErrorCategory,
   Reason,
@@ -26,9 +27,28 @@ import {
   type ClassifyRequest,
   type DecideRetryRequest,
 } from "../src/index";
+import { BadRequest } from "../src/gen/google/rpc/error_details";
+import { Status } from "../src/gen/google/rpc/status";
 import { PolicyServiceService, type PolicyServiceServer } from "../src/gen/squawk/v1/policy";
 
-type Behaviour = "answer" | "slow" | "invalid" | "internal";
+type Behaviour = "answer" | "slow" | "invalid" | "detailed" | "garbled" | "internal";
+
+/** An INVALID_ARGUMENT whose grpc-status-details-bin trailer holds `details`, as grpcio-status writes it. */
+function refusal(message: string, details: Uint8Array): Partial<ServiceError> {
+  const metadata = new Metadata();
+  metadata.set("grpc-status-details-bin", Buffer.from(details));
+  return { code: status.INVALID_ARGUMENT, details: message, metadata };
+}
+
+/** A google.rpc.Status carrying one BadRequest field violation. */
+function badRequest(field: string, description: string): Uint8Array {
+  const violation = BadRequest.encode(BadRequest.fromPartial({ fieldViolations: [{ field, description }] }));
+  return Status.encode({
+    code: status.INVALID_ARGUMENT,
+    message: `${field}: ${description}`,
+    details: [{ typeUrl: "type.googleapis.com/google.rpc.BadRequest", value: violation.finish() }],
+  }).finish();
+}
 
 /** A stand-in PolicyService that records the metadata of every call. */
 class RecordingServer {
@@ -43,6 +63,11 @@ class RecordingServer {
       if (this.behaviour === "invalid") {
         const error: Partial<ServiceError> = { code: status.INVALID_ARGUMENT, details: "attempt: must be >= 1 (1-based), got 0" };
         callback(error as ServiceError, null);
+      } else if (this.behaviour === "detailed") {
+        // The message names no field; only the detail does.
+        callback(refusal("the request is not acceptable", badRequest("deadline.nanos", "must be < 1e9")) as ServiceError, null);
+      } else if (this.behaviour === "garbled") {
+        callback(refusal("max_attempts: must be >= 1 when set, got 0", Uint8Array.of(0xff, 0xff, 0xff)) as ServiceError, null);
       } else if (this.behaviour === "internal") {
         callback({ code: status.INTERNAL, details: "internal error; see the daemon's log" } as ServiceError, null);
       } else {
@@ -68,7 +93,16 @@ class RecordingServer {
             explanation: "from the recording server",
           }),
         ),
-      decideRetryBatch: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
+      decideRetryBatch: (call, cb) =>
+        this.respond(
+          call,
+          cb,
+          DecideRetryBatchResponse.fromPartial({
+            results: call.request.requests.map(() => ({
+              decision: { action: Action.ACTION_FAIL, reason: Reason.REASON_TERMINAL_STATUS, explanation: "from the recording server" },
+            })),
+          }),
+        ),
       analyzeError: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
       checkDispatch: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
     };
@@ -165,6 +199,39 @@ describe("client against an in-test server", () => {
     }
   });
 
+  test("a slow daemon's batch is decided item by item by the fallback", async () => {
+    recorder.behaviour = "slow";
+    const client = new SquawkClient(target, { callTimeoutMs: 50 });
+    try {
+      const results = await client.decideRetryBatch({ requests: [{ attempt: 1, httpStatus: 503 }, { attempt: 1, httpStatus: 401 }] });
+      assert.deepEqual(
+        results.map((r) => [r.decision?.fallback, r.decision?.action, r.decision?.reason]),
+        [
+          [true, Action.ACTION_RETRY, Reason.REASON_TRANSIENT_STATUS],
+          [true, Action.ACTION_FAIL, Reason.REASON_TERMINAL_STATUS],
+        ],
+      );
+      assert.equal(client.fallbackCount, 2);
+    } finally {
+      client.close();
+    }
+  });
+
+  test("a batch gets the call timeout once per started 100 requests", async () => {
+    // The server answers after 400 ms: 1,000 requests get 10 x 50 ms, enough to wait for it.
+    recorder.behaviour = "slow";
+    const client = new SquawkClient(target, { callTimeoutMs: 50 });
+    try {
+      const requests = Array.from({ length: 1000 }, () => ({ attempt: 1, httpStatus: 401 }));
+      const results = await client.decideRetryBatch({ requests });
+      assert.equal(results.length, 1000);
+      assert.ok(results.every((r) => r.decision?.fallback === false && r.decision.explanation === "from the recording server"));
+      assert.equal(client.fallbackCount, 0);
+    } finally {
+      client.close();
+    }
+  });
+
   test("with the fallback disabled a slow daemon is an error", async () => {
     recorder.behaviour = "slow";
     const client = new SquawkClient(target, { callTimeoutMs: 50, fallback: false });
@@ -183,6 +250,19 @@ describe("client against an in-test server", () => {
     try {
       recorder.behaviour = "invalid";
       await assert.rejects(client.decideRetry({ attempt: 0 }), (e: unknown) => e instanceof SquawkInputError && e.field === "attempt");
+      recorder.behaviour = "detailed";
+      await assert.rejects(client.classify({}), (e: unknown) => {
+        assert.ok(e instanceof SquawkInputError);
+        assert.equal(e.field, "deadline.nanos", "read from the google.rpc.BadRequest detail");
+        assert.equal(e.message, "the request is not acceptable");
+        return true;
+      });
+      recorder.behaviour = "garbled";
+      await assert.rejects(
+        client.decideRetry({ attempt: 1 }),
+        (e: unknown) => e instanceof SquawkInputError && e.field === "max_attempts",
+        "a trailer that does not decode leaves the message's prefix",
+      );
       recorder.behaviour = "internal";
       await assert.rejects(client.decideRetry({ attempt: 1 }), (e: unknown) => e instanceof SquawkError && e.code === status.INTERNAL);
       assert.equal(client.fallbackCount, 0);

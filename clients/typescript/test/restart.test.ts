@@ -25,6 +25,7 @@ test("SIGKILL the daemon mid-run, then restart it on the same port", { timeout: 
   let reconnectMs = 0;
 
   const source = {
+    fallbackProfile: client.fallbackProfile,
     async decideRetry(input: DecideRetryInput): Promise<Decision> {
       const decision = await client.decideRetry(input);
       log.push({ phase, attempt: input.attempt ?? 0, fallback: decision.fallback, decision });
@@ -35,12 +36,12 @@ test("SIGKILL the daemon mid-run, then restart it on the same port", { timeout: 
   try {
     const result = await runStep(
       source,
+      undefined,
       async () => {
         if (phase === "done") return "finished";
         throw new StepError("service unavailable", { httpStatus: 503 });
       },
       {
-        params: undefined,
         maxAttempts: 100_000,
         // The zero-sleep seam also drives the scenario between attempts.
         sleep: async () => {

@@ -1,38 +1,44 @@
-// runStep with a scripted decision source.
+// runStep with a scripted decision source: the runner's own mechanics
+// (hooks, cancellation, options). The policy itself is exercised by
+// runner-vectors.test against the daemon and the fallback.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import {
   Action,
+  DEFAULT_FALLBACK_PROFILE,
   durationFromMs,
   Reason,
   runStep,
+  SquawkInputError,
   StepError,
   StepFailedError,
   type Decision,
   type DecideRetryInput,
   type DecisionSource,
-  type ErrorVerdict,
+  type ErrorInfo,
   type Sleep,
+  type Tier,
 } from "../src/index";
 
-function decision(action: Action, reason: Reason, delayMs = 0, consumesAttempt = action !== Action.ACTION_CORRECT): Decision {
+function decision(action: Action, reason: Reason, delayMs = 0, consumesAttempt = true): Decision {
   return {
     action,
     reason,
     delay: durationFromMs(delayMs),
-    explanation: `${Action[action]} ${Reason[reason]}`,
+    explanation: `${action} ${reason}`,
     consumesAttempt,
     classification: undefined,
     fallback: false,
   };
 }
 const RETRY = (ms = 100): Decision => decision(Action.ACTION_RETRY, Reason.REASON_TRANSIENT_STATUS, ms);
-const CORRECT = decision(Action.ACTION_CORRECT, Reason.REASON_CORRECTION_ELIGIBLE);
+const CORRECT = decision(Action.ACTION_CORRECT, Reason.REASON_CORRECTION_ELIGIBLE, 0, false);
 const FAIL = decision(Action.ACTION_FAIL, Reason.REASON_NO_CORRECTION_AVAILABLE);
 const CANCELLED = decision(Action.ACTION_FAIL, Reason.REASON_CANCELLED);
 
 /** Answers with the scripted decisions in turn, and records every request. */
 class Script implements DecisionSource {
+  readonly fallbackProfile = DEFAULT_FALLBACK_PROFILE;
   readonly requests: DecideRetryInput[] = [];
   constructor(private readonly answers: Decision[]) {}
   async decideRetry(input: DecideRetryInput): Promise<Decision> {
@@ -49,6 +55,8 @@ function recordingSleep(): { sleep: Sleep; waits: number[] } {
   return { waits, sleep: async (ms) => void waits.push(ms) };
 }
 
+const busy = (): Promise<never> => Promise.reject(new StepError("busy", { httpStatus: 503 }));
+
 describe("runStep", () => {
   test("retries after the decision's delay, then succeeds", async () => {
     const script = new Script([RETRY(542), RETRY(1091)]);
@@ -56,14 +64,15 @@ describe("runStep", () => {
     const seen: number[] = [];
     const result = await runStep(
       script,
-      async (params: { city: string }, ctx) => {
+      { city: "PAR" },
+      async (params, ctx) => {
         seen.push(ctx.attempt);
         if (ctx.attempt < 3) {
           throw new StepError("busy", { httpStatus: 503, headers: { "Retry-After": "1" }, body: "<html>busy</html>" });
         }
         return `ok ${params.city}`;
       },
-      { params: { city: "PAR" }, sleep, maxAttempts: 5 },
+      { sleep, maxAttempts: 5 },
     );
     assert.equal(result, "ok PAR");
     assert.deepEqual(seen, [1, 2, 3]);
@@ -76,7 +85,7 @@ describe("runStep", () => {
       ],
     );
     assert.deepEqual(script.requests[0]?.headers, { "Retry-After": "1" });
-    assert.equal(script.requests[0]?.responseBody, "<html>busy</html>");
+    assert.equal(new TextDecoder().decode(script.requests[0]?.responseBody as Uint8Array), "<html>busy</html>");
   });
 
   test("any other thrown error is a transport failure", async () => {
@@ -84,34 +93,39 @@ describe("runStep", () => {
     let calls = 0;
     const out = await runStep(
       script,
+      null,
       async () => {
         calls += 1;
         if (calls === 1) throw new TypeError("fetch failed");
         return 42;
       },
-      { params: null, sleep: recordingSleep().sleep },
+      { sleep: recordingSleep().sleep },
     );
     assert.equal(out, 42);
     assert.equal(script.requests[0]?.transportFailure, true);
     assert.equal(script.requests[0]?.httpStatus, 0);
   });
 
-  test("CORRECT calls the hook, resends its parameters and keeps the attempt number", async () => {
-    const script = new Script([CORRECT]);
+  test("CORRECT calls the hook with the parameters, the error and the decision, and spends no attempt", async () => {
+    // consumesAttempt is set on purpose: a correction never spends an attempt, whatever the answer says.
+    const correctSpendingAttempt = { ...CORRECT, consumesAttempt: true };
+    const script = new Script([correctSpendingAttempt, RETRY(1)]);
     const tried: Array<[string, number, number]> = [];
-    const hook: Array<{ params: string; used: number }> = [];
+    const hook: Array<[string, unknown, Decision]> = [];
+    const firstError = new StepError("error 400: INVALID CITY CODE", { httpStatus: 400 });
     const out = await runStep(
       script,
-      async (city: string, ctx) => {
-        tried.push([city, ctx.attempt, ctx.validationRetriesUsed]);
-        if (city !== "PAR") throw new StepError("error 400: INVALID CITY CODE", { httpStatus: 400 });
+      "Paris",
+      async (city, ctx) => {
+        tried.push([city, ctx.attempt, ctx.correctionsUsed]);
+        if (city !== "PAR") throw firstError;
+        if (ctx.attempt === 1) throw new StepError("busy", { httpStatus: 503 });
         return city;
       },
       {
-        params: "Paris",
-        correct: (info) => {
-          hook.push({ params: info.params, used: info.validationRetriesUsed });
-          assert.equal(info.decision.action, Action.ACTION_CORRECT);
+        sleep: recordingSleep().sleep,
+        correct: (params, error, d) => {
+          hook.push([params, error, d]);
           return "PAR";
         },
       },
@@ -120,43 +134,108 @@ describe("runStep", () => {
     assert.deepEqual(tried, [
       ["Paris", 1, 0],
       ["PAR", 1, 1],
+      ["PAR", 2, 1],
     ]);
-    assert.deepEqual(hook, [{ params: "Paris", used: 0 }]);
-    assert.equal(script.requests[0]?.correctionAvailable, true);
-  });
-
-  test("a correction hook with nothing to offer ends the step", async () => {
-    const script = new Script([CORRECT]);
-    await assert.rejects(
-      runStep(script, async () => Promise.reject(new StepError("bad", { httpStatus: 422 })), {
-        params: 1,
-        correct: () => undefined,
-      }),
-      (e: unknown) => e instanceof StepFailedError && e.decision.action === Action.ACTION_CORRECT,
+    assert.deepEqual(hook, [["Paris", firstError, correctSpendingAttempt]]);
+    assert.deepEqual(
+      script.requests.map((r) => [r.attempt, r.validationRetriesUsed, r.correctionAvailable]),
+      [
+        [1, 0, true],
+        [1, 1, true],
+      ],
     );
   });
 
-  test("FAIL rethrows the last error wrapped with the decision", async () => {
+  test("a correction hook that throws ends the run with its error", async () => {
+    const broken = new Error("no idea how to fix this");
+    await assert.rejects(
+      runStep(new Script([CORRECT]), 1, busy, {
+        correct: () => {
+          throw broken;
+        },
+      }),
+      (e: unknown) => e === broken,
+    );
+  });
+
+  test("CORRECT without a correction hook ends the step", async () => {
+    await assert.rejects(
+      runStep(new Script([CORRECT]), 1, busy),
+      (e: unknown) => e instanceof StepFailedError && e.decision === CORRECT && e.calls === 1,
+    );
+  });
+
+  test("FAIL rejects with the decision, the number of calls and the last error", async () => {
     const script = new Script([RETRY(1), FAIL]);
     const errors: StepError[] = [];
     await assert.rejects(
       runStep(
         script,
-        async (_p: number, ctx) => {
+        0,
+        async (_p, ctx) => {
           const error = new StepError(`try ${ctx.attempt}`, { httpStatus: ctx.attempt === 1 ? 503 : 400 });
           errors.push(error);
           throw error;
         },
-        { params: 0, sleep: recordingSleep().sleep },
+        { sleep: recordingSleep().sleep },
       ),
       (e: unknown) => {
         assert.ok(e instanceof StepFailedError);
         assert.equal(e.decision, FAIL);
         assert.equal(e.cause, errors[1]);
-        assert.equal(e.attempts, 2);
+        assert.equal(e.calls, 2);
         assert.match(e.message, /REASON_NO_CORRECTION_AVAILABLE/);
         return true;
       },
+    );
+  });
+
+  test("the error hook sees exactly the attempt, corrections, error, request and decision", async () => {
+    const script = new Script([CORRECT, RETRY(1), FAIL]);
+    const seen: ErrorInfo[] = [];
+    const errors: unknown[] = [];
+    await assert.rejects(
+      runStep(
+        script,
+        0,
+        async () => {
+          const error = new StepError("nope", { httpStatus: 422 });
+          errors.push(error);
+          throw error;
+        },
+        {
+          sleep: recordingSleep().sleep,
+          correct: (n) => n + 1,
+          onError: (info) => void seen.push(info),
+        },
+      ),
+      StepFailedError,
+    );
+    for (const info of seen) {
+      assert.deepEqual(Object.keys(info).sort(), ["attempt", "correctionsUsed", "decision", "error", "request"]);
+    }
+    assert.deepEqual(
+      seen.map((i) => [i.attempt, i.correctionsUsed, i.decision.action]),
+      [
+        [1, 0, Action.ACTION_CORRECT],
+        [1, 1, Action.ACTION_RETRY],
+        [2, 1, Action.ACTION_FAIL],
+      ],
+    );
+    assert.deepEqual(
+      seen.map((i) => i.error),
+      errors,
+    );
+    assert.deepEqual(
+      seen.map((i) => i.request),
+      script.requests,
+    );
+  });
+
+  test("an error hook answer that is not a tier is a clear error", async () => {
+    await assert.rejects(
+      runStep(new Script([FAIL]), 0, busy, { onError: () => "retyr" as Tier }),
+      (e: unknown) => e instanceof TypeError && /onError returned "retyr"/.test(e.message),
     );
   });
 
@@ -167,12 +246,13 @@ describe("runStep", () => {
     const started = Date.now();
     const run = runStep(
       script,
+      0,
       async () => {
         calls += 1;
         setTimeout(() => controller.abort(new Error("user cancelled")), 20);
         throw new StepError("busy", { httpStatus: 503 });
       },
-      { params: 0, signal: controller.signal },
+      { signal: controller.signal },
     );
     await assert.rejects(run, /user cancelled/);
     assert.ok(Date.now() - started < 1000, "the 60 s wait was cut short");
@@ -181,8 +261,7 @@ describe("runStep", () => {
 
   test("an abort is honoured even by a sleep seam that ignores the signal", async () => {
     const controller = new AbortController();
-    const run = runStep(new Script([RETRY(10)]), async () => Promise.reject(new StepError("x", { httpStatus: 503 })), {
-      params: 0,
+    const run = runStep(new Script([RETRY(10)]), 0, busy, {
       signal: controller.signal,
       sleep: () => new Promise<void>(() => controller.abort(new Error("gone"))),
     });
@@ -195,11 +274,12 @@ describe("runStep", () => {
     await assert.rejects(
       runStep(
         script,
+        0,
         async () => {
           controller.abort();
           throw new StepError("aborted", { httpStatus: 503 });
         },
-        { params: 0, signal: controller.signal, onError: () => "retry" },
+        { signal: controller.signal, onError: () => "retry" },
       ),
       (e: unknown) => e instanceof StepFailedError && e.decision.reason === Reason.REASON_CANCELLED,
     );
@@ -209,62 +289,10 @@ describe("runStep", () => {
   test("an already aborted signal never runs the step", async () => {
     let ran = false;
     await assert.rejects(
-      runStep(new Script([]), async () => void (ran = true), { params: 0, signal: AbortSignal.abort(new Error("early")) }),
+      runStep(new Script([]), 0, async () => void (ran = true), { signal: AbortSignal.abort(new Error("early")) }),
       /early/,
     );
     assert.equal(ran, false);
-  });
-
-  test("onError can turn a FAIL into a retry", async () => {
-    const script = new Script([FAIL]);
-    const { sleep, waits } = recordingSleep();
-    const verdicts: ErrorVerdict[] = ["retry"];
-    let calls = 0;
-    const out = await runStep(
-      script,
-      async () => {
-        calls += 1;
-        if (calls === 1) throw new StepError("conflict", { httpStatus: 409 });
-        return "second time lucky";
-      },
-      { params: 0, sleep, onError: () => verdicts.shift() },
-    );
-    assert.equal(out, "second time lucky");
-    assert.equal(calls, 2);
-    assert.deepEqual(waits, [542], "a forced retry of a FAIL waits the default backoff");
-  });
-
-  test("onError can turn a RETRY into a failure", async () => {
-    const script = new Script([RETRY(100)]);
-    const { sleep, waits } = recordingSleep();
-    let calls = 0;
-    await assert.rejects(
-      runStep(
-        script,
-        async () => {
-          calls += 1;
-          throw new StepError("busy", { httpStatus: 503 });
-        },
-        { params: 0, sleep, onError: (info) => (info.decision.action === Action.ACTION_RETRY ? "fail" : undefined) },
-      ),
-      (e: unknown) => e instanceof StepFailedError && e.decision.action === Action.ACTION_RETRY,
-    );
-    assert.equal(calls, 1);
-    assert.deepEqual(waits, []);
-  });
-
-  test("onError returning undefined follows the decision", async () => {
-    const script = new Script([RETRY(3)]);
-    const { sleep, waits } = recordingSleep();
-    let calls = 0;
-    await runStep(
-      script,
-      async () => {
-        if (++calls === 1) throw new StepError("busy", { httpStatus: 429 });
-      },
-      { params: 0, sleep, onError: () => undefined },
-    );
-    assert.deepEqual(waits, [3]);
   });
 
   test("the step's deadline is sent as the time left", async () => {
@@ -273,15 +301,56 @@ describe("runStep", () => {
     await assert.rejects(
       runStep(
         script,
+        0,
         async () => {
           clock += 400;
           throw new StepError("slow", { httpStatus: 503 });
         },
-        { params: 0, deadlineMs: 1500, now: () => clock },
+        { deadlineMs: 1500, now: () => clock },
       ),
       StepFailedError,
     );
     assert.deepEqual(script.requests[0]?.deadline, { seconds: 1, nanos: 100_000_000 });
+  });
+
+  test("budgets are sent when set, 0 included, and left unset otherwise", async () => {
+    const unset = new Script([FAIL]);
+    await assert.rejects(runStep(unset, 0, busy), StepFailedError);
+    assert.equal(unset.requests[0]?.maxAttempts, undefined);
+    assert.equal(unset.requests[0]?.maxValidationRetries, undefined);
+    const none = new Script([FAIL]);
+    await assert.rejects(runStep(none, 0, busy, { maxAttempts: 1, maxValidationRetries: 0 }), StepFailedError);
+    assert.equal(none.requests[0]?.maxAttempts, 1);
+    assert.equal(none.requests[0]?.maxValidationRetries, 0);
+  });
+
+  const badOptions: Array<[string, object, string]> = [
+    ["maxAttempts 0", { maxAttempts: 0 }, "max_attempts"],
+    ["maxAttempts 1.5", { maxAttempts: 1.5 }, "max_attempts"],
+    ["maxAttempts 2^31", { maxAttempts: 2 ** 31 }, "max_attempts"],
+    ["maxValidationRetries -1", { maxValidationRetries: -1 }, "max_validation_retries"],
+    ["deadlineMs NaN", { deadlineMs: Number.NaN }, "deadline"],
+    ["deadlineMs -1", { deadlineMs: -1 }, "deadline"],
+  ];
+  for (const [name, options, field] of badOptions) {
+    test(`${name} is refused before the step runs, naming ${field}`, async () => {
+      let ran = false;
+      await assert.rejects(
+        runStep(new Script([]), 0, async () => void (ran = true), options),
+        (e: unknown) => e instanceof SquawkInputError && e.field === field,
+      );
+      assert.equal(ran, false);
+    });
+  }
+
+  test("a body over the profile's limit is sent cut to the limit", async () => {
+    const script = new Script([FAIL]);
+    const body = "x".repeat(DEFAULT_FALLBACK_PROFILE.maxBodyBytes + 10);
+    await assert.rejects(
+      runStep(script, 0, () => Promise.reject(new StepError("big", { httpStatus: 500, body }))),
+      StepFailedError,
+    );
+    assert.equal((script.requests[0]?.responseBody as Uint8Array).length, DEFAULT_FALLBACK_PROFILE.maxBodyBytes);
   });
 
   test("StepError.fromResponse reads status, headers and body", async () => {

@@ -4,7 +4,7 @@ import { existsSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { credentials, Metadata } from "@grpc/grpc-js";
-import { HealthCheckResponse_ServingStatus, HealthClient } from "../../src/gen/grpc/health/v1/health";
+import { HealthCheckResponse_ServingStatus, HealthClient } from "../gen/grpc/health/v1/health";
 
 /** The repository root: the nearest folder above this file holding protos/squawk/v1/policy.proto. */
 export function repoRoot(): string {

@@ -1,0 +1,86 @@
+// What SquawkClient and each of its calls accept.
+import type { ChannelCredentials, ChannelOptions, ServiceError } from "@grpc/grpc-js";
+import type { Context, TextMapPropagator } from "@opentelemetry/api";
+import type { FallbackProfile } from "./fallback";
+import type {
+  AnalyzeErrorRequest,
+  CheckDispatchRequest,
+  ClassifyRequest,
+  DecideRetryRequest,
+  DecideRetryResponse,
+  DeepPartial,
+} from "./gen/squawk/v1/policy";
+
+/** A decision, from the daemon (`fallback: false`) or the local fallback (`fallback: true`). */
+export type Decision = DecideRetryResponse & { readonly fallback: boolean };
+
+/** A ClassifyRequest; every field may be left out (proto3 defaults). */
+export type ClassifyInput = DeepPartial<ClassifyRequest>;
+/** A DecideRetryRequest; every field but `attempt` may be left out. A string body is sent as UTF-8. */
+export type DecideRetryInput = Omit<DeepPartial<DecideRetryRequest>, "responseBody"> & {
+  responseBody?: Uint8Array | string | undefined;
+};
+/** A DecideRetryBatchRequest: at most 10,000 requests, answered in order. */
+export interface DecideRetryBatchInput {
+  readonly requests: readonly DecideRetryInput[];
+}
+/** An AnalyzeErrorRequest; every field may be left out (proto3 defaults). */
+export type AnalyzeErrorInput = DeepPartial<AnalyzeErrorRequest>;
+/** A CheckDispatchRequest; every field may be left out (proto3 defaults). */
+export type CheckDispatchInput = DeepPartial<CheckDispatchRequest>;
+
+export type SquawkMethod = "classify" | "decideRetry" | "decideRetryBatch" | "analyzeError" | "checkDispatch";
+
+export interface FallbackEvent {
+  /** The call that fell back: only the decision calls have a fallback. */
+  readonly method: "decideRetry" | "decideRetryBatch";
+  /** The gRPC error that sent the call to the fallback. */
+  readonly cause: ServiceError;
+}
+
+export interface SquawkClientOptions {
+  /**
+   * Deadline for each call, in ms (default 50); a batch gets it once per
+   * started 100 requests. A slower daemon is answered for by the fallback.
+   * analyzeError is not bounded by it (see CallOptions.timeoutMs).
+   */
+  readonly callTimeoutMs?: number;
+  /** Answer decisions from the local fallback when the daemon is unreachable or slow (default true). */
+  readonly fallback?: boolean;
+  /** Channel credentials (default insecure: the daemon listens on loopback). */
+  readonly credentials?: ChannelCredentials;
+  /** grpc-js channel options, merged over the defaults (short reconnect backoff). */
+  readonly channelOptions?: ChannelOptions;
+  /** Propagator for trace context (default: the global @opentelemetry/api propagator). */
+  readonly propagator?: TextMapPropagator;
+  /**
+   * Overrides of the fallback's default-profile numbers (default: the built-in
+   * profile with the environment's SQUAWK_STEP_RETRY_* overrides, as the daemon reads them).
+   */
+  readonly fallbackProfile?: Partial<FallbackProfile>;
+  /** Clock in Unix ms, read by the fallback for an HTTP-date Retry-After (default Date.now). */
+  readonly now?: () => number;
+  /** Called each time a call is answered by the fallback (once per batch). */
+  readonly onFallback?: (event: FallbackEvent) => void;
+}
+
+export interface CallOptions {
+  /** Aborting cancels the call; the promise rejects with `signal.reason`. */
+  readonly signal?: AbortSignal;
+  /**
+   * This call's deadline in ms (default: the client's callTimeoutMs; for
+   * analyzeError 30,000, since a model-backed analysis takes seconds).
+   */
+  readonly timeoutMs?: number;
+  /** Trace context to propagate (default: the active context). */
+  readonly context?: Context;
+}
+
+/**
+ * Channel defaults: reconnect quickly after the daemon restarts, so the
+ * client stops using the fallback within about a second.
+ */
+export const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = Object.freeze({
+  "grpc.initial_reconnect_backoff_ms": 100,
+  "grpc.max_reconnect_backoff_ms": 1000,
+});

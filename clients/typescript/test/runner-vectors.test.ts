@@ -1,0 +1,238 @@
+// Every case of tests/vectors/runner.json, run by runStep twice: against the
+// real daemon, and with the daemon unreachable (the local fallback).
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import {
+  DecideRetryRequest,
+  runStep,
+  SquawkClient,
+  StepError,
+  StepFailedError,
+  type Decision,
+  type DecideRetryInput,
+  type DecisionSource,
+  type RunStepOptions,
+  type Tier,
+} from "../src/index";
+import { Daemon, freePort, repoRoot } from "./support/daemon";
+import { durationMs, parseDuration, type Json, type JsonObject } from "./support/vectors";
+
+type Params = Json;
+
+interface StepScript {
+  readonly ok?: true;
+  readonly fail?: { httpStatus?: number; transportFailure?: boolean; body?: string; headers?: Record<string, string> };
+  readonly raise?: string;
+}
+
+interface Seen {
+  readonly attempt: number;
+  readonly correctionsUsed: number;
+  readonly action: string;
+  readonly reason: string;
+}
+
+type Outcome = { readonly ok: true } | { readonly failed: { action: string; reason: string; calls: number } };
+
+interface Expect {
+  readonly dispatches: Params[];
+  readonly waitsMs?: number[];
+  readonly requests?: JsonObject[];
+  readonly onErrorSeen?: Seen[];
+  readonly outcome: Outcome;
+}
+
+interface RunnerCase {
+  readonly name: string;
+  readonly params: Params;
+  readonly steps: StepScript[];
+  readonly options?: JsonObject;
+  readonly correct?: Params[];
+  readonly onError?: Tier[];
+  readonly expect: Expect;
+  readonly fallback?: Expect;
+}
+
+const vectors = JSON.parse(readFileSync(join(repoRoot(), "tests", "vectors", "runner.json"), "utf8")) as {
+  about: string;
+  cases: RunnerCase[];
+};
+
+/** The case's options as runStep options; an option this test does not know fails the case. */
+function stepOptions(options: JsonObject | undefined): RunStepOptions<Params> {
+  const out: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(options ?? {})) {
+    switch (key) {
+      case "maxAttempts":
+      case "maxValidationRetries":
+      case "hitlApproved":
+      case "delegatedOrchestrator":
+      case "capability":
+      case "upstream":
+      case "profile":
+        out[key] = value;
+        break;
+      case "deadline":
+        out["deadlineMs"] = durationMs(parseDuration(String(value)));
+        break;
+      default:
+        assert.fail(`unknown runner option ${key}`);
+    }
+  }
+  return out as RunStepOptions<Params>;
+}
+
+/** What a scripted run did. */
+interface RunRecord {
+  readonly dispatches: Params[];
+  readonly waitsMs: number[];
+  readonly requests: DecideRetryRequest[];
+  readonly onErrorSeen: Seen[];
+  readonly decisions: Decision[];
+  outcome?: Outcome;
+  /** A script ran out (a step, hook or verdict asked for more often than listed). */
+  overrun?: string;
+}
+
+const DURATION_FIELDS = new Set(["deadline"]);
+
+/** Each listed field of each request, as the daemon receives it (after a wire round trip). */
+function assertRequests(actual: DecideRetryRequest[], expected: JsonObject[]): void {
+  assert.equal(actual.length, expected.length, "requests sent");
+  expected.forEach((want, i) => {
+    const onWire = DecideRetryRequest.decode(DecideRetryRequest.encode(actual[i] as DecideRetryRequest).finish());
+    const fields = onWire as unknown as Record<string, unknown>;
+    for (const [key, value] of Object.entries(want)) {
+      const got = fields[key];
+      if (DURATION_FIELDS.has(key)) {
+        assert.ok(got !== undefined, `requests[${i}].${key}: absent`);
+        assert.equal(durationMs(got as { seconds: number; nanos: number }), durationMs(parseDuration(String(value))));
+      } else {
+        assert.deepEqual(got, value, `requests[${i}].${key}`);
+      }
+    }
+  });
+}
+
+async function runCase(c: RunnerCase, client: SquawkClient, fallback: boolean): Promise<RunRecord> {
+  const rec: RunRecord = { dispatches: [], waitsMs: [], requests: [], onErrorSeen: [], decisions: [] };
+  const steps = [...c.steps];
+  const corrections = c.correct === undefined ? undefined : [...c.correct];
+  const verdicts = c.onError === undefined ? undefined : [...c.onError];
+  const overrun = (what: string): Error => {
+    rec.overrun ??= what;
+    return new Error(`the case's ${what} ran out`);
+  };
+  const source: DecisionSource = {
+    fallbackProfile: client.fallbackProfile,
+    async decideRetry(input: DecideRetryInput): Promise<Decision> {
+      rec.requests.push(input as DecideRetryRequest);
+      const decision = await client.decideRetry(input);
+      rec.decisions.push(decision);
+      return decision;
+    },
+  };
+  const options: RunStepOptions<Params> = {
+    ...stepOptions(c.options),
+    sleep: async (ms) => void rec.waitsMs.push(ms),
+    ...(corrections === undefined
+      ? {}
+      : {
+          correct: () => {
+            const next = corrections.shift();
+            if (next === undefined) throw overrun("correct list");
+            return next;
+          },
+        }),
+    ...(verdicts === undefined
+      ? {}
+      : {
+          onError: (info) => {
+            rec.onErrorSeen.push({
+              attempt: info.attempt,
+              correctionsUsed: info.correctionsUsed,
+              action: info.decision.action,
+              reason: info.decision.reason,
+            });
+            const next = verdicts.shift();
+            if (next === undefined) throw overrun("onError list");
+            return next;
+          },
+        }),
+  };
+  try {
+    await runStep(
+      source,
+      c.params,
+      async (params) => {
+        rec.dispatches.push(structuredClone(params));
+        const next = steps.shift();
+        if (next === undefined) throw overrun("steps");
+        if (next.raise !== undefined) throw new Error(next.raise);
+        if (next.fail !== undefined) throw new StepError("scripted failure", next.fail);
+        return "done";
+      },
+      options,
+    );
+    rec.outcome = { ok: true };
+  } catch (error) {
+    if (!(error instanceof StepFailedError)) throw error;
+    const { action, reason } = error.decision;
+    rec.outcome = { failed: { action, reason, calls: error.calls } };
+  }
+  assert.ok(
+    rec.decisions.every((d) => d.fallback === fallback),
+    fallback ? "every decision came from the fallback" : "every decision came from the daemon",
+  );
+  return rec;
+}
+
+function check(rec: RunRecord, expect: Expect): void {
+  assert.equal(rec.overrun, undefined, `the run asked for more than the case lists (${rec.overrun})`);
+  assert.deepEqual(rec.dispatches, expect.dispatches, "dispatches");
+  if (expect.waitsMs !== undefined) assert.deepEqual(rec.waitsMs, expect.waitsMs, "waitsMs");
+  if (expect.requests !== undefined) assertRequests(rec.requests, expect.requests);
+  if (expect.onErrorSeen !== undefined) assert.deepEqual(rec.onErrorSeen, expect.onErrorSeen, "onErrorSeen");
+  assert.deepEqual(rec.outcome, expect.outcome, "outcome");
+}
+
+test("the runner vectors have cases", () => {
+  assert.ok(vectors.cases.length > 0);
+});
+
+describe("runner vectors against the daemon", () => {
+  let daemon: Daemon;
+  let client: SquawkClient;
+
+  before(async () => {
+    daemon = await Daemon.start();
+    // No fallback here: every decision must come from the daemon.
+    client = new SquawkClient(daemon.target, { fallback: false, callTimeoutMs: 5000 });
+  });
+
+  after(async () => {
+    client?.close();
+    await daemon?.stop();
+  });
+
+  for (const c of vectors.cases) {
+    test(c.name, async () => check(await runCase(c, client, false), c.expect));
+  }
+});
+
+describe("runner vectors in the local fallback", () => {
+  let client: SquawkClient;
+
+  before(async () => {
+    // A loopback port nothing listens on: every call is refused at once.
+    client = new SquawkClient(`127.0.0.1:${await freePort()}`, { callTimeoutMs: 2000 });
+  });
+
+  after(() => client?.close());
+
+  for (const c of vectors.cases) {
+    test(c.name, async () => check(await runCase(c, client, true), c.fallback ?? c.expect));
+  }
+});

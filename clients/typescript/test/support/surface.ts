@@ -1,0 +1,77 @@
+// The package's public names, written down on purpose: a change to the
+// entry point's exports must change this list too.
+
+/** Names that exist at run time (classes, functions, constants, enums, message codecs). */
+export const PUBLIC_VALUES: readonly string[] = [
+  // the client and its errors
+  "SquawkClient",
+  "SquawkError",
+  "SquawkInputError",
+  "DEFAULT_CHANNEL_OPTIONS",
+  "MAX_BATCH",
+  // the step runner
+  "runStep",
+  "sleep",
+  "StepError",
+  "StepFailedError",
+  // the local fallback and its pieces
+  "fallbackClassify",
+  "fallbackDecide",
+  "validateDecideRequest",
+  "DEFAULT_FALLBACK_PROFILE",
+  "fallbackProfileFromEnv",
+  "parseGoDuration",
+  "backoffDelayMs",
+  "DEFAULT_BACKOFF",
+  "retryAfterMs",
+  "parseHttpDate",
+  "redact",
+  "REDACTED",
+  "durationFromMs",
+  "durationToMs",
+  // squawk.v1
+  "Action",
+  "AnalysisSource",
+  "ErrorCategory",
+  "Reason",
+  "AnalyzeErrorRequest",
+  "AnalyzeErrorResponse",
+  "CheckDispatchRequest",
+  "CheckDispatchResponse",
+  "ClassifyRequest",
+  "ClassifyResponse",
+  "DecideRetryBatchRequest",
+  "DecideRetryBatchResponse",
+  "DecideRetryBatchResult",
+  "DecideRetryRequest",
+  "DecideRetryResponse",
+  "RejectedChange",
+  "Violation",
+];
+
+/** Names that exist only for the type checker. */
+export const PUBLIC_TYPES: readonly string[] = [
+  "AnalyzeErrorInput",
+  "BackoffConfig",
+  "BatchResult",
+  "CallOptions",
+  "CheckDispatchInput",
+  "ClassifyInput",
+  "Decision",
+  "DecideRetryBatchInput",
+  "DecideRetryInput",
+  "DecisionSource",
+  "Duration",
+  "ErrorInfo",
+  "FallbackEvent",
+  "FallbackProfile",
+  "HeaderSource",
+  "ResponseLike",
+  "RunStepOptions",
+  "Sleep",
+  "SquawkClientOptions",
+  "SquawkMethod",
+  "StepContext",
+  "StepErrorInit",
+  "Tier",
+];
