@@ -1,12 +1,16 @@
-"""The shared vector file, run in-process against the core and over the wire.
+"""The shared vector file, run in-process against the core, over the wire,
+and against the Python client's fallback.
 
 In-process goes through the same request conversion as the daemon, so a
 failure here and not over the wire points at the server layer, and the other
-way round.
+way round. In-process is also the one place a case's fixed clock ("now")
+reaches the Python core; the daemon and the client's fallback read the real
+clock and answer the case's "live" expectation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -14,33 +18,89 @@ import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from conftest import VECTORS, Reflected, subset_mismatches
+from conftest import VECTORS, Reflected, free_port, subset_mismatches
 from squawk.daemon.config import load_policy
 from squawk.daemon.server.servicer import PolicyServicer
 from squawk.policy import PolicyInputError
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
+from squawk_client import SquawkClient
 
 CLASSIFY = [pytest.param(c, id=c["name"]) for c in VECTORS["classify"]]
 DECIDE = [pytest.param(c, id=c["name"]) for c in VECTORS["decide"]]
 INVALID = [pytest.param(c, id=c["name"]) for c in VECTORS["invalid"]]
-LOCAL = PolicyServicer(load_policy(None, environ={}))
+REDACTION = [pytest.param(c, id=c["name"]) for c in VECTORS["redaction"]]
+FALLBACK = [
+    pytest.param(c, id=c["name"]) for c in VECTORS["decide"] if c.get("fallback") is not False
+]
+POLICY = load_policy(None, environ={})
+LOCAL = PolicyServicer(POLICY)
+
+
+def local(case: dict[str, Any]) -> PolicyServicer:
+    """The in-process servicer, reading the case's fixed clock when it has one."""
+    now = case.get("now")
+    if now is None:
+        return LOCAL
+    return PolicyServicer(POLICY, clock=lambda: float(now))
+
+
+def expected(case: dict[str, Any], *, live: bool, fallback: bool = False) -> dict[str, Any]:
+    """What a reader must see: at the real clock a case's "live" answer wins,
+    for a fallback its "fallback" object, else "expect"."""
+    if live and "live" in case:
+        answer: dict[str, Any] = case["live"]
+    elif fallback and isinstance(case.get("fallback"), dict):
+        answer = case["fallback"]
+    else:
+        answer = case["expect"]
+    return answer
+
+
+_ABSENT = object()
+
+
+def mismatches(expect: Any, actual: Any, path: str = "") -> list[str]:
+    """subset_mismatches, where an expected null means "this field is unset"."""
+    if not isinstance(expect, dict) or not isinstance(actual, dict):
+        return subset_mismatches(expect, actual, path)
+    out: list[str] = []
+    for key, value in expect.items():
+        got = actual.get(key, _ABSENT)
+        if value is None:
+            if got is not _ABSENT:
+                out.append(f"{path}.{key}: expected it unset, got {got!r}")
+        elif got is _ABSENT:
+            out.append(f"{path}.{key}: expected {value!r}, got nothing")
+        else:
+            out += mismatches(value, got, f"{path}.{key}")
+    return out
 
 
 def as_dict(message: Message) -> dict[str, Any]:
     return json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
 
 
+def test_clocked_cases_are_well_formed() -> None:
+    for kind in ("classify", "decide"):
+        for case in VECTORS[kind]:
+            if "now" in case or "live" in case:
+                assert isinstance(case.get("now"), int), case["name"]
+                assert not isinstance(case.get("fallback"), dict), case["name"]
+
+
 @pytest.mark.parametrize("case", CLASSIFY)
 def test_classify_in_process(case: dict[str, Any]) -> None:
     request = json_format.ParseDict(case["request"], pb.ClassifyRequest())
-    assert subset_mismatches(case["expect"], as_dict(LOCAL.classify(request))) == []
+    reply = as_dict(local(case).classify(request))
+    assert mismatches(expected(case, live="now" not in case), reply) == []
 
 
 @pytest.mark.parametrize("case", DECIDE)
 def test_decide_in_process(case: dict[str, Any]) -> None:
     request = json_format.ParseDict(case["request"], pb.DecideRetryRequest())
-    assert subset_mismatches(case["expect"], as_dict(LOCAL.decide(request))) == []
+    reply = as_dict(local(case).decide(request))
+    assert mismatches(expected(case, live="now" not in case), reply) == []
 
 
 @pytest.mark.parametrize("case", INVALID)
@@ -59,12 +119,14 @@ def test_invalid_in_process(case: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", CLASSIFY)
 def test_classify_over_the_wire(reflected: Reflected, case: dict[str, Any]) -> None:
-    assert subset_mismatches(case["expect"], reflected("Classify", case["request"])) == []
+    reply = reflected("Classify", case["request"])
+    assert mismatches(expected(case, live=True), reply) == []
 
 
 @pytest.mark.parametrize("case", DECIDE)
 def test_decide_over_the_wire(reflected: Reflected, case: dict[str, Any]) -> None:
-    assert subset_mismatches(case["expect"], reflected("DecideRetry", case["request"])) == []
+    reply = reflected("DecideRetry", case["request"])
+    assert mismatches(expected(case, live=True), reply) == []
 
 
 @pytest.mark.parametrize("case", INVALID)
@@ -75,10 +137,39 @@ def test_invalid_over_the_wire(reflected: Reflected, case: dict[str, Any]) -> No
     assert (info.value.details() or "").startswith(case["field"] + ":")
 
 
-@pytest.mark.parametrize("case", VECTORS["redaction"], ids=lambda c: c["name"])
-def test_redaction(channel: grpc.Channel, case: dict[str, Any]) -> None:
+@pytest.mark.parametrize("case", REDACTION)
+def test_redaction_over_the_wire(channel: grpc.Channel, case: dict[str, Any]) -> None:
     stub = pb_grpc.PolicyServiceStub(channel)
     reply = stub.Classify(pb.ClassifyRequest(error_message=case["input"]), timeout=5)
+    assert reply.redacted_message == case["redacted"]
     for secret in case["secrets"]:
         assert secret not in reply.redacted_message
-    assert "[REDACTED]" in reply.redacted_message
+
+
+# The Python client's fallback: the daemon is unreachable, so the client
+# answers from the core itself, at the real clock and with corrections off.
+
+
+@pytest.fixture(scope="module")
+def unreachable() -> Iterator[SquawkClient]:
+    with SquawkClient(f"127.0.0.1:{free_port()}") as client:
+        yield client
+
+
+@pytest.mark.parametrize("case", FALLBACK)
+def test_decide_in_the_client_fallback(unreachable: SquawkClient, case: dict[str, Any]) -> None:
+    before = unreachable.fallback_count
+    decision = unreachable.decide_retry(
+        json_format.ParseDict(case["request"], pb.DecideRetryRequest())
+    )
+    actual = {
+        "action": "ACTION_" + decision.action.name,
+        "reason": "REASON_" + decision.reason.name,
+        "delay": f"{decision.delay.total_seconds():.6f}s",
+        "explanation": decision.explanation,
+        "consumesAttempt": decision.consumes_attempt,
+        "classification": as_dict(decision.classification),
+    }
+    assert mismatches(expected(case, live=True, fallback=True), actual) == []
+    assert decision.fallback
+    assert unreachable.fallback_count == before + 1

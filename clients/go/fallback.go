@@ -1,12 +1,11 @@
 package squawk
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"time"
-	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
 )
@@ -108,9 +107,11 @@ func decideLocal(req *squawkv1.DecideRetryRequest, p localProfile, now time.Time
 			return fail(squawkv1.Reason_REASON_HITL_PROTECTED,
 				fmt.Sprintf("HTTP %d on human-approved inputs; they are never rewritten or resent.", status)), nil
 		}
+		// The daemon's sentence: without it no analyzer runs, and the
+		// fallback answers as the daemon does when none is enabled.
 		return fail(squawkv1.Reason_REASON_NO_CORRECTION_AVAILABLE,
-			fmt.Sprintf("HTTP %d needs corrected parameters and the local fallback cannot correct "+
-				"(the Squawk daemon is unavailable); a non-transient 4xx is never resent unchanged.", status)), nil
+			fmt.Sprintf("HTTP %d needs corrected parameters and no analyzer or correction hook "+
+				"is enabled; a non-transient 4xx is never resent unchanged.", status)), nil
 	default:
 		return fail(squawkv1.Reason_REASON_NOT_RETRYABLE_STATUS,
 			fmt.Sprintf("HTTP %d is not in profile '%s''s retryable set.", status, fallbackProfile)), nil
@@ -138,10 +139,10 @@ func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv
 	if seen.GetRetryAfter() != nil {
 		wait, source = seen.GetRetryAfter().AsDuration(), "the server's Retry-After"
 	}
-	if dl := req.GetDeadline(); dl != nil && wait > dl.AsDuration() {
+	if dl := req.GetDeadline(); dl != nil && wait > wholeMicros(dl) {
 		return fail(squawkv1.Reason_REASON_DEADLINE_EXCEEDED,
 			fmt.Sprintf("%s, but the %d ms wait would outlast the %d ms left before the step's deadline.",
-				what, roundMS(wait), roundMS(dl.AsDuration())))
+				what, roundMS(wait), roundMS(wholeMicros(dl))))
 	}
 	return Decision{
 		Action: squawkv1.Action_ACTION_RETRY,
@@ -158,51 +159,13 @@ func roundMS(d time.Duration) int64 {
 	return int64(math.RoundToEven(msFloat(d)))
 }
 
-// envelope is the component's own retry declaration:
-// {"success": false, "error": {"retryable": <JSON bool>, "message": "..."}}.
-// Anything else (a top-level retryable, a string error, a missing
-// success:false, a null/string/number retryable) declares nothing.
-type envelope struct {
-	declared  bool
-	retryable bool
-	message   string
-}
-
-func readEnvelope(body []byte) envelope {
-	// Skip the parse for bodies that cannot be an object.
-	trimmed := bytes.TrimLeft(body, " \t\n\r\v\f")
-	if len(trimmed) == 0 || trimmed[0] != '{' || !utf8.Valid(body) {
-		return envelope{}
+// wholeMicros is a deadline as the daemon reads it: Python's timedelta
+// keeps whole microseconds, rounding the nanoseconds half to even, so a
+// deadline 0.4 µs short of a wait still allows it.
+func wholeMicros(d *durationpb.Duration) time.Duration {
+	if d.GetSeconds() >= math.MaxInt64/int64(time.Second)-1 {
+		return d.AsDuration() // saturated: longer than any wait
 	}
-	var doc map[string]json.RawMessage
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return envelope{}
-	}
-	if success, ok := jsonBool(doc["success"]); !ok || success {
-		return envelope{}
-	}
-	var errObj map[string]json.RawMessage
-	if raw := bytes.TrimSpace(doc["error"]); len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &errObj) != nil {
-		return envelope{}
-	}
-	var env envelope
-	env.retryable, env.declared = jsonBool(errObj["retryable"])
-	if raw := bytes.TrimSpace(errObj["message"]); len(raw) > 0 && raw[0] == '"' {
-		var msg string
-		if json.Unmarshal(raw, &msg) == nil {
-			env.message = msg
-		}
-	}
-	return env
-}
-
-// jsonBool reads a JSON true or false; ok is false for any other value.
-func jsonBool(raw json.RawMessage) (value, ok bool) {
-	switch string(bytes.TrimSpace(raw)) {
-	case "true":
-		return true, true
-	case "false":
-		return false, true
-	}
-	return false, false
+	us := math.RoundToEven(float64(d.GetNanos()) / 1e3)
+	return time.Duration(d.GetSeconds())*time.Second + time.Duration(us)*time.Microsecond
 }

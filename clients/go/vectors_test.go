@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
@@ -39,10 +41,16 @@ type vectorCase struct {
 	// Absent: the fallback answers Expect. false: the case does not apply to
 	// the fallback. An object: what the fallback answers instead.
 	Fallback json.RawMessage `json:"fallback"`
+	// Now, when set, is the Unix time (seconds) the case is decided at
+	// wherever the test sets the clock: the pure fallback port.
+	Now *int64 `json:"now"`
+	// Live, when set, is the answer at the real clock (the daemon's, and
+	// the client's when it falls back), later than every date in the case.
+	Live json.RawMessage `json:"live"`
 }
 
-// fallbackExpect is what the local fallback must answer, and whether the
-// case applies to it at all.
+// fallbackExpect is what the local fallback must answer at the case's
+// clock, and whether the case applies to it at all.
 func (c vectorCase) fallbackExpect() (json.RawMessage, bool) {
 	switch raw := bytes.TrimSpace(c.Fallback); {
 	case len(raw) == 0:
@@ -54,10 +62,28 @@ func (c vectorCase) fallbackExpect() (json.RawMessage, bool) {
 	}
 }
 
+// liveExpect is what is answered at the real clock: Live when the case has
+// it, else want.
+func (c vectorCase) liveExpect(want json.RawMessage) json.RawMessage {
+	if len(bytes.TrimSpace(c.Live)) > 0 {
+		return c.Live
+	}
+	return want
+}
+
+// clock is the case's fixed time, or the real one when it has none.
+func (c vectorCase) clock() time.Time {
+	if c.Now != nil {
+		return time.Unix(*c.Now, 0)
+	}
+	return time.Now()
+}
+
 type redactionCase struct {
-	Name    string   `json:"name"`
-	Input   string   `json:"input"`
-	Secrets []string `json:"secrets"`
+	Name     string   `json:"name"`
+	Input    string   `json:"input"`
+	Redacted string   `json:"redacted"`
+	Secrets  []string `json:"secrets"`
 }
 
 type invalidCase struct {
@@ -80,6 +106,12 @@ func loadVectors(t *testing.T) *vectorFile {
 	if len(v.Classify) == 0 || len(v.Decide) == 0 || len(v.Invalid) == 0 {
 		t.Fatalf("%s has no classify, decide or invalid cases", vectorPath)
 	}
+	for _, c := range append(v.Classify, v.Decide...) {
+		fallback := bytes.TrimSpace(c.Fallback)
+		if (c.Now != nil || len(c.Live) > 0) && (c.Now == nil || (len(fallback) > 0 && fallback[0] == '{')) {
+			t.Fatalf("%s: case %q has live without now, or now with a fallback object", vectorPath, c.Name)
+		}
+	}
 	return &v
 }
 
@@ -96,7 +128,8 @@ var durationFields = map[string]bool{"delay": true, "retryAfter": true, "deadlin
 // checkExpect checks that got (a message) has every field of want (a proto3
 // JSON object that lists only the fields it checks). A field listed with its
 // default value must be present with that value: an unset message field
-// (e.g. a missing delay where "0s" is expected) does not match.
+// (e.g. a missing delay where "0s" is expected) does not match. A field
+// listed as null must be unset.
 func checkExpect(t *testing.T, want json.RawMessage, got proto.Message) {
 	t.Helper()
 	raw, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(got)
@@ -131,6 +164,10 @@ func matchObject(path string, want, got json.RawMessage) []string {
 		gv, ok := g[k]
 		gv = bytes.TrimSpace(gv)
 		switch {
+		case string(wv) == "null":
+			if ok && string(gv) != "null" {
+				problems = append(problems, p+": want it unset, got "+string(gv))
+			}
 		case !ok || string(gv) == "null":
 			problems = append(problems, p+": missing, want "+string(wv))
 		case len(wv) > 0 && wv[0] == '{':
@@ -144,11 +181,12 @@ func matchObject(path string, want, got json.RawMessage) []string {
 				problems = append(problems, p+": want "+string(wv)+", got "+string(gv))
 			}
 		default:
-			var wc, gc bytes.Buffer
-			_ = json.Compact(&wc, wv)
-			_ = json.Compact(&gc, gv)
-			if wc.String() != gc.String() {
-				problems = append(problems, p+": want "+wc.String()+", got "+gc.String())
+			// Compared as values, not as text: "\u00a0" and a raw no-break
+			// space are the same string.
+			var wx, gx any
+			werr, gerr := json.Unmarshal(wv, &wx), json.Unmarshal(gv, &gx)
+			if werr != nil || gerr != nil || !reflect.DeepEqual(wx, gx) {
+				problems = append(problems, fmt.Sprintf("%s: want %s, got %s", p, wv, gv))
 			}
 		}
 	}
@@ -187,7 +225,7 @@ func TestDaemonVectorsClassify(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Classify: %v", err)
 			}
-			checkExpect(t, tc.Expect, resp)
+			checkExpect(t, tc.liveExpect(tc.Expect), resp)
 		})
 	}
 }
@@ -200,6 +238,9 @@ func TestDaemonVectorsRedaction(t *testing.T) {
 			resp, err := c.Classify(context.Background(), &squawkv1.ClassifyRequest{ErrorMessage: tc.Input})
 			if err != nil {
 				t.Fatalf("Classify: %v", err)
+			}
+			if got := resp.GetRedactedMessage(); got != tc.Redacted {
+				t.Errorf("redacted_message\n got %q\nwant %q", got, tc.Redacted)
 			}
 			for _, secret := range tc.Secrets {
 				if strings.Contains(resp.GetRedactedMessage(), secret) {
@@ -223,7 +264,8 @@ func TestDaemonVectorsDecide(t *testing.T) {
 			if err != nil {
 				t.Fatalf("PolicyService().DecideRetry: %v", err)
 			}
-			checkExpect(t, tc.Expect, raw)
+			want := tc.liveExpect(tc.Expect)
+			checkExpect(t, want, raw)
 			// ...and the same answer through the client's Decision.
 			d, err := c.DecideRetry(ctx, req)
 			if err != nil {
@@ -232,7 +274,7 @@ func TestDaemonVectorsDecide(t *testing.T) {
 			if d.Fallback {
 				t.Fatalf("decision came from the fallback: %v", d.FallbackCause)
 			}
-			checkExpect(t, tc.Expect, d.Proto())
+			checkExpect(t, want, d.Proto())
 		})
 	}
 	if n := c.FallbackCount(); n != 0 {
@@ -315,9 +357,10 @@ func TestFallbackVectorsDecide(t *testing.T) {
 			if code := status.Code(d.FallbackCause); code != codes.Unavailable && code != codes.DeadlineExceeded {
 				t.Errorf("FallbackCause %v has code %v", d.FallbackCause, code)
 			}
-			checkExpect(t, want, d.Proto())
-			// The pure port answers the same.
-			local, err := decideLocal(req, builtinDefault, time.Now())
+			// The client reads the real clock...
+			checkExpect(t, tc.liveExpect(want), d.Proto())
+			// ...and the pure port answers the same at the case's clock.
+			local, err := decideLocal(req, builtinDefault, tc.clock())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -371,13 +414,16 @@ func TestFallbackVectorsClassify(t *testing.T) {
 			if err := checkStatus(req.GetHttpStatus()); err != nil {
 				t.Fatal(err)
 			}
-			got := classifyLocal(req.GetErrorMessage(), req.GetHttpStatus(), req.GetTransportFailure(), req.GetHeaders(), time.Now())
+			got := classifyLocal(req.GetErrorMessage(), req.GetHttpStatus(), req.GetTransportFailure(), req.GetHeaders(), tc.clock())
 			checkExpect(t, want, got)
 		})
 	}
 	for _, tc := range v.Redaction {
 		t.Run("redaction/"+tc.Name, func(t *testing.T) {
-			got := redact(tc.Input)
+			got := classifyLocal(tc.Input, 0, false, nil, time.Now()).GetRedactedMessage()
+			if got != tc.Redacted {
+				t.Errorf("redacted_message\n got %q\nwant %q", got, tc.Redacted)
+			}
 			for _, secret := range tc.Secrets {
 				if strings.Contains(got, secret) {
 					t.Errorf("redact(%q) = %q still holds %q", tc.Input, got, secret)

@@ -67,6 +67,17 @@ export interface Failure {
   readonly headers: HeaderMap;
 }
 
+// With the "u" flag a surrogate pair is one character, so only lone halves match.
+const LONE_SURROGATE = /[\ud800-\udfff]/gu;
+
+/**
+ * `text` with each lone surrogate (which a JSON body's escapes can carry)
+ * replaced by U+FFFD, as the daemon's text gate replaces it.
+ */
+export function wellFormed(text: string): string {
+  return text.replace(LONE_SURROGATE, "\ufffd");
+}
+
 /** Classify one failure under the default profile; `nowMs` is read only for an HTTP-date Retry-After. */
 export function classifyFailure(failure: Failure, nowMs: number): ClassifyResponse {
   checkStatus(failure.httpStatus);
@@ -79,7 +90,7 @@ export function classifyFailure(failure: Failure, nowMs: number): ClassifyRespon
     retryable: upstream === 0 || isTransientStatus(upstream),
     code: failure.transportFailure ? "TRANSPORT_FAILURE" : tableCode,
     upstreamStatus: upstream,
-    redactedMessage: redact(failure.errorMessage),
+    redactedMessage: redact(wellFormed(failure.errorMessage)),
     retryAfter: wait === undefined ? undefined : durationFromMs(wait),
   };
 }

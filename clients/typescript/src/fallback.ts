@@ -7,6 +7,7 @@ import { checkStatus, classifyFailure, isTerminalStatus, isTransientStatus } fro
 import { durationFromMs, durationToMs, roundHalfEven } from "./duration";
 import { readEnvelope } from "./envelope";
 import { SquawkInputError } from "./errors";
+import type { Duration } from "./gen/google/protobuf/duration";
 import {
   Action,
   Reason,
@@ -31,6 +32,15 @@ export const DEFAULT_FALLBACK_PROFILE: FallbackProfile = Object.freeze({
 });
 
 const PROFILE_NAME = "default";
+
+/**
+ * A deadline in ms as the daemon reads it: Python's timedelta keeps whole
+ * microseconds, rounding the nanoseconds half to even, so a deadline 0.4 µs
+ * short of a wait still allows it.
+ */
+function wholeMicrosMs(d: Duration): number {
+  return d.seconds * 1000 + roundHalfEven(d.nanos / 1000) / 1000;
+}
 
 /** Throw SquawkInputError naming the first field the policy cannot accept. */
 export function validateDecideRequest(req: DecideRetryRequest, maxBodyBytes = DEFAULT_FALLBACK_PROFILE.maxBodyBytes): void {
@@ -129,11 +139,12 @@ export function fallbackDecide(
     }
     const hinted = seen.retryAfter !== undefined;
     const waitMs = seen.retryAfter !== undefined ? durationToMs(seen.retryAfter) : backoffDelayMs(req.attempt, profile.backoff);
-    if (req.deadline !== undefined && waitMs > durationToMs(req.deadline)) {
+    const deadlineMs = req.deadline === undefined ? undefined : wholeMicrosMs(req.deadline);
+    if (deadlineMs !== undefined && waitMs > deadlineMs) {
       return fail(
         Reason.REASON_DEADLINE_EXCEEDED,
         `${what}, but the ${roundHalfEven(waitMs)} ms wait would outlast the ` +
-          `${roundHalfEven(durationToMs(req.deadline))} ms left before the step's deadline.`,
+          `${roundHalfEven(deadlineMs)} ms left before the step's deadline.`,
       );
     }
     const source = hinted ? "the server's Retry-After" : "backoff";
@@ -152,9 +163,11 @@ export function fallbackDecide(
         `HTTP ${status} on human-approved inputs; they are never rewritten or resent.`,
       );
     }
+    // The daemon's sentence: without it no analyzer runs, and the fallback
+    // answers as the daemon does when none is enabled.
     return fail(
       Reason.REASON_NO_CORRECTION_AVAILABLE,
-      `HTTP ${status} needs corrected parameters and the local fallback cannot correct them; ` +
+      `HTTP ${status} needs corrected parameters and no analyzer or correction hook is enabled; ` +
         "a non-transient 4xx is never resent unchanged.",
     );
   }

@@ -2,6 +2,7 @@
 // sidecar/policy/headers.py. The HTTP-date parser follows Python's
 // email.utils.parsedate_to_datetime, which the daemon uses.
 import { roundHalfEven } from "./duration";
+import { pySplit, pyStrip } from "./pyregex";
 
 export type HeaderMap = Readonly<Record<string, string>>;
 
@@ -14,9 +15,9 @@ export function header(headers: HeaderMap, name: string): string | undefined {
   return undefined;
 }
 
-/** Plain ASCII digits only: a fraction, a sign or a word is malformed. */
+/** Plain ASCII digits only, within Python's whitespace: a fraction, a sign or a word is malformed. */
 function digits(value: string): number | undefined {
-  const v = value.trim();
+  const v = pyStrip(value);
   return /^[0-9]+$/.test(v) ? Number(v) : undefined;
 }
 
@@ -81,7 +82,7 @@ function daysInMonth(year: number, month: number): number {
  * without a known zone is ignored, as the daemon ignores it).
  */
 export function parseHttpDate(value: string): number | undefined {
-  let data = value.trim().split(/\s+/).filter((s) => s !== "");
+  let data = pySplit(value);
   if (data.length === 0) return undefined;
   const first = data[0] as string;
   if (first.endsWith(",") || DAYS.includes(first.toLowerCase())) {

@@ -19,9 +19,11 @@ import {
 import { freePort } from "./support/daemon";
 import {
   assertMatches,
+  caseNowMs,
   classifyRequest,
   decideRequest,
   fallbackExpectation,
+  liveExpectation,
   loadVectors,
 } from "./support/vectors";
 
@@ -34,6 +36,7 @@ const classifyCases = vectors.classify.flatMap((c) => {
   const expect = fallbackExpectation(c);
   return expect === undefined ? [] : [{ ...c, expect }];
 });
+// The clock of the pure tests, for cases that fix none.
 const NOW = Date.UTC(2026, 0, 1);
 
 describe("fallback vectors (pure)", () => {
@@ -42,19 +45,19 @@ describe("fallback vectors (pure)", () => {
   });
   for (const c of decideCases) {
     test(`decide: ${c.name}`, () => {
-      assertMatches(fallbackDecide(decideRequest(c.request), NOW), c.expect, c.name);
+      assertMatches(fallbackDecide(decideRequest(c.request), caseNowMs(c, NOW)), c.expect, c.name);
     });
   }
   for (const c of classifyCases) {
     test(`classify: ${c.name}`, () => {
-      assertMatches(fallbackClassify(classifyRequest(c.request), NOW), c.expect, c.name);
+      assertMatches(fallbackClassify(classifyRequest(c.request), caseNowMs(c, NOW)), c.expect, c.name);
     });
   }
   for (const c of vectors.redaction) {
     test(`redaction: ${c.name}`, () => {
       const answer = fallbackClassify(classifyRequest({ errorMessage: c.input }), NOW);
+      assert.equal(answer.redactedMessage, c.redacted);
       for (const secret of c.secrets) assert.ok(!answer.redactedMessage.includes(secret), answer.redactedMessage);
-      assert.ok(answer.redactedMessage.includes("[REDACTED]"));
     });
   }
   for (const c of vectors.invalid.filter((v) => v.rpc === "DecideRetry" && v.field !== "profile")) {
@@ -81,7 +84,8 @@ describe("fallback through the client (daemon unreachable)", () => {
     test(`decide: ${c.name}`, async () => {
       const answer = await client.decideRetry(decideRequest(c.request));
       assert.equal(answer.fallback, true);
-      assertMatches(answer, c.expect, c.name);
+      // The client reads the real clock.
+      assertMatches(answer, liveExpectation(c, c.expect), c.name);
     });
   }
 

@@ -15,13 +15,12 @@ export interface ClassifyCase {
   readonly request: JsonObject;
   readonly expect: JsonObject;
   readonly fallback?: JsonObject | false;
+  /** The Unix time (seconds) the case is decided at where a test sets the clock. */
+  readonly now?: number;
+  /** The answer at the real clock, later than every date in the case. */
+  readonly live?: JsonObject;
 }
-export interface DecideCase {
-  readonly name: string;
-  readonly request: JsonObject;
-  readonly expect: JsonObject;
-  readonly fallback?: JsonObject | false;
-}
+export type DecideCase = ClassifyCase;
 export interface InvalidCase {
   readonly name: string;
   readonly rpc: "Classify" | "DecideRetry";
@@ -31,6 +30,7 @@ export interface InvalidCase {
 export interface RedactionCase {
   readonly name: string;
   readonly input: string;
+  readonly redacted: string;
   readonly secrets: string[];
 }
 export interface Vectors {
@@ -44,13 +44,29 @@ export interface Vectors {
 export const VECTORS_PATH = join(repoRoot(), "tests", "vectors", "decisions.json");
 
 export function loadVectors(): Vectors {
-  return JSON.parse(readFileSync(VECTORS_PATH, "utf8")) as Vectors;
+  const vectors = JSON.parse(readFileSync(VECTORS_PATH, "utf8")) as Vectors;
+  for (const c of [...vectors.classify, ...vectors.decide]) {
+    if ((c.now !== undefined || c.live !== undefined) && (c.now === undefined || typeof c.fallback === "object")) {
+      throw new Error(`${VECTORS_PATH}: case ${JSON.stringify(c.name)} has live without now, or now with a fallback object`);
+    }
+  }
+  return vectors;
 }
 
-/** What the fallback must answer for a case, or undefined when the case does not apply to it. */
-export function fallbackExpectation(c: { expect: JsonObject; fallback?: JsonObject | false }): JsonObject | undefined {
+/** What the fallback must answer for a case at its clock, or undefined when the case does not apply to it. */
+export function fallbackExpectation(c: ClassifyCase): JsonObject | undefined {
   if (c.fallback === false) return undefined;
   return c.fallback ?? c.expect;
+}
+
+/** What is answered at the real clock (the daemon's, a client's fallback): `live` when the case has it. */
+export function liveExpectation(c: ClassifyCase, atCaseClock: JsonObject): JsonObject {
+  return c.live ?? atCaseClock;
+}
+
+/** The case's clock in Unix ms, or `otherwise` when it has none. */
+export function caseNowMs(c: ClassifyCase, otherwise: number): number {
+  return c.now === undefined ? otherwise : c.now * 1000;
 }
 
 /** A proto3 JSON Duration ("1.5s", "-1s") as a Duration message. */
@@ -98,14 +114,17 @@ function isDuration(value: unknown): value is Duration {
 /**
  * Assert that `actual` (a generated message) has every field `expected`
  * lists. Durations compare as milliseconds and must be present; enums are
- * their names (string enums), as in proto3 JSON; nested messages recurse.
+ * their names (string enums), as in proto3 JSON; nested messages recurse;
+ * null means the field is unset.
  */
 export function assertMatches(actual: object, expected: JsonObject, where: string): void {
   const fields = actual as Record<string, unknown>;
   for (const [key, want] of Object.entries(expected)) {
     const got = fields[key];
     const at = `${where}: ${key}`;
-    if (DURATION_FIELDS.has(key)) {
+    if (want === null) {
+      assert.equal(got, undefined, `${at}: expected it unset`);
+    } else if (DURATION_FIELDS.has(key)) {
       assert.ok(isDuration(got), `${at}: expected ${JSON.stringify(want)}, got ${JSON.stringify(got)} (absent)`);
       assert.equal(durationMs(got), durationMs(parseDuration(String(want))), `${at} (ms)`);
     } else if (typeof want === "object" && want !== null && !Array.isArray(want)) {
