@@ -16,7 +16,7 @@ import (
 )
 
 // Local classification for the fallback's decisions: the port of
-// sidecar/policy/classify.py and headers.py under the "default" profile.
+// sidecar/core/squawk/policy/classify.py and headers.py under the "default" profile.
 
 // pySpace is Python's \s for str patterns, which RE2's ASCII \s is not.
 const pySpace = `\s\v\p{Z}\x{85}\x{1c}-\x{1f}`

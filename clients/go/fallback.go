@@ -11,7 +11,7 @@ import (
 )
 
 // The local fallback is a port of the daemon's built-in "default" profile
-// (sidecar/policy: decide.py, classify.py, envelope.py, headers.py,
+// (sidecar/core/squawk/policy: decide.py, classify.py, envelope.py, headers.py,
 // backoff.py) with corrections disabled. The shared conformance vectors in
 // tests/vectors/decisions.json check both against the same expectations.
 

@@ -6,7 +6,7 @@ import (
 )
 
 // Secret redaction for the fallback's redacted_message: the port of
-// sidecar/policy/redact.py, whose docstring states the rules; the
+// sidecar/core/squawk/policy/redact.py, whose docstring states the rules; the
 // "redaction" vectors in tests/vectors/decisions.json pin them.
 //
 // RE2 has no lookaround and no backreferences, so where a match may start,
@@ -140,7 +140,7 @@ func readsAsWord(s string) bool {
 
 // --- rule 5: token shapes -------------------------------------------------------
 
-// tokenShapes are sidecar/policy/redact.py's _TOKEN_SHAPES_TABLE: a literal
+// tokenShapes are sidecar/core/squawk/policy/redact.py's _TOKEN_SHAPES_TABLE: a literal
 // prefix and the rest. No two can match at the same place.
 var tokenShapes = []struct {
 	prefix string

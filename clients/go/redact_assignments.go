@@ -4,7 +4,7 @@ import "strings"
 
 // Rule 3 of redact.go: name = value, after a secret name.
 
-// nameWords and schemeWords are sidecar/policy/redact.py's _NAME_WORDS and
+// nameWords and schemeWords are sidecar/core/squawk/policy/redact.py's _NAME_WORDS and
 // _SCHEME_WORDS.
 var (
 	nameWords = []string{

@@ -1,4 +1,4 @@
-// Deterministic sine-jitter backoff, identical to sidecar/policy/backoff.py.
+// Deterministic sine-jitter backoff, identical to sidecar/core/squawk/policy/backoff.py.
 import { roundHalfEven } from "./duration";
 
 export interface BackoffConfig {

@@ -1,5 +1,5 @@
 // Classification under the built-in "default" profile, as in
-// sidecar/policy/classify.py.
+// sidecar/core/squawk/policy/classify.py.
 import { durationFromMs } from "./duration";
 import { ErrorCategory, type ClassifyResponse } from "./gen/squawk/v1/policy";
 import { retryAfterMs, type HeaderMap } from "./headers";

@@ -1,5 +1,5 @@
 // The pod's SQUAWK_STEP_RETRY_* overrides of the "default" profile, read as
-// sidecar/config.py's apply_env reads them, so the fallback waits as the
+// sidecar/core/squawk/policy/env.py's apply_env reads them, so the fallback waits as the
 // daemon in the same pod would.
 import { DEFAULT_FALLBACK_PROFILE, type FallbackProfile } from "./fallback";
 

@@ -1,5 +1,5 @@
 // The component's own retry declaration in its error envelope, as in
-// sidecar/policy/envelope.py. Only
+// sidecar/core/squawk/policy/envelope.py. Only
 //   {"success": false, "error": {"retryable": <JSON bool>, ...}}
 // declares anything; omitted policy is distinct from false.
 

@@ -1,5 +1,5 @@
 // The local fallback: the built-in "default" profile's routing, ported from
-// sidecar/policy/decide.py, with corrections disabled (no analyzer runs
+// sidecar/core/squawk/policy/decide.py, with corrections disabled (no analyzer runs
 // without the daemon). The requested profile is not consulted: whatever the
 // daemon's policy file says, the fallback routes by the default rules.
 import { backoffDelayMs, DEFAULT_BACKOFF, type BackoffConfig } from "./backoff";

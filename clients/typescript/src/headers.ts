@@ -1,5 +1,5 @@
 // Server-sent wait hints (Retry-After, grpc-retry-pushback-ms), as in
-// sidecar/policy/headers.py. The HTTP-date parser follows Python's
+// sidecar/core/squawk/policy/headers.py. The HTTP-date parser follows Python's
 // email.utils.parsedate_to_datetime, which the daemon uses.
 import { roundHalfEven } from "./duration";
 import { pySplit, pyStrip } from "./pyregex";

@@ -1,5 +1,5 @@
 // Secret redaction for the fallback's redactedMessage: the port of
-// sidecar/policy/redact.py, whose docstring states the rules; the
+// sidecar/core/squawk/policy/redact.py, whose docstring states the rules; the
 // "redaction" vectors in tests/vectors/decisions.json pin them.
 //
 // JavaScript regular expressions backtrack and have no possessive
@@ -98,7 +98,7 @@ function urlCredentialsAt(text: string, i: number): [number, string] | undefined
 
 // --- rule 3: name = value ---------------------------------------------------------
 
-/** sidecar/policy/redact.py's _NAME_WORDS and _SCHEME_WORDS. */
+/** sidecar/core/squawk/policy/redact.py's _NAME_WORDS and _SCHEME_WORDS. */
 const NAME_WORDS = [
   ...["key", "apikey", "hapikey", "appkey", "accesskey", "secretkey", "privatekey"],
   ...["secret", "clientsecret"],
@@ -279,7 +279,7 @@ type Part = { readonly chars: (c: number) => boolean; readonly min: number; read
 const run = (chars: (c: number) => boolean, min: number, max?: number): Part => ({ chars, min, max });
 const each = (prefixes: string, ...parts: Part[]): [string, Part[]][] => prefixes.split(" ").map((p) => [p, parts]);
 
-/** sidecar/policy/redact.py's _TOKEN_SHAPES_TABLE, with the alternatives in its prefixes spelled out. */
+/** sidecar/core/squawk/policy/redact.py's _TOKEN_SHAPES_TABLE, with the alternatives in its prefixes spelled out. */
 const TOKEN_SHAPES: readonly [string, Part[]][] = [
   ...each("sk- pk- rk-", run(isTokenChar, 8)),
   ...each("sk_live_ sk_test_ pk_live_ pk_test_ rk_live_ rk_test_", run(ALNUM, 8)),
