@@ -1,9 +1,11 @@
 package squawk
 
 import (
+	"regexp"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // parseHTTPDate reads a Retry-After date as the daemon does: a port of
@@ -12,16 +14,35 @@ import (
 // before the day, a time without seconds or with dots...) gives the same
 // instant, and every form it refuses is refused here too. A date with no
 // zone, an unknown zone or "-0000" (zone unknown, RFC 2822) names no
-// instant: the daemon ignores it, and so does the fallback. Where Python's
-// int() would also read non-ASCII digits, this reads ASCII digits only: the
-// README calls such a value malformed.
+// instant, except the asctime form, which RFC 9110 defines as GMT. A value
+// holding a non-ASCII digit is malformed, as the README says, wherever the
+// digit stands.
 func parseHTTPDate(value string) (time.Time, bool) {
+	if strings.IndexFunc(value, isNonASCIIDigit) >= 0 {
+		return time.Time{}, false
+	}
 	p, ok := parseDateParts(value)
-	if !ok || !p.hasZone || !p.valid() {
+	if !ok {
+		return time.Time{}, false
+	}
+	if !p.hasZone && asctime.MatchString(strings.TrimFunc(value, isPySpace)) {
+		p.offset, p.hasZone = 0, true
+	}
+	if !p.hasZone || !p.valid() {
 		return time.Time{}, false
 	}
 	t := time.Date(int(p.year), time.Month(p.month), int(p.day), int(p.hour), int(p.minute), int(p.second), 0, time.UTC)
 	return t.Add(-time.Duration(p.offset) * time.Second), true
+}
+
+// asctime is RFC 9110's asctime-date, the one form without a zone; a zone
+// left out of any other layout still names no instant.
+var asctime = regexp.MustCompile(`^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}$`)
+
+// isNonASCIIDigit is a Unicode decimal digit other than 0-9, which
+// Python's int() would read.
+func isNonASCIIDigit(r rune) bool {
+	return r > unicode.MaxASCII && unicode.IsDigit(r)
 }
 
 var (

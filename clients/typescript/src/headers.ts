@@ -77,11 +77,22 @@ function daysInMonth(year: number, month: number): number {
 }
 
 /**
- * Unix ms of an RFC 5322 / HTTP date that names its time zone, else
- * undefined (garbage, an impossible date, or "-0000" / no zone: a date
- * without a known zone is ignored, as the daemon ignores it).
+ * RFC 9110's asctime-date, the one form without a zone (it is GMT); a zone
+ * left out of any other layout still names no instant.
+ */
+const ASCTIME =
+  /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}$/;
+/** A Unicode decimal digit other than 0-9, which Python's int() would read. */
+const NON_ASCII_DIGIT = /(?![0-9])\p{Nd}/u;
+
+/**
+ * Unix ms of an RFC 5322 / HTTP date that names its time zone, or of an
+ * asctime date (GMT), else undefined (garbage, an impossible date, a
+ * non-ASCII digit, or "-0000" / no zone: a date without a known zone is
+ * ignored, as the daemon ignores it).
  */
 export function parseHttpDate(value: string): number | undefined {
+  if (NON_ASCII_DIGIT.test(value)) return undefined;
   let data = pySplit(value);
   if (data.length === 0) return undefined;
   const first = data[0] as string;
@@ -154,7 +165,9 @@ export function parseHttpDate(value: string): number | undefined {
     offset = pyInt(zone);
     if (offset === 0 && zone.startsWith("-")) offset = undefined;
   }
-  // A date without a known zone is naive in Python, and the daemon ignores it.
+  // A date without a known zone is naive in Python, and the daemon ignores
+  // it unless it is an asctime date.
+  if (offset === undefined && ASCTIME.test(pyStrip(value))) offset = 0;
   if (offset === undefined) return undefined;
   const sign = offset < 0 ? -1 : 1;
   const abs = Math.abs(offset);

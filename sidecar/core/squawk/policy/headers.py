@@ -9,8 +9,9 @@ guard in decide() still fails a step whose wait would outlast its deadline.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
 __all__ = ["MAX_RETRY_AFTER", "header", "retry_after"]
@@ -20,6 +21,16 @@ _MAX_SECONDS = MAX_RETRY_AFTER // timedelta(seconds=1)
 # More digits than this already mean "over the cap"; int() of thousands of
 # digits would raise.
 _MAX_DIGITS = 12
+# RFC 9110's asctime-date, the one HTTP-date form without a zone, defined as
+# GMT. parsedate_to_datetime reads it but leaves it naive, as it leaves every
+# date without a zone; only this exact layout may stand for GMT, so that a
+# zone left out of another form still names no instant.
+_ASCTIME = re.compile(
+    r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+    r" [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}"
+)
+# Any Unicode decimal digit but 0-9: the date parser's int() would read it.
+_NON_ASCII_DIGIT = re.compile(r"(?![0-9])\d")
 
 
 def header(headers: Mapping[str, str], name: str) -> str | None:
@@ -46,6 +57,24 @@ def _digits(value: str) -> int | None:
     return None
 
 
+def _http_date(value: str) -> datetime | None:
+    """The instant an HTTP-date names, or None when it names none.
+
+    The three RFC 9110 forms and what parsedate_to_datetime also reads (a
+    numeric or named zone, a missing seconds field...); a value with
+    non-ASCII digits is malformed, as it is for delta-seconds.
+    """
+    if _NON_ASCII_DIGIT.search(value):
+        return None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        return when.replace(tzinfo=UTC) if _ASCTIME.fullmatch(value.strip()) else None
+    return when
+
+
 def retry_after(headers: Mapping[str, str], clock: Callable[[], float]) -> timedelta | None:
     """The wait the server asked for, or None when it asked for none (or garbage).
 
@@ -58,11 +87,8 @@ def retry_after(headers: Mapping[str, str], clock: Callable[[], float]) -> timed
         seconds = _digits(value)
         if seconds is not None:
             return timedelta(seconds=min(seconds, _MAX_SECONDS))
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError, OverflowError):
-            when = None
-        if when is not None and when.tzinfo is not None:
+        when = _http_date(value)
+        if when is not None:
             wait = min(max(0.0, when.timestamp() - clock()), _MAX_SECONDS)
             return timedelta(seconds=wait)
     pushback = header(headers, "grpc-retry-pushback-ms")
