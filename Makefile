@@ -5,7 +5,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 CORE   := sidecar/core
-GEN    := $(CORE)/squawk/v1/policy_pb2.py
+# One protoc run writes every generated file and the descriptor set stands
+# for them all, so a checkout generated before the set existed regenerates.
+GEN    := $(CORE)/squawk/v1/descriptors.binpb
 # Built once per machine, outside the repo (see tests/jaeger/build.sh).
 JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
@@ -26,12 +28,16 @@ $(STAMP): pyproject.toml $(CORE)/pyproject.toml clients/python/pyproject.toml
 setup: $(STAMP) $(GEN)
 
 # Generated code is never edited by hand, and imported where protoc puts it:
-# squawk.v1, a package of the shared core.
+# squawk.v1, a package of the shared core. The Python plugin embeds each
+# descriptor without its comments, so the descriptor set written beside it
+# keeps them (--include_source_info) for server reflection to serve.
 $(GEN): $(PROTOS) $(STAMP)
 	rm -rf $(CORE)/squawk/v1
+	mkdir -p $(CORE)/squawk/v1
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grpc_tools.protoc -Iprotos \
 	  --python_out=$(CORE) --grpc_python_out=$(CORE) \
-	  --mypy_out=$(CORE) --mypy_grpc_out=$(CORE) $(PROTOS)
+	  --mypy_out=$(CORE) --mypy_grpc_out=$(CORE) \
+	  --include_source_info --descriptor_set_out=$(GEN) $(PROTOS)
 	touch $(CORE)/squawk/v1/py.typed
 
 gen: $(GEN)

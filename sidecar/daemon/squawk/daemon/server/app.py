@@ -28,7 +28,6 @@ from typing import IO
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -45,6 +44,7 @@ from .listeners import (
     unix_socket_path,
 )
 from .observe import Metrics, Observer
+from .reflection import enable_reflection
 from .servicer import PolicyServicer, register
 from .telemetry import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
 
@@ -130,9 +130,7 @@ class Daemon:
     async def start(self) -> None:
         register(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server
-        )
+        enable_reflection((SERVICE_NAME, health.SERVICE_NAME), self.server)
         # The stock async health servicer starts as SERVING; we are not, yet.
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
