@@ -49,8 +49,12 @@ dist: $(GEN)
 run: setup
 	$(BIN)/squawk serve
 
+# squawk.v1 only grows: every commit is checked against its parent (the
+# previous main, for a merge), so a field or RPC cannot be renamed or dropped.
+BUF := npx --yes @bufbuild/buf@1.75.0
 buf:
-	npx --yes @bufbuild/buf@1.75.0 lint
+	$(BUF) lint
+	$(BUF) breaking --against '.git#ref=HEAD~1'
 
 lint: setup
 	$(BIN)/ruff check sidecar clients/python tests bench

@@ -105,6 +105,9 @@ class RecordingServer {
         ),
       analyzeError: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
       checkDispatch: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
+      admit: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
+      reportOutcome: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
+      getUpstreams: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
     };
     this.server.addService(PolicyServiceService, impl);
     this.port = await new Promise<number>((resolve, reject) =>

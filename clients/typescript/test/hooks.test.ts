@@ -25,6 +25,7 @@ function decision(action: Action, reason: Reason, delayMs = 0, retryAfterMs?: nu
     delay: durationFromMs(delayMs),
     explanation: "the policy's own words",
     consumesAttempt: action !== Action.ACTION_CORRECT,
+    retryAfter: undefined,
     classification: ClassifyResponse.fromPartial({
       httpStatus: 403,
       retryAfter: retryAfterMs === undefined ? undefined : durationFromMs(retryAfterMs),

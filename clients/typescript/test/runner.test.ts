@@ -27,6 +27,7 @@ function decision(action: Action, reason: Reason, delayMs = 0, consumesAttempt =
     delay: durationFromMs(delayMs),
     explanation: `${action} ${reason}`,
     consumesAttempt,
+    retryAfter: undefined,
     classification: undefined,
     fallback: false,
   };
