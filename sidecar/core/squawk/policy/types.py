@@ -58,6 +58,8 @@ class Reason(enum.IntEnum):
     CIRCUIT_OPEN = 14
     RETRY_BUDGET_EXHAUSTED = 15
     UPSTREAM_COOLING_DOWN = 16
+    # Admit only: the call may be dispatched.
+    ADMITTED = 17
 
 
 class BreakerState(enum.IntEnum):
