@@ -9,6 +9,8 @@ breaker's open period is one second of real time.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -278,3 +280,31 @@ def test_the_runner_fails_open_without_the_daemon() -> None:
         assert run_step_sync(client, lambda n: n + 1, 1, options=StepOptions(upstream="x")) == 2
         # One admission above, then the runner's admission and its report.
         assert client.fallback_count == 3
+
+
+def test_the_cli_prints_the_pods_upstreams_as_a_table(
+    pod: tuple[Daemon, int], executors: list[Stub]
+) -> None:
+    failed = pb.Outcome(upstream="cli-shown", http_status=502)
+    executors[0].ReportOutcome(pb.ReportOutcomeRequest(outcomes=[failed]), timeout=5)
+    done = subprocess.run(
+        [sys.executable, "-m", "squawk.daemon.cli", "upstreams", "--target", pod[0].target],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    header, *rows = done.stdout.splitlines()
+    assert header.split() == [
+        "PROFILE",
+        "UPSTREAM",
+        "BREAKER",
+        "FOR",
+        "CALLS",
+        "FAILURES",
+        "RETRIES",
+        "COOL-DOWN",
+    ]
+    (row,) = [r.split() for r in rows if r.split()[1] == "cli-shown"]
+    assert row[:3] == ["default", "cli-shown", "CLOSED"]
+    assert row[4:7] == ["1", "1", "100"]

@@ -148,6 +148,11 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--deadline", help="time left for the step, e.g. 5s")
             cmd.add_argument("--capability", default="")
             cmd.add_argument("--upstream", default="")
+    upstreams = sub.add_parser(
+        "upstreams", help="print the pod's state of every tracked upstream, as a table"
+    )
+    upstreams.add_argument("--target", required=True, help="the running daemon's address")
+    upstreams.add_argument("--profile", default="", help="only this profile's upstreams")
     for cmd in (serve, *(sub.choices[n] for n in ("classify", "decide"))):
         cmd.add_argument(
             "--policy",
@@ -192,6 +197,39 @@ def _request(args: argparse.Namespace) -> Message:
         except ValueError as exc:
             raise PolicyInputError("--deadline", str(exc)) from None
     return request
+
+
+_COLUMNS = ("PROFILE", "UPSTREAM", "BREAKER", "FOR", "CALLS", "FAILURES", "RETRIES", "COOL-DOWN")
+
+
+def upstream_table(states: Sequence[pb.UpstreamState]) -> str:
+    """GetUpstreams as aligned columns; names are shown as the daemon holds them."""
+    rows = [_COLUMNS] + [
+        (
+            s.profile,
+            redact(s.upstream),
+            pb.BreakerState.Name(s.breaker_state).removeprefix("BREAKER_STATE_"),
+            f"{s.breaker_state_age.ToTimedelta().total_seconds():.1f}s",
+            str(s.window_calls),
+            str(s.window_failures),
+            f"{s.budget_balance:g}",
+            f"{s.cool_down_left.ToTimedelta().total_seconds():.1f}s",
+        )
+        for s in states
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _upstreams(args: argparse.Namespace) -> str:
+    with grpc.insecure_channel(args.target) as channel:
+        reply = pb_grpc.PolicyServiceStub(channel).GetUpstreams(
+            pb.GetUpstreamsRequest(profile=args.profile), timeout=10
+        )
+    return upstream_table(reply.upstreams)
 
 
 def _ask(args: argparse.Namespace, request: Message) -> Message:
@@ -255,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             asyncio.run(_serve(args))
+            return 0
+        if args.command == "upstreams":
+            print(_upstreams(args))
             return 0
         response = _ask(args, _request(args))
     except ConfigError as exc:
