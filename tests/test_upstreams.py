@@ -308,3 +308,17 @@ def test_the_cli_prints_the_pods_upstreams_as_a_table(
     (row,) = [r.split() for r in rows if r.split()[1] == "cli-shown"]
     assert row[:3] == ["default", "cli-shown", "CLOSED"]
     assert row[4:7] == ["1", "1", "100"]
+
+
+def test_a_client_decision_says_when_the_breaker_half_opens(
+    pod: tuple[Daemon, int], executors: list[Stub]
+) -> None:
+    with SquawkClient(pod[0].target, call_timeout=timedelta(seconds=5)) as client:
+        request = pb.DecideRetryRequest(attempt=1, http_status=503, upstream="flaky-client")
+        decisions = [client.decide_retry(request) for _ in range(12)]
+    # The default breaker: 10 calls, all failed, open it for 30 s.
+    assert decisions[8].retry_after is None
+    opened = decisions[9]
+    assert opened.reason == Reason.CIRCUIT_OPEN
+    assert opened.retry_after is not None
+    assert timedelta(seconds=29) < opened.retry_after <= timedelta(seconds=30)

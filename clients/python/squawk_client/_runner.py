@@ -175,14 +175,14 @@ class _Attempts:
         o = self.options
         reason = f"REASON_{admission.reason.name}"
         wait = admission.retry_after
-        if refusals > self.budget:
-            why = (
-                f"The pod refused the dispatch to {o.upstream} {refusals} times in a row: {reason}."
-            )
-        elif o.deadline is not None and wait > self.deadline_left():
+        if o.deadline is not None and wait > self.deadline_left():
             why = (
                 f"The pod refused the dispatch to {o.upstream}: {reason}; it admits again in "
                 f"{round(wait.total_seconds() * 1000)} ms, past the step's deadline."
+            )
+        elif refusals > self.budget:
+            why = (
+                f"The pod refused the dispatch to {o.upstream} {refusals} times in a row: {reason}."
             )
         else:
             return
