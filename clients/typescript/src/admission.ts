@@ -64,9 +64,7 @@ export async function awaitAdmission(gate: Gate): Promise<Decision | undefined> 
     );
     if (admission.allowed) return undefined;
     const waitMs = admission.retryAfter === undefined ? 0 : durationToMs(admission.retryAfter);
-    if (refusals > gate.budget) {
-      return refused(admission, `The pod refused the dispatch to ${upstream} ${refusals} times in a row: ${admission.reason}.`);
-    }
+    // The deadline first, then the cap: the same order in every client.
     const left = gate.deadlineLeftMs();
     if (left !== undefined && waitMs > left) {
       return refused(
@@ -74,6 +72,9 @@ export async function awaitAdmission(gate: Gate): Promise<Decision | undefined> 
         `The pod refused the dispatch to ${upstream}: ${admission.reason}; ` +
           `it admits again in ${roundHalfEven(waitMs)} ms, past the step's deadline.`,
       );
+    }
+    if (refusals > gate.budget) {
+      return refused(admission, `The pod refused the dispatch to ${upstream} ${refusals} times in a row: ${admission.reason}.`);
     }
     // Whole ms, rounded up: a wait cut short by a fraction would only be refused again.
     if (waitMs > 0) await untilAborted(gate.sleep(Math.ceil(waitMs), signal), signal);
