@@ -316,9 +316,10 @@ def test_health_answers_while_a_worst_case_batch_is_decided(daemon: Daemon) -> N
     latencies = json.loads(out)
     assert len(latencies) >= 20
     # On a shared 2-core machine a busy process also waits for a core now and
-    # then, which no code of ours can prevent: the bound is on 95 % of the
-    # answers, and none may wait a second. A handler that held the loop for a
-    # whole batch (1-3 s) fails both.
+    # then, which no code of ours can prevent (with other jobs running, a
+    # probe's p95 reached 0.25 s): the bound is on 95 % of the answers, and
+    # none may wait a second. A handler that held the loop for a whole batch
+    # (1-3 s) fails both.
     ordered = sorted(latencies)
-    assert ordered[int(len(ordered) * 0.95)] < 0.1, ordered[-10:]
+    assert ordered[int(len(ordered) * 0.95)] < 0.5, ordered[-10:]
     assert ordered[-1] < 1.0, ordered[-10:]
