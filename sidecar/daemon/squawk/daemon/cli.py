@@ -254,7 +254,10 @@ async def _serve(args: argparse.Namespace) -> None:
     config = load_config(args.policy)
     log_file: IO[str] | None = None
     if args.decision_log == "-":
-        log_file = sys.stdout
+        # The lines are UTF-8 JSON whatever the locale's encoding (a latin-1
+        # stdout could not write an emoji in an upstream's name).
+        stdout = sys.stdout.fileno()
+        log_file = open(stdout, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
     elif args.decision_log:
         log_file = open(args.decision_log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
     try:
@@ -272,8 +275,8 @@ async def _serve(args: argparse.Namespace) -> None:
         await daemon.start()
         await daemon.run_until_stopped()
     finally:
-        if log_file is not None and log_file is not sys.stdout:
-            log_file.close()
+        if log_file is not None:
+            log_file.close()  # stdout's wrapper leaves the descriptor open
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,7 +34,8 @@ __all__ = ["Metrics", "Observer", "admission_fields", "classification_fields", "
 log = logging.getLogger(__name__)
 
 Field = str | int | bool
-# Refusals of one cause are logged at most once per this many seconds.
+# Refusals of one cause, and breaker transitions to one state, are logged at
+# most once per this many seconds.
 _LOG_EVERY_S = 10.0
 # Distinct field strings remembered with their shown form; the same few
 # capability and upstream names recur on every decision.
@@ -233,15 +234,23 @@ class Observer:
                 "squawk.breaker.transition",
                 fields | {"squawk.breaker.from": before, "squawk.breaker.to": after},
             )
-        level = logging.WARNING if after == "OPEN" else logging.INFO
-        log.log(
-            level,
-            "circuit breaker %s -> %s for upstream %s (profile %s)",
-            before,
-            after,
-            fields["squawk.upstream"],
-            fields["squawk.profile"],
-        )
+        # Upstream names are caller data: one report can open a breaker on
+        # each of a hundred names. So the log says at most one transition to
+        # each state per interval, counting the rest (the span events and
+        # metrics see every one), and quotes the name, so a newline in it
+        # cannot start a line of its own.
+        held = self._throttle.ready(f"breaker/{after}")
+        if held is not None:
+            also = f" ({held} more to {after} since the last report)" if held else ""
+            log.log(
+                logging.WARNING if after == "OPEN" else logging.INFO,
+                "circuit breaker %s -> %s for upstream %r (profile %r)%s",
+                before,
+                after,
+                fields["squawk.upstream"],
+                fields["squawk.profile"],
+                also,
+            )
         if self.metrics is not None:
             label = self._upstream_label(str(fields["squawk.upstream"]))
             self.metrics.breaker_transitions.labels(label, before, after).inc()
@@ -307,4 +316,7 @@ class Observer:
             if ctx.is_valid:
                 line["trace_id"] = f"{ctx.trace_id:032x}"
                 line["span_id"] = f"{ctx.span_id:016x}"
-            self.log.write(json.dumps(line, separators=(",", ":")) + "\n")
+            # UTF-8, not \u escapes: a 4-byte character escaped is 12 bytes,
+            # and two names of 256 such would pass 6 KiB.
+            text = json.dumps(line, separators=(",", ":"), ensure_ascii=False)
+            self.log.write(text + "\n")
