@@ -20,7 +20,7 @@ import pytest
 
 from conftest import Daemon, free_port, start_daemon
 from squawk.daemon.server.upstreams import Upstreams
-from squawk.policy import builtin_policy
+from squawk.policy import Outcome, builtin_policy
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk_client import Reason, SquawkClient, StepError, StepFailed, StepOptions, run_step_sync
@@ -322,3 +322,20 @@ def test_a_client_decision_says_when_the_breaker_half_opens(
     assert opened.reason == Reason.CIRCUIT_OPEN
     assert opened.retry_after is not None
     assert timedelta(seconds=29) < opened.retry_after <= timedelta(seconds=30)
+
+
+def test_every_reported_transition_is_one_the_breaker_has() -> None:
+    clock = [0.0]
+    seen: list[tuple[str, str]] = []
+    upstreams = Upstreams(
+        builtin_policy(),
+        clock=lambda: clock[0],
+        on_transition=lambda t: seen.append((t.before.name, t.after.name)),
+    )
+    profile = builtin_policy().profile("default")
+    for _ in range(10):  # the default breaker: 10 calls, all failed
+        upstreams.record(profile, "api", Outcome(success=False, http_status=503))
+    clock[0] = 31.0  # past the 30 s open period, nobody asked in between
+    for _ in range(5):  # the default five probes, all successful
+        upstreams.record(profile, "api", Outcome(success=True))
+    assert seen == [("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED")]

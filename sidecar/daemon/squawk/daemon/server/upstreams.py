@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import NamedTuple
 
@@ -26,6 +26,7 @@ from squawk.policy import (
     Outcome,
     Policy,
     Profile,
+    UpstreamConfig,
     UpstreamSnapshot,
     UpstreamState,
     admit,
@@ -33,6 +34,7 @@ from squawk.policy import (
     record_outcome,
     upstream_snapshot,
 )
+from squawk.policy.breaker import advance
 
 __all__ = ["Transition", "UpstreamView", "Upstreams"]
 
@@ -88,6 +90,16 @@ class Upstreams:
             self._entries.move_to_end(key)
         return entry
 
+    def _current(self, key: Key, config: UpstreamConfig, now: float) -> _Entry:
+        """The key's entry with time's own step taken (OPEN -> HALF_OPEN, a
+        stale half-open round restarting), reported before the event's, so
+        every transition reported is one the breaker has."""
+        entry = self._entry(key, now)
+        moved = advance(entry.state.breaker, config.circuit_breaker, now)
+        if moved is not entry.state.breaker:
+            self._store(key, entry, replace(entry.state, breaker=moved), now)
+        return entry
+
     def _store(self, key: Key, entry: _Entry, state: UpstreamState, now: float) -> None:
         before, after = entry.state.breaker.state, state.breaker.state
         entry.state = state
@@ -99,16 +111,18 @@ class Upstreams:
     def admit(self, profile: Profile, upstream: str) -> Admission:
         now = self._clock()
         key = (profile.name, upstream)
-        entry = self._entry(key, now)
-        state, admission = admit(entry.state, profile.for_upstream(upstream), now)
+        config = profile.for_upstream(upstream)
+        entry = self._current(key, config, now)
+        state, admission = admit(entry.state, config, now)
         self._store(key, entry, state, now)
         return admission
 
     def record(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
         now = self._clock()
         key = (profile.name, upstream)
-        entry = self._entry(key, now)
-        state = record_outcome(entry.state, profile.for_upstream(upstream), now, outcome)
+        config = profile.for_upstream(upstream)
+        entry = self._current(key, config, now)
+        state = record_outcome(entry.state, config, now, outcome)
         self._store(key, entry, state, now)
 
     def after_failure(
@@ -123,8 +137,8 @@ class Upstreams:
         upstream's state make its decision more cautious (never less)."""
         now = self._clock()
         key = (profile.name, upstream)
-        entry = self._entry(key, now)
         config = profile.for_upstream(upstream)
+        entry = self._current(key, config, now)
         state = record_outcome(entry.state, config, now, outcome)
         state, decision = guard_retry(state, config, now, decision, deadline)
         self._store(key, entry, state, now)
