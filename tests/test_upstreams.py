@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 
 import grpc
@@ -332,10 +333,11 @@ def test_every_reported_transition_is_one_the_breaker_has() -> None:
         clock=lambda: clock[0],
         on_transition=lambda t: seen.append((t.before.name, t.after.name)),
     )
-    profile = builtin_policy().profile("default")
+    default = builtin_policy().profile("default")
+    # One probe: a single outcome both half-opens (time) and closes (the probe).
+    profile = replace(default, circuit_breaker=replace(default.circuit_breaker, half_open_probes=1))
     for _ in range(10):  # the default breaker: 10 calls, all failed
         upstreams.record(profile, "api", Outcome(success=False, http_status=503))
     clock[0] = 31.0  # past the 30 s open period, nobody asked in between
-    for _ in range(5):  # the default five probes, all successful
-        upstreams.record(profile, "api", Outcome(success=True))
+    upstreams.record(profile, "api", Outcome(success=True))
     assert seen == [("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED")]
