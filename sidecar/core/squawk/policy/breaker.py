@@ -103,6 +103,14 @@ def _round(config: BreakerConfig, now: float) -> Breaker:
     return Breaker(BreakerState.HALF_OPEN, until=now + config._open_for_s)
 
 
+def _with_window(breaker: Breaker, window: Window) -> Breaker:
+    # What dataclasses.replace(breaker, window=window) builds, at half its
+    # cost: the CLOSED transitions run on every call.
+    return Breaker(
+        breaker.state, window, breaker.until, breaker.probes, breaker.successes, breaker.failures
+    )
+
+
 def advance(breaker: Breaker, config: BreakerConfig, now: float) -> Breaker:
     """The breaker as time alone leaves it at `now`: an OPEN whose time is up
     is HALF_OPEN; a half-open round past its time starts over; the CLOSED
@@ -111,7 +119,7 @@ def advance(breaker: Breaker, config: BreakerConfig, now: float) -> Breaker:
         return CLOSED
     if breaker.state is BreakerState.CLOSED:
         window = rolled(breaker.window, now, config._window_s, config.buckets)
-        return breaker if window is breaker.window else replace(breaker, window=window)
+        return breaker if window is breaker.window else _with_window(breaker, window)
     if now >= breaker.until:
         return _round(config, now)
     return breaker
@@ -143,7 +151,7 @@ def record(breaker: Breaker, config: BreakerConfig, now: float, verdict: Verdict
         calls, failures = window.first, window.second
         if calls >= config.minimum_calls and failures / calls >= config.failure_ratio:
             return _open(config, now)
-        return replace(breaker, window=window)
+        return _with_window(breaker, window)
     successes = breaker.successes + (not failed)
     failures = breaker.failures + failed
     tallied = successes + failures
