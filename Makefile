@@ -12,7 +12,7 @@ GEN    := $(CORE)/squawk/v1/descriptors.binpb
 JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
-.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-test dist fuzz clean
+.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-build ts-test dist fuzz clean
 
 all: test
 
@@ -55,8 +55,12 @@ dist: $(GEN)
 run: setup
 	$(BIN)/squawk serve
 
+# squawk.v1 only grows: every commit is checked against its parent (the
+# previous main, for a merge), so a field or RPC cannot be renamed or dropped.
+BUF := npx --yes @bufbuild/buf@1.75.0
 buf:
-	npx --yes @bufbuild/buf@1.75.0 lint
+	$(BUF) lint
+	$(BUF) breaking --against '.git#ref=HEAD~1'
 
 lint: setup
 	$(BIN)/ruff check sidecar clients/python tests bench
@@ -70,7 +74,18 @@ $(JAEGER_BIN):
 
 jaeger: $(JAEGER_BIN)
 
-unit: setup $(JAEGER_BIN)
+# tests/test_pod.py runs a Node executor on the built TypeScript client.
+TS := clients/typescript
+$(TS)/node_modules/.package-lock.json: $(TS)/package-lock.json
+	cd $(TS) && npm ci --no-audit --no-fund
+
+$(TS)/dist/src/index.js: $(TS)/node_modules/.package-lock.json $(TS)/tsconfig.json \
+  $(shell find $(TS)/src $(TS)/test -name '*.ts')
+	cd $(TS) && npm run --silent build
+
+ts-build: $(TS)/dist/src/index.js
+
+unit: setup $(JAEGER_BIN) ts-build
 	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) $(BIN)/pytest -q
 
 # Go users expect generated code in the repo; --check fails on any drift.

@@ -22,7 +22,7 @@ import grpc
 from .procs import Proc, Processes
 from .workloads import Workload
 
-__all__ = ["Load", "Mode", "Outcome", "probe", "run_load", "wait_serving"]
+__all__ = ["Load", "Mode", "Outcome", "probe", "run_load", "wait_serving", "write_payloads"]
 
 
 @dataclass(frozen=True)
@@ -59,14 +59,28 @@ class Outcome:
 
 
 def probe(address: str, workload: Workload, timeout_s: float = 10.0) -> str | None:
-    """Send one call; None when its answer is the one the row measures."""
+    """Send each payload once; None when every answer is the one the row measures."""
     with grpc.insecure_channel(address) as channel:
         call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(workload.method)
-        try:
-            reply = call(workload.payload, timeout=timeout_s)
-        except grpc.RpcError as exc:
-            return f"{exc.code().name}: {exc.details()}"
-    return workload.check(reply)
+        for payload in workload.payloads:
+            try:
+                reply = call(payload, timeout=timeout_s)
+            except grpc.RpcError as exc:
+                return f"{exc.code().name}: {exc.details()}"
+            problem = workload.check(reply)
+            if problem is not None:
+                return problem
+    return None
+
+
+def write_payloads(workload: Workload, folder: Path, stem: str) -> list[Path]:
+    """The workload's payloads as files, for the load generator."""
+    files = []
+    for i, payload in enumerate(workload.payloads):
+        path = folder / f"{stem}-{i}.bin"
+        path.write_bytes(payload)
+        files.append(path)
+    return files
 
 
 def wait_serving(proc: Proc, address: str, workload: Workload, timeout_s: float = 30.0) -> None:
@@ -88,7 +102,7 @@ def run_load(
     workload: Workload,
     mode: Mode,
     load: Load,
-    payload_file: Path,
+    payload_files: list[Path],
     sample_every_s: float | None = None,
     counter: Callable[[], float] | None = None,
     drain_s: float = 3.0,
@@ -107,7 +121,7 @@ def run_load(
         str(load.loadgen),
         f"-target={address}",
         f"-method={workload.method}",
-        f"-payload={payload_file}",
+        *(f"-payload={path}" for path in payload_files),
         f"-conns={load.conns}",
         f"-warmup={load.warmup_s}s",
         f"-duration={load.seconds}s",

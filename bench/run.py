@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 
 from .core import measure as measure_core
 from .core import render as render_core
-from .drive import Load, Mode, probe, run_load, wait_serving
+from .drive import Load, Mode, probe, run_load, wait_serving, write_payloads
 from .procs import Proc, Processes, free_port
 from .report import goals, render_goals, render_table
 from .targets import ROOT, SQUAWK, Jaeger, Server, servers
@@ -91,10 +91,10 @@ def measure_row(
     workload: Workload,
     mode: Mode,
     load: Load,
-    payload: Path,
+    payloads: list[Path],
     spans: Callable[[], float] | None,
 ) -> Row:
-    out = run_load(procs, proc, address, workload, mode, load, payload, counter=spans)
+    out = run_load(procs, proc, address, workload, mode, load, payloads, counter=spans)
     r = out.result
     calls = int(r["calls"])
     answered = int(r["answered"])
@@ -149,17 +149,21 @@ def bench_server(
         # Before any load: what the daemon costs just for being there.
         idle = round(proc.rss_mb(), 1)
         for i, workload in enumerate(wanted):
-            payload = tmp / f"payload-{server.target}-{i}.bin"
-            payload.write_bytes(workload.payload)
+            payloads = write_payloads(workload, tmp, f"payload-{server.target}-{i}")
             problem = probe(address, workload)
             for mode in modes(workload, args.rates):
                 if problem is None and proc.alive():
                     try:
                         row = measure_row(
-                            procs, proc, address, server, workload, mode, load, payload, spans
+                            procs, proc, address, server, workload, mode, load, payloads, spans
                         )
                     except RuntimeError as exc:
                         row = _row(server, workload, mode, status=f"failed: {exc}")
+                    # The load may have moved the upstream state to other
+                    # answers (an open breaker): then the row timed those.
+                    problem = probe(address, workload)
+                    if problem is not None and not row["status"].startswith("failed"):
+                        row["status"] = f"failed: after the load, {problem}"
                 else:
                     why = problem or f"server exited; its log ends: {proc.tail(5)}"
                     row = _row(server, workload, mode, status=f"failed: probe {why}")
@@ -213,7 +217,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-pin", action="store_true", help="do not pin with taskset")
     p.add_argument(
         "--squawk-cmd",
-        help="run this instead of `squawk serve` ({listen} = the address), to measure a variant",
+        help="run this instead of `squawk serve` ({listen} = the address), to measure a variant; "
+        "the +upstream rows need its --policy bench/policy.yaml",
     )
     args = p.parse_args(argv)
     args.rates = [float(r) for r in args.rates.split(",") if r.strip()]

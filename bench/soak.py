@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .drive import Load, Mode, Outcome, run_load, wait_serving
+from .drive import Load, Mode, Outcome, run_load, wait_serving, write_payloads
 from .procs import Processes, free_port
 from .targets import ROOT, SQUAWK, clean_env
 from .workloads import squawk_workloads
@@ -48,10 +48,9 @@ def soak(args: argparse.Namespace) -> tuple[float, float, Outcome]:
         proc = procs.start("squawk", argv, clean_env(), server_cpus, cwd=ROOT)
         wait_serving(proc, address, decide)
         idle = proc.rss_mb()
-        payload = Path(tmp) / "payload.bin"
-        payload.write_bytes(decide.payload)
+        payloads = write_payloads(decide, Path(tmp), "payload")
         find = Load(args.loadgen, 5, 2, 32, 2, load_cpus)
-        saturation = run_load(procs, proc, address, decide, Mode(), find, payload)
+        saturation = run_load(procs, proc, address, decide, Mode(), find, payloads)
         rate = round(saturation.result["calls_per_s"] / 2)
         print(
             f"saturation {saturation.result['calls_per_s']:.0f} calls/s; "
@@ -60,7 +59,7 @@ def soak(args: argparse.Namespace) -> tuple[float, float, Outcome]:
             flush=True,
         )
         load = Load(args.loadgen, args.seconds, WARMUP_S, 32, 2, load_cpus)
-        out = run_load(procs, proc, address, decide, Mode(rate), load, payload, args.sample_every)
+        out = run_load(procs, proc, address, decide, Mode(rate), load, payloads, args.sample_every)
     return idle, saturation.result["calls_per_s"], out
 
 

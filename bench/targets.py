@@ -11,10 +11,12 @@ from pathlib import Path
 from .procs import Processes, free_port
 from .workloads import ECHO, Workload
 
-__all__ = ["ROOT", "SQUAWK", "Jaeger", "Server", "clean_env", "servers"]
+__all__ = ["POLICY", "ROOT", "SQUAWK", "Jaeger", "Server", "clean_env", "servers"]
 
 ROOT = Path(__file__).resolve().parent.parent
-# The daemon as `squawk serve` runs it, with its built-in policy.
+# The built-in policy with thresholds the state rows cannot reach (see the file).
+POLICY = ROOT / "bench" / "policy.yaml"
+# The daemon as `squawk serve` runs it.
 SQUAWK = [
     sys.executable,
     "-m",
@@ -22,6 +24,8 @@ SQUAWK = [
     "serve",
     "--listen",
     "{listen}",
+    "--policy",
+    str(POLICY),
     "--grace",
     "1",
 ]

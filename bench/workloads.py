@@ -2,9 +2,16 @@
 the row means to measure.
 
 Requests are serialized once here, with the daemon's own protobuf classes,
-and the load generator sends those bytes unchanged. Each workload checks one
-real answer before it is loaded: a row that would measure an error path (an
-UNIMPLEMENTED, a validation error) fails instead of reporting a fast error.
+and the load generator sends those bytes unchanged. Each workload checks a
+real answer to each of its requests before it is loaded and again after: a
+row that would measure an error path (an UNIMPLEMENTED, a validation error),
+or whose load moved the daemon's upstream state to other answers (an open
+breaker, a spent retry budget), fails instead of reporting a fast error.
+
+Rows without "+upstream" name no upstream, so they measure the stateless
+path. The state rows spread their calls over UPSTREAMS names, as a pod's
+executors would, and need the bench policy (targets.POLICY), which keeps
+every breaker closed and every retry granted under load.
 """
 
 from __future__ import annotations
@@ -22,10 +29,14 @@ from .echo_server import ECHO_METHOD
 
 __all__ = [
     "ECHO",
+    "OUTCOMES_PER_REPORT",
+    "UPSTREAMS",
     "Workload",
+    "admit_request",
     "analyze_request",
     "classify_request",
     "envelope_request",
+    "report_request",
     "squawk_workloads",
     "transient_request",
 ]
@@ -37,6 +48,11 @@ ENVELOPE = (
     b'"message": "daily quota for search_hotels is used up", "retryable": false}}'
 )
 
+# The upstream names the state rows rotate through: a few keys, as one
+# pod's executors call a few upstreams, each seen by every executor.
+UPSTREAMS = tuple(f"upstream-{i}" for i in range(8))
+OUTCOMES_PER_REPORT = 10
+
 Check = Callable[[bytes], str | None]
 
 
@@ -44,12 +60,16 @@ Check = Callable[[bytes], str | None]
 class Workload:
     rpc: str
     method: str
-    payload: bytes
+    # Call n sends payloads[n % len(payloads)].
+    payloads: tuple[bytes, ...]
     # Returns None when a reply is what the row measures, else what is wrong.
     check: Check
-    # Decisions per call: DecideRetryBatch answers many in one call.
+    # Decisions (or outcomes) per call: DecideRetryBatch answers many in one call.
     items: int = 1
-    # Fixed-rate rows are offered in calls/s; a batch call is not comparable.
+    # Whether to run the fixed-rate rows too. A batch call is not comparable
+    # at a rate in calls/s; the state rows ask what a call costs, which
+    # saturation and CPU per call answer, so they skip the rates to keep the
+    # run short.
     open_loop: bool = True
 
 
@@ -81,6 +101,21 @@ def _expect_batch(size: int) -> Check:
     return check
 
 
+def _expect_admitted(reply: bytes) -> str | None:
+    got = pb.AdmitResponse.FromString(reply)
+    if not got.allowed or got.reason != pb.REASON_ADMITTED:
+        return f"answered allowed={got.allowed} {pb.Reason.Name(got.reason)}"
+    return None
+
+
+def _expect_recorded(count: int) -> Check:
+    def check(reply: bytes) -> str | None:
+        got = pb.ReportOutcomeResponse.FromString(reply)
+        return None if got.recorded == count else f"recorded {got.recorded} of {count}"
+
+    return check
+
+
 def _expect_suggestion(reply: bytes) -> str | None:
     got = pb.AnalyzeErrorResponse.FromString(reply)
     if got.source != pb.ANALYSIS_SOURCE_HEURISTIC or not got.suggested_changes.fields:
@@ -88,9 +123,9 @@ def _expect_suggestion(reply: bytes) -> str | None:
     return None
 
 
-def transient_request() -> pb.DecideRetryRequest:
+def transient_request(upstream: str = "") -> pb.DecideRetryRequest:
     request = pb.DecideRetryRequest(
-        attempt=1, http_status=503, capability="search_hotels", upstream="amadeus"
+        attempt=1, http_status=503, capability="search_hotels", upstream=upstream
     )
     request.deadline.FromTimedelta(timedelta(seconds=30))
     return request
@@ -103,8 +138,27 @@ def envelope_request() -> pb.DecideRetryRequest:
         response_body=ENVELOPE,
         headers={"Content-Type": "application/json"},
         capability="search_hotels",
-        upstream="amadeus",
     )
+
+
+def admit_request(upstream: str) -> pb.AdmitRequest:
+    return pb.AdmitRequest(upstream=upstream, capability="search_hotels")
+
+
+def report_request(first: int) -> pb.ReportOutcomeRequest:
+    """OUTCOMES_PER_REPORT successes, over UPSTREAMS from the `first`-th on."""
+    latency = timedelta(milliseconds=120)
+    outcomes = []
+    for i in range(first, first + OUTCOMES_PER_REPORT):
+        item = pb.Outcome(
+            upstream=UPSTREAMS[i % len(UPSTREAMS)],
+            capability="search_hotels",
+            success=True,
+            http_status=200,
+        )
+        item.latency.FromTimedelta(latency)
+        outcomes.append(item)
+    return pb.ReportOutcomeRequest(outcomes=outcomes)
 
 
 def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
@@ -139,6 +193,10 @@ def classify_request() -> pb.ClassifyRequest:
     )
 
 
+def _each(requests: list[Any]) -> tuple[bytes, ...]:
+    return tuple(r.SerializeToString() for r in requests)
+
+
 def squawk_workloads(batch_size: int) -> list[Workload]:
     classify = classify_request()
     # Half transient, half envelope, as a queue of mixed failures would be.
@@ -148,25 +206,23 @@ def squawk_workloads(batch_size: int) -> list[Workload]:
         ]
     )
     return [
-        Workload(
-            "Classify", SERVICE + "Classify", classify.SerializeToString(), _expect_classification
-        ),
+        Workload("Classify", SERVICE + "Classify", _each([classify]), _expect_classification),
         Workload(
             "DecideRetry transient",
             SERVICE + "DecideRetry",
-            transient_request().SerializeToString(),
+            _each([transient_request()]),
             _expect_decision(pb.ACTION_RETRY, pb.REASON_TRANSIENT_STATUS),
         ),
         Workload(
             "DecideRetry envelope",
             SERVICE + "DecideRetry",
-            envelope_request().SerializeToString(),
+            _each([envelope_request()]),
             _expect_decision(pb.ACTION_FAIL, pb.REASON_EXPLICIT_NOT_RETRYABLE),
         ),
         Workload(
             f"DecideRetryBatch x{batch_size}",
             SERVICE + "DecideRetryBatch",
-            batch.SerializeToString(),
+            _each([batch]),
             _expect_batch(batch_size),
             items=batch_size,
             open_loop=False,
@@ -174,8 +230,31 @@ def squawk_workloads(batch_size: int) -> list[Workload]:
         Workload(
             "AnalyzeError offline",
             SERVICE + "AnalyzeError",
-            analyze_request().SerializeToString(),
+            _each([analyze_request()]),
             _expect_suggestion,
+        ),
+        Workload(
+            "DecideRetry +upstream",
+            SERVICE + "DecideRetry",
+            _each([transient_request(u) for u in UPSTREAMS]),
+            _expect_decision(pb.ACTION_RETRY, pb.REASON_TRANSIENT_STATUS),
+            open_loop=False,
+        ),
+        Workload(
+            "Admit +upstream",
+            SERVICE + "Admit",
+            _each([admit_request(u) for u in UPSTREAMS]),
+            _expect_admitted,
+            open_loop=False,
+        ),
+        Workload(
+            f"ReportOutcome x{OUTCOMES_PER_REPORT}",
+            SERVICE + "ReportOutcome",
+            # Successes keep every breaker closed whatever the policy.
+            _each([report_request(i) for i in range(len(UPSTREAMS))]),
+            _expect_recorded(OUTCOMES_PER_REPORT),
+            items=OUTCOMES_PER_REPORT,
+            open_loop=False,
         ),
     ]
 
@@ -185,7 +264,7 @@ def squawk_workloads(batch_size: int) -> list[Workload]:
 ECHO = Workload(
     "Echo",
     ECHO_METHOD,
-    transient_request().SerializeToString(),
+    _each([transient_request()]),
     lambda reply: (
         None if reply == transient_request().SerializeToString() else "echoed other bytes"
     ),

@@ -12,13 +12,16 @@ those three values without replaying the stream before it. A case is:
   generated classes cannot write (huge batches, crafted Struct nesting,
   lone surrogates in JSON bodies);
 - edge: the fixed worst cases of fuzz_edges, each sent once per run.
+
+Admit, ReportOutcome and GetUpstreams draw their valid and hostile
+requests from fuzz_upstreams, which also says how their daemon is readied.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -29,6 +32,8 @@ from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 
 from fuzz_edges import EDGE_EVERY, EDGES
+from fuzz_upstreams import HOSTILE as UPSTREAM_HOSTILE
+from fuzz_upstreams import SEEDS as UPSTREAM_SEEDS
 from fuzz_values import (
     DURATION_NANOS,
     DURATION_SECONDS,
@@ -47,14 +52,17 @@ from wire_bytes import field_bytes, mutate, struct_bytes
 __all__ = ["REQUEST_TYPES", "RPCS", "Case", "case", "cases", "is_malformed"]
 
 TESTS = Path(__file__).resolve().parent
-RPCS = ("Classify", "DecideRetry", "DecideRetryBatch", "AnalyzeError", "CheckDispatch")
 REQUEST_TYPES: dict[str, type[Message]] = {
     "Classify": pb.ClassifyRequest,
     "DecideRetry": pb.DecideRetryRequest,
     "DecideRetryBatch": pb.DecideRetryBatchRequest,
     "AnalyzeError": pb.AnalyzeErrorRequest,
     "CheckDispatch": pb.CheckDispatchRequest,
+    "Admit": pb.AdmitRequest,
+    "ReportOutcome": pb.ReportOutcomeRequest,
+    "GetUpstreams": pb.GetUpstreamsRequest,
 }
+RPCS = tuple(REQUEST_TYPES)
 MAX_BATCH = 10_000  # the documented limit (README, "The service")
 
 
@@ -77,7 +85,8 @@ def is_malformed(rpc: str, payload: bytes) -> bool:
 
 @cache
 def _seeds() -> dict[str, list[bytes]]:
-    """Valid requests for every RPC, from the project's own vector and case files."""
+    """Valid requests for every RPC: from the project's own vector and case
+    files, and for the upstream RPCs, which have none there, from fuzz_upstreams."""
     vectors = json.loads((TESTS / "vectors" / "decisions.json").read_text())
     analysis = json.loads((TESTS / "analysis_cases.json").read_text())["cases"]
     classify = [
@@ -94,10 +103,14 @@ def _seeds() -> dict[str, list[bytes]]:
     batches = [
         pb.DecideRetryBatchRequest(requests=decide[i : i + 5]) for i in range(0, len(decide), 5)
     ]
-    found = [
-        [m.SerializeToString() for m in ms] for ms in (classify, decide, batches, analyze, dispatch)
-    ]
-    return dict(zip(RPCS, found, strict=True))
+    found: dict[str, Sequence[Message]] = {
+        "Classify": classify,
+        "DecideRetry": decide,
+        "DecideRetryBatch": batches,
+        "AnalyzeError": analyze,
+        "CheckDispatch": dispatch,
+    }
+    return {rpc: [m.SerializeToString() for m in ms] for rpc, ms in found.items()} | UPSTREAM_SEEDS
 
 
 def _duration(rng: random.Random, out: Any) -> str:
@@ -302,7 +315,7 @@ HOSTILE: dict[str, Callable[[random.Random], tuple[str, bytes]]] = {
     "DecideRetryBatch": _batch,
     "AnalyzeError": _analyze,
     "CheckDispatch": _dispatch,
-}
+} | UPSTREAM_HOSTILE
 
 
 def _descriptor(rpc: str) -> Descriptor:

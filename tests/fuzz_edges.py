@@ -26,7 +26,8 @@ MIB = 2**20
 EYJ = "eyJ-" * N  # every position starts a JWT-looking token that never ends
 SPACES = " " * N
 HINT_SPACES = "use" + SPACES  # "did you mean/use X" with X never coming
-BACKTRACK = "a" * 40 + "!"  # "^(a+)+$" takes 2^40 steps to reject this
+BACKTRACK = "a" * 40 + "!"
+YEAR_9999 = "Fri, 31 Dec 9999 23:59:59 GMT"  # "^(a+)+$" takes 2^40 steps to reject this
 Edge = Callable[[], tuple[str, bytes]]
 
 
@@ -84,6 +85,31 @@ def _batch(label: str, *items: pb.DecideRetryRequest, copies: int = 1) -> Edge:
     )
 
 
+def _admit(label: str, **fields: str) -> Edge:
+    return lambda: (label, pb.AdmitRequest(**fields).SerializeToString())
+
+
+def _out(upstream: str, status: int = 503, headers: dict[str, str] | None = None) -> pb.Outcome:
+    return pb.Outcome(upstream=upstream, http_status=status, headers=headers)
+
+
+def _report(label: str, *items: pb.Outcome, copies: int = 1) -> Edge:
+    return lambda: (
+        label,
+        pb.ReportOutcomeRequest(outcomes=list(items) * copies).SerializeToString(),
+    )
+
+
+def _listing(label: str, profile: str) -> Edge:
+    return lambda: (label, pb.GetUpstreamsRequest(profile=profile).SerializeToString())
+
+
+def _latency(seconds: int) -> pb.Outcome:
+    out = _out("latency")
+    out.latency.seconds = seconds
+    return out
+
+
 _PATTERN = {"type": "string", "pattern": "^(a+)+$"}
 _BIG_ENUM = [f"option-{i:05d}-" + "x" * 40 for i in range(10_000)]
 
@@ -98,9 +124,7 @@ EDGES: dict[str, list[Edge]] = {
         _classify("url-credentials-run", error_message="https://a:b@" * (N // 2)),
         _classify("retry-after-20-digits", headers={"Retry-After": "9" * 20}),
         _classify("pushback-20-digits", headers={"grpc-retry-pushback-ms": "9" * 20}),
-        _classify(
-            "retry-after-year-9999", headers={"Retry-After": "Fri, 31 Dec 9999 23:59:59 GMT"}
-        ),
+        _classify("retry-after-year-9999", headers={"Retry-After": YEAR_9999}),
         _classify("10000-headers", headers={f"x-{i}": "v" for i in range(10_000)}),
         _classify("status-int32-min", http_status=-(2**31), error_message="x"),
     ],
@@ -180,5 +204,40 @@ EDGES: dict[str, list[Edge]] = {
         _dispatch("100000-required", {}, {"required": [f"k{i}" for i in range(100_000)]}),
         _dispatch("eyJ-enum-value", {"a": EYJ}, {"properties": {"a": {"enum": ["b"]}}}),
         _dispatch("eyJ-key", {EYJ: 1}, {"properties": {EYJ: {"type": "array"}}}),
+    ],
+    "Admit": [
+        # The longest names a decision-log line holds, in 4-byte and escaped characters.
+        _admit("emoji-names-at-limit", upstream="😀" * 256, capability="😀" * 256),
+        _admit("nul-names-at-limit", upstream="\x00" * 256, capability="\x00" * 256),
+        _admit("upstream-over-limit", upstream="u" * 257),
+        _admit("eyJ-upstream", upstream=EYJ),
+        _admit("eyJ-capability", upstream="a", capability=EYJ),
+        _admit("eyJ-profile", upstream="a", profile=EYJ),
+    ],
+    "ReportOutcome": [
+        _report("0-outcomes"),
+        _report("1000-outcomes", _out("a"), copies=1000),
+        _report("1001-outcomes", _out("a"), copies=1001),
+        _report("100000-outcomes", _out("a"), copies=100_000),
+        _report("bad-status-at-999", *[_out("a")] * 999, _out("a", 600)),
+        _report("status-int32-min", _out("a", -(2**31))),
+        # Ten failures each open 100 breakers in one call.
+        _report("100-breakers-open", *[_out(f"b{i}") for i in range(100) for _ in range(10)]),
+        _report(
+            "1000-cooling-names-at-limit",
+            *[_out(f"{i:04d}" + "😀" * 252, 429, {"Retry-After": "60"}) for i in range(1000)],
+        ),
+        _report("retry-after-20-digits", _out("c", 429, {"Retry-After": "9" * 20})),
+        _report("pushback-20-digits", _out("c", 503, {"grpc-retry-pushback-ms": "9" * 20})),
+        _report("retry-after-year-9999", _out("c", 503, {"Retry-After": YEAR_9999})),
+        _report("retry-after-over-limit", _out("c", 503, {"Retry-After": "9" * 8193})),
+        _report("65-headers", _out("c", 503, {f"x-{i}": "v" for i in range(65)})),
+        _report("latency-int64-max", _latency(2**63 - 1)),
+    ],
+    "GetUpstreams": [
+        _listing("eyJ-profile", EYJ),
+        _listing("unknown-profile", "unknown"),
+        _listing("nul-profile", "default\x00"),
+        _listing("tokens-profile", "tokens"),
     ],
 }

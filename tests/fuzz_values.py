@@ -21,6 +21,7 @@ __all__ = [
     "length",
     "profile_name",
     "wait_headers",
+    "wait_value",
 ]
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

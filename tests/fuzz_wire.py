@@ -13,6 +13,10 @@ fine; a line per request is not), and write no decision-log line over
 health check then fails) is a problem; it is killed and a new one takes
 the rest of the cases, a bounded number of times, so one stall does not
 hide every later finding.
+
+Every daemon runs fuzz_upstreams.POLICY, and is sent its RPC's prelude
+(fuzz_upstreams.PRELUDES) before the first case: the upstream RPCs act on
+state that earlier calls left.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from conftest import ROOT, Daemon, start_daemon
 from fuzz_cases import RPCS, Case, cases, is_malformed
 from fuzz_report import Report
+from fuzz_upstreams import POLICY, PRELUDES
 
 __all__ = ["fuzz_rpc", "main"]
 
@@ -49,6 +54,9 @@ class _Session:
 
     def __init__(self, rpc: str, workdir: Path, report: Report, restarts: int) -> None:
         self.rpc, self.workdir, self.report = rpc, workdir, report
+        self.policy = workdir / "policy.yaml"
+        self.policy.write_text(POLICY)
+        self.prelude = PRELUDES[rpc]() if rpc in PRELUDES else []
         self.restarts_left = restarts
         self.generation = 0
         self.spent = False  # stalled with no restart left
@@ -60,12 +68,24 @@ class _Session:
     async def open(self) -> None:
         path = self.workdir / f"decisions-{self.rpc}-{len(self.decision_logs)}.jsonl"
         self.decision_logs.append(path)
-        self.daemon: Daemon = await asyncio.to_thread(start_daemon, "--decision-log", str(path))
+        self.daemon: Daemon = await asyncio.to_thread(
+            start_daemon, "--decision-log", str(path), "--policy", str(self.policy)
+        )
         self.channel = grpc.aio.insecure_channel(self.daemon.target, options=_CLIENT_OPTIONS)
         # No serializers: the bytes go out exactly as generated.
         self.call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.channel.unary_unary(
             f"/{SERVICE}/{self.rpc}"
         )
+        report: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = self.channel.unary_unary(
+            f"/{SERVICE}/ReportOutcome"
+        )
+        for payload in self.prelude:
+            try:
+                await report(payload, timeout=30.0)
+            except grpc.aio.AioRpcError as exc:
+                problem = f"{exc.code().name}: {(exc.details() or '')[:300]!r}"
+                self.report.daemon.append(f"a report of the prelude was refused, {problem}")
+                break
         self.ready.set()
 
     async def serving(self, timeout_s: float) -> str | None:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from squawk.daemon.config import ConfigError, apply_env, load_policy, parse_policy
-from squawk.policy import Jitter, builtin_policy
+from squawk.policy import (
+    BreakerConfig,
+    Jitter,
+    RatioBudgetConfig,
+    TokenBucketConfig,
+    UpstreamConfig,
+    builtin_policy,
+)
 
 EXAMPLE = """
 max_body_bytes: 65536
@@ -157,3 +165,155 @@ def test_env_max_below_initial_is_refused(caplog: pytest.LogCaptureFixture) -> N
         default = apply_env(builtin_policy(), env).profile("default")
     assert default.backoff == builtin_policy().profile("default").backoff
     assert "below initial delay" in caplog.text
+
+
+UPSTREAMS = """
+max_upstreams: 500
+profiles:
+  default:
+    circuit_breaker:
+      failure_ratio: 0.25
+      window: 30s
+      buckets: 7
+    retry_budget: {ratio: 0.1}
+    upstreams:
+      amadeus:
+        circuit_breaker: {open_for: 10s}
+        share_retry_after: false
+      openai:
+        retry_budget: {kind: token_bucket, max_tokens: 20}
+    capabilities:
+      search_hotels:
+        max_attempts: 6
+  llm:
+    retry_budget: {kind: token_bucket, token_ratio: 0.5}
+"""
+
+
+def test_upstream_settings_per_profile_and_per_upstream() -> None:
+    policy = parse_policy(UPSTREAMS)
+    assert policy.max_upstreams == 500
+    default = policy.profile("default")
+    own = default.for_upstream("anything else")
+    assert own.circuit_breaker == BreakerConfig(
+        failure_ratio=0.25, window=timedelta(seconds=30), buckets=7
+    )
+    assert own.retry_budget == RatioBudgetConfig(ratio=0.1)
+    assert own.share_retry_after
+    # An upstream entry starts from its profile's settings and overrides only its own fields.
+    amadeus = default.for_upstream("amadeus")
+    assert amadeus.circuit_breaker == replace(own.circuit_breaker, open_for=timedelta(seconds=10))
+    assert (amadeus.retry_budget, amadeus.share_retry_after) == (own.retry_budget, False)
+    # Another kind starts from that kind's defaults.
+    assert default.for_upstream("openai").retry_budget == TokenBucketConfig(max_tokens=20)
+    # Capabilities share the profile's settings: the state is kept per profile.
+    assert default.for_capability("search_hotels").for_upstream("amadeus") == amadeus
+    assert policy.profile("llm").for_upstream("x").retry_budget == TokenBucketConfig(
+        token_ratio=0.5
+    )
+
+
+def test_upstream_settings_default_when_the_file_is_silent() -> None:
+    policy = parse_policy("profiles:\n  default:\n    max_attempts: 4\n")
+    assert policy.max_upstreams == 10_000
+    config = policy.profile("default").for_upstream("amadeus")
+    assert config == UpstreamConfig(BreakerConfig(), RatioBudgetConfig(), share_retry_after=True)
+
+
+_CB = "profiles:\n  default:\n    circuit_breaker:\n"
+_RB = "profiles:\n  default:\n    retry_budget:\n"
+_UP = "profiles:\n  default:\n    upstreams:\n      amadeus:\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            _CB + "      failure_ratio: 1.5\n",
+            "circuit_breaker.failure_ratio (line 4): must be in (0, 1]",
+        ),
+        (
+            _CB + "      failure_ratio: 0\n",
+            "circuit_breaker.failure_ratio (line 4): must be in (0, 1]",
+        ),
+        (
+            _CB + "      failure_ratio: half\n",
+            "circuit_breaker.failure_ratio (line 4): expected a number",
+        ),
+        (
+            _CB + "      close_ratio: nan\n",
+            "circuit_breaker.close_ratio (line 4): must be in (0, 1]",
+        ),
+        (_CB + "      minimum_calls: 0\n", "circuit_breaker.minimum_calls (line 4): must be >= 1"),
+        (
+            _CB + "      minimum_calls: 2.5\n",
+            "circuit_breaker.minimum_calls (line 4): expected an integer",
+        ),
+        (_CB + "      buckets: 1001\n", "circuit_breaker.buckets (line 4): must be in 1..1000"),
+        (
+            _CB + "      half_open_probes: 0\n",
+            "circuit_breaker.half_open_probes (line 4): must be >= 1",
+        ),
+        (_CB + "      window: 0s\n", "circuit_breaker.window (line 4): must be positive"),
+        (_CB + "      open_for: soon\n", "circuit_breaker.open_for (line 4): expected a duration"),
+        (
+            _CB + "      enabled: maybe\n",
+            "circuit_breaker.enabled (line 4): expected true or false",
+        ),
+        (_CB + "      threshold: 3\n", "circuit_breaker.threshold (line 4): unknown field"),
+        (
+            "profiles:\n  default:\n    circuit_breaker: 5\n",
+            "circuit_breaker (line 3): expected a mapping",
+        ),
+        (_RB + "      kind: leaky\n", "retry_budget.kind (line 4): expected ratio or token_bucket"),
+        (
+            _RB + "      max_tokens: 5\n",
+            "retry_budget.max_tokens (line 4): not a field of kind ratio",
+        ),
+        (
+            _RB + "      kind: token_bucket\n      ttl: 5s\n",
+            "retry_budget.ttl (line 5): not a field of kind token_bucket",
+        ),
+        (_RB + "      ratio: 0\n", "retry_budget.ratio (line 4): must be in (0, 1]"),
+        (_RB + "      min_per_second: -1\n", "retry_budget.min_per_second (line 4): must be >= 0"),
+        (_RB + "      ttl: 0ms\n", "retry_budget.ttl (line 4): must be positive"),
+        (
+            _RB + "      kind: token_bucket\n      max_tokens: 0\n",
+            "retry_budget.max_tokens (line 5): must be in 1..1000",
+        ),
+        (
+            _RB + "      kind: token_bucket\n      token_ratio: 0.0001\n",
+            "retry_budget.token_ratio (line 5): must be at least 0.001",
+        ),
+        (
+            "profiles:\n  default:\n    share_retry_after: sometimes\n",
+            "share_retry_after (line 3): expected true or false",
+        ),
+        (
+            "profiles:\n  default:\n    upstreams: [amadeus]\n",
+            "profiles.default.upstreams (line 3): expected a mapping",
+        ),
+        (
+            _UP + "        max_attempts: 5\n",
+            "profiles.default.upstreams.amadeus.max_attempts (line 5): unknown field",
+        ),
+        (
+            _UP + "        circuit_breaker:\n          open_for: 0s\n",
+            "upstreams.amadeus.circuit_breaker.open_for (line 6): must be positive",
+        ),
+        (
+            "profiles:\n  default:\n    capabilities:\n      search:\n"
+            "        circuit_breaker: {}\n",
+            "profiles.default.capabilities.search.circuit_breaker (line 5): unknown field",
+        ),
+        ("max_upstreams: 0\n", "max_upstreams (line 1): expected an integer >= 1"),
+        (
+            "profiles:\n  default:\n    upstreams:\n      " + "u" * 257 + ": {}\n",
+            "(line 4): an upstream name is at most 256 characters",
+        ),
+    ],
+)
+def test_upstream_setting_errors_name_the_field_and_line(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text)
+    assert message in str(info.value)

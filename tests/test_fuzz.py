@@ -2,7 +2,9 @@
 
 Each RPC gets its own daemon (decision log on) and a seeded stream of
 random bytes, damaged valid requests, hostile well-formed ones and fixed
-worst cases (tests/fuzz_cases.py, tests/fuzz_edges.py). The answers must
+worst cases (tests/fuzz_cases.py, tests/fuzz_edges.py; for Admit,
+ReportOutcome and GetUpstreams tests/fuzz_upstreams.py, which also readies
+their daemon's upstream state before the first case). The answers must
 be OK, INVALID_ARGUMENT naming its field, or RESOURCE_EXHAUSTED past
 gRPC's size limit: never INTERNAL, UNKNOWN or a missed 5 s deadline (with
 16 calls in flight, five times the slowest legitimate call seen on a
@@ -44,6 +46,28 @@ COVERS = {
     "DecideRetryBatch": {"huge.10000", "huge.10001", "huge.20000", "one_hostile_item"},
     "AnalyzeError": {"dependencies", "deep99", "deep101", "deep5000"},
     "CheckDispatch": {"deep99", "deep101", "deep5000"},
+    "Admit": {
+        "upstream.state",
+        "upstream.churn",
+        "upstream.untracked",
+        "upstream.limit",
+        "upstream.hostile",
+    },
+    "ReportOutcome": {
+        "churn",
+        "breakers",
+        "outcomes",
+        "hostile_outcomes",
+        "upstream.limit",
+        "upstream.hostile",
+        "headers",
+        "latency",
+        "one_bad_outcome.status",
+        "one_bad_outcome.headers",
+        "one_bad_outcome.upstream",
+        "one_bad_outcome.profile",
+    },
+    "GetUpstreams": {"profile"},
 }
 
 

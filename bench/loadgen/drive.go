@@ -44,19 +44,19 @@ func (t *tally) fail(err error) {
 	t.mu.Unlock()
 }
 
-// caller sends the same payload on the given connections, round robin.
+// caller sends call n on connection n mod conns, with payload n mod payloads.
 type caller struct {
-	conns   []*grpc.ClientConn
-	method  string
-	payload []byte
-	timeout time.Duration
+	conns    []*grpc.ClientConn
+	method   string
+	payloads [][]byte
+	timeout  time.Duration
 }
 
 func (c *caller) call(n int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	var reply []byte
-	return c.conns[n%len(c.conns)].Invoke(ctx, c.method, c.payload, &reply)
+	return c.conns[n%len(c.conns)].Invoke(ctx, c.method, c.payloads[n%len(c.payloads)], &reply)
 }
 
 // closedLoop keeps `concurrency` calls in flight: each worker sends its next

@@ -1,10 +1,11 @@
-// Command loadgen drives one gRPC method of one target with one payload, in
-// a closed loop (fixed concurrency, to find saturation) or an open loop
-// (fixed rate, to read latency under a known load), and prints the result.
+// Command loadgen drives one gRPC method of one target, in a closed loop
+// (fixed concurrency, to find saturation) or an open loop (fixed rate, to
+// read latency under a known load), and prints the result.
 //
-// The payload is a file of request bytes sent as they are (see
-// internal/raw), so loadgen needs no generated code and spends its CPU on
-// gRPC alone.
+// A payload is a file of request bytes sent as they are (see internal/raw),
+// so loadgen needs no generated code and spends its CPU on gRPC alone.
+// -payload may be repeated: call n sends payload n mod their number, so a
+// row can spread its calls over several keys of a server's state.
 //
 // Stdout protocol, for bench/run.py, which reads the server's CPU time and
 // peak RSS from /proc at the two marks:
@@ -24,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +39,7 @@ import (
 type config struct {
 	target      string
 	method      string
-	payload     string
+	payloads    payloadFiles
 	mode        string
 	concurrency int
 	conns       int
@@ -68,6 +70,16 @@ type result struct {
 	MaxMs       float64           `json:"max_ms"`
 }
 
+// payloadFiles is the repeatable -payload flag.
+type payloadFiles []string
+
+func (p *payloadFiles) String() string { return strings.Join(*p, ",") }
+
+func (p *payloadFiles) Set(path string) error {
+	*p = append(*p, path)
+	return nil
+}
+
 // marker prints the measurement marks the moment they happen.
 type marker struct{ mu sync.Mutex }
 
@@ -92,7 +104,7 @@ func parseFlags() (config, error) {
 	var cfg config
 	flag.StringVar(&cfg.target, "target", "", "host:port of the server (required)")
 	flag.StringVar(&cfg.method, "method", "", "full method, e.g. /squawk.v1.PolicyService/DecideRetry (required)")
-	flag.StringVar(&cfg.payload, "payload", "", "file holding the serialized request (required)")
+	flag.Var(&cfg.payloads, "payload", "file holding a serialized request (required; repeat to send several in turn)")
 	flag.StringVar(&cfg.mode, "mode", "closed", "closed (fixed concurrency) or open (fixed rate)")
 	flag.IntVar(&cfg.concurrency, "concurrency", 32, "calls in flight, closed loop")
 	flag.IntVar(&cfg.conns, "conns", 2, "HTTP/2 connections, calls spread round robin")
@@ -103,7 +115,7 @@ func parseFlags() (config, error) {
 	flag.IntVar(&cfg.maxInflight, "max-inflight", 2048, "cap on calls in flight, open loop")
 	flag.Parse()
 	switch {
-	case cfg.target == "" || cfg.method == "" || cfg.payload == "":
+	case cfg.target == "" || cfg.method == "" || len(cfg.payloads) == 0:
 		return cfg, errors.New("-target, -method and -payload are required")
 	case cfg.mode != "closed" && cfg.mode != "open":
 		return cfg, fmt.Errorf("-mode %q: want closed or open", cfg.mode)
@@ -147,9 +159,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	payload, err := os.ReadFile(cfg.payload)
-	if err != nil {
-		return err
+	payloads := make([][]byte, 0, len(cfg.payloads))
+	for _, path := range cfg.payloads {
+		payload, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		payloads = append(payloads, payload)
 	}
 	conns, err := dial(cfg)
 	defer func() {
@@ -160,7 +176,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	c := &caller{conns: conns, method: cfg.method, payload: payload, timeout: cfg.timeout}
+	c := &caller{conns: conns, method: cfg.method, payloads: payloads, timeout: cfg.timeout}
 	marks := &marker{}
 	var t *tally
 	var elapsed time.Duration

@@ -90,9 +90,10 @@ func (c *Client) PolicyService() squawkv1.PolicyServiceClient {
 	return c.rpc
 }
 
-// FallbackCount is the number of decisions answered by the local fallback
-// since the client was created (each item of a batch counts, and so do Run's
-// local REASON_CANCELLED answers on an ended ctx).
+// FallbackCount is the number of answers the client gave without the
+// daemon since it was created: decisions from the local fallback (each
+// item of a batch counts, and so do Run's local REASON_CANCELLED answers on
+// an ended ctx), and Admit and ReportOutcome calls that failed open.
 func (c *Client) FallbackCount() int64 {
 	return c.fallbacks.Load()
 }

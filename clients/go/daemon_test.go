@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,36 +24,73 @@ import (
 
 const repoRoot = "../.."
 
-var shared struct {
+// sharedDaemon is one daemon shared by the tests that need it, started on
+// first use with args after `serve --listen ADDR`.
+type sharedDaemon struct {
+	args []string
 	once sync.Once
 	d    *daemon
 	err  error
 }
 
+var (
+	// builtIn serves the built-in policy.
+	builtIn = &sharedDaemon{}
+	// withUpstreamPolicy serves testdata/upstreams-policy.yaml, which pins
+	// the upstream settings the Admit and runner tests rely on.
+	withUpstreamPolicy = &sharedDaemon{args: []string{"--policy", "testdata/upstreams-policy.yaml"}}
+)
+
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.d != nil {
-		shared.d.stop()
+	for _, s := range []*sharedDaemon{builtIn, withUpstreamPolicy} {
+		if s.d != nil {
+			s.d.stop()
+		}
 	}
 	os.Exit(code)
 }
 
-// requireDaemon returns the daemon shared by the tests, starting it on first
-// use. A missing or broken daemon fails the test: it is never skipped.
+// requireDaemon returns the daemon with the built-in policy shared by the
+// tests. A missing or broken daemon fails the test: it is never skipped.
 func requireDaemon(t *testing.T) *daemon {
 	t.Helper()
-	shared.once.Do(func() {
+	return builtIn.require(t)
+}
+
+// requireUpstreamDaemon returns the daemon serving the upstream tests'
+// policy file. Its upstream state lives as long as the test binary, so
+// each test names its own upstreams (see uniqueUpstream).
+func requireUpstreamDaemon(t *testing.T) *daemon {
+	t.Helper()
+	return withUpstreamPolicy.require(t)
+}
+
+func (s *sharedDaemon) require(t *testing.T) *daemon {
+	t.Helper()
+	s.once.Do(func() {
 		addr, err := freeAddr()
 		if err != nil {
-			shared.err = err
+			s.err = err
 			return
 		}
-		shared.d, shared.err = startDaemon(addr)
+		args := make([]string, len(s.args))
+		for i, a := range s.args {
+			// The daemon runs in the repo root; files are named from here.
+			if strings.HasPrefix(a, "testdata/") {
+				if a, err = filepath.Abs(a); err != nil {
+					s.err = err
+					return
+				}
+			}
+			args[i] = a
+		}
+		s.d, s.err = startDaemon(addr, args...)
 	})
-	if shared.err != nil {
-		t.Fatalf("cannot run the Squawk daemon: %v", shared.err)
+	if s.err != nil {
+		t.Fatalf("cannot run the Squawk daemon: %v", s.err)
 	}
-	return shared.d
+	return s.d
 }
 
 func daemonBin() (string, error) {
@@ -96,20 +134,20 @@ type daemon struct {
 	waitErr error
 }
 
-// startDaemon runs `squawk serve --listen addr` and waits until its health
-// service answers SERVING.
-func startDaemon(addr string) (*daemon, error) {
+// startDaemon runs `squawk serve --listen addr args...` (in the repo root)
+// and waits until its health service answers SERVING.
+func startDaemon(addr string, args ...string) (*daemon, error) {
 	bin, err := daemonBin()
 	if err != nil {
 		return nil, err
 	}
 	d := &daemon{addr: addr, out: &syncBuffer{}, done: make(chan struct{})}
-	d.cmd = exec.Command(bin, "serve", "--listen", addr)
+	d.cmd = exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
 	d.cmd.Dir = repoRoot
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	d.cmd.SysProcAttr = daemonProcAttr()
 	if err := d.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s serve --listen %s: %w", bin, addr, err)
+		return nil, fmt.Errorf("start %s: %w", strings.Join(d.cmd.Args, " "), err)
 	}
 	go func() {
 		d.waitErr = d.cmd.Wait()
@@ -134,7 +172,7 @@ func (d *daemon) waitServing(limit time.Duration) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-d.done:
-			return fmt.Errorf("`squawk serve --listen %s` exited before serving (%v); its output:\n%s", d.addr, d.waitErr, d.out)
+			return fmt.Errorf("`%s` exited before serving (%v); its output:\n%s", d.command(), d.waitErr, d.out)
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -149,7 +187,12 @@ func (d *daemon) waitServing(limit time.Duration) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("`squawk serve --listen %s` not SERVING after %v (last: %v); its output:\n%s", d.addr, limit, last, d.out)
+	return fmt.Errorf("`%s` not SERVING after %v (last: %v); its output:\n%s", d.command(), limit, last, d.out)
+}
+
+// command is the daemon's command line as a person would type it.
+func (d *daemon) command() string {
+	return strings.Join(append([]string{"squawk"}, d.cmd.Args[1:]...), " ")
 }
 
 // kill sends SIGKILL and waits for the process to end.

@@ -25,6 +25,12 @@ type Decision struct {
 	ConsumesAttempt bool
 	// Classification is the failure's classification under the same profile.
 	Classification *squawkv1.ClassifyResponse
+	// RetryAfter is how long until the upstream admits calls again, set
+	// only when the pod's state of the upstream ended the step: a FAIL with
+	// REASON_CIRCUIT_OPEN, REASON_RETRY_BUDGET_EXHAUSTED or (a cool-down
+	// outlasting the deadline) REASON_DEADLINE_EXCEEDED, or Run's FAIL on an
+	// Admit refusal. Zero otherwise.
+	RetryAfter time.Duration
 	// Fallback is true when the local fallback answered instead of the daemon.
 	Fallback bool
 	// FallbackCause is the daemon error that sent the call to the fallback
@@ -34,7 +40,7 @@ type Decision struct {
 
 // Proto returns the decision as the wire message.
 func (d Decision) Proto() *squawkv1.DecideRetryResponse {
-	return &squawkv1.DecideRetryResponse{
+	r := &squawkv1.DecideRetryResponse{
 		Action:          d.Action,
 		Delay:           durationpb.New(d.Delay),
 		Reason:          d.Reason,
@@ -42,6 +48,10 @@ func (d Decision) Proto() *squawkv1.DecideRetryResponse {
 		ConsumesAttempt: d.ConsumesAttempt,
 		Classification:  d.Classification,
 	}
+	if d.RetryAfter > 0 {
+		r.RetryAfter = durationpb.New(d.RetryAfter)
+	}
+	return r
 }
 
 // String is a short log-friendly form, e.g. "RETRY after 542ms (TRANSIENT_STATUS)".
@@ -66,5 +76,6 @@ func decisionFromProto(r *squawkv1.DecideRetryResponse) Decision {
 		Explanation:     r.GetExplanation(),
 		ConsumesAttempt: r.GetConsumesAttempt(),
 		Classification:  r.GetClassification(),
+		RetryAfter:      r.GetRetryAfter().AsDuration(),
 	}
 }

@@ -9,11 +9,22 @@
 // # Client
 //
 // New dials lazily and never blocks. Client wraps every PolicyService call:
-// Classify, DecideRetry, DecideRetryBatch, AnalyzeError and CheckDispatch,
-// each taking ctx first. All but AnalyzeError, which may wait on a model,
-// are bounded by the call timeout (WithCallTimeout, 50 ms by default; see
-// DefaultCallTimeout). Every call carries the W3C trace context of its ctx
-// in the outgoing gRPC metadata (traceparent, tracestate, baggage).
+// Classify, DecideRetry, DecideRetryBatch, AnalyzeError, CheckDispatch,
+// Admit, ReportOutcome and GetUpstreams, each taking ctx first. All but
+// AnalyzeError, which may wait on a model, and GetUpstreams, a listing off
+// the dispatch path, are bounded by the call timeout (WithCallTimeout,
+// 50 ms by default; see DefaultCallTimeout). Every call carries the W3C
+// trace context of its ctx in the outgoing gRPC metadata (traceparent,
+// tracestate, baggage).
+//
+// # Upstream state
+//
+// The daemon keeps one state per (profile, upstream) for the whole pod: a
+// circuit breaker, a retry budget and the cool-down after an upstream's
+// Retry-After. Admit asks whether a dispatch may go now (an Admission);
+// ReportOutcome tells the pod how dispatches ended; GetUpstreams lists the
+// state of every tracked upstream. A DecideRetry naming its upstream
+// records the failure too, and may answer more cautiously because of it.
 //
 // # Local fallback
 //
@@ -29,9 +40,13 @@
 // _MAX_DELAY and _MAX_ATTEMPTS (or TRUVAG3_STEP_RETRY_*) overrides, read once
 // in New. It knows neither the daemon's policy file nor its other profiles:
 // whatever the request's profile and capability, it routes by "default".
-// WithFallbackDisabled turns the fallback off; DecideRetry then returns the
-// daemon's error. Classify, AnalyzeError and CheckDispatch have no fallback:
-// an unreachable daemon is an error.
+// Admit and ReportOutcome fail open under the same condition: the dispatch
+// is admitted (REASON_ADMITTED, breaker CLOSED, Admission.Fallback set) and
+// the report records nothing (0), each counted in FallbackCount, so that a
+// missing sidecar never stops an executor. WithFallbackDisabled turns all
+// of this off; the calls then return the daemon's error. Classify,
+// AnalyzeError, CheckDispatch and GetUpstreams have no fallback: an
+// unreachable daemon is an error.
 //
 // # Errors
 //
@@ -51,5 +66,9 @@
 // may end the step or force a resend. A step reports an HTTP failure by
 // returning a *StepError; any other error counts as a transport failure.
 // The budgets in RunOptions are pointers (set them with new(n)), so that a
-// budget of 0 is expressible and reaches the daemon as such.
+// budget of 0 is expressible and reaches the daemon as such. With
+// RunOptions.Upstream set, Run asks Admit before every dispatch, waits out
+// a refusal (which consumes no attempt) unless it outlasts ctx's deadline
+// or follows as many refusals in a row as the attempt budget, and reports
+// each success with ReportOutcome.
 package squawk

@@ -30,6 +30,26 @@ func Example_fallback() {
 	// fallback decisions: 1
 }
 
+// Admit and ReportOutcome fail open: with no daemon listening, every
+// dispatch is admitted, and the admission says it came without the daemon.
+func ExampleClient_Admit() {
+	c, err := squawk.New("127.0.0.1:1") // nothing listens here
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	a, err := c.Admit(context.Background(), &squawkv1.AdmitRequest{Upstream: "amadeus", Capability: "search_hotels"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(a)
+	fmt.Println("fallbacks:", c.FallbackCount())
+	// Output:
+	// ADMITTED (breaker CLOSED) [local fallback]
+	// fallbacks: 1
+}
+
 // Run resends a failed step as the policy decides; a *StepError tells it the
 // HTTP status and headers of the failure.
 func ExampleRun() {

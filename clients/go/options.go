@@ -7,9 +7,10 @@ import (
 	"google.golang.org/grpc"
 )
 
-// DefaultCallTimeout bounds each Classify, DecideRetry and CheckDispatch
-// call (and DecideRetryBatch once per started 100 items) when
-// WithCallTimeout is not given. AnalyzeError is bounded by its ctx only.
+// DefaultCallTimeout bounds each Classify, DecideRetry, CheckDispatch,
+// Admit and ReportOutcome call (and DecideRetryBatch once per started 100
+// items) when WithCallTimeout is not given. AnalyzeError and GetUpstreams
+// are bounded by their ctx only.
 const DefaultCallTimeout = 50 * time.Millisecond
 
 // Option configures a Client in New.
@@ -52,7 +53,8 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 
 // WithFallbackDisabled makes DecideRetry and DecideRetryBatch return the
 // daemon's error instead of answering from the local "default" profile when
-// the daemon is unreachable or too slow.
+// the daemon is unreachable or too slow, and Admit and ReportOutcome return
+// it instead of failing open.
 func WithFallbackDisabled() Option {
 	return func(c *config) { c.fallback = false }
 }

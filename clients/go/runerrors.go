@@ -45,17 +45,20 @@ func (e *StepError) Unwrap() error { return e.Err }
 // RunError is returned by Run when the step did not succeed.
 type RunError struct {
 	// Calls is the number of times the step was called, corrections
-	// included (a correction consumes no attempt but is a call).
+	// included (a correction consumes no attempt but is a call); 0 when
+	// the pod refused the first dispatch.
 	Calls int
 	// Decision is the last decision taken (after the OnError hook); for a
 	// run that stopped on cancellation it is a local REASON_CANCELLED FAIL,
-	// and it is the zero Decision when DecideRetry itself failed.
+	// for one the pod would not admit a FAIL with the refusal's reason
+	// (REASON_CIRCUIT_OPEN or REASON_UPSTREAM_COOLING_DOWN), and it is the
+	// zero Decision when DecideRetry or Admit itself failed.
 	Decision Decision
-	// Err is the last error the step returned.
+	// Err is the last error the step returned; nil when it never ran.
 	Err error
 	// Cause, when not nil, is why the run stopped other than the policy:
-	// ctx's error during a wait, the correction hook's error, or
-	// DecideRetry's error.
+	// ctx's error during a wait, the correction hook's error, or the error
+	// of DecideRetry or Admit.
 	Cause error
 }
 

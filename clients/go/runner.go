@@ -26,8 +26,14 @@ type RunOptions[P any] struct {
 	// new(0) is a real budget of no corrections, sent as
 	// max_validation_retries=0, not the profile's default. Must be >= 0.
 	MaxValidationRetries *int
-	// Profile, Capability and Upstream are passed on to DecideRetry.
-	Profile, Capability, Upstream string
+	// Profile and Capability are passed on to DecideRetry (and, with an
+	// Upstream, to Admit and ReportOutcome).
+	Profile, Capability string
+	// Upstream names what the step calls. When set, Run asks Admit before
+	// each dispatch and reports each success with ReportOutcome, so the
+	// pod's breaker, retry budget and shared cool-down for it apply; when
+	// empty, neither is called.
+	Upstream string
 	// HITLApproved marks the step's inputs as approved by a human: they
 	// are never corrected.
 	HITLApproved bool
@@ -45,7 +51,8 @@ type RunOptions[P any] struct {
 	// Tier for the limits), TierDefault follows the decision.
 	OnError func(info ErrorInfo) Tier
 	// Sleep waits d or until ctx ends, returning ctx's error then. nil =
-	// a timer. Tests swap it to assert delays without waiting.
+	// a timer. It waits both the decided delays and the Admit refusals.
+	// Tests swap it to assert delays without waiting.
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
@@ -57,6 +64,15 @@ type RunOptions[P any] struct {
 // *RunError carrying the decision. opts.OnError may override each decision.
 // A step that fails after ctx ended is never retried. Options out of range
 // are an *InputError before step is called.
+//
+// With opts.Upstream set, each dispatch (the first and every resend) waits
+// for c.Admit. A refusal consumes no attempt and does not call step: Run
+// waits its RetryAfter with opts.Sleep and asks again, but ends the step
+// with a FAIL carrying the refusal's reason when the wait would outlast
+// ctx's deadline, or on the refusal after as many in a row as the attempt
+// budget. After a success it reports the outcome (with the step's latency)
+// through c.ReportOutcome, whose errors are ignored. Admit and
+// ReportOutcome fail open, so an absent daemon never stops a dispatch.
 func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.Context, P) (R, error), opts RunOptions[P]) (R, error) {
 	var zero R
 	if err := opts.validate(); err != nil {
@@ -70,12 +86,28 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 	if opts.MaxAttempts != nil {
 		budget = *opts.MaxAttempts
 	}
+	var admit *squawkv1.AdmitRequest
+	if opts.Upstream != "" {
+		admit = &squawkv1.AdmitRequest{Upstream: opts.Upstream, Capability: opts.Capability, Profile: opts.Profile}
+	}
 	attempt, corrections := 1, 0
+	var lastErr error
 	for calls := 1; ; calls++ {
+		if admit != nil {
+			if stop := c.awaitAdmission(ctx, admit, budget, sleep); stop != nil {
+				stop.Calls, stop.Err = calls-1, lastErr
+				return zero, stop
+			}
+		}
+		started := time.Now()
 		result, err := step(ctx, params)
 		if err == nil {
+			if admit != nil {
+				c.reportSuccess(ctx, admit, time.Since(started))
+			}
 			return result, nil
 		}
+		lastErr = err
 		req := opts.request(ctx, err, attempt, corrections)
 		if ctx.Err() != nil {
 			// The daemon cannot be asked on an ended ctx, and the answer is

@@ -218,6 +218,20 @@ const (
 	// a profile without a correction path ("llm"), any status outside its
 	// transient set (401, 408, 501, ...).
 	Reason_REASON_NOT_RETRYABLE_STATUS Reason = 13
+	// FAIL, or an Admit refusal: the pod's circuit breaker for the upstream
+	// is open (or half-open with every probe slot taken). retry_after says
+	// how long until it admits probes again.
+	Reason_REASON_CIRCUIT_OPEN Reason = 14
+	// FAIL: this retry would overdraw the pod's retry budget for the
+	// upstream (retries are bounded to a share of the admitted calls).
+	Reason_REASON_RETRY_BUDGET_EXHAUSTED Reason = 15
+	// An Admit refusal: an executor in the pod got a Retry-After (or
+	// grpc-retry-pushback-ms) from the upstream and the wait has not passed.
+	// retry_after is the time left. (DecideRetry lengthens a RETRY's delay
+	// to the time left instead of failing.)
+	Reason_REASON_UPSTREAM_COOLING_DOWN Reason = 16
+	// Admit: the call may be dispatched.
+	Reason_REASON_ADMITTED Reason = 17
 )
 
 // Enum value maps for Reason.
@@ -237,6 +251,10 @@ var (
 		11: "REASON_DEADLINE_EXCEEDED",
 		12: "REASON_CANCELLED",
 		13: "REASON_NOT_RETRYABLE_STATUS",
+		14: "REASON_CIRCUIT_OPEN",
+		15: "REASON_RETRY_BUDGET_EXHAUSTED",
+		16: "REASON_UPSTREAM_COOLING_DOWN",
+		17: "REASON_ADMITTED",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                 0,
@@ -253,6 +271,10 @@ var (
 		"REASON_DEADLINE_EXCEEDED":           11,
 		"REASON_CANCELLED":                   12,
 		"REASON_NOT_RETRYABLE_STATUS":        13,
+		"REASON_CIRCUIT_OPEN":                14,
+		"REASON_RETRY_BUDGET_EXHAUSTED":      15,
+		"REASON_UPSTREAM_COOLING_DOWN":       16,
+		"REASON_ADMITTED":                    17,
 	}
 )
 
@@ -281,6 +303,63 @@ func (x Reason) Number() protoreflect.EnumNumber {
 // Deprecated: Use Reason.Descriptor instead.
 func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{2}
+}
+
+// BreakerState is the state of a circuit breaker.
+type BreakerState int32
+
+const (
+	// Not set; an untracked upstream (empty name) reports CLOSED.
+	BreakerState_BREAKER_STATE_UNSPECIFIED BreakerState = 0
+	// Calls flow; failures are counted in a sliding window.
+	BreakerState_BREAKER_STATE_CLOSED BreakerState = 1
+	// Calls are refused until the open period ends.
+	BreakerState_BREAKER_STATE_OPEN BreakerState = 2
+	// A limited number of probe calls test whether the upstream recovered.
+	BreakerState_BREAKER_STATE_HALF_OPEN BreakerState = 3
+)
+
+// Enum value maps for BreakerState.
+var (
+	BreakerState_name = map[int32]string{
+		0: "BREAKER_STATE_UNSPECIFIED",
+		1: "BREAKER_STATE_CLOSED",
+		2: "BREAKER_STATE_OPEN",
+		3: "BREAKER_STATE_HALF_OPEN",
+	}
+	BreakerState_value = map[string]int32{
+		"BREAKER_STATE_UNSPECIFIED": 0,
+		"BREAKER_STATE_CLOSED":      1,
+		"BREAKER_STATE_OPEN":        2,
+		"BREAKER_STATE_HALF_OPEN":   3,
+	}
+)
+
+func (x BreakerState) Enum() *BreakerState {
+	p := new(BreakerState)
+	*p = x
+	return p
+}
+
+func (x BreakerState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (BreakerState) Descriptor() protoreflect.EnumDescriptor {
+	return file_squawk_v1_policy_proto_enumTypes[3].Descriptor()
+}
+
+func (BreakerState) Type() protoreflect.EnumType {
+	return &file_squawk_v1_policy_proto_enumTypes[3]
+}
+
+func (x BreakerState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use BreakerState.Descriptor instead.
+func (BreakerState) EnumDescriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{3}
 }
 
 // AnalysisSource is which analyzer produced the answer.
@@ -329,11 +408,11 @@ func (x AnalysisSource) String() string {
 }
 
 func (AnalysisSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_squawk_v1_policy_proto_enumTypes[3].Descriptor()
+	return file_squawk_v1_policy_proto_enumTypes[4].Descriptor()
 }
 
 func (AnalysisSource) Type() protoreflect.EnumType {
-	return &file_squawk_v1_policy_proto_enumTypes[3]
+	return &file_squawk_v1_policy_proto_enumTypes[4]
 }
 
 func (x AnalysisSource) Number() protoreflect.EnumNumber {
@@ -342,7 +421,7 @@ func (x AnalysisSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AnalysisSource.Descriptor instead.
 func (AnalysisSource) EnumDescriptor() ([]byte, []int) {
-	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 // ClassifyRequest is one failed upstream call, as a tool saw it. Every field
@@ -821,8 +900,12 @@ type DecideRetryResponse struct {
 	// false, it may name a status read from that message although the
 	// decision routed the attempt as a transport failure.
 	Classification *ClassifyResponse `protobuf:"bytes,6,opt,name=classification,proto3" json:"classification,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set only when the pod's upstream state ended the attempt (reason
+	// CIRCUIT_OPEN or RETRY_BUDGET_EXHAUSTED): how long until the upstream
+	// admits calls again, as Admit would answer.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecideRetryResponse) Reset() {
@@ -893,6 +976,13 @@ func (x *DecideRetryResponse) GetConsumesAttempt() bool {
 func (x *DecideRetryResponse) GetClassification() *ClassifyResponse {
 	if x != nil {
 		return x.Classification
+	}
+	return nil
+}
+
+func (x *DecideRetryResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
 	}
 	return nil
 }
@@ -1635,6 +1725,567 @@ func (x *CheckDispatchResponse) GetViolations() []*Violation {
 	return nil
 }
 
+// AdmitRequest asks whether a call to an upstream may be dispatched now.
+type AdmitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The upstream the call goes to (a host, an API, a model), as the
+	// executor names it; the same name in DecideRetry and ReportOutcome
+	// shares its state. Optional; empty admits without tracking. At most 256
+	// characters.
+	Upstream string `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// The capability (tool) making the call; selects capability overrides of
+	// the profile. Optional; at most 256 characters.
+	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
+	// The policy profile; empty means "default". Unknown names are refused
+	// with INVALID_ARGUMENT naming "profile".
+	Profile       string `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmitRequest) Reset() {
+	*x = AdmitRequest{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitRequest) ProtoMessage() {}
+
+func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitRequest.ProtoReflect.Descriptor instead.
+func (*AdmitRequest) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *AdmitRequest) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *AdmitRequest) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *AdmitRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+// AdmitResponse is the pod's answer for one dispatch.
+type AdmitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether to dispatch now.
+	Allowed bool `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// REASON_ADMITTED when allowed; else REASON_CIRCUIT_OPEN or
+	// REASON_UPSTREAM_COOLING_DOWN.
+	Reason Reason `protobuf:"varint,2,opt,name=reason,proto3,enum=squawk.v1.Reason" json:"reason,omitempty"`
+	// When refused: how long until a call could be admitted (until the
+	// breaker half-opens, or the cool-down ends). Zero when allowed.
+	RetryAfter *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// The breaker's state after this call (CLOSED for an empty upstream).
+	BreakerState BreakerState `protobuf:"varint,4,opt,name=breaker_state,json=breakerState,proto3,enum=squawk.v1.BreakerState" json:"breaker_state,omitempty"`
+	// True when the call is one of the half-open probes: report its outcome,
+	// the breaker closes or reopens on the probes' results.
+	Probe         bool `protobuf:"varint,5,opt,name=probe,proto3" json:"probe,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdmitResponse) Reset() {
+	*x = AdmitResponse{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdmitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdmitResponse) ProtoMessage() {}
+
+func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdmitResponse.ProtoReflect.Descriptor instead.
+func (*AdmitResponse) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AdmitResponse) GetAllowed() bool {
+	if x != nil {
+		return x.Allowed
+	}
+	return false
+}
+
+func (x *AdmitResponse) GetReason() Reason {
+	if x != nil {
+		return x.Reason
+	}
+	return Reason_REASON_UNSPECIFIED
+}
+
+func (x *AdmitResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *AdmitResponse) GetBreakerState() BreakerState {
+	if x != nil {
+		return x.BreakerState
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *AdmitResponse) GetProbe() bool {
+	if x != nil {
+		return x.Probe
+	}
+	return false
+}
+
+// Outcome is how one dispatch ended.
+type Outcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As AdmitRequest.upstream; an outcome with an empty upstream is ignored.
+	Upstream string `protobuf:"bytes,1,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// As AdmitRequest.capability.
+	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
+	// As AdmitRequest.profile.
+	Profile string `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	// True when the upstream answered with success.
+	Success bool `protobuf:"varint,4,opt,name=success,proto3" json:"success,omitempty"`
+	// The HTTP status when not successful; 0 = none. Transport failures,
+	// 408, 429 and 5xx count as the upstream's failures; other statuses
+	// (input and auth errors) are not counted against it. 0 or 100..599.
+	HttpStatus int32 `protobuf:"varint,5,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
+	// True when no HTTP response arrived.
+	TransportFailure bool `protobuf:"varint,6,opt,name=transport_failure,json=transportFailure,proto3" json:"transport_failure,omitempty"`
+	// How long the dispatch took. Optional; reported for observability.
+	Latency *durationpb.Duration `protobuf:"bytes,7,opt,name=latency,proto3" json:"latency,omitempty"`
+	// The response headers that matter to the pod: Retry-After and
+	// grpc-retry-pushback-ms start the upstream's shared cool-down. Bounded
+	// as DecideRetryRequest.headers.
+	Headers       map[string]string `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Outcome) Reset() {
+	*x = Outcome{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Outcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Outcome) ProtoMessage() {}
+
+func (x *Outcome) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Outcome.ProtoReflect.Descriptor instead.
+func (*Outcome) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Outcome) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *Outcome) GetCapability() string {
+	if x != nil {
+		return x.Capability
+	}
+	return ""
+}
+
+func (x *Outcome) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *Outcome) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *Outcome) GetHttpStatus() int32 {
+	if x != nil {
+		return x.HttpStatus
+	}
+	return 0
+}
+
+func (x *Outcome) GetTransportFailure() bool {
+	if x != nil {
+		return x.TransportFailure
+	}
+	return false
+}
+
+func (x *Outcome) GetLatency() *durationpb.Duration {
+	if x != nil {
+		return x.Latency
+	}
+	return nil
+}
+
+func (x *Outcome) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+// ReportOutcomeRequest reports finished dispatches.
+type ReportOutcomeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 1,000 outcomes.
+	Outcomes      []*Outcome `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportOutcomeRequest) Reset() {
+	*x = ReportOutcomeRequest{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportOutcomeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportOutcomeRequest) ProtoMessage() {}
+
+func (x *ReportOutcomeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportOutcomeRequest.ProtoReflect.Descriptor instead.
+func (*ReportOutcomeRequest) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ReportOutcomeRequest) GetOutcomes() []*Outcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+// ReportOutcomeResponse acknowledges a report.
+type ReportOutcomeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many outcomes were recorded (those with an upstream set).
+	Recorded      int32 `protobuf:"varint,1,opt,name=recorded,proto3" json:"recorded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportOutcomeResponse) Reset() {
+	*x = ReportOutcomeResponse{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportOutcomeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportOutcomeResponse) ProtoMessage() {}
+
+func (x *ReportOutcomeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportOutcomeResponse.ProtoReflect.Descriptor instead.
+func (*ReportOutcomeResponse) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReportOutcomeResponse) GetRecorded() int32 {
+	if x != nil {
+		return x.Recorded
+	}
+	return 0
+}
+
+// GetUpstreamsRequest lists tracked upstreams.
+type GetUpstreamsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this profile's upstreams; empty lists every profile's.
+	Profile       string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUpstreamsRequest) Reset() {
+	*x = GetUpstreamsRequest{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUpstreamsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUpstreamsRequest) ProtoMessage() {}
+
+func (x *GetUpstreamsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUpstreamsRequest.ProtoReflect.Descriptor instead.
+func (*GetUpstreamsRequest) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *GetUpstreamsRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+// GetUpstreamsResponse is the state of every tracked upstream.
+type GetUpstreamsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Ordered by profile, then upstream name.
+	Upstreams     []*UpstreamState `protobuf:"bytes,1,rep,name=upstreams,proto3" json:"upstreams,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUpstreamsResponse) Reset() {
+	*x = GetUpstreamsResponse{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUpstreamsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUpstreamsResponse) ProtoMessage() {}
+
+func (x *GetUpstreamsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUpstreamsResponse.ProtoReflect.Descriptor instead.
+func (*GetUpstreamsResponse) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GetUpstreamsResponse) GetUpstreams() []*UpstreamState {
+	if x != nil {
+		return x.Upstreams
+	}
+	return nil
+}
+
+// UpstreamState is the pod's view of one (profile, upstream).
+type UpstreamState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The profile whose settings apply.
+	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// The upstream's name.
+	Upstream string `protobuf:"bytes,2,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// The circuit breaker's state.
+	BreakerState BreakerState `protobuf:"varint,3,opt,name=breaker_state,json=breakerState,proto3,enum=squawk.v1.BreakerState" json:"breaker_state,omitempty"`
+	// How long the breaker has been in that state.
+	BreakerStateAge *durationpb.Duration `protobuf:"bytes,4,opt,name=breaker_state_age,json=breakerStateAge,proto3" json:"breaker_state_age,omitempty"`
+	// Calls recorded in the breaker's sliding window.
+	WindowCalls int32 `protobuf:"varint,5,opt,name=window_calls,json=windowCalls,proto3" json:"window_calls,omitempty"`
+	// Failures among them (transport, 408, 429, 5xx).
+	WindowFailures int32 `protobuf:"varint,6,opt,name=window_failures,json=windowFailures,proto3" json:"window_failures,omitempty"`
+	// Retries the budget would grant now (a ratio budget's balance, or a
+	// token bucket's tokens above its threshold); never negative.
+	BudgetBalance float64 `protobuf:"fixed64,7,opt,name=budget_balance,json=budgetBalance,proto3" json:"budget_balance,omitempty"`
+	// Time left of the shared Retry-After cool-down; zero when none.
+	CoolDownLeft  *durationpb.Duration `protobuf:"bytes,8,opt,name=cool_down_left,json=coolDownLeft,proto3" json:"cool_down_left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpstreamState) Reset() {
+	*x = UpstreamState{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpstreamState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpstreamState) ProtoMessage() {}
+
+func (x *UpstreamState) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpstreamState.ProtoReflect.Descriptor instead.
+func (*UpstreamState) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UpstreamState) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *UpstreamState) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *UpstreamState) GetBreakerState() BreakerState {
+	if x != nil {
+		return x.BreakerState
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *UpstreamState) GetBreakerStateAge() *durationpb.Duration {
+	if x != nil {
+		return x.BreakerStateAge
+	}
+	return nil
+}
+
+func (x *UpstreamState) GetWindowCalls() int32 {
+	if x != nil {
+		return x.WindowCalls
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetWindowFailures() int32 {
+	if x != nil {
+		return x.WindowFailures
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetBudgetBalance() float64 {
+	if x != nil {
+		return x.BudgetBalance
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetCoolDownLeft() *durationpb.Duration {
+	if x != nil {
+		return x.CoolDownLeft
+	}
+	return nil
+}
+
 var File_squawk_v1_policy_proto protoreflect.FileDescriptor
 
 const file_squawk_v1_policy_proto_rawDesc = "" +
@@ -1685,14 +2336,16 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
 	"\r_max_attemptsB\x19\n" +
-	"\x17_max_validation_retries\"\xae\x02\n" +
+	"\x17_max_validation_retries\"\xea\x02\n" +
 	"\x13DecideRetryResponse\x12)\n" +
 	"\x06action\x18\x01 \x01(\x0e2\x11.squawk.v1.ActionR\x06action\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12)\n" +
 	"\x06reason\x18\x03 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12 \n" +
 	"\vexplanation\x18\x04 \x01(\tR\vexplanation\x12)\n" +
 	"\x10consumes_attempt\x18\x05 \x01(\bR\x0fconsumesAttempt\x12C\n" +
-	"\x0eclassification\x18\x06 \x01(\v2\x1b.squawk.v1.ClassifyResponseR\x0eclassification\"T\n" +
+	"\x0eclassification\x18\x06 \x01(\v2\x1b.squawk.v1.ClassifyResponseR\x0eclassification\x12:\n" +
+	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"T\n" +
 	"\x17DecideRetryBatchRequest\x129\n" +
 	"\brequests\x18\x01 \x03(\v2\x1d.squawk.v1.DecideRetryRequestR\brequests\"W\n" +
 	"\x18DecideRetryBatchResponse\x12;\n" +
@@ -1748,7 +2401,52 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x124\n" +
 	"\n" +
 	"violations\x18\x02 \x03(\v2\x14.squawk.v1.ViolationR\n" +
-	"violations*\xcd\x01\n" +
+	"violations\"d\n" +
+	"\fAdmitRequest\x12\x1a\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x02 \x01(\tR\n" +
+	"capability\x12\x18\n" +
+	"\aprofile\x18\x03 \x01(\tR\aprofile\"\xe4\x01\n" +
+	"\rAdmitResponse\x12\x18\n" +
+	"\aallowed\x18\x01 \x01(\bR\aallowed\x12)\n" +
+	"\x06reason\x18\x02 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12:\n" +
+	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x12<\n" +
+	"\rbreaker_state\x18\x04 \x01(\x0e2\x17.squawk.v1.BreakerStateR\fbreakerState\x12\x14\n" +
+	"\x05probe\x18\x05 \x01(\bR\x05probe\"\xf3\x02\n" +
+	"\aOutcome\x12\x1a\n" +
+	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
+	"\n" +
+	"capability\x18\x02 \x01(\tR\n" +
+	"capability\x12\x18\n" +
+	"\aprofile\x18\x03 \x01(\tR\aprofile\x12\x18\n" +
+	"\asuccess\x18\x04 \x01(\bR\asuccess\x12\x1f\n" +
+	"\vhttp_status\x18\x05 \x01(\x05R\n" +
+	"httpStatus\x12+\n" +
+	"\x11transport_failure\x18\x06 \x01(\bR\x10transportFailure\x123\n" +
+	"\alatency\x18\a \x01(\v2\x19.google.protobuf.DurationR\alatency\x129\n" +
+	"\aheaders\x18\b \x03(\v2\x1f.squawk.v1.Outcome.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
+	"\x14ReportOutcomeRequest\x12.\n" +
+	"\boutcomes\x18\x01 \x03(\v2\x12.squawk.v1.OutcomeR\boutcomes\"3\n" +
+	"\x15ReportOutcomeResponse\x12\x1a\n" +
+	"\brecorded\x18\x01 \x01(\x05R\brecorded\"/\n" +
+	"\x13GetUpstreamsRequest\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\"N\n" +
+	"\x14GetUpstreamsResponse\x126\n" +
+	"\tupstreams\x18\x01 \x03(\v2\x18.squawk.v1.UpstreamStateR\tupstreams\"\xfe\x02\n" +
+	"\rUpstreamState\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
+	"\bupstream\x18\x02 \x01(\tR\bupstream\x12<\n" +
+	"\rbreaker_state\x18\x03 \x01(\x0e2\x17.squawk.v1.BreakerStateR\fbreakerState\x12E\n" +
+	"\x11breaker_state_age\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x0fbreakerStateAge\x12!\n" +
+	"\fwindow_calls\x18\x05 \x01(\x05R\vwindowCalls\x12'\n" +
+	"\x0fwindow_failures\x18\x06 \x01(\x05R\x0ewindowFailures\x12%\n" +
+	"\x0ebudget_balance\x18\a \x01(\x01R\rbudgetBalance\x12?\n" +
+	"\x0ecool_down_left\x18\b \x01(\v2\x19.google.protobuf.DurationR\fcoolDownLeft*\xcd\x01\n" +
 	"\rErrorCategory\x12\x1e\n" +
 	"\x1aERROR_CATEGORY_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_CATEGORY_INPUT_ERROR\x10\x01\x12\x1c\n" +
@@ -1760,7 +2458,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_RETRY\x10\x01\x12\x12\n" +
 	"\x0eACTION_CORRECT\x10\x02\x12\x0f\n" +
-	"\vACTION_FAIL\x10\x03*\xb1\x03\n" +
+	"\vACTION_FAIL\x10\x03*\xa4\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREASON_EXPLICIT_NOT_RETRYABLE\x10\x01\x12\x1a\n" +
@@ -1776,19 +2474,31 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x12\x1c\n" +
 	"\x18REASON_DEADLINE_EXCEEDED\x10\v\x12\x14\n" +
 	"\x10REASON_CANCELLED\x10\f\x12\x1f\n" +
-	"\x1bREASON_NOT_RETRYABLE_STATUS\x10\r*\xa3\x01\n" +
+	"\x1bREASON_NOT_RETRYABLE_STATUS\x10\r\x12\x17\n" +
+	"\x13REASON_CIRCUIT_OPEN\x10\x0e\x12!\n" +
+	"\x1dREASON_RETRY_BUDGET_EXHAUSTED\x10\x0f\x12 \n" +
+	"\x1cREASON_UPSTREAM_COOLING_DOWN\x10\x10\x12\x13\n" +
+	"\x0fREASON_ADMITTED\x10\x11*|\n" +
+	"\fBreakerState\x12\x1d\n" +
+	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +
+	"\x12BREAKER_STATE_OPEN\x10\x02\x12\x1b\n" +
+	"\x17BREAKER_STATE_HALF_OPEN\x10\x03*\xa3\x01\n" +
 	"\x0eAnalysisSource\x12\x1f\n" +
 	"\x1bANALYSIS_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ANALYSIS_SOURCE_NONE\x10\x01\x12\x1d\n" +
 	"\x19ANALYSIS_SOURCE_HEURISTIC\x10\x02\x12\x17\n" +
 	"\x13ANALYSIS_SOURCE_LLM\x10\x03\x12\x1e\n" +
-	"\x1aANALYSIS_SOURCE_CONTEXTUAL\x10\x042\xa4\x03\n" +
+	"\x1aANALYSIS_SOURCE_CONTEXTUAL\x10\x042\x85\x05\n" +
 	"\rPolicyService\x12C\n" +
 	"\bClassify\x12\x1a.squawk.v1.ClassifyRequest\x1a\x1b.squawk.v1.ClassifyResponse\x12L\n" +
 	"\vDecideRetry\x12\x1d.squawk.v1.DecideRetryRequest\x1a\x1e.squawk.v1.DecideRetryResponse\x12[\n" +
 	"\x10DecideRetryBatch\x12\".squawk.v1.DecideRetryBatchRequest\x1a#.squawk.v1.DecideRetryBatchResponse\x12O\n" +
 	"\fAnalyzeError\x12\x1e.squawk.v1.AnalyzeErrorRequest\x1a\x1f.squawk.v1.AnalyzeErrorResponse\x12R\n" +
-	"\rCheckDispatch\x12\x1f.squawk.v1.CheckDispatchRequest\x1a .squawk.v1.CheckDispatchResponseB;Z9github.com/squawk-dev/squawk/clients/go/squawkv1;squawkv1b\x06proto3"
+	"\rCheckDispatch\x12\x1f.squawk.v1.CheckDispatchRequest\x1a .squawk.v1.CheckDispatchResponse\x12:\n" +
+	"\x05Admit\x12\x17.squawk.v1.AdmitRequest\x1a\x18.squawk.v1.AdmitResponse\x12R\n" +
+	"\rReportOutcome\x12\x1f.squawk.v1.ReportOutcomeRequest\x1a .squawk.v1.ReportOutcomeResponse\x12O\n" +
+	"\fGetUpstreams\x12\x1e.squawk.v1.GetUpstreamsRequest\x1a\x1f.squawk.v1.GetUpstreamsResponseB;Z9github.com/squawk-dev/squawk/clients/go/squawkv1;squawkv1b\x06proto3"
 
 var (
 	file_squawk_v1_policy_proto_rawDescOnce sync.Once
@@ -1802,72 +2512,99 @@ func file_squawk_v1_policy_proto_rawDescGZIP() []byte {
 	return file_squawk_v1_policy_proto_rawDescData
 }
 
-var file_squawk_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_squawk_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_squawk_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_squawk_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_squawk_v1_policy_proto_goTypes = []any{
 	(ErrorCategory)(0),               // 0: squawk.v1.ErrorCategory
 	(Action)(0),                      // 1: squawk.v1.Action
 	(Reason)(0),                      // 2: squawk.v1.Reason
-	(AnalysisSource)(0),              // 3: squawk.v1.AnalysisSource
-	(*ClassifyRequest)(nil),          // 4: squawk.v1.ClassifyRequest
-	(*ClassifyResponse)(nil),         // 5: squawk.v1.ClassifyResponse
-	(*DecideRetryRequest)(nil),       // 6: squawk.v1.DecideRetryRequest
-	(*DecideRetryResponse)(nil),      // 7: squawk.v1.DecideRetryResponse
-	(*DecideRetryBatchRequest)(nil),  // 8: squawk.v1.DecideRetryBatchRequest
-	(*DecideRetryBatchResponse)(nil), // 9: squawk.v1.DecideRetryBatchResponse
-	(*DecideRetryBatchResult)(nil),   // 10: squawk.v1.DecideRetryBatchResult
-	(*AnalyzeErrorRequest)(nil),      // 11: squawk.v1.AnalyzeErrorRequest
-	(*RejectedChange)(nil),           // 12: squawk.v1.RejectedChange
-	(*AnalyzeErrorResponse)(nil),     // 13: squawk.v1.AnalyzeErrorResponse
-	(*CheckDispatchRequest)(nil),     // 14: squawk.v1.CheckDispatchRequest
-	(*Violation)(nil),                // 15: squawk.v1.Violation
-	(*CheckDispatchResponse)(nil),    // 16: squawk.v1.CheckDispatchResponse
-	nil,                              // 17: squawk.v1.ClassifyRequest.HeadersEntry
-	nil,                              // 18: squawk.v1.DecideRetryRequest.HeadersEntry
-	nil,                              // 19: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	(*durationpb.Duration)(nil),      // 20: google.protobuf.Duration
-	(*structpb.Struct)(nil),          // 21: google.protobuf.Struct
-	(*structpb.Value)(nil),           // 22: google.protobuf.Value
+	(BreakerState)(0),                // 3: squawk.v1.BreakerState
+	(AnalysisSource)(0),              // 4: squawk.v1.AnalysisSource
+	(*ClassifyRequest)(nil),          // 5: squawk.v1.ClassifyRequest
+	(*ClassifyResponse)(nil),         // 6: squawk.v1.ClassifyResponse
+	(*DecideRetryRequest)(nil),       // 7: squawk.v1.DecideRetryRequest
+	(*DecideRetryResponse)(nil),      // 8: squawk.v1.DecideRetryResponse
+	(*DecideRetryBatchRequest)(nil),  // 9: squawk.v1.DecideRetryBatchRequest
+	(*DecideRetryBatchResponse)(nil), // 10: squawk.v1.DecideRetryBatchResponse
+	(*DecideRetryBatchResult)(nil),   // 11: squawk.v1.DecideRetryBatchResult
+	(*AnalyzeErrorRequest)(nil),      // 12: squawk.v1.AnalyzeErrorRequest
+	(*RejectedChange)(nil),           // 13: squawk.v1.RejectedChange
+	(*AnalyzeErrorResponse)(nil),     // 14: squawk.v1.AnalyzeErrorResponse
+	(*CheckDispatchRequest)(nil),     // 15: squawk.v1.CheckDispatchRequest
+	(*Violation)(nil),                // 16: squawk.v1.Violation
+	(*CheckDispatchResponse)(nil),    // 17: squawk.v1.CheckDispatchResponse
+	(*AdmitRequest)(nil),             // 18: squawk.v1.AdmitRequest
+	(*AdmitResponse)(nil),            // 19: squawk.v1.AdmitResponse
+	(*Outcome)(nil),                  // 20: squawk.v1.Outcome
+	(*ReportOutcomeRequest)(nil),     // 21: squawk.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 22: squawk.v1.ReportOutcomeResponse
+	(*GetUpstreamsRequest)(nil),      // 23: squawk.v1.GetUpstreamsRequest
+	(*GetUpstreamsResponse)(nil),     // 24: squawk.v1.GetUpstreamsResponse
+	(*UpstreamState)(nil),            // 25: squawk.v1.UpstreamState
+	nil,                              // 26: squawk.v1.ClassifyRequest.HeadersEntry
+	nil,                              // 27: squawk.v1.DecideRetryRequest.HeadersEntry
+	nil,                              // 28: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	nil,                              // 29: squawk.v1.Outcome.HeadersEntry
+	(*durationpb.Duration)(nil),      // 30: google.protobuf.Duration
+	(*structpb.Struct)(nil),          // 31: google.protobuf.Struct
+	(*structpb.Value)(nil),           // 32: google.protobuf.Value
 }
 var file_squawk_v1_policy_proto_depIdxs = []int32{
-	17, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
+	26, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
 	0,  // 1: squawk.v1.ClassifyResponse.category:type_name -> squawk.v1.ErrorCategory
-	20, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
-	18, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
-	20, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
+	30, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
+	27, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
+	30, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
 	1,  // 5: squawk.v1.DecideRetryResponse.action:type_name -> squawk.v1.Action
-	20, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
+	30, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
 	2,  // 7: squawk.v1.DecideRetryResponse.reason:type_name -> squawk.v1.Reason
-	5,  // 8: squawk.v1.DecideRetryResponse.classification:type_name -> squawk.v1.ClassifyResponse
-	6,  // 9: squawk.v1.DecideRetryBatchRequest.requests:type_name -> squawk.v1.DecideRetryRequest
-	10, // 10: squawk.v1.DecideRetryBatchResponse.results:type_name -> squawk.v1.DecideRetryBatchResult
-	7,  // 11: squawk.v1.DecideRetryBatchResult.decision:type_name -> squawk.v1.DecideRetryResponse
-	21, // 12: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
-	21, // 13: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
-	19, // 14: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	22, // 15: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
-	21, // 16: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
-	3,  // 17: squawk.v1.AnalyzeErrorResponse.source:type_name -> squawk.v1.AnalysisSource
-	12, // 18: squawk.v1.AnalyzeErrorResponse.rejected_changes:type_name -> squawk.v1.RejectedChange
-	21, // 19: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
-	21, // 20: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
-	15, // 21: squawk.v1.CheckDispatchResponse.violations:type_name -> squawk.v1.Violation
-	21, // 22: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
-	4,  // 23: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
-	6,  // 24: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
-	8,  // 25: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
-	11, // 26: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
-	14, // 27: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
-	5,  // 28: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
-	7,  // 29: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
-	9,  // 30: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
-	13, // 31: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
-	16, // 32: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
-	28, // [28:33] is the sub-list for method output_type
-	23, // [23:28] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	6,  // 8: squawk.v1.DecideRetryResponse.classification:type_name -> squawk.v1.ClassifyResponse
+	30, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
+	7,  // 10: squawk.v1.DecideRetryBatchRequest.requests:type_name -> squawk.v1.DecideRetryRequest
+	11, // 11: squawk.v1.DecideRetryBatchResponse.results:type_name -> squawk.v1.DecideRetryBatchResult
+	8,  // 12: squawk.v1.DecideRetryBatchResult.decision:type_name -> squawk.v1.DecideRetryResponse
+	31, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
+	31, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
+	28, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	32, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
+	31, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
+	4,  // 18: squawk.v1.AnalyzeErrorResponse.source:type_name -> squawk.v1.AnalysisSource
+	13, // 19: squawk.v1.AnalyzeErrorResponse.rejected_changes:type_name -> squawk.v1.RejectedChange
+	31, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
+	31, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
+	16, // 22: squawk.v1.CheckDispatchResponse.violations:type_name -> squawk.v1.Violation
+	2,  // 23: squawk.v1.AdmitResponse.reason:type_name -> squawk.v1.Reason
+	30, // 24: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	3,  // 25: squawk.v1.AdmitResponse.breaker_state:type_name -> squawk.v1.BreakerState
+	30, // 26: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
+	29, // 27: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
+	20, // 28: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
+	25, // 29: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
+	3,  // 30: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
+	30, // 31: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
+	30, // 32: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
+	31, // 33: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
+	5,  // 34: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
+	7,  // 35: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
+	9,  // 36: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
+	12, // 37: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
+	15, // 38: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
+	18, // 39: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
+	21, // 40: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
+	23, // 41: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
+	6,  // 42: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
+	8,  // 43: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
+	10, // 44: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
+	14, // 45: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
+	17, // 46: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
+	19, // 47: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
+	22, // 48: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
+	24, // 49: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
+	42, // [42:50] is the sub-list for method output_type
+	34, // [34:42] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_squawk_v1_policy_proto_init() }
@@ -1886,8 +2623,8 @@ func file_squawk_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_squawk_v1_policy_proto_rawDesc), len(file_squawk_v1_policy_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   16,
+			NumEnums:      5,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

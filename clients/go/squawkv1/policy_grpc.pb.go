@@ -37,6 +37,9 @@ const (
 	PolicyService_DecideRetryBatch_FullMethodName = "/squawk.v1.PolicyService/DecideRetryBatch"
 	PolicyService_AnalyzeError_FullMethodName     = "/squawk.v1.PolicyService/AnalyzeError"
 	PolicyService_CheckDispatch_FullMethodName    = "/squawk.v1.PolicyService/CheckDispatch"
+	PolicyService_Admit_FullMethodName            = "/squawk.v1.PolicyService/Admit"
+	PolicyService_ReportOutcome_FullMethodName    = "/squawk.v1.PolicyService/ReportOutcome"
+	PolicyService_GetUpstreams_FullMethodName     = "/squawk.v1.PolicyService/GetUpstreams"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -68,6 +71,19 @@ type PolicyServiceClient interface {
 	// keys, values outside a declared enum, container-shape mismatches). It
 	// is not a JSON Schema validator.
 	CheckDispatch(ctx context.Context, in *CheckDispatchRequest, opts ...grpc.CallOption) (*CheckDispatchResponse, error)
+	// Admit is asked before each dispatch to an upstream. It refuses while the
+	// pod's circuit breaker for (profile, upstream) is open, while the
+	// upstream is cooling down after a Retry-After, and admits the half-open
+	// probes. An admitted call deposits into the retry budget. With an empty
+	// upstream every call is admitted and nothing is tracked.
+	Admit(ctx context.Context, in *AdmitRequest, opts ...grpc.CallOption) (*AdmitResponse, error)
+	// ReportOutcome tells the daemon how dispatches ended, successes
+	// included, so the breaker and the budget learn from every executor. A
+	// failed attempt already sent to DecideRetry with its upstream set is
+	// recorded there and need not be reported again.
+	ReportOutcome(ctx context.Context, in *ReportOutcomeRequest, opts ...grpc.CallOption) (*ReportOutcomeResponse, error)
+	// GetUpstreams lists the state of every tracked (profile, upstream).
+	GetUpstreams(ctx context.Context, in *GetUpstreamsRequest, opts ...grpc.CallOption) (*GetUpstreamsResponse, error)
 }
 
 type policyServiceClient struct {
@@ -128,6 +144,36 @@ func (c *policyServiceClient) CheckDispatch(ctx context.Context, in *CheckDispat
 	return out, nil
 }
 
+func (c *policyServiceClient) Admit(ctx context.Context, in *AdmitRequest, opts ...grpc.CallOption) (*AdmitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AdmitResponse)
+	err := c.cc.Invoke(ctx, PolicyService_Admit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) ReportOutcome(ctx context.Context, in *ReportOutcomeRequest, opts ...grpc.CallOption) (*ReportOutcomeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportOutcomeResponse)
+	err := c.cc.Invoke(ctx, PolicyService_ReportOutcome_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *policyServiceClient) GetUpstreams(ctx context.Context, in *GetUpstreamsRequest, opts ...grpc.CallOption) (*GetUpstreamsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetUpstreamsResponse)
+	err := c.cc.Invoke(ctx, PolicyService_GetUpstreams_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility.
@@ -157,6 +203,19 @@ type PolicyServiceServer interface {
 	// keys, values outside a declared enum, container-shape mismatches). It
 	// is not a JSON Schema validator.
 	CheckDispatch(context.Context, *CheckDispatchRequest) (*CheckDispatchResponse, error)
+	// Admit is asked before each dispatch to an upstream. It refuses while the
+	// pod's circuit breaker for (profile, upstream) is open, while the
+	// upstream is cooling down after a Retry-After, and admits the half-open
+	// probes. An admitted call deposits into the retry budget. With an empty
+	// upstream every call is admitted and nothing is tracked.
+	Admit(context.Context, *AdmitRequest) (*AdmitResponse, error)
+	// ReportOutcome tells the daemon how dispatches ended, successes
+	// included, so the breaker and the budget learn from every executor. A
+	// failed attempt already sent to DecideRetry with its upstream set is
+	// recorded there and need not be reported again.
+	ReportOutcome(context.Context, *ReportOutcomeRequest) (*ReportOutcomeResponse, error)
+	// GetUpstreams lists the state of every tracked (profile, upstream).
+	GetUpstreams(context.Context, *GetUpstreamsRequest) (*GetUpstreamsResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -181,6 +240,15 @@ func (UnimplementedPolicyServiceServer) AnalyzeError(context.Context, *AnalyzeEr
 }
 func (UnimplementedPolicyServiceServer) CheckDispatch(context.Context, *CheckDispatchRequest) (*CheckDispatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckDispatch not implemented")
+}
+func (UnimplementedPolicyServiceServer) Admit(context.Context, *AdmitRequest) (*AdmitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Admit not implemented")
+}
+func (UnimplementedPolicyServiceServer) ReportOutcome(context.Context, *ReportOutcomeRequest) (*ReportOutcomeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportOutcome not implemented")
+}
+func (UnimplementedPolicyServiceServer) GetUpstreams(context.Context, *GetUpstreamsRequest) (*GetUpstreamsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUpstreams not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 func (UnimplementedPolicyServiceServer) testEmbeddedByValue()                       {}
@@ -293,6 +361,60 @@ func _PolicyService_CheckDispatch_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_Admit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdmitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).Admit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_Admit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).Admit(ctx, req.(*AdmitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_ReportOutcome_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportOutcomeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).ReportOutcome(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_ReportOutcome_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).ReportOutcome(ctx, req.(*ReportOutcomeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _PolicyService_GetUpstreams_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUpstreamsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).GetUpstreams(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_GetUpstreams_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).GetUpstreams(ctx, req.(*GetUpstreamsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PolicyService_ServiceDesc is the grpc.ServiceDesc for PolicyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -319,6 +441,18 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckDispatch",
 			Handler:    _PolicyService_CheckDispatch_Handler,
+		},
+		{
+			MethodName: "Admit",
+			Handler:    _PolicyService_Admit_Handler,
+		},
+		{
+			MethodName: "ReportOutcome",
+			Handler:    _PolicyService_ReportOutcome_Handler,
+		},
+		{
+			MethodName: "GetUpstreams",
+			Handler:    _PolicyService_GetUpstreams_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

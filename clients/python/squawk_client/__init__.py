@@ -5,7 +5,7 @@ executor needs one import; Action, Reason and Category are the policy
 core's enums, whose values equal the wire's.
 """
 
-from squawk.policy import Action, Category, Reason
+from squawk.policy import Action, BreakerState, Category, Reason
 from squawk.v1.policy_pb2 import (
     AnalyzeErrorRequest,
     AnalyzeErrorResponse,
@@ -15,12 +15,15 @@ from squawk.v1.policy_pb2 import (
     ClassifyResponse,
     DecideRetryRequest,
     DecideRetryResponse,
+    Outcome,
+    UpstreamState,
 )
 
 from ._client import (
     DEFAULT_ANALYZE_TIMEOUT,
     DEFAULT_BATCH_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
+    Admission,
     AsyncSquawkClient,
     BatchResult,
     SquawkClient,
@@ -34,10 +37,12 @@ __all__ = [
     "DEFAULT_BATCH_TIMEOUT",
     "DEFAULT_CALL_TIMEOUT",
     "Action",
+    "Admission",
     "AnalyzeErrorRequest",
     "AnalyzeErrorResponse",
     "AsyncSquawkClient",
     "BatchResult",
+    "BreakerState",
     "Category",
     "CheckDispatchRequest",
     "CheckDispatchResponse",
@@ -47,6 +52,7 @@ __all__ = [
     "DecideRetryResponse",
     "Decision",
     "ErrorInfo",
+    "Outcome",
     "Reason",
     "SquawkClient",
     "SquawkError",
@@ -56,6 +62,7 @@ __all__ = [
     "StepFailed",
     "StepOptions",
     "Tier",
+    "UpstreamState",
     "run_step",
     "run_step_sync",
 ]

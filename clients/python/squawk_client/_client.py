@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import NoReturn
 
 import grpc
 
-from squawk.policy import Profile
+from squawk.policy import BreakerState, Profile, Reason
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -33,6 +34,7 @@ __all__ = [
     "DEFAULT_ANALYZE_TIMEOUT",
     "DEFAULT_BATCH_TIMEOUT",
     "DEFAULT_CALL_TIMEOUT",
+    "Admission",
     "AsyncSquawkClient",
     "BatchResult",
     "SquawkClient",
@@ -46,6 +48,37 @@ DEFAULT_ANALYZE_TIMEOUT = timedelta(seconds=30)
 
 # One result per batch item: the decision, or why that item was refused.
 BatchResult = Decision | SquawkInputError
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The pod's answer to "may I call this upstream now?"."""
+
+    allowed: bool
+    # ADMITTED, or why not: CIRCUIT_OPEN, UPSTREAM_COOLING_DOWN.
+    reason: Reason
+    # When refused: how long until a call could be admitted.
+    retry_after: timedelta
+    breaker_state: BreakerState
+    # A half-open probe: its outcome decides whether the breaker closes.
+    probe: bool
+    # True when the daemon could not be asked and the client let the call
+    # through (admission fails open: the pod's state is only in the daemon).
+    fallback: bool = False
+
+
+_OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
+
+
+def _admission(reply: pb.AdmitResponse) -> Admission:
+    return Admission(
+        allowed=reply.allowed,
+        reason=Reason(reply.reason),
+        retry_after=reply.retry_after.ToTimedelta(),
+        breaker_state=BreakerState(reply.breaker_state),
+        probe=reply.probe,
+    )
+
 
 # Reconnect quickly once the daemon is back: the default backoff can grow to
 # two minutes, which would keep the client on its fallback long after.
@@ -99,6 +132,12 @@ class _Policy:
         decision = fallback_decision(request, self.fallback_profile)
         self.fallback_count += 1
         return decision
+
+    def fail_open(self, exc: grpc.RpcError) -> None:
+        """Admit and ReportOutcome let the call through when the daemon is away."""
+        if not self.fallback_enabled or exc.code() not in _FALL_BACK_ON:
+            raise_for(exc)
+        self.fallback_count += 1
 
     def batch_fallback(
         self, exc: grpc.RpcError, requests: Sequence[pb.DecideRetryRequest]
@@ -196,6 +235,43 @@ class SquawkClient:
             raise_for(exc)
         return reply
 
+    def admit(self, upstream: str, *, capability: str = "", profile: str = "") -> Admission:
+        """Ask before dispatching to `upstream`; fails open when the daemon is away."""
+        request = pb.AdmitRequest(upstream=upstream, capability=capability, profile=profile)
+        try:
+            reply = self._stub.Admit(
+                request, timeout=self._policy.call_timeout_s, metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            self._policy.fail_open(exc)
+            return _OPEN
+        return _admission(reply)
+
+    def report_outcome(self, outcomes: Sequence[pb.Outcome]) -> int:
+        """Report finished dispatches; the number recorded (0 when the daemon is away)."""
+        try:
+            reply = self._stub.ReportOutcome(
+                pb.ReportOutcomeRequest(outcomes=outcomes),
+                timeout=self._policy.call_timeout_s,
+                metadata=_metadata(),
+            )
+        except grpc.RpcError as exc:
+            self._policy.fail_open(exc)
+            return 0
+        return reply.recorded
+
+    def get_upstreams(self, profile: str = "") -> list[pb.UpstreamState]:
+        """The pod's state of every tracked upstream; no fallback."""
+        try:
+            reply = self._stub.GetUpstreams(
+                pb.GetUpstreamsRequest(profile=profile),
+                timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(),
+                metadata=_metadata(),
+            )
+        except grpc.RpcError as exc:
+            raise_for(exc)
+        return list(reply.upstreams)
+
     def close(self) -> None:
         self._channel.close()
 
@@ -285,6 +361,43 @@ class AsyncSquawkClient:
         except grpc.RpcError as exc:
             raise_for(exc)
         return reply
+
+    async def admit(self, upstream: str, *, capability: str = "", profile: str = "") -> Admission:
+        """Ask before dispatching to `upstream`; fails open when the daemon is away."""
+        request = pb.AdmitRequest(upstream=upstream, capability=capability, profile=profile)
+        try:
+            reply = await self._stub.Admit(
+                request, timeout=self._policy.call_timeout_s, metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            self._policy.fail_open(exc)
+            return _OPEN
+        return _admission(reply)
+
+    async def report_outcome(self, outcomes: Sequence[pb.Outcome]) -> int:
+        """Report finished dispatches; the number recorded (0 when the daemon is away)."""
+        try:
+            reply = await self._stub.ReportOutcome(
+                pb.ReportOutcomeRequest(outcomes=outcomes),
+                timeout=self._policy.call_timeout_s,
+                metadata=_metadata(),
+            )
+        except grpc.RpcError as exc:
+            self._policy.fail_open(exc)
+            return 0
+        return reply.recorded
+
+    async def get_upstreams(self, profile: str = "") -> list[pb.UpstreamState]:
+        """The pod's state of every tracked upstream; no fallback."""
+        try:
+            reply = await self._stub.GetUpstreams(
+                pb.GetUpstreamsRequest(profile=profile),
+                timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(),
+                metadata=_metadata(),
+            )
+        except grpc.RpcError as exc:
+            raise_for(exc)
+        return list(reply.upstreams)
 
     async def close(self) -> None:
         await self._channel.close()

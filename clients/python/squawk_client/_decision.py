@@ -35,6 +35,9 @@ class Decision:
     classification: pb.ClassifyResponse
     # True when the daemon could not be reached and the local policy answered.
     fallback: bool = False
+    # Set when the pod's upstream state ended the attempt (CIRCUIT_OPEN,
+    # RETRY_BUDGET_EXHAUSTED): how long until the upstream admits calls again.
+    retry_after: timedelta | None = None
 
 
 def from_message(message: pb.DecideRetryResponse) -> Decision:
@@ -45,6 +48,7 @@ def from_message(message: pb.DecideRetryResponse) -> Decision:
         explanation=message.explanation,
         consumes_attempt=message.consumes_attempt,
         classification=message.classification,
+        retry_after=message.retry_after.ToTimedelta() if message.HasField("retry_after") else None,
     )
 
 

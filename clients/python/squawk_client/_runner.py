@@ -10,6 +10,7 @@ by the shared runner vectors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import threading
 import time
@@ -21,9 +22,9 @@ from typing import TypeVar
 from squawk.policy import Action, Profile, Reason, delay
 from squawk.v1 import policy_pb2 as pb
 
-from ._client import AsyncSquawkClient, SquawkClient
+from ._client import Admission, AsyncSquawkClient, SquawkClient
 from ._decision import Decision
-from ._errors import StepError, StepFailed
+from ._errors import SquawkError, StepError, StepFailed
 
 __all__ = ["ErrorInfo", "StepCancelled", "StepOptions", "Tier", "run_step", "run_step_sync"]
 
@@ -121,8 +122,7 @@ class _Attempts:
         if o.max_validation_retries is not None:
             request.max_validation_retries = o.max_validation_retries
         if o.deadline is not None:
-            left = o.deadline - timedelta(seconds=time.monotonic() - self.started)
-            request.deadline.FromTimedelta(max(left, timedelta(0)))
+            request.deadline.FromTimedelta(self.deadline_left())
         return request
 
     def settle(
@@ -170,6 +170,43 @@ class _Attempts:
             )
         return decision
 
+    def refused(self, admission: Admission, refusals: int) -> None:
+        """Raise StepFailed when a refused dispatch may not wait for admission."""
+        o = self.options
+        reason = f"REASON_{admission.reason.name}"
+        wait = admission.retry_after
+        if o.deadline is not None and wait > self.deadline_left():
+            why = (
+                f"The pod refused the dispatch to {o.upstream}: {reason}; it admits again in "
+                f"{round(wait.total_seconds() * 1000)} ms, past the step's deadline."
+            )
+        elif refusals > self.budget:
+            why = (
+                f"The pod refused the dispatch to {o.upstream} {refusals} times in a row: {reason}."
+            )
+        else:
+            return
+        decision = Decision(
+            Action.FAIL, timedelta(0), admission.reason, why, True, pb.ClassifyResponse()
+        )
+        raise StepFailed(decision, self.calls - 1)
+
+    def deadline_left(self) -> timedelta:
+        assert self.options.deadline is not None
+        left = self.options.deadline - timedelta(seconds=time.monotonic() - self.started)
+        return max(left, timedelta(0))
+
+    def success(self, latency: float) -> list[pb.Outcome]:
+        """What to report after a successful dispatch (nothing without an upstream)."""
+        o = self.options
+        if not o.upstream:
+            return []
+        done = pb.Outcome(
+            upstream=o.upstream, capability=o.capability, profile=o.profile, success=True
+        )
+        done.latency.FromTimedelta(timedelta(seconds=latency))
+        return [done]
+
     def advance(self, decision: Decision, exc: BaseException) -> None:
         if decision.action is Action.RETRY:
             self.attempt += 1
@@ -200,9 +237,13 @@ async def run_step(
     retried. On FAIL, raises StepFailed (with the decision) from the last error.
     """
     state = _Attempts(options or StepOptions(), correct is not None, client.fallback_profile)
+    upstream = state.options.upstream
     while True:
+        if upstream:
+            await _admitted(client, state, sleep)
         try:
-            return await step(params)
+            started = time.monotonic()
+            result = await step(params)
         except Exception as exc:
             request = state.request(exc)
             decision = await client.decide_retry(request)
@@ -213,6 +254,25 @@ async def run_step(
                 params = await correct(params, exc, decision)
             else:
                 await sleep(decision.delay.total_seconds())
+        else:
+            with contextlib.suppress(SquawkError):  # reporting fails open
+                if done := state.success(time.monotonic() - started):
+                    await client.report_outcome(done)
+            return result
+
+
+async def _admitted(
+    client: AsyncSquawkClient, state: _Attempts, sleep: Callable[[float], Awaitable[object]]
+) -> None:
+    """Return once the pod admits the dispatch; raise StepFailed when it may not wait."""
+    o = state.options
+    refusals = 0
+    while not (
+        admission := await client.admit(o.upstream, capability=o.capability, profile=o.profile)
+    ).allowed:
+        refusals += 1
+        state.refused(admission, refusals)
+        await sleep(admission.retry_after.total_seconds())
 
 
 def run_step_sync(
@@ -233,9 +293,20 @@ def run_step_sync(
     """
     state = _Attempts(options or StepOptions(), correct is not None, client.fallback_profile)
     cancel = cancel or threading.Event()
+
+    def wait(seconds: float) -> bool:
+        """Wait; True when cancelled."""
+        if sleep is None:
+            return cancel.wait(seconds)
+        sleep(seconds)
+        return cancel.is_set()
+
     while True:
+        if state.options.upstream:
+            _admitted_sync(client, state, wait)
         try:
-            return step(params)
+            started = time.monotonic()
+            result = step(params)
         except Exception as exc:
             request = state.request(exc)
             request.cancelled = cancel.is_set()
@@ -246,8 +317,22 @@ def run_step_sync(
                 assert correct is not None
                 params = correct(params, exc, decision)
                 continue
-            seconds = decision.delay.total_seconds()
-            if sleep is not None:
-                sleep(seconds)
-            if cancel.is_set() if sleep is not None else cancel.wait(seconds):
+            if wait(decision.delay.total_seconds()):
                 raise StepCancelled("cancelled while waiting to retry") from exc
+        else:
+            with contextlib.suppress(SquawkError):  # reporting fails open
+                if done := state.success(time.monotonic() - started):
+                    client.report_outcome(done)
+            return result
+
+
+def _admitted_sync(client: SquawkClient, state: _Attempts, wait: Callable[[float], bool]) -> None:
+    o = state.options
+    refusals = 0
+    while not (
+        admission := client.admit(o.upstream, capability=o.capability, profile=o.profile)
+    ).allowed:
+        refusals += 1
+        state.refused(admission, refusals)
+        if wait(admission.retry_after.total_seconds()):
+            raise StepCancelled("cancelled while waiting for admission")

@@ -1,33 +1,35 @@
 // SquawkClient: typed squawk.v1 calls with a per-call deadline, W3C trace
-// context on every call, and the local fallback for decisions when the
-// daemon cannot answer.
-import {
-  credentials as grpcCredentials,
-  Metadata,
-  status,
-  type CallOptions as GrpcCallOptions,
-  type ClientUnaryCall,
-  type ServiceError,
-} from "@grpc/grpc-js";
+// context on every call, the local fallback for decisions and fail-open
+// admissions and reports when the daemon cannot answer.
+import { credentials as grpcCredentials, Metadata, status, type ServiceError } from "@grpc/grpc-js";
 import { context as otelContext, propagation, type Context, type TextMapPropagator, type TextMapSetter } from "@opentelemetry/api";
+import { openAdmission } from "./admission";
 import { BATCH_ITEMS_PER_TIMEOUT, batchFromResponse, batchLocally, type BatchResult } from "./batch";
 import { fallbackProfileFromEnv } from "./env";
 import { inputErrorFrom, isServiceError, SquawkError } from "./errors";
 import { fallbackDecide, type FallbackProfile } from "./fallback";
 import {
+  AdmitRequest,
   AnalyzeErrorRequest,
   CheckDispatchRequest,
   ClassifyRequest,
+  GetUpstreamsRequest,
   PolicyServiceClient,
+  type AdmitResponse,
   type AnalyzeErrorResponse,
   type CheckDispatchResponse,
   type ClassifyResponse,
   type DecideRetryBatchResponse,
   type DecideRetryRequest,
   type DecideRetryResponse,
+  type GetUpstreamsResponse,
+  type ReportOutcomeResponse,
+  type UpstreamState,
 } from "./gen/squawk/v1/policy";
 import {
   DEFAULT_CHANNEL_OPTIONS,
+  type Admission,
+  type AdmitInput,
   type AnalyzeErrorInput,
   type CallOptions,
   type CheckDispatchInput,
@@ -36,10 +38,13 @@ import {
   type DecideRetryBatchInput,
   type DecideRetryInput,
   type FallbackEvent,
+  type GetUpstreamsInput,
+  type ReportOutcomeInput,
   type SquawkClientOptions,
   type SquawkMethod,
 } from "./options";
-import { batchRequest, checked, decideRequest } from "./requests";
+import { batchRequest, checked, decideRequest, reportRequest } from "./requests";
+import { unary, type Start } from "./unary";
 
 /** An analysis may call a model: it gets seconds, not the 50 ms of a decision. */
 const ANALYZE_TIMEOUT_MS = 30_000;
@@ -52,9 +57,6 @@ const metadataSetter: TextMapSetter<Metadata> = {
     carrier.set(key, value);
   },
 };
-
-type Callback<Res> = (error: ServiceError | null, response: Res) => void;
-type Start<Res> = (metadata: Metadata, options: Partial<GrpcCallOptions>, callback: Callback<Res>) => ClientUnaryCall;
 
 export class SquawkClient {
   readonly target: string;
@@ -84,7 +86,10 @@ export class SquawkClient {
     });
   }
 
-  /** How many decisions came from the local fallback (each batch item counts). */
+  /**
+   * How many answers the client gave for the daemon: decisions from the
+   * local fallback (each batch item counts), and fail-open admits and reports.
+   */
   get fallbackCount(): number {
     return this.fallbacks;
   }
@@ -174,6 +179,59 @@ export class SquawkClient {
     );
   }
 
+  /**
+   * May a call to `upstream` be dispatched now? The pod refuses while its
+   * breaker for (profile, upstream) is open or the upstream cools down
+   * after a Retry-After; `retryAfter` says when to ask again. Fails open:
+   * when the daemon is unreachable or slow (as for decideRetry's fallback)
+   * the answer is allowed, with `fallback: true`. A request the daemon
+   * refuses (an unknown profile) is a SquawkInputError.
+   */
+  async admit(input: AdmitInput, options: CallOptions = {}): Promise<Admission> {
+    const request = checked("admit", AdmitRequest.fromPartial, input);
+    try {
+      const response = await this.invoke<AdmitResponse>((md, co, cb) => this.stub.admit(request, md, co, cb), options);
+      return { ...response, fallback: false };
+    } catch (error) {
+      this.failOpen("admit", error, options);
+      return openAdmission();
+    }
+  }
+
+  /**
+   * Tell the pod how dispatches ended (1 to 1,000 outcomes), so its breaker
+   * and retry budget learn from every executor; answers how many were
+   * recorded (those with an upstream). Fails open: when the daemon is
+   * unreachable or slow it answers 0. A refused report is a SquawkInputError.
+   */
+  async reportOutcome(input: ReportOutcomeInput, options: CallOptions = {}): Promise<number> {
+    const request = reportRequest(input);
+    try {
+      const response = await this.invoke<ReportOutcomeResponse>(
+        (md, co, cb) => this.stub.reportOutcome(request, md, co, cb),
+        options,
+      );
+      return response.recorded;
+    } catch (error) {
+      this.failOpen("reportOutcome", error, options);
+      return 0;
+    }
+  }
+
+  /**
+   * The pod's state of every tracked upstream (of `profile`, when given),
+   * ordered by profile, then upstream. No fallback: only the daemon knows.
+   */
+  async getUpstreams(input: GetUpstreamsInput = {}, options: CallOptions = {}): Promise<UpstreamState[]> {
+    const request = checked("getUpstreams", GetUpstreamsRequest.fromPartial, input);
+    const response = await this.call<GetUpstreamsResponse>(
+      "getUpstreams",
+      (md, co, cb) => this.stub.getUpstreams(request, md, co, cb),
+      options,
+    );
+    return response.upstreams;
+  }
+
   /** Close the channel; later calls reject. */
   close(): void {
     this.closed = true;
@@ -184,6 +242,14 @@ export class SquawkClient {
   private fallbackCause(error: unknown, options: CallOptions): ServiceError | undefined {
     if (!this.fallbackEnabled || options.signal?.aborted) return undefined;
     return isServiceError(error) && FALLBACK_CODES.has(error.code) ? error : undefined;
+  }
+
+  /** Returns when `error` lets `method` fail open (counted), else throws it as the client's error. */
+  private failOpen(method: "admit" | "reportOutcome", error: unknown, options: CallOptions): void {
+    const cause = this.fallbackCause(error, options);
+    if (cause === undefined) throw this.translate(method, error, options);
+    this.fallbacks += 1;
+    this.onFallback?.({ method, cause });
   }
 
   private decideLocally(request: DecideRetryRequest): Decision {
@@ -217,33 +283,7 @@ export class SquawkClient {
   }
 
   private invoke<Res>(start: Start<Res>, options: CallOptions): Promise<Res> {
-    return new Promise<Res>((resolve, reject) => {
-      const { signal } = options;
-      if (this.closed) {
-        reject(new Error(`SquawkClient for ${this.target} is closed`));
-        return;
-      }
-      if (signal?.aborted) {
-        reject(signal.reason);
-        return;
-      }
-      let settled = false;
-      let call: ClientUnaryCall | undefined;
-      const onAbort = (): void => {
-        if (settled) return;
-        settled = true;
-        call?.cancel();
-        reject(signal?.reason);
-      };
-      const deadline = Date.now() + (options.timeoutMs ?? this.callTimeoutMs);
-      call = start(this.metadata(options.context), { deadline }, (error, response) => {
-        signal?.removeEventListener("abort", onAbort);
-        if (settled) return;
-        settled = true;
-        if (error) reject(error);
-        else resolve(response);
-      });
-      signal?.addEventListener("abort", onAbort, { once: true });
-    });
+    if (this.closed) return Promise.reject(new Error(`SquawkClient for ${this.target} is closed`));
+    return unary(start, this.metadata(options.context), options.timeoutMs ?? this.callTimeoutMs, options.signal);
   }
 }

@@ -3,7 +3,7 @@
 //   Error
 //   ├── SquawkError         a gRPC status the client does not answer for (.code)
 //   │   └── SquawkInputError  INVALID_ARGUMENT: the request breaks the contract (.field)
-//   └── StepFailedError     (runner.ts) the policy ended a step
+//   └── StepFailedError     (runner.ts) the policy, or the pod's refusals, ended a step
 //
 // An aborted signal rejects with `signal.reason`, never with these.
 import { Metadata, status, type ServiceError } from "@grpc/grpc-js";

@@ -103,6 +103,8 @@ export function fallbackDecide(
     explanation,
     consumesAttempt: true,
     classification: seen,
+    // The pod's upstream state lives in the daemon; the fallback has none.
+    retryAfter: undefined,
   });
   const fail = (reason: Reason, explanation: string): DecideRetryResponse => answer(Action.ACTION_FAIL, reason, explanation);
 

@@ -4,6 +4,8 @@
 export { SquawkClient } from "./client";
 export {
   DEFAULT_CHANNEL_OPTIONS,
+  type Admission,
+  type AdmitInput,
   type AnalyzeErrorInput,
   type CallOptions,
   type CheckDispatchInput,
@@ -12,6 +14,9 @@ export {
   type DecideRetryBatchInput,
   type DecideRetryInput,
   type FallbackEvent,
+  type GetUpstreamsInput,
+  type OutcomeInput,
+  type ReportOutcomeInput,
   type SquawkClientOptions,
   type SquawkMethod,
 } from "./options";
@@ -25,20 +30,16 @@ export { redact, REDACTED } from "./redact";
 export { durationFromMs, durationToMs } from "./duration";
 export { StepError, type HeaderSource, type ResponseLike, type StepErrorInit } from "./steperror";
 export { type ErrorInfo, type Tier } from "./hooks";
-export {
-  runStep,
-  sleep,
-  StepFailedError,
-  type DecisionSource,
-  type RunStepOptions,
-  type Sleep,
-  type StepContext,
-} from "./runner";
+export { runStep, StepFailedError, type DecisionSource, type RunStepOptions, type StepContext } from "./runner";
+export { sleep, type Sleep } from "./wait";
 export {
   Action,
   AnalysisSource,
+  BreakerState,
   ErrorCategory,
   Reason,
+  AdmitRequest,
+  AdmitResponse,
   AnalyzeErrorRequest,
   AnalyzeErrorResponse,
   CheckDispatchRequest,
@@ -50,7 +51,13 @@ export {
   DecideRetryBatchResult,
   DecideRetryRequest,
   DecideRetryResponse,
+  GetUpstreamsRequest,
+  GetUpstreamsResponse,
+  Outcome,
   RejectedChange,
+  ReportOutcomeRequest,
+  ReportOutcomeResponse,
+  UpstreamState,
   Violation,
 } from "./gen/squawk/v1/policy";
 export type { Duration } from "./gen/google/protobuf/duration";

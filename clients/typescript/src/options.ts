@@ -3,12 +3,16 @@ import type { ChannelCredentials, ChannelOptions, ServiceError } from "@grpc/grp
 import type { Context, TextMapPropagator } from "@opentelemetry/api";
 import type { FallbackProfile } from "./fallback";
 import type {
+  AdmitRequest,
+  AdmitResponse,
   AnalyzeErrorRequest,
   CheckDispatchRequest,
   ClassifyRequest,
   DecideRetryRequest,
   DecideRetryResponse,
   DeepPartial,
+  GetUpstreamsRequest,
+  Outcome,
 } from "./gen/squawk/v1/policy";
 
 /** A decision, from the daemon (`fallback: false`) or the local fallback (`fallback: true`). */
@@ -29,11 +33,40 @@ export type AnalyzeErrorInput = DeepPartial<AnalyzeErrorRequest>;
 /** A CheckDispatchRequest; every field may be left out (proto3 defaults). */
 export type CheckDispatchInput = DeepPartial<CheckDispatchRequest>;
 
-export type SquawkMethod = "classify" | "decideRetry" | "decideRetryBatch" | "analyzeError" | "checkDispatch";
+/**
+ * The pod's answer before a dispatch, from the daemon (`fallback: false`), or
+ * the client's fail-open admission when the daemon could not answer
+ * (`fallback: true`: allowed, REASON_ADMITTED, breaker CLOSED).
+ */
+export type Admission = AdmitResponse & { readonly fallback: boolean };
+
+/** An AdmitRequest; every field may be left out (an empty upstream is admitted untracked). */
+export type AdmitInput = DeepPartial<AdmitRequest>;
+/** An Outcome: how one dispatch to an upstream ended. `latency` is a Duration. */
+export type OutcomeInput = DeepPartial<Outcome>;
+/** A ReportOutcomeRequest: 1 to 1,000 outcomes. */
+export interface ReportOutcomeInput {
+  readonly outcomes: readonly OutcomeInput[];
+}
+/** A GetUpstreamsRequest; an empty profile lists every profile's upstreams. */
+export type GetUpstreamsInput = DeepPartial<GetUpstreamsRequest>;
+
+export type SquawkMethod =
+  | "classify"
+  | "decideRetry"
+  | "decideRetryBatch"
+  | "analyzeError"
+  | "checkDispatch"
+  | "admit"
+  | "reportOutcome"
+  | "getUpstreams";
 
 export interface FallbackEvent {
-  /** The call that fell back: only the decision calls have a fallback. */
-  readonly method: "decideRetry" | "decideRetryBatch";
+  /**
+   * The call the client answered for: the decision calls from the local
+   * fallback, admit and reportOutcome by failing open.
+   */
+  readonly method: "decideRetry" | "decideRetryBatch" | "admit" | "reportOutcome";
   /** The gRPC error that sent the call to the fallback. */
   readonly cause: ServiceError;
 }
@@ -45,7 +78,10 @@ export interface SquawkClientOptions {
    * analyzeError is not bounded by it (see CallOptions.timeoutMs).
    */
   readonly callTimeoutMs?: number;
-  /** Answer decisions from the local fallback when the daemon is unreachable or slow (default true). */
+  /**
+   * When the daemon is unreachable or slow (default true): answer decisions
+   * from the local fallback, and let admit and reportOutcome fail open.
+   */
   readonly fallback?: boolean;
   /** Channel credentials (default insecure: the daemon listens on loopback). */
   readonly credentials?: ChannelCredentials;
@@ -60,7 +96,7 @@ export interface SquawkClientOptions {
   readonly fallbackProfile?: Partial<FallbackProfile>;
   /** Clock in Unix ms, read by the fallback for an HTTP-date Retry-After (default Date.now). */
   readonly now?: () => number;
-  /** Called each time a call is answered by the fallback (once per batch). */
+  /** Called each time the client answers for the daemon: a fallback decision (once per batch) or a fail-open. */
   readonly onFallback?: (event: FallbackEvent) => void;
 }
 

@@ -2,8 +2,9 @@
 // field when they cannot be encoded at all. The policy's own bounds (attempt
 // >= 1, ...) are the daemon's to check, and the fallback's.
 import { SquawkInputError } from "./errors";
-import { DecideRetryRequest, type DecideRetryBatchRequest } from "./gen/squawk/v1/policy";
-import type { DecideRetryBatchInput, DecideRetryInput } from "./options";
+import type { Duration } from "./gen/google/protobuf/duration";
+import { DecideRetryRequest, Outcome, type DecideRetryBatchRequest, type ReportOutcomeRequest } from "./gen/squawk/v1/policy";
+import type { DecideRetryBatchInput, DecideRetryInput, ReportOutcomeInput } from "./options";
 
 const INT32_MIN = -(2 ** 31);
 const INT32_MAX = 2 ** 31 - 1;
@@ -58,16 +59,31 @@ export function decideRequest(input: DecideRetryInput, prefix = ""): DecideRetry
     isObject(input) ? { ...input, responseBody: typeof body === "string" ? new TextEncoder().encode(body) : body } : input,
     prefix,
   );
-  const { deadline } = request;
-  if (deadline !== undefined) {
-    if (!Number.isSafeInteger(deadline.seconds)) refuse(`${prefix}deadline.seconds`, `must be an integer, got ${deadline.seconds}`);
-    checkInt32s({ nanos: deadline.nanos }, `${prefix}deadline.`);
-  }
+  checkDuration(request.deadline, `${prefix}deadline.`);
   return request;
+}
+
+/** A Duration's seconds are an int64 on the wire; the encoder would throw on 1.5 naming no field. */
+function checkDuration(duration: Duration | undefined, prefix: string): void {
+  if (duration === undefined) return;
+  if (!Number.isSafeInteger(duration.seconds)) refuse(`${prefix}seconds`, `must be an integer, got ${duration.seconds}`);
+  checkInt32s({ nanos: duration.nanos }, prefix);
 }
 
 export function batchRequest(input: DecideRetryBatchInput): DecideRetryBatchRequest {
   const items: unknown = isObject(input) ? input.requests : undefined;
   if (!Array.isArray(items)) refuse("requests", "decideRetryBatch needs {requests: [...]}, an array of requests");
   return { requests: (items as DecideRetryInput[]).map((item, i) => decideRequest(item, `requests[${i}].`)) };
+}
+
+export function reportRequest(input: ReportOutcomeInput): ReportOutcomeRequest {
+  const items: unknown = isObject(input) ? input.outcomes : undefined;
+  if (!Array.isArray(items)) refuse("outcomes", "reportOutcome needs {outcomes: [...]}, an array of outcomes");
+  return {
+    outcomes: (items as unknown[]).map((item, i) => {
+      const outcome = checked("reportOutcome", Outcome.fromPartial, item, `outcomes[${i}].`);
+      checkDuration(outcome.latency, `outcomes[${i}].latency.`);
+      return outcome;
+    }),
+  };
 }

@@ -1,33 +1,40 @@
 // runStep: run a step, and after each failure ask the policy what to do.
+import { awaitAdmission, type Gate } from "./admission";
 import { durationFromMs, durationToMs } from "./duration";
 import { SquawkInputError } from "./errors";
 import type { FallbackProfile } from "./fallback";
 import { Action, DecideRetryRequest } from "./gen/squawk/v1/policy";
 import { override, tierOf, type ErrorInfo, type Tier } from "./hooks";
-import type { CallOptions, Decision, DecideRetryInput } from "./options";
+import type { Admission, AdmitInput, CallOptions, Decision, DecideRetryInput, ReportOutcomeInput } from "./options";
 import { StepError } from "./steperror";
+import { sleep, untilAborted, type Sleep } from "./wait";
 
-/** Anything that decides: a SquawkClient, or a stand-in in tests. */
+/**
+ * What the runner asks: a SquawkClient, or a stand-in in tests. admit and
+ * reportOutcome are called only for a step with an upstream.
+ */
 export interface DecisionSource {
   decideRetry(input: DecideRetryInput, options?: CallOptions): Promise<Decision>;
+  admit(input: AdmitInput, options?: CallOptions): Promise<Admission>;
+  reportOutcome(input: ReportOutcomeInput, options?: CallOptions): Promise<number>;
   /** Its default profile: the attempt budget and backoff of a forced resend. */
   readonly fallbackProfile: FallbackProfile;
 }
 
-/** The step ended: `decision` says why, `cause` is the step's last error. */
+/**
+ * The step ended: `decision` says why, `cause` is the step's last error
+ * (undefined when the pod refused every dispatch and the step never ran).
+ */
 export class StepFailedError extends Error {
   override name = "StepFailedError";
-  /** The final decision (after the error hook). */
+  /** The final decision (after the error hook), or the pod's refusal. */
   readonly decision: Decision;
-  /** How many times the step was called. */
+  /** How many times the step was called; 0 when the pod never admitted it. */
   readonly calls: number;
 
   constructor(decision: Decision, calls: number, cause: unknown) {
-    const last = cause instanceof Error ? cause.message : String(cause);
-    super(
-      `step failed after ${calls} call(s): ${decision.reason}: ${decision.explanation} (last error: ${last})`,
-      { cause },
-    );
+    const last = calls === 0 ? "" : ` (last error: ${cause instanceof Error ? cause.message : String(cause)})`;
+    super(`step failed after ${calls} call(s): ${decision.reason}: ${decision.explanation}${last}`, { cause });
     this.decision = decision;
     this.calls = calls;
   }
@@ -41,8 +48,6 @@ export interface StepContext {
   readonly signal: AbortSignal | undefined;
 }
 
-export type Sleep = (ms: number, signal?: AbortSignal) => Promise<void>;
-
 export interface RunStepOptions<P> {
   /** Cancels the step: a cancelled step is never retried, and a wait ends at once. */
   readonly signal?: AbortSignal;
@@ -55,6 +60,12 @@ export interface RunStepOptions<P> {
   readonly hitlApproved?: boolean;
   readonly delegatedOrchestrator?: boolean;
   readonly capability?: string;
+  /**
+   * The upstream the step calls. When set, the pod admits each dispatch
+   * first (a refusal waits its retry_after, or ends the step past the
+   * deadline or after `maxAttempts` refusals in a row) and hears of each
+   * success; unset, neither happens.
+   */
   readonly upstream?: string;
   readonly profile?: string;
   /**
@@ -66,48 +77,10 @@ export interface RunStepOptions<P> {
   readonly correct?: (params: P, error: unknown, decision: Decision) => P | Promise<P>;
   /** Error hook: the final say after each decision (see Tier). */
   readonly onError?: (info: ErrorInfo) => Tier | undefined | Promise<Tier | undefined>;
-  /** The wait between attempts (a seam for tests); default: an abortable timer. */
+  /** The wait between attempts and after a refused admission (a seam for tests); default: an abortable timer. */
   readonly sleep?: Sleep;
-  /** Clock in ms for the deadline (default Date.now). */
+  /** Clock in ms for the deadline and a success's reported latency (default Date.now). */
   readonly now?: () => number;
-}
-
-/** An abortable timer that rejects with `signal.reason`. */
-export const sleep: Sleep = (ms, signal) =>
-  new Promise<void>((resolve, reject) => {
-    if (signal?.aborted) {
-      reject(signal.reason);
-      return;
-    }
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-
-/** `promise`, or `signal.reason` as soon as the signal aborts, whichever is first. */
-function untilAborted<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-  if (signal === undefined) return promise;
-  if (signal.aborted) return Promise.reject(signal.reason);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(value);
-      },
-      (error: unknown) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(error);
-      },
-    );
-  });
 }
 
 /** Budgets the wire cannot carry, refused before the step runs; named as on the wire. */
@@ -126,6 +99,12 @@ function validate<P>(options: RunStepOptions<P>): void {
   if (deadlineMs !== undefined && !(Number.isFinite(deadlineMs) && deadlineMs >= 0)) {
     throw new SquawkInputError("deadline", `deadline: deadlineMs must be a finite number >= 0 when set, got ${deadlineMs}`);
   }
+  for (const field of ["capability", "upstream", "profile"] as const) {
+    const value: unknown = options[field];
+    if (value !== undefined && typeof value !== "string") {
+      throw new SquawkInputError(field, `${field}: must be a string when set, got ${typeof value}`);
+    }
+  }
 }
 
 /** What a failure tells the policy: a StepError's fields, or a transport failure for anything else. */
@@ -141,6 +120,34 @@ function failureFields(error: unknown, maxBodyBytes: number): Partial<DecideRetr
   };
 }
 
+type Settled<R> = { readonly ok: true; readonly value: R } | { readonly ok: false; readonly error: unknown };
+
+async function settle<R>(call: () => Promise<R>): Promise<Settled<R>> {
+  try {
+    return { ok: true, value: await call() };
+  } catch (error) {
+    return { ok: false, error };
+  }
+}
+
+/**
+ * Tell the pod a dispatch to the upstream succeeded. Its errors are ignored:
+ * the step's result stands whatever the report does. No signal either: the
+ * report is bounded by the call timeout, and a success should be counted
+ * even when the caller aborts right after it.
+ */
+async function reportSuccess(
+  client: DecisionSource,
+  names: { upstream: string; capability: string; profile: string },
+  latencyMs: number,
+): Promise<void> {
+  try {
+    await client.reportOutcome({ outcomes: [{ ...names, success: true, latency: durationFromMs(Math.max(0, latencyMs)) }] });
+  } catch {
+    // Fail open: a lost report only makes the pod's view of the upstream a little older.
+  }
+}
+
 /**
  * Call `step(params)` until it succeeds or the policy ends the step.
  *
@@ -152,6 +159,10 @@ function failureFields(error: unknown, maxBodyBytes: number): Partial<DecideRetr
  * A step that fails after its signal aborted is decided as cancelled (never
  * retried); an abort while waiting or deciding rejects with `signal.reason`.
  * Options out of range are a SquawkInputError before the step runs.
+ *
+ * With `options.upstream` set, each dispatch (the first, and every resend)
+ * waits for the pod's admission first, and each success is reported with
+ * the step's latency (see RunStepOptions.upstream).
  */
 export async function runStep<P, R>(
   client: DecisionSource,
@@ -166,19 +177,32 @@ export async function runStep<P, R>(
   const profile = client.fallbackProfile;
   const budget = options.maxAttempts ?? profile.maxAttempts;
   const startedAt = now();
+  const deadlineLeftMs = (): number | undefined =>
+    options.deadlineMs === undefined ? undefined : Math.max(0, startedAt + options.deadlineMs - now());
+  const upstream = options.upstream ?? "";
+  const names = { upstream, capability: options.capability ?? "", profile: options.profile ?? "" };
+  const gate: Gate | undefined =
+    upstream === ""
+      ? undefined
+      : { ...names, admit: (input, o) => client.admit(input, o), budget, deadlineLeftMs, sleep: wait, signal };
   let attempt = 1;
   let correctionsUsed = 0;
+  let error: unknown;
 
   for (let calls = 1; ; calls++) {
     if (signal?.aborted) throw signal.reason;
-    let error: unknown;
-    try {
-      return await step(params, { attempt, correctionsUsed, signal });
-    } catch (caught) {
-      error = caught;
+    const refusal = gate === undefined ? undefined : await awaitAdmission(gate);
+    if (refusal !== undefined) throw new StepFailedError(refusal, calls - 1, error);
+    const dispatchedAt = now();
+    const outcome = await settle(() => step(params, { attempt, correctionsUsed, signal }));
+    if (outcome.ok) {
+      if (gate !== undefined) await reportSuccess(client, names, now() - dispatchedAt);
+      return outcome.value;
     }
+    error = outcome.error;
 
     const cancelled = signal?.aborted ?? false;
+    const left = deadlineLeftMs();
     const request = DecideRetryRequest.fromPartial({
       ...failureFields(error, profile.maxBodyBytes),
       attempt,
@@ -189,11 +213,8 @@ export async function runStep<P, R>(
       hitlApproved: options.hitlApproved ?? false,
       delegatedOrchestrator: options.delegatedOrchestrator ?? false,
       cancelled,
-      deadline:
-        options.deadlineMs === undefined ? undefined : durationFromMs(Math.max(0, startedAt + options.deadlineMs - now())),
-      capability: options.capability ?? "",
-      upstream: options.upstream ?? "",
-      profile: options.profile ?? "",
+      deadline: left === undefined ? undefined : durationFromMs(left),
+      ...names,
     });
     // Once cancelled, the decision call itself must not be cut short.
     let decision = await client.decideRetry(request, cancelled ? {} : { signal });

@@ -25,6 +25,7 @@ function decision(action: Action, reason: Reason, delayMs = 0, retryAfterMs?: nu
     delay: durationFromMs(delayMs),
     explanation: "the policy's own words",
     consumesAttempt: action !== Action.ACTION_CORRECT,
+    retryAfter: undefined,
     classification: ClassifyResponse.fromPartial({
       httpStatus: 403,
       retryAfter: retryAfterMs === undefined ? undefined : durationFromMs(retryAfterMs),
@@ -122,7 +123,8 @@ describe("override", () => {
 
 /** Answers every failure with `answer`. */
 function always(answer: Decision, profile: FallbackProfile = DEFAULT_FALLBACK_PROFILE): DecisionSource {
-  return { fallbackProfile: profile, decideRetry: async () => answer };
+  const noUpstream = (): never => assert.fail("a step without an upstream asked the pod");
+  return { fallbackProfile: profile, decideRetry: async () => answer, admit: noUpstream, reportOutcome: noUpstream };
 }
 
 /** Fail every time; the hook answers "retry" every time. Returns the waits and the calls made. */

@@ -2,7 +2,7 @@
 // the same port: decisions come from the daemon again.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { Action, backoffDelayMs, durationToMs, runStep, SquawkClient, StepError, type Decision, type DecideRetryInput } from "../src/index";
+import { Action, backoffDelayMs, durationToMs, runStep, SquawkClient, StepError, type Decision, type DecideRetryInput, type DecisionSource } from "../src/index";
 import { Daemon } from "./support/daemon";
 
 const pause = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
@@ -24,8 +24,10 @@ test("SIGKILL the daemon mid-run, then restart it on the same port", { timeout: 
   let restartedAt = 0;
   let reconnectMs = 0;
 
-  const source = {
+  const source: DecisionSource = {
     fallbackProfile: client.fallbackProfile,
+    admit: (input, options) => client.admit(input, options),
+    reportOutcome: (input, options) => client.reportOutcome(input, options),
     async decideRetry(input: DecideRetryInput): Promise<Decision> {
       const decision = await client.decideRetry(input);
       log.push({ phase, attempt: input.attempt ?? 0, fallback: decision.fallback, decision });

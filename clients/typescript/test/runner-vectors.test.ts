@@ -127,6 +127,8 @@ async function runCase(c: RunnerCase, client: SquawkClient, fallback: boolean): 
   };
   const source: DecisionSource = {
     fallbackProfile: client.fallbackProfile,
+    admit: (input, options) => client.admit(input, options),
+    reportOutcome: (input, options) => client.reportOutcome(input, options),
     async decideRetry(input: DecideRetryInput): Promise<Decision> {
       rec.requests.push(input as DecideRetryRequest);
       const decision = await client.decideRetry(input);

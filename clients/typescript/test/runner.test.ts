@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import {
   Action,
+  BreakerState,
   DEFAULT_FALLBACK_PROFILE,
   durationFromMs,
   Reason,
@@ -12,10 +13,13 @@ import {
   SquawkInputError,
   StepError,
   StepFailedError,
+  type Admission,
+  type AdmitInput,
   type Decision,
   type DecideRetryInput,
   type DecisionSource,
   type ErrorInfo,
+  type ReportOutcomeInput,
   type Sleep,
   type Tier,
 } from "../src/index";
@@ -27,6 +31,7 @@ function decision(action: Action, reason: Reason, delayMs = 0, consumesAttempt =
     delay: durationFromMs(delayMs),
     explanation: `${action} ${reason}`,
     consumesAttempt,
+    retryAfter: undefined,
     classification: undefined,
     fallback: false,
   };
@@ -36,11 +41,25 @@ const CORRECT = decision(Action.ACTION_CORRECT, Reason.REASON_CORRECTION_ELIGIBL
 const FAIL = decision(Action.ACTION_FAIL, Reason.REASON_NO_CORRECTION_AVAILABLE);
 const CANCELLED = decision(Action.ACTION_FAIL, Reason.REASON_CANCELLED);
 
-/** Answers with the scripted decisions in turn, and records every request. */
+/**
+ * Answers with the scripted decisions in turn, and records every request;
+ * admits every dispatch and records the admissions and reports asked for.
+ */
 class Script implements DecisionSource {
   readonly fallbackProfile = DEFAULT_FALLBACK_PROFILE;
   readonly requests: DecideRetryInput[] = [];
+  readonly admits: AdmitInput[] = [];
+  readonly reports: ReportOutcomeInput[] = [];
   constructor(private readonly answers: Decision[]) {}
+  async admit(input: AdmitInput): Promise<Admission> {
+    this.admits.push(input);
+    const breakerState = BreakerState.BREAKER_STATE_CLOSED;
+    return { allowed: true, reason: Reason.REASON_ADMITTED, retryAfter: undefined, breakerState, probe: false, fallback: false };
+  }
+  async reportOutcome(input: ReportOutcomeInput): Promise<number> {
+    this.reports.push(input);
+    return input.outcomes.length;
+  }
   async decideRetry(input: DecideRetryInput): Promise<Decision> {
     this.requests.push(input);
     if (input.cancelled) return CANCELLED;
@@ -313,6 +332,32 @@ describe("runStep", () => {
     assert.deepEqual(script.requests[0]?.deadline, { seconds: 1, nanos: 100_000_000 });
   });
 
+  test("without an upstream the pod is never asked to admit nor told of a success", async () => {
+    for (const upstream of [undefined, ""]) {
+      const script = new Script([RETRY(1)]);
+      let calls = 0;
+      const step = async (): Promise<string> => {
+        calls += 1;
+        if (calls === 1) throw new StepError("busy", { httpStatus: 503 });
+        return "ok";
+      };
+      assert.equal(await runStep(script, 0, step, { sleep: recordingSleep().sleep, capability: "search", upstream }), "ok");
+      assert.deepEqual([script.admits, script.reports], [[], []]);
+    }
+  });
+
+  test("with an upstream, a report that fails leaves the step's result standing", async () => {
+    const script = new Script([]);
+    const source: DecisionSource = {
+      fallbackProfile: script.fallbackProfile,
+      decideRetry: (input) => script.decideRetry(input),
+      admit: (input) => script.admit(input),
+      reportOutcome: () => Promise.reject(new Error("the pod is gone")),
+    };
+    assert.equal(await runStep(source, 0, async () => "ok", { upstream: "amadeus" }), "ok");
+    assert.deepEqual(script.admits, [{ upstream: "amadeus", capability: "", profile: "" }]);
+  });
+
   test("budgets are sent when set, 0 included, and left unset otherwise", async () => {
     const unset = new Script([FAIL]);
     await assert.rejects(runStep(unset, 0, busy), StepFailedError);
@@ -331,6 +376,8 @@ describe("runStep", () => {
     ["maxValidationRetries -1", { maxValidationRetries: -1 }, "max_validation_retries"],
     ["deadlineMs NaN", { deadlineMs: Number.NaN }, "deadline"],
     ["deadlineMs -1", { deadlineMs: -1 }, "deadline"],
+    ["a numeric upstream", { upstream: 7 }, "upstream"],
+    ["a numeric capability", { capability: 7 }, "capability"],
   ];
   for (const [name, options, field] of badOptions) {
     test(`${name} is refused before the step runs, naming ${field}`, async () => {

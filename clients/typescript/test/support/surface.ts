@@ -32,8 +32,11 @@ export const PUBLIC_VALUES: readonly string[] = [
   // squawk.v1
   "Action",
   "AnalysisSource",
+  "BreakerState",
   "ErrorCategory",
   "Reason",
+  "AdmitRequest",
+  "AdmitResponse",
   "AnalyzeErrorRequest",
   "AnalyzeErrorResponse",
   "CheckDispatchRequest",
@@ -45,12 +48,20 @@ export const PUBLIC_VALUES: readonly string[] = [
   "DecideRetryBatchResult",
   "DecideRetryRequest",
   "DecideRetryResponse",
+  "GetUpstreamsRequest",
+  "GetUpstreamsResponse",
+  "Outcome",
   "RejectedChange",
+  "ReportOutcomeRequest",
+  "ReportOutcomeResponse",
+  "UpstreamState",
   "Violation",
 ];
 
 /** Names that exist only for the type checker. */
 export const PUBLIC_TYPES: readonly string[] = [
+  "Admission",
+  "AdmitInput",
   "AnalyzeErrorInput",
   "BackoffConfig",
   "BatchResult",
@@ -65,7 +76,10 @@ export const PUBLIC_TYPES: readonly string[] = [
   "ErrorInfo",
   "FallbackEvent",
   "FallbackProfile",
+  "GetUpstreamsInput",
   "HeaderSource",
+  "OutcomeInput",
+  "ReportOutcomeInput",
   "ResponseLike",
   "RunStepOptions",
   "Sleep",

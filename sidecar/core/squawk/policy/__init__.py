@@ -5,14 +5,19 @@ so there is exactly one place for each rule.
 """
 
 from .backoff import BackoffConfig, Jitter, delay, parse_duration
+from .breaker import BreakerConfig
 from .classify import classify, status_from_text
 from .decide import decide, validate
+from .guard import guard_retry
 from .headers import retry_after
+from .outcome import Outcome, counts_as_failure
 from .profiles import Policy, Profile, builtin_policy, builtin_profile
 from .redact import REDACTED, redact
+from .retry_budget import RatioBudgetConfig, RetryBudgetConfig, TokenBucketConfig
 from .types import (
     Action,
     AttemptState,
+    BreakerState,
     Category,
     Classification,
     Decision,
@@ -20,29 +25,55 @@ from .types import (
     PolicyInputError,
     Reason,
 )
+from .upstream import (
+    Admission,
+    UpstreamConfig,
+    UpstreamSnapshot,
+    UpstreamState,
+    admit,
+    is_idle,
+    record_outcome,
+    upstream_snapshot,
+)
 
 __all__ = [
     "REDACTED",
     "Action",
+    "Admission",
     "AttemptState",
     "BackoffConfig",
+    "BreakerConfig",
+    "BreakerState",
     "Category",
     "Classification",
     "Decision",
     "Failure",
     "Jitter",
+    "Outcome",
     "Policy",
     "PolicyInputError",
     "Profile",
+    "RatioBudgetConfig",
     "Reason",
+    "RetryBudgetConfig",
+    "TokenBucketConfig",
+    "UpstreamConfig",
+    "UpstreamSnapshot",
+    "UpstreamState",
+    "admit",
     "builtin_policy",
     "builtin_profile",
     "classify",
+    "counts_as_failure",
     "decide",
     "delay",
+    "guard_retry",
+    "is_idle",
     "parse_duration",
+    "record_outcome",
     "redact",
     "retry_after",
     "status_from_text",
+    "upstream_snapshot",
     "validate",
 ]

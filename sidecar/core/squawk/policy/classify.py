@@ -11,10 +11,10 @@ import re
 from collections.abc import Callable, Mapping
 
 from .headers import retry_after
-from .limits import MAX_ERROR_MESSAGE_CHARS, check_chars, check_headers
+from .limits import MAX_ERROR_MESSAGE_CHARS, check_chars, check_headers, check_status
 from .profiles import Profile
 from .text import shown_text
-from .types import Category, Classification, Failure, PolicyInputError
+from .types import Category, Classification, Failure
 
 __all__ = ["check_status", "classify", "classify_parts", "status_from_text", "tool_status"]
 
@@ -37,11 +37,6 @@ _TABLE: dict[int, tuple[int, Category, str]] = {
     429: (429, Category.RATE_LIMIT, "RATE_LIMITED"),
 }
 _NO_STATUS = (502, Category.SERVICE_ERROR, "UPSTREAM_UNAVAILABLE")
-
-
-def check_status(status: int, field: str = "http_status") -> None:
-    if status != 0 and not 100 <= status <= 599:
-        raise PolicyInputError(field, f"{status} is not an HTTP status (0 or 100..599)")
 
 
 def status_from_text(message: str) -> int:

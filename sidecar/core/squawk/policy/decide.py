@@ -26,7 +26,7 @@ from .types import (
     Reason,
 )
 
-__all__ = ["decide", "validate"]
+__all__ = ["deadline_exceeded", "decide", "resend_phrase", "validate"]
 
 _ZERO = timedelta(0)
 _ONE_MS = timedelta(milliseconds=1)
@@ -121,7 +121,7 @@ def _resend(
     rng: random.Random | None,
 ) -> Decision:
     reason = Reason.TRANSPORT_FAILURE if transport else Reason.TRANSIENT_STATUS
-    what = "The call failed in transport" if transport else f"HTTP {state.http_status} is transient"
+    what = resend_phrase(transport, state.http_status)
     max_attempts = profile.max_attempts if state.max_attempts is None else state.max_attempts
     if state.attempt >= max_attempts:
         return Decision(
@@ -139,17 +139,9 @@ def _resend(
         if seen.retry_after is not None
         else delay(state.attempt, profile.backoff, rng)
     )
-    if state.deadline is not None and wait > state.deadline:
-        return Decision(
-            Action.FAIL,
-            _ZERO,
-            Reason.DEADLINE_EXCEEDED,
-            f"{what}, but the {_ms(wait)} ms wait would outlast the "
-            f"{_ms(state.deadline)} ms left before the step's deadline.",
-            True,
-            seen,
-            declared,
-        )
+    past = deadline_exceeded(what, wait, state.deadline, seen, declared)
+    if past is not None:
+        return past
     source = "the server's Retry-After" if hinted else "backoff"
     return Decision(
         Action.RETRY,
@@ -157,6 +149,37 @@ def _resend(
         reason,
         f"{what}; resend the same payload after {_ms(wait)} ms ({source}), "
         f"attempt {state.attempt + 1} of {max_attempts}.",
+        True,
+        seen,
+        declared,
+    )
+
+
+def resend_phrase(transport: bool, status: int) -> str:
+    """How a resend's explanation names the failure it resends."""
+    return "The call failed in transport" if transport else f"HTTP {status} is transient"
+
+
+def deadline_exceeded(
+    what: str,
+    wait: timedelta,
+    deadline: timedelta | None,
+    seen: Classification,
+    declared: bool | None,
+) -> Decision | None:
+    """The deadline guard, written once: a wait longer than the `deadline`
+    left fails the step with DEADLINE_EXCEEDED instead of sleeping past it
+    (a wait equal to it is allowed); None when the wait fits. decide()
+    applies it to every resend, guard_retry() to a wait the upstream's
+    cool-down stretched."""
+    if deadline is None or wait <= deadline:
+        return None
+    return Decision(
+        Action.FAIL,
+        _ZERO,
+        Reason.DEADLINE_EXCEEDED,
+        f"{what}, but the {_ms(wait)} ms wait would outlast the "
+        f"{_ms(deadline)} ms left before the step's deadline.",
         True,
         seen,
         declared,

@@ -5,6 +5,11 @@ them. A value past its bound is refused with a PolicyInputError naming the
 field before any other work is done on it, so the cost of a request is
 bounded by these numbers and not by what a caller chose to send. (gRPC's
 own 4 MiB message limit bounds the rest, e.g. the size of a batch.)
+
+The check_* helpers for ratios, counts and durations serve the upstream
+state's configs (breaker, retry budget), whose values come from the policy
+file; the config classes call them, and the file's parser reports their
+PolicyInputError with the field's line.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from .text import quoted
 from .types import PolicyInputError
 
 __all__ = [
+    "MAX_BUCKETS",
     "MAX_DURATION_SECONDS",
     "MAX_ERROR_MESSAGE_CHARS",
     "MAX_HEADERS",
@@ -23,8 +29,13 @@ __all__ = [
     "MAX_HEADER_VALUE_CHARS",
     "MAX_NAME_CHARS",
     "MAX_PROFILE_CHARS",
+    "MAX_TOKENS",
     "check_chars",
+    "check_count",
     "check_headers",
+    "check_positive",
+    "check_ratio",
+    "check_status",
     "duration",
 ]
 
@@ -40,11 +51,38 @@ MAX_HEADER_VALUE_CHARS = 8_192
 # google.protobuf.Duration's own range: ±10,000 years.
 MAX_DURATION_SECONDS = 315_576_000_000
 _MAX_NANOS = 999_999_999
+# A breaker's window is at most this many buckets: each holds two counters
+# and every transition copies the bucket tuple, so this bounds its cost.
+MAX_BUCKETS = 1_000
+# gRFC A6's bound on a retry token bucket.
+MAX_TOKENS = 1_000
 
 
 def check_chars(field: str, value: str, limit: int) -> None:
     if len(value) > limit:
         raise PolicyInputError(field, f"{len(value)} characters is over the limit of {limit}")
+
+
+def check_status(status: int, field: str = "http_status") -> None:
+    if status != 0 and not 100 <= status <= 599:
+        raise PolicyInputError(field, f"{status} is not an HTTP status (0 or 100..599)")
+
+
+def check_ratio(field: str, value: float) -> None:
+    """A share of calls: in (0, 1]. NaN fails the comparison and is refused too."""
+    if not 0.0 < value <= 1.0:
+        raise PolicyInputError(field, f"must be in (0, 1], got {value}")
+
+
+def check_count(field: str, value: int, low: int = 1, high: int | None = None) -> None:
+    if value < low or (high is not None and value > high):
+        bound = f">= {low}" if high is None else f"in {low}..{high}"
+        raise PolicyInputError(field, f"must be {bound}, got {value}")
+
+
+def check_positive(field: str, value: timedelta) -> None:
+    if value <= timedelta(0):
+        raise PolicyInputError(field, f"must be positive, got {value.total_seconds()}s")
 
 
 def check_headers(headers: Mapping[str, str], field: str = "headers") -> None:

@@ -4,6 +4,11 @@
 and every 5xx are transient, 401/403/405 are terminal, and any other 4xx may
 be corrected. "llm" is the LLM-client policy of the companion SDK: an exact
 retryable set (a 501, 507 or 520 is terminal) and no correction path.
+
+Both share the same settings for the upstream state kept per (profile,
+upstream): a circuit breaker, a retry budget and the shared Retry-After
+cool-down, with the defaults of squawk.policy.breaker, .retry_budget and
+.cooldown. A profile's `upstreams` entries override them per upstream.
 """
 
 from __future__ import annotations
@@ -14,11 +19,15 @@ from datetime import timedelta
 from types import MappingProxyType
 
 from .backoff import BackoffConfig, Jitter
+from .breaker import BreakerConfig
+from .retry_budget import RatioBudgetConfig, RetryBudgetConfig
 from .text import quoted
 from .types import PolicyInputError
+from .upstream import UpstreamConfig
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_UPSTREAMS",
     "LLM_RETRYABLE",
     "STEP_TRANSIENT",
     "TERMINAL",
@@ -32,8 +41,11 @@ STEP_TRANSIENT = frozenset({408, 429, *range(500, 600)})
 LLM_RETRYABLE = frozenset({429, 500, 502, 503, 504, 529})
 TERMINAL = frozenset({401, 403, 405})
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+# How many (profile, upstream) states the server tracks at most.
+DEFAULT_MAX_UPSTREAMS = 10_000
 
 _NO_OVERRIDES: Mapping[str, Profile] = MappingProxyType({})
+_NO_UPSTREAMS: Mapping[str, UpstreamConfig] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +63,33 @@ class Profile:
     corrections: bool = True
     # Per-capability variants of this profile, already merged.
     capabilities: Mapping[str, Profile] = field(default_factory=lambda: _NO_OVERRIDES)
+    # The upstream state's settings for every upstream not in `upstreams`.
+    circuit_breaker: BreakerConfig = field(default_factory=BreakerConfig)
+    retry_budget: RetryBudgetConfig = field(default_factory=RatioBudgetConfig)
+    share_retry_after: bool = True
+    # Per-upstream settings, already merged over the three above.
+    upstreams: Mapping[str, UpstreamConfig] = field(default_factory=lambda: _NO_UPSTREAMS)
+    # The three above as one value, built once: for_upstream runs per call.
+    _upstream: UpstreamConfig = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "_upstream",
+            UpstreamConfig(self.circuit_breaker, self.retry_budget, self.share_retry_after),
+        )
 
     def for_capability(self, capability: str) -> Profile:
         if not capability or not self.capabilities:
             return self
         return self.capabilities.get(capability, self)
+
+    def for_upstream(self, upstream: str) -> UpstreamConfig:
+        """The upstream state's settings for `upstream`: its `upstreams`
+        entry, else the profile's own."""
+        if not upstream or not self.upstreams:
+            return self._upstream
+        return self.upstreams.get(upstream, self._upstream)
 
 
 def builtin_profile(base: str, name: str | None = None) -> Profile:
@@ -83,6 +117,8 @@ def builtin_profile(base: str, name: str | None = None) -> Profile:
 class Policy:
     profiles: Mapping[str, Profile]
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # The bound on the (profile, upstream) states the server keeps.
+    max_upstreams: int = DEFAULT_MAX_UPSTREAMS
 
     def profile(self, name: str) -> Profile:
         found = self.profiles.get(name or "default")

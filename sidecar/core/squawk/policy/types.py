@@ -16,6 +16,7 @@ from typing import NamedTuple
 __all__ = [
     "Action",
     "AttemptState",
+    "BreakerState",
     "Category",
     "Classification",
     "Decision",
@@ -53,6 +54,20 @@ class Reason(enum.IntEnum):
     DEADLINE_EXCEEDED = 11
     CANCELLED = 12
     NOT_RETRYABLE_STATUS = 13
+    # The upstream's shared state refused: see squawk.policy.upstream.
+    CIRCUIT_OPEN = 14
+    RETRY_BUDGET_EXHAUSTED = 15
+    UPSTREAM_COOLING_DOWN = 16
+    # Admit only: the call may be dispatched.
+    ADMITTED = 17
+
+
+class BreakerState(enum.IntEnum):
+    """A circuit breaker's state, numbered as squawk.v1's BREAKER_STATE_*."""
+
+    CLOSED = 1
+    OPEN = 2
+    HALF_OPEN = 3
 
 
 class PolicyInputError(ValueError):
@@ -125,3 +140,9 @@ class Decision(NamedTuple):
     classification: Classification
     # The envelope's error.retryable: True/False when declared, None when not.
     declared_retryable: bool | None = None
+    # Set only when the upstream's shared state failed a RETRY (guard_retry):
+    # how long until the upstream may be tried again. CIRCUIT_OPEN: until the
+    # breaker half-opens; RETRY_BUDGET_EXHAUSTED: until the oldest retry
+    # leaves a ratio budget (None for a token bucket, which only successes
+    # refill); DEADLINE_EXCEEDED: the cool-down left. decide() leaves it None.
+    retry_after: timedelta | None = None

@@ -6,17 +6,32 @@ plain int. Nothing here decides anything.
 
 from __future__ import annotations
 
-from squawk.policy import AttemptState, Classification, Decision, Failure
-from squawk.policy.limits import duration
+from collections.abc import Callable
+
+from squawk.policy import (
+    Admission,
+    AttemptState,
+    BreakerState,
+    Classification,
+    Decision,
+    Failure,
+    Outcome,
+    Reason,
+    retry_after,
+)
+from squawk.policy.limits import MAX_NAME_CHARS, check_chars, check_headers, check_status, duration
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = [
+    "UNTRACKED",
+    "admission_message",
     "attempt_state",
     "classification_message",
     "decision_message",
     "failure",
     "fill_classification",
     "fill_decision",
+    "outcome",
 ]
 
 
@@ -76,6 +91,8 @@ def fill_decision(d: Decision, out: pb.DecideRetryResponse) -> pb.DecideRetryRes
     out.explanation = d.explanation
     out.consumes_attempt = d.consumes_attempt
     fill_classification(d.classification, out.classification)
+    if d.retry_after is not None:
+        out.retry_after.FromTimedelta(d.retry_after)
     return out
 
 
@@ -85,3 +102,33 @@ def classification_message(c: Classification) -> pb.ClassifyResponse:
 
 def decision_message(d: Decision) -> pb.DecideRetryResponse:
     return fill_decision(d, pb.DecideRetryResponse())
+
+
+def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
+    """An executor's report, checked; its Retry-After (if any) read as Classify reads it."""
+    check_chars("upstream", message.upstream, MAX_NAME_CHARS)
+    check_chars("capability", message.capability, MAX_NAME_CHARS)
+    check_status(message.http_status)
+    check_headers(message.headers)
+    return Outcome(
+        success=message.success,
+        http_status=message.http_status,
+        transport_failure=message.transport_failure,
+        retry_after=None if message.success else retry_after(message.headers, clock),
+    )
+
+
+def admission_message(a: Admission) -> pb.AdmitResponse:
+    out = pb.AdmitResponse(
+        allowed=a.allowed,
+        reason=a.reason if a.reason is not None else Reason.ADMITTED,  # type: ignore[arg-type]
+        breaker_state=a.breaker_state,  # type: ignore[arg-type]
+        probe=a.probe,
+    )
+    if a.retry_after is not None:
+        out.retry_after.FromTimedelta(a.retry_after)
+    return out
+
+
+# An empty upstream is never tracked: every call is admitted as before.
+UNTRACKED = Admission(True, None, None, BreakerState.CLOSED, False)

@@ -148,6 +148,11 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--deadline", help="time left for the step, e.g. 5s")
             cmd.add_argument("--capability", default="")
             cmd.add_argument("--upstream", default="")
+    upstreams = sub.add_parser(
+        "upstreams", help="print the pod's state of every tracked upstream, as a table"
+    )
+    upstreams.add_argument("--target", required=True, help="the running daemon's address")
+    upstreams.add_argument("--profile", default="", help="only this profile's upstreams")
     for cmd in (serve, *(sub.choices[n] for n in ("classify", "decide"))):
         cmd.add_argument(
             "--policy",
@@ -194,6 +199,39 @@ def _request(args: argparse.Namespace) -> Message:
     return request
 
 
+_COLUMNS = ("PROFILE", "UPSTREAM", "BREAKER", "FOR", "CALLS", "FAILURES", "RETRIES", "COOL-DOWN")
+
+
+def upstream_table(states: Sequence[pb.UpstreamState]) -> str:
+    """GetUpstreams as aligned columns; names are shown as the daemon holds them."""
+    rows = [_COLUMNS] + [
+        (
+            s.profile,
+            redact(s.upstream),
+            pb.BreakerState.Name(s.breaker_state).removeprefix("BREAKER_STATE_"),
+            f"{s.breaker_state_age.ToTimedelta().total_seconds():.1f}s",
+            str(s.window_calls),
+            str(s.window_failures),
+            f"{s.budget_balance:g}",
+            f"{s.cool_down_left.ToTimedelta().total_seconds():.1f}s",
+        )
+        for s in states
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _upstreams(args: argparse.Namespace) -> str:
+    with grpc.insecure_channel(args.target) as channel:
+        reply = pb_grpc.PolicyServiceStub(channel).GetUpstreams(
+            pb.GetUpstreamsRequest(profile=args.profile), timeout=10
+        )
+    return upstream_table(reply.upstreams)
+
+
 def _ask(args: argparse.Namespace, request: Message) -> Message:
     if args.target:
         with grpc.insecure_channel(args.target) as channel:
@@ -216,7 +254,10 @@ async def _serve(args: argparse.Namespace) -> None:
     config = load_config(args.policy)
     log_file: IO[str] | None = None
     if args.decision_log == "-":
-        log_file = sys.stdout
+        # The lines are UTF-8 JSON whatever the locale's encoding (a latin-1
+        # stdout could not write an emoji in an upstream's name).
+        stdout = sys.stdout.fileno()
+        log_file = open(stdout, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
     elif args.decision_log:
         log_file = open(args.decision_log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
     try:
@@ -234,8 +275,8 @@ async def _serve(args: argparse.Namespace) -> None:
         await daemon.start()
         await daemon.run_until_stopped()
     finally:
-        if log_file is not None and log_file is not sys.stdout:
-            log_file.close()
+        if log_file is not None:
+            log_file.close()  # stdout's wrapper leaves the descriptor open
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -255,6 +296,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             asyncio.run(_serve(args))
+            return 0
+        if args.command == "upstreams":
+            print(_upstreams(args))
             return 0
         response = _ask(args, _request(args))
     except ConfigError as exc:

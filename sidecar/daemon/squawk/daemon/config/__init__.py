@@ -46,6 +46,10 @@ class Config:
     analyzer: AnalyzerSettings = field(default_factory=AnalyzerSettings)
 
 
+def _positive(fields: Mapping[str, yaml.Node], name: str) -> int:
+    return scalar(fields[name], name, positive_int, "an integer >= 1")
+
+
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     return parse_config(text, source).policy
 
@@ -59,14 +63,11 @@ def parse_config(text: str, source: str = "<policy>") -> Config:
     policy = builtin_policy()
     if root is None:
         return Config(policy)
-    fields = mapping(root, "policy", {"profiles", "max_body_bytes", "analyzer"})
+    fields = mapping(root, "policy", {"profiles", "max_body_bytes", "max_upstreams", "analyzer"})
     if "max_body_bytes" in fields:
-        policy = replace(
-            policy,
-            max_body_bytes=scalar(
-                fields["max_body_bytes"], "max_body_bytes", positive_int, "an integer >= 1"
-            ),
-        )
+        policy = replace(policy, max_body_bytes=_positive(fields, "max_body_bytes"))
+    if "max_upstreams" in fields:
+        policy = replace(policy, max_upstreams=_positive(fields, "max_upstreams"))
     if "profiles" in fields:
         policy = parse_profiles(fields["profiles"], policy)
     analyzer = AnalyzerSettings()

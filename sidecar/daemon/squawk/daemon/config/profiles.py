@@ -1,4 +1,4 @@
-"""The `profiles:` and `max_body_bytes` parts of the policy file."""
+"""The `profiles:` part of the policy file (the upstream settings: upstreams.py)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ._yaml import (
     status,
     where,
 )
+from .upstreams import UPSTREAM_FIELDS, parse_upstream_settings
 
 __all__ = ["parse_profiles"]
 
@@ -29,7 +30,7 @@ _BACKOFF_FIELDS = {"initial_delay", "max_delay", "factor", "jitter"}
 
 _RULE_FIELDS = {"max_attempts", "max_validation_retries", "retryable_statuses", "backoff"}
 
-_PROFILE_FIELDS = _RULE_FIELDS | {"base", "capabilities"}
+_PROFILE_FIELDS = _RULE_FIELDS | UPSTREAM_FIELDS | {"base", "capabilities", "upstreams"}
 
 
 # (YAML field, attribute, parser, what the error says is expected): one row
@@ -101,6 +102,9 @@ def _profile(name: str, node: yaml.Node, path: str, known: Mapping[str, Profile]
     else:
         profile = builtin_profile("default", name)
     profile = _rules(fields, path, profile)
+    # Before the capabilities, which inherit the profile's upstream settings
+    # (the state itself is kept per profile, not per capability).
+    profile = parse_upstream_settings(fields, path, profile)
     if "capabilities" in fields:
         caps = mapping(fields["capabilities"], f"{path}.capabilities", set())
         overrides = {}

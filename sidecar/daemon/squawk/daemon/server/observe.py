@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO
 
+from opentelemetry import trace
 from opentelemetry.trace import Span
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
@@ -26,16 +27,24 @@ from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
-__all__ = ["Metrics", "Observer", "classification_fields", "decision_fields"]
+from .upstreams import Transition
+
+__all__ = ["Metrics", "Observer", "admission_fields", "classification_fields", "decision_fields"]
 
 log = logging.getLogger(__name__)
 
 Field = str | int | bool
-# Refusals of one cause are logged at most once per this many seconds.
+# Refusals of one cause, and breaker transitions to one state, are logged at
+# most once per this many seconds.
 _LOG_EVERY_S = 10.0
 # Distinct field strings remembered with their shown form; the same few
 # capability and upstream names recur on every decision.
 _SHOWN_CACHE = 4096
+
+# Upstream names are caller data: past this many distinct names, metric
+# labels say "other", so a caller cannot grow the series without bound.
+MAX_UPSTREAM_LABELS = 100
+OTHER_UPSTREAMS = "other"
 
 _DECLARED = {None: "unset", True: "true", False: "false"}
 _LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1)
@@ -66,6 +75,21 @@ def decision_fields(request: pb.DecideRetryRequest, decision: Decision) -> dict[
         "squawk.action": decision.action.name,
         "squawk.reason": decision.reason.name,
         "squawk.delay_ms": round(decision.delay.total_seconds() * 1000),
+    }
+
+
+def admission_fields(request: pb.AdmitRequest, reply: pb.AdmitResponse) -> dict[str, Field]:
+    return {
+        "squawk.profile": request.profile or "default",
+        "squawk.capability": request.capability,
+        "squawk.upstream": request.upstream,
+        "squawk.action": "ADMIT" if reply.allowed else "REFUSE",
+        "squawk.reason": pb.Reason.Name(reply.reason).removeprefix("REASON_"),
+        "squawk.breaker_state": pb.BreakerState.Name(reply.breaker_state).removeprefix(
+            "BREAKER_STATE_"
+        ),
+        "squawk.probe": reply.probe,
+        "squawk.delay_ms": reply.retry_after.ToMilliseconds(),
     }
 
 
@@ -124,6 +148,19 @@ class Metrics:
             ["cause"],
             registry=self.registry,
         )
+        self.breaker_transitions = Counter(
+            "squawk_breaker_transitions",
+            "Circuit breaker state changes, by upstream (at most "
+            f"{MAX_UPSTREAM_LABELS} names, then {OTHER_UPSTREAMS!r}).",
+            ["upstream", "from", "to"],
+            registry=self.registry,
+        )
+        self.breaker_state = Gauge(
+            "squawk_breaker_state",
+            "Circuit breaker state by upstream: 1 closed, 2 open, 3 half-open.",
+            ["upstream"],
+            registry=self.registry,
+        )
         if span_source is not None:
             self.registry.register(_DroppedSpans(span_source))
 
@@ -162,6 +199,7 @@ class Observer:
         self.active = metrics is not None or log is not None
         self._shown: dict[str, str] = {}
         self._throttle = _Throttle(_LOG_EVERY_S)
+        self._upstream_labels: set[str] = set()
 
     def _safe(self, fields: Mapping[str, Field]) -> dict[str, Field]:
         out = dict(fields)
@@ -176,6 +214,48 @@ class Observer:
                     shown[value] = safe
                 out[name] = safe
         return out
+
+    def _upstream_label(self, shown: str) -> str:
+        labels = self._upstream_labels
+        if shown in labels:
+            return shown
+        if len(labels) >= MAX_UPSTREAM_LABELS:
+            return OTHER_UPSTREAMS
+        labels.add(shown)
+        return shown
+
+    def transition(self, t: Transition) -> None:
+        """A breaker changed state: a span event, a log line and the metrics."""
+        fields = self._safe({"squawk.profile": t.profile, "squawk.upstream": t.upstream})
+        before, after = t.before.name, t.after.name
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event(
+                "squawk.breaker.transition",
+                fields | {"squawk.breaker.from": before, "squawk.breaker.to": after},
+            )
+        # Upstream names are caller data: one report can open a breaker on
+        # each of a hundred names. So the log says at most one transition to
+        # each state per interval, counting the rest (the span events and
+        # metrics see every one), and quotes the name, so a newline in it
+        # cannot start a line of its own.
+        held = self._throttle.ready(f"breaker/{after}")
+        if held is not None:
+            also = f" ({held} more to {after} since the last report)" if held else ""
+            log.log(
+                logging.WARNING if after == "OPEN" else logging.INFO,
+                "circuit breaker %s -> %s for upstream %r (profile %r)%s",
+                before,
+                after,
+                fields["squawk.upstream"],
+                fields["squawk.profile"],
+                also,
+            )
+        if self.metrics is not None:
+            label = self._upstream_label(str(fields["squawk.upstream"]))
+            self.metrics.breaker_transitions.labels(label, before, after).inc()
+            if label != OTHER_UPSTREAMS:
+                self.metrics.breaker_state.labels(label).set(int(t.after))
 
     def refused(self, rpc: str, cause: str, exc_info: bool = False) -> None:
         """Count a call answered with an error; log the unexpected ones, throttled.
@@ -236,4 +316,7 @@ class Observer:
             if ctx.is_valid:
                 line["trace_id"] = f"{ctx.trace_id:032x}"
                 line["span_id"] = f"{ctx.span_id:016x}"
-            self.log.write(json.dumps(line, separators=(",", ":")) + "\n")
+            # UTF-8, not \u escapes: a 4-byte character escaped is 12 bytes,
+            # and two names of 256 such would pass 6 KiB.
+            text = json.dumps(line, separators=(",", ":"), ensure_ascii=False)
+            self.log.write(text + "\n")

@@ -23,22 +23,42 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry import trace
 
-from squawk.policy import Action, Decision, Policy, PolicyInputError, classify, decide
+from squawk.policy import (
+    Action,
+    Decision,
+    Outcome,
+    Policy,
+    PolicyInputError,
+    classify,
+    decide,
+)
+from squawk.policy.limits import MAX_NAME_CHARS, check_chars
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk.wire import (
+    UNTRACKED,
+    admission_message,
     attempt_state,
     classification_message,
     decision_message,
     failure,
     fill_decision,
+    outcome,
 )
 
 from ..analysis import Analyzer, AnalyzerSettings, wire
-from .observe import Observer, classification_fields, decision_fields
+from .observe import Observer, admission_fields, classification_fields, decision_fields
+from .upstreams import Upstreams, UpstreamView
 
-__all__ = ["MAX_BATCH", "MAX_ERROR_CHARS", "Malformed", "PolicyServicer", "register"]
+__all__ = [
+    "MAX_BATCH",
+    "MAX_ERROR_CHARS",
+    "MAX_OUTCOMES",
+    "Malformed",
+    "PolicyServicer",
+    "register",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +67,8 @@ Resp = TypeVar("Resp")
 Method = Callable[["PolicyServicer", Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]
 
 MAX_BATCH = 10_000
+# Outcomes in one ReportOutcome call.
+MAX_OUTCOMES = 1_000
 # The longest status message a refused call carries.
 MAX_ERROR_CHARS = 1_024
 # A batch gives the event loop back this often, so health checks and other
@@ -164,6 +186,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         observer: Observer | None = None,
         traced: bool = True,
         analyzer: Analyzer | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._policy = policy
         # The default analyzer is the offline one: no network, nothing to close.
@@ -171,6 +194,8 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self._clock = clock
         self._rng = rng or random.Random()
         self._observer = observer or Observer()
+        # The pod's shared upstream state; time there is monotonic.
+        self._upstreams = Upstreams(policy, monotonic, self._observer.transition)
         # Whether a span may be recording at all: without a tracer provider
         # the per-call span lookup is pure waste on the hot path.
         self._traced = traced
@@ -189,8 +214,20 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
 
     def decide_core(self, request: pb.DecideRetryRequest) -> Decision:
         profile = self._policy.profile(request.profile)
-        return decide(
-            attempt_state(request), profile, self._clock, self._rng, self._policy.max_body_bytes
+        state = attempt_state(request)
+        decision = decide(state, profile, self._clock, self._rng, self._policy.max_body_bytes)
+        if not request.upstream:
+            return decision
+        # The failure counts for the whole pod; callers need not report it again.
+        failed = Outcome(
+            success=False,
+            http_status=state.http_status,
+            transport_failure=state.transport_failure,
+            retry_after=decision.classification.retry_after,
+            cancelled=state.cancelled,
+        )
+        return self._upstreams.after_failure(
+            profile, request.upstream, failed, decision, state.deadline
         )
 
     def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
@@ -286,3 +323,71 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         if reply is None:  # too large to check on the event loop
             reply = await self._analyzer.worker.run(wire.dispatch, request)
         return reply
+
+    @_boundary
+    async def Admit(
+        self,
+        request: pb.AdmitRequest,
+        context: grpc.aio.ServicerContext[pb.AdmitRequest, pb.AdmitResponse],
+    ) -> pb.AdmitResponse:
+        started = time.perf_counter()
+        check_chars("upstream", request.upstream, MAX_NAME_CHARS)
+        check_chars("capability", request.capability, MAX_NAME_CHARS)
+        profile = self._policy.profile(request.profile)
+        admission = (
+            self._upstreams.admit(profile, request.upstream) if request.upstream else UNTRACKED
+        )
+        reply = admission_message(admission)
+        self._note("Admit", lambda: admission_fields(request, reply), started)
+        return reply
+
+    @_boundary
+    async def ReportOutcome(
+        self,
+        request: pb.ReportOutcomeRequest,
+        context: grpc.aio.ServicerContext[pb.ReportOutcomeRequest, pb.ReportOutcomeResponse],
+    ) -> pb.ReportOutcomeResponse:
+        count = len(request.outcomes)
+        if not 1 <= count <= MAX_OUTCOMES:
+            raise PolicyInputError("outcomes", f"{count} outcomes is outside 1..{MAX_OUTCOMES}")
+        # Every outcome is checked before any is recorded: a refused report
+        # changes nothing.
+        read = []
+        for i, item in enumerate(request.outcomes):
+            try:
+                read.append(
+                    (self._policy.profile(item.profile), item.upstream, outcome(item, self._clock))
+                )
+            except PolicyInputError as exc:
+                raise PolicyInputError(f"outcomes[{i}].{exc.field}", exc.message) from None
+        recorded = 0
+        for profile, upstream, result in read:
+            if upstream:
+                self._upstreams.record(profile, upstream, result)
+                recorded += 1
+        return pb.ReportOutcomeResponse(recorded=recorded)
+
+    @_boundary
+    async def GetUpstreams(
+        self,
+        request: pb.GetUpstreamsRequest,
+        context: grpc.aio.ServicerContext[pb.GetUpstreamsRequest, pb.GetUpstreamsResponse],
+    ) -> pb.GetUpstreamsResponse:
+        if request.profile:
+            self._policy.profile(request.profile)  # refuses an unknown name
+        reply = pb.GetUpstreamsResponse()
+        for view in self._upstreams.views(request.profile):
+            _fill_upstream(view, reply.upstreams.add())
+        return reply
+
+
+def _fill_upstream(view: UpstreamView, out: pb.UpstreamState) -> None:
+    s = view.snapshot
+    out.profile = view.profile
+    out.upstream = view.upstream
+    out.breaker_state = s.breaker_state  # type: ignore[assignment]
+    out.breaker_state_age.FromTimedelta(view.state_age)
+    out.window_calls = s.calls
+    out.window_failures = s.failures
+    out.budget_balance = s.retries_left
+    out.cool_down_left.FromTimedelta(s.cooldown_left)

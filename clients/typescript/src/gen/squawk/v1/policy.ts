@@ -269,6 +269,26 @@ export enum Reason {
    * transient set (401, 408, 501, ...).
    */
   REASON_NOT_RETRYABLE_STATUS = "REASON_NOT_RETRYABLE_STATUS",
+  /**
+   * REASON_CIRCUIT_OPEN - FAIL, or an Admit refusal: the pod's circuit breaker for the upstream
+   * is open (or half-open with every probe slot taken). retry_after says
+   * how long until it admits probes again.
+   */
+  REASON_CIRCUIT_OPEN = "REASON_CIRCUIT_OPEN",
+  /**
+   * REASON_RETRY_BUDGET_EXHAUSTED - FAIL: this retry would overdraw the pod's retry budget for the
+   * upstream (retries are bounded to a share of the admitted calls).
+   */
+  REASON_RETRY_BUDGET_EXHAUSTED = "REASON_RETRY_BUDGET_EXHAUSTED",
+  /**
+   * REASON_UPSTREAM_COOLING_DOWN - An Admit refusal: an executor in the pod got a Retry-After (or
+   * grpc-retry-pushback-ms) from the upstream and the wait has not passed.
+   * retry_after is the time left. (DecideRetry lengthens a RETRY's delay
+   * to the time left instead of failing.)
+   */
+  REASON_UPSTREAM_COOLING_DOWN = "REASON_UPSTREAM_COOLING_DOWN",
+  /** REASON_ADMITTED - Admit: the call may be dispatched. */
+  REASON_ADMITTED = "REASON_ADMITTED",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -316,6 +336,18 @@ export function reasonFromJSON(object: any): Reason {
     case 13:
     case "REASON_NOT_RETRYABLE_STATUS":
       return Reason.REASON_NOT_RETRYABLE_STATUS;
+    case 14:
+    case "REASON_CIRCUIT_OPEN":
+      return Reason.REASON_CIRCUIT_OPEN;
+    case 15:
+    case "REASON_RETRY_BUDGET_EXHAUSTED":
+      return Reason.REASON_RETRY_BUDGET_EXHAUSTED;
+    case 16:
+    case "REASON_UPSTREAM_COOLING_DOWN":
+      return Reason.REASON_UPSTREAM_COOLING_DOWN;
+    case 17:
+    case "REASON_ADMITTED":
+      return Reason.REASON_ADMITTED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -353,6 +385,14 @@ export function reasonToJSON(object: Reason): string {
       return "REASON_CANCELLED";
     case Reason.REASON_NOT_RETRYABLE_STATUS:
       return "REASON_NOT_RETRYABLE_STATUS";
+    case Reason.REASON_CIRCUIT_OPEN:
+      return "REASON_CIRCUIT_OPEN";
+    case Reason.REASON_RETRY_BUDGET_EXHAUSTED:
+      return "REASON_RETRY_BUDGET_EXHAUSTED";
+    case Reason.REASON_UPSTREAM_COOLING_DOWN:
+      return "REASON_UPSTREAM_COOLING_DOWN";
+    case Reason.REASON_ADMITTED:
+      return "REASON_ADMITTED";
     case Reason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -389,7 +429,81 @@ export function reasonToNumber(object: Reason): number {
       return 12;
     case Reason.REASON_NOT_RETRYABLE_STATUS:
       return 13;
+    case Reason.REASON_CIRCUIT_OPEN:
+      return 14;
+    case Reason.REASON_RETRY_BUDGET_EXHAUSTED:
+      return 15;
+    case Reason.REASON_UPSTREAM_COOLING_DOWN:
+      return 16;
+    case Reason.REASON_ADMITTED:
+      return 17;
     case Reason.UNRECOGNIZED:
+    default:
+      return -1;
+  }
+}
+
+/** BreakerState is the state of a circuit breaker. */
+export enum BreakerState {
+  /** BREAKER_STATE_UNSPECIFIED - Not set; an untracked upstream (empty name) reports CLOSED. */
+  BREAKER_STATE_UNSPECIFIED = "BREAKER_STATE_UNSPECIFIED",
+  /** BREAKER_STATE_CLOSED - Calls flow; failures are counted in a sliding window. */
+  BREAKER_STATE_CLOSED = "BREAKER_STATE_CLOSED",
+  /** BREAKER_STATE_OPEN - Calls are refused until the open period ends. */
+  BREAKER_STATE_OPEN = "BREAKER_STATE_OPEN",
+  /** BREAKER_STATE_HALF_OPEN - A limited number of probe calls test whether the upstream recovered. */
+  BREAKER_STATE_HALF_OPEN = "BREAKER_STATE_HALF_OPEN",
+  UNRECOGNIZED = "UNRECOGNIZED",
+}
+
+export function breakerStateFromJSON(object: any): BreakerState {
+  switch (object) {
+    case 0:
+    case "BREAKER_STATE_UNSPECIFIED":
+      return BreakerState.BREAKER_STATE_UNSPECIFIED;
+    case 1:
+    case "BREAKER_STATE_CLOSED":
+      return BreakerState.BREAKER_STATE_CLOSED;
+    case 2:
+    case "BREAKER_STATE_OPEN":
+      return BreakerState.BREAKER_STATE_OPEN;
+    case 3:
+    case "BREAKER_STATE_HALF_OPEN":
+      return BreakerState.BREAKER_STATE_HALF_OPEN;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return BreakerState.UNRECOGNIZED;
+  }
+}
+
+export function breakerStateToJSON(object: BreakerState): string {
+  switch (object) {
+    case BreakerState.BREAKER_STATE_UNSPECIFIED:
+      return "BREAKER_STATE_UNSPECIFIED";
+    case BreakerState.BREAKER_STATE_CLOSED:
+      return "BREAKER_STATE_CLOSED";
+    case BreakerState.BREAKER_STATE_OPEN:
+      return "BREAKER_STATE_OPEN";
+    case BreakerState.BREAKER_STATE_HALF_OPEN:
+      return "BREAKER_STATE_HALF_OPEN";
+    case BreakerState.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+export function breakerStateToNumber(object: BreakerState): number {
+  switch (object) {
+    case BreakerState.BREAKER_STATE_UNSPECIFIED:
+      return 0;
+    case BreakerState.BREAKER_STATE_CLOSED:
+      return 1;
+    case BreakerState.BREAKER_STATE_OPEN:
+      return 2;
+    case BreakerState.BREAKER_STATE_HALF_OPEN:
+      return 3;
+    case BreakerState.UNRECOGNIZED:
     default:
       return -1;
   }
@@ -736,7 +850,15 @@ export interface DecideRetryResponse {
    * false, it may name a status read from that message although the
    * decision routed the attempt as a transport failure.
    */
-  classification: ClassifyResponse | undefined;
+  classification:
+    | ClassifyResponse
+    | undefined;
+  /**
+   * Set only when the pod's upstream state ended the attempt (reason
+   * CIRCUIT_OPEN or RETRY_BUDGET_EXHAUSTED): how long until the upstream
+   * admits calls again, as Admit would answer.
+   */
+  retryAfter: Duration | undefined;
 }
 
 /** DecideRetryBatchRequest asks for many decisions in one call. */
@@ -985,6 +1107,136 @@ export interface CheckDispatchResponse {
    * each level an object's missing required keys before its present ones.
    */
   violations: Violation[];
+}
+
+/** AdmitRequest asks whether a call to an upstream may be dispatched now. */
+export interface AdmitRequest {
+  /**
+   * The upstream the call goes to (a host, an API, a model), as the
+   * executor names it; the same name in DecideRetry and ReportOutcome
+   * shares its state. Optional; empty admits without tracking. At most 256
+   * characters.
+   */
+  upstream: string;
+  /**
+   * The capability (tool) making the call; selects capability overrides of
+   * the profile. Optional; at most 256 characters.
+   */
+  capability: string;
+  /**
+   * The policy profile; empty means "default". Unknown names are refused
+   * with INVALID_ARGUMENT naming "profile".
+   */
+  profile: string;
+}
+
+/** AdmitResponse is the pod's answer for one dispatch. */
+export interface AdmitResponse {
+  /** Whether to dispatch now. */
+  allowed: boolean;
+  /**
+   * REASON_ADMITTED when allowed; else REASON_CIRCUIT_OPEN or
+   * REASON_UPSTREAM_COOLING_DOWN.
+   */
+  reason: Reason;
+  /**
+   * When refused: how long until a call could be admitted (until the
+   * breaker half-opens, or the cool-down ends). Zero when allowed.
+   */
+  retryAfter:
+    | Duration
+    | undefined;
+  /** The breaker's state after this call (CLOSED for an empty upstream). */
+  breakerState: BreakerState;
+  /**
+   * True when the call is one of the half-open probes: report its outcome,
+   * the breaker closes or reopens on the probes' results.
+   */
+  probe: boolean;
+}
+
+/** Outcome is how one dispatch ended. */
+export interface Outcome {
+  /** As AdmitRequest.upstream; an outcome with an empty upstream is ignored. */
+  upstream: string;
+  /** As AdmitRequest.capability. */
+  capability: string;
+  /** As AdmitRequest.profile. */
+  profile: string;
+  /** True when the upstream answered with success. */
+  success: boolean;
+  /**
+   * The HTTP status when not successful; 0 = none. Transport failures,
+   * 408, 429 and 5xx count as the upstream's failures; other statuses
+   * (input and auth errors) are not counted against it. 0 or 100..599.
+   */
+  httpStatus: number;
+  /** True when no HTTP response arrived. */
+  transportFailure: boolean;
+  /** How long the dispatch took. Optional; reported for observability. */
+  latency:
+    | Duration
+    | undefined;
+  /**
+   * The response headers that matter to the pod: Retry-After and
+   * grpc-retry-pushback-ms start the upstream's shared cool-down. Bounded
+   * as DecideRetryRequest.headers.
+   */
+  headers: { [key: string]: string };
+}
+
+export interface Outcome_HeadersEntry {
+  key: string;
+  value: string;
+}
+
+/** ReportOutcomeRequest reports finished dispatches. */
+export interface ReportOutcomeRequest {
+  /** 1 to 1,000 outcomes. */
+  outcomes: Outcome[];
+}
+
+/** ReportOutcomeResponse acknowledges a report. */
+export interface ReportOutcomeResponse {
+  /** How many outcomes were recorded (those with an upstream set). */
+  recorded: number;
+}
+
+/** GetUpstreamsRequest lists tracked upstreams. */
+export interface GetUpstreamsRequest {
+  /** Only this profile's upstreams; empty lists every profile's. */
+  profile: string;
+}
+
+/** GetUpstreamsResponse is the state of every tracked upstream. */
+export interface GetUpstreamsResponse {
+  /** Ordered by profile, then upstream name. */
+  upstreams: UpstreamState[];
+}
+
+/** UpstreamState is the pod's view of one (profile, upstream). */
+export interface UpstreamState {
+  /** The profile whose settings apply. */
+  profile: string;
+  /** The upstream's name. */
+  upstream: string;
+  /** The circuit breaker's state. */
+  breakerState: BreakerState;
+  /** How long the breaker has been in that state. */
+  breakerStateAge:
+    | Duration
+    | undefined;
+  /** Calls recorded in the breaker's sliding window. */
+  windowCalls: number;
+  /** Failures among them (transport, 408, 429, 5xx). */
+  windowFailures: number;
+  /**
+   * Retries the budget would grant now (a ratio budget's balance, or a
+   * token bucket's tokens above its threshold); never negative.
+   */
+  budgetBalance: number;
+  /** Time left of the shared Retry-After cool-down; zero when none. */
+  coolDownLeft: Duration | undefined;
 }
 
 function createBaseClassifyRequest(): ClassifyRequest {
@@ -1927,6 +2179,7 @@ function createBaseDecideRetryResponse(): DecideRetryResponse {
     explanation: "",
     consumesAttempt: false,
     classification: undefined,
+    retryAfter: undefined,
   };
 }
 
@@ -1949,6 +2202,9 @@ export const DecideRetryResponse: MessageFns<DecideRetryResponse> = {
     }
     if (message.classification !== undefined) {
       ClassifyResponse.encode(message.classification, writer.uint32(50).fork()).join();
+    }
+    if (message.retryAfter !== undefined) {
+      Duration.encode(message.retryAfter, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -2014,6 +2270,14 @@ export const DecideRetryResponse: MessageFns<DecideRetryResponse> = {
             message.classification = ClassifyResponse.decode(reader, reader.uint32());
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.retryAfter = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2038,6 +2302,11 @@ export const DecideRetryResponse: MessageFns<DecideRetryResponse> = {
         ? globalThis.Boolean(object.consumes_attempt)
         : false,
       classification: isSet(object.classification) ? ClassifyResponse.fromJSON(object.classification) : undefined,
+      retryAfter: isSet(object.retryAfter)
+        ? Duration.fromJSON(object.retryAfter)
+        : isSet(object.retry_after)
+        ? Duration.fromJSON(object.retry_after)
+        : undefined,
     };
   },
 
@@ -2061,6 +2330,9 @@ export const DecideRetryResponse: MessageFns<DecideRetryResponse> = {
     if (message.classification !== undefined) {
       obj.classification = ClassifyResponse.toJSON(message.classification);
     }
+    if (message.retryAfter !== undefined) {
+      obj.retryAfter = Duration.toJSON(message.retryAfter);
+    }
     return obj;
   },
 
@@ -2078,6 +2350,9 @@ export const DecideRetryResponse: MessageFns<DecideRetryResponse> = {
     message.consumesAttempt = object.consumesAttempt ?? false;
     message.classification = (object.classification !== undefined && object.classification !== null)
       ? ClassifyResponse.fromPartial(object.classification)
+      : undefined;
+    message.retryAfter = (object.retryAfter !== undefined && object.retryAfter !== null)
+      ? Duration.fromPartial(object.retryAfter)
       : undefined;
     return message;
   },
@@ -3353,6 +3628,1063 @@ export const CheckDispatchResponse: MessageFns<CheckDispatchResponse> = {
   },
 };
 
+function createBaseAdmitRequest(): AdmitRequest {
+  return { upstream: "", capability: "", profile: "" };
+}
+
+export const AdmitRequest: MessageFns<AdmitRequest> = {
+  encode(message: AdmitRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.upstream !== "") {
+      writer.uint32(10).string(message.upstream);
+    }
+    if (message.capability !== "") {
+      writer.uint32(18).string(message.capability);
+    }
+    if (message.profile !== "") {
+      writer.uint32(26).string(message.profile);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AdmitRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAdmitRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.upstream = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.capability = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.profile = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AdmitRequest {
+    return {
+      upstream: isSet(object.upstream) ? globalThis.String(object.upstream) : "",
+      capability: isSet(object.capability) ? globalThis.String(object.capability) : "",
+      profile: isSet(object.profile) ? globalThis.String(object.profile) : "",
+    };
+  },
+
+  toJSON(message: AdmitRequest): unknown {
+    const obj: any = {};
+    if (message.upstream !== "") {
+      obj.upstream = message.upstream;
+    }
+    if (message.capability !== "") {
+      obj.capability = message.capability;
+    }
+    if (message.profile !== "") {
+      obj.profile = message.profile;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AdmitRequest>): AdmitRequest {
+    return AdmitRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AdmitRequest>): AdmitRequest {
+    const message = createBaseAdmitRequest();
+    message.upstream = object.upstream ?? "";
+    message.capability = object.capability ?? "";
+    message.profile = object.profile ?? "";
+    return message;
+  },
+};
+
+function createBaseAdmitResponse(): AdmitResponse {
+  return {
+    allowed: false,
+    reason: Reason.REASON_UNSPECIFIED,
+    retryAfter: undefined,
+    breakerState: BreakerState.BREAKER_STATE_UNSPECIFIED,
+    probe: false,
+  };
+}
+
+export const AdmitResponse: MessageFns<AdmitResponse> = {
+  encode(message: AdmitResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.allowed !== false) {
+      writer.uint32(8).bool(message.allowed);
+    }
+    if (message.reason !== Reason.REASON_UNSPECIFIED) {
+      writer.uint32(16).int32(reasonToNumber(message.reason));
+    }
+    if (message.retryAfter !== undefined) {
+      Duration.encode(message.retryAfter, writer.uint32(26).fork()).join();
+    }
+    if (message.breakerState !== BreakerState.BREAKER_STATE_UNSPECIFIED) {
+      writer.uint32(32).int32(breakerStateToNumber(message.breakerState));
+    }
+    if (message.probe !== false) {
+      writer.uint32(40).bool(message.probe);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AdmitResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAdmitResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.allowed = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.reason = reasonFromJSON(reader.int32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.retryAfter = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.breakerState = breakerStateFromJSON(reader.int32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.probe = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AdmitResponse {
+    return {
+      allowed: isSet(object.allowed) ? globalThis.Boolean(object.allowed) : false,
+      reason: isSet(object.reason) ? reasonFromJSON(object.reason) : Reason.REASON_UNSPECIFIED,
+      retryAfter: isSet(object.retryAfter)
+        ? Duration.fromJSON(object.retryAfter)
+        : isSet(object.retry_after)
+        ? Duration.fromJSON(object.retry_after)
+        : undefined,
+      breakerState: isSet(object.breakerState)
+        ? breakerStateFromJSON(object.breakerState)
+        : isSet(object.breaker_state)
+        ? breakerStateFromJSON(object.breaker_state)
+        : BreakerState.BREAKER_STATE_UNSPECIFIED,
+      probe: isSet(object.probe) ? globalThis.Boolean(object.probe) : false,
+    };
+  },
+
+  toJSON(message: AdmitResponse): unknown {
+    const obj: any = {};
+    if (message.allowed !== false) {
+      obj.allowed = message.allowed;
+    }
+    if (message.reason !== Reason.REASON_UNSPECIFIED) {
+      obj.reason = reasonToJSON(message.reason);
+    }
+    if (message.retryAfter !== undefined) {
+      obj.retryAfter = Duration.toJSON(message.retryAfter);
+    }
+    if (message.breakerState !== BreakerState.BREAKER_STATE_UNSPECIFIED) {
+      obj.breakerState = breakerStateToJSON(message.breakerState);
+    }
+    if (message.probe !== false) {
+      obj.probe = message.probe;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<AdmitResponse>): AdmitResponse {
+    return AdmitResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<AdmitResponse>): AdmitResponse {
+    const message = createBaseAdmitResponse();
+    message.allowed = object.allowed ?? false;
+    message.reason = object.reason ?? Reason.REASON_UNSPECIFIED;
+    message.retryAfter = (object.retryAfter !== undefined && object.retryAfter !== null)
+      ? Duration.fromPartial(object.retryAfter)
+      : undefined;
+    message.breakerState = object.breakerState ?? BreakerState.BREAKER_STATE_UNSPECIFIED;
+    message.probe = object.probe ?? false;
+    return message;
+  },
+};
+
+function createBaseOutcome(): Outcome {
+  return {
+    upstream: "",
+    capability: "",
+    profile: "",
+    success: false,
+    httpStatus: 0,
+    transportFailure: false,
+    latency: undefined,
+    headers: {},
+  };
+}
+
+export const Outcome: MessageFns<Outcome> = {
+  encode(message: Outcome, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.upstream !== "") {
+      writer.uint32(10).string(message.upstream);
+    }
+    if (message.capability !== "") {
+      writer.uint32(18).string(message.capability);
+    }
+    if (message.profile !== "") {
+      writer.uint32(26).string(message.profile);
+    }
+    if (message.success !== false) {
+      writer.uint32(32).bool(message.success);
+    }
+    if (message.httpStatus !== 0) {
+      writer.uint32(40).int32(message.httpStatus);
+    }
+    if (message.transportFailure !== false) {
+      writer.uint32(48).bool(message.transportFailure);
+    }
+    if (message.latency !== undefined) {
+      Duration.encode(message.latency, writer.uint32(58).fork()).join();
+    }
+    globalThis.Object.entries(message.headers).forEach(([key, value]: [string, string]) => {
+      Outcome_HeadersEntry.encode({ key: key as any, value }, writer.uint32(66).fork()).join();
+    });
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Outcome {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOutcome();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.upstream = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.capability = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.profile = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.success = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.httpStatus = reader.int32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.transportFailure = reader.bool();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.latency = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            const entry8 = Outcome_HeadersEntry.decode(reader, reader.uint32());
+            if (entry8.value !== undefined) {
+              message.headers[entry8.key] = entry8.value;
+            }
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Outcome {
+    return {
+      upstream: isSet(object.upstream) ? globalThis.String(object.upstream) : "",
+      capability: isSet(object.capability) ? globalThis.String(object.capability) : "",
+      profile: isSet(object.profile) ? globalThis.String(object.profile) : "",
+      success: isSet(object.success) ? globalThis.Boolean(object.success) : false,
+      httpStatus: isSet(object.httpStatus)
+        ? globalThis.Number(object.httpStatus)
+        : isSet(object.http_status)
+        ? globalThis.Number(object.http_status)
+        : 0,
+      transportFailure: isSet(object.transportFailure)
+        ? globalThis.Boolean(object.transportFailure)
+        : isSet(object.transport_failure)
+        ? globalThis.Boolean(object.transport_failure)
+        : false,
+      latency: isSet(object.latency) ? Duration.fromJSON(object.latency) : undefined,
+      headers: isObject(object.headers)
+        ? (globalThis.Object.entries(object.headers) as [string, any][]).reduce(
+          (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: globalThis.String(value),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+    };
+  },
+
+  toJSON(message: Outcome): unknown {
+    const obj: any = {};
+    if (message.upstream !== "") {
+      obj.upstream = message.upstream;
+    }
+    if (message.capability !== "") {
+      obj.capability = message.capability;
+    }
+    if (message.profile !== "") {
+      obj.profile = message.profile;
+    }
+    if (message.success !== false) {
+      obj.success = message.success;
+    }
+    if (message.httpStatus !== 0) {
+      obj.httpStatus = Math.round(message.httpStatus);
+    }
+    if (message.transportFailure !== false) {
+      obj.transportFailure = message.transportFailure;
+    }
+    if (message.latency !== undefined) {
+      obj.latency = Duration.toJSON(message.latency);
+    }
+    if (message.headers) {
+      const entries = globalThis.Object.entries(message.headers) as [string, string][];
+      if (entries.length > 0) {
+        obj.headers = {};
+        entries.forEach(([k, v]) => {
+          obj.headers[k] = v;
+        });
+      }
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<Outcome>): Outcome {
+    return Outcome.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Outcome>): Outcome {
+    const message = createBaseOutcome();
+    message.upstream = object.upstream ?? "";
+    message.capability = object.capability ?? "";
+    message.profile = object.profile ?? "";
+    message.success = object.success ?? false;
+    message.httpStatus = object.httpStatus ?? 0;
+    message.transportFailure = object.transportFailure ?? false;
+    message.latency = (object.latency !== undefined && object.latency !== null)
+      ? Duration.fromPartial(object.latency)
+      : undefined;
+    message.headers = (globalThis.Object.entries(object.headers ?? {}) as [string, string][]).reduce(
+      (acc: { [key: string]: string }, [key, value]: [string, string]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.String(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBaseOutcome_HeadersEntry(): Outcome_HeadersEntry {
+  return { key: "", value: "" };
+}
+
+export const Outcome_HeadersEntry: MessageFns<Outcome_HeadersEntry> = {
+  encode(message: Outcome_HeadersEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== "") {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Outcome_HeadersEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseOutcome_HeadersEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Outcome_HeadersEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? globalThis.String(object.value) : "",
+    };
+  },
+
+  toJSON(message: Outcome_HeadersEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== "") {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<Outcome_HeadersEntry>): Outcome_HeadersEntry {
+    return Outcome_HeadersEntry.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Outcome_HeadersEntry>): Outcome_HeadersEntry {
+    const message = createBaseOutcome_HeadersEntry();
+    message.key = object.key ?? "";
+    message.value = object.value ?? "";
+    return message;
+  },
+};
+
+function createBaseReportOutcomeRequest(): ReportOutcomeRequest {
+  return { outcomes: [] };
+}
+
+export const ReportOutcomeRequest: MessageFns<ReportOutcomeRequest> = {
+  encode(message: ReportOutcomeRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.outcomes) {
+      Outcome.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReportOutcomeRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReportOutcomeRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.outcomes.push(Outcome.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReportOutcomeRequest {
+    return {
+      outcomes: globalThis.Array.isArray(object?.outcomes) ? object.outcomes.map((e: any) => Outcome.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ReportOutcomeRequest): unknown {
+    const obj: any = {};
+    if (message.outcomes?.length) {
+      obj.outcomes = message.outcomes.map((e) => Outcome.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ReportOutcomeRequest>): ReportOutcomeRequest {
+    return ReportOutcomeRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ReportOutcomeRequest>): ReportOutcomeRequest {
+    const message = createBaseReportOutcomeRequest();
+    message.outcomes = object.outcomes?.map((e) => Outcome.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseReportOutcomeResponse(): ReportOutcomeResponse {
+  return { recorded: 0 };
+}
+
+export const ReportOutcomeResponse: MessageFns<ReportOutcomeResponse> = {
+  encode(message: ReportOutcomeResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.recorded !== 0) {
+      writer.uint32(8).int32(message.recorded);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReportOutcomeResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReportOutcomeResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.recorded = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReportOutcomeResponse {
+    return { recorded: isSet(object.recorded) ? globalThis.Number(object.recorded) : 0 };
+  },
+
+  toJSON(message: ReportOutcomeResponse): unknown {
+    const obj: any = {};
+    if (message.recorded !== 0) {
+      obj.recorded = Math.round(message.recorded);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ReportOutcomeResponse>): ReportOutcomeResponse {
+    return ReportOutcomeResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ReportOutcomeResponse>): ReportOutcomeResponse {
+    const message = createBaseReportOutcomeResponse();
+    message.recorded = object.recorded ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetUpstreamsRequest(): GetUpstreamsRequest {
+  return { profile: "" };
+}
+
+export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
+  encode(message: GetUpstreamsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.profile !== "") {
+      writer.uint32(10).string(message.profile);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetUpstreamsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetUpstreamsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.profile = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetUpstreamsRequest {
+    return { profile: isSet(object.profile) ? globalThis.String(object.profile) : "" };
+  },
+
+  toJSON(message: GetUpstreamsRequest): unknown {
+    const obj: any = {};
+    if (message.profile !== "") {
+      obj.profile = message.profile;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetUpstreamsRequest>): GetUpstreamsRequest {
+    return GetUpstreamsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetUpstreamsRequest>): GetUpstreamsRequest {
+    const message = createBaseGetUpstreamsRequest();
+    message.profile = object.profile ?? "";
+    return message;
+  },
+};
+
+function createBaseGetUpstreamsResponse(): GetUpstreamsResponse {
+  return { upstreams: [] };
+}
+
+export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
+  encode(message: GetUpstreamsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.upstreams) {
+      UpstreamState.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetUpstreamsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetUpstreamsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.upstreams.push(UpstreamState.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetUpstreamsResponse {
+    return {
+      upstreams: globalThis.Array.isArray(object?.upstreams)
+        ? object.upstreams.map((e: any) => UpstreamState.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: GetUpstreamsResponse): unknown {
+    const obj: any = {};
+    if (message.upstreams?.length) {
+      obj.upstreams = message.upstreams.map((e) => UpstreamState.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetUpstreamsResponse>): GetUpstreamsResponse {
+    return GetUpstreamsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetUpstreamsResponse>): GetUpstreamsResponse {
+    const message = createBaseGetUpstreamsResponse();
+    message.upstreams = object.upstreams?.map((e) => UpstreamState.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseUpstreamState(): UpstreamState {
+  return {
+    profile: "",
+    upstream: "",
+    breakerState: BreakerState.BREAKER_STATE_UNSPECIFIED,
+    breakerStateAge: undefined,
+    windowCalls: 0,
+    windowFailures: 0,
+    budgetBalance: 0,
+    coolDownLeft: undefined,
+  };
+}
+
+export const UpstreamState: MessageFns<UpstreamState> = {
+  encode(message: UpstreamState, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.profile !== "") {
+      writer.uint32(10).string(message.profile);
+    }
+    if (message.upstream !== "") {
+      writer.uint32(18).string(message.upstream);
+    }
+    if (message.breakerState !== BreakerState.BREAKER_STATE_UNSPECIFIED) {
+      writer.uint32(24).int32(breakerStateToNumber(message.breakerState));
+    }
+    if (message.breakerStateAge !== undefined) {
+      Duration.encode(message.breakerStateAge, writer.uint32(34).fork()).join();
+    }
+    if (message.windowCalls !== 0) {
+      writer.uint32(40).int32(message.windowCalls);
+    }
+    if (message.windowFailures !== 0) {
+      writer.uint32(48).int32(message.windowFailures);
+    }
+    if (message.budgetBalance !== 0) {
+      writer.uint32(57).double(message.budgetBalance);
+    }
+    if (message.coolDownLeft !== undefined) {
+      Duration.encode(message.coolDownLeft, writer.uint32(66).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): UpstreamState {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseUpstreamState();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.profile = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.upstream = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.breakerState = breakerStateFromJSON(reader.int32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.breakerStateAge = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.windowCalls = reader.int32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.windowFailures = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 57) {
+              break;
+            }
+
+            message.budgetBalance = reader.double();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.coolDownLeft = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): UpstreamState {
+    return {
+      profile: isSet(object.profile) ? globalThis.String(object.profile) : "",
+      upstream: isSet(object.upstream) ? globalThis.String(object.upstream) : "",
+      breakerState: isSet(object.breakerState)
+        ? breakerStateFromJSON(object.breakerState)
+        : isSet(object.breaker_state)
+        ? breakerStateFromJSON(object.breaker_state)
+        : BreakerState.BREAKER_STATE_UNSPECIFIED,
+      breakerStateAge: isSet(object.breakerStateAge)
+        ? Duration.fromJSON(object.breakerStateAge)
+        : isSet(object.breaker_state_age)
+        ? Duration.fromJSON(object.breaker_state_age)
+        : undefined,
+      windowCalls: isSet(object.windowCalls)
+        ? globalThis.Number(object.windowCalls)
+        : isSet(object.window_calls)
+        ? globalThis.Number(object.window_calls)
+        : 0,
+      windowFailures: isSet(object.windowFailures)
+        ? globalThis.Number(object.windowFailures)
+        : isSet(object.window_failures)
+        ? globalThis.Number(object.window_failures)
+        : 0,
+      budgetBalance: isSet(object.budgetBalance)
+        ? globalThis.Number(object.budgetBalance)
+        : isSet(object.budget_balance)
+        ? globalThis.Number(object.budget_balance)
+        : 0,
+      coolDownLeft: isSet(object.coolDownLeft)
+        ? Duration.fromJSON(object.coolDownLeft)
+        : isSet(object.cool_down_left)
+        ? Duration.fromJSON(object.cool_down_left)
+        : undefined,
+    };
+  },
+
+  toJSON(message: UpstreamState): unknown {
+    const obj: any = {};
+    if (message.profile !== "") {
+      obj.profile = message.profile;
+    }
+    if (message.upstream !== "") {
+      obj.upstream = message.upstream;
+    }
+    if (message.breakerState !== BreakerState.BREAKER_STATE_UNSPECIFIED) {
+      obj.breakerState = breakerStateToJSON(message.breakerState);
+    }
+    if (message.breakerStateAge !== undefined) {
+      obj.breakerStateAge = Duration.toJSON(message.breakerStateAge);
+    }
+    if (message.windowCalls !== 0) {
+      obj.windowCalls = Math.round(message.windowCalls);
+    }
+    if (message.windowFailures !== 0) {
+      obj.windowFailures = Math.round(message.windowFailures);
+    }
+    if (message.budgetBalance !== 0) {
+      obj.budgetBalance = floatToJson(message.budgetBalance);
+    }
+    if (message.coolDownLeft !== undefined) {
+      obj.coolDownLeft = Duration.toJSON(message.coolDownLeft);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<UpstreamState>): UpstreamState {
+    return UpstreamState.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<UpstreamState>): UpstreamState {
+    const message = createBaseUpstreamState();
+    message.profile = object.profile ?? "";
+    message.upstream = object.upstream ?? "";
+    message.breakerState = object.breakerState ?? BreakerState.BREAKER_STATE_UNSPECIFIED;
+    message.breakerStateAge = (object.breakerStateAge !== undefined && object.breakerStateAge !== null)
+      ? Duration.fromPartial(object.breakerStateAge)
+      : undefined;
+    message.windowCalls = object.windowCalls ?? 0;
+    message.windowFailures = object.windowFailures ?? 0;
+    message.budgetBalance = object.budgetBalance ?? 0;
+    message.coolDownLeft = (object.coolDownLeft !== undefined && object.coolDownLeft !== null)
+      ? Duration.fromPartial(object.coolDownLeft)
+      : undefined;
+    return message;
+  },
+};
+
 /**
  * PolicyService answers "what kind of failure is this, and what should the
  * executor do about it" from one policy shared by every executor in the pod.
@@ -3435,6 +4767,49 @@ export const PolicyServiceService = {
       Buffer.from(CheckDispatchResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): CheckDispatchResponse => CheckDispatchResponse.decode(value),
   },
+  /**
+   * Admit is asked before each dispatch to an upstream. It refuses while the
+   * pod's circuit breaker for (profile, upstream) is open, while the
+   * upstream is cooling down after a Retry-After, and admits the half-open
+   * probes. An admitted call deposits into the retry budget. With an empty
+   * upstream every call is admitted and nothing is tracked.
+   */
+  admit: {
+    path: "/squawk.v1.PolicyService/Admit" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: AdmitRequest): Buffer => Buffer.from(AdmitRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): AdmitRequest => AdmitRequest.decode(value),
+    responseSerialize: (value: AdmitResponse): Buffer => Buffer.from(AdmitResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): AdmitResponse => AdmitResponse.decode(value),
+  },
+  /**
+   * ReportOutcome tells the daemon how dispatches ended, successes
+   * included, so the breaker and the budget learn from every executor. A
+   * failed attempt already sent to DecideRetry with its upstream set is
+   * recorded there and need not be reported again.
+   */
+  reportOutcome: {
+    path: "/squawk.v1.PolicyService/ReportOutcome" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReportOutcomeRequest): Buffer => Buffer.from(ReportOutcomeRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReportOutcomeRequest => ReportOutcomeRequest.decode(value),
+    responseSerialize: (value: ReportOutcomeResponse): Buffer =>
+      Buffer.from(ReportOutcomeResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReportOutcomeResponse => ReportOutcomeResponse.decode(value),
+  },
+  /** GetUpstreams lists the state of every tracked (profile, upstream). */
+  getUpstreams: {
+    path: "/squawk.v1.PolicyService/GetUpstreams" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetUpstreamsRequest): Buffer => Buffer.from(GetUpstreamsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetUpstreamsRequest => GetUpstreamsRequest.decode(value),
+    responseSerialize: (value: GetUpstreamsResponse): Buffer =>
+      Buffer.from(GetUpstreamsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetUpstreamsResponse => GetUpstreamsResponse.decode(value),
+  },
 } as const;
 
 export interface PolicyServiceServer extends UntypedServiceImplementation {
@@ -3470,6 +4845,23 @@ export interface PolicyServiceServer extends UntypedServiceImplementation {
    * is not a JSON Schema validator.
    */
   checkDispatch: handleUnaryCall<CheckDispatchRequest, CheckDispatchResponse>;
+  /**
+   * Admit is asked before each dispatch to an upstream. It refuses while the
+   * pod's circuit breaker for (profile, upstream) is open, while the
+   * upstream is cooling down after a Retry-After, and admits the half-open
+   * probes. An admitted call deposits into the retry budget. With an empty
+   * upstream every call is admitted and nothing is tracked.
+   */
+  admit: handleUnaryCall<AdmitRequest, AdmitResponse>;
+  /**
+   * ReportOutcome tells the daemon how dispatches ended, successes
+   * included, so the breaker and the budget learn from every executor. A
+   * failed attempt already sent to DecideRetry with its upstream set is
+   * recorded there and need not be reported again.
+   */
+  reportOutcome: handleUnaryCall<ReportOutcomeRequest, ReportOutcomeResponse>;
+  /** GetUpstreams lists the state of every tracked (profile, upstream). */
+  getUpstreams: handleUnaryCall<GetUpstreamsRequest, GetUpstreamsResponse>;
 }
 
 export interface PolicyServiceClient extends Client {
@@ -3575,6 +4967,65 @@ export interface PolicyServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: CheckDispatchResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * Admit is asked before each dispatch to an upstream. It refuses while the
+   * pod's circuit breaker for (profile, upstream) is open, while the
+   * upstream is cooling down after a Retry-After, and admits the half-open
+   * probes. An admitted call deposits into the retry budget. With an empty
+   * upstream every call is admitted and nothing is tracked.
+   */
+  admit(
+    request: AdmitRequest,
+    callback: (error: ServiceError | null, response: AdmitResponse) => void,
+  ): ClientUnaryCall;
+  admit(
+    request: AdmitRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: AdmitResponse) => void,
+  ): ClientUnaryCall;
+  admit(
+    request: AdmitRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: AdmitResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * ReportOutcome tells the daemon how dispatches ended, successes
+   * included, so the breaker and the budget learn from every executor. A
+   * failed attempt already sent to DecideRetry with its upstream set is
+   * recorded there and need not be reported again.
+   */
+  reportOutcome(
+    request: ReportOutcomeRequest,
+    callback: (error: ServiceError | null, response: ReportOutcomeResponse) => void,
+  ): ClientUnaryCall;
+  reportOutcome(
+    request: ReportOutcomeRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReportOutcomeResponse) => void,
+  ): ClientUnaryCall;
+  reportOutcome(
+    request: ReportOutcomeRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReportOutcomeResponse) => void,
+  ): ClientUnaryCall;
+  /** GetUpstreams lists the state of every tracked (profile, upstream). */
+  getUpstreams(
+    request: GetUpstreamsRequest,
+    callback: (error: ServiceError | null, response: GetUpstreamsResponse) => void,
+  ): ClientUnaryCall;
+  getUpstreams(
+    request: GetUpstreamsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetUpstreamsResponse) => void,
+  ): ClientUnaryCall;
+  getUpstreams(
+    request: GetUpstreamsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetUpstreamsResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const PolicyServiceClient = makeGenericClientConstructor(
@@ -3609,6 +5060,10 @@ function base64FromBytes(arr: Uint8Array): string {
     });
     return globalThis.btoa(bin.join(""));
   }
+}
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === "number" && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
 }
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;

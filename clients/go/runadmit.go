@@ -1,0 +1,93 @@
+package squawk
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/squawk-dev/squawk/clients/go/squawkv1"
+)
+
+// The runner's side of the pod's upstream state: Admit before each
+// dispatch, ReportOutcome after each success. The rule and its sentences
+// are the same in every Squawk client. A failed dispatch is not reported
+// here: the DecideRetry the runner sends carries the upstream, and the
+// daemon records the failure there.
+
+// awaitAdmission asks the pod to admit the next dispatch, waiting out its
+// refusals with sleep. It returns nil once admitted, else a *RunError
+// without Calls and Err (Run fills them in) whose Decision or Cause says
+// why the step ends: a refusal past ctx's deadline, more than budget
+// refusals in a row, Admit's own error, or ctx ending.
+func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest, budget int,
+	sleep func(context.Context, time.Duration) error) *RunError {
+	for refusals := 1; ; refusals++ {
+		a, err := c.Admit(ctx, req)
+		if err != nil {
+			stop := &RunError{Cause: err}
+			if ctx.Err() != nil {
+				stop.Decision = cancelledAdmission()
+			}
+			return stop
+		}
+		if a.Allowed {
+			return nil
+		}
+		if deadline, ok := ctx.Deadline(); ok && a.RetryAfter > time.Until(deadline) {
+			return &RunError{Decision: refused(a, fmt.Sprintf(
+				"The pod refused the dispatch to %s: %s; it admits again in %d ms, past the step's deadline.",
+				req.GetUpstream(), a.Reason, roundMS(a.RetryAfter)))}
+		}
+		// A refusal consumes no attempt, but the attempt budget also bounds
+		// the refusals in a row, so that a breaker that never recovers ends
+		// the step instead of holding it forever.
+		if refusals > budget {
+			return &RunError{Decision: refused(a, fmt.Sprintf(
+				"The pod refused the dispatch to %s %d times in a row: %s.", req.GetUpstream(), refusals, a.Reason))}
+		}
+		if err := sleep(ctx, a.RetryAfter); err != nil {
+			return &RunError{Decision: cancelledAdmission(), Cause: err}
+		}
+	}
+}
+
+// refused is the FAIL that ends a step on an Admit refusal.
+func refused(a Admission, why string) Decision {
+	return Decision{
+		Action:          squawkv1.Action_ACTION_FAIL,
+		Reason:          a.Reason,
+		Explanation:     why,
+		ConsumesAttempt: true,
+		RetryAfter:      a.RetryAfter,
+	}
+}
+
+// cancelledAdmission is the FAIL of a step whose ctx ended while the pod
+// was asked for, or refused, a dispatch.
+func cancelledAdmission() Decision {
+	return Decision{
+		Action:          squawkv1.Action_ACTION_FAIL,
+		Reason:          squawkv1.Reason_REASON_CANCELLED,
+		Explanation:     "The step was cancelled while waiting to be admitted; nothing is retried after cancellation.",
+		ConsumesAttempt: true,
+	}
+}
+
+// reportSuccess tells the pod a dispatch succeeded. Its error is ignored:
+// the step has its result, and a report lost to a slow or absent daemon
+// costs the breaker one sample. It runs on a ctx that is not cancelled with
+// ctx, so that a success that lands as ctx ends is still counted; the call
+// timeout bounds it.
+func (c *Client) reportSuccess(ctx context.Context, req *squawkv1.AdmitRequest, latency time.Duration) {
+	_, _ = c.ReportOutcome(context.WithoutCancel(ctx), &squawkv1.ReportOutcomeRequest{
+		Outcomes: []*squawkv1.Outcome{{
+			Upstream:   req.GetUpstream(),
+			Capability: req.GetCapability(),
+			Profile:    req.GetProfile(),
+			Success:    true,
+			Latency:    durationpb.New(latency),
+		}},
+	})
+}

@@ -1,0 +1,144 @@
+package squawk
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/squawk-dev/squawk/clients/go/squawkv1"
+)
+
+// maxOutcomes is the daemon's limit on outcomes in one ReportOutcome call.
+const maxOutcomes = 1000
+
+// Admission is the pod's answer to Admit: whether one call may be
+// dispatched to an upstream now.
+type Admission struct {
+	// Allowed says whether to dispatch now.
+	Allowed bool
+	// Reason is REASON_ADMITTED when allowed, else REASON_CIRCUIT_OPEN or
+	// REASON_UPSTREAM_COOLING_DOWN.
+	Reason squawkv1.Reason
+	// RetryAfter is, when refused, how long until a call could be admitted
+	// (the breaker half-opens, or the cool-down ends); zero when allowed.
+	RetryAfter time.Duration
+	// BreakerState is the upstream's breaker after this call.
+	BreakerState squawkv1.BreakerState
+	// Probe is true for one of the half-open probes, whose outcome decides
+	// whether the breaker closes again.
+	Probe bool
+	// Fallback is true when the daemon could not answer and the call was
+	// admitted without it (fail open).
+	Fallback bool
+	// FallbackCause is the daemon error behind a Fallback admission.
+	FallbackCause error
+}
+
+// String is a short log-friendly form, e.g. "ADMITTED (breaker CLOSED)" or
+// "REFUSED for 1.5s (UPSTREAM_COOLING_DOWN, breaker CLOSED)".
+func (a Admission) String() string {
+	var b strings.Builder
+	breaker := "breaker " + strings.TrimPrefix(a.BreakerState.String(), "BREAKER_STATE_")
+	if a.Allowed {
+		fmt.Fprintf(&b, "ADMITTED (%s)", breaker)
+	} else {
+		fmt.Fprintf(&b, "REFUSED for %v (%s, %s)", a.RetryAfter, strings.TrimPrefix(a.Reason.String(), "REASON_"), breaker)
+	}
+	if a.Probe {
+		b.WriteString(" probe")
+	}
+	if a.Fallback {
+		b.WriteString(" [local fallback]")
+	}
+	return b.String()
+}
+
+// Admit asks the pod whether a call to req's upstream may be dispatched
+// now; ask it before each dispatch. It fails open: when the daemon is
+// unreachable, answers UNAVAILABLE or DEADLINE_EXCEEDED, or is slower than
+// the call timeout, the call is admitted (REASON_ADMITTED, breaker CLOSED)
+// with Fallback set and counted in FallbackCount, since a missing sidecar
+// must not stop every dispatch. WithFallbackDisabled returns the daemon's
+// error instead. A request the daemon refuses is an *InputError.
+func (c *Client) Admit(ctx context.Context, req *squawkv1.AdmitRequest) (Admission, error) {
+	if req == nil {
+		return Admission{}, nilRequest("Admit")
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout)
+	defer cancel()
+	resp, err := c.rpc.Admit(callCtx, req)
+	if err == nil {
+		return Admission{
+			Allowed:      resp.GetAllowed(),
+			Reason:       resp.GetReason(),
+			RetryAfter:   resp.GetRetryAfter().AsDuration(),
+			BreakerState: resp.GetBreakerState(),
+			Probe:        resp.GetProbe(),
+		}, nil
+	}
+	if !c.fallsBack(ctx, err) {
+		return Admission{}, wrapCallError(ctx, "Admit", err)
+	}
+	c.fallbacks.Add(1)
+	return Admission{
+		Allowed:       true,
+		Reason:        squawkv1.Reason_REASON_ADMITTED,
+		BreakerState:  squawkv1.BreakerState_BREAKER_STATE_CLOSED,
+		Fallback:      true,
+		FallbackCause: err,
+	}, nil
+}
+
+// ReportOutcome tells the pod how dispatches ended, so that its breakers
+// and retry budgets learn from every executor, and returns how many
+// outcomes were recorded (those with an upstream). A failure already sent
+// to DecideRetry with its upstream is recorded there; report successes and
+// failures no decision was asked for. It fails open like Admit: with the
+// daemon unreachable or too slow it records nothing, returns 0 and counts
+// one fallback. The request must hold 1 to 1,000 outcomes, none nil.
+func (c *Client) ReportOutcome(ctx context.Context, req *squawkv1.ReportOutcomeRequest) (int, error) {
+	if req == nil {
+		return 0, nilRequest("ReportOutcome")
+	}
+	// Checked here too, so that a bad report is refused alike whether or
+	// not the daemon answers, and a nil outcome never reaches the encoder.
+	if n := len(req.GetOutcomes()); n < 1 || n > maxOutcomes {
+		return 0, fmt.Errorf("squawk: ReportOutcome: %w", &InputError{Field: "outcomes",
+			Message: fmt.Sprintf("%d outcomes is outside 1..%d", n, maxOutcomes)})
+	}
+	for i, o := range req.GetOutcomes() {
+		if o == nil {
+			return 0, fmt.Errorf("squawk: ReportOutcome: %w", &InputError{Field: fmt.Sprintf("outcomes[%d]", i),
+				Message: "must not be nil"})
+		}
+	}
+	callCtx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout)
+	defer cancel()
+	resp, err := c.rpc.ReportOutcome(callCtx, req)
+	if err == nil {
+		return int(resp.GetRecorded()), nil
+	}
+	if !c.fallsBack(ctx, err) {
+		return 0, wrapCallError(ctx, "ReportOutcome", err)
+	}
+	c.fallbacks.Add(1)
+	return 0, nil
+}
+
+// GetUpstreams lists the pod's state of every tracked upstream (of
+// req.Profile, when set), ordered by profile, then upstream. It has no
+// fallback: an unreachable daemon is an error. Like AnalyzeError it is
+// bounded by ctx only, not the call timeout: it is not on a dispatch's
+// path, and a pod tracking thousands of upstreams may take longer than a
+// decision to list them.
+func (c *Client) GetUpstreams(ctx context.Context, req *squawkv1.GetUpstreamsRequest) ([]*squawkv1.UpstreamState, error) {
+	if req == nil {
+		return nil, nilRequest("GetUpstreams")
+	}
+	resp, err := c.rpc.GetUpstreams(ctx, req)
+	if err != nil {
+		return nil, wrapCallError(ctx, "GetUpstreams", err)
+	}
+	return resp.GetUpstreams(), nil
+}

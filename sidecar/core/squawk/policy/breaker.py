@@ -1,0 +1,164 @@
+"""The circuit breaker: one per (profile, upstream), shared by the whole pod.
+
+The vocabulary is resilience4j's and Polly's. The defaults (policy file
+`circuit_breaker:`):
+
+| field | default | bounds | meaning |
+| --- | --- | --- | --- |
+| enabled | true | | false: always CLOSED, admits everything |
+| failure_ratio | 0.5 | (0, 1] | CLOSED opens at failures / calls >= this |
+| minimum_calls | 10 | >= 1 | ... once the window holds at least this many calls |
+| window | 60s | > 0 | the sliding time window the calls are counted over |
+| buckets | 10 | 1..1000 | the window's buckets (it rolls one bucket at a time) |
+| open_for | 30s | > 0 | OPEN refuses this long, then HALF_OPEN |
+| half_open_probes | 5 | >= 1 | HALF_OPEN admits this many probe calls per round |
+| close_ratio | 0.6 | (0, 1] | HALF_OPEN closes at successes / probes >= this |
+
+The window need not divide evenly into buckets (60s / 7 is fine): bucket
+edges are multiples of window / buckets seconds (see squawk.policy.timing).
+
+The transitions, each a pure function of (breaker, config, now[, verdict]):
+
+- CLOSED: every counted outcome (see squawk.policy.outcome: a success or an
+  infrastructure failure) goes into the window. When the window then holds
+  >= minimum_calls calls and failures / calls >= failure_ratio, it OPENS.
+- OPEN: refuses every call until open_for has passed since it opened, then
+  is HALF_OPEN. Outcomes reported while OPEN (calls admitted before it
+  opened) are dropped: they describe the upstream before the break.
+- HALF_OPEN: admits up to half_open_probes calls (probes). Every counted
+  outcome reported while HALF_OPEN is tallied as a probe's, whichever call
+  it came from, as resilience4j does. Once half_open_probes outcomes are in,
+  it CLOSES with a fresh window when successes / probes >= close_ratio, else
+  OPENS again for open_for. A round that gets no verdict within open_for of
+  its start (probes never reported) starts a new round. An outcome that does
+  not count (a 4xx, a cancellation) gives its probe slot back, as
+  resilience4j's releasePermission does, so bad input cannot use up a round.
+
+Time moves a breaker only when it is next read (admit, record, snapshot):
+OPEN becomes HALF_OPEN at the first read at or after its end, and the
+half-open round's open_for is counted from that read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+
+from .limits import MAX_BUCKETS, check_count, check_positive, check_ratio
+from .outcome import Verdict
+from .timing import EMPTY, Window, added, rolled, seconds
+from .types import BreakerState
+
+__all__ = ["Breaker", "BreakerConfig", "admit", "advance", "record"]
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerConfig:
+    enabled: bool = True
+    failure_ratio: float = 0.5
+    minimum_calls: int = 10
+    window: timedelta = timedelta(seconds=60)
+    buckets: int = 10
+    open_for: timedelta = timedelta(seconds=30)
+    half_open_probes: int = 5
+    close_ratio: float = 0.6
+    # Derived once: the transitions run on every call and read seconds.
+    _window_s: float = field(init=False, repr=False, compare=False)
+    _open_for_s: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Refuse a value out of its bounds (PolicyInputError names the field)."""
+        check_ratio("failure_ratio", self.failure_ratio)
+        check_count("minimum_calls", self.minimum_calls)
+        check_positive("window", self.window)
+        check_count("buckets", self.buckets, high=MAX_BUCKETS)
+        check_positive("open_for", self.open_for)
+        check_count("half_open_probes", self.half_open_probes)
+        check_ratio("close_ratio", self.close_ratio)
+        object.__setattr__(self, "_window_s", seconds(self.window))
+        object.__setattr__(self, "_open_for_s", seconds(self.open_for))
+
+
+@dataclass(frozen=True, slots=True)
+class Breaker:
+    state: BreakerState = BreakerState.CLOSED
+    # CLOSED: (calls, failures) per bucket. Empty in the other states.
+    window: Window = EMPTY
+    # OPEN: when it half-opens. HALF_OPEN: when the round restarts unjudged.
+    until: float = 0.0
+    # HALF_OPEN: probe slots taken this round, and the outcomes tallied.
+    probes: int = 0
+    successes: int = 0
+    failures: int = 0
+
+
+CLOSED = Breaker()
+
+
+def _open(config: BreakerConfig, now: float) -> Breaker:
+    return Breaker(BreakerState.OPEN, until=now + config._open_for_s)
+
+
+def _round(config: BreakerConfig, now: float) -> Breaker:
+    return Breaker(BreakerState.HALF_OPEN, until=now + config._open_for_s)
+
+
+def _with_window(breaker: Breaker, window: Window) -> Breaker:
+    # What dataclasses.replace(breaker, window=window) builds, at half its
+    # cost: the CLOSED transitions run on every call.
+    return Breaker(
+        breaker.state, window, breaker.until, breaker.probes, breaker.successes, breaker.failures
+    )
+
+
+def advance(breaker: Breaker, config: BreakerConfig, now: float) -> Breaker:
+    """The breaker as time alone leaves it at `now`: an OPEN whose time is up
+    is HALF_OPEN; a half-open round past its time starts over; the CLOSED
+    window drops its old buckets. A disabled breaker is always CLOSED."""
+    if not config.enabled:
+        return CLOSED
+    if breaker.state is BreakerState.CLOSED:
+        window = rolled(breaker.window, now, config._window_s, config.buckets)
+        return breaker if window is breaker.window else _with_window(breaker, window)
+    if now >= breaker.until:
+        return _round(config, now)
+    return breaker
+
+
+def admit(breaker: Breaker, config: BreakerConfig, now: float) -> tuple[Breaker, bool, bool]:
+    """(breaker, allowed, probe): whether one call may go to the upstream now."""
+    breaker = advance(breaker, config, now)
+    if breaker.state is BreakerState.CLOSED:
+        return breaker, True, False
+    if breaker.state is BreakerState.HALF_OPEN and breaker.probes < config.half_open_probes:
+        return replace(breaker, probes=breaker.probes + 1), True, True
+    return breaker, False, False
+
+
+def record(breaker: Breaker, config: BreakerConfig, now: float, verdict: Verdict) -> Breaker:
+    """The breaker after one call's outcome (see the module docstring)."""
+    breaker = advance(breaker, config, now)
+    if breaker.state is BreakerState.OPEN:
+        return breaker
+    if verdict is Verdict.IGNORED:
+        if breaker.state is BreakerState.HALF_OPEN:
+            tallied = breaker.successes + breaker.failures
+            return replace(breaker, probes=max(breaker.probes - 1, tallied))
+        return breaker
+    failed = verdict is Verdict.FAILURE
+    if breaker.state is BreakerState.CLOSED:
+        window = added(breaker.window, now, config._window_s, config.buckets, 1, int(failed))
+        calls, failures = window.first, window.second
+        if calls >= config.minimum_calls and failures / calls >= config.failure_ratio:
+            return _open(config, now)
+        return _with_window(breaker, window)
+    successes = breaker.successes + (not failed)
+    failures = breaker.failures + failed
+    tallied = successes + failures
+    if tallied < config.half_open_probes:
+        return replace(
+            breaker, probes=max(breaker.probes, tallied), successes=successes, failures=failures
+        )
+    if successes / tallied >= config.close_ratio:
+        return CLOSED
+    return _open(config, now)

@@ -1,0 +1,184 @@
+"""One upstream's shared state: its breaker, retry budget and cool-down.
+
+The server keeps one UpstreamState per (profile, upstream) for every
+executor in the pod (at most Policy.max_upstreams of them), takes the
+config from `profile.for_upstream(upstream)`, and calls:
+
+- `admit(state, config, now)` before each call to the upstream. The first
+  rule that applies decides: the cool-down (refuse UPSTREAM_COOLING_DOWN,
+  with the time left), then the breaker (OPEN: refuse CIRCUIT_OPEN, with
+  the time until it half-opens; HALF_OPEN with every probe slot taken:
+  refuse CIRCUIT_OPEN, with the time until the round restarts; else admit,
+  as a probe while HALF_OPEN). An admitted first call deposits into a ratio
+  budget; pass `retry=True` for a resend guard_retry() granted, which has
+  already withdrawn.
+- `record_outcome(state, config, now, outcome)` after each admitted call:
+  the breaker's window (or its probe tally), the token bucket and the
+  cool-down read it (squawk.policy.outcome says what counts).
+- `guard_retry(...)` (squawk.policy.guard) on each decision decide() made.
+- `upstream_snapshot(state, config, now)` to show the state; `is_idle(...)` says a
+  fresh UpstreamState would behave the same, so the key may be dropped.
+
+Every function is pure and returns a new state, never changing the one
+passed in; the server owns the one current value per key and serialises
+the calls on it. `now` is seconds from a monotonic clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import NamedTuple
+
+from . import breaker as _breaker
+from . import retry_budget as _budget
+from .breaker import Breaker, BreakerConfig
+from .cooldown import NOT_COOLING, cool_down
+from .outcome import Outcome, Verdict, check_outcome
+from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
+from .timing import time_left
+from .types import BreakerState, Reason
+
+__all__ = [
+    "Admission",
+    "UpstreamConfig",
+    "UpstreamSnapshot",
+    "UpstreamState",
+    "admit",
+    "is_idle",
+    "record_outcome",
+    "upstream_snapshot",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    """One upstream's settings: a profile's, merged with its `upstreams:` entry."""
+
+    circuit_breaker: BreakerConfig = field(default_factory=BreakerConfig)
+    retry_budget: RetryBudgetConfig = field(default_factory=RatioBudgetConfig)
+    share_retry_after: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamState:
+    breaker: Breaker = field(default_factory=Breaker)
+    budget: Budget = field(default_factory=Budget)
+    # When the shared cool-down ends; NOT_COOLING (-inf) when none began.
+    cool_until: float = NOT_COOLING
+
+
+class Admission(NamedTuple):
+    allowed: bool
+    # Why a call was refused (UPSTREAM_COOLING_DOWN or CIRCUIT_OPEN); None
+    # when allowed.
+    reason: Reason | None
+    # Refused: how long until the refusing rule may admit again, in whole
+    # milliseconds. None when allowed.
+    retry_after: timedelta | None
+    breaker_state: BreakerState
+    # Allowed while HALF_OPEN: this call is one of the round's probes.
+    probe: bool
+
+
+class UpstreamSnapshot(NamedTuple):
+    breaker_state: BreakerState
+    # CLOSED: the calls and failures in the window. HALF_OPEN: the probe
+    # outcomes tallied this round and the failures among them. OPEN: 0, 0.
+    calls: int
+    failures: int
+    # HALF_OPEN: probe slots taken this round; 0 otherwise.
+    probes: int
+    # OPEN: until it half-opens. HALF_OPEN: until the round restarts. CLOSED: None.
+    breaker_retry_after: timedelta | None
+    # Zero when not cooling down.
+    cooldown_left: timedelta
+    # See squawk.policy.retry_budget.retries_left.
+    retries_left: int
+
+
+def admit(
+    state: UpstreamState, config: UpstreamConfig, now: float, *, retry: bool = False
+) -> tuple[UpstreamState, Admission]:
+    """(state, admission): whether one call may go to the upstream now."""
+    cb = config.circuit_breaker
+    cooling = time_left(state.cool_until, now)
+    if cooling:
+        breaker = _breaker.advance(state.breaker, cb, now)
+        refused = Admission(False, Reason.UPSTREAM_COOLING_DOWN, cooling, breaker.state, False)
+        return _with(state, breaker=breaker), refused
+    breaker, allowed, probe = _breaker.admit(state.breaker, cb, now)
+    if not allowed:
+        left = time_left(breaker.until, now)
+        refused = Admission(False, Reason.CIRCUIT_OPEN, left, breaker.state, False)
+        return _with(state, breaker=breaker), refused
+    budget = state.budget if retry else _budget.deposit(state.budget, config.retry_budget, now)
+    return (
+        _with(state, breaker=breaker, budget=budget),
+        Admission(True, None, None, breaker.state, probe),
+    )
+
+
+def record_outcome(
+    state: UpstreamState, config: UpstreamConfig, now: float, outcome: Outcome
+) -> UpstreamState:
+    """The state after one admitted call's outcome.
+
+    Raises PolicyInputError naming the field for an outcome it cannot read
+    (a status outside 0 and 100..599, a negative retry_after).
+    """
+    check_outcome(outcome)
+    verdict = outcome.verdict
+    breaker = _breaker.record(state.breaker, config.circuit_breaker, now, verdict)
+    budget = _budget.record(state.budget, config.retry_budget, verdict)
+    until = state.cool_until
+    if verdict is Verdict.FAILURE:
+        until = cool_down(until, now, outcome.retry_after, config.share_retry_after)
+    return _with(state, breaker=breaker, budget=budget, cool_until=until)
+
+
+def upstream_snapshot(state: UpstreamState, config: UpstreamConfig, now: float) -> UpstreamSnapshot:
+    """What the state says at `now`, for display; it changes nothing."""
+    breaker = _breaker.advance(state.breaker, config.circuit_breaker, now)
+    if breaker.state is BreakerState.CLOSED:
+        calls, failures, wait = breaker.window.first, breaker.window.second, None
+    else:
+        calls = breaker.successes + breaker.failures
+        failures = breaker.failures
+        wait = time_left(breaker.until, now)
+    return UpstreamSnapshot(
+        breaker.state,
+        calls,
+        failures,
+        breaker.probes,
+        wait,
+        time_left(state.cool_until, now),
+        _budget.retries_left(state.budget, config.retry_budget, now),
+    )
+
+
+def is_idle(state: UpstreamState, config: UpstreamConfig, now: float) -> bool:
+    """Whether a fresh UpstreamState would behave exactly as `state` from `now` on."""
+    view = upstream_snapshot(state, config, now)
+    return (
+        view.breaker_state is BreakerState.CLOSED
+        and view.calls == 0
+        and not view.cooldown_left
+        and _budget.is_fresh(state.budget, config.retry_budget, now)
+    )
+
+
+def _with(
+    state: UpstreamState,
+    *,
+    breaker: Breaker | None = None,
+    budget: Budget | None = None,
+    cool_until: float | None = None,
+) -> UpstreamState:
+    # The same value back when nothing changed, so a caller can skip a write.
+    breaker = state.breaker if breaker is None else breaker
+    budget = state.budget if budget is None else budget
+    until = state.cool_until if cool_until is None else cool_until
+    if breaker is state.breaker and budget is state.budget and until == state.cool_until:
+        return state
+    return UpstreamState(breaker, budget, until)

@@ -1,0 +1,160 @@
+"""The pod's one state per (profile, upstream), shared by every executor.
+
+The pure core decides (squawk.policy: `admit`, `record_outcome`,
+`guard_retry`); this module owns the one current value per key, with the
+monotonic clock, and bounds memory: at most `Policy.max_upstreams` keys,
+the least recently used dropped first (a dropped key starts afresh, as a
+never-seen upstream would). An empty upstream is never tracked.
+
+All calls come from the event loop's thread, so no lock is needed: each
+read-modify-write below runs without an `await` in between.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import NamedTuple
+
+from squawk.policy import (
+    Admission,
+    BreakerState,
+    Decision,
+    Outcome,
+    Policy,
+    Profile,
+    UpstreamConfig,
+    UpstreamSnapshot,
+    UpstreamState,
+    admit,
+    guard_retry,
+    record_outcome,
+    upstream_snapshot,
+)
+from squawk.policy.breaker import advance
+
+__all__ = ["Transition", "UpstreamView", "Upstreams"]
+
+Key = tuple[str, str]  # (profile name, upstream)
+
+
+class Transition(NamedTuple):
+    """A breaker changed state."""
+
+    profile: str
+    upstream: str
+    before: BreakerState
+    after: BreakerState
+
+
+class UpstreamView(NamedTuple):
+    profile: str
+    upstream: str
+    snapshot: UpstreamSnapshot
+    # How long the breaker has been in its state.
+    state_age: timedelta
+
+
+@dataclass(slots=True)
+class _Entry:
+    state: UpstreamState
+    # When the breaker entered its current state (monotonic seconds).
+    since: float
+
+
+class Upstreams:
+    def __init__(
+        self,
+        policy: Policy,
+        clock: Callable[[], float] = time.monotonic,
+        on_transition: Callable[[Transition], None] | None = None,
+    ) -> None:
+        self._policy = policy
+        self._clock = clock
+        self._on_transition = on_transition
+        self._entries: OrderedDict[Key, _Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _entry(self, key: Key, now: float) -> _Entry:
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry(UpstreamState(), now)
+            if len(self._entries) > self._policy.max_upstreams:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+        return entry
+
+    def _current(self, key: Key, config: UpstreamConfig, now: float) -> _Entry:
+        """The key's entry with time's own step taken (OPEN -> HALF_OPEN, a
+        stale half-open round restarting), reported before the event's, so
+        every transition reported is one the breaker has."""
+        entry = self._entry(key, now)
+        moved = advance(entry.state.breaker, config.circuit_breaker, now)
+        if moved is not entry.state.breaker:
+            self._store(key, entry, replace(entry.state, breaker=moved), now)
+        return entry
+
+    def _store(self, key: Key, entry: _Entry, state: UpstreamState, now: float) -> None:
+        before, after = entry.state.breaker.state, state.breaker.state
+        entry.state = state
+        if before is not after:
+            entry.since = now
+            if self._on_transition is not None:
+                self._on_transition(Transition(key[0], key[1], before, after))
+
+    def admit(self, profile: Profile, upstream: str) -> Admission:
+        now = self._clock()
+        key = (profile.name, upstream)
+        config = profile.for_upstream(upstream)
+        entry = self._current(key, config, now)
+        state, admission = admit(entry.state, config, now)
+        self._store(key, entry, state, now)
+        return admission
+
+    def record(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
+        now = self._clock()
+        key = (profile.name, upstream)
+        config = profile.for_upstream(upstream)
+        entry = self._current(key, config, now)
+        state = record_outcome(entry.state, config, now, outcome)
+        self._store(key, entry, state, now)
+
+    def after_failure(
+        self,
+        profile: Profile,
+        upstream: str,
+        outcome: Outcome,
+        decision: Decision,
+        deadline: timedelta | None,
+    ) -> Decision:
+        """Record a failed attempt DecideRetry was asked about, then let the
+        upstream's state make its decision more cautious (never less)."""
+        now = self._clock()
+        key = (profile.name, upstream)
+        config = profile.for_upstream(upstream)
+        entry = self._current(key, config, now)
+        state = record_outcome(entry.state, config, now, outcome)
+        state, decision = guard_retry(state, config, now, decision, deadline)
+        self._store(key, entry, state, now)
+        return decision
+
+    def views(self, profile: str = "") -> list[UpstreamView]:
+        """Every tracked upstream (of `profile`, when given), sorted by key."""
+        now = self._clock()
+        out = []
+        for (name, upstream), entry in sorted(self._entries.items()):
+            if profile and name != profile:
+                continue
+            config = self._policy.profile(name).for_upstream(upstream)
+            snapshot = upstream_snapshot(entry.state, config, now)
+            stored = entry.state.breaker
+            # An OPEN breaker whose time is up reads as HALF_OPEN since `until`.
+            since = entry.since if snapshot.breaker_state is stored.state else stored.until
+            out.append(UpstreamView(name, upstream, snapshot, timedelta(seconds=now - since)))
+        return out

@@ -1,0 +1,343 @@
+"""The pod's shared upstream state over the wire: one daemon, several
+executors (one channel each), the breaker, the retry budget and the shared
+Retry-After cool-down as they see them.
+
+Settings are per upstream in the policy file, short enough that the
+breaker's open period is one second of real time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import timedelta
+
+import grpc
+import pytest
+
+from conftest import Daemon, free_port, start_daemon
+from squawk.daemon.server.upstreams import Upstreams
+from squawk.policy import Outcome, builtin_policy
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+from squawk_client import Reason, SquawkClient, StepError, StepFailed, StepOptions, run_step_sync
+from test_telemetry import scrape
+
+POLICY = """\
+max_upstreams: 50
+profiles:
+  default:
+    upstreams:
+      flaky:
+        circuit_breaker:
+          {minimum_calls: 4, window: 10s, open_for: 1s, half_open_probes: 2, close_ratio: 0.5}
+      budgeted:
+        retry_budget: {kind: ratio, ratio: 0.5, min_per_second: 0, ttl: 10s}
+"""
+
+Stub = pb_grpc.PolicyServiceStub
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, int]]:
+    policy = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    policy.write_text(POLICY)
+    port = free_port()
+    daemon = start_daemon("--policy", str(policy), "--metrics-listen", f"127.0.0.1:{port}")
+    yield daemon, port
+    daemon.stop()
+
+
+@pytest.fixture
+def executors(pod: tuple[Daemon, int]) -> Iterator[list[Stub]]:
+    """Three executors of the pod, each on its own channel."""
+    channels = [grpc.insecure_channel(pod[0].target) for _ in range(3)]
+    yield [Stub(c) for c in channels]
+    for c in channels:
+        c.close()
+
+
+def _admit(stub: Stub, upstream: str) -> pb.AdmitResponse:
+    reply: pb.AdmitResponse = stub.Admit(pb.AdmitRequest(upstream=upstream), timeout=5)
+    return reply
+
+
+def _failed(stub: Stub, upstream: str, status: int, **headers: str) -> pb.DecideRetryResponse:
+    request = pb.DecideRetryRequest(attempt=1, http_status=status, upstream=upstream)
+    request.headers.update({k.replace("_", "-"): v for k, v in headers.items()})
+    reply: pb.DecideRetryResponse = stub.DecideRetry(request, timeout=5)
+    return reply
+
+
+def _ms(d: object) -> int:
+    assert hasattr(d, "ToMilliseconds")
+    ms: int = d.ToMilliseconds()
+    return ms
+
+
+def test_an_empty_upstream_is_admitted_and_never_tracked(executors: list[Stub]) -> None:
+    a = executors[0]
+    reply = _admit(a, "")
+    assert (reply.allowed, reply.reason, reply.breaker_state, reply.probe) == (
+        True,
+        pb.REASON_ADMITTED,
+        pb.BREAKER_STATE_CLOSED,
+        False,
+    )
+    decision = _failed(a, "", 503)
+    assert (decision.action, _ms(decision.delay)) == (pb.ACTION_RETRY, 542)
+    listed = a.GetUpstreams(pb.GetUpstreamsRequest(), timeout=5).upstreams
+    assert "" not in {u.upstream for u in listed}
+
+
+def test_the_breaker_opens_for_the_whole_pod_then_probes_and_closes(
+    pod: tuple[Daemon, int], executors: list[Stub]
+) -> None:
+    a, b, c = executors
+    # Four failures from two executors: the window holds 4 calls, all failed.
+    answers = [_failed(x, "flaky", 503) for x in (a, b, a)]
+    assert [d.action for d in answers] == [pb.ACTION_RETRY] * 3
+    opened = _failed(b, "flaky", 503)
+    assert (opened.action, opened.reason) == (pb.ACTION_FAIL, pb.REASON_CIRCUIT_OPEN)
+    assert 900 <= _ms(opened.retry_after) <= 1000
+    # A third executor, which saw no failure, is refused too.
+    refused = _admit(c, "flaky")
+    assert (refused.allowed, refused.reason, refused.breaker_state) == (
+        False,
+        pb.REASON_CIRCUIT_OPEN,
+        pb.BREAKER_STATE_OPEN,
+    )
+    assert 0 < _ms(refused.retry_after) <= 1000
+    time.sleep(_ms(refused.retry_after) / 1000 + 0.05)
+    # Half-open: exactly two probes, whoever asks.
+    probes = [_admit(x, "flaky") for x in (a, b, c)]
+    assert [(p.allowed, p.probe) for p in probes] == [(True, True), (True, True), (False, False)]
+    assert probes[2].reason == pb.REASON_CIRCUIT_OPEN
+    assert probes[2].breaker_state == pb.BREAKER_STATE_HALF_OPEN
+    ok = pb.Outcome(upstream="flaky", success=True)
+    assert a.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[ok, ok]), timeout=5).recorded == 2
+    closed = _admit(c, "flaky")
+    assert (closed.allowed, closed.breaker_state, closed.probe) == (
+        True,
+        pb.BREAKER_STATE_CLOSED,
+        False,
+    )
+    metrics = scrape(pod[1])
+    for before, after in (("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED")):
+        key = f'squawk_breaker_transitions_total{{from="{before}",to="{after}",upstream="flaky"}}'
+        assert metrics[key] == 1.0
+    assert metrics['squawk_breaker_state{upstream="flaky"}'] == 1.0  # closed
+
+
+def test_one_executors_retry_after_holds_back_every_executor(executors: list[Stub]) -> None:
+    a, b, _ = executors
+    told = _failed(a, "cooling", 429, Retry_After="2")
+    assert (told.action, _ms(told.delay)) == (pb.ACTION_RETRY, 2000)
+    refused = _admit(b, "cooling")
+    assert (refused.allowed, refused.reason) == (False, pb.REASON_UPSTREAM_COOLING_DOWN)
+    assert 1500 <= _ms(refused.retry_after) <= 2000
+    # Another executor's own failure waits out the time left, not its backoff.
+    other = _failed(b, "cooling", 503)
+    assert other.action == pb.ACTION_RETRY
+    assert 1500 <= _ms(other.delay) <= 2000
+
+
+def test_retries_across_executors_are_capped_by_the_budget(executors: list[Stub]) -> None:
+    a, b, c = executors
+    for x in (a, b, c, a):
+        assert _admit(x, "budgeted").allowed
+    # Four admitted calls at ratio 0.5 and no floor: two retries, pod-wide.
+    answers = [_failed(x, "budgeted", 503) for x in (a, b, c)]
+    assert [(d.action, d.reason) for d in answers] == [
+        (pb.ACTION_RETRY, pb.REASON_TRANSIENT_STATUS),
+        (pb.ACTION_RETRY, pb.REASON_TRANSIENT_STATUS),
+        (pb.ACTION_FAIL, pb.REASON_RETRY_BUDGET_EXHAUSTED),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "field"),
+    [
+        ([], "outcomes"),
+        ([pb.Outcome(upstream="r", success=True)] * 1001, "outcomes"),
+        (
+            [pb.Outcome(upstream="r", success=True)] * 2
+            + [pb.Outcome(upstream="r", http_status=700)],
+            "outcomes[2].http_status",
+        ),
+        ([pb.Outcome(upstream="u" * 257)], "outcomes[0].upstream"),
+    ],
+    ids=["none", "over 1,000", "a bad status", "a long name"],
+)
+def test_a_bad_report_is_refused_whole_naming_the_field(
+    executors: list[Stub], outcomes: list[pb.Outcome], field: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        executors[0].ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (caught.value.details() or "").startswith(field + ":")
+    listed = executors[0].GetUpstreams(pb.GetUpstreamsRequest(), timeout=5).upstreams
+    assert "r" not in {u.upstream for u in listed}
+
+
+def test_get_upstreams_refuses_an_unknown_profile(executors: list[Stub]) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        executors[0].GetUpstreams(pb.GetUpstreamsRequest(profile="nope"), timeout=5)
+    assert (caught.value.details() or "").startswith("profile:")
+
+
+def test_tracked_upstreams_are_bounded_over_the_wire(executors: list[Stub]) -> None:
+    a = executors[0]
+    for batch in range(3):
+        names = [f"name-{batch}-{i}" for i in range(1000)]
+        report = pb.ReportOutcomeRequest(
+            outcomes=[pb.Outcome(upstream=n, success=True) for n in names]
+        )
+        assert a.ReportOutcome(report, timeout=10).recorded == 1000
+    listed = {u.upstream for u in a.GetUpstreams(pb.GetUpstreamsRequest(), timeout=5).upstreams}
+    # max_upstreams: 50, the least recently used dropped first.
+    assert listed == {f"name-2-{i}" for i in range(950, 1000)}
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_million_distinct_upstreams_keep_memory_bounded() -> None:
+    clock = [0.0]
+    upstreams = Upstreams(builtin_policy(), clock=lambda: clock[0])
+    profile = builtin_policy().profile("default")
+    for i in range(1_000_000):
+        if i == 50_000:
+            warm = _rss_bytes()
+        clock[0] = i / 1000
+        upstreams.admit(profile, f"upstream-{i}")
+    grown = _rss_bytes() - warm
+    assert len(upstreams) == 10_000  # the default max_upstreams, oldest dropped
+    # Unbounded, 950,000 more states would take hundreds of MB.
+    assert grown < 32 * 2**20, f"RSS grew {grown / 2**20:.1f} MiB"
+    views = upstreams.views()
+    assert [v.upstream for v in views[-2:]] == ["upstream-999998", "upstream-999999"]
+
+
+def test_the_runner_asks_before_each_dispatch_and_reports_success(
+    pod: tuple[Daemon, int], executors: list[Stub]
+) -> None:
+    calls: list[int] = []
+
+    def step(n: int) -> str:
+        calls.append(n)
+        if len(calls) == 1:
+            raise StepError("busy", http_status=503)
+        return "ok"
+
+    with SquawkClient(pod[0].target, call_timeout=timedelta(seconds=5)) as client:
+        result = run_step_sync(
+            client, step, 1, options=StepOptions(upstream="runner-ok"), sleep=lambda s: None
+        )
+    assert (result, calls) == ("ok", [1, 1])
+    (state,) = [
+        u
+        for u in executors[0].GetUpstreams(pb.GetUpstreamsRequest(), timeout=5).upstreams
+        if u.upstream == "runner-ok"
+    ]
+    # The failure (recorded by DecideRetry) and the reported success.
+    assert (state.window_calls, state.window_failures) == (2, 1)
+
+
+def test_the_runner_waits_out_another_executors_retry_after(
+    pod: tuple[Daemon, int], executors: list[Stub]
+) -> None:
+    _failed(executors[0], "runner-cool", 429, Retry_After="2")
+    waits: list[float] = []
+    calls: list[int] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        time.sleep(seconds)
+
+    with SquawkClient(pod[0].target, call_timeout=timedelta(seconds=5)) as client:
+        options = StepOptions(upstream="runner-cool", deadline=timedelta(milliseconds=500))
+        with pytest.raises(StepFailed) as failed:
+            run_step_sync(client, calls.append, 1, options=options, sleep=sleep)
+        assert failed.value.decision.reason == Reason.UPSTREAM_COOLING_DOWN
+        assert (failed.value.attempts, calls, waits) == (0, [], [])
+        run_step_sync(
+            client, calls.append, 1, options=StepOptions(upstream="runner-cool"), sleep=sleep
+        )
+    assert calls == [1]
+    assert len(waits) == 1 and 1.0 < waits[0] <= 2.0
+
+
+def test_the_runner_fails_open_without_the_daemon() -> None:
+    with SquawkClient(f"127.0.0.1:{free_port()}") as client:
+        admission = client.admit("anywhere")
+        assert (admission.allowed, admission.fallback) == (True, True)
+        assert run_step_sync(client, lambda n: n + 1, 1, options=StepOptions(upstream="x")) == 2
+        # One admission above, then the runner's admission and its report.
+        assert client.fallback_count == 3
+
+
+def test_the_cli_prints_the_pods_upstreams_as_a_table(
+    pod: tuple[Daemon, int], executors: list[Stub]
+) -> None:
+    failed = pb.Outcome(upstream="cli-shown", http_status=502)
+    executors[0].ReportOutcome(pb.ReportOutcomeRequest(outcomes=[failed]), timeout=5)
+    done = subprocess.run(
+        [sys.executable, "-m", "squawk.daemon.cli", "upstreams", "--target", pod[0].target],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    header, *rows = done.stdout.splitlines()
+    assert header.split() == [
+        "PROFILE",
+        "UPSTREAM",
+        "BREAKER",
+        "FOR",
+        "CALLS",
+        "FAILURES",
+        "RETRIES",
+        "COOL-DOWN",
+    ]
+    (row,) = [r.split() for r in rows if r.split()[1] == "cli-shown"]
+    assert row[:3] == ["default", "cli-shown", "CLOSED"]
+    assert row[4:7] == ["1", "1", "100"]
+
+
+def test_a_client_decision_says_when_the_breaker_half_opens(
+    pod: tuple[Daemon, int], executors: list[Stub]
+) -> None:
+    with SquawkClient(pod[0].target, call_timeout=timedelta(seconds=5)) as client:
+        request = pb.DecideRetryRequest(attempt=1, http_status=503, upstream="flaky-client")
+        decisions = [client.decide_retry(request) for _ in range(12)]
+    # The default breaker: 10 calls, all failed, open it for 30 s.
+    assert decisions[8].retry_after is None
+    opened = decisions[9]
+    assert opened.reason == Reason.CIRCUIT_OPEN
+    assert opened.retry_after is not None
+    assert timedelta(seconds=29) < opened.retry_after <= timedelta(seconds=30)
+
+
+def test_every_reported_transition_is_one_the_breaker_has() -> None:
+    clock = [0.0]
+    seen: list[tuple[str, str]] = []
+    upstreams = Upstreams(
+        builtin_policy(),
+        clock=lambda: clock[0],
+        on_transition=lambda t: seen.append((t.before.name, t.after.name)),
+    )
+    default = builtin_policy().profile("default")
+    # One probe: a single outcome both half-opens (time) and closes (the probe).
+    profile = replace(default, circuit_breaker=replace(default.circuit_breaker, half_open_probes=1))
+    for _ in range(10):  # the default breaker: 10 calls, all failed
+        upstreams.record(profile, "api", Outcome(success=False, http_status=503))
+    clock[0] = 31.0  # past the 30 s open period, nobody asked in between
+    upstreams.record(profile, "api", Outcome(success=True))
+    assert seen == [("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED")]
