@@ -16,6 +16,8 @@ from squawk.policy import (
     UpstreamConfig,
     counts_as_failure,
 )
+from squawk.policy.breaker import CLOSED, admit, record
+from squawk.policy.outcome import Verdict
 from upstream_pod import BAD_INPUT, OUTAGE, SUCCESS, Pod
 
 # Room for every retry and deposit, so only the breaker decides here.
@@ -181,13 +183,23 @@ def test_a_half_open_round_without_a_verdict_starts_over() -> None:
     assert (p.view().calls, p.view().probes) == (0, 5)  # the old tally is gone too
 
 
-def test_an_uncounted_probe_outcome_gives_its_slot_back() -> None:
+def test_an_uncounted_outcome_frees_no_probe_slot() -> None:
+    # Anyone can report a 4xx; were it to free a slot, any number of calls
+    # would get through one half-open round.
     p = opened().at(30.0)
     for _ in range(5):
         assert p.admit().probe
-    p.report(BAD_INPUT)
-    assert p.admit().probe
+    for _ in range(20):
+        p.report(BAD_INPUT)
     assert not p.admit().allowed
+    assert p.view().breaker_state is BreakerState.HALF_OPEN
+
+
+def test_a_disabled_breaker_never_opens() -> None:
+    config = BreakerConfig(enabled=False, minimum_calls=1)
+    breaker = record(CLOSED, config, 0.0, Verdict.FAILURE)
+    assert breaker.state is BreakerState.CLOSED
+    assert admit(breaker, config, 0.0)[1:] == (True, False)
 
 
 def test_outcomes_reported_while_open_are_dropped() -> None:

@@ -31,8 +31,11 @@ The transitions, each a pure function of (breaker, config, now[, verdict]):
   it CLOSES with a fresh window when successes / probes >= close_ratio, else
   OPENS again for open_for. A round that gets no verdict within open_for of
   its start (probes never reported) starts a new round. An outcome that does
-  not count (a 4xx, a cancellation) gives its probe slot back, as
-  resilience4j's releasePermission does, so bad input cannot use up a round.
+  not count (a 4xx, a cancellation) changes nothing, and does not give a
+  probe slot back either: it may not come from a probe at all (any caller
+  can report one), and slots given back that way would let any number of
+  calls through a half-open round. A probe that ends uncounted holds its
+  slot until the round restarts.
 
 Time moves a breaker only when it is next read (admit, record, snapshot):
 OPEN becomes HALF_OPEN at the first read at or after its end, and the
@@ -138,12 +141,7 @@ def admit(breaker: Breaker, config: BreakerConfig, now: float) -> tuple[Breaker,
 def record(breaker: Breaker, config: BreakerConfig, now: float, verdict: Verdict) -> Breaker:
     """The breaker after one call's outcome (see the module docstring)."""
     breaker = advance(breaker, config, now)
-    if breaker.state is BreakerState.OPEN:
-        return breaker
-    if verdict is Verdict.IGNORED:
-        if breaker.state is BreakerState.HALF_OPEN:
-            tallied = breaker.successes + breaker.failures
-            return replace(breaker, probes=max(breaker.probes - 1, tallied))
+    if breaker.state is BreakerState.OPEN or verdict is Verdict.IGNORED or not config.enabled:
         return breaker
     failed = verdict is Verdict.FAILURE
     if breaker.state is BreakerState.CLOSED:
