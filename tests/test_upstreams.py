@@ -341,3 +341,40 @@ def test_every_reported_transition_is_one_the_breaker_has() -> None:
     clock[0] = 31.0  # past the 30 s open period, nobody asked in between
     upstreams.record(profile, "api", Outcome(success=True))
     assert seen == [("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED")]
+
+
+def test_a_listing_of_long_names_stays_within_a_clients_limit() -> None:
+    daemon = start_daemon()  # the default policy: up to 10,000 upstreams
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = Stub(channel)
+            for batch in range(10):  # 10,000 names of 256 four-byte characters
+                outcomes = [
+                    pb.Outcome(upstream=f"{batch:02}{i:04}" + "😀" * 250, success=True)
+                    for i in range(1000)
+                ]
+                report = pb.ReportOutcomeRequest(outcomes=outcomes)
+                assert stub.ReportOutcome(report, timeout=30).recorded == 1000
+            reply = stub.GetUpstreams(pb.GetUpstreamsRequest(), timeout=30)
+    finally:
+        daemon.stop()
+    assert reply.truncated
+    assert 0 < len(reply.upstreams) < 10_000
+    assert reply.ByteSize() < 4 << 20
+
+
+def test_a_name_cannot_forge_a_row_of_the_cli_table(pod: tuple[Daemon, int]) -> None:
+    forged = "evil\ndefault  payments-api  CLOSED\x1b[2J"
+    with grpc.insecure_channel(pod[0].target) as channel:
+        failed = pb.Outcome(upstream=forged, http_status=502)
+        Stub(channel).ReportOutcome(pb.ReportOutcomeRequest(outcomes=[failed]), timeout=5)
+    done = subprocess.run(
+        [sys.executable, "-m", "squawk.daemon.cli", "upstreams", "--target", pod[0].target],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert "\x1b" not in done.stdout
+    assert not any(line.startswith("default  payments-api") for line in done.stdout.splitlines())
+    assert "evil\\ndefault" in done.stdout

@@ -711,9 +711,12 @@ type DecideRetryRequest struct {
 	// overrides uses the profile as it is. Shown redacted in spans and
 	// decision logs.
 	Capability string `protobuf:"bytes,14,opt,name=capability,proto3" json:"capability,omitempty"`
-	// The upstream service's name, for telemetry only: it never changes the
-	// decision. Optional; at most 256 characters. Shown redacted in spans and
-	// decision logs.
+	// The upstream service's name. Optional; at most 256 characters. Shown
+	// redacted in spans and decision logs. When set, the failure counts in the
+	// pod's state for (profile, upstream) (see Admit), and that state may turn
+	// a RETRY into FAIL (CIRCUIT_OPEN, RETRY_BUDGET_EXHAUSTED) or a longer
+	// wait (a shared cool-down); it never touches CORRECT or an earlier FAIL.
+	// Empty: the decision is the stateless policy's alone.
 	Upstream string `protobuf:"bytes,15,opt,name=upstream,proto3" json:"upstream,omitempty"`
 	// The policy profile. Optional; "" (the default) = "default". Built in:
 	// "default" and "llm"; the policy file may add more. An unknown name is
@@ -900,9 +903,11 @@ type DecideRetryResponse struct {
 	// false, it may name a status read from that message although the
 	// decision routed the attempt as a transport failure.
 	Classification *ClassifyResponse `protobuf:"bytes,6,opt,name=classification,proto3" json:"classification,omitempty"`
-	// Set only when the pod's upstream state ended the attempt (reason
-	// CIRCUIT_OPEN or RETRY_BUDGET_EXHAUSTED): how long until the upstream
-	// admits calls again, as Admit would answer.
+	// Set only when the pod's upstream state ended the attempt: how long
+	// until the upstream admits calls again (CIRCUIT_OPEN: until the breaker
+	// half-opens; RETRY_BUDGET_EXHAUSTED: until the oldest retry leaves a
+	// ratio budget, unset for a token bucket), or, for DEADLINE_EXCEEDED
+	// caused by the shared cool-down, the cool-down left.
 	RetryAfter    *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1896,7 +1901,8 @@ type Outcome struct {
 	HttpStatus int32 `protobuf:"varint,5,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
 	// True when no HTTP response arrived.
 	TransportFailure bool `protobuf:"varint,6,opt,name=transport_failure,json=transportFailure,proto3" json:"transport_failure,omitempty"`
-	// How long the dispatch took. Optional; reported for observability.
+	// How long the dispatch took. Optional; accepted for the executors'
+	// convenience and not used by the pod's state today.
 	Latency *durationpb.Duration `protobuf:"bytes,7,opt,name=latency,proto3" json:"latency,omitempty"`
 	// The response headers that matter to the pod: Retry-After and
 	// grpc-retry-pushback-ms start the upstream's shared cool-down. Bounded
@@ -2133,8 +2139,12 @@ func (x *GetUpstreamsRequest) GetProfile() string {
 // GetUpstreamsResponse is the state of every tracked upstream.
 type GetUpstreamsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Ordered by profile, then upstream name.
-	Upstreams     []*UpstreamState `protobuf:"bytes,1,rep,name=upstreams,proto3" json:"upstreams,omitempty"`
+	// Ordered by profile, then upstream name; at most what fits in about
+	// 3 MiB, so the answer stays within a default client's 4 MiB limit.
+	Upstreams []*UpstreamState `protobuf:"bytes,1,rep,name=upstreams,proto3" json:"upstreams,omitempty"`
+	// True when more upstreams are tracked than `upstreams` lists (filter by
+	// profile to see the rest).
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2174,6 +2184,13 @@ func (x *GetUpstreamsResponse) GetUpstreams() []*UpstreamState {
 		return x.Upstreams
 	}
 	return nil
+}
+
+func (x *GetUpstreamsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 // UpstreamState is the pod's view of one (profile, upstream).
@@ -2435,9 +2452,10 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x15ReportOutcomeResponse\x12\x1a\n" +
 	"\brecorded\x18\x01 \x01(\x05R\brecorded\"/\n" +
 	"\x13GetUpstreamsRequest\x12\x18\n" +
-	"\aprofile\x18\x01 \x01(\tR\aprofile\"N\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\"l\n" +
 	"\x14GetUpstreamsResponse\x126\n" +
-	"\tupstreams\x18\x01 \x03(\v2\x18.squawk.v1.UpstreamStateR\tupstreams\"\xfe\x02\n" +
+	"\tupstreams\x18\x01 \x03(\v2\x18.squawk.v1.UpstreamStateR\tupstreams\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xfe\x02\n" +
 	"\rUpstreamState\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12<\n" +

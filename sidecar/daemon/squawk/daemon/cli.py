@@ -207,7 +207,8 @@ def upstream_table(states: Sequence[pb.UpstreamState]) -> str:
     rows = [_COLUMNS] + [
         (
             s.profile,
-            redact(s.upstream),
+            # A name is caller data: escaped, it cannot forge a row or steer the terminal.
+            redact(repr(s.upstream)[1:-1]),
             pb.BreakerState.Name(s.breaker_state).removeprefix("BREAKER_STATE_"),
             f"{s.breaker_state_age.ToTimedelta().total_seconds():.1f}s",
             str(s.window_calls),
@@ -229,7 +230,10 @@ def _upstreams(args: argparse.Namespace) -> str:
         reply = pb_grpc.PolicyServiceStub(channel).GetUpstreams(
             pb.GetUpstreamsRequest(profile=args.profile), timeout=10
         )
-    return upstream_table(reply.upstreams)
+    table = upstream_table(reply.upstreams)
+    if reply.truncated:
+        table += "\n(more upstreams are tracked than one answer holds; filter with --profile)"
+    return table
 
 
 def _ask(args: argparse.Namespace, request: Message) -> Message:

@@ -69,6 +69,8 @@ Method = Callable[["PolicyServicer", Req, grpc.aio.ServicerContext[Req, Resp]], 
 MAX_BATCH = 10_000
 # Outcomes in one ReportOutcome call.
 MAX_OUTCOMES = 1_000
+# A GetUpstreams answer stays within a default client's 4 MiB receive limit.
+MAX_UPSTREAMS_REPLY_BYTES = 3 << 20
 # The longest status message a refused call carries.
 MAX_ERROR_CHARS = 1_024
 # A batch gives the event loop back this often, so health checks and other
@@ -376,8 +378,15 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         if request.profile:
             self._policy.profile(request.profile)  # refuses an unknown name
         reply = pb.GetUpstreamsResponse()
+        size = 0
         for view in self._upstreams.views(request.profile):
-            _fill_upstream(view, reply.upstreams.add())
+            item = reply.upstreams.add()
+            _fill_upstream(view, item)
+            size += item.ByteSize() + 4  # the field's tag and length
+            if size > MAX_UPSTREAMS_REPLY_BYTES:
+                del reply.upstreams[-1]
+                reply.truncated = True
+                break
         return reply
 
 

@@ -791,9 +791,12 @@ export interface DecideRetryRequest {
    */
   capability: string;
   /**
-   * The upstream service's name, for telemetry only: it never changes the
-   * decision. Optional; at most 256 characters. Shown redacted in spans and
-   * decision logs.
+   * The upstream service's name. Optional; at most 256 characters. Shown
+   * redacted in spans and decision logs. When set, the failure counts in the
+   * pod's state for (profile, upstream) (see Admit), and that state may turn
+   * a RETRY into FAIL (CIRCUIT_OPEN, RETRY_BUDGET_EXHAUSTED) or a longer
+   * wait (a shared cool-down); it never touches CORRECT or an earlier FAIL.
+   * Empty: the decision is the stateless policy's alone.
    */
   upstream: string;
   /**
@@ -854,9 +857,11 @@ export interface DecideRetryResponse {
     | ClassifyResponse
     | undefined;
   /**
-   * Set only when the pod's upstream state ended the attempt (reason
-   * CIRCUIT_OPEN or RETRY_BUDGET_EXHAUSTED): how long until the upstream
-   * admits calls again, as Admit would answer.
+   * Set only when the pod's upstream state ended the attempt: how long
+   * until the upstream admits calls again (CIRCUIT_OPEN: until the breaker
+   * half-opens; RETRY_BUDGET_EXHAUSTED: until the oldest retry leaves a
+   * ratio budget, unset for a token bucket), or, for DEADLINE_EXCEEDED
+   * caused by the shared cool-down, the cool-down left.
    */
   retryAfter: Duration | undefined;
 }
@@ -1173,7 +1178,10 @@ export interface Outcome {
   httpStatus: number;
   /** True when no HTTP response arrived. */
   transportFailure: boolean;
-  /** How long the dispatch took. Optional; reported for observability. */
+  /**
+   * How long the dispatch took. Optional; accepted for the executors'
+   * convenience and not used by the pod's state today.
+   */
   latency:
     | Duration
     | undefined;
@@ -1210,8 +1218,16 @@ export interface GetUpstreamsRequest {
 
 /** GetUpstreamsResponse is the state of every tracked upstream. */
 export interface GetUpstreamsResponse {
-  /** Ordered by profile, then upstream name. */
+  /**
+   * Ordered by profile, then upstream name; at most what fits in about
+   * 3 MiB, so the answer stays within a default client's 4 MiB limit.
+   */
   upstreams: UpstreamState[];
+  /**
+   * True when more upstreams are tracked than `upstreams` lists (filter by
+   * profile to see the rest).
+   */
+  truncated: boolean;
 }
 
 /** UpstreamState is the pod's view of one (profile, upstream). */
@@ -4397,13 +4413,16 @@ export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
 };
 
 function createBaseGetUpstreamsResponse(): GetUpstreamsResponse {
-  return { upstreams: [] };
+  return { upstreams: [], truncated: false };
 }
 
 export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
   encode(message: GetUpstreamsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     for (const v of message.upstreams) {
       UpstreamState.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.truncated !== false) {
+      writer.uint32(16).bool(message.truncated);
     }
     return writer;
   },
@@ -4429,6 +4448,14 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
             message.upstreams.push(UpstreamState.decode(reader, reader.uint32()));
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.truncated = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4446,6 +4473,7 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
       upstreams: globalThis.Array.isArray(object?.upstreams)
         ? object.upstreams.map((e: any) => UpstreamState.fromJSON(e))
         : [],
+      truncated: isSet(object.truncated) ? globalThis.Boolean(object.truncated) : false,
     };
   },
 
@@ -4453,6 +4481,9 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
     const obj: any = {};
     if (message.upstreams?.length) {
       obj.upstreams = message.upstreams.map((e) => UpstreamState.toJSON(e));
+    }
+    if (message.truncated !== false) {
+      obj.truncated = message.truncated;
     }
     return obj;
   },
@@ -4463,6 +4494,7 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
   fromPartial(object: DeepPartial<GetUpstreamsResponse>): GetUpstreamsResponse {
     const message = createBaseGetUpstreamsResponse();
     message.upstreams = object.upstreams?.map((e) => UpstreamState.fromPartial(e)) || [];
+    message.truncated = object.truncated ?? false;
     return message;
   },
 };
