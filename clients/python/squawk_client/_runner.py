@@ -97,6 +97,8 @@ class _Attempts:
         self.corrections = 0
         self.calls = 1
         self.started = time.monotonic()
+        # The step's last error, the cause of a FAIL that comes before a call.
+        self.last_error: BaseException | None = None
 
     def request(self, exc: BaseException) -> pb.DecideRetryRequest:
         o = self.options
@@ -189,7 +191,7 @@ class _Attempts:
         decision = Decision(
             Action.FAIL, timedelta(0), admission.reason, why, True, pb.ClassifyResponse()
         )
-        raise StepFailed(decision, self.calls - 1)
+        raise StepFailed(decision, self.calls - 1) from self.last_error
 
     def deadline_left(self) -> timedelta:
         assert self.options.deadline is not None
@@ -208,6 +210,7 @@ class _Attempts:
         return [done]
 
     def advance(self, decision: Decision, exc: BaseException) -> None:
+        self.last_error = exc
         if decision.action is Action.RETRY:
             self.attempt += 1
         elif decision.action is Action.CORRECT:

@@ -20,7 +20,9 @@ times per 10 s, and a busy one 20 times per 100 calls on top. Deposits and
 withdrawals both expire after ttl, counted in a window of 10 buckets as
 Finagle's WindowedAdder does (see squawk.policy.timing), so a deposit stays
 for between 9/10 ttl and ttl. A resend admitted with `retry=True` does not
-deposit: retries are a share of first calls, not of all calls.
+deposit. The daemon's Admit cannot tell a resend from a first call (the
+request has no such field), so over the wire every admitted call deposits
+and retries are a share of all admitted calls, as the README states.
 
 `kind: token_bucket`: gRFC A6's retry throttling.
 
