@@ -21,7 +21,7 @@ import pytest
 
 from conftest import Daemon, free_port, start_daemon
 from squawk.daemon.server.upstreams import Upstreams
-from squawk.policy import Outcome, builtin_policy
+from squawk.policy import BreakerState, Outcome, builtin_policy
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk_client import Reason, SquawkClient, StepError, StepFailed, StepOptions, run_step_sync
@@ -198,9 +198,17 @@ def test_tracked_upstreams_are_bounded_over_the_wire(executors: list[Stub]) -> N
             outcomes=[pb.Outcome(upstream=n, success=True) for n in names]
         )
         assert a.ReportOutcome(report, timeout=10).recorded == 1000
-    listed = {u.upstream for u in a.GetUpstreams(pb.GetUpstreamsRequest(), timeout=5).upstreams}
-    # max_upstreams: 50, the least recently used dropped first.
-    assert listed == {f"name-2-{i}" for i in range(950, 1000)}
+    states = a.GetUpstreams(pb.GetUpstreamsRequest(), timeout=5).upstreams
+    # max_upstreams: 50, the least recently used dropped first, except that an
+    # open breaker or a running cool-down (left by the tests before) is kept.
+    kept = [u for u in states if not u.upstream.startswith("name-")]
+    assert all(
+        u.breaker_state != pb.BREAKER_STATE_CLOSED or u.cool_down_left.ToNanoseconds() > 0
+        for u in kept
+    )
+    newest = {u.upstream for u in states} - {u.upstream for u in kept}
+    assert len(states) == 50
+    assert newest == {f"name-2-{i}" for i in range(1000 - (50 - len(kept)), 1000)}
 
 
 def _rss_bytes() -> int:
@@ -378,3 +386,18 @@ def test_a_name_cannot_forge_a_row_of_the_cli_table(pod: tuple[Daemon, int]) -> 
     assert "\x1b" not in done.stdout
     assert not any(line.startswith("default  payments-api") for line in done.stdout.splitlines())
     assert "evil\\ndefault" in done.stdout
+
+
+def test_churning_names_does_not_reset_an_open_breaker() -> None:
+    clock = [0.0]
+    policy = replace(builtin_policy(), max_upstreams=100)
+    upstreams = Upstreams(policy, clock=lambda: clock[0])
+    profile = policy.profile("default")
+    for _ in range(10):  # the default breaker opens: 10 calls, all failed
+        upstreams.record(profile, "victim", Outcome(success=False, http_status=503))
+    assert not upstreams.admit(profile, "victim").allowed
+    for i in range(1000):  # the oldest key, ten times over
+        upstreams.admit(profile, f"churn-{i}")
+    assert len(upstreams) == 100
+    refused = upstreams.admit(profile, "victim")
+    assert (refused.allowed, refused.breaker_state) == (False, BreakerState.OPEN)

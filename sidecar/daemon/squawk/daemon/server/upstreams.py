@@ -39,6 +39,8 @@ from squawk.policy.breaker import advance
 __all__ = ["Transition", "UpstreamView", "Upstreams"]
 
 Key = tuple[str, str]  # (profile name, upstream)
+# How many of the oldest keys eviction looks through for a quiet one.
+_EVICTION_SCAN = 16
 
 
 class Transition(NamedTuple):
@@ -83,12 +85,26 @@ class Upstreams:
     def _entry(self, key: Key, now: float) -> _Entry:
         entry = self._entries.get(key)
         if entry is None:
+            if len(self._entries) >= self._policy.max_upstreams:
+                self._evict(now)
             entry = self._entries[key] = _Entry(UpstreamState(), now)
-            if len(self._entries) > self._policy.max_upstreams:
-                self._entries.popitem(last=False)
         else:
             self._entries.move_to_end(key)
         return entry
+
+    def _evict(self, now: float) -> None:
+        """Drop one key: among the oldest few, the least recently used whose
+        breaker is closed and which is not cooling down, else the least
+        recently used. So a caller who churns through names cannot reset an
+        open breaker or a cool-down (unless every key is one)."""
+        for seen, (key, entry) in enumerate(self._entries.items()):
+            if seen == _EVICTION_SCAN:
+                break
+            state = entry.state
+            if state.breaker.state is BreakerState.CLOSED and state.cool_until <= now:
+                del self._entries[key]
+                return
+        self._entries.popitem(last=False)
 
     def _current(self, key: Key, config: UpstreamConfig, now: float) -> _Entry:
         """The key's entry with time's own step taken (OPEN -> HALF_OPEN, a
