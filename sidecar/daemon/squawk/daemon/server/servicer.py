@@ -1,26 +1,19 @@
 """The PolicyService servicer: convert the request, call the core, convert back.
 
-Domain errors become INVALID_ARGUMENT naming the field; a body that is not
-a valid message becomes INVALID_ARGUMENT naming `request`; anything
-unexpected becomes INTERNAL with a generic message and the traceback in the
-log, so a request can never crash the daemon. Every message that reaches a
-caller or a span passes `shown_text`: redacted, bounded, valid UTF-8.
+Each method passes `boundary` (boundary.py), which turns refusals and
+failures into statuses; the pod's upstream state lives in upstreams.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import grpc
-from google.protobuf import message_factory
-from google.protobuf.message import Message
-from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry import trace
 
 from squawk.policy import (
@@ -48,135 +41,22 @@ from squawk.wire import (
 )
 
 from ..analysis import Analyzer, AnalyzerSettings, wire
+from .boundary import INTERNAL, MAX_ERROR_CHARS, boundary, register
 from .observe import Observer, admission_fields, classification_fields, decision_fields
 from .upstreams import Upstreams, UpstreamView
 
-__all__ = [
-    "MAX_BATCH",
-    "MAX_ERROR_CHARS",
-    "MAX_OUTCOMES",
-    "Malformed",
-    "PolicyServicer",
-    "register",
-]
+__all__ = ["MAX_BATCH", "MAX_OUTCOMES", "PolicyServicer", "register"]
 
 log = logging.getLogger(__name__)
-
-Req = TypeVar("Req")
-Resp = TypeVar("Resp")
-Method = Callable[["PolicyServicer", Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]
 
 MAX_BATCH = 10_000
 # Outcomes in one ReportOutcome call.
 MAX_OUTCOMES = 1_000
 # A GetUpstreams answer stays within a default client's 4 MiB receive limit.
 MAX_UPSTREAMS_REPLY_BYTES = 3 << 20
-# The longest status message a refused call carries.
-MAX_ERROR_CHARS = 1_024
 # A batch gives the event loop back this often, so health checks and other
 # calls are answered while it runs, and a cancelled batch stops there.
 _BATCH_SLICE = 32
-# A field path names request fields and caller-chosen keys; this bounds the keys.
-MAX_FIELD_CHARS = 256
-_INTERNAL = "internal error; see the daemon's log"
-# The standard trailer of gRPC's rich error model (what grpcio-status writes).
-_STATUS_DETAILS = "grpc-status-details-bin"
-
-
-class Malformed:
-    """A request body that did not parse as its method's message.
-
-    The deserializer returns this instead of raising: grpc answers a raising
-    deserializer with UNKNOWN and logs a traceback per call, which lets a
-    stream of garbage flood the log.
-    """
-
-    __slots__ = ("type_name",)
-
-    def __init__(self, type_name: str) -> None:
-        self.type_name = type_name
-
-
-def _reader(cls: type[Message]) -> Callable[[bytes], Message | Malformed]:
-    parse = cls.FromString
-    name = cls.DESCRIPTOR.full_name
-
-    def read(data: bytes) -> Message | Malformed:
-        try:
-            return parse(data)
-        except Exception:  # DecodeError, or protobuf's recursion limit
-            return Malformed(name)
-
-    return read
-
-
-def register(servicer: PolicyServicer, server: grpc.aio.Server) -> None:
-    """Serve PolicyService on `server`, parsing requests with `_reader`.
-
-    The generated add_PolicyServiceServicer_to_server, but for the deserializer.
-    """
-    service = pb.DESCRIPTOR.services_by_name["PolicyService"]
-    handlers = {
-        m.name: grpc.unary_unary_rpc_method_handler(
-            getattr(servicer, m.name),
-            request_deserializer=_reader(message_factory.GetMessageClass(m.input_type)),
-            response_serializer=message_factory.GetMessageClass(m.output_type).SerializeToString,
-        )
-        for m in service.methods
-    }
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
-    )
-    server.add_registered_method_handlers(service.full_name, handlers)
-
-
-def _boundary(method: Method[Req, Resp]) -> Method[Req, Resp]:
-    rpc = method.__name__
-
-    @functools.wraps(method)
-    async def wrapper(
-        self: PolicyServicer, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
-    ) -> Resp:
-        refusal: PolicyInputError | None = None
-        if isinstance(request, Malformed):
-            self._observer.refused(rpc, "malformed")
-            refusal = PolicyInputError("request", f"not a valid {request.type_name} message")
-        else:
-            try:
-                return await method(self, request, context)
-            except PolicyInputError as exc:
-                self._observer.refused(rpc, "invalid_argument")
-                refusal = exc
-            except grpc.aio.AbortError:
-                raise
-            except Exception:
-                self._observer.refused(rpc, "internal", exc_info=True)
-        # Abort outside the except block, so the AbortError does not carry the
-        # original exception (and its unredacted text) into a span's event.
-        if refusal is None:
-            await context.abort(grpc.StatusCode.INTERNAL, _INTERNAL)
-        else:
-            message, details = _bad_request(refusal)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message, details)
-        raise AssertionError("unreachable: abort raises")
-
-    return wrapper
-
-
-def _bad_request(exc: PolicyInputError) -> tuple[str, tuple[tuple[str, bytes], ...]]:
-    """The status message and the `google.rpc.BadRequest` trailer for a refusal.
-
-    Both are bounded and redacted (an error echoes a caller's value, and it
-    reaches spans); the message keeps its "field: description" form so a
-    client without the google.rpc types can still read the field.
-    """
-    field = shown_text(exc.field, MAX_FIELD_CHARS)
-    description = shown_text(exc.message, MAX_ERROR_CHARS)
-    message = shown_text(f"{field}: {description}", MAX_ERROR_CHARS)
-    violation = error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
-    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=message)
-    status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[violation]))
-    return message, ((_STATUS_DETAILS, status.SerializeToString()),)
 
 
 class PolicyServicer(pb_grpc.PolicyServiceServicer):
@@ -235,7 +115,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
     def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
         return decision_message(self.decide_core(request))
 
-    @_boundary
+    @boundary
     async def Classify(
         self,
         request: pb.ClassifyRequest,
@@ -246,7 +126,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self._note("Classify", lambda: classification_fields(request, reply), started)
         return reply
 
-    @_boundary
+    @boundary
     async def DecideRetry(
         self,
         request: pb.DecideRetryRequest,
@@ -257,7 +137,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self._note("DecideRetry", lambda: decision_fields(request, decision), started)
         return decision_message(decision)
 
-    @_boundary
+    @boundary
     async def DecideRetryBatch(
         self,
         request: pb.DecideRetryBatchRequest,
@@ -283,7 +163,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             except Exception:
                 # One bad item answers with its own error; the batch goes on.
                 self._observer.refused("DecideRetryBatch", "internal", exc_info=True)
-                results.add(error=f"requests[{i}]: {_INTERNAL}")
+                results.add(error=f"requests[{i}]: {INTERNAL}")
                 continue
             actions[decision.action] += 1
             if self._observer.active:
@@ -301,7 +181,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             )
         return response
 
-    @_boundary
+    @boundary
     async def AnalyzeError(
         self,
         request: pb.AnalyzeErrorRequest,
@@ -315,7 +195,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self._note("AnalyzeError", lambda: wire.analysis_fields(analysis), started)
         return wire.analysis_response(analysis)
 
-    @_boundary
+    @boundary
     async def CheckDispatch(
         self,
         request: pb.CheckDispatchRequest,
@@ -326,7 +206,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             reply = await self._analyzer.worker.run(wire.dispatch, request)
         return reply
 
-    @_boundary
+    @boundary
     async def Admit(
         self,
         request: pb.AdmitRequest,
@@ -343,7 +223,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self._note("Admit", lambda: admission_fields(request, reply), started)
         return reply
 
-    @_boundary
+    @boundary
     async def ReportOutcome(
         self,
         request: pb.ReportOutcomeRequest,
@@ -369,7 +249,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 recorded += 1
         return pb.ReportOutcomeResponse(recorded=recorded)
 
-    @_boundary
+    @boundary
     async def GetUpstreams(
         self,
         request: pb.GetUpstreamsRequest,

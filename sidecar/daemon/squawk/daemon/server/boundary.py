@@ -1,0 +1,141 @@
+"""The edge of every PolicyService call: parsing, refusals and errors.
+
+A body that is not a valid message becomes INVALID_ARGUMENT naming
+`request`; a domain error becomes INVALID_ARGUMENT naming the field, with
+a `google.rpc.BadRequest`; anything unexpected becomes INTERNAL with a
+generic message and the traceback in the log, so a request can never crash
+the daemon. Every message that reaches a caller or a span passes
+`shown_text`: redacted, bounded, valid UTF-8.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.message import Message
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+from squawk.policy import PolicyInputError
+from squawk.policy.text import shown_text
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+from .observe import Observer
+
+__all__ = ["INTERNAL", "MAX_ERROR_CHARS", "Malformed", "boundary", "register"]
+
+# The longest status message a refused call carries.
+MAX_ERROR_CHARS = 1_024
+# A field path names request fields and caller-chosen keys; this bounds the keys.
+MAX_FIELD_CHARS = 256
+INTERNAL = "internal error; see the daemon's log"
+# The standard trailer of gRPC's rich error model (what grpcio-status writes).
+_STATUS_DETAILS = "grpc-status-details-bin"
+
+
+class _Observed(Protocol):
+    _observer: Observer
+
+
+S = TypeVar("S", bound=_Observed)
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Method = Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]
+
+
+class Malformed:
+    """A request body that did not parse as its method's message.
+
+    The deserializer returns this instead of raising: grpc answers a raising
+    deserializer with UNKNOWN and logs a traceback per call, which lets a
+    stream of garbage flood the log.
+    """
+
+    __slots__ = ("type_name",)
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+
+def _reader(cls: type[Message]) -> Callable[[bytes], Message | Malformed]:
+    parse = cls.FromString
+    name = cls.DESCRIPTOR.full_name
+
+    def read(data: bytes) -> Message | Malformed:
+        try:
+            return parse(data)
+        except Exception:  # DecodeError, or protobuf's recursion limit
+            return Malformed(name)
+
+    return read
+
+
+def register(servicer: pb_grpc.PolicyServiceServicer, server: grpc.aio.Server) -> None:
+    """Serve PolicyService on `server`, parsing requests with `_reader`.
+
+    The generated add_PolicyServiceServicer_to_server, but for the deserializer.
+    """
+    service = pb.DESCRIPTOR.services_by_name["PolicyService"]
+    handlers = {
+        m.name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, m.name),
+            request_deserializer=_reader(message_factory.GetMessageClass(m.input_type)),
+            response_serializer=message_factory.GetMessageClass(m.output_type).SerializeToString,
+        )
+        for m in service.methods
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
+def boundary(method: Method[S, Req, Resp]) -> Method[S, Req, Resp]:
+    rpc = method.__name__
+
+    @functools.wraps(method)
+    async def wrapper(self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
+        refusal: PolicyInputError | None = None
+        if isinstance(request, Malformed):
+            self._observer.refused(rpc, "malformed")
+            refusal = PolicyInputError("request", f"not a valid {request.type_name} message")
+        else:
+            try:
+                return await method(self, request, context)
+            except PolicyInputError as exc:
+                self._observer.refused(rpc, "invalid_argument")
+                refusal = exc
+            except grpc.aio.AbortError:
+                raise
+            except Exception:
+                self._observer.refused(rpc, "internal", exc_info=True)
+        # Abort outside the except block, so the AbortError does not carry the
+        # original exception (and its unredacted text) into a span's event.
+        if refusal is None:
+            await context.abort(grpc.StatusCode.INTERNAL, INTERNAL)
+        else:
+            message, details = _bad_request(refusal)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message, details)
+        raise AssertionError("unreachable: abort raises")
+
+    return wrapper
+
+
+def _bad_request(exc: PolicyInputError) -> tuple[str, tuple[tuple[str, bytes], ...]]:
+    """The status message and the `google.rpc.BadRequest` trailer for a refusal.
+
+    Both are bounded and redacted (an error echoes a caller's value, and it
+    reaches spans); the message keeps its "field: description" form so a
+    client without the google.rpc types can still read the field.
+    """
+    field = shown_text(exc.field, MAX_FIELD_CHARS)
+    description = shown_text(exc.message, MAX_ERROR_CHARS)
+    message = shown_text(f"{field}: {description}", MAX_ERROR_CHARS)
+    violation = error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
+    status = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=message)
+    status.details.add().Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+    return message, ((_STATUS_DETAILS, status.SerializeToString()),)
