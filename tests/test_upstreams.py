@@ -401,3 +401,12 @@ def test_churning_names_does_not_reset_an_open_breaker() -> None:
     assert len(upstreams) == 100
     refused = upstreams.admit(profile, "victim")
     assert (refused.allowed, refused.breaker_state) == (False, BreakerState.OPEN)
+
+
+def test_a_secret_in_an_upstream_name_is_not_listed(executors: list[Stub]) -> None:
+    secret = "sk-live-" + "A1b2C3d4" * 4
+    assert _admit(executors[0], f"api password={secret}").allowed
+    listed = executors[1].GetUpstreams(pb.GetUpstreamsRequest(), timeout=5).upstreams
+    shown = [u.upstream for u in listed if u.upstream.startswith("api password=")]
+    assert shown == ["api password=[REDACTED]"]
+    assert all(secret not in u.upstream for u in listed)

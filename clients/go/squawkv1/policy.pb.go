@@ -2198,7 +2198,7 @@ type UpstreamState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The profile whose settings apply.
 	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
-	// The upstream's name.
+	// The upstream's name, as any caller string is shown: secrets redacted.
 	Upstream string `protobuf:"bytes,2,opt,name=upstream,proto3" json:"upstream,omitempty"`
 	// The circuit breaker's state.
 	BreakerState BreakerState `protobuf:"varint,3,opt,name=breaker_state,json=breakerState,proto3,enum=squawk.v1.BreakerState" json:"breaker_state,omitempty"`

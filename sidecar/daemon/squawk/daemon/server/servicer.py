@@ -273,7 +273,8 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
 def _fill_upstream(view: UpstreamView, out: pb.UpstreamState) -> None:
     s = view.snapshot
     out.profile = view.profile
-    out.upstream = view.upstream
+    # Another executor's name is caller data: shown redacted, like in a span.
+    out.upstream = shown_text(view.upstream, MAX_NAME_CHARS)
     out.breaker_state = s.breaker_state  # type: ignore[assignment]
     out.breaker_state_age.FromTimedelta(view.state_age)
     out.window_calls = s.calls

@@ -1234,7 +1234,7 @@ export interface GetUpstreamsResponse {
 export interface UpstreamState {
   /** The profile whose settings apply. */
   profile: string;
-  /** The upstream's name. */
+  /** The upstream's name, as any caller string is shown: secrets redacted. */
   upstream: string;
   /** The circuit breaker's state. */
   breakerState: BreakerState;
