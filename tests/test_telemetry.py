@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from opentelemetry.trace import SpanKind
 from conftest import Daemon, free_port, start_daemon
 from squawk.daemon.config import load_policy
 from squawk.daemon.server.app import Daemon as InProcessDaemon
+from squawk.daemon.server.loop_lag import watch_loop_lag
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -180,6 +182,23 @@ def test_metrics_and_decision_log(tmp_path: Path) -> None:
         ("CORRECT", "CORRECTION_ELIGIBLE"),
     ]
     assert lines[0]["squawk.delay_ms"] == 542
+    # The loop-lag watch runs from the start (40 wake-ups a second).
+    assert samples["squawk_event_loop_lag_seconds_count"] >= 1
+
+
+def test_loop_lag_sees_a_held_loop() -> None:
+    seen: list[float] = []
+
+    async def hold_the_loop() -> None:
+        watch = asyncio.create_task(watch_loop_lag(seen.append, period_s=0.01))
+        await asyncio.sleep(0.05)
+        time.sleep(0.2)  # what a stalled loop looks like to every waiting call
+        await asyncio.sleep(0.05)
+        watch.cancel()
+
+    asyncio.run(hold_the_loop())
+    assert max(seen) >= 0.15
+    assert sorted(seen)[len(seen) // 2] < 0.05  # the rest were on time
 
 
 def test_a_dead_collector_does_not_slow_or_fail_decisions() -> None:

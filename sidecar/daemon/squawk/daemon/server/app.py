@@ -43,6 +43,7 @@ from .listeners import (
     socket_umask,
     unix_socket_path,
 )
+from .loop_lag import watch_loop_lag
 from .observe import Metrics, Observer
 from .reflection import enable_reflection
 from .servicer import PolicyServicer, register
@@ -126,6 +127,7 @@ class Daemon:
         self.ports: list[int] = []
         self._sockets: list[BoundSocket] = []
         self._stopping = asyncio.Event()
+        self._lag_watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         register(self.servicer, self.server)
@@ -143,6 +145,8 @@ class Daemon:
             await self.server.stop(None)
             self._remove_sockets()
             raise
+        if self.metrics is not None:
+            self._lag_watch = asyncio.create_task(watch_loop_lag(self.metrics.loop_lag.observe))
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("squawk serving on %s", ", ".join(self.listen))
@@ -208,6 +212,8 @@ class Daemon:
         await asyncio.sleep(self.shutdown_notice_s)
         await self.server.stop(max(deadline - loop.time(), 0.0))
         self._remove_sockets()
+        if self._lag_watch is not None:
+            self._lag_watch.cancel()
         await self.analyzer.aclose()
         if self.tracer_provider is not None:
             # Blocks the loop on purpose: the server has stopped, nothing else waits.
