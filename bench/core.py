@@ -103,8 +103,8 @@ def _cases() -> list[tuple[str, str, Callable[[], object], int]]:
     cls = failure(classify_request())
     plain = Failure("Amadeus API error 400: INVALID CITY CODE: PARIS")
     transient, envelope = attempt_state(transient_request()), attempt_state(envelope_request())
-    # traced=False: the daemon without a tracer provider, as the untraced rows run it.
-    servicer = PolicyServicer(policy, clock=_clock, rng=random.Random(1), traced=False)
+    # No spans: the daemon without a tracer provider, as the untraced rows run it.
+    servicer = PolicyServicer(policy, clock=_clock, rng=random.Random(1))
     upstreams = Upstreams(policy)
     upstream = _cycle(UPSTREAMS)
     transient_decision = decide(transient, profile, _clock, rng, limit)

@@ -14,7 +14,7 @@ import grpc
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from conftest import Daemon, free_port, start_daemon
 from squawk.daemon.config import load_policy
@@ -29,7 +29,8 @@ PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = (("traceparent", f"00-{TRACE_ID}-{PARENT_ID}-01"),)
 
 # The attribute names this project commits to (README, "Tracing"): the RPC
-# conventions as opentelemetry-instrumentation-grpc emits them today.
+# conventions as opentelemetry-instrumentation-grpc emits them today (the
+# daemon makes its spans itself, to the same names).
 RPC_ATTRIBUTES = {"rpc.system", "rpc.service", "rpc.method", "rpc.grpc.status_code"}
 
 
@@ -65,7 +66,9 @@ def run_in_process(log: io.StringIO | None = None) -> Sequence[ReadableSpan]:
         )
         await daemon.start()
         try:
-            async with grpc.aio.insecure_channel(target) as channel:
+            # The user agent is the caller's string too.
+            agent = [("grpc.primary_user_agent", f"executor/1.0 api_key={CANARY}")]
+            async with grpc.aio.insecure_channel(target, options=agent) as channel:
                 stub = pb_grpc.PolicyServiceStub(channel)
                 for method, request in secret_calls():
                     try:
@@ -94,6 +97,8 @@ def test_server_span_is_the_callers_child_and_carries_the_decision() -> None:
     assert attrs["rpc.service"] == "squawk.v1.PolicyService"
     assert attrs["rpc.method"] == "DecideRetry"
     assert attrs["rpc.grpc.status_code"] == 0
+    assert attrs["net.peer.ip"] == "127.0.0.1"
+    assert str(attrs["rpc.user_agent"]).startswith("executor/1.0 api_key=")
     assert {k: v for k, v in attrs.items() if k.startswith("squawk.")} == {
         "squawk.profile": "default",
         "squawk.capability": "search_hotels",
@@ -113,6 +118,9 @@ def test_refused_calls_record_their_status() -> None:
     spans = run_in_process()
     refused = [s for s in spans if (s.attributes or {}).get("rpc.grpc.status_code") == 3]
     assert len(refused) == 2
+    # The caller's mistake, not the daemon's: not an error span (the
+    # conventions' server-side rule), so error-rate views stay about Squawk.
+    assert all(s.status.status_code is StatusCode.UNSET for s in refused)
 
 
 def test_no_secret_reaches_a_span_or_the_decision_log() -> None:
@@ -258,3 +266,38 @@ def test_log_lines_are_redacted() -> None:
     line = formatter.format(record)
     assert CANARY not in line
     assert "ValueError" in line
+
+
+def test_a_breaker_transition_is_an_event_on_the_call_that_caused_it() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    target = f"127.0.0.1:{free_port()}"
+    failed = pb.DecideRetryRequest(attempt=1, http_status=503, upstream="flaky")
+
+    async def main() -> None:
+        daemon = InProcessDaemon(load_policy(None, environ={}), [target], tracing=(provider, None))
+        await daemon.start()
+        try:
+            async with grpc.aio.insecure_channel(target) as channel:
+                stub = pb_grpc.PolicyServiceStub(channel)
+                # The built-in breaker opens once 10 calls are in its window
+                # and at least half failed.
+                for _ in range(10):
+                    await stub.DecideRetry(failed, timeout=5)
+        finally:
+            await daemon.stop()
+
+    asyncio.run(main())
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 10
+    with_events = [s for s in spans if s.events]
+    assert with_events == [spans[-1]]
+    (event,) = spans[-1].events
+    assert event.name == "squawk.breaker.transition"
+    assert dict(event.attributes or {}) == {
+        "squawk.profile": "default",
+        "squawk.upstream": "flaky",
+        "squawk.breaker.from": "CLOSED",
+        "squawk.breaker.to": "OPEN",
+    }

@@ -28,7 +28,6 @@ from typing import IO
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
 from opentelemetry.sdk.trace import TracerProvider
 
 from squawk.policy import Policy
@@ -47,6 +46,7 @@ from .loop_lag import watch_loop_lag
 from .observe import Metrics, Observer
 from .reflection import enable_reflection
 from .servicer import PolicyServicer, register
+from .spans import ServerSpans
 from .telemetry import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
 
 __all__ = [
@@ -107,23 +107,14 @@ class Daemon:
             policy,
             observer=Observer(self.metrics, decision_log),
             analyzer=self.analyzer,
-            traced=self.tracer_provider is not None,
+            tracing=ServerSpans(self.tracer_provider) if self.tracer_provider else None,
         )
         self.health = health.aio.HealthServicer()
         self.listen = listen
         self.grace_s = grace_s
         self.shutdown_notice_s = shutdown_notice_s
         self.socket_mode = socket_mode
-        interceptors = []
-        if self.tracer_provider is not None:
-            # Health probes and reflection would drown the decisions in noise.
-            interceptors.append(
-                aio_server_interceptor(  # type: ignore[no-untyped-call]
-                    tracer_provider=self.tracer_provider,
-                    filter_=filters.negate(filters.service_prefix("grpc.")),
-                )
-            )
-        self.server = grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         self.ports: list[int] = []
         self._sockets: list[BoundSocket] = []
         self._stopping = asyncio.Event()

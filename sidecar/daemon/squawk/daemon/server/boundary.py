@@ -10,6 +10,7 @@ the daemon. Every message that reaches a caller or a span passes
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
@@ -25,6 +26,7 @@ from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from .observe import Observer
+from .spans import CallSpan, ServerSpans
 
 __all__ = ["INTERNAL", "MAX_ERROR_CHARS", "Malformed", "boundary", "register"]
 
@@ -35,10 +37,12 @@ MAX_FIELD_CHARS = 256
 INTERNAL = "internal error; see the daemon's log"
 # The standard trailer of gRPC's rich error model (what grpcio-status writes).
 _STATUS_DETAILS = "grpc-status-details-bin"
+_NO_DETAILS: tuple[tuple[str, bytes], ...] = ()
 
 
 class _Observed(Protocol):
     _observer: Observer
+    _spans: ServerSpans | None
 
 
 S = TypeVar("S", bound=_Observed)
@@ -99,30 +103,56 @@ def boundary(method: Method[S, Req, Resp]) -> Method[S, Req, Resp]:
 
     @functools.wraps(method)
     async def wrapper(self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
-        refusal: PolicyInputError | None = None
-        if isinstance(request, Malformed):
-            self._observer.refused(rpc, "malformed")
-            refusal = PolicyInputError("request", f"not a valid {request.type_name} message")
-        else:
-            try:
-                return await method(self, request, context)
-            except PolicyInputError as exc:
-                self._observer.refused(rpc, "invalid_argument")
-                refusal = exc
-            except grpc.aio.AbortError:
-                raise
-            except Exception:
-                self._observer.refused(rpc, "internal", exc_info=True)
-        # Abort outside the except block, so the AbortError does not carry the
-        # original exception (and its unredacted text) into a span's event.
-        if refusal is None:
-            await context.abort(grpc.StatusCode.INTERNAL, INTERNAL)
-        else:
-            message, details = _bad_request(refusal)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message, details)
-        raise AssertionError("unreachable: abort raises")
+        spans = self._spans
+        if spans is None:
+            return await _answer(self, method, request, context, None)
+        span = spans.open(rpc, context)  # type: ignore[arg-type]
+        if not isinstance(span, CallSpan):  # not sampled
+            return await _answer(self, method, request, context, None)
+        try:
+            return await _answer(self, method, request, context, span)
+        except asyncio.CancelledError:
+            span.refused(grpc.StatusCode.CANCELLED, "the caller went away")
+            raise
+        finally:
+            span.close()
 
     return wrapper
+
+
+async def _answer(
+    self: S,
+    method: Method[S, Req, Resp],
+    request: Req,
+    context: grpc.aio.ServicerContext[Req, Resp],
+    span: CallSpan | None,
+) -> Resp:
+    rpc = method.__name__
+    refusal: PolicyInputError | None = None
+    if isinstance(request, Malformed):
+        self._observer.refused(rpc, "malformed")
+        refusal = PolicyInputError("request", f"not a valid {request.type_name} message")
+    else:
+        try:
+            return await method(self, request, context)
+        except PolicyInputError as exc:
+            self._observer.refused(rpc, "invalid_argument")
+            refusal = exc
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            self._observer.refused(rpc, "internal", exc_info=True)
+    # Abort outside the except block, so the AbortError does not carry the
+    # original exception (and its unredacted text) into a span's event.
+    if refusal is None:
+        code, message, details = grpc.StatusCode.INTERNAL, INTERNAL, _NO_DETAILS
+    else:
+        code = grpc.StatusCode.INVALID_ARGUMENT
+        message, details = _bad_request(refusal)
+    if span is not None:
+        span.refused(code, message)
+    await context.abort(code, message, details)
+    raise AssertionError("unreachable: abort raises")
 
 
 def _bad_request(exc: PolicyInputError) -> tuple[str, tuple[tuple[str, bytes], ...]]:

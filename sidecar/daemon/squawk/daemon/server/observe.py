@@ -16,8 +16,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import IO
 
-from opentelemetry import trace
-from opentelemetry.trace import Span
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
@@ -27,6 +25,7 @@ from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
+from .spans import SpanRecord, current
 from .upstreams import Transition
 
 __all__ = [
@@ -245,7 +244,7 @@ class Observer:
         """A breaker changed state: a span event, a log line and the metrics."""
         fields = self._safe({"squawk.profile": t.profile, "squawk.upstream": t.upstream})
         before, after = t.before.name, t.after.name
-        span = trace.get_current_span()
+        span = current()
         if span.is_recording():
             span.add_event(
                 "squawk.breaker.transition",
@@ -293,7 +292,9 @@ class Observer:
         else:
             log.error("internal error in %s%s", rpc, also, exc_info=exc_info)
 
-    def record(self, rpc: str, fields: Mapping[str, Field], started: float, span: Span) -> None:
+    def record(
+        self, rpc: str, fields: Mapping[str, Field], started: float, span: SpanRecord
+    ) -> None:
         fields = self._safe(fields)
         if span.is_recording():
             span.set_attributes(fields)
@@ -326,7 +327,7 @@ class Observer:
             outcome = "no_fix"
         m.corrections.labels(outcome).inc()
 
-    def _log(self, rpc: str, fields: Mapping[str, Field], span: Span) -> None:
+    def _log(self, rpc: str, fields: Mapping[str, Field], span: SpanRecord) -> None:
         if self.log is not None:
             ctx = span.get_span_context()
             line = {"ts": time.time(), "rpc": rpc, **fields}

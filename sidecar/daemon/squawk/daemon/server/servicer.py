@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from opentelemetry import trace
 
 from squawk.policy import (
     Action,
@@ -41,8 +40,10 @@ from squawk.wire import (
 )
 
 from ..analysis import Analyzer, AnalyzerSettings, wire
+from . import spans
 from .boundary import INTERNAL, MAX_ERROR_CHARS, boundary, register
 from .observe import Observer, admission_fields, classification_fields, decision_fields
+from .spans import ServerSpans
 from .upstreams import Upstreams, UpstreamView
 
 __all__ = ["MAX_BATCH", "MAX_OUTCOMES", "PolicyServicer", "register"]
@@ -66,7 +67,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         observer: Observer | None = None,
-        traced: bool = True,
+        tracing: ServerSpans | None = None,
         analyzer: Analyzer | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -78,15 +79,15 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self._observer = observer or Observer()
         # The pod's shared upstream state; time there is monotonic.
         self._upstreams = Upstreams(policy, monotonic, self._observer.transition)
-        # Whether a span may be recording at all: without a tracer provider
-        # the per-call span lookup is pure waste on the hot path.
-        self._traced = traced
+        # Each call's server span (boundary.py); None without a tracer
+        # provider, and then no call looks for a span at all.
+        self._spans = tracing
 
     def _note(self, rpc: str, fields: Callable[[], dict[str, Any]], started: float) -> None:
         # Fields are built only when a span records or metrics/logs are on.
-        if not (self._traced or self._observer.active):
+        if self._spans is None and not self._observer.active:
             return
-        span = trace.get_current_span()
+        span = spans.current()
         if self._observer.active or span.is_recording():
             self._observer.record(rpc, fields(), started, span)
 
@@ -168,12 +169,12 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             actions[decision.action] += 1
             if self._observer.active:
                 self._observer.record(
-                    "DecideRetryBatch", decision_fields(item, decision), started, trace.INVALID_SPAN
+                    "DecideRetryBatch", decision_fields(item, decision), started, spans.NO_SPAN
                 )
             fill_decision(decision, results.add().decision)
         # One span for the batch, not one per item: a 10,000-item batch would
         # otherwise flood the export queue. Metrics and logs stay per item.
-        span = trace.get_current_span()
+        span = spans.current()
         if span.is_recording():
             span.set_attributes(
                 {"squawk.batch.size": len(request.requests)}
