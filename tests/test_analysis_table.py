@@ -16,7 +16,8 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from squawk.daemon.analysis import Analysis, AnalysisRequest, Analyzer, AnalyzerSettings, Json
+from squawk.daemon.analysis import Analysis, AnalysisRequest, Analyzer, AnalyzerSettings, Json, wire
+from squawk.daemon.analysis.settings import Backend
 from squawk.daemon.analysis.values import same_json
 from squawk.policy import builtin_policy
 from squawk.v1 import policy_pb2 as pb
@@ -96,3 +97,30 @@ def test_offline_over_the_wire(channel: grpc.Channel, case: dict[str, Any]) -> N
         "reason": reply.reason,
     }
     assert mismatches(case["expect"], got) == []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_on_the_loop_and_on_the_worker_answer_alike(case: dict[str, Any]) -> None:
+    # The daemon analyses a small request on the event loop and a larger one
+    # on the worker thread; the answer must not depend on which.
+    request = json_format.ParseDict(case["request"], pb.AnalyzeErrorRequest())
+    small = wire.analysis_small(request)
+    assert small is not None  # the table's requests are all small
+    on_loop = OFFLINE.analyze_now(small)
+    on_worker = asyncio.run(OFFLINE.analyze(wire.analysis_request(request)))
+    assert on_loop == on_worker
+
+
+def test_a_larger_request_goes_to_the_worker() -> None:
+    values = pb.AnalyzeErrorRequest(http_status=400, error_response="bad unit")
+    values.original_request.update({f"p{i}": i for i in range(wire.INLINE_VALUES + 1)})
+    assert wire.analysis_small(values) is None
+    text = pb.AnalyzeErrorRequest(http_status=400, error_response="x" * (wire.INLINE_CHARS + 1))
+    assert wire.analysis_small(text) is None
+    # A model backend answers over the network: never on the loop.
+    with_model = Analyzer(
+        AnalyzerSettings(backend=Backend.OPENAI, base_url="http://127.0.0.1:9/v1", model="m"),
+        builtin_policy(),
+    )
+    small = wire.analysis_small(pb.AnalyzeErrorRequest(http_status=400, error_response="bad"))
+    assert small is not None and with_model.analyze_now(small) is None

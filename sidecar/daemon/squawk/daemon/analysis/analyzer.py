@@ -226,6 +226,17 @@ class Analyzer:
             )
         return None
 
+    def analyze_now(self, request: AnalysisRequest) -> Analysis | None:
+        """The whole analysis on the calling thread, or None when a model is set.
+
+        For a request `wire.analysis_small` let through: the offline analysis
+        of one costs less than handing it to the worker and back.
+        """
+        if self._model is not None:
+            return None
+        with scope(Budget()):
+            return self._offline(request)
+
     async def analyze(self, request: AnalysisRequest) -> Analysis:
         # A fresh CPU budget per analysis; the worker's steps charge it.
         with scope(Budget()):

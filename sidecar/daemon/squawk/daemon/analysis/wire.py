@@ -9,8 +9,8 @@ value; NaN and the infinities, which no JSON document can hold, are refused.
 
 Converting a large request costs milliseconds of CPU, so the servicer runs
 these functions on the analysis worker thread, not on the event loop; only
-`dispatch_small`, which stops reading past a few hundred values, runs on
-the loop.
+`dispatch_small` and `analysis_small`, which stop reading past a few
+hundred values, run on the loop.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ __all__ = [
     "analysis_fields",
     "analysis_request",
     "analysis_response",
+    "analysis_small",
     "dispatch",
     "dispatch_request",
     "dispatch_response",
@@ -175,11 +176,38 @@ def _value(value: Json) -> struct_pb2.Value:
     return out
 
 
-def analysis_request(request: pb.AnalyzeErrorRequest) -> AnalysisRequest:
+def analysis_small(request: pb.AnalyzeErrorRequest) -> AnalysisRequest | None:
+    """The request as analysis values when it is small enough to analyse on
+    the event loop, else None (and the caller uses `analysis_request` on a worker).
+
+    Most AnalyzeError calls are one tool call's few parameters and a short
+    error: the offline analysis of one costs about a tenth of a millisecond,
+    less than the two thread handoffs of the worker, which at 1,000 calls/s
+    also made the slowest answers wait behind the GIL. Small means the
+    Structs' INLINE_VALUES values and INLINE_CHARS characters (read as
+    `dispatch_small` reads), and as many characters of text again.
+    """
+    texts = (
+        request.error_response,
+        request.user_query,
+        request.capability_name,
+        request.capability_description,
+        request.step_id,
+    )
+    if sum(len(t) for t in texts) > INLINE_CHARS:
+        return None
+    try:
+        return analysis_request(request, small=True)
+    except _Larger:
+        return None
+
+
+def analysis_request(request: pb.AnalyzeErrorRequest, small: bool = False) -> AnalysisRequest:
     """The request as analysis values; PolicyInputError names the first Struct value out of bounds.
 
     The plain fields (texts, budgets, protected_parameters) are checked by
-    `bounds.validate`, which in-process callers pass through too.
+    `bounds.validate`, which in-process callers pass through too. `small`:
+    see `analysis_small`.
     """
 
     def optional(name: str) -> int | None:
@@ -188,7 +216,7 @@ def analysis_request(request: pb.AnalyzeErrorRequest) -> AnalysisRequest:
     # Counted before anything is read: these bound the loops below.
     check_count("protected_parameters", len(request.protected_parameters), MAX_PROTECTED)
     check_count("dependency_results", len(request.dependency_results), MAX_DEPENDENCIES)
-    reader = _Reader()
+    reader = _Reader(small)
     original = reader.struct(request.original_request, "original_request")
     schema = reader.struct(request.parameter_schema, "parameter_schema")
     dependencies = {

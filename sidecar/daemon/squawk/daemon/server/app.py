@@ -34,6 +34,7 @@ from squawk.policy import Policy
 from squawk.v1 import policy_pb2 as pb
 
 from ..analysis import Analyzer, AnalyzerSettings
+from ..analysis.worker import lower_switch_interval
 from .listeners import (
     DEFAULT_SOCKET_MODE,
     BindError,
@@ -136,6 +137,9 @@ class Daemon:
             await self.server.stop(None)
             self._remove_sockets()
             raise
+        # The span export thread and the analysis worker hold the GIL in turns
+        # with the loop; at 1 ms the loop waits at most that long for it.
+        lower_switch_interval()
         if self.metrics is not None:
             self._lag_watch = asyncio.create_task(watch_loop_lag(self.metrics.loop_lag.observe))
         for name in ("", SERVICE_NAME):

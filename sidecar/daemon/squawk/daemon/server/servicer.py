@@ -189,10 +189,13 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         context: grpc.aio.ServicerContext[pb.AnalyzeErrorRequest, pb.AnalyzeErrorResponse],
     ) -> pb.AnalyzeErrorResponse:
         started = time.perf_counter()
-        # Reading a large request is CPU work: on the analysis worker, off the loop.
-        analysis = await self._analyzer.analyze(
-            await self._analyzer.worker.run(wire.analysis_request, request)
-        )
+        small = wire.analysis_small(request)
+        analysis = self._analyzer.analyze_now(small) if small is not None else None
+        if analysis is None:
+            # Reading a large request is CPU work: on the analysis worker, off the loop.
+            analysis = await self._analyzer.analyze(
+                await self._analyzer.worker.run(wire.analysis_request, request)
+            )
         self._note("AnalyzeError", lambda: wire.analysis_fields(analysis), started)
         return wire.analysis_response(analysis)
 
