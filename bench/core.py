@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from squawk.daemon.config import load_policy
+from squawk.daemon.server.decisions import MAX_ENTRIES
 from squawk.daemon.server.servicer import PolicyServicer
 from squawk.daemon.server.upstreams import Upstreams
 from squawk.policy import Failure, Outcome, classify, decide
@@ -116,6 +117,14 @@ def _cases() -> list[tuple[str, str, Callable[[], object], int]]:
         "envelope": envelope_request().SerializeToString(),
     }
     stateful = _cycle(transient_request(u).SerializeToString() for u in UPSTREAMS)
+    # Twice as many distinct requests as the daemon keeps answers for, in
+    # turn: every one is decided afresh (the cost of a request not seen before).
+    unseen = _cycle(
+        pb.DecideRetryRequest(
+            attempt=1, http_status=503, capability=f"capability-{i}"
+        ).SerializeToString()
+        for i in range(2 * MAX_ENTRIES)
+    )
     admits = _cycle(admit_request(u).SerializeToString() for u in UPSTREAMS)
     reports = _cycle(report_request(i).SerializeToString() for i in range(len(UPSTREAMS)))
     batch = pb.DecideRetryBatchRequest(
@@ -178,6 +187,12 @@ def _cases() -> list[tuple[str, str, Callable[[], object], int]]:
             lambda: servicer.decide(
                 pb.DecideRetryRequest.FromString(wire["envelope"])
             ).SerializeToString(),
+            1,
+        ),
+        (
+            "servicer",
+            "DecideRetry, a request not seen before",
+            lambda: servicer.decide(pb.DecideRetryRequest.FromString(unseen())).SerializeToString(),
             1,
         ),
         ("servicer", f"DecideRetryBatch x{BATCH}, per decision", batch_call, BATCH),

@@ -50,9 +50,17 @@ class BackoffConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_initial_ms", self.initial / _ONE_MS)
         object.__setattr__(self, "_max_ms", self.max / _ONE_MS)
-        deterministic = self.jitter in (Jitter.SINE, Jitter.NONE)
-        table = [_delay(n, self, None) for n in range(1, _PRECOMPUTED + 1)] if deterministic else []
+        table = (
+            [_delay(n, self, None) for n in range(1, _PRECOMPUTED + 1)]
+            if self.deterministic
+            else []
+        )
         object.__setattr__(self, "_precomputed", tuple(table))
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether equal attempts always wait the same (no random source is read)."""
+        return self.jitter in (Jitter.SINE, Jitter.NONE)
 
 
 def _base_ms(attempt: int, cfg: BackoffConfig) -> float:

@@ -42,6 +42,7 @@ from squawk.wire import (
 from ..analysis import Analyzer, AnalyzerSettings, wire
 from . import spans
 from .boundary import INTERNAL, MAX_ERROR_CHARS, boundary, register
+from .decisions import StatelessDecisions
 from .observe import Observer, admission_fields, classification_fields, decision_fields
 from .spans import ServerSpans
 from .upstreams import Upstreams, UpstreamView
@@ -79,6 +80,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self._observer = observer or Observer()
         # The pod's shared upstream state; time there is monotonic.
         self._upstreams = Upstreams(policy, monotonic, self._observer.transition)
+        self._stateless = StatelessDecisions(clock, self._rng, policy.max_body_bytes)
         # Each call's server span (boundary.py); None without a tracer
         # provider, and then no call looks for a span at all.
         self._spans = tracing
@@ -96,11 +98,17 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         return classification_message(classify(failure(request), profile, self._clock))
 
     def decide_core(self, request: pb.DecideRetryRequest) -> Decision:
+        return self._decide(request)[0]
+
+    def _decide(
+        self, request: pb.DecideRetryRequest
+    ) -> tuple[Decision, pb.DecideRetryResponse | None]:
+        """The decision, with its message when it is a stateless one (shared, read-only)."""
         profile = self._policy.profile(request.profile)
+        if not request.upstream:
+            return self._stateless.decide(request, profile)
         state = attempt_state(request)
         decision = decide(state, profile, self._clock, self._rng, self._policy.max_body_bytes)
-        if not request.upstream:
-            return decision
         # The failure counts for the whole pod; callers need not report it again.
         failed = Outcome(
             success=False,
@@ -109,12 +117,14 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             retry_after=decision.classification.retry_after,
             cancelled=state.cancelled,
         )
-        return self._upstreams.after_failure(
+        after = self._upstreams.after_failure(
             profile, request.upstream, failed, decision, state.deadline
         )
+        return after, None
 
     def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
-        return decision_message(self.decide_core(request))
+        decision, reply = self._decide(request)
+        return decision_message(decision) if reply is None else reply
 
     @boundary
     async def Classify(
@@ -134,9 +144,9 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         context: grpc.aio.ServicerContext[pb.DecideRetryRequest, pb.DecideRetryResponse],
     ) -> pb.DecideRetryResponse:
         started = time.perf_counter()
-        decision = self.decide_core(request)
+        decision, reply = self._decide(request)
         self._note("DecideRetry", lambda: decision_fields(request, decision), started)
-        return decision_message(decision)
+        return decision_message(decision) if reply is None else reply
 
     @boundary
     async def DecideRetryBatch(
@@ -157,7 +167,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 # Raises CancelledError here once the caller has gone.
                 await asyncio.sleep(0)
             try:
-                decision = self.decide_core(item)
+                decision, reply = self._decide(item)
             except PolicyInputError as exc:
                 results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
                 continue
@@ -171,7 +181,10 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 self._observer.record(
                     "DecideRetryBatch", decision_fields(item, decision), started, spans.NO_SPAN
                 )
-            fill_decision(decision, results.add().decision)
+            if reply is None:
+                fill_decision(decision, results.add().decision)
+            else:
+                results.add().decision.CopyFrom(reply)
         # One span for the batch, not one per item: a 10,000-item batch would
         # otherwise flood the export queue. Metrics and logs stay per item.
         span = spans.current()
