@@ -3,13 +3,17 @@
 #
 #   make bench                     every row, 10 s each, into bench/results/
 #   make bench BENCH_SECONDS=5     a shorter run of every row
+#   make bench BENCH_ROUNDS=5      more interleaved rounds of the goals' rows
 #   make bench-smoke               seconds per row, into a .tmp file (CI)
 #   make bench-core                the in-process core micro-benchmark
+#   make bench-profile             flame graphs of the daemon under load (py-spy)
 #   make soak                      10 minutes at half of saturation (not CI)
 
 BENCH_SECONDS ?= 10
 BENCH_RATES   ?= 1000,5000
+BENCH_ROUNDS  ?= 3
 BENCH_ARGS    ?=
+PROFILE_SECONDS ?= 10
 SOAK_SECONDS  ?= 600
 BENCH_BIN     := build/bench
 BENCH_BUILT   := $(BENCH_BIN)/.built
@@ -17,7 +21,7 @@ BENCH_GO      := bench/go.mod bench/go.sum $(shell find bench -name '*.go' 2>/de
 BENCH_RUN      = $(BIN)/python -m bench.run --loadgen $(BENCH_BIN)/loadgen \
                  --echo-go $(BENCH_BIN)/echo-go --jaeger $(JAEGER_BIN)
 
-.PHONY: bench bench-smoke bench-core bench-build soak
+.PHONY: bench bench-smoke bench-core bench-build bench-profile soak
 
 # go vet here keeps the Go code vet-clean wherever the smoke run runs.
 $(BENCH_BUILT): $(BENCH_GO)
@@ -27,17 +31,23 @@ $(BENCH_BUILT): $(BENCH_GO)
 bench-build: $(BENCH_BUILT)
 
 bench: setup $(JAEGER_BIN) $(BENCH_BUILT)
-	$(BENCH_RUN) --seconds $(BENCH_SECONDS) --rates $(BENCH_RATES) \
+	$(BENCH_RUN) --seconds $(BENCH_SECONDS) --rates $(BENCH_RATES) --rounds $(BENCH_ROUNDS) \
 	  --out bench/results/latest.json --summary bench/results/summary.json $(BENCH_ARGS)
 
-# Every row for about a second; never touches latest.json; fails when a
-# row fails to run. No timing is asserted: CI machines are too noisy.
+# Every row once, for about a second; never touches latest.json; fails
+# when a row fails to run. No timing is asserted: CI machines are too noisy.
 bench-smoke: setup $(JAEGER_BIN) $(BENCH_BUILT)
-	$(BENCH_RUN) --seconds 1 --warmup 0.5 --rates 1000 --core-min-time 0.02 \
+	$(BENCH_RUN) --seconds 1 --warmup 0.5 --rates 1000 --rounds 1 --core-min-time 0.02 \
 	  --out bench/results/smoke.json.tmp --summary bench/results/smoke-summary.json.tmp
 
 bench-core: setup
 	$(BIN)/python -m bench.core
+
+# One SVG per case into bench/results/flames/ (its README.md lists them).
+# py-spy attaches to the running daemon, which needs ptrace permission.
+bench-profile: setup $(JAEGER_BIN) $(BENCH_BUILT)
+	$(BIN)/python -m bench.profile --loadgen $(BENCH_BIN)/loadgen --jaeger $(JAEGER_BIN) \
+	  --py-spy $(BIN)/py-spy --seconds $(PROFILE_SECONDS) --out bench/results/flames
 
 soak: setup $(BENCH_BUILT)
 	$(BIN)/python -m bench.soak --loadgen $(BENCH_BIN)/loadgen --seconds $(SOAK_SECONDS) \

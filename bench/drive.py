@@ -3,7 +3,9 @@
 The load generator prints `measure-start` and `measure-end` around its
 measurement window; at each mark this process reads the server's CPU time
 (/proc/PID/stat) and resets or reads its peak RSS (/proc/PID/clear_refs,
-VmHWM), so warm-up and connection set-up are never charged to a row.
+VmHWM), so warm-up and connection set-up are never charged to a row. A
+caller's hook runs at the marks too (the daemon's metrics are scraped there,
+and the profiler starts there).
 """
 
 from __future__ import annotations
@@ -105,16 +107,26 @@ def run_load(
     payload_files: list[Path],
     sample_every_s: float | None = None,
     counter: Callable[[], float] | None = None,
-    drain_s: float = 3.0,
+    on_mark: Callable[[str], None] | None = None,
+    drain_s: float = 5.0,
+    quiet_s: float = 2.0,
 ) -> Outcome:
     """Run the load generator once; raise RuntimeError when it fails to run.
 
     With `sample_every_s`, the server's RSS is also sampled during the
     window (the soak's leak check). With `counter` (the spans Jaeger has
     accepted), Outcome.counted is how much it grew for this run's answered
-    calls: read before the run, and after it until it has grown by as many
-    calls as were answered or `drain_s` passed (spans trail their calls by
-    up to the daemon's export interval).
+    calls: read before the run, and after it until it has not grown for
+    `quiet_s` (longer than the daemon's 1 s export interval) or `drain_s`
+    passed; or at once when it has grown by one per answered call (the most
+    a call makes) and no call was missed or failed. Spans trail their calls
+    by up to the export interval; a sampled run never reaches one per call,
+    and a run that fell behind leaves the server calls to finish, whose
+    spans would otherwise be counted by the next run.
+
+    `on_mark("measure-start")` runs before /proc is read at the window's
+    start and `on_mark("measure-end")` after it is read at the end, so
+    what the hook makes the server do is not charged to the row.
     """
     argv = [
         *procs.pin(load.cpus),
@@ -146,6 +158,8 @@ def run_load(
         for line in gen.stdout:
             line = line.strip()
             if line == "measure-start":
+                if on_mark:
+                    on_mark(line)
                 cpu0 = server.cpu_s()
                 server.reset_peak_rss()
                 if sample_every_s:
@@ -155,6 +169,8 @@ def run_load(
                 peak = server.peak_rss_mb()
                 if sampler:
                     sampler.stop()
+                if on_mark:
+                    on_mark(line)
             elif line.startswith("{"):
                 result = json.loads(line)
         code = gen.wait(timeout=10)
@@ -168,16 +184,25 @@ def run_load(
     if code != 0 or result is None:
         raise RuntimeError(f"loadgen exited {code}: {stderr.read_text(errors='replace')[-800:]}")
     samples = sampler.samples if sampler else []
-    counted = _drain(counter, count0, int(result["answered"]), drain_s) if counter else 0.0
+    answered = int(result["answered"])
+    # Only a clean run's count is known to be complete at one per call.
+    most = answered if not (result["missed"] or result["errors"]) else None
+    counted = _drain(counter, count0, most, drain_s, quiet_s) if counter else 0.0
     return Outcome(result, cpu1 - cpu0, peak, counted, samples)
 
 
-def _drain(counter: Callable[[], float], start: float, expected: int, limit_s: float) -> float:
-    deadline = time.monotonic() + limit_s
+def _drain(
+    counter: Callable[[], float], start: float, most: int | None, limit_s: float, quiet_s: float
+) -> float:
+    now = time.monotonic()
+    deadline, grew_at = now + limit_s, now
     grown = counter() - start
-    while grown < expected and time.monotonic() < deadline:
+    while (most is None or grown < most) and now < deadline and now - grew_at < quiet_s:
         time.sleep(0.1)
+        now, before = time.monotonic(), grown
         grown = counter() - start
+        if grown > before:
+            grew_at = now
     return grown
 
 

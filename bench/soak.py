@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 from .drive import Load, Mode, Outcome, run_load, wait_serving, write_payloads
 from .procs import Processes, free_port
-from .targets import ROOT, SQUAWK, clean_env
+from .targets import ROOT, SQUAWK, clean_env, command
 from .workloads import squawk_workloads
 
 FLAT = 0.05
@@ -44,7 +44,7 @@ def soak(args: argparse.Namespace) -> tuple[float, float, Outcome]:
     decide = next(w for w in squawk_workloads(1) if w.rpc == "DecideRetry transient")
     with tempfile.TemporaryDirectory(prefix="squawk-soak-") as tmp, Processes(Path(tmp)) as procs:
         address = f"127.0.0.1:{free_port()}"
-        argv = [a.replace("{listen}", address) for a in SQUAWK]
+        argv = command(SQUAWK, address, f"127.0.0.1:{free_port()}")
         proc = procs.start("squawk", argv, clean_env(), server_cpus, cwd=ROOT)
         wait_serving(proc, address, decide)
         idle = proc.rss_mb()

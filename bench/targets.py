@@ -5,13 +5,25 @@ from __future__ import annotations
 import os
 import sys
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from .procs import Processes, free_port
+from .report import trace_label
 from .workloads import ECHO, Workload
 
-__all__ = ["POLICY", "ROOT", "SQUAWK", "Jaeger", "Server", "clean_env", "servers"]
+__all__ = [
+    "POLICY",
+    "ROOT",
+    "SQUAWK",
+    "Jaeger",
+    "Server",
+    "clean_env",
+    "command",
+    "servers",
+    "squawk_servers",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 # The built-in policy with thresholds the state rows cannot reach (see the file).
@@ -28,6 +40,9 @@ SQUAWK = [
     str(POLICY),
     "--grace",
     "1",
+    # Metrics on, as in production; the runner reads the loop-lag histogram.
+    "--metrics-listen",
+    "{metrics}",
 ]
 TRACED_SERVICE = "squawk-bench"
 
@@ -38,17 +53,48 @@ def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
 
 
+# The rows whose ratios are the goals (goals.py), by RPC name prefix:
+# measured in every round, each round's rows seconds apart (plan.py).
+ECHO_ROUNDS = ("Echo",)
+SQUAWK_ROUNDS = ("DecideRetry transient", "AnalyzeError offline", "DecideRetryBatch")
+SAMPLED_ROUNDS = ("DecideRetry transient", "AnalyzeError offline")
+
+
 @dataclass(frozen=True)
 class Server:
     target: str
-    tracing: bool
-    argv: list[str]  # "{listen}" is replaced by the address
+    # The fraction of calls traced (1.0 = every call); None = tracing off.
+    sampling: float | None
+    argv: list[str]  # "{listen}" is replaced by the address, "{metrics}" by another
     env: dict[str, str]
     workloads: list[Workload]
+    # RPC name prefixes measured in every round, at saturation and the
+    # first rate; the rest of the rows run once, after the rounds.
+    rounds: tuple[str, ...] = ()
+    # Run the round rows only, none of the others.
+    rounds_only: bool = False
+
+    @property
+    def tracing(self) -> bool:
+        return self.sampling is not None
+
+    @property
+    def label(self) -> str:
+        return trace_label(self.sampling)
 
     @property
     def name(self) -> str:
-        return f"{self.target}-tracing-{'on' if self.tracing else 'off'}"
+        return f"{self.target}-tracing-{self.label}"
+
+    @property
+    def has_metrics(self) -> bool:
+        """Whether its command serves Prometheus metrics ("{metrics}" in argv)."""
+        return any("{metrics}" in a for a in self.argv)
+
+
+def command(argv: Sequence[str], listen: str, metrics: str) -> list[str]:
+    """`argv` with its placeholders filled: gRPC on `listen`, metrics on `metrics`."""
+    return [a.replace("{listen}", listen).replace("{metrics}", metrics) for a in argv]
 
 
 def servers(
@@ -57,23 +103,43 @@ def servers(
     """The floors first, then Squawk untraced, then traced (when Jaeger runs)."""
     env = clean_env()
     echo_py = [sys.executable, "-m", "bench.echo_server", "--listen", "{listen}"]
-    found = [
-        Server("echo-go", False, [str(echo_go), "-listen", "{listen}"], env, [ECHO]),
-        Server("echo-py", False, echo_py, env, [ECHO]),
-        Server("squawk", False, squawk, env, workloads),
+    return [
+        Server("echo-go", None, [str(echo_go), "-listen", "{listen}"], env, [ECHO]),
+        Server("echo-py", None, echo_py, env, [ECHO], ECHO_ROUNDS),
+        *squawk_servers(squawk, workloads, otlp_port),
     ]
-    if otlp_port is not None:
-        traced = env | {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
-            "OTEL_TRACES_SAMPLER": "always_on",
-            "OTEL_SERVICE_NAME": TRACED_SERVICE,
-            # Export at least every second (the SDK default is 5 s), so each
-            # row's spans reach Jaeger, and are counted, before the next row.
-            # Under load a batch fills (512 spans) long before either timer.
-            "OTEL_BSP_SCHEDULE_DELAY": "1000",
-        }
-        found.append(Server("squawk", True, squawk, traced, workloads))
-    return found
+
+
+def squawk_servers(
+    squawk: list[str], workloads: list[Workload], otlp_port: int | None
+) -> list[Server]:
+    """Squawk untraced, then at 100 % and 10 % sampling (when Jaeger runs)."""
+    env = clean_env()
+    found = [Server("squawk", None, squawk, env, workloads, SQUAWK_ROUNDS)]
+    if otlp_port is None:
+        return found
+    traced = env | {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp_port}",
+        "OTEL_SERVICE_NAME": TRACED_SERVICE,
+        # Export at least every second (the SDK default is 5 s), so each
+        # row's spans reach Jaeger, and are counted, before the next row.
+        # Under load a batch fills (512 spans) long before either timer.
+        "OTEL_BSP_SCHEDULE_DELAY": "1000",
+    }
+    every = traced | {"OTEL_TRACES_SAMPLER": "always_on"}
+    # The load generator sends no traceparent, so every call is a root and
+    # the ratio alone decides: a tenth of the calls are traced.
+    tenth = traced | {
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.1",
+    }
+    return [
+        *found,
+        Server("squawk", 1.0, squawk, every, workloads, SQUAWK_ROUNDS),
+        # Only the rows of its informational ratios: the others would say
+        # little that the 100 % rows do not, for minutes of load.
+        Server("squawk", 0.1, squawk, tenth, workloads, SAMPLED_ROUNDS, rounds_only=True),
+    ]
 
 
 _PORTS = (

@@ -1,0 +1,92 @@
+"""The benchmark's order: the goals' rows round-robin, the rest once after."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/ is a folder at the repository's root, not an installed package,
+# and pytest puts only tests/ on the import path.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.plan import Step, plan
+from bench.targets import SQUAWK, servers
+from bench.workloads import squawk_workloads
+
+TARGETS = servers(SQUAWK, Path("echo-go"), squawk_workloads(100), otlp_port=4317)
+
+
+def _names(steps: list[Step]) -> list[str]:
+    return [f"{s.server.name} {s.workload.rpc} {s.mode.name}" for s in steps]
+
+
+ROUND = [
+    "echo-py-tracing-off Echo saturation",
+    "echo-py-tracing-off Echo 1000/s",
+    "squawk-tracing-off DecideRetry transient saturation",
+    "squawk-tracing-off DecideRetry transient 1000/s",
+    "squawk-tracing-off DecideRetryBatch x100 saturation",
+    "squawk-tracing-off AnalyzeError offline saturation",
+    "squawk-tracing-off AnalyzeError offline 1000/s",
+    "squawk-tracing-100% DecideRetry transient saturation",
+    "squawk-tracing-100% DecideRetry transient 1000/s",
+    "squawk-tracing-100% DecideRetryBatch x100 saturation",
+    "squawk-tracing-100% AnalyzeError offline saturation",
+    "squawk-tracing-100% AnalyzeError offline 1000/s",
+    "squawk-tracing-10% DecideRetry transient saturation",
+    "squawk-tracing-10% DecideRetry transient 1000/s",
+    "squawk-tracing-10% AnalyzeError offline saturation",
+    "squawk-tracing-10% AnalyzeError offline 1000/s",
+]
+
+
+def _once(label: str) -> list[str]:
+    server = f"squawk-tracing-{label}"
+    return [
+        f"{server} Classify saturation",
+        f"{server} Classify 1000/s",
+        f"{server} Classify 5000/s",
+        f"{server} DecideRetry transient 5000/s",
+        f"{server} DecideRetry envelope saturation",
+        f"{server} DecideRetry envelope 1000/s",
+        f"{server} DecideRetry envelope 5000/s",
+        f"{server} AnalyzeError offline 5000/s",
+        f"{server} DecideRetry +upstream saturation",
+        f"{server} Admit +upstream saturation",
+        f"{server} ReportOutcome x10 saturation",
+    ]
+
+
+def test_rounds_interleave_the_floor_and_every_squawk_then_the_rest_run_once() -> None:
+    steps = plan(TARGETS, [1000, 5000], rounds=3, only="")
+    assert _names(steps) == [
+        *ROUND,
+        *ROUND,
+        *ROUND,
+        "echo-go-tracing-off Echo saturation",
+        "echo-go-tracing-off Echo 1000/s",
+        "echo-go-tracing-off Echo 5000/s",
+        "echo-py-tracing-off Echo 5000/s",
+        *_once("off"),
+        *_once("100%"),
+    ]
+    assert [s.round for s in steps[: 3 * len(ROUND)]] == [1] * 16 + [2] * 16 + [3] * 16
+    assert all(s.round is None for s in steps[3 * len(ROUND) :])
+
+
+def test_one_rows_rounds_share_its_place_in_the_table() -> None:
+    steps = plan(TARGETS, [1000, 5000], rounds=2, only="")
+    by_rank: dict[int, set[str]] = {}
+    for name, step in zip(_names(steps), steps, strict=True):
+        by_rank.setdefault(step.rank, set()).add(name)
+    assert all(len(names) == 1 for names in by_rank.values())
+    assert len(by_rank) == len(ROUND) + 4 + 2 * 11
+
+
+def test_only_narrows_the_rounds_too() -> None:
+    steps = plan(TARGETS, [1000], rounds=2, only="tracing-10% DecideRetry transient")
+    one_round = [
+        "squawk-tracing-10% DecideRetry transient saturation",
+        "squawk-tracing-10% DecideRetry transient 1000/s",
+    ]
+    assert _names(steps) == one_round + one_round
