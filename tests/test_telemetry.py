@@ -301,3 +301,35 @@ def test_a_breaker_transition_is_an_event_on_the_call_that_caused_it() -> None:
         "squawk.breaker.from": "CLOSED",
         "squawk.breaker.to": "OPEN",
     }
+
+
+def test_a_batch_counts_every_decision_and_logs_each(tmp_path: Path) -> None:
+    port = free_port()
+    log_path = tmp_path / "decisions.jsonl"
+    daemon = start_daemon("--metrics-listen", f"127.0.0.1:{port}", "--decision-log", str(log_path))
+    batch = pb.DecideRetryBatchRequest(
+        requests=[
+            pb.DecideRetryRequest(attempt=1, http_status=503),
+            pb.DecideRetryRequest(attempt=2, http_status=503),
+            pb.DecideRetryRequest(attempt=1, http_status=401),
+            pb.DecideRetryRequest(attempt=1, profile="no-such-profile"),  # refused, alone
+        ]
+    )
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            reply = pb_grpc.PolicyServiceStub(channel).DecideRetryBatch(batch, timeout=5)
+        samples = scrape(port)
+    finally:
+        daemon.stop()
+    assert [r.WhichOneof("result") for r in reply.results] == ["decision"] * 3 + ["error"]
+    decisions = 'squawk_decisions_total{action="%s",reason="%s",rpc="DecideRetryBatch"}'
+    assert samples[decisions % ("RETRY", "TRANSIENT_STATUS")] == 2
+    assert samples[decisions % ("FAIL", "TERMINAL_STATUS")] == 1
+    # The duration is the call's.
+    assert samples['squawk_decision_duration_seconds_count{rpc="DecideRetryBatch"}'] == 1
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [(x["rpc"], x["squawk.attempt"], x["squawk.action"]) for x in lines] == [
+        ("DecideRetryBatch", 1, "RETRY"),
+        ("DecideRetryBatch", 2, "RETRY"),
+        ("DecideRetryBatch", 1, "FAIL"),
+    ]

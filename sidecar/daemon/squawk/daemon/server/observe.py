@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -25,7 +25,7 @@ from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
-from .spans import SpanRecord, current
+from .spans import NO_SPAN, SpanRecord, current
 from .upstreams import Transition
 
 __all__ = [
@@ -311,6 +311,34 @@ class Observer:
                     m.corrections.labels("requested").inc()
         if self.log is not None:
             self._log(rpc, fields, span)
+
+    def record_batch(
+        self,
+        rpc: str,
+        decided: Sequence[tuple[pb.DecideRetryRequest, Decision]],
+        started: float,
+    ) -> None:
+        """A batch's decisions: one log line each, and the metrics counted once per batch.
+
+        Per item, the counters' label lookups and the fields cost more than
+        the decision itself (a 100-item batch ran at half the decisions/s
+        with metrics on); counted per (action, reason) they cost a few
+        lookups a batch. The duration is the call's, observed once.
+        """
+        m = self.metrics
+        if m is not None:
+            m.latency.labels(rpc).observe(time.perf_counter() - started)
+            counts: dict[tuple[str, str], int] = {}
+            for _, d in decided:
+                key = (d.action.name, d.reason.name)
+                counts[key] = counts.get(key, 0) + 1
+            for (action, reason), n in counts.items():
+                m.decisions.labels(rpc, action, reason).inc(n)
+                if action == "CORRECT":
+                    m.corrections.labels("requested").inc(n)
+        if self.log is not None:
+            for request, decision in decided:
+                self._log(rpc, self._safe(decision_fields(request, decision)), NO_SPAN)
 
     @staticmethod
     def _analysis_metrics(m: Metrics, fields: Mapping[str, Field], elapsed: float) -> None:

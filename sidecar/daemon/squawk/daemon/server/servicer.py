@@ -159,6 +159,10 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 "requests", f"{len(request.requests)} requests is over the limit of {MAX_BATCH}"
             )
         started = time.perf_counter()
+        # What the metrics and the decision log need, kept only when they are on.
+        decided: list[tuple[pb.DecideRetryRequest, Decision]] | None = (
+            [] if self._observer.active else None
+        )
         response = pb.DecideRetryBatchResponse()
         results = response.results
         actions = {action: 0 for action in Action}
@@ -177,16 +181,16 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 results.add(error=f"requests[{i}]: {INTERNAL}")
                 continue
             actions[decision.action] += 1
-            if self._observer.active:
-                self._observer.record(
-                    "DecideRetryBatch", decision_fields(item, decision), started, spans.NO_SPAN
-                )
+            if decided is not None:
+                decided.append((item, decision))
             if reply is None:
                 fill_decision(decision, results.add().decision)
             else:
                 results.add().decision.CopyFrom(reply)
+        if decided is not None:
+            self._observer.record_batch("DecideRetryBatch", decided, started)
         # One span for the batch, not one per item: a 10,000-item batch would
-        # otherwise flood the export queue. Metrics and logs stay per item.
+        # otherwise flood the export queue. Logs stay per item.
         span = spans.current()
         if span.is_recording():
             span.set_attributes(
