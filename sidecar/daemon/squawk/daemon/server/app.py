@@ -21,7 +21,6 @@ reading NOT_SERVING.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -141,10 +140,6 @@ class Daemon:
         # The span export thread and the analysis worker hold the GIL in turns
         # with the loop; at 1 ms the loop waits at most that long for it.
         lower_switch_interval()
-        # What start-up made (modules, descriptors, the policy) lives as long
-        # as the daemon: out of the collector's sight, a full collection
-        # walks only what calls made, and stalls the loop that much less.
-        gc.freeze()
         if self.metrics is not None:
             self._lag_watch = asyncio.create_task(watch_loop_lag(self.metrics.loop_lag.observe))
         for name in ("", SERVICE_NAME):
