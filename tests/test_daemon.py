@@ -103,8 +103,13 @@ def test_sigterm_turns_health_not_serving_then_drains() -> None:
         )
         assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
         stub = pb_grpc.PolicyServiceStub(channel)
+        # Distinct items, each decided afresh: equal ones would be answered
+        # from the kept decisions, and the batch could end before the signal.
         big = pb.DecideRetryBatchRequest(
-            requests=[pb.DecideRetryRequest(attempt=1, http_status=503)] * 10_000
+            requests=[
+                pb.DecideRetryRequest(attempt=1, http_status=503, capability=f"c{i}")
+                for i in range(10_000)
+            ]
         )
         in_flight = stub.DecideRetryBatch.future(big, timeout=20)
         threading.Timer(0.05, daemon.process.send_signal, (signal.SIGTERM,)).start()

@@ -337,8 +337,15 @@ def test_health_answers_while_a_worst_case_batch_is_decided(daemon: Daemon) -> N
     # daemon busy. The batch yields between slices, so health keeps answering.
     message = ("status " * 40 + "password=" + "p" * 40)[:300]
     body = json.dumps({"success": False, "error": {"message": message}}).encode()
-    item = pb.DecideRetryRequest(attempt=1, response_body=body, headers={"retry-after": "1"})
-    batch = pb.DecideRetryBatchRequest(requests=[item] * 10_000)
+    # Each item distinct, so none is answered from the kept stateless
+    # decisions: every one is decided afresh, as the worst case would be.
+    items = [
+        pb.DecideRetryRequest(
+            attempt=1, response_body=body, headers={"retry-after": "1"}, capability=f"c{i}"
+        )
+        for i in range(10_000)
+    ]
+    batch = pb.DecideRetryBatchRequest(requests=items)
     assert batch.ByteSize() < 4 << 20
 
     # Health is probed from another process: in this one, receiving the
