@@ -11,9 +11,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
 from opentelemetry.trace import SpanKind, StatusCode
 
 from conftest import Daemon, free_port, start_daemon
@@ -133,6 +135,50 @@ def test_no_secret_reaches_a_span_or_the_decision_log() -> None:
         assert "canary" not in dumped
     assert log.getvalue().count("\n") == 2  # one line per decision that was made
     assert CANARY not in log.getvalue()
+
+
+class _BrokenProcessor(SpanProcessor):
+    def on_end(self, span: ReadableSpan) -> None:
+        raise RuntimeError("processor broke")
+
+
+class _BrokenSampler(Sampler):
+    def should_sample(self, *args: object, **kwargs: object) -> SamplingResult:
+        raise RuntimeError("sampler broke")
+
+    def get_description(self) -> str:
+        return "broken"
+
+
+@pytest.mark.parametrize(
+    "provider",
+    [
+        pytest.param(TracerProvider(sampler=_BrokenSampler()), id="sampler"),
+        pytest.param(TracerProvider(), id="processor"),
+    ],
+)
+def test_a_failing_tracer_costs_the_span_not_the_call(provider: TracerProvider) -> None:
+    # Tracing is the operator's aid: a broken sampler or span processor must
+    # not turn decisions into errors (nor hand its exception to the caller).
+    provider.add_span_processor(_BrokenProcessor())
+    target = f"127.0.0.1:{free_port()}"
+
+    async def main() -> list[pb.DecideRetryResponse]:
+        daemon = InProcessDaemon(load_policy(None, environ={}), [target], tracing=(provider, None))
+        await daemon.start()
+        try:
+            async with grpc.aio.insecure_channel(target) as channel:
+                stub = pb_grpc.PolicyServiceStub(channel)
+                request = pb.DecideRetryRequest(attempt=1, http_status=503)
+                return [
+                    await stub.DecideRetry(request, metadata=TRACEPARENT, timeout=5)
+                    for _ in range(3)
+                ]
+        finally:
+            await daemon.stop()
+
+    for reply in asyncio.run(main()):
+        assert reply.action == pb.ACTION_RETRY
 
 
 def test_health_checks_are_not_traced() -> None:
