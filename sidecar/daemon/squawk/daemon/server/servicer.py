@@ -123,8 +123,13 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         return after, None
 
     def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
+        """The answer, the caller's own to change (a reused one is copied)."""
         decision, reply = self._decide(request)
-        return decision_message(decision) if reply is None else reply
+        if reply is None:
+            return decision_message(decision)
+        mine = pb.DecideRetryResponse()
+        mine.CopyFrom(reply)
+        return mine
 
     @boundary
     async def Classify(
