@@ -193,7 +193,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             else:
                 results.add().decision.CopyFrom(reply)
         if decided is not None:
-            self._observer.record_batch("DecideRetryBatch", decided, started)
+            await self._observer.record_batch("DecideRetryBatch", decided, started)
         # One span for the batch, not one per item: a 10,000-item batch would
         # otherwise flood the export queue. Logs stay per item.
         span = spans.current()
