@@ -12,16 +12,19 @@ from pathlib import Path
 
 import grpc
 import pytest
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 
 from conftest import Daemon, free_port, start_daemon
 from squawk.daemon.config import load_policy
 from squawk.daemon.server.app import Daemon as InProcessDaemon
 from squawk.daemon.server.loop_lag import watch_loop_lag
+from squawk.daemon.server.spans import CallSpan, ServerSpans
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -423,3 +426,33 @@ def test_a_large_batch_writes_its_log_without_holding_the_loop() -> None:
     asyncio.run(main())
     assert len(log.seen) == 2_000
     assert log.seen[-1] > log.seen[0]  # the loop ran other work while the lines were written
+
+
+class _Call:
+    """What ServerSpans reads of a gRPC call: its metadata and its peer."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:5000"
+
+
+@pytest.mark.parametrize("metadata", [(), (("user-agent", "executor/1.0"),)])
+def test_a_call_without_trace_context_starts_its_own_trace(
+    metadata: tuple[tuple[str, str], ...],
+) -> None:
+    # Whatever span the daemon's own process has current is no caller's parent.
+    ambient = SpanContext(0xABC, 0xDEF, is_remote=False, trace_flags=TraceFlags(1))
+    token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(ambient)))
+    try:
+        span = ServerSpans(TracerProvider()).open("DecideRetry", _Call(metadata))  # type: ignore[arg-type]
+    finally:
+        otel_context.detach(token)
+    assert isinstance(span, CallSpan)
+    span.close()
+    assert span.parent is None
+    assert span.context.trace_id != 0xABC

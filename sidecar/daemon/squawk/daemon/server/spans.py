@@ -34,6 +34,7 @@ from urllib.parse import unquote
 
 import grpc
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.sdk.util import BoundedList
@@ -245,7 +246,10 @@ class ServerSpans:
     ) -> CallSpan | _NoSpan:
         name = self._names[rpc]
         carrier = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
-        parent_context = propagate.extract(carrier) if carrier else None
+        # Never None: the sampler and get_current_span would read the
+        # ambient context then, so a call without metadata could adopt
+        # whatever span the process had current as its parent.
+        parent_context = propagate.extract(carrier) if carrier else Context()
         found = trace.get_current_span(parent_context).get_span_context()
         parent = found if found.is_valid else None
         trace_id = found.trace_id if parent else self._ids.generate_trace_id()
