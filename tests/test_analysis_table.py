@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,31 @@ def test_on_the_loop_and_on_the_worker_answer_alike(case: dict[str, Any]) -> Non
     on_loop = OFFLINE.analyze_now(small)
     on_worker = asyncio.run(OFFLINE.analyze(wire.analysis_request(request)))
     assert on_loop == on_worker
+
+
+def _many_words(length: int) -> pb.AnalyzeErrorRequest:
+    """Error text of one-letter words, and parameters of many words whose values it holds."""
+    names = ["_".join(["a"] * (k % 8 + 1) + [f"z{k}"]) for k in range(16)]
+    request = pb.AnalyzeErrorRequest(http_status=400, error_response=("a " * length)[:length])
+    request.original_request.update({name: "a a" for name in names})
+    request.parameter_schema.update({"properties": {name: {"enum": ["w"]} for name in names}})
+    return request
+
+
+@pytest.mark.parametrize("length", [100, 256, 1_000, 4_000, 8_000])
+def test_what_the_loop_analyses_is_cheap(length: int) -> None:
+    # The event loop answers every call and health check meanwhile: a request
+    # analysed there must cost a few milliseconds at most, whatever its text.
+    # (8,000 characters of such words once took 35-70 ms on the loop.)
+    small = wire.analysis_small(_many_words(length))
+    if small is None:
+        return  # the worker's: the loop is not held
+    costs = []
+    for _ in range(5):
+        started = time.thread_time()
+        OFFLINE.analyze_now(small)
+        costs.append(time.thread_time() - started)
+    assert min(costs) < 0.010
 
 
 def test_a_larger_request_goes_to_the_worker() -> None:

@@ -11,15 +11,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+import pytest
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 
 from conftest import Daemon, free_port, start_daemon
 from squawk.daemon.config import load_policy
 from squawk.daemon.server.app import Daemon as InProcessDaemon
 from squawk.daemon.server.loop_lag import watch_loop_lag
+from squawk.daemon.server.spans import CallSpan, ServerSpans
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -133,6 +138,50 @@ def test_no_secret_reaches_a_span_or_the_decision_log() -> None:
         assert "canary" not in dumped
     assert log.getvalue().count("\n") == 2  # one line per decision that was made
     assert CANARY not in log.getvalue()
+
+
+class _BrokenProcessor(SpanProcessor):
+    def on_end(self, span: ReadableSpan) -> None:
+        raise RuntimeError("processor broke")
+
+
+class _BrokenSampler(Sampler):
+    def should_sample(self, *args: object, **kwargs: object) -> SamplingResult:
+        raise RuntimeError("sampler broke")
+
+    def get_description(self) -> str:
+        return "broken"
+
+
+@pytest.mark.parametrize(
+    "provider",
+    [
+        pytest.param(TracerProvider(sampler=_BrokenSampler()), id="sampler"),
+        pytest.param(TracerProvider(), id="processor"),
+    ],
+)
+def test_a_failing_tracer_costs_the_span_not_the_call(provider: TracerProvider) -> None:
+    # Tracing is the operator's aid: a broken sampler or span processor must
+    # not turn decisions into errors (nor hand its exception to the caller).
+    provider.add_span_processor(_BrokenProcessor())
+    target = f"127.0.0.1:{free_port()}"
+
+    async def main() -> list[pb.DecideRetryResponse]:
+        daemon = InProcessDaemon(load_policy(None, environ={}), [target], tracing=(provider, None))
+        await daemon.start()
+        try:
+            async with grpc.aio.insecure_channel(target) as channel:
+                stub = pb_grpc.PolicyServiceStub(channel)
+                request = pb.DecideRetryRequest(attempt=1, http_status=503)
+                return [
+                    await stub.DecideRetry(request, metadata=TRACEPARENT, timeout=5)
+                    for _ in range(3)
+                ]
+        finally:
+            await daemon.stop()
+
+    for reply in asyncio.run(main()):
+        assert reply.action == pb.ACTION_RETRY
 
 
 def test_health_checks_are_not_traced() -> None:
@@ -333,3 +382,77 @@ def test_a_batch_counts_every_decision_and_logs_each(tmp_path: Path) -> None:
         ("DecideRetryBatch", 2, "RETRY"),
         ("DecideRetryBatch", 1, "FAIL"),
     ]
+
+
+class _TickLog(io.StringIO):
+    """A decision log that notes, at each line, how often the loop ran a ticker."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ticks = 0
+        self.seen: list[int] = []
+
+    def write(self, text: str) -> int:
+        self.seen.append(self.ticks)
+        return super().write(text)
+
+
+def test_a_large_batch_writes_its_log_without_holding_the_loop() -> None:
+    # 10,000 decision-log lines in one go held the loop for 120-210 ms:
+    # every other call and health check waited that long.
+    log = _TickLog()
+    target = f"127.0.0.1:{free_port()}"
+    batch = pb.DecideRetryBatchRequest(
+        requests=[pb.DecideRetryRequest(attempt=1, http_status=503)] * 2_000
+    )
+
+    async def tick() -> None:
+        while True:
+            log.ticks += 1
+            await asyncio.sleep(0)
+
+    async def main() -> None:
+        daemon = InProcessDaemon(load_policy(None, environ={}), [target], decision_log=log)
+        await daemon.start()
+        ticker = asyncio.create_task(tick())
+        try:
+            async with grpc.aio.insecure_channel(target) as channel:
+                reply = await pb_grpc.PolicyServiceStub(channel).DecideRetryBatch(batch, timeout=10)
+                assert len(reply.results) == 2_000
+        finally:
+            ticker.cancel()
+            await daemon.stop()
+
+    asyncio.run(main())
+    assert len(log.seen) == 2_000
+    assert log.seen[-1] > log.seen[0]  # the loop ran other work while the lines were written
+
+
+class _Call:
+    """What ServerSpans reads of a gRPC call: its metadata and its peer."""
+
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:5000"
+
+
+@pytest.mark.parametrize("metadata", [(), (("user-agent", "executor/1.0"),)])
+def test_a_call_without_trace_context_starts_its_own_trace(
+    metadata: tuple[tuple[str, str], ...],
+) -> None:
+    # Whatever span the daemon's own process has current is no caller's parent.
+    ambient = SpanContext(0xABC, 0xDEF, is_remote=False, trace_flags=TraceFlags(1))
+    token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(ambient)))
+    try:
+        span = ServerSpans(TracerProvider()).open("DecideRetry", _Call(metadata))  # type: ignore[arg-type]
+    finally:
+        otel_context.detach(token)
+    assert isinstance(span, CallSpan)
+    span.close()
+    assert span.parent is None
+    assert span.context.trace_id != 0xABC

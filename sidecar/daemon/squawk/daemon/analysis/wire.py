@@ -54,6 +54,13 @@ __all__ = [
 # What CheckDispatch may read and check on the event loop (see dispatch_small).
 INLINE_VALUES = 128
 INLINE_CHARS = 8_192
+# What AnalyzeError's texts (error_response and the rest) may hold to be
+# analysed on the loop. Far fewer than INLINE_CHARS: the analysis indexes
+# every word of the error text, at some 4 us a character for text of short
+# words, so 8,192 characters of "a a a ..." held the loop for 35-70 ms.
+# 256 keeps that worst case near a millisecond and still takes a typical
+# tool error ("Amadeus API error 400: INVALID CITY CODE") inline.
+INLINE_TEXT_CHARS = 256
 
 # A value's path, built only when an error names it: (parent, key or index).
 _Path: TypeAlias = "tuple[_Path, str | int] | str"
@@ -185,7 +192,7 @@ def analysis_small(request: pb.AnalyzeErrorRequest) -> AnalysisRequest | None:
     less than the two thread handoffs of the worker, which at 1,000 calls/s
     also made the slowest answers wait behind the GIL. Small means the
     Structs' INLINE_VALUES values and INLINE_CHARS characters (read as
-    `dispatch_small` reads), and as many characters of text again.
+    `dispatch_small` reads), and INLINE_TEXT_CHARS characters of text.
     """
     texts = (
         request.error_response,
@@ -194,7 +201,7 @@ def analysis_small(request: pb.AnalyzeErrorRequest) -> AnalysisRequest | None:
         request.capability_description,
         request.step_id,
     )
-    if sum(len(t) for t in texts) > INLINE_CHARS:
+    if sum(len(t) for t in texts) > INLINE_TEXT_CHARS:
         return None
     try:
         return analysis_request(request, small=True)

@@ -10,6 +10,7 @@ and every sink here, which also bounds each field and so each log line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -46,6 +47,8 @@ _LOG_EVERY_S = 10.0
 # Distinct field strings remembered with their shown form; the same few
 # capability and upstream names recur on every decision.
 _SHOWN_CACHE = 4096
+# A batch's decision-log lines written between two yields to the event loop.
+_LOG_SLICE = 256
 
 # Upstream names are caller data: past this many distinct names, metric
 # labels say "other", so a caller cannot grow the series without bound.
@@ -312,7 +315,7 @@ class Observer:
         if self.log is not None:
             self._log(rpc, fields, span)
 
-    def record_batch(
+    async def record_batch(
         self,
         rpc: str,
         decided: Sequence[tuple[pb.DecideRetryRequest, Decision]],
@@ -323,7 +326,10 @@ class Observer:
         Per item, the counters' label lookups and the fields cost more than
         the decision itself (a 100-item batch ran at half the decisions/s
         with metrics on); counted per (action, reason) they cost a few
-        lookups a batch. The duration is the call's, observed once.
+        lookups a batch. The duration is the call's, observed once. The log
+        lines give the event loop back every _LOG_SLICE lines, as the batch
+        does between its decisions: 10,000 lines in one go held it for
+        120-210 ms.
         """
         m = self.metrics
         if m is not None:
@@ -337,7 +343,9 @@ class Observer:
                 if action == "CORRECT":
                     m.corrections.labels("requested").inc(n)
         if self.log is not None:
-            for request, decision in decided:
+            for i, (request, decision) in enumerate(decided):
+                if i and not i % _LOG_SLICE:
+                    await asyncio.sleep(0)
                 self._log(rpc, self._safe(decision_fields(request, decision)), NO_SPAN)
 
     @staticmethod

@@ -123,8 +123,13 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         return after, None
 
     def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
+        """The answer, the caller's own to change (a reused one is copied)."""
         decision, reply = self._decide(request)
-        return decision_message(decision) if reply is None else reply
+        if reply is None:
+            return decision_message(decision)
+        mine = pb.DecideRetryResponse()
+        mine.CopyFrom(reply)
+        return mine
 
     @boundary
     async def Classify(
@@ -188,7 +193,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             else:
                 results.add().decision.CopyFrom(reply)
         if decided is not None:
-            self._observer.record_batch("DecideRetryBatch", decided, started)
+            await self._observer.record_batch("DecideRetryBatch", decided, started)
         # One span for the batch, not one per item: a 10,000-item batch would
         # otherwise flood the export queue. Logs stay per item.
         span = spans.current()

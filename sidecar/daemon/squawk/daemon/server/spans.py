@@ -25,6 +25,7 @@ decisions in noise.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -33,6 +34,7 @@ from urllib.parse import unquote
 
 import grpc
 from opentelemetry import propagate, trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.sdk.util import BoundedList
@@ -52,6 +54,8 @@ from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = ["MAX_EVENTS", "NO_SPAN", "SERVICE", "CallSpan", "ServerSpans", "SpanRecord", "current"]
+
+log = logging.getLogger(__name__)
 
 SERVICE = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
 # The codes that mean the daemon failed, not the caller (the conventions'
@@ -177,21 +181,26 @@ class CallSpan:
     def close(self) -> None:
         _current.reset(self._token)
         owner = self._owner
-        owner.processor.on_end(
-            ReadableSpan(
-                self.name,
-                context=self.context,
-                parent=self.parent,
-                resource=owner.resource,
-                attributes=self.attributes,
-                events=self._events if self._events is not None else (),
-                links=(),
-                kind=SpanKind.SERVER,
-                instrumentation_scope=owner.scope,
-                status=self._status,
-                start_time=self._start,
-                end_time=time.time_ns(),
-            )
+        try:
+            owner.processor.on_end(self._finished())
+        except Exception:
+            owner.failed("hand a finished span to the span processors")
+
+    def _finished(self) -> ReadableSpan:
+        owner = self._owner
+        return ReadableSpan(
+            self.name,
+            context=self.context,
+            parent=self.parent,
+            resource=owner.resource,
+            attributes=self.attributes,
+            events=self._events if self._events is not None else (),
+            links=(),
+            kind=SpanKind.SERVER,
+            instrumentation_scope=owner.scope,
+            status=self._status,
+            start_time=self._start,
+            end_time=time.time_ns(),
         )
 
 
@@ -211,14 +220,36 @@ class ServerSpans:
         self._names = {m.name: f"/{SERVICE}/{m.name}" for m in methods}
         self._agents: dict[str, str] = {}
         self._peers: dict[str, Mapping[str, str]] = {}
+        # Span failures so far: tracing is the operator's aid, so a failing
+        # sampler, propagator or processor costs the span, never the call,
+        # and one log line with its traceback, not one per call.
+        self.failures = 0
+
+    def failed(self, what: str) -> None:
+        """Note a failure of the span code (called from an `except` block)."""
+        self.failures += 1
+        if self.failures == 1:
+            log.warning("tracing: could not %s; the call goes on untraced", what, exc_info=True)
 
     def open(
         self, rpc: str, context: grpc.aio.ServicerContext[object, object]
     ) -> CallSpan | _NoSpan:
         """The call's span, current until it is closed; NO_SPAN when not sampled."""
+        try:
+            return self._open(rpc, context)
+        except Exception:
+            self.failed("open a call's span")
+            return NO_SPAN
+
+    def _open(
+        self, rpc: str, context: grpc.aio.ServicerContext[object, object]
+    ) -> CallSpan | _NoSpan:
         name = self._names[rpc]
         carrier = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
-        parent_context = propagate.extract(carrier) if carrier else None
+        # Never None: the sampler and get_current_span would read the
+        # ambient context then, so a call without metadata could adopt
+        # whatever span the process had current as its parent.
+        parent_context = propagate.extract(carrier) if carrier else Context()
         found = trace.get_current_span(parent_context).get_span_context()
         parent = found if found.is_valid else None
         trace_id = found.trace_id if parent else self._ids.generate_trace_id()
