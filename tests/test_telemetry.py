@@ -31,7 +31,11 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 CANARY = "sk-canary0123456789abcdef"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
-TRACEPARENT = (("traceparent", f"00-{TRACE_ID}-{PARENT_ID}-01"),)
+TRACEPARENT = (
+    ("traceparent", f"00-{TRACE_ID}-{PARENT_ID}-01"),
+    # A vendor's trace state is the caller's string too.
+    ("tracestate", f"vendor={CANARY}"),
+)
 
 # The attribute names this project commits to (README, "Tracing"): the RPC
 # conventions as opentelemetry-instrumentation-grpc emits them today (the

@@ -257,9 +257,10 @@ class ServerSpans:
         if sampling.decision is Decision.DROP:
             return NO_SPAN
         flags = _SAMPLED if sampling.decision is Decision.RECORD_AND_SAMPLE else _UNSAMPLED
-        span_context = SpanContext(
-            trace_id, self._ids.generate_span_id(), False, flags, sampling.trace_state
-        )
+        # No trace state: the caller's `tracestate` is caller data that would
+        # reach the collector unredacted, and no call leaves the daemon that
+        # could need it passed on.
+        span_context = SpanContext(trace_id, self._ids.generate_span_id(), False, flags)
         attributes: dict[str, AttributeValue] = {
             **sampling.attributes,
             "rpc.system": "grpc",
