@@ -35,7 +35,6 @@ from squawk.wire import (
     classification_message,
     decision_message,
     failure,
-    fill_decision,
     outcome,
 )
 
@@ -100,10 +99,8 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
     def decide_core(self, request: pb.DecideRetryRequest) -> Decision:
         return self._decide(request)[0]
 
-    def _decide(
-        self, request: pb.DecideRetryRequest
-    ) -> tuple[Decision, pb.DecideRetryResponse | None]:
-        """The decision, with its message when it is a stateless one (shared, read-only)."""
+    def _decide(self, request: pb.DecideRetryRequest) -> tuple[Decision, pb.DecideRetryResponse]:
+        """The decision and its message (which may be shared: read-only)."""
         profile = self._policy.profile(request.profile)
         if not request.upstream:
             return self._stateless.decide(request, profile)
@@ -120,15 +117,12 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         after = self._upstreams.after_failure(
             profile, request.upstream, failed, decision, state.deadline
         )
-        return after, None
+        return after, decision_message(after)
 
     def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
         """The answer, the caller's own to change (a reused one is copied)."""
-        decision, reply = self._decide(request)
-        if reply is None:
-            return decision_message(decision)
         mine = pb.DecideRetryResponse()
-        mine.CopyFrom(reply)
+        mine.CopyFrom(self._decide(request)[1])
         return mine
 
     @boundary
@@ -151,7 +145,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         started = time.perf_counter()
         decision, reply = self._decide(request)
         self._note("DecideRetry", lambda: decision_fields(request, decision), started)
-        return decision_message(decision) if reply is None else reply
+        return reply
 
     @boundary
     async def DecideRetryBatch(
@@ -188,10 +182,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             actions[decision.action] += 1
             if decided is not None:
                 decided.append((item, decision))
-            if reply is None:
-                fill_decision(decision, results.add().decision)
-            else:
-                results.add().decision.CopyFrom(reply)
+            results.add().decision.CopyFrom(reply)
         if decided is not None:
             await self._observer.record_batch("DecideRetryBatch", decided, started)
         # One span for the batch, not one per item: a 10,000-item batch would
