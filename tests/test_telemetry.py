@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -460,3 +461,36 @@ def test_a_call_without_trace_context_starts_its_own_trace(
     span.close()
     assert span.parent is None
     assert span.context.trace_id != 0xABC
+
+
+def test_a_callers_baggage_is_not_read(caplog: pytest.LogCaptureFixture) -> None:
+    # 200 members is over the W3C limit: parsing it would log a warning on
+    # every call, a flood any caller could start.
+    baggage = ("baggage", ",".join(f"k{i}={CANARY}" for i in range(200)))
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    target = f"127.0.0.1:{free_port()}"
+
+    async def main() -> None:
+        daemon = InProcessDaemon(load_policy(None, environ={}), [target], tracing=(provider, None))
+        await daemon.start()
+        try:
+            async with grpc.aio.insecure_channel(target) as channel:
+                stub = pb_grpc.PolicyServiceStub(channel)
+                for _ in range(3):
+                    await stub.DecideRetry(
+                        pb.DecideRetryRequest(attempt=1, http_status=503),
+                        metadata=(*TRACEPARENT, baggage),
+                        timeout=5,
+                    )
+        finally:
+            await daemon.stop()
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(main())
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 3
+    assert all(f"{s.parent.span_id:016x}" == PARENT_ID for s in spans if s.parent)
+    assert all(CANARY not in s.to_json() for s in spans)

@@ -246,7 +246,13 @@ class ServerSpans:
         self, rpc: str, context: grpc.aio.ServicerContext[object, object]
     ) -> CallSpan | _NoSpan:
         name = self._names[rpc]
-        carrier = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+        carrier = {
+            k: v
+            for k, v in context.invocation_metadata() or ()
+            # Baggage: the daemon reads none and forwards none, and parsing
+            # a caller's oversized one logs a warning per call.
+            if isinstance(v, str) and k != "baggage"
+        }
         # Never None: the sampler and get_current_span would read the
         # ambient context then, so a call without metadata could adopt
         # whatever span the process had current as its parent.
