@@ -14,7 +14,9 @@ RUN make gen PYTHON=python && \
 
 FROM python:3.11-slim
 COPY --from=build /wheels /wheels
-RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
+# With the redis extra: `state.store: redis` (or SQUAWK_STATE_URL) works as shipped.
+RUN pip install --no-cache-dir /wheels/squawk_core-*.whl "$(echo /wheels/squawk_daemon-*.whl)[redis]" && \
+    rm -rf /wheels
 USER 65532:65532
 EXPOSE 50051
 # Listen on all interfaces inside the pod's network namespace; health via

@@ -7,7 +7,6 @@ import io
 import json
 import logging
 import time
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 
-from conftest import Daemon, free_port, start_daemon
+from conftest import Daemon, free_port, scrape, start_daemon
 from squawk.daemon.config import load_policy
 from squawk.daemon.server.app import Daemon as InProcessDaemon
 from squawk.daemon.server.loop_lag import watch_loop_lag
@@ -192,17 +191,6 @@ def test_a_failing_tracer_costs_the_span_not_the_call(provider: TracerProvider) 
 def test_health_checks_are_not_traced() -> None:
     # Covered by the daemon's filter: only squawk.v1 methods appear.
     assert all(s.name.startswith("/squawk.v1.") for s in run_in_process())
-
-
-def scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
 
 
 def test_metrics_and_decision_log(tmp_path: Path) -> None:

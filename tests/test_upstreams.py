@@ -19,13 +19,12 @@ from datetime import timedelta
 import grpc
 import pytest
 
-from conftest import Daemon, free_port, start_daemon
+from conftest import Daemon, free_port, scrape, start_daemon
 from squawk.daemon.server.upstreams import Upstreams
 from squawk.policy import BreakerState, Outcome, builtin_policy
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk_client import Reason, SquawkClient, StepError, StepFailed, StepOptions, run_step_sync
-from test_telemetry import scrape
 
 POLICY = """\
 max_upstreams: 50

@@ -8,7 +8,7 @@ from .backoff import BackoffConfig, Jitter, delay, parse_duration
 from .breaker import BreakerConfig
 from .classify import classify, status_from_text
 from .decide import decide, validate
-from .guard import guard_retry
+from .guard import FleetAnswer, guard_fleet, guard_retry
 from .headers import retry_after
 from .outcome import Outcome, counts_as_failure
 from .profiles import Policy, Profile, builtin_policy, builtin_profile
@@ -48,6 +48,7 @@ __all__ = [
     "Classification",
     "Decision",
     "Failure",
+    "FleetAnswer",
     "Jitter",
     "Outcome",
     "Policy",
@@ -67,6 +68,7 @@ __all__ = [
     "counts_as_failure",
     "decide",
     "delay",
+    "guard_fleet",
     "guard_retry",
     "is_idle",
     "parse_duration",

@@ -19,11 +19,15 @@ So the shared state only ever turns a RETRY into a FAIL or a longer wait,
 never the other way round. The checks run in that order and the budget is
 withdrawn from only when the answer stays RETRY: a retry that fails on the
 deadline does not spend the budget.
+
+guard_fleet applies the same four rules a second time, to what a fleet
+store (the daemon's Redis store) says of every pod's shared state.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import NamedTuple
 
 from . import breaker as _breaker
 from . import retry_budget as _budget
@@ -32,7 +36,7 @@ from .timing import time_left
 from .types import Action, BreakerState, Decision, Reason
 from .upstream import UpstreamConfig, UpstreamState
 
-__all__ = ["guard_retry"]
+__all__ = ["FleetAnswer", "guard_fleet", "guard_retry"]
 
 _ZERO = timedelta(0)
 _ONE_MS = timedelta(milliseconds=1)
@@ -65,41 +69,85 @@ def guard_retry(
     """
     if decision.action is not Action.RETRY:
         return state, decision
-    what = resend_phrase(
-        decision.reason is Reason.TRANSPORT_FAILURE, decision.classification.upstream_status
-    )
+    what = _what(decision)
     breaker = _breaker.advance(state.breaker, config.circuit_breaker, now)
     if breaker is not state.breaker:
         state = UpstreamState(breaker, state.budget, state.cool_until)
     if breaker.state is BreakerState.OPEN:
-        left = time_left(breaker.until, now)
-        why = (
-            f"{what}, but the upstream's circuit breaker is open; "
-            f"it half-opens in {left // _ONE_MS} ms."
-        )
-        return state, _fail(decision, Reason.CIRCUIT_OPEN, why, left)
+        return state, _open(decision, what, "circuit breaker", time_left(breaker.until, now))
     budget = _budget.withdraw(state.budget, config.retry_budget, now)
     if budget is None:
         clause, left_or_none = _budget.describe(state.budget, config.retry_budget, now)
         why = f"{what}, but the upstream's {clause}."
         return state, _fail(decision, Reason.RETRY_BUDGET_EXHAUSTED, why, left_or_none)
-    cooling = time_left(state.cool_until, now)
-    if cooling > decision.delay:
-        past = deadline_exceeded(
-            f"{what} and the upstream is cooling down",
-            cooling,
-            deadline,
-            decision.classification,
-            decision.declared_retryable,
-        )
-        if past is not None:
-            return state, past._replace(retry_after=cooling)
-        decision = decision._replace(
-            delay=cooling,
-            explanation=f"{decision.explanation.removesuffix('.')}; the upstream is cooling "
-            f"down for {cooling // _ONE_MS} ms more, so wait that long instead.",
-        )
+    decision, past = _cooled(decision, what, time_left(state.cool_until, now), deadline)
+    if past:
+        return state, decision
     if budget is not state.budget:
         # Not dataclasses.replace, which costs twice as much, on every granted retry.
         state = UpstreamState(state.breaker, budget, state.cool_until)
     return state, decision
+
+
+class FleetAnswer(NamedTuple):
+    """What the fleet's shared state says of one RETRY (the daemon's fleet
+    store reads it from every pod's reports, in the same order of rules)."""
+
+    # The fleet's breaker is OPEN: the time until it half-opens.
+    open_left: timedelta | None = None
+    # The fleet's retry budget refused: its state, as in "the upstream's
+    # fleet-wide retry budget is spent: <budget_spent>".
+    budget_spent: str | None = None
+    # The fleet's cool-down left; zero when none.
+    cooling: timedelta = _ZERO
+
+
+def guard_fleet(
+    decision: Decision, answer: FleetAnswer, deadline: timedelta | None = None
+) -> Decision:
+    """`decision` (already guarded by the pod's own state) as the fleet's
+    state allows it: the same rules as guard_retry, so again only ever a
+    FAIL or a longer wait, never the other way round."""
+    if decision.action is not Action.RETRY:
+        return decision
+    what = _what(decision)
+    if answer.open_left is not None:
+        return _open(decision, what, "fleet-wide circuit breaker", answer.open_left)
+    if answer.budget_spent is not None:
+        why = f"{what}, but the upstream's fleet-wide retry budget is spent: {answer.budget_spent}."
+        return _fail(decision, Reason.RETRY_BUDGET_EXHAUSTED, why, None)
+    return _cooled(decision, what, answer.cooling, deadline)[0]
+
+
+def _what(decision: Decision) -> str:
+    return resend_phrase(
+        decision.reason is Reason.TRANSPORT_FAILURE, decision.classification.upstream_status
+    )
+
+
+def _open(decision: Decision, what: str, breaker: str, left: timedelta) -> Decision:
+    why = f"{what}, but the upstream's {breaker} is open; it half-opens in {left // _ONE_MS} ms."
+    return _fail(decision, Reason.CIRCUIT_OPEN, why, left)
+
+
+def _cooled(
+    decision: Decision, what: str, cooling: timedelta, deadline: timedelta | None
+) -> tuple[Decision, bool]:
+    """(decision, past): a RETRY waiting at least the cool-down left, or
+    (past=True) a FAIL when that wait would outlast the step's deadline."""
+    if cooling <= decision.delay:
+        return decision, False
+    past = deadline_exceeded(
+        f"{what} and the upstream is cooling down",
+        cooling,
+        deadline,
+        decision.classification,
+        decision.declared_retryable,
+    )
+    if past is not None:
+        return past._replace(retry_after=cooling), True
+    return decision._replace(
+        delay=cooling,
+        explanation=f"{decision.explanation.removesuffix('.')}; the upstream is cooling "
+        f"down for {cooling // _ONE_MS} ms more, so wait that long instead.",
+    ), False

@@ -275,6 +275,7 @@ async def _serve(args: argparse.Namespace) -> None:
             metrics_listen=args.metrics_listen,
             decision_log=log_file,
             analyzer_settings=config.analyzer,
+            state_settings=config.state,
         )
         await daemon.start()
         await daemon.run_until_stopped()

@@ -21,10 +21,12 @@ from ..analysis.settings import AnalyzerSettings
 from ._yaml import ConfigError, mapping, positive_int, scalar
 from .analyzer import apply_analyzer_env, check_analyzer, parse_analyzer
 from .profiles import parse_profiles
+from .state import StateSettings, apply_state_env, check_state, parse_state
 
 __all__ = [
     "Config",
     "ConfigError",
+    "StateSettings",
     "apply_analyzer_env",
     "apply_env",
     "load_config",
@@ -44,6 +46,7 @@ class Config:
 
     policy: Policy
     analyzer: AnalyzerSettings = field(default_factory=AnalyzerSettings)
+    state: StateSettings = field(default_factory=StateSettings)
 
 
 def _positive(fields: Mapping[str, yaml.Node], name: str) -> int:
@@ -63,7 +66,9 @@ def parse_config(text: str, source: str = "<policy>") -> Config:
     policy = builtin_policy()
     if root is None:
         return Config(policy)
-    fields = mapping(root, "policy", {"profiles", "max_body_bytes", "max_upstreams", "analyzer"})
+    fields = mapping(
+        root, "policy", {"profiles", "max_body_bytes", "max_upstreams", "analyzer", "state"}
+    )
     if "max_body_bytes" in fields:
         policy = replace(policy, max_body_bytes=_positive(fields, "max_body_bytes"))
     if "max_upstreams" in fields:
@@ -74,7 +79,8 @@ def parse_config(text: str, source: str = "<policy>") -> Config:
     if "analyzer" in fields:
         analyzer, key = parse_analyzer(fields["analyzer"])
         analyzer = replace(analyzer, api_key=key)
-    return Config(policy, analyzer)
+    state = parse_state(fields["state"]) if "state" in fields else StateSettings()
+    return Config(policy, analyzer, state)
 
 
 def load_config(path: str | None, environ: Mapping[str, str] | None = None) -> Config:
@@ -92,7 +98,9 @@ def load_config(path: str | None, environ: Mapping[str, str] | None = None) -> C
     environ = os.environ if environ is None else environ
     analyzer = apply_analyzer_env(config.analyzer, environ)
     check_analyzer(analyzer, path or "<policy>")
-    return Config(apply_env(config.policy, environ), analyzer)
+    state = apply_state_env(config.state, environ)
+    check_state(state, path or "<policy>")
+    return Config(apply_env(config.policy, environ), analyzer, state)
 
 
 def load_policy(path: str | None, environ: Mapping[str, str] | None = None) -> Policy:

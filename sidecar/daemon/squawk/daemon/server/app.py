@@ -35,6 +35,7 @@ from squawk.v1 import policy_pb2 as pb
 
 from ..analysis import Analyzer, AnalyzerSettings
 from ..analysis.worker import lower_switch_interval
+from ..config.state import StateSettings, Store
 from .listeners import (
     DEFAULT_SOCKET_MODE,
     BindError,
@@ -48,7 +49,9 @@ from .observe import Metrics, Observer
 from .reflection import enable_reflection
 from .servicer import PolicyServicer, register
 from .spans import ServerSpans
+from .state_store import PodStore
 from .telemetry import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
+from .upstreams import Upstreams
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -93,6 +96,7 @@ class Daemon:
         metrics_listen: str | None = None,
         decision_log: IO[str] | None = None,
         analyzer_settings: AnalyzerSettings | None = None,
+        state_settings: StateSettings | None = None,
     ) -> None:
         if not 0 <= shutdown_notice_s <= grace_s:
             raise ValueError(
@@ -104,11 +108,14 @@ class Daemon:
         self.metrics_listen = metrics_listen
         # Unset = the offline analyzer; the CLI passes the file's and env's settings.
         self.analyzer = Analyzer(analyzer_settings or AnalyzerSettings(), policy)
+        observer = Observer(self.metrics, decision_log)
+        self.store = _store(policy, state_settings or StateSettings(), observer)
         self.servicer = PolicyServicer(
             policy,
-            observer=Observer(self.metrics, decision_log),
+            observer=observer,
             analyzer=self.analyzer,
             tracing=ServerSpans(self.tracer_provider) if self.tracer_provider else None,
+            store=self.store,
         )
         self.health = health.aio.HealthServicer()
         self.listen = listen
@@ -131,10 +138,14 @@ class Daemon:
         try:
             self._bind()
             self._serve_metrics()
+            # An unreachable store is an outage like any other: logged, and
+            # decisions go on from the pod's own state.
+            await self.store.start()
             await self.server.start()
         except BaseException:
             # A daemon that fails to start leaves no socket file behind.
             await self.server.stop(None)
+            await self.store.aclose()
             self._remove_sockets()
             raise
         # The span export thread and the analysis worker hold the GIL in turns
@@ -144,7 +155,11 @@ class Daemon:
             self._lag_watch = asyncio.create_task(watch_loop_lag(self.metrics.loop_lag.observe))
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("squawk serving on %s", ", ".join(self.listen))
+        log.info(
+            "squawk serving on %s; upstream state: %s",
+            ", ".join(self.listen),
+            self.store.describe(),
+        )
         settings = self.analyzer.settings
         if settings.uses_model:
             # The URL carries no credentials (config refuses them); the key is never logged.
@@ -210,8 +225,19 @@ class Daemon:
         if self._lag_watch is not None:
             self._lag_watch.cancel()
         await self.analyzer.aclose()
+        await self.store.aclose()
         if self.tracer_provider is not None:
             # Blocks the loop on purpose: the server has stopped, nothing else waits.
             flush_s = min(FLUSH_BOUND_S, max(deadline - loop.time(), 0.0))
             shutdown_tracing(self.tracer_provider, self._span_processor, flush_s)
         log.info("squawk stopped")
+
+
+def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodStore:
+    upstreams = Upstreams(policy, on_transition=observer.transition)
+    if settings.store is Store.MEMORY:
+        return PodStore(upstreams)
+    from .fleet import FleetStore  # needs the redis client, an optional dependency
+
+    observer.store_up(True)
+    return FleetStore(upstreams, settings, observer.transition, observer.store_up)

@@ -73,9 +73,11 @@ def classification_fields(
     }
 
 
-def decision_fields(request: pb.DecideRetryRequest, decision: Decision) -> dict[str, Field]:
+def decision_fields(
+    request: pb.DecideRetryRequest, decision: Decision, state: str | None = None
+) -> dict[str, Field]:
     c = decision.classification
-    return {
+    fields: dict[str, Field] = {
         "squawk.profile": request.profile or "default",
         "squawk.capability": request.capability,
         "squawk.upstream": request.upstream,
@@ -88,10 +90,15 @@ def decision_fields(request: pb.DecideRetryRequest, decision: Decision) -> dict[
         "squawk.reason": decision.reason.name,
         "squawk.delay_ms": round(decision.delay.total_seconds() * 1000),
     }
+    if state is not None:
+        fields["squawk.state"] = state
+    return fields
 
 
-def admission_fields(request: pb.AdmitRequest, reply: pb.AdmitResponse) -> dict[str, Field]:
-    return {
+def admission_fields(
+    request: pb.AdmitRequest, reply: pb.AdmitResponse, state: str | None = None
+) -> dict[str, Field]:
+    fields: dict[str, Field] = {
         "squawk.profile": request.profile or "default",
         "squawk.capability": request.capability,
         "squawk.upstream": request.upstream,
@@ -103,6 +110,9 @@ def admission_fields(request: pb.AdmitRequest, reply: pb.AdmitResponse) -> dict[
         "squawk.probe": reply.probe,
         "squawk.delay_ms": reply.retry_after.ToMilliseconds(),
     }
+    if state is not None:
+        fields["squawk.state"] = state
+    return fields
 
 
 class _DroppedSpans(Collector):
@@ -165,6 +175,25 @@ class Metrics:
             "Circuit breaker state changes, by upstream (at most "
             f"{MAX_UPSTREAM_LABELS} names, then {OTHER_UPSTREAMS!r}).",
             ["upstream", "from", "to"],
+            registry=self.registry,
+        )
+        self.fleet_breaker_transitions = Counter(
+            "squawk_fleet_breaker_transitions",
+            "Fleet-wide circuit breaker state changes (state.store redis) this pod "
+            f"made, by upstream (at most {MAX_UPSTREAM_LABELS} names, then {OTHER_UPSTREAMS!r}).",
+            ["upstream", "from", "to"],
+            registry=self.registry,
+        )
+        self.state_answers = Counter(
+            "squawk_state_answers",
+            "Admit and DecideRetry answers that read upstream state, by where it came "
+            "from: fleet (the Redis store) or local (the store was unreachable or late).",
+            ["rpc", "state"],
+            registry=self.registry,
+        )
+        self.state_store_up = Gauge(
+            "squawk_state_store_up",
+            "1 while the fleet state store answers, 0 during an outage.",
             registry=self.registry,
         )
         self.breaker_state = Gauge(
@@ -247,10 +276,11 @@ class Observer:
         """A breaker changed state: a span event, a log line and the metrics."""
         fields = self._safe({"squawk.profile": t.profile, "squawk.upstream": t.upstream})
         before, after = t.before.name, t.after.name
+        which = "fleet circuit breaker" if t.fleet else "circuit breaker"
         span = current()
         if span.is_recording():
             span.add_event(
-                "squawk.breaker.transition",
+                "squawk.fleet_breaker.transition" if t.fleet else "squawk.breaker.transition",
                 fields | {"squawk.breaker.from": before, "squawk.breaker.to": after},
             )
         # Upstream names are caller data: one report can open a breaker on
@@ -258,12 +288,13 @@ class Observer:
         # each state per interval, counting the rest (the span events and
         # metrics see every one), and quotes the name, so a newline in it
         # cannot start a line of its own.
-        held = self._throttle.ready(f"breaker/{after}")
+        held = self._throttle.ready(f"{which}/{after}")
         if held is not None:
             also = f" ({held} more to {after} since the last report)" if held else ""
             log.log(
                 logging.WARNING if after == "OPEN" else logging.INFO,
-                "circuit breaker %s -> %s for upstream %r (profile %r)%s",
+                "%s %s -> %s for upstream %r (profile %r)%s",
+                which,
                 before,
                 after,
                 fields["squawk.upstream"],
@@ -272,9 +303,17 @@ class Observer:
             )
         if self.metrics is not None:
             label = self._upstream_label(str(fields["squawk.upstream"]))
+            if t.fleet:
+                self.metrics.fleet_breaker_transitions.labels(label, before, after).inc()
+                return
             self.metrics.breaker_transitions.labels(label, before, after).inc()
             if label != OTHER_UPSTREAMS:
                 self.metrics.breaker_state.labels(label).set(int(t.after))
+
+    def store_up(self, up: bool) -> None:
+        """The fleet state store went away (False) or came back (True)."""
+        if self.metrics is not None:
+            self.metrics.state_store_up.set(int(up))
 
     def refused(self, rpc: str, cause: str, exc_info: bool = False) -> None:
         """Count a call answered with an error; log the unexpected ones, throttled.
@@ -310,6 +349,9 @@ class Observer:
             else:
                 action = str(fields.get("squawk.action", ""))
                 m.decisions.labels(rpc, action, str(fields.get("squawk.reason", ""))).inc()
+                state = fields.get("squawk.state")
+                if state is not None:
+                    m.state_answers.labels(rpc, str(state)).inc()
                 if action == "CORRECT":
                     m.corrections.labels("requested").inc()
         if self.log is not None:

@@ -1,7 +1,7 @@
 """The PolicyService servicer: convert the request, call the core, convert back.
 
 Each method passes `boundary` (boundary.py), which turns refusals and
-failures into statuses; the pod's upstream state lives in upstreams.py.
+failures into statuses; the upstream state lives behind state_store.py.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -21,6 +22,7 @@ from squawk.policy import (
     Outcome,
     Policy,
     PolicyInputError,
+    Profile,
     classify,
     decide,
 )
@@ -44,6 +46,7 @@ from .boundary import INTERNAL, MAX_ERROR_CHARS, boundary, register
 from .decisions import StatelessDecisions
 from .observe import Observer, admission_fields, classification_fields, decision_fields
 from .spans import ServerSpans
+from .state_store import PodStore, Source
 from .upstreams import Upstreams, UpstreamView
 
 __all__ = ["MAX_BATCH", "MAX_OUTCOMES", "PolicyServicer", "register"]
@@ -70,6 +73,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         tracing: ServerSpans | None = None,
         analyzer: Analyzer | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        store: PodStore | None = None,
     ) -> None:
         self._policy = policy
         # The default analyzer is the offline one: no network, nothing to close.
@@ -77,8 +81,8 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         self._clock = clock
         self._rng = rng or random.Random()
         self._observer = observer or Observer()
-        # The pod's shared upstream state; time there is monotonic.
-        self._upstreams = Upstreams(policy, monotonic, self._observer.transition)
+        # The upstream state shared by the pod (or the fleet); time there is monotonic.
+        self.store = store or PodStore(Upstreams(policy, monotonic, self._observer.transition))
         self._stateless = StatelessDecisions(clock, self._rng, policy.max_body_bytes)
         # Each call's server span (boundary.py); None without a tracer
         # provider, and then no call looks for a span at all.
@@ -96,17 +100,14 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         profile = self._policy.profile(request.profile)
         return classification_message(classify(failure(request), profile, self._clock))
 
-    def decide_core(self, request: pb.DecideRetryRequest) -> Decision:
-        return self._decide(request)[0]
-
-    def _decide(self, request: pb.DecideRetryRequest) -> tuple[Decision, pb.DecideRetryResponse]:
-        """The decision and its message (which may be shared: read-only)."""
-        profile = self._policy.profile(request.profile)
-        if not request.upstream:
-            return self._stateless.decide(request, profile)
+    def _attempt(
+        self, request: pb.DecideRetryRequest, profile: Profile
+    ) -> tuple[Decision, Outcome, timedelta | None]:
+        """decide()'s answer for a request with an upstream, the failure it
+        reports (it counts for the whole pod; callers need not report it
+        again) and the step's deadline."""
         state = attempt_state(request)
         decision = decide(state, profile, self._clock, self._rng, self._policy.max_body_bytes)
-        # The failure counts for the whole pod; callers need not report it again.
         failed = Outcome(
             success=False,
             http_status=state.http_status,
@@ -114,16 +115,35 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             retry_after=decision.classification.retry_after,
             cancelled=state.cancelled,
         )
-        after = self._upstreams.after_failure(
-            profile, request.upstream, failed, decision, state.deadline
+        return decision, failed, state.deadline
+
+    async def _decide(
+        self, request: pb.DecideRetryRequest, until: float | None = None
+    ) -> tuple[Decision, pb.DecideRetryResponse, Source | None]:
+        """The decision, its message (which may be shared: read-only) and
+        where the upstream state came from. `until`: see PodStore.after_failure."""
+        profile = self._policy.profile(request.profile)
+        if not request.upstream:
+            return (*self._stateless.decide(request, profile), None)
+        decision, failed, deadline = self._attempt(request, profile)
+        after, source = await self.store.after_failure(
+            profile, request.upstream, failed, decision, deadline, until
         )
-        return after, decision_message(after)
+        return after, decision_message(after), source
 
     def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
-        """The answer, the caller's own to change (a reused one is copied)."""
-        mine = pb.DecideRetryResponse()
-        mine.CopyFrom(self._decide(request)[1])
-        return mine
+        """The answer from this process's own state, never a fleet's (the
+        CLI's and any in-process caller's entry point); the caller's to change."""
+        profile = self._policy.profile(request.profile)
+        if not request.upstream:
+            mine = pb.DecideRetryResponse()
+            mine.CopyFrom(self._stateless.decide(request, profile)[1])
+            return mine
+        decision, failed, deadline = self._attempt(request, profile)
+        upstreams = self.store.upstreams
+        return decision_message(
+            upstreams.after_failure(profile, request.upstream, failed, decision, deadline)
+        )
 
     @boundary
     async def Classify(
@@ -143,8 +163,13 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         context: grpc.aio.ServicerContext[pb.DecideRetryRequest, pb.DecideRetryResponse],
     ) -> pb.DecideRetryResponse:
         started = time.perf_counter()
-        decision, reply = self._decide(request)
-        self._note("DecideRetry", lambda: decision_fields(request, decision), started)
+        if request.upstream:
+            decision, reply, source = await self._decide(request)
+        else:
+            # The hot path without upstream state: no coroutine to await.
+            decision, reply = self._stateless.decide(request, self._policy.profile(request.profile))
+            source = None
+        self._note("DecideRetry", lambda: decision_fields(request, decision, source), started)
         return reply
 
     @boundary
@@ -165,12 +190,14 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         response = pb.DecideRetryBatchResponse()
         results = response.results
         actions = {action: 0 for action in Action}
+        # The batch shares one wait on a fleet store, not one per item.
+        until = asyncio.get_running_loop().time() + self.store.deadline_s
         for i, item in enumerate(request.requests):
             if i and not i % _BATCH_SLICE:
                 # Raises CancelledError here once the caller has gone.
                 await asyncio.sleep(0)
             try:
-                decision, reply = self._decide(item)
+                decision, reply, _ = await self._decide(item, until)
             except PolicyInputError as exc:
                 results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
                 continue
@@ -233,11 +260,13 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         check_chars("upstream", request.upstream, MAX_NAME_CHARS)
         check_chars("capability", request.capability, MAX_NAME_CHARS)
         profile = self._policy.profile(request.profile)
-        admission = (
-            self._upstreams.admit(profile, request.upstream) if request.upstream else UNTRACKED
-        )
+        source = None
+        if request.upstream:
+            admission, source = await self.store.admit(profile, request.upstream)
+        else:
+            admission = UNTRACKED
         reply = admission_message(admission)
-        self._note("Admit", lambda: admission_fields(request, reply), started)
+        self._note("Admit", lambda: admission_fields(request, reply, source), started)
         return reply
 
     @boundary
@@ -259,12 +288,9 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 )
             except PolicyInputError as exc:
                 raise PolicyInputError(f"outcomes[{i}].{exc.field}", exc.message) from None
-        recorded = 0
-        for profile, upstream, result in read:
-            if upstream:
-                self._upstreams.record(profile, upstream, result)
-                recorded += 1
-        return pb.ReportOutcomeResponse(recorded=recorded)
+        tracked = [(profile, upstream, result) for profile, upstream, result in read if upstream]
+        self.store.record(tracked)
+        return pb.ReportOutcomeResponse(recorded=len(tracked))
 
     @boundary
     async def GetUpstreams(
@@ -276,7 +302,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             self._policy.profile(request.profile)  # refuses an unknown name
         reply = pb.GetUpstreamsResponse()
         size = 0
-        for view in self._upstreams.views(request.profile):
+        for view in self.store.views(request.profile):
             item = reply.upstreams.add()
             _fill_upstream(view, item)
             size += item.ByteSize() + 4  # the field's tag and length

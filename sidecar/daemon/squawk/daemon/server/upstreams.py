@@ -44,12 +44,13 @@ _EVICTION_SCAN = 16
 
 
 class Transition(NamedTuple):
-    """A breaker changed state."""
+    """A breaker changed state: the pod's own, or (fleet) the fleet's on Redis."""
 
     profile: str
     upstream: str
     before: BreakerState
     after: BreakerState
+    fleet: bool = False
 
 
 class UpstreamView(NamedTuple):
@@ -78,6 +79,10 @@ class Upstreams:
         self._clock = clock
         self._on_transition = on_transition
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
+
+    @property
+    def max_upstreams(self) -> int:
+        return self._policy.max_upstreams
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -1,0 +1,161 @@
+"""Where the upstream state lives: the policy file's `state:` section.
+
+```yaml
+state:
+  store: redis            # memory (the default): each pod alone
+  url: redis://redis.squawk.svc:6379/0
+  key_prefix: "squawk:"
+  deadline: 5ms           # the longest any call waits on the store
+  min_pods: 2             # distinct failing pods before the fleet breaker opens
+  pod: ""                 # this pod's name in the store; "" = hostname/pid
+```
+
+`SQUAWK_STATE_URL` in the environment turns the Redis store on with that
+URL, and is the only place a password may be given (`redis://:pw@host`, from
+a Kubernetes Secret): the file is usually a ConfigMap, so a URL with
+credentials there is refused. The URL is never logged, only its host.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from squawk.policy import parse_duration
+
+from ._yaml import ConfigError, mapping, scalar
+
+__all__ = ["StateSettings", "Store", "apply_state_env", "check_state", "parse_state"]
+
+log = logging.getLogger(__name__)
+
+_FIELDS = {"store", "url", "key_prefix", "deadline", "min_pods", "pod"}
+_SCHEMES = ("redis", "rediss", "unix")
+MIN_DEADLINE = timedelta(milliseconds=1)
+MAX_DEADLINE = timedelta(seconds=1)
+MAX_MIN_PODS = 1000
+MAX_PREFIX_CHARS = 64
+MAX_POD_CHARS = 253  # a Kubernetes pod name's limit
+
+
+class Store(enum.StrEnum):
+    MEMORY = "memory"
+    REDIS = "redis"
+
+
+@dataclass(frozen=True, slots=True)
+class StateSettings:
+    store: Store = Store.MEMORY
+    # May carry a password (from the environment only): never logged; see `where`.
+    url: str = ""
+    key_prefix: str = "squawk:"
+    deadline: timedelta = timedelta(milliseconds=5)
+    min_pods: int = 2
+    pod: str = ""
+
+    @property
+    def where(self) -> str:
+        """The store's address without credentials, for logs."""
+        parts = urlsplit(self.url)
+        if parts.scheme == "unix":
+            return f"unix:{parts.path}"
+        return f"{parts.scheme}://{parts.hostname}:{parts.port or 6379}"
+
+    def pod_name(self) -> str:
+        """This pod's member name in the store: distinct per daemon by default
+        (a Kubernetes pod's hostname is its name; the pid tells apart daemons
+        sharing a host)."""
+        return self.pod or f"{socket.gethostname()}/{os.getpid()}"
+
+
+def _url(text: str, *, credentials: bool) -> str:
+    # The messages never echo the URL: it might carry a password.
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 -- raises on a port out of range
+    except ValueError:
+        raise ValueError("not a URL") from None
+    if parts.scheme not in _SCHEMES:
+        raise ValueError("not a redis://, rediss:// or unix:// URL")
+    if parts.scheme != "unix" and not parts.hostname:
+        raise ValueError("the URL names no host")
+    if not credentials and (parts.username or parts.password):
+        raise ValueError("credentials in the file are not allowed; give them in SQUAWK_STATE_URL")
+    return text
+
+
+def _deadline(text: str) -> timedelta:
+    value = parse_duration(text)
+    if not MIN_DEADLINE <= value <= MAX_DEADLINE:
+        raise ValueError("must be between 1ms and 1s")
+    return value
+
+
+def _min_pods(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= MAX_MIN_PODS:
+        raise ValueError(f"must be between 1 and {MAX_MIN_PODS}")
+    return value
+
+
+def _name(limit: int) -> Any:
+    def parse(text: str) -> str:
+        if len(text) > limit or not text.isprintable() or " " in text:
+            raise ValueError(f"at most {limit} printable characters without spaces")
+        return text
+
+    return parse
+
+
+def parse_state(node: yaml.Node) -> StateSettings:
+    path = "state"
+    fields = mapping(node, path, _FIELDS)
+    parsers: dict[str, tuple[Any, str]] = {
+        "store": (Store, "memory or redis"),
+        "url": (lambda t: _url(t, credentials=False), "a redis:// URL"),
+        "key_prefix": (_name(MAX_PREFIX_CHARS), "a key prefix"),
+        "deadline": (_deadline, "a duration such as 5ms"),
+        "min_pods": (_min_pods, "an integer"),
+        "pod": (_name(MAX_POD_CHARS), "a pod name"),
+    }
+    updates = {
+        name: scalar(fields[name], f"{path}.{name}", *parsers[name])
+        for name in _FIELDS
+        if name in fields
+    }
+    return replace(StateSettings(), **updates)
+
+
+def apply_state_env(settings: StateSettings, environ: Mapping[str, str]) -> StateSettings:
+    """SQUAWK_STATE_URL (turns the Redis store on) and SQUAWK_STATE_POD over
+    the file's settings; a bad value is logged (never the URL) and ignored."""
+    url = environ.get("SQUAWK_STATE_URL", "").strip()
+    if url:
+        try:
+            settings = replace(settings, store=Store.REDIS, url=_url(url, credentials=True))
+        except ValueError as exc:
+            log.warning("ignoring SQUAWK_STATE_URL: %s", exc)
+    pod = environ.get("SQUAWK_STATE_POD", "").strip()
+    if pod:
+        try:
+            settings = replace(settings, pod=_name(MAX_POD_CHARS)(pod))
+        except ValueError as exc:
+            log.warning("ignoring SQUAWK_STATE_POD: %s", exc)
+    return settings
+
+
+def check_state(settings: StateSettings, source: str) -> None:
+    if settings.store is Store.REDIS and not settings.url:
+        raise ConfigError(
+            f"{source}: state.url: required when state.store is redis "
+            "(set it in the file or in SQUAWK_STATE_URL)"
+        )

