@@ -8,12 +8,14 @@ losing Redis never stops an answer.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,9 +23,15 @@ from typing import Any
 import grpc
 import pytest
 import redis
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from conftest import Daemon, free_port, scrape, start_daemon
 from redis_server import RedisServer
+from squawk.daemon.config import load_policy
+from squawk.daemon.config.state import StateSettings, Store
+from squawk.daemon.server.app import Daemon as InProcessDaemon
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -50,6 +58,8 @@ profiles:
 """
 BREAKER_OPEN_FOR_S = 2.0
 HALF_OPEN_PROBES = 2
+# A password in the store's URL: it must never leave the daemon.
+CANARY = "pw0canary0fleet0QZ"
 FLEET_RETRIES = 10  # min_per_second 1 x ttl 10s, with no calls admitted
 
 
@@ -285,6 +295,63 @@ def test_answers_are_marked_fleet_when_redis_answers(pods: list[Pod]) -> None:
     assert pod.metric("squawk_state_store_up") == 1
 
 
+def traced_calls(url: str) -> Sequence[ReadableSpan]:
+    """Spans of an Admit and a DecideRetry from an in-process daemon whose
+    store is at `url`."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    target = f"127.0.0.1:{free_port()}"
+    settings = StateSettings(Store.REDIS, url, "test:", timedelta(milliseconds=250))
+
+    async def main() -> None:
+        daemon = InProcessDaemon(
+            load_policy(None, environ={}),
+            [target],
+            tracing=(provider, None),
+            state_settings=settings,
+        )
+        await daemon.start()
+        try:
+            async with grpc.aio.insecure_channel(target) as channel:
+                stub = pb_grpc.PolicyServiceStub(channel)
+                await stub.Admit(pb.AdmitRequest(upstream="spans"), timeout=5)
+                await stub.DecideRetry(
+                    pb.DecideRetryRequest(upstream="spans", http_status=503, attempt=1), timeout=5
+                )
+        finally:
+            await daemon.stop()
+
+    asyncio.run(main())
+    return exporter.get_finished_spans()
+
+
+def test_spans_say_where_the_state_came_from(server: RedisServer) -> None:
+    spans = traced_calls(server.url)
+    assert [s.attributes and s.attributes.get("squawk.state") for s in spans] == ["fleet"] * 2
+    nobody = f"redis://:{CANARY}@127.0.0.1:{free_port()}/0"
+    spans = traced_calls(nobody)
+    assert [s.attributes and s.attributes.get("squawk.state") for s in spans] == ["local"] * 2
+
+
+def test_a_daemon_whose_redis_is_away_starts_and_answers(policy_file: Path) -> None:
+    url = f"redis://:{CANARY}@127.0.0.1:{free_port()}/0"
+    daemon = start_daemon("--policy", str(policy_file), env={"SQUAWK_STATE_URL": url})
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            for _ in range(5):
+                assert stub.Admit(pb.AdmitRequest(upstream="away"), timeout=2).allowed
+    finally:
+        daemon.process.terminate()
+        daemon.process.wait(timeout=15)
+        log = daemon.output()  # start to exit
+        daemon.log.close()
+    assert log.count("unreachable") == 1, log
+    assert "redis://127.0.0.1:" in log  # where, never who
+    assert CANARY not in log
+
+
 # -- faults --------------------------------------------------------------
 
 
@@ -359,6 +426,9 @@ def test_redis_killed_and_restarted_every_call_is_answered_in_time(
         time.sleep(1.0)
         assert traffic.answers > during, "answers go on during the outage"
         assert local_answers(pods) > 0
+        # Seen while Redis is away: two pods' failures, kept for the resync.
+        pods[0].report("replayed", 503, 503)
+        pods[1].report("replayed", 503, 503)
         server.start()
         eventually(
             lambda: all(p.metric("squawk_state_store_up") == 1 for p in pods),
@@ -368,6 +438,12 @@ def test_redis_killed_and_restarted_every_call_is_answered_in_time(
         time.sleep(0.3)
     assert traffic.errors == []
     assert traffic.answers > 100
+    # The restarted server started empty; the pods' replay alone opens the
+    # fleet's breaker for the third pod, which saw nothing.
+    eventually(
+        lambda: pods[2].admit("replayed").reason == pb.REASON_CIRCUIT_OPEN,
+        "the failures seen during the outage reach the fleet",
+    )
     # The fleet's state works again on the restarted (empty) server: two
     # pods' failures open the third pod's breaker.
     a, b, c = pods

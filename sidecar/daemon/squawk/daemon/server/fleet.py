@@ -119,11 +119,8 @@ class FleetStore(PodStore):
             socket_connect_timeout=_BACKGROUND_TIMEOUT_S,
             socket_timeout=_BACKGROUND_TIMEOUT_S,
             retry=Retry(NoBackoff(), 0),
-            # No CLIENT SETINFO round trips on each new connection.
-            lib_name=None,
-            lib_version=None,
         )
-        self._redis = Redis(connection_pool=pool)
+        self._redis = Redis.from_pool(pool)  # owns the pool: aclose() closes its connections
         self._script = self._redis.register_script(_SCRIPT)
         self._up = True
         self._late = 0

@@ -91,7 +91,7 @@ def decision_fields(
         "squawk.delay_ms": round(decision.delay.total_seconds() * 1000),
     }
     if state is not None:
-        fields["squawk.state"] = state
+        fields["squawk.state"] = str(state)
     return fields
 
 
@@ -111,7 +111,7 @@ def admission_fields(
         "squawk.delay_ms": reply.retry_after.ToMilliseconds(),
     }
     if state is not None:
-        fields["squawk.state"] = state
+        fields["squawk.state"] = str(state)
     return fields
 
 

@@ -1,0 +1,107 @@
+"""The policy file's `state:` section and SQUAWK_STATE_URL / SQUAWK_STATE_POD."""
+
+from __future__ import annotations
+
+import logging
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from squawk.daemon.config import ConfigError, load_config, parse_config
+from squawk.daemon.config.state import StateSettings, Store
+
+
+def test_the_default_is_the_memory_store() -> None:
+    assert parse_config("profiles: {}\n").state == StateSettings()
+    assert StateSettings().store is Store.MEMORY
+
+
+def test_every_field_is_read() -> None:
+    state = parse_config(
+        """
+state:
+  store: redis
+  url: redis://redis.squawk.svc:6380/2
+  key_prefix: "team-a:"
+  deadline: 20ms
+  min_pods: 3
+  pod: executor-7
+"""
+    ).state
+    assert state == StateSettings(
+        Store.REDIS,
+        "redis://redis.squawk.svc:6380/2",
+        "team-a:",
+        timedelta(milliseconds=20),
+        3,
+        "executor-7",
+    )
+    assert state.where == "redis://redis.squawk.svc:6380"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("state: {store: postgres}", "state.store (line 1): expected memory or redis"),
+        ("state: {deadline: 0ms}", "state.deadline (line 1): expected a duration"),
+        ("state: {deadline: 2s}", "must be between 1ms and 1s"),
+        ("state: {min_pods: 0}", "state.min_pods (line 1): expected an integer"),
+        ("state: {min_pods: 1001}", "must be between 1 and 1000"),
+        ("state: {url: 'http://h:80'}", "not a redis://, rediss:// or unix:// URL"),
+        ("state: {url: 'redis://'}", "the URL names no host"),
+        ("state: {url: 'redis://h:99999'}", "state.url (line 1): expected a redis:// URL"),
+        ("state: {key_prefix: 'a b'}", "state.key_prefix (line 1)"),
+        ("state: {pod: '" + "p" * 254 + "'}", "at most 253 printable characters"),
+        ("state: {bogus: 1}", "state.bogus (line 1): unknown field"),
+        ("state: [redis]", "state (line 1): expected a mapping"),
+    ],
+)
+def test_a_bad_field_is_named_with_its_line(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text)
+    assert message in str(caught.value)
+
+
+def test_a_password_in_the_file_is_refused_without_echoing_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config("state:\n  url: redis://:hunter2pw@redis:6379/0\n")
+    text = str(caught.value)
+    assert "state.url (line 2)" in text
+    assert "SQUAWK_STATE_URL" in text
+    assert "hunter2pw" not in text
+
+
+def test_redis_without_a_url_stops_the_daemon(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("state: {store: redis}\n")
+    with pytest.raises(ConfigError, match=r"state\.url: required when state\.store is redis"):
+        load_config(str(policy), environ={})
+    # The environment can give it (and a password with it, from a Secret).
+    url = "redis://:s3cret@10.0.0.5:6379/0"
+    state = load_config(str(policy), environ={"SQUAWK_STATE_URL": url}).state
+    assert state.url == url
+    assert "s3cret" not in state.where
+
+
+def test_the_environment_turns_the_redis_store_on() -> None:
+    env = {"SQUAWK_STATE_URL": "redis://127.0.0.1:6379", "SQUAWK_STATE_POD": "pod-a"}
+    state = load_config(None, environ=env).state
+    assert state.store is Store.REDIS
+    assert state.pod_name() == "pod-a"
+
+
+def test_a_bad_environment_url_is_ignored_and_never_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        state = load_config(None, environ={"SQUAWK_STATE_URL": "http://:pw-x9@h/"}).state
+    assert state.store is Store.MEMORY
+    assert "SQUAWK_STATE_URL" in caplog.text
+    assert "pw-x9" not in caplog.text
+
+
+def test_daemons_on_one_host_get_distinct_pod_names() -> None:
+    # The default carries the pid: two daemons on one machine are two pods.
+    assert StateSettings().pod_name().endswith(f"/{os.getpid()}")
