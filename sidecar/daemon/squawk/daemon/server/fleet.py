@@ -372,8 +372,9 @@ class FleetStore(PodStore):
             await asyncio.sleep(wait)
             wait = min(2 * wait, _PING_MAX_S)
             try:
+                if not await self._answers_in_time():
+                    continue
                 async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
-                    await self._redis.ping()
                     await self._resync()
             except Exception:
                 continue
@@ -389,6 +390,19 @@ class FleetStore(PodStore):
                 self._on_up(True)
             self._wake.set()
             return
+
+    async def _answers_in_time(self) -> bool:
+        """Whether Redis answers pings within the deadline, as many in a row
+        as late answers make an outage: a Redis that is up but slow stays
+        out, instead of the fleet flapping on and off with a log line each."""
+        loop = asyncio.get_running_loop()
+        for _ in range(_LATE_IN_A_ROW):
+            started = loop.time()
+            async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+                await self._redis.ping()
+            if loop.time() - started > self.deadline_s:
+                return False
+        return True
 
     async def _resync(self) -> None:
         """Replay what this pod saw while the fleet was away: each upstream's
