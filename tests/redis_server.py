@@ -49,6 +49,9 @@ class RedisServer:
                 "no",
                 "--dir",
                 self._dir.name,
+                # DEBUG SLEEP, from loopback only: how a test makes Redis slow.
+                "--enable-debug-command",
+                "local",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

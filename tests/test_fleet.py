@@ -478,3 +478,40 @@ def test_a_hung_redis_costs_each_call_at_most_the_deadline(
         )
     assert traffic.errors == []
     assert local_answers(pods) > 0
+
+
+def test_a_slow_redis_is_one_outage_not_a_flood_of_them(
+    fault_fleet: tuple[RedisServer, list[Pod]],
+) -> None:
+    server, pods = fault_fleet
+    stop = threading.Event()
+
+    def hog() -> None:
+        # Redis busy 20 ms at a time, back to back: every answer is late.
+        client = redis.Redis(port=server.port)
+        try:
+            while not stop.is_set():
+                client.execute_command("DEBUG", "SLEEP", "0.02")  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+
+    hogger = threading.Thread(target=hog)
+    with Traffic(pods, "slow") as traffic:
+        time.sleep(0.3)
+        hogger.start()
+        try:
+            time.sleep(3.0)
+        finally:
+            stop.set()
+            hogger.join(timeout=5)
+        eventually(
+            lambda: all(p.metric("squawk_state_store_up") == 1 for p in pods),
+            "every pod back on the fleet",
+            timeout_s=10,
+        )
+    assert traffic.errors == []
+    for pod in pods:
+        log = pod.daemon.output()
+        # Pings get through between two sleeps now and then; a flapping
+        # store would log a line every few tenths of a second.
+        assert 1 <= log.count("unreachable") <= 2, log
