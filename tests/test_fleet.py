@@ -352,6 +352,36 @@ def test_a_daemon_whose_redis_is_away_starts_and_answers(policy_file: Path) -> N
     assert CANARY not in log
 
 
+def test_a_key_the_daemon_did_not_write_is_no_outage(server: RedisServer, pods: list[Pod]) -> None:
+    pod = pods[0]
+    known = set(fleet_state(server))
+    pod.report("corrupt", 503)
+    eventually(lambda: only_state(server, known) is not None, "the upstream's key is written")
+    (key,) = set(fleet_state(server)) - known
+    client = redis.Redis(port=server.port)
+    fleet = 'squawk_state_answers_total{rpc="Admit",state="fleet"}'
+    local = 'squawk_state_answers_total{rpc="Admit",state="local"}'
+    try:
+        # Not JSON: the script starts the upstream afresh and answers.
+        client.set(key, b"{not json")
+        before = pod.metric(fleet)
+        assert pod.admit("corrupt").allowed
+        assert pod.metric(fleet) == before + 1
+        # Another type of key: Redis refuses the script; that call is local,
+        # and the store stays up for every other upstream.
+        client.delete(key)
+        client.hset(key, "someone", "else")
+        before = pod.metric(local)
+        assert pod.admit("corrupt").allowed
+        assert pod.metric(local) == before + 1
+        assert pod.metric("squawk_state_store_up") == 1
+        assert pod.admit("not-corrupt").allowed
+    finally:
+        client.delete(key)
+        client.close()
+    assert "an answer this daemon cannot use (ResponseError: WRONGTYPE" in pod.daemon.output()
+
+
 # -- faults --------------------------------------------------------------
 
 

@@ -48,12 +48,21 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 -- taken, ok/bad: probe outcomes, w: breaker window, b: ratio budget window,
 -- t: tokens spent (thousandths), c: cool-down end. A window is a list of
 -- {bucket number, first count, second count}, oldest first.
+local function readable(v)
+  if type(v) ~= 'table' or (v.s ~= CLOSED and v.s ~= OPEN and v.s ~= HALF) then return false end
+  for _, name in ipairs({'u', 'p', 'ok', 'bad', 't', 'c'}) do
+    if type(v[name]) ~= 'number' then return false end
+  end
+  return type(v.w) == 'table' and type(v.b) == 'table'
+end
+
+-- A value this script did not write (another program's key, a corrupted
+-- one) starts afresh rather than failing every call on this upstream.
+local st = {s = CLOSED, u = 0, p = 0, ok = 0, bad = 0, w = {}, b = {}, t = 0, c = 0}
 local raw = redis.call('GET', KEYS[1])
-local st
 if raw then
-  st = cjson.decode(raw)
-else
-  st = {s = CLOSED, u = 0, p = 0, ok = 0, bad = 0, w = {}, b = {}, t = 0, c = 0}
+  local ok, decoded = pcall(cjson.decode, raw)
+  if ok and readable(decoded) then st = decoded end
 end
 
 local function bucket(span, n)

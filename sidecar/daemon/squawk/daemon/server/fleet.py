@@ -52,6 +52,7 @@ from squawk.policy.text import shown_text
 from squawk.policy.timing import EMPTY, Window, added, rolled, seconds
 
 from ..config.state import StateSettings
+from .observe import Throttle
 from .state_store import PodStore, Source
 from .upstreams import Transition, Upstreams
 
@@ -76,6 +77,8 @@ _PING_FIRST_S, _PING_MAX_S = 0.1, 2.0
 _REPLAY_MAX = 100
 _MAX_CONNECTIONS = 32
 _KEY_CACHE = 4096
+# Answers the daemon cannot use are logged at most once per this many seconds.
+_LOG_EVERY_S = 10.0
 
 Key = tuple[str, str]
 
@@ -103,6 +106,7 @@ class FleetStore(PodStore):
             from redis.asyncio import BlockingConnectionPool, Redis
             from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
+            from redis.exceptions import ResponseError
         except ImportError:  # pragma: no cover - the extra is part of the dev set-up
             raise RuntimeError(
                 "state.store redis needs the redis client: pip install 'squawk-daemon[redis]'"
@@ -133,6 +137,8 @@ class FleetStore(PodStore):
         self._keys: dict[Key, list[str]] = {}
         self._args: dict[UpstreamConfig, list[Any]] = {}
         self._closing = False
+        self._throttle = Throttle(_LOG_EVERY_S)
+        self._refusal = ResponseError
 
     def describe(self) -> str:
         return f"redis at {self.settings.where} as pod {self._pod!r}"
@@ -263,16 +269,24 @@ class FleetStore(PodStore):
         keys, args = self._call_args(profile, upstream, config, op)
         try:
             async with asyncio.timeout(left):
-                reply: list[int] = await self._script(keys=keys, args=args)
+                raw = await self._script(keys=keys, args=args)
         except TimeoutError:
             self._late += 1
             if self._late >= _LATE_IN_A_ROW:
                 self._lost(TimeoutError(f"{_LATE_IN_A_ROW} answers in a row came late"))
             return None
+        except self._refusal as exc:
+            # Redis answered, with an error about this call (a key of another
+            # type, a script refused): this call is local, the store is up.
+            self._odd(exc)
+            return None
         except Exception as exc:
             self._lost(exc)
             return None
         self._late = 0
+        reply = _reply(raw, _REPLY_LENGTH[op[0]])
+        if reply is None:
+            self._odd(ValueError("a script reply of the wrong shape"))
         return reply
 
     def _moved(self, profile: str, upstream: str, reply: Sequence[int]) -> None:
@@ -322,8 +336,10 @@ class FleetStore(PodStore):
             for profile, upstream, outcome in batch:
                 self._miss(profile, upstream, outcome)
             return False
-        for (profile, upstream, _), reply in zip(batch, replies, strict=True):
-            self._moved(profile.name, upstream, reply)
+        for (profile, upstream, _), raw in zip(batch, replies, strict=True):
+            reply = _reply(raw, _REPLY_LENGTH["record"])
+            if reply is not None:
+                self._moved(profile.name, upstream, reply)
         return True
 
     # -- outages ------------------------------------------------------------
@@ -346,6 +362,18 @@ class FleetStore(PodStore):
         if self._on_up is not None:
             self._on_up(False)
         self._spawn(self._reconnect())
+
+    def _odd(self, exc: BaseException) -> None:
+        held = self._throttle.ready("odd")
+        if held is not None:
+            log.warning(
+                "fleet state store %s: an answer this daemon cannot use (%s: %s)%s; "
+                "that call decided from this pod's own state",
+                self.settings.where,
+                type(exc).__name__,
+                shown_text(str(exc), 200),
+                f" ({held} more since the last report)" if held else "",
+            )
 
     def _miss(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
         """Keep an outcome the fleet did not get, for the resync."""
@@ -434,6 +462,22 @@ class FleetStore(PodStore):
                 raise
 
 
+_REPLY_LENGTH = {"admit": 6, "record": 2, "retry": 5}
+# A hostile or broken store's numbers stay within what timedelta holds.
+_MAX_REPLY_MS = 10**12
+
+
+def _reply(raw: object, length: int) -> list[int] | None:
+    """The script's reply as its fields, or None when it is not one: a
+    store's answer is input too."""
+    if not isinstance(raw, list) or len(raw) != length:
+        return None
+    if not all(type(v) is int for v in raw) or raw[0] not in _STATES or raw[1] not in _STATES:
+        return None
+    return [min(max(v, -1), _MAX_REPLY_MS) for v in raw]
+
+
+_STATES = {int(s) for s in BreakerState}
 _SEVERITY = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "LOOP_LAG_BUCKETS",
     "Metrics",
     "Observer",
+    "Throttle",
     "admission_fields",
     "classification_fields",
     "decision_fields",
@@ -217,7 +218,7 @@ class Metrics:
         start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
 
 
-class _Throttle:
+class Throttle:
     """Says whether to log now: once per interval per key, counting the rest."""
 
     def __init__(self, interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -246,7 +247,7 @@ class Observer:
         # Whether anything besides a recording span wants the fields.
         self.active = metrics is not None or log is not None
         self._shown: dict[str, str] = {}
-        self._throttle = _Throttle(_LOG_EVERY_S)
+        self._throttle = Throttle(_LOG_EVERY_S)
         self._upstream_labels: set[str] = set()
 
     def _safe(self, fields: Mapping[str, Field]) -> dict[str, Field]:
