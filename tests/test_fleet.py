@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,9 +24,14 @@ import pytest
 import redis
 
 from conftest import Daemon, free_port, scrape, start_daemon
-from redis_server import RedisServer
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+# The server helper lives in bench/, which the fleet simulation shares; bench/
+# is a folder at the repository's root, and pytest puts only tests/ on the path.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.redis_server import RedisServer
 
 # Small numbers so a test opens a breaker in a few calls and waits seconds,
 # not minutes. The deadline is generous: these tests check what the fleet
