@@ -55,5 +55,8 @@ soak: setup $(BENCH_BUILT)
 	  --out bench/results/soak.json
 
 # About 80 s: three modes of 25 s each, one Redis-compatible server on loopback.
+# Twice: busy pods (each reaches minimum_calls on its own) and thin ones
+# (1 call/s each: no pod alone has the volume, the fleet together does).
 fleet-sim: setup
-	$(BIN)/python -m bench.fleet_sim --out bench/results/fleet_sim.json
+	$(BIN)/python -m bench.fleet_sim --rate 10 --out bench/results/fleet_sim.json
+	$(BIN)/python -m bench.fleet_sim --rate 1 --out bench/results/fleet_sim_thin.json
