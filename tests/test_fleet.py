@@ -158,7 +158,7 @@ def fleet_state(server: RedisServer) -> dict[str, dict[str, Any]]:
     try:
         out = {}
         for key in client.scan_iter(match="test:*"):
-            if not key.endswith(b":pods"):
+            if client.type(key) == b"string":
                 raw = client.get(key)
                 if raw is not None:
                     out[key.decode()] = json.loads(raw)
@@ -262,6 +262,16 @@ def test_half_open_probes_are_counted_across_the_fleet(
     )
     for pod in (b, c):
         assert pod.admit("hotels").allowed, pod.name
+    # The pods that opened it are forgotten with it: one pod's failures
+    # alone do not open it again.
+    b.report("hotels", 503, 503, 503, 503)
+    eventually(
+        lambda: (s := only_state(server, known)) is not None and window_calls(s) == 4,
+        "pod-1's four failures reach the fleet's window",
+    )
+    state = only_state(server, known)
+    assert state is not None and state["s"] == 1  # still closed
+    assert c.admit("hotels").allowed
 
 
 def cooling(pod: Pod) -> bool:
@@ -293,6 +303,28 @@ def test_the_retry_budget_is_one_for_the_fleet(pods: list[Pod]) -> None:
     refused = answers[FLEET_RETRIES:]
     assert all(a.reason == pb.REASON_RETRY_BUDGET_EXHAUSTED for a in refused)
     assert "fleet-wide retry budget is spent" in refused[0].explanation
+
+
+def test_a_batch_past_its_deadline_still_reports_every_failure(
+    server: RedisServer, pods: list[Pod]
+) -> None:
+    # 2,000 items cannot each wait on Redis within one 250 ms deadline; the
+    # ones after it decide locally, and their failures are written behind.
+    known = set(fleet_state(server))
+    items = [
+        pb.DecideRetryRequest(upstream=f"batch-{i}", http_status=503, attempt=1, profile="steady")
+        for i in range(2000)
+    ]
+    reply = pods[0].stub.DecideRetryBatch(pb.DecideRetryBatchRequest(requests=items), timeout=30)
+    assert all(r.decision.action == pb.ACTION_RETRY for r in reply.results)
+    eventually(
+        lambda: len(set(fleet_state(server)) - known) == 2000,
+        "every item's failure reaches the fleet",
+        timeout_s=20,
+    )
+    answered = pods[0].metric('squawk_state_answers_total{rpc="DecideRetryBatch",state="fleet"}')
+    answered += pods[0].metric('squawk_state_answers_total{rpc="DecideRetryBatch",state="local"}')
+    assert answered == 2000
 
 
 def test_answers_are_marked_fleet_when_redis_answers(pods: list[Pod]) -> None:
@@ -385,6 +417,28 @@ def test_a_key_the_daemon_did_not_write_is_no_outage(server: RedisServer, pods: 
         assert pod.metric(local) == before + 1
         assert pod.metric("squawk_state_store_up") == 1
         assert pod.admit("not-corrupt").allowed
+        # In the background writer's pipeline too: the bad item is that
+        # item's answer, and the others land.
+        known = set(fleet_state(server))
+        pod.stub.ReportOutcome(
+            pb.ReportOutcomeRequest(
+                outcomes=[
+                    pb.Outcome(upstream="corrupt", http_status=503),
+                    pb.Outcome(upstream="beside-corrupt", http_status=503),
+                ]
+            ),
+            timeout=5,
+        )
+        eventually(lambda: only_state(server, known) is not None, "the other outcome lands")
+        assert pod.metric("squawk_state_store_up") == 1
+        # A stored time far beyond what the rules allow is held to them:
+        # refused for open_for at most, not for years.
+        state = {"s": 2, "u": 10**15, "p": 0, "ok": 0, "bad": 0, "w": [], "b": [], "t": 0, "c": 0}
+        client.delete(key)
+        client.set(key, json.dumps(state))
+        refused = pod.admit("corrupt")
+        assert refused.reason == pb.REASON_CIRCUIT_OPEN
+        assert refused.retry_after.ToMilliseconds() <= BREAKER_OPEN_FOR_S * 1000
     finally:
         client.delete(key)
         client.close()
@@ -513,6 +567,13 @@ def test_redis_killed_and_restarted_every_call_is_answered_in_time(
         # Seen while Redis is away: two pods' failures, kept for the resync.
         pods[0].report("replayed", 503, 503)
         pods[1].report("replayed", 503, 503)
+        # And 3,000 upstreams more: the resync must not hold the calls up.
+        for start in range(0, 3000, 1000):
+            outcomes = [
+                pb.Outcome(upstream=f"many-{i}", http_status=503)
+                for i in range(start, start + 1000)
+            ]
+            pods[2].stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=5)
         server.start()
         eventually(
             lambda: all(p.metric("squawk_state_store_up") == 1 for p in pods),
@@ -528,6 +589,9 @@ def test_redis_killed_and_restarted_every_call_is_answered_in_time(
         lambda: pods[2].admit("replayed").reason == pb.REASON_CIRCUIT_OPEN,
         "the failures seen during the outage reach the fleet",
     )
+    # Each of the 3,000 replayed once: one call in its window.
+    replayed = [s for s in fleet_state(server).values() if s["w"] and window_calls(s) == 1]
+    assert len(replayed) >= 3000
     # The fleet's state works again on the restarted (empty) server: two
     # pods' failures open the third pod's breaker.
     a, b, c = pods

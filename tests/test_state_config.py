@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -27,16 +26,10 @@ state:
   key_prefix: "team-a:"
   deadline: 20ms
   min_pods: 3
-  pod: executor-7
 """
     ).state
     assert state == StateSettings(
-        Store.REDIS,
-        "redis://redis.squawk.svc:6380/2",
-        "team-a:",
-        timedelta(milliseconds=20),
-        3,
-        "executor-7",
+        Store.REDIS, "redis://redis.squawk.svc:6380/2", "team-a:", timedelta(milliseconds=20), 3
     )
     assert state.where == "redis://redis.squawk.svc:6380"
 
@@ -53,7 +46,11 @@ state:
         ("state: {url: 'redis://'}", "the URL names no host"),
         ("state: {url: 'redis://h:99999'}", "state.url (line 1): expected a redis:// URL"),
         ("state: {key_prefix: 'a b'}", "state.key_prefix (line 1)"),
-        ("state: {pod: '" + "p" * 254 + "'}", "at most 253 printable characters"),
+        ("state: {url: 'redis://h/0?socket_timeout=x'}", "the only query parameter allowed is db"),
+        ("state: {url: 'redis://h/0?password=pw'}", "the only query parameter allowed is db"),
+        ("state: {url: 'redis://h/0?db=x'}", "the only query parameter allowed is db"),
+        ("state: {url: 'redis://h/0#frag'}", "a URL with a fragment"),
+        ("state: {pod: p1}", "state.pod (line 1): one file serves many pods"),
         ("state: {bogus: 1}", "state.bogus (line 1): unknown field"),
         ("state: [redis]", "state (line 1): expected a mapping"),
     ],
@@ -92,14 +89,33 @@ def test_the_environment_turns_the_redis_store_on() -> None:
     assert state.pod_name() == "pod-a"
 
 
-def test_a_bad_environment_url_is_ignored_and_never_logged(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    with caplog.at_level(logging.WARNING):
-        state = load_config(None, environ={"SQUAWK_STATE_URL": "http://:pw-x9@h/"}).state
-    assert state.store is Store.MEMORY
-    assert "SQUAWK_STATE_URL" in caplog.text
-    assert "pw-x9" not in caplog.text
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://:pw-x9@h/",
+        # An unencoded "/" in the password: urlsplit would take "default:4711"
+        # for the host and port, and name it in every log line.
+        "redis://default:4711/pw-x9@redis:6379",
+        "redis://:pw-x9@h:6379/0?socket_timeout=x",
+    ],
+)
+def test_a_bad_environment_url_stops_the_daemon_without_echoing_it(url: str) -> None:
+    # An operator who set it asked for the fleet: a pod quietly alone is worse.
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, environ={"SQUAWK_STATE_URL": url})
+    assert str(caught.value).startswith("SQUAWK_STATE_URL: ")
+    assert "pw-x9" not in str(caught.value)
+    assert "4711" not in str(caught.value)
+
+
+def test_the_url_may_choose_the_database() -> None:
+    state = load_config(None, environ={"SQUAWK_STATE_URL": "redis://h:6379?db=3"}).state
+    assert state.url == "redis://h:6379?db=3"
+
+
+def test_a_bad_pod_name_stops_the_daemon() -> None:
+    with pytest.raises(ConfigError, match="SQUAWK_STATE_POD: at most 253 printable"):
+        load_config(None, environ={"SQUAWK_STATE_POD": "p" * 254})
 
 
 def test_daemons_on_one_host_get_distinct_pod_names() -> None:

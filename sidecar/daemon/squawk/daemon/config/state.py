@@ -7,38 +7,40 @@ state:
   key_prefix: "squawk:"
   deadline: 5ms           # the longest any call waits on the store
   min_pods: 2             # distinct failing pods before the fleet breaker opens
-  pod: ""                 # this pod's name in the store; "" = hostname/pid
 ```
 
 `SQUAWK_STATE_URL` in the environment turns the Redis store on with that
 URL, and is the only place a password may be given (`redis://:pw@host`, from
 a Kubernetes Secret): the file is usually a ConfigMap, so a URL with
-credentials there is refused. The URL is never logged, only its host.
+credentials there is refused. The URL is never logged, only its host; a bad
+one stops the daemon, naming the variable, never the value. For the same
+reason of one file for many pods, `pod` (which must differ per pod) is
+`SQUAWK_STATE_POD` only.
 """
 
 from __future__ import annotations
 
 import enum
-import logging
 import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
 from squawk.policy import parse_duration
 
-from ._yaml import ConfigError, mapping, scalar
+from ._yaml import ConfigError, mapping, scalar, where
 
 __all__ = ["StateSettings", "Store", "apply_state_env", "check_state", "parse_state"]
 
-log = logging.getLogger(__name__)
-
 _FIELDS = {"store", "url", "key_prefix", "deadline", "min_pods", "pod"}
+# redis-py reads other query parameters as connection settings; the URL may
+# choose the database, nothing else.
+_QUERY = {"db"}
 _SCHEMES = ("redis", "rediss", "unix")
 MIN_DEADLINE = timedelta(milliseconds=1)
 MAX_DEADLINE = timedelta(seconds=1)
@@ -82,12 +84,20 @@ def _url(text: str, *, credentials: bool) -> str:
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018 -- raises on a port out of range
+        query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError:
         raise ValueError("not a URL") from None
     if parts.scheme not in _SCHEMES:
         raise ValueError("not a redis://, rediss:// or unix:// URL")
     if parts.scheme != "unix" and not parts.hostname:
         raise ValueError("the URL names no host")
+    if "@" in parts.path or "@" in parts.query or "@" in parts.fragment:
+        # A password with an unencoded "/" would be read as part of the host.
+        raise ValueError("an '@' after the host: percent-encode '/' and '@' in a password")
+    if not query.keys() <= _QUERY or not all(v.isdigit() for vs in query.values() for v in vs):
+        raise ValueError("the only query parameter allowed is db=<number>")
+    if parts.fragment:
+        raise ValueError("a URL with a fragment")
     if not credentials and (parts.username or parts.password):
         raise ValueError("credentials in the file are not allowed; give them in SQUAWK_STATE_URL")
     return text
@@ -125,11 +135,15 @@ def parse_state(node: yaml.Node) -> StateSettings:
         "key_prefix": (_name(MAX_PREFIX_CHARS), "a key prefix"),
         "deadline": (_deadline, "a duration such as 5ms"),
         "min_pods": (_min_pods, "an integer"),
-        "pod": (_name(MAX_POD_CHARS), "a pod name"),
     }
+    if "pod" in fields:
+        raise ConfigError(
+            f"{where(fields['pod'], 'state.pod')}: one file serves many pods, and each "
+            "needs its own name: set SQUAWK_STATE_POD (e.g. from metadata.name)"
+        )
     updates = {
         name: scalar(fields[name], f"{path}.{name}", *parsers[name])
-        for name in _FIELDS
+        for name in parsers
         if name in fields
     }
     return replace(StateSettings(), **updates)
@@ -137,19 +151,24 @@ def parse_state(node: yaml.Node) -> StateSettings:
 
 def apply_state_env(settings: StateSettings, environ: Mapping[str, str]) -> StateSettings:
     """SQUAWK_STATE_URL (turns the Redis store on) and SQUAWK_STATE_POD over
-    the file's settings; a bad value is logged (never the URL) and ignored."""
+    the file's settings.
+
+    Unlike the other environment overrides, a bad value stops the daemon
+    (ConfigError, naming the variable and never the URL): an operator who
+    set it asked for the fleet, and a pod quietly alone is worse than one
+    that does not start."""
     url = environ.get("SQUAWK_STATE_URL", "").strip()
     if url:
         try:
             settings = replace(settings, store=Store.REDIS, url=_url(url, credentials=True))
         except ValueError as exc:
-            log.warning("ignoring SQUAWK_STATE_URL: %s", exc)
+            raise ConfigError(f"SQUAWK_STATE_URL: {exc}") from None
     pod = environ.get("SQUAWK_STATE_POD", "").strip()
     if pod:
         try:
             settings = replace(settings, pod=_name(MAX_POD_CHARS)(pod))
         except ValueError as exc:
-            log.warning("ignoring SQUAWK_STATE_POD: %s", exc)
+            raise ConfigError(f"SQUAWK_STATE_POD: {exc}") from None
     return settings
 
 

@@ -10,16 +10,19 @@
 -- KEYS[2]  the pods with a counted failure: a sorted set, score = its time
 -- ARGV     op, pod, verdict, hint, delay, deadline, then the config (see
 --          fleet.py's _config_args)
---   op       admit | record | retry (record, then guard a RETRY)
---   verdict  0 not counted, 1 success, 2 failure
+--   op       admit | record | retry (record, then guard a RETRY) | replay
+--   verdict  0 not counted, 1 success, 2 failure; replay: successes
 --   hint     the Retry-After to share, ms; -1 none
---   delay    retry: the RETRY's delay, ms
+--   delay    retry: the RETRY's delay, ms; replay: failures
 --   deadline retry: the time left before the step's deadline, ms; -1 none
+--
+-- Every pod should run the same breaker and budget settings for an
+-- upstream: each call brings its own, and the state is read with them.
 --
 -- Replies (ms are whole milliseconds):
 --   admit   {before, after, allowed, reason, wait, probe}
 --           reason 0 none, 1 cooling down, 2 circuit open
---   record  {before, after}
+--   record, replay  {before, after}
 --   retry   {before, after, verdict, a, b}
 --           verdict 0 granted (a = cool-down left), 1 breaker open (a = until
 --           it half-opens), 2 budget spent (a, b = retries, calls; a token
@@ -28,6 +31,10 @@
 
 local CLOSED, OPEN, HALF = 1, 2, 3
 local BUDGET_BUCKETS = 10
+-- The core's cap on a Retry-After (squawk.policy.headers.MAX_RETRY_AFTER).
+local MAX_COOL = 86400000
+-- What one replay call adds at most, per kind.
+local MAX_REPLAY = 100
 
 local op, pod = ARGV[1], ARGV[2]
 local verdict, hint = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -47,61 +54,91 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 -- s: breaker state, u: OPEN until / HALF_OPEN round end, p: probe slots
 -- taken, ok/bad: probe outcomes, w: breaker window, b: ratio budget window,
 -- t: tokens spent (thousandths), c: cool-down end. A window is a list of
--- {bucket number, first count, second count}, oldest first.
-local function readable(v)
-  if type(v) ~= 'table' or (v.s ~= CLOSED and v.s ~= OPEN and v.s ~= HALF) then return false end
-  for _, name in ipairs({'u', 'p', 'ok', 'bad', 't', 'c'}) do
-    if type(v[name]) ~= 'number' then return false end
+-- {bucket start (ms), first count, second count}, oldest first: start times,
+-- not bucket numbers, so pods whose windows differ (a rollout) still agree
+-- on what is old.
+local function fresh()
+  return {s = CLOSED, u = 0, p = 0, ok = 0, bad = 0, w = {}, b = {}, t = 0, c = 0}
+end
+
+local function slots(v)
+  if type(v) ~= 'table' then return nil end
+  local out = {}
+  for i, slot in ipairs(v) do
+    if i > 1000 or type(slot) ~= 'table' or type(slot[1]) ~= 'number'
+        or type(slot[2]) ~= 'number' or type(slot[3]) ~= 'number' then
+      return nil
+    end
+    out[i] = {slot[1], slot[2], slot[3]}
   end
-  return type(v.w) == 'table' and type(v.b) == 'table'
+  return out
 end
 
--- A value this script did not write (another program's key, a corrupted
--- one) starts afresh rather than failing every call on this upstream.
-local st = {s = CLOSED, u = 0, p = 0, ok = 0, bad = 0, w = {}, b = {}, t = 0, c = 0}
+-- Only the fields this script writes, each checked: a value it did not
+-- write (another program's key, a corrupted or oversized one) starts
+-- afresh, and the times are held to what the rules allow, so no stored
+-- value (nor a server clock that jumped back) can refuse for longer than
+-- open_for or a day's cool-down.
+local function read(raw)
+  local ok, v = pcall(cjson.decode, raw)
+  if not ok or type(v) ~= 'table' or (v.s ~= CLOSED and v.s ~= OPEN and v.s ~= HALF) then
+    return fresh()
+  end
+  for _, name in ipairs({'u', 'p', 'ok', 'bad', 't', 'c'}) do
+    if type(v[name]) ~= 'number' then return fresh() end
+  end
+  local w, b = slots(v.w), slots(v.b)
+  if not w or not b then return fresh() end
+  return {
+    s = v.s, u = math.min(v.u, now + open_for), p = v.p, ok = v.ok, bad = v.bad,
+    w = w, b = b, t = math.min(math.max(v.t, 0), max_milli), c = math.min(v.c, now + MAX_COOL),
+  }
+end
+
 local raw = redis.call('GET', KEYS[1])
-if raw then
-  local ok, decoded = pcall(cjson.decode, raw)
-  if ok and readable(decoded) then st = decoded end
+local st = raw and read(raw) or fresh()
+
+-- The start of bucket k (of n over span) in whole ms.
+local function start(k, span, n)
+  return math.floor(k * span / n)
 end
 
-local function bucket(span, n)
-  return math.floor(now * n / span)
-end
-
-local function roll(slots, span, n)
-  local oldest = bucket(span, n) - n + 1
+local function roll(list, span, n)
+  local oldest = start(math.floor(now * n / span) - n + 1, span, n)
   local kept = {}
-  for _, slot in ipairs(slots) do
+  for _, slot in ipairs(list) do
     if slot[1] >= oldest then kept[#kept + 1] = slot end
   end
   return kept
 end
 
-local function add(slots, span, n, first, second)
-  slots = roll(slots, span, n)
-  local k = bucket(span, n)
-  local last = slots[#slots]
-  if last and last[1] >= k then
+local function add(list, span, n, first, second)
+  list = roll(list, span, n)
+  local current = start(math.floor(now * n / span), span, n)
+  local last = list[#list]
+  if last and last[1] >= current then
     last[2] = last[2] + first
     last[3] = last[3] + second
   else
-    slots[#slots + 1] = {k, first, second}
+    list[#list + 1] = {current, first, second}
   end
-  return slots
+  return list
 end
 
-local function sums(slots)
+local function sums(list)
   local first, second = 0, 0
-  for _, slot in ipairs(slots) do
+  for _, slot in ipairs(list) do
     first = first + slot[2]
     second = second + slot[3]
   end
   return first, second
 end
 
+-- A new state of the breaker starts a new count, of pods as of calls: the
+-- quorum that opened it does not open it again after it closed.
 local function enter(state, untl)
   st.s, st.u, st.p, st.ok, st.bad, st.w = state, untl, 0, 0, 0, {}
+  redis.call('DEL', KEYS[2])
 end
 
 -- Time's own step: OPEN half-opens when its time is up, a half-open round
@@ -117,7 +154,7 @@ local function advance()
 end
 
 local function record(v)
-  if v == 2 and hint >= 0 then st.c = math.max(st.c, now + hint) end
+  if v == 2 and hint >= 0 then st.c = math.max(st.c, now + math.min(hint, MAX_COOL)) end
   if token_bucket and v ~= 0 then
     if v == 2 then st.t = math.min(st.t + 1000, max_milli) else st.t = math.max(st.t - refill, 0) end
   end
@@ -164,6 +201,10 @@ if op == 'admit' then
     st.b = add(st.b, ttl, BUDGET_BUCKETS, 1, 0)
   end
   reply = {before, st.s, allowed, reason, wait, probe}
+elseif op == 'replay' then
+  for _ = 1, math.min(verdict, MAX_REPLAY) do record(1) end
+  for _ = 1, math.min(delay, MAX_REPLAY) do record(2) end
+  reply = {before, st.s}
 else
   record(verdict)
   reply = {before, st.s}

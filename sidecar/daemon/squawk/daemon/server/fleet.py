@@ -137,6 +137,7 @@ class FleetStore(PodStore):
         self._keys: dict[Key, list[str]] = {}
         self._args: dict[UpstreamConfig, list[Any]] = {}
         self._closing = False
+        self._outage_logged = False
         self._throttle = Throttle(_LOG_EVERY_S)
         self._refusal = ResponseError
 
@@ -176,15 +177,18 @@ class FleetStore(PodStore):
         if not self.upstreams.would_admit(profile, upstream):
             return self.upstreams.admit(profile, upstream), self._source()
         config = profile.for_upstream(upstream)
-        reply = await self._call(profile.name, upstream, config, ("admit", 0, -1, 0, -1), until)
+        reply = await self._call(profile, upstream, config, ("admit", 0, -1, 0, -1), until)
         if reply is None:
             return self.upstreams.admit(profile, upstream), Source.LOCAL
         self._moved(profile.name, upstream, reply)
         _, after, allowed, reason, wait_ms, probe = reply
         state = BreakerState(after)
         if not allowed:
-            why = Reason.UPSTREAM_COOLING_DOWN if reason == 1 else Reason.CIRCUIT_OPEN
-            return Admission(False, why, wait_ms * _ONE_MS, state, False), Source.FLEET
+            if reason == 1:
+                why, wait = Reason.UPSTREAM_COOLING_DOWN, _cool_left(wait_ms)
+            else:
+                why, wait = Reason.CIRCUIT_OPEN, _open_left(wait_ms, config)
+            return Admission(False, why, wait, state, False), Source.FLEET
         local = self.upstreams.admit(profile, upstream)
         if not local.allowed:
             # Another call took the pod's last slot while Redis answered
@@ -216,18 +220,17 @@ class FleetStore(PodStore):
             local.delay // _ONE_MS,
             -1 if deadline is None else deadline // _ONE_MS,
         )
-        reply = await self._call(profile.name, upstream, config, op, until)
+        reply = await self._call(profile, upstream, config, op, until, outcome)
         if reply is None:
-            self._miss(profile, upstream, outcome)
             return local, Source.LOCAL
         self._moved(profile.name, upstream, reply)
         verdict, a, b = reply[2], reply[3], reply[4]
         if verdict == 1:
-            answer = FleetAnswer(open_left=a * _ONE_MS)
+            answer = FleetAnswer(open_left=_open_left(a, config))
         elif verdict == 2:
             answer = FleetAnswer(budget_spent=_budget_clause(config, a, b))
         else:
-            answer = FleetAnswer(cooling=a * _ONE_MS)
+            answer = FleetAnswer(cooling=_cool_left(a))
         return guard_fleet(local, answer, deadline), Source.FLEET
 
     def record(self, outcomes: Sequence[tuple[Profile, str, Outcome]]) -> None:
@@ -261,21 +264,32 @@ class FleetStore(PodStore):
 
     async def _call(
         self,
-        profile: str,
+        profile: Profile,
         upstream: str,
         config: UpstreamConfig,
         op: tuple[Any, ...],
         until: float | None,
+        outcome: Outcome | None = None,
     ) -> list[int] | None:
-        """The script's reply, or None when the fleet cannot answer in time."""
+        """The script's reply, or None when the fleet cannot answer in time.
+
+        `outcome`, the one the call reports: when the call was never sent it
+        still reaches the fleet, by the background writer or the resync. A
+        call sent but answered late has most likely landed: it is not sent
+        again, so an outcome is never counted twice."""
         if not self._up:
             self._local_answers += 1
+            if outcome is not None:
+                self._miss(profile, upstream, outcome)
             return None
         loop = asyncio.get_running_loop()
         left = (loop.time() + self.deadline_s if until is None else until) - loop.time()
         if left <= 0:
+            # A batch past its deadline: the rest of its items are written behind.
+            if outcome is not None:
+                self._enqueue(profile, upstream, outcome)
             return None
-        keys, args = self._call_args(profile, upstream, config, op)
+        keys, args = self._call_args(profile.name, upstream, config, op)
         try:
             async with asyncio.timeout(left):
                 raw = await self._script(keys=keys, args=args)
@@ -291,9 +305,17 @@ class FleetStore(PodStore):
             return None
         except Exception as exc:
             self._lost(exc)
+            if outcome is not None:
+                self._miss(profile, upstream, outcome)
             return None
         self._late = 0
-        reply = _reply(raw, _REPLY_LENGTH[op[0]])
+        return self._usable(raw, op[0])
+
+    def _usable(self, raw: object, op: str) -> list[int] | None:
+        if isinstance(raw, Exception):
+            self._odd(raw)
+            return None
+        reply = _reply(raw, _REPLY_LENGTH[op])
         if reply is None:
             self._odd(ValueError("a script reply of the wrong shape"))
         return reply
@@ -338,7 +360,9 @@ class FleetStore(PodStore):
             await self._script(keys=keys, args=args, client=pipe)  # queued
         try:
             async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
-                replies = await pipe.execute()
+                # An error about one item (a key of another type) is that
+                # item's answer, not the pipeline's.
+                replies = await pipe.execute(raise_on_error=False)
         except Exception as exc:
             self._lost(exc)
             # Whether they landed is unknown; counting them again is the safer error.
@@ -346,7 +370,7 @@ class FleetStore(PodStore):
                 self._miss(profile, upstream, outcome)
             return False
         for (profile, upstream, _), raw in zip(batch, replies, strict=True):
-            reply = _reply(raw, _REPLY_LENGTH["record"])
+            reply = self._usable(raw, "record")
             if reply is not None:
                 self._moved(profile.name, upstream, reply)
         return True
@@ -360,14 +384,20 @@ class FleetStore(PodStore):
         self._late = 0
         self._down_since = time.monotonic()
         self._local_answers = 0
-        # The error's text names an address at most; it passes redaction anyway.
-        log.warning(
-            "fleet state store %s unreachable (%s: %s); deciding from this pod's own "
-            "state until it answers",
-            self.settings.where,
-            type(exc).__name__,
-            shown_text(str(exc), 200),
-        )
+        # One line when an outage begins and one when it ends; a store that
+        # keeps coming and going says so at most once per _LOG_EVERY_S.
+        held = self._throttle.ready("outage")
+        self._outage_logged = held is not None
+        if held is not None:
+            # The error's text names an address at most; it passes redaction anyway.
+            log.warning(
+                "fleet state store %s unreachable (%s: %s)%s; deciding from this pod's own "
+                "state until it answers",
+                self.settings.where,
+                type(exc).__name__,
+                shown_text(str(exc), 200),
+                f" ({held} more outages since the last report)" if held else "",
+            )
         if self._on_up is not None:
             self._on_up(False)
         self._spawn(self._reconnect())
@@ -409,20 +439,25 @@ class FleetStore(PodStore):
             await asyncio.sleep(wait)
             wait = min(2 * wait, _PING_MAX_S)
             try:
+                # Connections from before the outage are dead: new ones, and
+                # the script loaded again (a restarted server has none).
+                await self._redis.connection_pool.disconnect()
                 if not await self._answers_in_time():
                     continue
                 async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
-                    await self._resync()
+                    await self._redis.script_load(_SCRIPT)
+                await self._resync()
             except Exception:
                 continue
             self._up = True
-            log.warning(
-                "fleet state store %s answers again after %.1f s; %d decisions meanwhile "
-                "came from this pod's own state",
-                self.settings.where,
-                time.monotonic() - self._down_since,
-                self._local_answers,
-            )
+            if self._outage_logged:
+                log.warning(
+                    "fleet state store %s answers again after %.1f s; %d decisions meanwhile "
+                    "came from this pod's own state",
+                    self.settings.where,
+                    time.monotonic() - self._down_since,
+                    self._local_answers,
+                )
             if self._on_up is not None:
                 self._on_up(True)
             self._wake.set()
@@ -444,34 +479,35 @@ class FleetStore(PodStore):
     async def _resync(self) -> None:
         """Replay what this pod saw while the fleet was away: each upstream's
         outcomes still inside its breaker window (successes first, at most
-        _REPLAY_MAX), the last failure carrying the cool-down left."""
-        missed, self._missed = self._missed, {}
-        now = time.monotonic()
-        pipe = self._redis.pipeline(transaction=False)
-        for (profile, upstream), seen in missed.items():
-            cb = seen.config.circuit_breaker
-            window = rolled(seen.window, now, seconds(cb.window), cb.buckets)
-            failures = min(window.second, _REPLAY_MAX)
-            successes = min(window.first - window.second, _REPLAY_MAX - failures)
-            cooling = math.ceil((seen.cool_until - now) * 1000) if seen.cool_until > now else -1
-            if cooling > 0 and not failures:
-                failures = 1
-            verdicts = [1] * successes + [2] * failures
-            for i, verdict in enumerate(verdicts):
-                hint = cooling if i == len(verdicts) - 1 else -1
-                keys, args = self._call_args(
-                    profile, upstream, seen.config, ("record", verdict, hint, 0, -1)
-                )
+        _REPLAY_MAX of each) and its cool-down left, one script call per
+        upstream, _WRITE_BATCH upstreams per round trip, giving the event
+        loop back between them. An upstream leaves the list once its replay
+        is answered, so an interrupted resync never replays one twice."""
+        while self._missed and not self._closing:
+            chunk = list(self._missed.items())[:_WRITE_BATCH]
+            now = time.monotonic()
+            pipe = self._redis.pipeline(transaction=False)
+            for (profile, upstream), seen in chunk:
+                cb = seen.config.circuit_breaker
+                window = rolled(seen.window, now, seconds(cb.window), cb.buckets)
+                failures = min(window.second, _REPLAY_MAX)
+                successes = min(window.first - window.second, _REPLAY_MAX)
+                cooling = math.ceil((seen.cool_until - now) * 1000) if seen.cool_until > now else -1
+                if cooling > 0 and not failures:
+                    failures = 1  # a cool-down comes with a failure
+                op = ("replay", successes, cooling, failures, -1)
+                keys, args = self._call_args(profile, upstream, seen.config, op)
                 await self._script(keys=keys, args=args, client=pipe)  # queued
-        if len(pipe):
-            try:
-                await pipe.execute()
-            except BaseException:
-                self._missed = missed | self._missed
-                raise
+            async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+                replies = await pipe.execute(raise_on_error=False)
+            for (key, _), raw in zip(chunk, replies, strict=True):
+                # An item Redis refused (a key of another type) would be refused again.
+                self._usable(raw, "replay")
+                self._missed.pop(key, None)
+            await asyncio.sleep(0)
 
 
-_REPLY_LENGTH = {"admit": 6, "record": 2, "retry": 5}
+_REPLY_LENGTH = {"admit": 6, "record": 2, "retry": 5, "replay": 2}
 # A hostile or broken store's numbers stay within what timedelta holds.
 _MAX_REPLY_MS = 10**12
 
@@ -487,6 +523,17 @@ def _reply(raw: object, length: int) -> list[int] | None:
 
 
 _STATES = {int(s) for s in BreakerState}
+
+
+def _open_left(ms: int, config: UpstreamConfig) -> timedelta:
+    # What the store says, held to what the rules allow: never past open_for.
+    return min(max(ms, 0) * _ONE_MS, config.circuit_breaker.open_for)
+
+
+def _cool_left(ms: int) -> timedelta:
+    return min(max(ms, 0) * _ONE_MS, MAX_RETRY_AFTER)
+
+
 _SEVERITY = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 

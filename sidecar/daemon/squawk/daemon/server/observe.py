@@ -361,7 +361,7 @@ class Observer:
     async def record_batch(
         self,
         rpc: str,
-        decided: Sequence[tuple[pb.DecideRetryRequest, Decision]],
+        decided: Sequence[tuple[pb.DecideRetryRequest, Decision, str | None]],
         started: float,
     ) -> None:
         """A batch's decisions: one log line each, and the metrics counted once per batch.
@@ -378,18 +378,23 @@ class Observer:
         if m is not None:
             m.latency.labels(rpc).observe(time.perf_counter() - started)
             counts: dict[tuple[str, str], int] = {}
-            for _, d in decided:
+            states: dict[str, int] = {}
+            for _, d, state in decided:
                 key = (d.action.name, d.reason.name)
                 counts[key] = counts.get(key, 0) + 1
+                if state is not None:
+                    states[state] = states.get(state, 0) + 1
             for (action, reason), n in counts.items():
                 m.decisions.labels(rpc, action, reason).inc(n)
                 if action == "CORRECT":
                     m.corrections.labels("requested").inc(n)
+            for state, n in states.items():
+                m.state_answers.labels(rpc, str(state)).inc(n)
         if self.log is not None:
-            for i, (request, decision) in enumerate(decided):
+            for i, (request, decision, state) in enumerate(decided):
                 if i and not i % _LOG_SLICE:
                     await asyncio.sleep(0)
-                self._log(rpc, self._safe(decision_fields(request, decision)), NO_SPAN)
+                self._log(rpc, self._safe(decision_fields(request, decision, state)), NO_SPAN)
 
     @staticmethod
     def _analysis_metrics(m: Metrics, fields: Mapping[str, Field], elapsed: float) -> None:

@@ -184,7 +184,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             )
         started = time.perf_counter()
         # What the metrics and the decision log need, kept only when they are on.
-        decided: list[tuple[pb.DecideRetryRequest, Decision]] | None = (
+        decided: list[tuple[pb.DecideRetryRequest, Decision, Source | None]] | None = (
             [] if self._observer.active else None
         )
         response = pb.DecideRetryBatchResponse()
@@ -197,7 +197,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 # Raises CancelledError here once the caller has gone.
                 await asyncio.sleep(0)
             try:
-                decision, reply, _ = await self._decide(item, until)
+                decision, reply, source = await self._decide(item, until)
             except PolicyInputError as exc:
                 results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
                 continue
@@ -208,7 +208,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 continue
             actions[decision.action] += 1
             if decided is not None:
-                decided.append((item, decision))
+                decided.append((item, decision, source))
             results.add().decision.CopyFrom(reply)
         if decided is not None:
             await self._observer.record_batch("DecideRetryBatch", decided, started)
