@@ -15,7 +15,7 @@ from typing import Any
 from .report import Row, trace_label
 from .rounds import MAX_SPREAD, Spread, spread
 
-__all__ = ["Goal", "goals", "render_goals"]
+__all__ = ["Goal", "by_round", "describe", "goals", "render_goals", "usable"]
 
 
 @dataclass(frozen=True)
@@ -88,16 +88,19 @@ class Goal:
         }
 
 
-def _usable(row: Row) -> bool:
+def usable(row: Row) -> bool:
+    """Whether a row's figures may enter a ratio."""
     # An overloaded row still measured its latency; a failed row measured
-    # nothing, and a traced row that dropped spans flatters tracing.
+    # nothing, a traced row that dropped spans flatters tracing, and a
+    # Redis-store row whose answers were mostly local timed no Redis.
     status: str = row["status"]
     return status == "ok" or status.startswith("overloaded")
 
 
-def _by_round(
+def by_round(
     rows: Sequence[Row], target: str, rpc: str, sampling: float | None, mode: str
 ) -> dict[int, Row]:
+    """One row's rounds, by round number: `rpc` is a prefix of the row's."""
     return {
         row["round"]: row
         for row in rows
@@ -107,7 +110,7 @@ def _by_round(
     }
 
 
-def _describe(row: Row) -> str:
+def describe(row: Row) -> str:
     return f"{row['target']} tracing {trace_label(row.get('sampling'))} {row['rpc']} {row['mode']}"
 
 
@@ -130,9 +133,9 @@ def _per_round(
         if len(found) < len(pair):
             missing.append(f"round {n}: a row did not run")
             continue
-        bad = [row for row in found if not _usable(row)]
+        bad = [row for row in found if not usable(row)]
         if bad:
-            missing.append(f"round {n}: {_describe(bad[0])}: {bad[0]['status'].splitlines()[0]}")
+            missing.append(f"round {n}: {describe(bad[0])}: {bad[0]['status'].splitlines()[0]}")
             continue
         numbers = [float(row[key]) for row in found if row.get(key) is not None]
         if len(numbers) < len(found) or 0.0 in numbers[1:]:
@@ -140,7 +143,7 @@ def _per_round(
             continue
         values.append(numbers[0] / numbers[1] if len(numbers) == 2 else numbers[0])
         overloaded += [
-            f"round {n} {_describe(row)}" for row in found if row["status"].startswith("overloaded")
+            f"round {n} {describe(row)}" for row in found if row["status"].startswith("overloaded")
         ]
     return Goal(
         name,
@@ -161,9 +164,9 @@ def goals(
     at = rate or "no rate"
 
     def squawk(rpc: str, sampling: float | None, mode: str) -> dict[int, Row]:
-        return _by_round(rows, "squawk", rpc, sampling, mode)
+        return by_round(rows, "squawk", rpc, sampling, mode)
 
-    echo = _by_round(rows, "echo-py", "Echo", None, sat)
+    echo = by_round(rows, "echo-py", "Echo", None, sat)
     off = squawk(decide, None, sat)
 
     def tracing(share: float, judged: bool) -> list[Goal]:

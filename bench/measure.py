@@ -4,7 +4,8 @@ A server is started on its first row and kept until its last (run.py), so
 the rounds find it warm. Every row checks the server's answer before and
 after its load (workloads.py), reads the server's CPU and RSS from /proc
 at the window's edges (drive.py), and, for the daemon, its event-loop lag
-from its own metrics (loop_lag.py).
+and how many answers read the Redis store from its own metrics (loop_lag.py,
+store.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import store
 from .drive import Load, Mode, probe, run_load, wait_serving, write_payloads
 from .loop_lag import lag_fields, scrape
 from .plan import Step
@@ -144,6 +146,10 @@ def _measured(
         and spans_dropped(out.counted, answered, sampling)
     )
     decides = "DecideRetry" in workload.method
+    state = store.state_fields(texts.get("measure-start"), texts.get("measure-end"))
+    measured = status(r, step.mode, per_call if dropped else None)
+    if step.server.fleet:
+        measured = store.status(measured, calls, state["fleet_answers"], state["local_answers"])
     return _row(
         step,
         concurrency=r.get("concurrency"),
@@ -162,8 +168,9 @@ def _measured(
         cpu_s_per_1k=round(out.cpu_s / calls * 1000, 4) if calls else None,
         rss_mb=round(out.peak_rss_mb, 1),
         **lag_fields(texts.get("measure-start"), texts.get("measure-end")),
+        **state,
         spans_per_call=per_call,
-        status=status(r, step.mode, per_call if dropped else None),
+        status=measured,
     )
 
 

@@ -32,6 +32,8 @@ class Step:
 
 
 def modes(workload: Workload, rates: Sequence[float]) -> list[Mode]:
+    if workload.rate is not None:
+        return [Mode(workload.rate)]
     return [Mode(), *(Mode(rate) for rate in rates if workload.open_loop)]
 
 
@@ -41,8 +43,11 @@ def selected(only: str, name: str) -> bool:
 
 
 def _in_rounds(server: Server, workload: Workload, mode: Mode, rates: Sequence[float]) -> bool:
-    # The goals read saturation and the first rate only.
-    first = mode.rate is None or (bool(rates) and mode.rate == rates[0])
+    # The goals read saturation and the first rate only; a row at its own
+    # rate has that one mode.
+    first = (
+        workload.rate is not None or mode.rate is None or (bool(rates) and mode.rate == rates[0])
+    )
     return first and workload.rpc.startswith(server.rounds)
 
 

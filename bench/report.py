@@ -10,7 +10,7 @@ __all__ = ["Row", "render_table", "trace_label"]
 Row = dict[str, Any]
 
 _COLUMNS = (
-    ("target", "target", 8, "s"),
+    ("target", "target", 12, "s"),
     ("rpc", "rpc", 24, "s"),
     ("trace", "trace", 5, "s"),
     ("mode", "mode", 10, "s"),
@@ -24,6 +24,7 @@ _COLUMNS = (
     ("rss_mb", "RSS MB", 6, ".1f"),
     ("lag_p99_ms", "lag p99", 7, "g"),
     ("lag_max_ms", "lag max", 7, "g"),
+    ("local_share", "local", 6, ".1%"),
     ("spans_per_call", "spans", 5, ".2f"),
 )
 

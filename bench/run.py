@@ -2,18 +2,20 @@
 
 Starts, on loopback: Squawk with its built-in policy and its metrics on
 (tracing off, and on at 100 % and at 10 % sampling into a local Jaeger),
-the bare grpc.aio echo server (the floor for a Python gRPC daemon) and the
-bare grpc-go echo server (the floor for any gRPC daemon here). Drives each
-RPC in a closed loop at saturation and in an open loop at fixed rates. The
-rows the goals divide run in --rounds interleaved rounds (plan.py), the
-others once after them. Prints one table and writes it as JSON (one object
-per target, RPC, tracing, mode and round), plus a summary with the goals:
-each ratio's median over the rounds and its spread.
+Squawk with its upstream state on a local Redis server (tracing off), the
+bare grpc.aio echo server (the floor for a Python gRPC daemon) and the bare
+grpc-go echo server (the floor for any gRPC daemon here). Drives each RPC in
+a closed loop at saturation and in an open loop at fixed rates. The rows
+the goals divide, and those the Redis store's cost is read from, run in
+--rounds interleaved rounds (plan.py), the others once after them. Prints
+one table and writes it as JSON (one object per target, RPC, tracing, mode
+and round), plus a summary with the goals, each ratio's median over the
+rounds and its spread, and what the Redis store adds to a decision.
 
 On a machine with 2+ CPUs the server is pinned to CPU 0 and the load
-generator and Jaeger to the others (taskset), so the server gets one whole
-core, as a single-threaded Python daemon would use, and the generator never
-steals it. Without taskset the table says "not pinned": the generator then
+generator, Jaeger and Redis to the others (taskset), so the server gets one
+whole core, as a single-threaded Python daemon would use, and the generator
+never steals it. Without taskset the table says "not pinned": the generator then
 competes with the server for CPU.
 
 Exit status: 0 when every row ran, 1 when any row failed to run.
@@ -44,8 +46,10 @@ from .plan import Step, plan
 from .procs import Processes
 from .report import Row, render_table, trace_label
 from .rounds import MAX_SPREAD
+from .store import Redis
+from .store_cost import render_store_costs, store_costs
 from .targets import SQUAWK, Jaeger, servers
-from .workloads import squawk_workloads
+from .workloads import STORE_RATE, squawk_workloads
 
 
 def run_steps(
@@ -101,6 +105,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=3,
         help="interleaved rounds of the rows the goals divide (default 3); the others run once",
     )
+    p.add_argument(
+        "--store-rate",
+        type=float,
+        default=STORE_RATE,
+        help="calls/s of the +store rows, on the memory and the Redis store (default %(default)g)",
+    )
     p.add_argument("--concurrency", type=int, default=32, help="closed-loop calls in flight")
     p.add_argument("--conns", type=int, default=2, help="HTTP/2 connections per row")
     p.add_argument("--batch-size", type=int, default=100, help="decisions per DecideRetryBatch")
@@ -120,8 +130,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--squawk-cmd",
         help="run this instead of `squawk serve` ({listen} = the address), to measure a variant; "
-        "the +upstream rows need its --policy bench/policy.yaml, and the lag columns its "
-        "--metrics-listen {metrics}",
+        "the +upstream and +store rows need its --policy bench/policy.yaml, and the lag and "
+        "local columns its --metrics-listen {metrics}",
     )
     args = p.parse_args(argv)
     if args.rounds < 1:
@@ -137,13 +147,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.pinning = "not pinned: the load generator competes with the server for CPU"
     else:
         args.pinning = (
-            f"server on CPU {args.server_cpus}, load generator and Jaeger on CPU {args.load_cpus}"
+            f"server on CPU {args.server_cpus}, load generator, Jaeger and Redis on CPU "
+            f"{args.load_cpus}"
         )
     return args
 
 
-def run_rows(args: argparse.Namespace) -> list[Row]:
-    """Every row, in table order: one row's rounds together."""
+def run_rows(args: argparse.Namespace) -> tuple[list[Row], str | None]:
+    """Every row, in table order: one row's rounds together; and the Redis
+    server's version, when a row needed it."""
     squawk = shlex.split(args.squawk_cmd) if args.squawk_cmd else SQUAWK
     load = Load(
         args.loadgen, args.seconds, args.warmup, args.concurrency, args.conns, args.load_cpus
@@ -151,14 +163,21 @@ def run_rows(args: argparse.Namespace) -> list[Row]:
     with tempfile.TemporaryDirectory(prefix="squawk-bench-") as tmp, Processes(Path(tmp)) as procs:
         jaeger = Jaeger(procs, args.jaeger, args.load_cpus) if args.jaeger else None
         otlp = jaeger.otlp_port if jaeger else None
-        targets = servers(squawk, args.echo_go, squawk_workloads(args.batch_size), otlp)
+        redis = Redis()
+        workloads = squawk_workloads(args.batch_size)
+        targets = servers(squawk, args.echo_go, workloads, otlp, redis.url, args.store_rate)
         steps = plan(targets, args.rates, args.rounds, args.only)
+        # Like Jaeger, before any row: a Redis that cannot start stops the run.
+        needed = any(step.server.fleet for step in steps)
+        version = redis.start(procs, args.load_cpus) if needed else None
         done = list(run_steps(procs, steps, args.server_cpus, load, Path(tmp), jaeger))
     done.sort(key=lambda measured: (measured[0].rank, measured[0].round or 0))
-    return [row for _, row in done]
+    return [row for _, row in done], version
 
 
-def summary(args: argparse.Namespace, date: str, rows: list[Row], core: list[Any]) -> str:
+def summary(
+    args: argparse.Namespace, date: str, rows: list[Row], core: list[Any], redis: str | None
+) -> str:
     """Write the summary file; return the text printed under the table."""
     idle = next(
         (
@@ -171,6 +190,7 @@ def summary(args: argparse.Namespace, date: str, rows: list[Row], core: list[Any
     core_us = {c.case: c.us_per_decision for c in core if c.layer == "core"}
     rate = f"{args.rates[0]:g}/s" if args.rates else None
     found = goals(rows, core_us, idle, rate)
+    costs = store_costs(rows, f"{args.store_rate:g}/s")
     idle_by_server = {
         f"{r['target']} tracing {trace_label(r['sampling'])}": r["idle_rss_mb"]
         for r in rows
@@ -187,23 +207,31 @@ def summary(args: argparse.Namespace, date: str, rows: list[Row], core: list[Any
             "concurrency": args.concurrency,
             "conns": args.conns,
             "rates": args.rates,
+            "store_rate": args.store_rate,
             "rounds": args.rounds,
             "max_spread": MAX_SPREAD,
             "batch_size": args.batch_size,
             "idle_rss_mb": idle_by_server,
             "core": [asdict(c) for c in core],
             "goals": [g.as_json() for g in found],
+            "redis_server": redis,
+            "store": [c.as_json() for c in costs],
         },
     )
-    return "\n\n".join(
-        [
-            "idle RSS MB: " + ", ".join(f"{k} {v}" for k, v in idle_by_server.items()),
-            "core micro-benchmark (in-process, best of 5):\n" + render_core(core),
-            f"goals (each ratio per round, from the rows of that round; judged on the "
-            f"median over {args.rounds} {'round' if args.rounds == 1 else 'rounds'}):\n"
-            + render_goals(found),
-        ]
-    )
+    rounds = f"{args.rounds} {'round' if args.rounds == 1 else 'rounds'}"
+    notes = [
+        "idle RSS MB: " + ", ".join(f"{k} {v}" for k, v in idle_by_server.items()),
+        "core micro-benchmark (in-process, best of 5):\n" + render_core(core),
+        f"goals (each ratio per round, from the rows of that round; judged on the "
+        f"median over {rounds}):\n" + render_goals(found),
+    ]
+    if costs:
+        notes.append(
+            f"Redis store vs memory store ({redis}; per round, the squawk-redis row minus, "
+            f"and divided by, the squawk row; median over {rounds}, and their range):\n"
+            + render_store_costs(costs)
+        )
+    return "\n\n".join(notes)
 
 
 def _on_sigterm(signum: int, frame: object) -> NoReturn:
@@ -217,11 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     date = datetime.now(UTC).isoformat(timespec="seconds")
     print(f"squawk bench {date}: {_machine()}; {args.pinning}", file=sys.stderr, flush=True)
     core = measure_core(args.core_min_time)
-    rows = run_rows(args)
+    rows, redis = run_rows(args)
     for r in rows:
         r["date"] = date
     _write(args.out, rows)
-    notes = summary(args, date, rows, core)
+    notes = summary(args, date, rows, core, redis)
     print(
         f"\nsquawk bench {date} on {_machine()}\n{args.pinning}; {args.seconds:g} s per row "
         f"after {args.warmup:g} s warm-up; saturation = closed loop, {args.concurrency} calls "

@@ -11,10 +11,11 @@ from pathlib import Path
 
 from .procs import Processes, free_port
 from .report import trace_label
-from .workloads import ECHO, Workload
+from .workloads import ECHO, STORE_ADMIT, STORE_DECIDE, STORE_RATE, Workload, store_workloads
 
 __all__ = [
     "POLICY",
+    "REDIS_TARGET",
     "ROOT",
     "SQUAWK",
     "Jaeger",
@@ -58,6 +59,11 @@ def clean_env() -> dict[str, str]:
 ECHO_ROUNDS = ("Echo",)
 SQUAWK_ROUNDS = ("DecideRetry transient", "AnalyzeError offline", "DecideRetryBatch")
 SAMPLED_ROUNDS = ("DecideRetry transient", "AnalyzeError offline")
+# The rows the Redis store's cost is read from (store_cost.py), on the
+# untraced memory-store daemon and on the Redis-store daemon.
+STORE_ROUNDS = (STORE_DECIDE, STORE_ADMIT)
+# The daemon with `state.store: redis` (SQUAWK_STATE_URL), tracing off.
+REDIS_TARGET = "squawk-redis"
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,8 @@ class Server:
     rounds: tuple[str, ...] = ()
     # Run the round rows only, none of the others.
     rounds_only: bool = False
+    # Keeps its upstream state on Redis: every row must read it (measure.py).
+    fleet: bool = False
 
     @property
     def tracing(self) -> bool:
@@ -98,24 +106,58 @@ def command(argv: Sequence[str], listen: str, metrics: str) -> list[str]:
 
 
 def servers(
-    squawk: list[str], echo_go: Path, workloads: list[Workload], otlp_port: int | None
+    squawk: list[str],
+    echo_go: Path,
+    workloads: list[Workload],
+    otlp_port: int | None,
+    redis_url: str | None = None,
+    store_rate: float = STORE_RATE,
 ) -> list[Server]:
-    """The floors first, then Squawk untraced, then traced (when Jaeger runs)."""
+    """The floors first, then Squawk untraced, with the Redis store (when a
+    Redis server is given), then traced (when Jaeger runs)."""
     env = clean_env()
     echo_py = [sys.executable, "-m", "bench.echo_server", "--listen", "{listen}"]
-    return [
+    store = store_workloads(store_rate) if redis_url else []
+    untraced, *traced = squawk_servers(squawk, workloads, otlp_port, store)
+    found = [
         Server("echo-go", None, [str(echo_go), "-listen", "{listen}"], env, [ECHO]),
         Server("echo-py", None, echo_py, env, [ECHO], ECHO_ROUNDS),
-        *squawk_servers(squawk, workloads, otlp_port),
+        untraced,
     ]
+    if redis_url:
+        # Only the store rows, in each round right after the memory store's,
+        # so that a round's two rows are seconds apart. The same command and
+        # policy; `state:` keeps its defaults (a 5 ms deadline, ...).
+        redis_env = env | {"SQUAWK_STATE_URL": redis_url}
+        found.append(
+            Server(
+                REDIS_TARGET,
+                None,
+                squawk,
+                redis_env,
+                store,
+                STORE_ROUNDS,
+                rounds_only=True,
+                fleet=True,
+            )
+        )
+    return [*found, *traced]
 
 
 def squawk_servers(
-    squawk: list[str], workloads: list[Workload], otlp_port: int | None
+    squawk: list[str],
+    workloads: list[Workload],
+    otlp_port: int | None,
+    store: Sequence[Workload] = (),
 ) -> list[Server]:
-    """Squawk untraced, then at 100 % and 10 % sampling (when Jaeger runs)."""
+    """Squawk untraced, then at 100 % and 10 % sampling (when Jaeger runs).
+
+    `store`: rows for the untraced daemon only, measured in every round (the
+    memory store's side of the Redis store's cost).
+    """
     env = clean_env()
-    found = [Server("squawk", None, squawk, env, workloads, SQUAWK_ROUNDS)]
+    untraced = [*workloads, *store]
+    found = [Server("squawk", None, squawk, env, untraced, SQUAWK_ROUNDS + STORE_ROUNDS)]
     if otlp_port is None:
         return found
     traced = env | {

@@ -8,10 +8,13 @@ row that would measure an error path (an UNIMPLEMENTED, a validation error),
 or whose load moved the daemon's upstream state to other answers (an open
 breaker, a spent retry budget), fails instead of reporting a fast error.
 
-Rows without "+upstream" name no upstream, so they measure the stateless
-path. The state rows spread their calls over UPSTREAMS names, as a pod's
-executors would, and need the bench policy (targets.POLICY), which keeps
-every breaker closed and every retry granted under load.
+Rows without "+upstream" or "+store" name no upstream, so they measure
+the stateless path. The state rows spread their calls over UPSTREAMS names,
+as a pod's executors would, and need the bench policy (targets.POLICY),
+which keeps every breaker closed and every retry granted under load. The
+"+store" rows send the "+upstream" requests at one fixed rate, so that the
+same row on the memory-store and on the Redis-store daemon says what the
+wait on Redis adds to a decision (store_cost.py).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from .echo_server import ECHO_METHOD
 __all__ = [
     "ECHO",
     "OUTCOMES_PER_REPORT",
+    "STORE_ADMIT",
+    "STORE_DECIDE",
+    "STORE_RATE",
     "UPSTREAMS",
     "Workload",
     "admit_request",
@@ -38,6 +44,7 @@ __all__ = [
     "envelope_request",
     "report_request",
     "squawk_workloads",
+    "store_workloads",
     "transient_request",
 ]
 
@@ -71,6 +78,9 @@ class Workload:
     # saturation and CPU per call answer, so they skip the rates to keep the
     # run short.
     open_loop: bool = True
+    # Only an open loop at this rate (calls/s), whatever --rates says: a
+    # latency compared between two daemons at one known load (the +store rows).
+    rate: float | None = None
 
 
 def _expect_decision(action: int, reason: int) -> Check:
@@ -255,6 +265,39 @@ def squawk_workloads(batch_size: int) -> list[Workload]:
             _expect_recorded(OUTCOMES_PER_REPORT),
             items=OUTCOMES_PER_REPORT,
             open_loop=False,
+        ),
+    ]
+
+
+STORE_DECIDE, STORE_ADMIT = "DecideRetry +store", "Admit +store"
+# The +store rows' rate. A call that waits on Redis costs the daemon about
+# 0.3 ms more CPU at 1,000/s (the Redis client's Python), which keeps the
+# Redis-store daemon's one core 80-100 % busy here, so its latency is
+# queueing; at 200/s both daemons idle most of the time and the difference is
+# the wait itself. At saturation the Redis answers would come late behind the
+# queue, and the row would time the deadline.
+STORE_RATE = 200.0
+
+
+def store_workloads(rate: float = STORE_RATE) -> list[Workload]:
+    """The calls that wait on the state store, at `rate`: a DecideRetry the
+    policy answers RETRY (a 503, with a retry budget the bench policy never
+    exhausts) and an Admit on an upstream whose breaker stays closed. Any
+    other answer is decided by the pod alone, and would not wait on Redis."""
+    return [
+        Workload(
+            STORE_DECIDE,
+            SERVICE + "DecideRetry",
+            _each([transient_request(u) for u in UPSTREAMS]),
+            _expect_decision(pb.ACTION_RETRY, pb.REASON_TRANSIENT_STATUS),
+            rate=rate,
+        ),
+        Workload(
+            STORE_ADMIT,
+            SERVICE + "Admit",
+            _each([admit_request(u) for u in UPSTREAMS]),
+            _expect_admitted,
+            rate=rate,
         ),
     ]
 

@@ -10,10 +10,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.plan import Step, plan
-from bench.targets import SQUAWK, servers
+from bench.targets import REDIS_TARGET, SQUAWK, servers
 from bench.workloads import squawk_workloads
 
-TARGETS = servers(SQUAWK, Path("echo-go"), squawk_workloads(100), otlp_port=4317)
+REDIS_URL = "redis://127.0.0.1:6379/0"
+TARGETS = servers(SQUAWK, Path("echo-go"), squawk_workloads(100), 4317, REDIS_URL)
 
 
 def _names(steps: list[Step]) -> list[str]:
@@ -28,6 +29,10 @@ ROUND = [
     "squawk-tracing-off DecideRetryBatch x100 saturation",
     "squawk-tracing-off AnalyzeError offline saturation",
     "squawk-tracing-off AnalyzeError offline 1000/s",
+    "squawk-tracing-off DecideRetry +store 200/s",
+    "squawk-tracing-off Admit +store 200/s",
+    "squawk-redis-tracing-off DecideRetry +store 200/s",
+    "squawk-redis-tracing-off Admit +store 200/s",
     "squawk-tracing-100% DecideRetry transient saturation",
     "squawk-tracing-100% DecideRetry transient 1000/s",
     "squawk-tracing-100% DecideRetryBatch x100 saturation",
@@ -70,7 +75,7 @@ def test_rounds_interleave_the_floor_and_every_squawk_then_the_rest_run_once() -
         *_once("off"),
         *_once("100%"),
     ]
-    assert [s.round for s in steps[: 3 * len(ROUND)]] == [1] * 16 + [2] * 16 + [3] * 16
+    assert [s.round for s in steps[: 3 * len(ROUND)]] == [1] * 20 + [2] * 20 + [3] * 20
     assert all(s.round is None for s in steps[3 * len(ROUND) :])
 
 
@@ -90,3 +95,24 @@ def test_only_narrows_the_rounds_too() -> None:
         "squawk-tracing-10% DecideRetry transient 1000/s",
     ]
     assert _names(steps) == one_round + one_round
+
+
+def test_the_store_rows_run_at_their_own_rate_on_both_stores_and_nowhere_else() -> None:
+    targets = servers(SQUAWK, Path("echo-go"), squawk_workloads(100), 4317, REDIS_URL, 300)
+    for rates in ([1000, 5000], []):
+        steps = plan(targets, rates, rounds=2, only="+store")
+        one_round = [
+            "squawk-tracing-off DecideRetry +store 300/s",
+            "squawk-tracing-off Admit +store 300/s",
+            "squawk-redis-tracing-off DecideRetry +store 300/s",
+            "squawk-redis-tracing-off Admit +store 300/s",
+        ]
+        assert _names(steps) == one_round + one_round
+    redis = [s.server for s in steps if s.server.target == REDIS_TARGET]
+    assert all(s.fleet and s.env["SQUAWK_STATE_URL"] == REDIS_URL for s in redis)
+    assert not any(s.server.fleet for s in steps if s.server.target != REDIS_TARGET)
+
+
+def test_without_a_redis_server_there_are_no_store_rows() -> None:
+    no_redis = servers(SQUAWK, Path("echo-go"), squawk_workloads(100), 4317)
+    assert not [s for s in plan(no_redis, [1000], rounds=1, only="") if "+store" in s.workload.rpc]
