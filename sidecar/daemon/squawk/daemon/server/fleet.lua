@@ -8,8 +8,8 @@
 --
 -- KEYS[1]  the state, a JSON object (fields below)
 -- KEYS[2]  the pods with a counted failure: a sorted set, score = its time
--- ARGV     op, pod, verdict, hint, delay, deadline, then the config (see
---          fleet.py's _config_args)
+-- ARGV[1]  op, pod, verdict, hint, delay, deadline, then the config (see
+--          fleet.py's _config_args), separated by spaces
 --   op       admit | record | retry (record, then guard a RETRY) | replay
 --   verdict  0 not counted, 1 success, 2 failure; replay: successes
 --   hint     the Retry-After to share, ms; -1 none
@@ -36,17 +36,21 @@ local MAX_COOL = 86400000
 -- What one replay call adds at most, per kind.
 local MAX_REPLAY = 100
 
-local op, pod = ARGV[1], ARGV[2]
-local verdict, hint = tonumber(ARGV[3]), tonumber(ARGV[4])
-local delay, deadline = tonumber(ARGV[5]), tonumber(ARGV[6])
-local enabled = ARGV[7] == '1'
-local failure_ratio, minimum_calls = tonumber(ARGV[8]), tonumber(ARGV[9])
-local window, buckets = tonumber(ARGV[10]), tonumber(ARGV[11])
-local open_for, probes = tonumber(ARGV[12]), tonumber(ARGV[13])
-local close_ratio, min_pods = tonumber(ARGV[14]), tonumber(ARGV[15])
-local token_bucket = ARGV[16] == 'token_bucket'
-local ratio, floor, ttl = tonumber(ARGV[17]), tonumber(ARGV[18]), tonumber(ARGV[19])
-local max_milli, refill = tonumber(ARGV[20]), tonumber(ARGV[21])
+-- One argument, space-separated: each argument costs the client more to
+-- send than the script spends reading it.
+local arg = {}
+for word in string.gmatch(ARGV[1], '%S+') do arg[#arg + 1] = word end
+local op, pod = arg[1], arg[2]
+local verdict, hint = tonumber(arg[3]), tonumber(arg[4])
+local delay, deadline = tonumber(arg[5]), tonumber(arg[6])
+local enabled = arg[7] == '1'
+local failure_ratio, minimum_calls = tonumber(arg[8]), tonumber(arg[9])
+local window, buckets = tonumber(arg[10]), tonumber(arg[11])
+local open_for, probes = tonumber(arg[12]), tonumber(arg[13])
+local close_ratio, min_pods = tonumber(arg[14]), tonumber(arg[15])
+local token_bucket = arg[16] == 'token_bucket'
+local ratio, floor, ttl = tonumber(arg[17]), tonumber(arg[18]), tonumber(arg[19])
+local max_milli, refill = tonumber(arg[20]), tonumber(arg[21])
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)

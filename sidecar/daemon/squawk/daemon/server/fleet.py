@@ -135,7 +135,7 @@ class FleetStore(PodStore):
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._keys: dict[Key, list[str]] = {}
-        self._args: dict[UpstreamConfig, list[Any]] = {}
+        self._args: dict[UpstreamConfig, str] = {}
         self._closing = False
         self._outage_logged = False
         self._throttle = Throttle(_LOG_EVERY_S)
@@ -257,10 +257,13 @@ class FleetStore(PodStore):
                 f"{self.settings.key_prefix}{{{hashlib.blake2b(name, digest_size=12).hexdigest()}}}"
             )
             keys = self._keys[(profile, upstream)] = [base, base + ":pods"]
-        args = self._args.get(config)
-        if args is None:
-            args = self._args[config] = _config_args(config, self.settings.min_pods)
-        return keys, [op[0], self._pod, *op[1:], *args]
+        tail = self._args.get(config)
+        if tail is None:
+            tail = self._args[config] = " ".join(
+                map(str, _config_args(config, self.settings.min_pods))
+            )
+        name, a, b, c, d = op
+        return keys, [f"{name} {self._pod} {a} {b} {c} {d} {tail}"]
 
     async def _call(
         self,
