@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO
 
 import grpc
@@ -23,7 +24,7 @@ from squawk.policy import PolicyInputError, parse_duration, redact
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
-from .config import ConfigError, load_config, load_policy
+from .config import ConfigError, load_config, load_policy, parse_config
 from .server.app import (
     DEFAULT_GRACE_S,
     DEFAULT_LISTEN,
@@ -32,6 +33,7 @@ from .server.app import (
     Daemon,
     default_shutdown_notice,
 )
+from .server.reload import POLL_S, policy_hash
 from .server.servicer import PolicyServicer
 from .server.telemetry import tracer_provider_from_env
 
@@ -120,6 +122,14 @@ def _parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics over HTTP here (default: off; $SQUAWK_METRICS_LISTEN)",
     )
     serve.add_argument(
+        "--policy-poll",
+        type=_seconds,
+        default=POLL_S,
+        metavar="SECONDS",
+        help="how often to look for a changed policy file, which is then reloaded "
+        f"(SIGHUP reloads at once) (default: {POLL_S:g})",
+    )
+    serve.add_argument(
         "--decision-log",
         default=os.environ.get("SQUAWK_DECISION_LOG"),
         metavar="PATH",
@@ -148,6 +158,11 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--deadline", help="time left for the step, e.g. 5s")
             cmd.add_argument("--capability", default="")
             cmd.add_argument("--upstream", default="")
+    check = sub.add_parser(
+        "check-policy",
+        help="check a policy file offline, with the daemon's messages; exit 0 when valid",
+    )
+    check.add_argument("file", help="the policy file (YAML)")
     upstreams = sub.add_parser(
         "upstreams", help="print the pod's state of every tracked upstream, as a table"
     )
@@ -236,6 +251,24 @@ def _upstreams(args: argparse.Namespace) -> str:
     return table
 
 
+def _check_policy(path: str) -> str:
+    """The file's own settings, checked as the daemon reads them: no
+    environment, so a CI job checks what the repository holds."""
+    try:
+        data = Path(path).read_bytes()
+        text = data.decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    try:
+        config = parse_config(text, path)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    profiles = ", ".join(sorted(config.policy.profiles))
+    return f"{path}: valid (policy {policy_hash(data)}; profiles: {profiles})"
+
+
 def _ask(args: argparse.Namespace, request: Message) -> Message:
     if args.target:
         with grpc.insecure_channel(args.target) as channel:
@@ -276,6 +309,8 @@ async def _serve(args: argparse.Namespace) -> None:
             decision_log=log_file,
             analyzer_settings=config.analyzer,
             state_settings=config.state,
+            policy_path=args.policy,
+            policy_poll_s=args.policy_poll,
         )
         await daemon.start()
         await daemon.run_until_stopped()
@@ -304,6 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "upstreams":
             print(_upstreams(args))
+            return 0
+        if args.command == "check-policy":
+            print(_check_policy(args.file))
             return 0
         response = _ask(args, _request(args))
     except ConfigError as exc:

@@ -190,6 +190,12 @@ class Analyzer:
             model = ModelBackend(settings, policy.profile("llm"), worker=self.worker)
         self._model = model
 
+    def use_policy(self, policy: Policy) -> None:
+        """The step limits of a reloaded policy; the model backend keeps the
+        `llm` profile it started with (its client is built once)."""
+        self._step = policy.profile("default")
+        self._max_error_bytes = policy.max_body_bytes
+
     async def aclose(self) -> None:
         if self._model is not None:
             await self._model.aclose()

@@ -83,14 +83,18 @@ def parse_config(text: str, source: str = "<policy>") -> Config:
     return Config(policy, analyzer, state)
 
 
-def load_config(path: str | None, environ: Mapping[str, str] | None = None) -> Config:
-    """The built-in policy, overlaid with the file at `path` (if any), then env vars."""
+def load_config(
+    path: str | None, environ: Mapping[str, str] | None = None, text: str | None = None
+) -> Config:
+    """The built-in policy, overlaid with the file at `path` (if any), then env
+    vars. `text`: the file's contents, when the caller has read them already."""
     config = Config(builtin_policy())
     if path:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
+        if text is None:
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
         try:
             config = parse_config(text, path)
         except ConfigError as exc:

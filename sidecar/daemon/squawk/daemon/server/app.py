@@ -35,6 +35,7 @@ from squawk.v1 import policy_pb2 as pb
 
 from ..analysis import Analyzer, AnalyzerSettings
 from ..analysis.worker import lower_switch_interval
+from ..config import Config
 from ..config.state import StateSettings, Store
 from .listeners import (
     DEFAULT_SOCKET_MODE,
@@ -47,6 +48,7 @@ from .listeners import (
 from .loop_lag import watch_loop_lag
 from .observe import Metrics, Observer
 from .reflection import enable_reflection
+from .reload import POLL_S, PolicyWatch, read_startup
 from .servicer import PolicyServicer, register
 from .spans import ServerSpans
 from .state_store import PodStore
@@ -97,6 +99,8 @@ class Daemon:
         decision_log: IO[str] | None = None,
         analyzer_settings: AnalyzerSettings | None = None,
         state_settings: StateSettings | None = None,
+        policy_path: str | None = None,
+        policy_poll_s: float = POLL_S,
     ) -> None:
         if not 0 <= shutdown_notice_s <= grace_s:
             raise ValueError(
@@ -127,6 +131,24 @@ class Daemon:
         self._sockets: list[BoundSocket] = []
         self._stopping = asyncio.Event()
         self._lag_watch: asyncio.Task[None] | None = None
+        self.policy_hash = read_startup(policy_path)
+        self._policy_watch: PolicyWatch | None = None
+        self._policy_task: asyncio.Task[None] | None = None
+        self._reloads: set[asyncio.Task[None]] = set()
+        if self.metrics is not None:
+            self.metrics.policy_info.labels(self.policy_hash).set(1)
+        if policy_path:
+            running = Config(
+                policy, analyzer_settings or AnalyzerSettings(), state_settings or StateSettings()
+            )
+            self._policy_watch = PolicyWatch(
+                policy_path,
+                running,
+                self.policy_hash,
+                self.use_policy,
+                self._count_reload,
+                policy_poll_s,
+            )
 
     async def start(self) -> None:
         register(self.servicer, self.server)
@@ -153,11 +175,14 @@ class Daemon:
         lower_switch_interval()
         if self.metrics is not None:
             self._lag_watch = asyncio.create_task(watch_loop_lag(self.metrics.loop_lag.observe))
+        if self._policy_watch is not None:
+            self._policy_task = asyncio.create_task(self._policy_watch.watch())
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
-            "squawk serving on %s; upstream state: %s",
+            "squawk serving on %s; policy %s; upstream state: %s",
             ", ".join(self.listen),
+            self.policy_hash,
             self.store.describe(),
         )
         settings = self.analyzer.settings
@@ -199,6 +224,25 @@ class Daemon:
         for bound in self._sockets:
             bound.remove()
 
+    def use_policy(self, config: Config, digest: str) -> None:
+        """Swap in a reloaded policy, at once for every later call."""
+        self.servicer.use_policy(config.policy)
+        self.analyzer.use_policy(config.policy)
+        if self.metrics is not None:
+            self.metrics.policy_info.remove(self.policy_hash)
+            self.metrics.policy_info.labels(digest).set(1)
+        self.policy_hash = digest
+
+    def _count_reload(self, result: str) -> None:
+        if self.metrics is not None:
+            self.metrics.policy_reloads.labels(result).inc()
+
+    def request_reload(self) -> None:
+        if self._policy_watch is not None:
+            task = asyncio.get_running_loop().create_task(self._policy_watch.reload("SIGHUP"))
+            self._reloads.add(task)
+            task.add_done_callback(self._reloads.discard)
+
     def request_stop(self) -> None:
         self._stopping.set()
 
@@ -206,6 +250,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.request_reload)
         await self._stopping.wait()
         await self.stop()
 
@@ -224,6 +269,8 @@ class Daemon:
         self._remove_sockets()
         if self._lag_watch is not None:
             self._lag_watch.cancel()
+        if self._policy_task is not None:
+            self._policy_task.cancel()
         await self.analyzer.aclose()
         await self.store.aclose()
         if self.tracer_provider is not None:

@@ -197,6 +197,20 @@ class Metrics:
             "1 while the fleet state store answers, 0 during an outage.",
             registry=self.registry,
         )
+        self.policy_reloads = Counter(
+            "squawk_policy_reloads",
+            "Policy file reloads, by result: applied, invalid (the old policy kept), "
+            "unchanged (the same bytes).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.policy_info = Gauge(
+            "squawk_policy_info",
+            "1 for the policy in use, labelled with its hash (the first 12 hex digits "
+            "of the file's SHA-256; builtin without a file).",
+            ["hash"],
+            registry=self.registry,
+        )
         self.breaker_state = Gauge(
             "squawk_breaker_state",
             "Circuit breaker state by upstream: 1 closed, 2 open, 3 half-open.",

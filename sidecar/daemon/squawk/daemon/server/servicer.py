@@ -88,6 +88,13 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         # provider, and then no call looks for a span at all.
         self._spans = tracing
 
+    def use_policy(self, policy: Policy) -> None:
+        """Answer from `policy` from the next call on (a call in flight keeps
+        the profile it read); reused answers belong to the old one."""
+        self._policy = policy
+        self._stateless = StatelessDecisions(self._clock, self._rng, policy.max_body_bytes)
+        self.store.upstreams.use_policy(policy)
+
     def _note(self, rpc: str, fields: Callable[[], dict[str, Any]], started: float) -> None:
         # Fields are built only when a span records or metrics/logs are on.
         if self._spans is None and not self._observer.active:

@@ -35,6 +35,8 @@ from squawk.policy import (
     upstream_snapshot,
 )
 from squawk.policy.breaker import advance
+from squawk.policy.retry_budget import Budget
+from squawk.policy.timing import EMPTY
 
 __all__ = ["Transition", "UpstreamView", "Upstreams"]
 
@@ -79,6 +81,26 @@ class Upstreams:
         self._clock = clock
         self._on_transition = on_transition
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
+
+    def use_policy(self, policy: Policy) -> None:
+        """Keep every upstream's state under a new policy: its breaker state,
+        cool-down and budget go on. A profile that is gone takes its keys
+        with it; a window whose length or buckets changed starts empty, as
+        its buckets' numbers no longer mean the same time."""
+        old, self._policy = self._policy, policy
+        for key, entry in list(self._entries.items()):
+            if key[0] not in policy.profiles:
+                del self._entries[key]
+                continue
+            was = old.profile(key[0]).for_upstream(key[1])
+            now = policy.profile(key[0]).for_upstream(key[1])
+            state = entry.state
+            a, b = was.circuit_breaker, now.circuit_breaker
+            if (a.window, a.buckets) != (b.window, b.buckets):
+                state = replace(state, breaker=replace(state.breaker, window=EMPTY))
+            if was.retry_budget != now.retry_budget:
+                state = replace(state, budget=Budget())
+            entry.state = state
 
     @property
     def max_upstreams(self) -> int:

@@ -1,0 +1,252 @@
+"""Policy hot reload, as a Kubernetes ConfigMap update does it, under load;
+and `squawk check-policy`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from conftest import ROOT, free_port, scrape, start_daemon
+from squawk.daemon.config import parse_config
+from squawk.daemon.server.upstreams import Upstreams
+from squawk.policy import Outcome, Policy
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+BREAKER = "circuit_breaker: {minimum_calls: 2, failure_ratio: 0.5, open_for: 60s}"
+POLICY_A = f"""profiles:
+  default:
+    max_attempts: 3
+    backoff: {{initial_delay: 100ms, max_delay: 10s, factor: 2, jitter: none}}
+    {BREAKER}
+"""
+POLICY_B = POLICY_A.replace("max_attempts: 3", "max_attempts: 5").replace("100ms", "300ms")
+INVALID = "profiles:\n  default:\n    max_attempts: 0\n"
+# (action, delay in ms) for a 503 at attempts 1 and 3, worked out by hand:
+# A retries after 100 ms and has no fourth attempt; B waits 300 ms, then
+# 300 x 2^2 = 1,200 ms before the fourth of five.
+ANSWERS = {
+    "A": {1: (pb.ACTION_RETRY, 100), 3: (pb.ACTION_FAIL, 0)},
+    "B": {1: (pb.ACTION_RETRY, 300), 3: (pb.ACTION_RETRY, 1200)},
+}
+
+
+class ConfigMap:
+    """A mounted ConfigMap: `policy.yaml` -> `..data/policy.yaml`, `..data`
+    -> a versioned folder; an update swaps `..data` with one rename, as the
+    kubelet does."""
+
+    def __init__(self, root: Path, text: str) -> None:
+        self.root = root
+        self.version = 0
+        self._write(text)
+        os.symlink("..data/policy.yaml", root / "policy.yaml")
+
+    @property
+    def path(self) -> Path:
+        return self.root / "policy.yaml"
+
+    def _write(self, text: str) -> None:
+        self.version += 1
+        folder = self.root / f"..v{self.version}"
+        folder.mkdir()
+        (folder / "policy.yaml").write_text(text)
+        os.symlink(folder.name, self.root / "..data_tmp")
+        os.replace(self.root / "..data_tmp", self.root / "..data")
+
+    def update(self, text: str) -> None:
+        self._write(text)
+
+
+def reloads(port: int) -> Counter[str]:
+    samples = scrape(port)
+    return Counter(
+        {
+            result: int(samples.get(f'squawk_policy_reloads_total{{result="{result}"}}', 0))
+            for result in ("applied", "invalid", "unchanged")
+        }
+    )
+
+
+def test_reloads_under_load_never_drop_or_mix_a_decision(tmp_path: Path) -> None:
+    config = ConfigMap(tmp_path, POLICY_A)
+    port = free_port()
+    daemon = start_daemon(
+        "--policy",
+        str(config.path),
+        "--policy-poll",
+        "0.05",
+        "--metrics-listen",
+        f"127.0.0.1:{port}",
+    )
+    answers: list[tuple[int, tuple[int, int]]] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            health = health_pb2_grpc.HealthStub(channel)
+            while not stop.is_set():
+                for attempt in (1, 3):
+                    try:
+                        reply = stub.DecideRetry(
+                            pb.DecideRetryRequest(attempt=attempt, http_status=503), timeout=2
+                        )
+                        answers.append((attempt, (reply.action, reply.delay.ToMilliseconds())))
+                        status = health.Check(health_pb2.HealthCheckRequest(), timeout=2)  # type: ignore[attr-defined]
+                        if status.status != health_pb2.HealthCheckResponse.SERVING:
+                            errors.append(f"health {status.status}")
+                    except grpc.RpcError as exc:
+                        errors.append(f"{exc.code().name}: {exc.details()}")
+
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            # State to keep: a breaker opened before the reloads.
+            stub.ReportOutcome(
+                pb.ReportOutcomeRequest(
+                    outcomes=[pb.Outcome(upstream="kept", http_status=503)] * 2
+                ),
+                timeout=5,
+            )
+            assert stub.Admit(pb.AdmitRequest(upstream="kept"), timeout=5).reason == (
+                pb.REASON_CIRCUIT_OPEN
+            )
+            threads = [threading.Thread(target=load) for _ in range(2)]
+            for t in threads:
+                t.start()
+            valid = "A"
+            seen_per_swap = []
+            for i in range(20):
+                before = reloads(port)
+                if i % 2:
+                    config.update(INVALID)
+                    result = "invalid"
+                else:
+                    valid = "B" if valid == "A" else "A"
+                    config.update(POLICY_A if valid == "A" else POLICY_B)
+                    result = "applied"
+                deadline = time.monotonic() + 10
+                while reloads(port)[result] == before[result]:
+                    assert time.monotonic() < deadline, f"swap {i} ({result}) not seen"
+                    time.sleep(0.02)
+                # Answers after the swap follow the policy now in force.
+                mark = len(answers)
+                while len(answers) < mark + 4:
+                    time.sleep(0.01)
+                seen_per_swap.append((valid, answers[mark : mark + 4]))
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
+            final = reloads(port)
+            # The breaker opened before the reloads is still open.
+            kept = stub.Admit(pb.AdmitRequest(upstream="kept"), timeout=5)
+            assert kept.reason == pb.REASON_CIRCUIT_OPEN
+            assert kept.retry_after.ToMilliseconds() > 30_000
+    finally:
+        stop.set()
+        daemon.process.terminate()
+        daemon.process.wait(timeout=15)
+        log = daemon.output()
+        daemon.log.close()
+    assert errors == []
+    assert len(answers) > 200
+    # Every answer is wholly A's or wholly B's, never a mix of the two.
+    allowed = {(n, ANSWERS[p][n]) for p in ANSWERS for n in (1, 3)}
+    assert set(answers) <= allowed
+    # After each swap, the policy in force answers (the invalid file kept the previous one).
+    for in_force, after in seen_per_swap:
+        assert all(answer == ANSWERS[in_force][n] for n, answer in after), (in_force, after)
+    assert final["applied"] == 10 and final["invalid"] == 10
+    assert log.count("refused, keeping") == 10
+    assert log.count("profiles.default.max_attempts (line 3): expected an integer >= 1") == 10
+
+
+def test_sighup_reloads_at_once_and_the_metric_names_the_policy(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY_A)
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    try:
+        before = {k for k in scrape(port) if k.startswith("squawk_policy_info")}
+        assert len(before) == 1
+        policy.write_text(POLICY_B)  # the same inode, and no poll for an hour
+        daemon.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while reloads(port)["applied"] < 1:
+            assert time.monotonic() < deadline, "SIGHUP did not reload"
+            time.sleep(0.02)
+        after = {k for k in scrape(port) if k.startswith("squawk_policy_info")}
+        assert len(after) == 1 and after != before
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            reply = stub.DecideRetry(pb.DecideRetryRequest(attempt=3, http_status=503), timeout=5)
+        assert (reply.action, reply.delay.ToMilliseconds()) == ANSWERS["B"][3]
+    finally:
+        daemon.stop()
+
+
+def check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "squawk.daemon.cli", "check-policy", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SQUAWK_")},
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "code", "message"),
+    [
+        (POLICY_B, 0, "valid (policy "),
+        (INVALID, 2, "profiles.default.max_attempts (line 3): expected an integer >= 1"),
+        ("state: {pod: p1}\n", 2, "state.pod (line 1)"),
+        ("profiles: [\n", 2, "not valid YAML"),
+    ],
+)
+def test_check_policy_says_what_the_daemon_would(
+    tmp_path: Path, text: str, code: int, message: str
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    done = check(path)
+    assert done.returncode == code
+    assert message in (done.stdout if code == 0 else done.stderr)
+
+
+def test_a_reload_keeps_each_upstreams_state_and_drops_what_no_longer_means_the_same() -> None:
+    def policy(extra: str = "", window: str = "60s") -> Policy:
+        text = f"""profiles:
+  default:
+    circuit_breaker: {{minimum_calls: 100, window: {window}}}
+{extra}"""
+        return parse_config(text).policy
+
+    first = policy("  batch: {base: default}\n")
+    upstreams = Upstreams(first, clock=lambda: 1000.0)
+    failed = Outcome(success=False, http_status=503)
+    for name in ("default", "batch"):
+        for _ in range(3):
+            upstreams.record(first.profile(name), "api", failed)
+    assert [v.snapshot.calls for v in upstreams.views()] == [3, 3]
+    # The same window: the counts go on. The `batch` profile is gone, and its key with it.
+    upstreams.use_policy(policy())
+    assert [(v.profile, v.snapshot.calls) for v in upstreams.views()] == [("default", 3)]
+    # A window of another length: its buckets' numbers mean other times, so it starts empty.
+    upstreams.use_policy(policy(window="30s"))
+    assert [v.snapshot.calls for v in upstreams.views()] == [0]
