@@ -122,6 +122,13 @@ def _parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics over HTTP here (default: off; $SQUAWK_METRICS_LISTEN)",
     )
     serve.add_argument(
+        "--health-listen",
+        default=os.environ.get("SQUAWK_HEALTH_LISTEN"),
+        metavar="HOST:PORT",
+        help="also serve grpc.health.v1, and nothing else, here: for probes that cannot "
+        "reach a unix socket (default: off; $SQUAWK_HEALTH_LISTEN)",
+    )
+    serve.add_argument(
         "--policy-poll",
         type=_seconds,
         default=POLL_S,
@@ -311,6 +318,7 @@ async def _serve(args: argparse.Namespace) -> None:
             state_settings=config.state,
             policy_path=args.policy,
             policy_poll_s=args.policy_poll,
+            health_listen=args.health_listen,
         )
         await daemon.start()
         await daemon.run_until_stopped()

@@ -101,6 +101,7 @@ class Daemon:
         state_settings: StateSettings | None = None,
         policy_path: str | None = None,
         policy_poll_s: float = POLL_S,
+        health_listen: str | None = None,
     ) -> None:
         if not 0 <= shutdown_notice_s <= grace_s:
             raise ValueError(
@@ -127,6 +128,11 @@ class Daemon:
         self.shutdown_notice_s = shutdown_notice_s
         self.socket_mode = socket_mode
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
+        # Health alone, for probes that cannot reach a unix socket (the
+        # kubelet's gRPC probe dials the pod's IP): nothing else is served there.
+        self.health_listen = health_listen
+        self.health_server = grpc.aio.server(options=SERVER_OPTIONS) if health_listen else None
+        self.health_port: int | None = None
         self.ports: list[int] = []
         self._sockets: list[BoundSocket] = []
         self._stopping = asyncio.Event()
@@ -159,14 +165,19 @@ class Daemon:
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         try:
             self._bind()
+            self._bind_health()
             self._serve_metrics()
             # An unreachable store is an outage like any other: logged, and
             # decisions go on from the pod's own state.
             await self.store.start()
             await self.server.start()
+            if self.health_server is not None:
+                await self.health_server.start()
         except BaseException:
             # A daemon that fails to start leaves no socket file behind.
             await self.server.stop(None)
+            if self.health_server is not None:
+                await self.health_server.stop(None)
             await self.store.aclose()
             self._remove_sockets()
             raise
@@ -201,9 +212,15 @@ class Daemon:
                 self.ports.append(self._add_port(address))
             self._sockets.append(BoundSocket(path, os.lstat(path).st_ino))
 
-    def _add_port(self, address: str) -> int:
+    def _bind_health(self) -> None:
+        if self.health_server is None or not self.health_listen:
+            return
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
+        self.health_port = self._add_port(self.health_listen, self.health_server)
+
+    def _add_port(self, address: str, server: grpc.aio.Server | None = None) -> int:
         try:
-            return self.server.add_insecure_port(address)
+            return (server or self.server).add_insecure_port(address)
         except RuntimeError as exc:
             raise BindError(
                 f"cannot listen on {address}: the address is in use or not available ({exc})"
@@ -266,6 +283,8 @@ class Daemon:
         await self.health.enter_graceful_shutdown()
         await asyncio.sleep(self.shutdown_notice_s)
         await self.server.stop(max(deadline - loop.time(), 0.0))
+        if self.health_server is not None:
+            await self.health_server.stop(None)
         self._remove_sockets()
         if self._lag_watch is not None:
             self._lag_watch.cancel()
