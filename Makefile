@@ -10,6 +10,10 @@ CORE   := sidecar/core
 GEN    := $(CORE)/squawk/v1/descriptors.binpb
 # Built once per machine, outside the repo (see tests/jaeger/build.sh).
 JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
+# The kubelet's probe, for the pod rehearsal (tests/test_pod_rehearsal.py);
+# from the Go module proxy, once per machine.
+HEALTH_PROBE_VERSION := v0.4.62
+HEALTH_PROBE_BIN ?= $(HOME)/.cache/squawk/grpc-health-probe-$(HEALTH_PROBE_VERSION)/grpc-health-probe
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
 .PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-build ts-test dist fuzz clean
@@ -74,6 +78,9 @@ $(JAEGER_BIN):
 
 jaeger: $(JAEGER_BIN)
 
+$(HEALTH_PROBE_BIN):
+	GOBIN=$(dir $@) go install github.com/grpc-ecosystem/grpc-health-probe@$(HEALTH_PROBE_VERSION)
+
 # tests/test_pod.py runs a Node executor on the built TypeScript client.
 TS := clients/typescript
 $(TS)/node_modules/.package-lock.json: $(TS)/package-lock.json
@@ -85,8 +92,8 @@ $(TS)/dist/src/index.js: $(TS)/node_modules/.package-lock.json $(TS)/tsconfig.js
 
 ts-build: $(TS)/dist/src/index.js
 
-unit: setup $(JAEGER_BIN) ts-build
-	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) $(BIN)/pytest -q
+unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) ts-build
+	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) SQUAWK_HEALTH_PROBE_BIN=$(HEALTH_PROBE_BIN) $(BIN)/pytest -q
 
 # Go users expect generated code in the repo; --check fails on any drift.
 go-test: setup

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from configmap import ConfigMap
 from conftest import ROOT, free_port, scrape, start_daemon
 from squawk.daemon.config import parse_config
 from squawk.daemon.server.upstreams import Upstreams
@@ -39,33 +40,6 @@ ANSWERS = {
     "A": {1: (pb.ACTION_RETRY, 100), 3: (pb.ACTION_FAIL, 0)},
     "B": {1: (pb.ACTION_RETRY, 300), 3: (pb.ACTION_RETRY, 1200)},
 }
-
-
-class ConfigMap:
-    """A mounted ConfigMap: `policy.yaml` -> `..data/policy.yaml`, `..data`
-    -> a versioned folder; an update swaps `..data` with one rename, as the
-    kubelet does."""
-
-    def __init__(self, root: Path, text: str) -> None:
-        self.root = root
-        self.version = 0
-        self._write(text)
-        os.symlink("..data/policy.yaml", root / "policy.yaml")
-
-    @property
-    def path(self) -> Path:
-        return self.root / "policy.yaml"
-
-    def _write(self, text: str) -> None:
-        self.version += 1
-        folder = self.root / f"..v{self.version}"
-        folder.mkdir()
-        (folder / "policy.yaml").write_text(text)
-        os.symlink(folder.name, self.root / "..data_tmp")
-        os.replace(self.root / "..data_tmp", self.root / "..data")
-
-    def update(self, text: str) -> None:
-        self._write(text)
 
 
 def reloads(port: int) -> Counter[str]:
