@@ -164,8 +164,16 @@ class SquawkClient:
         *,
         call_timeout: timedelta = DEFAULT_CALL_TIMEOUT,
         fallback: bool = True,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        """`credentials`: for a daemon serving TLS, e.g. grpc.ssl_channel_credentials(
+        ca, key, cert) for mutual TLS; None (the default) is plaintext, for a
+        sidecar on loopback or a unix socket."""
+        self._channel = (
+            grpc.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
+            if credentials is not None
+            else grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        )
         self._stub = pb_grpc.PolicyServiceStub(self._channel)
         self._policy = _Policy(call_timeout, fallback)
 
@@ -291,8 +299,14 @@ class AsyncSquawkClient:
         *,
         call_timeout: timedelta = DEFAULT_CALL_TIMEOUT,
         fallback: bool = True,
+        credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        self._channel = grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        """`credentials`: as for SquawkClient."""
+        self._channel = (
+            grpc.aio.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
+            if credentials is not None
+            else grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        )
         self._stub = pb_grpc.PolicyServiceStub(self._channel)
         self._policy = _Policy(call_timeout, fallback)
 

@@ -36,6 +36,7 @@ from .server.app import (
 from .server.reload import POLL_S, policy_hash
 from .server.servicer import PolicyServicer
 from .server.telemetry import tracer_provider_from_env
+from .server.tls import TlsFiles, server_credentials
 
 __all__ = ["main"]
 
@@ -128,6 +129,18 @@ def _parser() -> argparse.ArgumentParser:
         help="also serve grpc.health.v1, and nothing else, here: for probes that cannot "
         "reach a unix socket (default: off; $SQUAWK_HEALTH_LISTEN)",
     )
+    for name, what in (
+        ("cert", "the server's certificate chain (PEM) for TCP listeners: turns TLS on"),
+        ("key", "the server's private key (PEM), with --tls-cert"),
+        ("client-ca", "require client certificates signed by this CA (PEM): mutual TLS"),
+    ):
+        serve.add_argument(
+            f"--tls-{name}",
+            default=os.environ.get(f"SQUAWK_TLS_{name.upper().replace('-', '_')}"),
+            metavar="FILE",
+            help=f"{what}; re-read when it changes (default: off; "
+            f"$SQUAWK_TLS_{name.upper().replace('-', '_')})",
+        )
     serve.add_argument(
         "--policy-poll",
         type=_seconds,
@@ -258,6 +271,25 @@ def _upstreams(args: argparse.Namespace) -> str:
     return table
 
 
+def _tls(args: argparse.Namespace) -> TlsFiles | None:
+    if not (args.tls_cert or args.tls_key or args.tls_client_ca):
+        return None
+    if not (args.tls_cert and args.tls_key):
+        raise TlsError("--tls-cert and --tls-key go together (and --tls-client-ca needs both)")
+    files = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
+    try:
+        server_credentials(files)  # fails here, with the file named, not at the bind
+    except OSError as exc:
+        raise TlsError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise TlsError(str(exc)) from None
+    return files
+
+
+class TlsError(ValueError):
+    """The TLS settings or files cannot be used."""
+
+
 def _check_policy(path: str) -> str:
     """The file's own settings, checked as the daemon reads them: no
     environment, so a CI job checks what the repository holds."""
@@ -319,6 +351,7 @@ async def _serve(args: argparse.Namespace) -> None:
             policy_path=args.policy,
             policy_poll_s=args.policy_poll,
             health_listen=args.health_listen,
+            tls=_tls(args),
         )
         await daemon.start()
         await daemon.run_until_stopped()
@@ -358,6 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BindError as exc:
         print(f"squawk: {exc}", file=sys.stderr)
         return 3
+    except TlsError as exc:
+        print(f"squawk: TLS: {exc}", file=sys.stderr)
+        return 2
     except PolicyInputError as exc:
         print(f"squawk: invalid input: {exc}", file=sys.stderr)
         return 2

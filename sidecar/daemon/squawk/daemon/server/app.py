@@ -53,6 +53,7 @@ from .servicer import PolicyServicer, register
 from .spans import ServerSpans
 from .state_store import PodStore
 from .telemetry import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
+from .tls import TlsFiles, server_credentials
 from .upstreams import Upstreams
 
 __all__ = [
@@ -102,6 +103,7 @@ class Daemon:
         policy_path: str | None = None,
         policy_poll_s: float = POLL_S,
         health_listen: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         if not 0 <= shutdown_notice_s <= grace_s:
             raise ValueError(
@@ -133,6 +135,8 @@ class Daemon:
         self.health_listen = health_listen
         self.health_server = grpc.aio.server(options=SERVER_OPTIONS) if health_listen else None
         self.health_port: int | None = None
+        # Read now, so a certificate that cannot be used stops the start.
+        self._tls = server_credentials(tls) if tls is not None else None
         self.ports: list[int] = []
         self._sockets: list[BoundSocket] = []
         self._stopping = asyncio.Event()
@@ -205,7 +209,7 @@ class Daemon:
         for address in self.listen:
             path = unix_socket_path(address)
             if path is None:
-                self.ports.append(self._add_port(address))
+                self.ports.append(self._add_port(address, secure=True))
                 continue
             claim_unix_socket(address, path)
             with socket_umask(self.socket_mode):
@@ -218,9 +222,14 @@ class Daemon:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.health_server)
         self.health_port = self._add_port(self.health_listen, self.health_server)
 
-    def _add_port(self, address: str, server: grpc.aio.Server | None = None) -> int:
+    def _add_port(
+        self, address: str, server: grpc.aio.Server | None = None, secure: bool = False
+    ) -> int:
+        server = server or self.server
         try:
-            return (server or self.server).add_insecure_port(address)
+            if secure and self._tls is not None:
+                return server.add_secure_port(address, self._tls)
+            return server.add_insecure_port(address)
         except RuntimeError as exc:
             raise BindError(
                 f"cannot listen on {address}: the address is in use or not available ({exc})"
