@@ -439,6 +439,15 @@ def test_a_key_the_daemon_did_not_write_is_no_outage(server: RedisServer, pods: 
         refused = pod.admit("corrupt")
         assert refused.reason == pb.REASON_CIRCUIT_OPEN
         assert refused.retry_after.ToMilliseconds() <= BREAKER_OPEN_FOR_S * 1000
+        # Buckets from the future never roll out: they are dropped, so a
+        # planted billion retries does not refuse every retry for good.
+        seconds, micros = client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        future = [[now_ms + 10**12, 1, 10**9]]
+        state = state | {"s": 1, "u": 0, "w": future, "b": future}
+        client.set(key, json.dumps(state))
+        decided = pod.decide("corrupt", 503)
+        assert decided.action == pb.ACTION_RETRY, decided.explanation
     finally:
         client.delete(key)
         client.close()

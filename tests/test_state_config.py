@@ -50,6 +50,10 @@ state:
         ("state: {url: 'redis://h/0?password=pw'}", "the only query parameter allowed is db"),
         ("state: {url: 'redis://h/0?db=x'}", "the only query parameter allowed is db"),
         ("state: {url: 'redis://h/0#frag'}", "a URL with a fragment"),
+        ("state: {url: 'redis://h/1O'}", "the path is a database number"),
+        ("state: {url: 'redis://h/1/2'}", "the path is a database number"),
+        ("state: {url: 'redis://h/-1'}", "the path is a database number"),
+        ("state: {url: 'redis://h/3?db=5'}", "the database is given twice"),
         ("state: {pod: p1}", "state.pod (line 1): one file serves many pods"),
         ("state: {bogus: 1}", "state.bogus (line 1): unknown field"),
         ("state: [redis]", "state (line 1): expected a mapping"),
@@ -121,3 +125,9 @@ def test_a_bad_pod_name_stops_the_daemon() -> None:
 def test_daemons_on_one_host_get_distinct_pod_names() -> None:
     # The default carries the pid: two daemons on one machine are two pods.
     assert StateSettings().pod_name().endswith(f"/{os.getpid()}")
+
+
+def test_a_host_name_with_spaces_still_makes_one_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The store reads the pod's name as one word of its script's argument.
+    monkeypatch.setattr("socket.gethostname", lambda: "a b\tc")
+    assert StateSettings().pod_name() == f"a-b-c/{os.getpid()}"

@@ -47,6 +47,8 @@ MAX_DEADLINE = timedelta(seconds=1)
 MAX_MIN_PODS = 1000
 MAX_PREFIX_CHARS = 64
 MAX_POD_CHARS = 253  # a Kubernetes pod name's limit
+# Redis's databases are numbered from 0; its default config has 16.
+MAX_DB = 1_000_000
 
 
 class Store(enum.StrEnum):
@@ -76,7 +78,13 @@ class StateSettings:
         """This pod's member name in the store: distinct per daemon by default
         (a Kubernetes pod's hostname is its name; the pid tells apart daemons
         sharing a host)."""
-        return self.pod or f"{socket.gethostname()}/{os.getpid()}"
+        if self.pod:
+            return self.pod
+        # The store reads the name as one word: a host name's odd characters go.
+        host = "".join(
+            c if c.isprintable() and not c.isspace() else "-" for c in socket.gethostname()
+        )
+        return f"{host[:200]}/{os.getpid()}"
 
 
 def _url(text: str, *, credentials: bool) -> str:
@@ -96,6 +104,11 @@ def _url(text: str, *, credentials: bool) -> str:
         raise ValueError("an '@' after the host: percent-encode '/' and '@' in a password")
     if not query.keys() <= _QUERY or not all(v.isdigit() for vs in query.values() for v in vs):
         raise ValueError("the only query parameter allowed is db=<number>")
+    path_db = parts.path.strip("/") if parts.scheme != "unix" else ""
+    if path_db and not (path_db.isdigit() and int(path_db) <= MAX_DB):
+        raise ValueError(f"the path is a database number, 0..{MAX_DB}")
+    if path_db and query:
+        raise ValueError("the database is given twice, in the path and in db=")
     if parts.fragment:
         raise ValueError("a URL with a fragment")
     if not credentials and (parts.username or parts.password):

@@ -65,6 +65,8 @@ local function fresh()
   return {s = CLOSED, u = 0, p = 0, ok = 0, bad = 0, w = {}, b = {}, t = 0, c = 0}
 end
 
+-- A window's buckets as stored, each checked: none from the future (a
+-- bucket that starts after now never rolls out), no negative counts.
 local function slots(v)
   if type(v) ~= 'table' then return nil end
   local out = {}
@@ -73,7 +75,9 @@ local function slots(v)
         or type(slot[2]) ~= 'number' or type(slot[3]) ~= 'number' then
       return nil
     end
-    out[i] = {slot[1], slot[2], slot[3]}
+    if slot[1] <= now then
+      out[#out + 1] = {slot[1], math.max(slot[2], 0), math.max(slot[3], 0)}
+    end
   end
   return out
 end
@@ -93,8 +97,9 @@ local function read(raw)
   end
   local w, b = slots(v.w), slots(v.b)
   if not w or not b then return fresh() end
+  local function count(x) return math.min(math.max(x, 0), probes) end
   return {
-    s = v.s, u = math.min(v.u, now + open_for), p = v.p, ok = v.ok, bad = v.bad,
+    s = v.s, u = math.min(v.u, now + open_for), p = count(v.p), ok = count(v.ok), bad = count(v.bad),
     w = w, b = b, t = math.min(math.max(v.t, 0), max_milli), c = math.min(v.c, now + MAX_COOL),
   }
 end

@@ -23,6 +23,7 @@ Waiting is bounded three ways:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import math
@@ -300,6 +301,11 @@ class FleetStore(PodStore):
             self._late += 1
             if self._late >= _LATE_IN_A_ROW:
                 self._lost(TimeoutError(f"{_LATE_IN_A_ROW} answers in a row came late"))
+            if outcome is not None:
+                # Sent or not (the time may have gone on the connection), the
+                # outcome is written again behind: counted twice at worst,
+                # never lost; the cautious error for a breaker.
+                self._enqueue(profile, upstream, outcome)
             return None
         except self._refusal as exc:
             # Redis answered, with an error about this call (a key of another
@@ -405,6 +411,20 @@ class FleetStore(PodStore):
             self._on_up(False)
         self._spawn(self._reconnect())
 
+    def _log_long_outage(self) -> None:
+        """An outage whose first line the throttle held back, still going
+        after the throttle's interval, is logged after all: an outage that
+        never ends must not go unsaid."""
+        if self._outage_logged or time.monotonic() - self._down_since < _LOG_EVERY_S:
+            return
+        self._outage_logged = True
+        log.warning(
+            "fleet state store %s unreachable for %.0f s; deciding from this pod's own "
+            "state until it answers",
+            self.settings.where,
+            time.monotonic() - self._down_since,
+        )
+
     def _odd(self, exc: BaseException) -> None:
         held = self._throttle.ready("odd")
         if held is not None:
@@ -437,14 +457,17 @@ class FleetStore(PodStore):
             missed.cool_until = max(missed.cool_until, now + hint / 1000)
 
     async def _reconnect(self) -> None:
+        # Connections from before the outage may be dead or half-read: drop
+        # them once (the script is loaded again below: a restarted server
+        # has none). A dead connection's close may fail: nothing to do then.
+        with contextlib.suppress(Exception):
+            await self._redis.connection_pool.disconnect()
         wait = _PING_FIRST_S
         while not self._closing:
             await asyncio.sleep(wait)
             wait = min(2 * wait, _PING_MAX_S)
+            self._log_long_outage()
             try:
-                # Connections from before the outage are dead: new ones, and
-                # the script loaded again (a restarted server has none).
-                await self._redis.connection_pool.disconnect()
                 if not await self._answers_in_time():
                     continue
                 async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
@@ -471,6 +494,10 @@ class FleetStore(PodStore):
         as late answers make an outage: a Redis that is up but slow stays
         out, instead of the fleet flapping on and off with a log line each."""
         loop = asyncio.get_running_loop()
+        # Untimed: it may open the connection (and TLS, AUTH, SELECT), which
+        # the calls that follow do not pay.
+        async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+            await self._redis.ping()
         for _ in range(_LATE_IN_A_ROW):
             started = loop.time()
             async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
@@ -501,12 +528,20 @@ class FleetStore(PodStore):
                 op = ("replay", successes, cooling, failures, -1)
                 keys, args = self._call_args(profile, upstream, seen.config, op)
                 await self._script(keys=keys, args=args, client=pipe)  # queued
-            async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
-                replies = await pipe.execute(raise_on_error=False)
-            for (key, _), raw in zip(chunk, replies, strict=True):
+            # Taken out before the wait: outcomes seen meanwhile start new
+            # entries, replayed in a later round, not dropped with these.
+            for key, _ in chunk:
+                del self._missed[key]
+            try:
+                async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+                    replies = await pipe.execute(raise_on_error=False)
+            except BaseException:
+                for key, seen in chunk:
+                    self._missed.setdefault(key, seen)
+                raise
+            for raw in replies:
                 # An item Redis refused (a key of another type) would be refused again.
                 self._usable(raw, "replay")
-                self._missed.pop(key, None)
             await asyncio.sleep(0)
 
 
