@@ -127,7 +127,10 @@ func (b *syncBuffer) String() string {
 }
 
 type daemon struct {
-	addr    string
+	addr string
+	// health is where readiness is read: addr itself, or a plaintext
+	// --health-listen port when addr needs credentials.
+	health  string
 	cmd     *exec.Cmd
 	out     *syncBuffer
 	done    chan struct{}
@@ -137,11 +140,22 @@ type daemon struct {
 // startDaemon runs `squawk serve --listen addr args...` (in the repo root)
 // and waits until its health service answers SERVING.
 func startDaemon(addr string, args ...string) (*daemon, error) {
+	return launchDaemon(addr, addr, args)
+}
+
+// startDaemonHealthOn runs `squawk serve --listen addr --health-listen
+// health args...` and waits on health, which stays plaintext when args turn
+// TLS on for addr.
+func startDaemonHealthOn(addr, health string, args ...string) (*daemon, error) {
+	return launchDaemon(addr, health, append([]string{"--health-listen", health}, args...))
+}
+
+func launchDaemon(addr, health string, args []string) (*daemon, error) {
 	bin, err := daemonBin()
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{addr: addr, out: &syncBuffer{}, done: make(chan struct{})}
+	d := &daemon{addr: addr, health: health, out: &syncBuffer{}, done: make(chan struct{})}
 	d.cmd = exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
 	d.cmd.Dir = repoRoot
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
@@ -161,7 +175,7 @@ func startDaemon(addr string, args ...string) (*daemon, error) {
 }
 
 func (d *daemon) waitServing(limit time.Duration) error {
-	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(d.health, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,20 @@
 // trace context of its ctx in the outgoing gRPC metadata (traceparent,
 // tracestate, baggage).
 //
+// # Transport security
+//
+// The default transport is plaintext, for a daemon on loopback or a unix
+// socket. A daemon serving TLS (squawk serve --tls-cert, --tls-key, and
+// --tls-client-ca for mutual TLS) takes grpc-go's transport credentials
+// through WithDialOptions; a client certificate is needed only with
+// --tls-client-ca:
+//
+//	creds := credentials.NewTLS(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}})
+//	c, err := squawk.New("squawk.internal:50051", squawk.WithDialOptions(grpc.WithTransportCredentials(creds)))
+//
+// A handshake the daemon refuses looks like an unreachable daemon, so the
+// local fallback below answers for it unless disabled.
+//
 // # Upstream state
 //
 // The daemon keeps one state per (profile, upstream) for the whole pod: a

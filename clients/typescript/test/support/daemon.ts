@@ -58,6 +58,17 @@ function checkHealth(target: string, timeoutMs: number): Promise<HealthCheckResp
   });
 }
 
+export interface StartOptions {
+  /** More `squawk serve` arguments, such as the --tls-* flags. */
+  readonly args?: readonly string[];
+  /**
+   * Serve health here too (--health-listen), plaintext whatever the
+   * listener's TLS, and wait for SERVING here instead of on the listener.
+   */
+  readonly healthPort?: number;
+  readonly readyTimeoutMs?: number;
+}
+
 const live = new Set<ChildProcess>();
 process.on("exit", () => {
   for (const child of live) child.kill("SIGKILL");
@@ -92,14 +103,17 @@ export class Daemon {
   }
 
   /** Start `squawk serve` on `port` (default: a free one) and wait for health SERVING. */
-  static async start(port?: number, readyTimeoutMs = 30_000): Promise<Daemon> {
+  static async start(port?: number, options: StartOptions = {}): Promise<Daemon> {
+    const { args = [], healthPort, readyTimeoutMs = 30_000 } = options;
     const bin = squawkBinary();
     const chosen = port ?? (await freePort());
-    const child = spawn(bin, ["serve", "--listen", `127.0.0.1:${chosen}`], {
+    const health = healthPort === undefined ? [] : ["--health-listen", `127.0.0.1:${healthPort}`];
+    const child = spawn(bin, ["serve", "--listen", `127.0.0.1:${chosen}`, ...health, ...args], {
       cwd: repoRoot(),
       stdio: ["ignore", "pipe", "pipe"],
     });
     const daemon = new Daemon(chosen, child);
+    const probed = healthPort === undefined ? daemon.target : `127.0.0.1:${healthPort}`;
     let spawnError: Error | undefined;
     child.on("error", (error) => (spawnError = error));
     const until = Date.now() + readyTimeoutMs;
@@ -109,7 +123,7 @@ export class Daemon {
         throw new Error(`squawk serve exited before it was ready (code ${child.exitCode}):\n${daemon.output}`);
       }
       try {
-        if ((await checkHealth(daemon.target, 500)) === HealthCheckResponse_ServingStatus.SERVING) return daemon;
+        if ((await checkHealth(probed, 500)) === HealthCheckResponse_ServingStatus.SERVING) return daemon;
       } catch {
         // not listening yet
       }
