@@ -82,10 +82,23 @@ def _octal_mode(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="squawk", description=__doc__)
-    parser.add_argument("--log-level", default=os.environ.get("SQUAWK_LOG_LEVEL", "INFO"))
+    log_level = argparse.ArgumentParser(add_help=False)
+    # Before or after the subcommand alike; the subcommand's wins.
+    log_level.add_argument(
+        "--log-level",
+        default=argparse.SUPPRESS,
+        metavar="LEVEL",
+        help="DEBUG, INFO (the default; $SQUAWK_LOG_LEVEL), WARNING or ERROR",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("SQUAWK_LOG_LEVEL", "INFO"),
+        metavar="LEVEL",
+        help="DEBUG, INFO (the default; $SQUAWK_LOG_LEVEL), WARNING or ERROR",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the policy daemon")
+    serve = sub.add_parser("serve", help="run the policy daemon", parents=[log_level])
     serve.add_argument(
         "--listen",
         action="append",
@@ -157,9 +170,13 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     for name in ("classify", "decide"):
-        cmd = sub.add_parser(name, help=f"print the {name} answer as JSON")
+        cmd = sub.add_parser(name, help=f"print the {name} answer as JSON", parents=[log_level])
         cmd.add_argument("--target", help="ask a running daemon at this address instead")
-        cmd.add_argument("--profile", default="")
+        cmd.add_argument(
+            "--profile",
+            default="",
+            help="the policy's profile (built in: default, llm; a policy file may add more)",
+        )
         cmd.add_argument("--status", type=int, default=0, help="HTTP status, 0 = unknown")
         cmd.add_argument("--transport-failure", action="store_true")
         cmd.add_argument("--header", action="append", default=[], metavar="NAME:VALUE")
@@ -181,10 +198,13 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser(
         "check-policy",
         help="check a policy file offline, with the daemon's messages; exit 0 when valid",
+        parents=[log_level],
     )
     check.add_argument("file", help="the policy file (YAML)")
     upstreams = sub.add_parser(
-        "upstreams", help="print the pod's state of every tracked upstream, as a table"
+        "upstreams",
+        help="print the pod's state of every tracked upstream, as a table",
+        parents=[log_level],
     )
     upstreams.add_argument("--target", required=True, help="the running daemon's address")
     upstreams.add_argument("--profile", default="", help="only this profile's upstreams")
@@ -361,6 +381,16 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`squawk decide ... | head`): not an error of
+        # ours. Python would report it again at exit, flushing stdout.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "serve":

@@ -21,6 +21,7 @@ reading NOT_SERVING.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import os
 import signal
@@ -37,6 +38,7 @@ from ..analysis import Analyzer, AnalyzerSettings
 from ..analysis.worker import lower_switch_interval
 from ..config import Config
 from ..config.state import StateSettings, Store
+from .health import Health
 from .listeners import (
     DEFAULT_SOCKET_MODE,
     BindError,
@@ -124,7 +126,7 @@ class Daemon:
             tracing=ServerSpans(self.tracer_provider) if self.tracer_provider else None,
             store=self.store,
         )
-        self.health = health.aio.HealthServicer()
+        self.health = Health()
         self.listen = listen
         self.grace_s = grace_s
         self.shutdown_notice_s = shutdown_notice_s
@@ -137,11 +139,13 @@ class Daemon:
         self.health_port: int | None = None
         # Read now, so a certificate that cannot be used stops the start.
         self._tls = server_credentials(tls) if tls is not None else None
+        self._tls_mutual = tls is not None and tls.client_ca is not None
         self.ports: list[int] = []
         self._sockets: list[BoundSocket] = []
         self._stopping = asyncio.Event()
         self._lag_watch: asyncio.Task[None] | None = None
         self.policy_hash = read_startup(policy_path)
+        self.policy_source = f"{policy_path} ({self.policy_hash})" if policy_path else "built-in"
         self._policy_watch: PolicyWatch | None = None
         self._policy_task: asyncio.Task[None] | None = None
         self._reloads: set[asyncio.Task[None]] = set()
@@ -194,16 +198,7 @@ class Daemon:
             self._policy_task = asyncio.create_task(self._policy_watch.watch())
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info(
-            "squawk serving on %s; policy %s; upstream state: %s",
-            ", ".join(self.listen),
-            self.policy_hash,
-            self.store.describe(),
-        )
-        settings = self.analyzer.settings
-        if settings.uses_model:
-            # The URL carries no credentials (config refuses them); the key is never logged.
-            log.info("AnalyzeError layer 3: model %s at %s", settings.model, settings.base_url)
+        log.info("%s", self.summary())
 
     def _bind(self) -> None:
         for address in self.listen:
@@ -249,6 +244,30 @@ class Daemon:
     def _remove_sockets(self) -> None:
         for bound in self._sockets:
             bound.remove()
+
+    def summary(self) -> str:
+        """One line for an operator: what runs, where, with what on. Never a
+        secret: the model's URL carries no credentials (config refuses them),
+        the key is never named, the Redis store shows its host only."""
+        listen = [
+            _bound(address, port) for address, port in zip(self.listen, self.ports, strict=True)
+        ]
+        if self.health_port is not None and self.health_listen:
+            listen.append(f"{_bound(self.health_listen, self.health_port)} (health only)")
+        settings = self.analyzer.settings
+        on = {
+            "tls": "mutual" if self._tls_mutual else ("on" if self._tls is not None else "off"),
+            "tracing": "on" if self.tracer_provider is not None else "off",
+            "metrics": self.metrics_listen if self.metrics is not None else "off",
+            "decision log": "on" if self.servicer.observes_log else "off",
+            "model": f"{settings.model} at {settings.base_url}" if settings.uses_model else "off",
+        }
+        return (
+            f"squawk {_version()} serving on {', '.join(listen)}; "
+            f"policy {self.policy_source}; "
+            f"upstream state: {self.store.describe()}; "
+            + "; ".join(f"{name}: {value}" for name, value in on.items())
+        )
 
     def use_policy(self, config: Config, digest: str) -> None:
         """Swap in a reloaded policy, at once for every later call."""
@@ -316,3 +335,17 @@ def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodSt
 
     observer.store_up(True)
     return FleetStore(upstreams, settings, observer.transition, observer.store_up)
+
+
+def _bound(address: str, port: int) -> str:
+    """`address` with the port it got (":0" asks for any)."""
+    if unix_socket_path(address) is not None or not address.endswith(":0"):
+        return address
+    return f"{address[:-2]}:{port}"
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("squawk-daemon")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"

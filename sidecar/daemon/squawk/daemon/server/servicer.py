@@ -88,6 +88,11 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         # provider, and then no call looks for a span at all.
         self._spans = tracing
 
+    @property
+    def observes_log(self) -> bool:
+        """Whether decisions go to a decision log."""
+        return self._observer.log is not None
+
     def use_policy(self, policy: Policy) -> None:
         """Answer from `policy` from the next call on (a call in flight keeps
         the profile it read); reused answers belong to the old one."""

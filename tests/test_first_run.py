@@ -1,0 +1,98 @@
+"""What a newcomer meets in the first hour: the flags where the README lists
+them, a start-up line that says what runs, health that answers every
+method, and a CLI that behaves in a pipe."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from conftest import ROOT, Daemon, free_port, start_daemon
+
+CANARY = "sk-firstrun0canary0key0123456789"
+SQUAWK = (sys.executable, "-m", "squawk.daemon.cli")
+
+
+def stopped_output(daemon: Daemon) -> str:
+    """Everything the daemon wrote, from its start to its exit."""
+    daemon.process.terminate()
+    daemon.process.wait(timeout=15)
+    out = daemon.output()
+    daemon.log.close()
+    return out
+
+
+def squawk(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SQUAWK, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_log_level_works_after_the_subcommand_too() -> None:
+    daemon = start_daemon("--log-level", "DEBUG")
+    assert " DEBUG " in stopped_output(daemon)
+
+
+def test_the_startup_line_says_what_runs_and_never_a_secret() -> None:
+    metrics = f"127.0.0.1:{free_port()}"
+    env = {
+        "SQUAWK_ANALYZER_BACKEND": "openai",
+        "SQUAWK_ANALYZER_BASE_URL": "http://127.0.0.1:9/v1",
+        "SQUAWK_ANALYZER_MODEL": "tiny-model",
+        "SQUAWK_ANALYZER_API_KEY": CANARY,
+    }
+    daemon = start_daemon("--metrics-listen", metrics, "--decision-log", "-", env=env)
+    output = stopped_output(daemon)
+    (line,) = [line for line in output.splitlines() if " serving on " in line]
+    assert f"squawk 0.1.0 serving on {daemon.target};" in line
+    assert "policy built-in;" in line
+    assert "upstream state: memory;" in line
+    assert "tracing: off;" in line
+    assert f"metrics: {metrics};" in line
+    assert "decision log: on;" in line
+    assert "model: tiny-model at http://127.0.0.1:9/v1" in line
+    assert CANARY not in output
+
+
+def test_health_lists_its_services_and_names_an_unknown_one(daemon: Daemon) -> None:
+    target = daemon.target
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        listed = channel.unary_unary(
+            "/grpc.health.v1.Health/List",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=health_pb2.HealthListResponse.FromString,  # type: ignore[attr-defined]
+        )(health_pb2.HealthListRequest(), timeout=5)  # type: ignore[attr-defined]
+        statuses = {name: s.status for name, s in listed.statuses.items()}
+        serving = health_pb2.HealthCheckResponse.SERVING
+        assert statuses == {"": serving, "squawk.v1.PolicyService": serving}
+        try:
+            stub.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=5)  # type: ignore[attr-defined]
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND
+            assert exc.details() == ("unknown service 'nope'; known: '', 'squawk.v1.PolicyService'")
+        else:
+            raise AssertionError("an unknown service was found")
+
+
+def test_a_closed_pipe_is_not_a_traceback() -> None:
+    process = subprocess.Popen(
+        [*SQUAWK, "decide", "--status", "503", "--attempt", "1"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before the answer is written
+    err = process.stderr.read().decode()
+    process.stderr.close()
+    process.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_help_names_the_profiles_and_the_defaults() -> None:
+    assert "built in: default, llm" in " ".join(squawk("decide", "--help").stdout.split())
+    serve = " ".join(squawk("serve", "--help").stdout.split())
+    assert "(default: 5)" in serve  # --grace
+    assert "--log-level LEVEL" in serve
