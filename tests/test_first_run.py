@@ -1,16 +1,20 @@
 """What a newcomer meets in the first hour: the flags where the README lists
 them, a start-up line that says what runs, health that answers every
-method, and a CLI that behaves in a pipe."""
+method, a CLI that behaves in a pipe, and refusals counted by code."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import ROOT, Daemon, free_port, start_daemon
+from conftest import ROOT, Daemon, free_port, scrape, start_daemon
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 CANARY = "sk-firstrun0canary0key0123456789"
 SQUAWK = (sys.executable, "-m", "squawk.daemon.cli")
@@ -96,3 +100,39 @@ def test_help_names_the_profiles_and_the_defaults() -> None:
     serve = " ".join(squawk("serve", "--help").stdout.split())
     assert "(default: 5)" in serve  # --grace
     assert "--log-level LEVEL" in serve
+
+
+def test_refused_and_cancelled_calls_count_by_rpc_and_code() -> None:
+    port = free_port()
+    daemon = start_daemon("--metrics-listen", f"127.0.0.1:{port}")
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            with pytest.raises(grpc.RpcError):
+                stub.DecideRetry(pb.DecideRetryRequest(attempt=0), timeout=5)
+            raw: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+                "/squawk.v1.PolicyService/Classify"
+            )
+            with pytest.raises(grpc.RpcError):
+                raw(b"\xff\xff", timeout=5)
+            # A batch the caller gives up on while the daemon works through it.
+            batch = pb.DecideRetryBatchRequest(
+                requests=[
+                    pb.DecideRetryRequest(attempt=1, http_status=503, capability=f"c{i}")
+                    for i in range(10_000)
+                ]
+            )
+            with pytest.raises(grpc.RpcError):
+                stub.DecideRetryBatch(batch, timeout=0.005)
+        prefix = "squawk_refused_calls_total"
+        expected = {
+            f'{prefix}{{cause="invalid_argument",code="INVALID_ARGUMENT",rpc="DecideRetry"}}',
+            f'{prefix}{{cause="malformed",code="INVALID_ARGUMENT",rpc="Classify"}}',
+            f'{prefix}{{cause="cancelled",code="CANCELLED",rpc="DecideRetryBatch"}}',
+        }
+        deadline = time.monotonic() + 5
+        while not expected <= {k for k, v in scrape(port).items() if v == 1}:
+            assert time.monotonic() < deadline, sorted(k for k in scrape(port) if prefix in k)
+            time.sleep(0.05)
+    finally:
+        daemon.stop()

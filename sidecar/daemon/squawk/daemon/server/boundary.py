@@ -135,6 +135,9 @@ async def _answer(
     else:
         try:
             return await method(self, request, context)
+        except asyncio.CancelledError:
+            self._observer.refused(rpc, "cancelled")
+            raise
         except PolicyInputError as exc:
             self._observer.refused(rpc, "invalid_argument")
             refusal = exc

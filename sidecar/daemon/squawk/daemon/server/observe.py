@@ -57,6 +57,13 @@ MAX_UPSTREAM_LABELS = 100
 OTHER_UPSTREAMS = "other"
 
 _DECLARED = {None: "unset", True: "true", False: "false"}
+# The status code each cause of a refused call answers with.
+_CODES = {
+    "malformed": "INVALID_ARGUMENT",
+    "invalid_argument": "INVALID_ARGUMENT",
+    "internal": "INTERNAL",
+    "cancelled": "CANCELLED",
+}
 _LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1)
 # From "on time" (a wake-up costs some 0.1 ms even on an idle loop) to a
 # loop held for seconds.
@@ -160,9 +167,9 @@ class Metrics:
         )
         self.refused = Counter(
             "squawk_refused_calls",
-            "Calls answered with an error, by RPC and cause "
-            "(malformed, invalid_argument, internal).",
-            ["rpc", "cause"],
+            "Calls answered with an error, by RPC, cause (malformed, invalid_argument, "
+            "internal, cancelled: the caller went away) and gRPC status code.",
+            ["rpc", "cause", "code"],
             registry=self.registry,
         )
         self.analyzer_fallbacks = Counter(
@@ -337,8 +344,8 @@ class Observer:
         and interval, never one (or a traceback) per call.
         """
         if self.metrics is not None:
-            self.metrics.refused.labels(rpc, cause).inc()
-        if cause == "invalid_argument":
+            self.metrics.refused.labels(rpc, cause, _CODES[cause]).inc()
+        if cause in ("invalid_argument", "cancelled"):
             return
         held = self._throttle.ready(f"{rpc}/{cause}")
         if held is None:
