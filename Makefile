@@ -22,11 +22,16 @@ all: test
 
 # The three distributions, editable: the shared core, the client, the daemon.
 # squawk/v1 is generated later; it must exist for the editable install to map it.
+# A line per step; pip's own progress when make's output is a terminal.
+PIP_QUIET := $(if $(shell [ -t 2 ] && echo tty),,--quiet)
 $(STAMP): pyproject.toml $(CORE)/pyproject.toml clients/python/pyproject.toml
+	@echo "set-up 1/4: a virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	@echo "set-up 2/4: the latest pip"
+	$(BIN)/pip install $(PIP_QUIET) --upgrade pip
 	mkdir -p $(CORE)/squawk/v1
-	$(BIN)/pip install --quiet -e ./$(CORE) -e ./clients/python -e '.[dev]'
+	@echo "set-up 3/4: squawk-core, squawk-client and squawk-daemon with its dev tools (a minute or two the first time)"
+	$(BIN)/pip install $(PIP_QUIET) -e ./$(CORE) -e ./clients/python -e '.[dev]'
 	touch $@
 
 setup: $(STAMP) $(GEN)
@@ -36,6 +41,7 @@ setup: $(STAMP) $(GEN)
 # descriptor without its comments, so the descriptor set written beside it
 # keeps them (--include_source_info) for server reflection to serve.
 $(GEN): $(PROTOS) $(STAMP)
+	@echo "set-up 4/4: the Python code generated from protos/"
 	rm -rf $(CORE)/squawk/v1
 	mkdir -p $(CORE)/squawk/v1
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python -m grpc_tools.protoc -Iprotos \
