@@ -169,26 +169,35 @@ const maxRetryAfter = 24 * time.Hour
 // HTTP-date) or grpc-retry-pushback-ms, capped at maxRetryAfter; ok is false
 // when it asked for none or sent garbage.
 func retryAfter(headers map[string]string, now time.Time) (time.Duration, bool) {
-	wait, ok := uncappedRetryAfter(headers, now)
-	return min(wait, maxRetryAfter), ok
+	wait, _, ok := waitHint(headers, now)
+	return wait, ok
 }
 
-func uncappedRetryAfter(headers map[string]string, now time.Time) (time.Duration, bool) {
+// waitHint is retryAfter with the header that gave the wait ("Retry-After"
+// or "grpc-retry-pushback-ms"), named where the choice is made so that an
+// explanation cannot credit the wrong one. Retry-After wins when it parses;
+// a malformed one leaves grpc-retry-pushback-ms to decide.
+func waitHint(headers map[string]string, now time.Time) (wait time.Duration, from string, ok bool) {
+	wait, from, ok = uncappedWaitHint(headers, now)
+	return min(wait, maxRetryAfter), from, ok
+}
+
+func uncappedWaitHint(headers map[string]string, now time.Time) (time.Duration, string, bool) {
 	if len(headers) == 0 {
-		return 0, false
+		return 0, "", false
 	}
 	if value, ok := header(headers, "retry-after"); ok {
 		if seconds, ok := digits(value); ok {
-			return scaled(seconds, time.Second), true
+			return scaled(seconds, time.Second), "Retry-After", true
 		}
 		if when, ok := parseHTTPDate(value); ok {
-			return max(0, when.Sub(now)).Round(time.Microsecond), true
+			return max(0, when.Sub(now)).Round(time.Microsecond), "Retry-After", true
 		}
 	}
 	if value, ok := header(headers, "grpc-retry-pushback-ms"); ok {
 		if ms, ok := digits(value); ok {
-			return scaled(ms, time.Millisecond), true
+			return scaled(ms, time.Millisecond), "grpc-retry-pushback-ms", true
 		}
 	}
-	return 0, false
+	return 0, "", false
 }

@@ -101,7 +101,7 @@ func decideLocal(req *squawkv1.DecideRetryRequest, p localProfile, now time.Time
 		return fail(squawkv1.Reason_REASON_SINGLE_DISPATCH,
 			"A delegated orchestrator is dispatched exactly once; it is never retried here."), nil
 	case transport || transientStatus(status):
-		return resendLocal(req, p, seen, transport, fail), nil
+		return resendLocal(req, p, seen, transport, now, fail), nil
 	case status >= 400 && status < 500:
 		if req.GetHitlApproved() {
 			return fail(squawkv1.Reason_REASON_HITL_PROTECTED,
@@ -119,7 +119,7 @@ func decideLocal(req *squawkv1.DecideRetryRequest, p localProfile, now time.Time
 }
 
 func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv1.ClassifyResponse, transport bool,
-	fail func(squawkv1.Reason, string) Decision) Decision {
+	now time.Time, fail func(squawkv1.Reason, string) Decision) Decision {
 	reason := squawkv1.Reason_REASON_TRANSIENT_STATUS
 	what := fmt.Sprintf("HTTP %d is transient", req.GetHttpStatus())
 	if transport {
@@ -137,7 +137,10 @@ func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv
 	}
 	wait, source := p.backoff.Delay(int(attempt)), "backoff"
 	if seen.GetRetryAfter() != nil {
-		wait, source = seen.GetRetryAfter().AsDuration(), "the server's Retry-After"
+		// The wait is the classification's; which header gave it is asked
+		// of the parser that chose it.
+		_, from, _ := waitHint(req.GetHeaders(), now)
+		wait, source = seen.GetRetryAfter().AsDuration(), "the server's "+from
 	}
 	if dl := req.GetDeadline(); dl != nil && wait > wholeMicros(dl) {
 		return fail(squawkv1.Reason_REASON_DEADLINE_EXCEEDED,

@@ -8,6 +8,7 @@ import { durationFromMs, durationToMs, roundHalfEven } from "./duration";
 import { readEnvelope } from "./envelope";
 import { SquawkInputError } from "./errors";
 import type { Duration } from "./gen/google/protobuf/duration";
+import { waitHint } from "./headers";
 import {
   Action,
   Reason,
@@ -139,7 +140,6 @@ export function fallbackDecide(
         `${what}, but attempt ${req.attempt} of ${maxAttempts} was the last.`,
       );
     }
-    const hinted = seen.retryAfter !== undefined;
     const waitMs = seen.retryAfter !== undefined ? durationToMs(seen.retryAfter) : backoffDelayMs(req.attempt, profile.backoff);
     const deadlineMs = req.deadline === undefined ? undefined : wholeMicrosMs(req.deadline);
     if (deadlineMs !== undefined && waitMs > deadlineMs) {
@@ -149,7 +149,10 @@ export function fallbackDecide(
           `${roundHalfEven(deadlineMs)} ms left before the step's deadline.`,
       );
     }
-    const source = hinted ? "the server's Retry-After" : "backoff";
+    // The wait is the classification's; which header gave it is asked of the
+    // parser that chose it.
+    const hint = seen.retryAfter === undefined ? undefined : waitHint(req.headers, nowMs);
+    const source = hint === undefined ? "backoff" : `the server's ${hint.from}`;
     return answer(
       Action.ACTION_RETRY,
       reason,

@@ -24,31 +24,49 @@ function digits(value: string): number | undefined {
 /** A server's hint is capped at a day, as the daemon caps it. */
 export const MAX_RETRY_AFTER_MS = 86_400_000;
 
+/** The header a server's wait came from. */
+export type HintHeader = "Retry-After" | "grpc-retry-pushback-ms";
+
+/** A server's wait in milliseconds, capped at a day, and the header that asked for it. */
+export interface WaitHint {
+  readonly ms: number;
+  readonly from: HintHeader;
+}
+
 /**
  * The wait the server asked for in milliseconds, capped at a day, or
  * undefined when it asked for none (or sent garbage). `nowMs` is the current
  * Unix time in ms; it is only read for an HTTP-date.
  */
 export function retryAfterMs(headers: HeaderMap, nowMs: number): number | undefined {
-  const wait = uncappedRetryAfterMs(headers, nowMs);
-  return wait === undefined ? undefined : Math.min(wait, MAX_RETRY_AFTER_MS);
+  return waitHint(headers, nowMs)?.ms;
 }
 
-function uncappedRetryAfterMs(headers: HeaderMap, nowMs: number): number | undefined {
+/**
+ * retryAfterMs with the header that gave the wait, named where the choice is
+ * made so that an explanation cannot credit the wrong one. Retry-After wins
+ * when it parses; a malformed one leaves grpc-retry-pushback-ms to decide.
+ */
+export function waitHint(headers: HeaderMap, nowMs: number): WaitHint | undefined {
+  const hint = uncappedWaitHint(headers, nowMs);
+  return hint === undefined ? undefined : { ms: Math.min(hint.ms, MAX_RETRY_AFTER_MS), from: hint.from };
+}
+
+function uncappedWaitHint(headers: HeaderMap, nowMs: number): WaitHint | undefined {
   const value = header(headers, "retry-after");
   if (value !== undefined) {
     const seconds = digits(value);
-    if (seconds !== undefined) return seconds * 1000;
+    if (seconds !== undefined) return { ms: seconds * 1000, from: "Retry-After" };
     const when = parseHttpDate(value);
     if (when !== undefined) {
       // Python's timedelta keeps whole microseconds.
-      return roundHalfEven(Math.max(0, when - nowMs) * 1000) / 1000;
+      return { ms: roundHalfEven(Math.max(0, when - nowMs) * 1000) / 1000, from: "Retry-After" };
     }
   }
   const pushback = header(headers, "grpc-retry-pushback-ms");
   if (pushback !== undefined) {
     const ms = digits(pushback);
-    if (ms !== undefined) return ms;
+    if (ms !== undefined) return { ms, from: "grpc-retry-pushback-ms" };
   }
   return undefined;
 }

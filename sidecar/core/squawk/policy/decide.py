@@ -15,6 +15,7 @@ from datetime import timedelta
 from .backoff import delay
 from .classify import check_status, classify_parts
 from .envelope import read_envelope
+from .headers import wait_hint
 from .limits import MAX_NAME_CHARS, check_chars, check_headers
 from .profiles import DEFAULT_MAX_BODY_BYTES, Profile
 from .types import (
@@ -103,7 +104,7 @@ def decide(
             "A delegated orchestrator is dispatched exactly once; it is never retried here.",
         )
     if transport or status in profile.transient_statuses:
-        return _resend(state, profile, seen, declared, transport, rng)
+        return _resend(state, profile, seen, declared, transport, clock, rng)
     if profile.corrections and 400 <= status < 500:
         return _correct(state, profile, seen, declared)
     return fail(
@@ -118,6 +119,7 @@ def _resend(
     seen: Classification,
     declared: bool | None,
     transport: bool,
+    clock: Callable[[], float],
     rng: random.Random | None,
 ) -> Decision:
     reason = Reason.TRANSPORT_FAILURE if transport else Reason.TRANSIENT_STATUS
@@ -133,7 +135,6 @@ def _resend(
             seen,
             declared,
         )
-    hinted = seen.retry_after is not None
     wait = (
         seen.retry_after
         if seen.retry_after is not None
@@ -142,7 +143,10 @@ def _resend(
     past = deadline_exceeded(what, wait, state.deadline, seen, declared)
     if past is not None:
         return past
-    source = "the server's Retry-After" if hinted else "backoff"
+    # The wait is the classification's; which header gave it is asked of the
+    # parser that chose it, not guessed here.
+    hint = wait_hint(state.headers, clock) if seen.retry_after is not None else None
+    source = "backoff" if hint is None else f"the server's {hint[1]}"
     return Decision(
         Action.RETRY,
         wait,

@@ -13,8 +13,11 @@ import re
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
+from typing import Literal
 
-__all__ = ["MAX_RETRY_AFTER", "header", "retry_after"]
+__all__ = ["MAX_RETRY_AFTER", "HintHeader", "header", "retry_after", "wait_hint"]
+
+HintHeader = Literal["Retry-After", "grpc-retry-pushback-ms"]
 
 MAX_RETRY_AFTER = timedelta(days=1)
 _MAX_SECONDS = MAX_RETRY_AFTER // timedelta(seconds=1)
@@ -80,20 +83,35 @@ def retry_after(headers: Mapping[str, str], clock: Callable[[], float]) -> timed
 
     `clock` returns the current Unix time; it is only called for an HTTP-date.
     """
+    hint = wait_hint(headers, clock)
+    return None if hint is None else hint[0]
+
+
+def wait_hint(
+    headers: Mapping[str, str], clock: Callable[[], float]
+) -> tuple[timedelta, HintHeader] | None:
+    """The wait the server asked for and the header that asked for it, or None.
+
+    Retry-After wins when it parses; a malformed one (or a date naming no
+    instant) leaves grpc-retry-pushback-ms to decide. The header is named
+    here, where the choice is made, so an explanation cannot credit the
+    wrong one. `clock` returns the current Unix time; it is only called for
+    an HTTP-date.
+    """
     if not headers:
         return None
     value = header(headers, "retry-after")
     if value is not None:
         seconds = _digits(value)
         if seconds is not None:
-            return timedelta(seconds=min(seconds, _MAX_SECONDS))
+            return timedelta(seconds=min(seconds, _MAX_SECONDS)), "Retry-After"
         when = _http_date(value)
         if when is not None:
             wait = min(max(0.0, when.timestamp() - clock()), _MAX_SECONDS)
-            return timedelta(seconds=wait)
+            return timedelta(seconds=wait), "Retry-After"
     pushback = header(headers, "grpc-retry-pushback-ms")
     if pushback is not None:
         ms = _digits(pushback)
         if ms is not None:
-            return timedelta(milliseconds=min(ms, _MAX_SECONDS * 1000))
+            return timedelta(milliseconds=min(ms, _MAX_SECONDS * 1000)), "grpc-retry-pushback-ms"
     return None
