@@ -236,8 +236,9 @@ def test_example_does_what_the_docs_show(example: Example, scratch: Path, daemon
     if example.output is not None:
         reply = run_shell(block.body, scratch, daemon)
         assert reply.returncode == 0, reply.stderr
-        shown = [canonical(v) for v in json_values(example.output.body)]
-        assert [canonical(v) for v in json_values(reply.stdout)] == shown
+        # One string of lines, so a failure shows a line-by-line diff.
+        shown = "\n".join(canonical(v) for v in json_values(example.output.body))
+        assert "\n".join(canonical(v) for v in json_values(reply.stdout)) == shown
     elif block.lang == "console":
         check_console(block, scratch, daemon)
     else:
