@@ -14,6 +14,10 @@ JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
 # from the Go module proxy, once per machine.
 HEALTH_PROBE_VERSION := v0.4.62
 HEALTH_PROBE_BIN ?= $(HOME)/.cache/squawk/grpc-health-probe-$(HEALTH_PROBE_VERSION)/grpc-health-probe
+# The README's grpcurl examples run with the real grpcurl (tests/test_readme.py);
+# from the Go module proxy, once per machine.
+GRPCURL_VERSION := v1.9.4
+GRPCURL_BIN ?= $(HOME)/.cache/squawk/grpcurl-$(GRPCURL_VERSION)/grpcurl
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
 .PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-build ts-test dist fuzz clean
@@ -87,6 +91,9 @@ jaeger: $(JAEGER_BIN)
 $(HEALTH_PROBE_BIN):
 	GOBIN=$(dir $@) go install github.com/grpc-ecosystem/grpc-health-probe@$(HEALTH_PROBE_VERSION)
 
+$(GRPCURL_BIN):
+	GOBIN=$(dir $@) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+
 # tests/test_pod.py runs a Node executor on the built TypeScript client.
 TS := clients/typescript
 $(TS)/node_modules/.package-lock.json: $(TS)/package-lock.json
@@ -98,8 +105,9 @@ $(TS)/dist/src/index.js: $(TS)/node_modules/.package-lock.json $(TS)/tsconfig.js
 
 ts-build: $(TS)/dist/src/index.js
 
-unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) ts-build
-	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) SQUAWK_HEALTH_PROBE_BIN=$(HEALTH_PROBE_BIN) $(BIN)/pytest -q
+unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) ts-build
+	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) SQUAWK_HEALTH_PROBE_BIN=$(HEALTH_PROBE_BIN) \
+	  SQUAWK_GRPCURL_BIN=$(GRPCURL_BIN) $(BIN)/pytest -q
 
 # Go users expect generated code in the repo; --check fails on any drift.
 go-test: setup
