@@ -56,6 +56,9 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "needs Docker; tests/test_deploy.py lints the Dockerfile"
     ),
     ("README.md", "env:"): "a fragment of a Kubernetes container spec, not a policy file",
+    ("README.md", "squawk 0.1.0 serving on 127.0.0.1:50051; policy built-in; up"): (
+        "a log line, not a command; tests/test_first_run.py checks each of its parts"
+    ),
     ("README.md", "executor  step search_hotels"): (
         "a picture of a trace in Jaeger; tests/test_jaeger.py checks the spans"
     ),
