@@ -395,7 +395,7 @@ def test_over_the_wire_with_a_model(tmp_path: Any) -> None:
     for seen in server.seen:
         assert b"sk-wirecanary" not in seen.raw
     assert "sk-wirecanary" not in output and API_KEY not in output
-    assert "AnalyzeError layer 3: model scripted" in output
+    assert "; model: scripted at http://127.0.0.1:" in output  # the start-up line
 
 
 def assert_safe(request: AnalysisRequest, result: Analysis) -> None:
