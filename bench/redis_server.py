@@ -29,6 +29,16 @@ def server_binary() -> str:
     return str(get_binary_path())
 
 
+def answers_ping(port: int) -> bool:
+    """Whether a Redis-compatible server on the loopback `port` answers PING."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
 class RedisServer:
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
@@ -67,12 +77,7 @@ class RedisServer:
         raise TimeoutError(f"no Redis server on port {self.port} after 10 s")
 
     def ping(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
-                conn.sendall(b"PING\r\n")
-                return conn.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
+        return answers_ping(self.port)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

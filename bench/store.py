@@ -17,12 +17,11 @@ edges, as the loop lag is, and the difference is the window's.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import time
 
 from .procs import Processes, free_port
-from .redis_server import server_binary
+from .redis_server import answers_ping, server_binary
 from .targets import clean_env
 
 __all__ = ["ANSWERS", "MAX_LOCAL", "MIN_READ", "Redis", "state_counts", "state_fields", "status"]
@@ -67,19 +66,11 @@ class Redis:
         proc = procs.start("redis", argv, clean_env(), cpus)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and proc.alive():
-            if self._pong():
+            if answers_ping(self.port):
                 return version
             time.sleep(0.02)
         state = "exited" if not proc.alive() else f"did not answer PING within {timeout_s:g} s"
         raise RuntimeError(f"the Redis server {state}; its log ends:\n{proc.tail()}")
-
-    def _pong(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
-                conn.sendall(b"PING\r\n")
-                return conn.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
 
 
 def state_counts(text: str) -> dict[str, float]:
