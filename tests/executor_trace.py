@@ -1,7 +1,9 @@
 """An executor step, as a real executor process would run it: open a span,
-ask Squawk what to do about a failure, ask for a correction, end the span.
+ask Squawk what to do about a failure, ask for a correction, send one call
+the daemon refuses, end the span.
 
-Prints the step span's ids as JSON so the test can find them in Jaeger.
+Prints the step span's ids as JSON so the test can find them in Jaeger, and
+what the refused call was told.
 Usage: python executor_trace.py SQUAWK_TARGET  (OTLP set by OTEL_* variables)
 """
 
@@ -19,7 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from squawk.v1 import policy_pb2 as pb
-from squawk_client import SquawkClient
+from squawk_client import SquawkClient, SquawkInputError
 
 
 def main(target: str) -> None:
@@ -52,9 +54,16 @@ def main(target: str) -> None:
                 capability_name="search_hotels",
             )
         )
+        try:  # a caller's mistake: the daemon refuses it, and its span says why
+            squawk.classify(pb.ClassifyRequest(error_message="error 503", profile="no-such"))
+        except SquawkInputError as exc:
+            refused = str(exc)
+        else:
+            raise SystemExit("the daemon answered a call naming an unknown profile")
         ctx = span.get_span_context()
     provider.shutdown()  # flushes the executor's span to Jaeger
-    print(json.dumps({"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}))
+    ids = {"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}
+    print(json.dumps({**ids, "refused": refused}))
 
 
 if __name__ == "__main__":

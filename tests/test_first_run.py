@@ -1,9 +1,12 @@
 """What a newcomer meets in the first hour: the flags where the README lists
 them, a start-up line that says what runs, health that answers every
-method, a CLI that behaves in a pipe, and refusals counted by code."""
+method, a CLI that behaves in a pipe, refusals counted by code, and a
+first set-up that says what it does."""
 
 from __future__ import annotations
 
+import os
+import pty
 import subprocess
 import sys
 import time
@@ -136,3 +139,42 @@ def test_refused_and_cancelled_calls_count_by_rpc_and_code() -> None:
             time.sleep(0.05)
     finally:
         daemon.stop()
+
+
+def make_setup_plan(stderr: int) -> list[str]:
+    """The commands a first `make setup` would run (`-n -B`: printed, none run)."""
+    done = subprocess.run(
+        ["make", "-n", "-B", "setup"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.splitlines()
+
+
+def test_the_first_setup_says_each_step_before_it_runs() -> None:
+    plan = make_setup_plan(subprocess.DEVNULL)
+    # Each step is announced before its first command, in order.
+    firsts = ["-m venv", "--upgrade pip", "-e ./sidecar/core", "grpc_tools.protoc"]
+    at = [next(i for i, line in enumerate(plan) if what in line) for what in firsts]
+    for step, line in enumerate(at, start=1):
+        announced = [i for i, text in enumerate(plan) if f'echo "set-up {step}/4: ' in text]
+        assert len(announced) == 1, plan
+        assert (at[step - 2] if step > 1 else -1) < announced[0] < line, plan
+    # Not a terminal (CI, a log file): pip stays quiet.
+    pips = [line for line in plan if "/pip install" in line]
+    assert len(pips) == 2 and all("--quiet" in line for line in pips), pips
+
+
+def test_the_first_setup_shows_pips_progress_in_a_terminal() -> None:
+    primary, secondary = pty.openpty()
+    try:
+        plan = make_setup_plan(secondary)
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    pips = [line for line in plan if "/pip install" in line]
+    assert len(pips) == 2 and not any("--quiet" in line for line in pips), pips

@@ -140,13 +140,13 @@ def test_decision_spans_land_under_the_executor_span(jaeger: dict[str, int]) -> 
 
     deadline = time.monotonic() + 30
     spans: dict[str, dict[str, Any]] = {}
-    while time.monotonic() < deadline and len(spans) < 2:
+    while time.monotonic() < deadline and len(spans) < 3:
         found = query_spans(jaeger["JAEGER_QUERY_PORT"], f"squawk-{run}", since)
         spans = {s["name"].rsplit("/", 1)[-1]: s for s in found}
         time.sleep(0.2)
-    assert {"DecideRetry", "AnalyzeError"} <= spans.keys(), list(spans)
+    assert {"DecideRetry", "AnalyzeError", "Classify"} <= spans.keys(), list(spans)
 
-    for name in ("DecideRetry", "AnalyzeError"):
+    for name in ("DecideRetry", "AnalyzeError", "Classify"):
         span = spans[name]
         assert hex_id(span["traceId"]) == step["trace_id"]
         assert hex_id(span["parentSpanId"]) == step["span_id"]
@@ -163,3 +163,10 @@ def test_decision_spans_land_under_the_executor_span(jaeger: dict[str, int]) -> 
     analyze = attributes(spans["AnalyzeError"])
     assert analyze["squawk.analyzer.source"] == "HEURISTIC"
     assert int(analyze["squawk.changes.suggested"]) == 1
+
+    # The refused call: an error in Jaeger, saying why, with no stack trace.
+    refused = spans["Classify"]
+    assert int(attributes(refused)["rpc.grpc.status_code"]) == 3
+    assert step["refused"].startswith("INVALID_ARGUMENT: profile: ")
+    assert refused["status"] == {"code": 2, "message": step["refused"]}  # STATUS_CODE_ERROR
+    assert not refused.get("events")

@@ -123,13 +123,23 @@ def test_server_span_is_the_callers_child_and_carries_the_decision() -> None:
     }
 
 
-def test_refused_calls_record_their_status() -> None:
+def test_a_refused_calls_span_says_why_without_a_stack_trace() -> None:
     spans = run_in_process()
     refused = [s for s in spans if (s.attributes or {}).get("rpc.grpc.status_code") == 3]
-    assert len(refused) == 2
-    # The caller's mistake, not the daemon's: not an error span (the
-    # conventions' server-side rule), so error-rate views stay about Squawk.
-    assert all(s.status.status_code is StatusCode.UNSET for s in refused)
+    assert [s.name.rsplit("/", 1)[-1] for s in refused] == ["DecideRetry", "Classify"]
+    for span in refused:
+        # The status carries what the caller was told, redacted: the field,
+        # the reason and the profiles there are.
+        assert span.status.status_code is StatusCode.ERROR
+        description = span.status.description or ""
+        assert description.startswith("INVALID_ARGUMENT: profile: unknown profile '"), description
+        assert "[REDACTED]" in description and CANARY not in description
+        assert description.endswith("known: default, llm")
+        # An expected refusal is not an exception: no events, no traceback.
+        assert not span.events
+    answered = [s for s in spans if (s.attributes or {}).get("rpc.grpc.status_code") == 0]
+    assert len(answered) == 2
+    assert all(s.status.status_code is StatusCode.UNSET for s in answered)
 
 
 def test_no_secret_reaches_a_span_or_the_decision_log() -> None:

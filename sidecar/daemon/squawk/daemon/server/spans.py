@@ -59,18 +59,6 @@ __all__ = ["MAX_EVENTS", "NO_SPAN", "SERVICE", "CallSpan", "ServerSpans", "SpanR
 log = logging.getLogger(__name__)
 
 SERVICE = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
-# The codes that mean the daemon failed, not the caller (the conventions'
-# server-side rule): only these make the span an error.
-_SERVER_FAULTS = frozenset(
-    {
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNIMPLEMENTED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.DATA_LOSS,
-    }
-)
 # Events kept per span, as the SDK's default limit: one ReportOutcome can
 # move a thousand breakers, and the span says how many events it dropped.
 MAX_EVENTS = 128
@@ -174,10 +162,15 @@ class CallSpan:
         return self.context
 
     def refused(self, code: grpc.StatusCode, message: str) -> None:
-        """The call ends with `code`; `message` is already redacted and bounded."""
+        """The call ends with `code`; `message` is already redacted and bounded.
+
+        Every refusal is an error span, a caller's mistake too: OpenTelemetry
+        keeps a status description only on errors, and the reason is what
+        an operator opens the span for. `rpc.grpc.status_code` tells the
+        daemon's faults from the caller's.
+        """
         self.attributes["rpc.grpc.status_code"] = code.value[0]
-        if code in _SERVER_FAULTS:
-            self._status = Status(StatusCode.ERROR, f"{code.name}: {message}")
+        self._status = Status(StatusCode.ERROR, f"{code.name}: {message}")
 
     def close(self) -> None:
         _current.reset(self._token)
