@@ -12,6 +12,10 @@ Every fenced block of README.md and docs/analysis.md is one of:
 - a ```console block: each `$ ` line is a command, the lines up to the next
   `$ ` are what it prints (stdout and stderr), compared as text;
 - a ```yaml block: a policy file, which `squawk check-policy` must accept;
+- a client example of CLIENT_EXAMPLES below: built into a program with its
+  language's toolchain (tests/readme_clients) and run against the daemon
+  and a hotel API on loopback that refuses PARIS, so it must take the
+  daemon's CORRECT, call its correction hook and succeed with PAR;
 - an entry of NOT_RUN below, with the reason it is not run.
 
 A block that is none of these fails the test, so a new example is either
@@ -27,13 +31,16 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ROOT, Daemon
+from conftest import ROOT, Daemon, start_daemon
+from readme_clients.build import build_go, build_python, build_typescript
+from readme_clients.upstream import HOTELS, HotelApi
 
 DOCS = ("README.md", "docs/analysis.md")
 README_TARGET = "127.0.0.1:50051"
@@ -74,17 +81,8 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "npm install ./dist/squawk-client-0.1.0.tgz"): (
         "installs into the user's project; tests/test_dist.py installs the tarball"
     ),
-    ("README.md", "from squawk_client import SquawkClient, StepError"): (
-        "a fragment: `http.post(url, ...)` stands for the executor's own call"
-    ),
-    ("README.md", 'c, err := squawk.New("127.0.0.1:50051"'): (
-        "a fragment of a Go executor; the Go client's own tests cover the calls"
-    ),
     ("README.md", 'pair, err := tls.LoadX509KeyPair("client.pem"'): (
         "a fragment of a Go executor; the Go client's TLS tests cover it"
-    ),
-    ("README.md", 'import { Action, SquawkClient, runStep, StepError } from "@squawk/client";'): (
-        "a fragment of a TypeScript executor; the TypeScript client's tests cover the calls"
     ),
     ("README.md", 'import { credentials } from "@grpc/grpc-js";'): (
         "a fragment of a TypeScript executor; the TypeScript client's TLS tests cover it"
@@ -98,6 +96,16 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/analysis.md", "validate the request           -> INVALID_ARGUMENT"): (
         "a picture of AnalyzeError's steps, not a command"
     ),
+}
+
+# (document, first line of the block) -> how to build it into a program.
+CLIENT_EXAMPLES: dict[tuple[str, str], Callable[[str, Path], list[str]]] = {
+    ("README.md", "from squawk_client import SquawkClient, StepError"): build_python,
+    ("README.md", 'c, err := squawk.New("127.0.0.1:50051"'): build_go,
+    (
+        "README.md",
+        'import { Action, SquawkClient, runStep, StepError } from "@squawk/client";',
+    ): build_typescript,
 }
 
 RUNNABLE = re.compile(r"(\.venv/bin/squawk|squawk|grpcurl|printf|[A-Z_]+=\$\(printf) ")
@@ -173,7 +181,20 @@ def examples() -> tuple[list[Example], list[Block]]:
 
 
 def listed(block: Block) -> bool:
-    return any(doc == block.doc and block.first_line.startswith(first) for doc, first in NOT_RUN)
+    """In NOT_RUN, or a client example (run by its own test below)."""
+    return any(
+        doc == block.doc and block.first_line.startswith(first)
+        for doc, first in (*NOT_RUN, *CLIENT_EXAMPLES)
+    )
+
+
+def client_examples() -> list[tuple[Block, Callable[[str, Path], list[str]]]]:
+    return [
+        (block, build)
+        for (doc, first), build in CLIENT_EXAMPLES.items()
+        for block in fenced_blocks(doc)
+        if block.first_line.startswith(first)
+    ]
 
 
 RUN, UNACCOUNTED = examples()
@@ -186,10 +207,10 @@ def test_every_block_is_run_or_listed_with_its_reason() -> None:
     every = [b for doc in DOCS for b in fenced_blocks(doc)]
     stale = [
         (doc, first)
-        for doc, first in NOT_RUN
+        for doc, first in (*NOT_RUN, *CLIENT_EXAMPLES)
         if not any(b.doc == doc and b.first_line.startswith(first) for b in every)
     ]
-    assert stale == [], "NOT_RUN lists blocks the documents no longer have"
+    assert stale == [], "NOT_RUN or CLIENT_EXAMPLES lists blocks the documents no longer have"
 
 
 @pytest.fixture
@@ -264,3 +285,35 @@ def check_console(block: Block, scratch: Path, daemon: Daemon) -> None:
         script = f"{command} 2>&1"
         reply = run_shell(script, scratch, daemon)
         assert reply.stdout.rstrip("\n") == "\n".join(shown).rstrip("\n"), command
+
+
+@pytest.mark.parametrize(
+    ("block", "build"), client_examples(), ids=[b.lang for b, _ in client_examples()]
+)
+def test_client_example_takes_the_daemons_correction(
+    block: Block, build: Callable[[str, Path], list[str]], tmp_path: Path
+) -> None:
+    decisions = tmp_path / "decisions.jsonl"
+    daemon = start_daemon("--decision-log", str(decisions))
+    try:
+        with HotelApi() as api:
+            program = build(block.body.replace(README_TARGET, daemon.target), tmp_path)
+            ran = subprocess.run(
+                program,
+                cwd=tmp_path,
+                env={**os.environ, "HOTEL_API_URL": api.url},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert ran.returncode == 0, ran.stdout + ran.stderr
+            assert json.loads(ran.stdout) == {"hotels": HOTELS}
+            assert api.seen == ["PARIS", "PAR"]
+    finally:
+        daemon.stop()
+    # The correction was the daemon's decision, not a client's local fallback.
+    decided = [json.loads(line) for line in decisions.read_text().splitlines()]
+    assert [
+        (d["rpc"], d["squawk.capability"], d["squawk.http_status"], d["squawk.action"])
+        for d in decided
+    ] == [("DecideRetry", "search_hotels", 400, "CORRECT")]
