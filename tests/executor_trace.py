@@ -3,7 +3,7 @@ ask Squawk what to do about a failure, ask for a correction, send one call
 the daemon refuses, end the span.
 
 Prints the step span's ids as JSON so the test can find them in Jaeger, and
-what the refused call was told.
+what the refused call was told (its field and details).
 Usage: python executor_trace.py SQUAWK_TARGET  (OTLP set by OTEL_* variables)
 """
 
@@ -57,7 +57,7 @@ def main(target: str) -> None:
         try:  # a caller's mistake: the daemon refuses it, and its span says why
             squawk.classify(pb.ClassifyRequest(error_message="error 503", profile="no-such"))
         except SquawkInputError as exc:
-            refused = str(exc)
+            refused = {"field": exc.field, "details": exc.details}
         else:
             raise SystemExit("the daemon answered a call naming an unknown profile")
         ctx = span.get_span_context()

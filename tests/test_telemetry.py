@@ -7,7 +7,7 @@ import io
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
@@ -24,7 +24,8 @@ from conftest import Daemon, free_port, scrape, start_daemon
 from squawk.daemon.config import load_policy
 from squawk.daemon.server.app import Daemon as InProcessDaemon
 from squawk.daemon.server.loop_lag import watch_loop_lag
-from squawk.daemon.server.spans import CallSpan, ServerSpans
+from squawk.daemon.server.servicer import PolicyServicer
+from squawk.daemon.server.spans import SERVICE, CallSpan, ServerSpans
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -63,7 +64,14 @@ def secret_calls() -> list[tuple[str, object]]:
     ]
 
 
-def run_in_process(log: io.StringIO | None = None) -> Sequence[ReadableSpan]:
+def run_in_process(
+    log: io.StringIO | None = None,
+    calls: Sequence[tuple[str, object]] | None = None,
+    change: Callable[[PolicyServicer], None] | None = None,
+    timeout: float = 5,
+) -> Sequence[ReadableSpan]:
+    """Spans of `calls` (secret_calls() by default) answered by an in-process
+    daemon, its servicer first given `change` (a bug, a stall)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -73,23 +81,47 @@ def run_in_process(log: io.StringIO | None = None) -> Sequence[ReadableSpan]:
         daemon = InProcessDaemon(
             load_policy(None, environ={}), [target], tracing=(provider, None), decision_log=log
         )
+        if change is not None:
+            change(daemon.servicer)
         await daemon.start()
         try:
             # The user agent is the caller's string too.
             agent = [("grpc.primary_user_agent", f"executor/1.0 api_key={CANARY}")]
             async with grpc.aio.insecure_channel(target, options=agent) as channel:
                 stub = pb_grpc.PolicyServiceStub(channel)
-                for method, request in secret_calls():
+                for method, request in secret_calls() if calls is None else calls:
+                    call = (
+                        channel.unary_unary(f"/{SERVICE}/{method}")
+                        if isinstance(request, bytes)
+                        else getattr(stub, method)
+                    )
                     try:
-                        await getattr(stub, method)(request, metadata=TRACEPARENT, timeout=5)
+                        await call(request, metadata=TRACEPARENT, timeout=timeout)
                     except grpc.aio.AioRpcError as exc:
-                        assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT
+                        assert exc.code() in (S.INVALID_ARGUMENT, S.INTERNAL, S.DEADLINE_EXCEEDED)
                         assert CANARY not in (exc.details() or "")
         finally:
             await daemon.stop()
 
     asyncio.run(main())
     return exporter.get_finished_spans()
+
+
+def _broken(servicer: PolicyServicer) -> None:
+    def classify(request: object) -> None:
+        raise RuntimeError(f"a bug, with a caller's {CANARY}")
+
+    servicer.classify = classify  # type: ignore[method-assign,assignment]
+
+
+def _stalled(servicer: PolicyServicer) -> None:
+    async def decide(*args: object) -> None:
+        await asyncio.Event().wait()  # until the call is cancelled
+
+    servicer._decide = decide  # type: ignore[method-assign,assignment]
+
+
+S = grpc.StatusCode
 
 
 def test_server_span_is_the_callers_child_and_carries_the_decision() -> None:
@@ -123,23 +155,65 @@ def test_server_span_is_the_callers_child_and_carries_the_decision() -> None:
     }
 
 
-def test_a_refused_calls_span_says_why_without_a_stack_trace() -> None:
-    spans = run_in_process()
-    refused = [s for s in spans if (s.attributes or {}).get("rpc.grpc.status_code") == 3]
-    assert [s.name.rsplit("/", 1)[-1] for s in refused] == ["DecideRetry", "Classify"]
-    for span in refused:
-        # The status carries what the caller was told, redacted: the field,
-        # the reason and the profiles there are.
+PERSON = "jane.doe@example.com"
+HUGE = "x" * 9_000
+REFUSED: list[tuple[str, object, str]] = [
+    ("DecideRetry", pb.DecideRetryRequest(attempt=0), "attempt"),
+    ("DecideRetry", pb.DecideRetryRequest(attempt=1, profile=CANARY), "profile"),
+    (
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, headers={f"X-Session-For-{PERSON}": HUGE}),
+        "headers",
+    ),
+    (
+        "ReportOutcome",
+        pb.ReportOutcomeRequest(
+            outcomes=[pb.Outcome(upstream="amadeus", success=True)] * 2
+            + [pb.Outcome(upstream="amadeus", headers={f"X-Session-For-{PERSON}": HUGE})]
+        ),
+        "outcomes[2].headers",
+    ),
+    ("Classify", b"\xff\xff", "request"),
+]
+
+
+def _nan_keyed_by_a_person() -> pb.AnalyzeErrorRequest:
+    request = pb.AnalyzeErrorRequest(http_status=400, error_response="error 400")
+    request.original_request.update({f"patient {PERSON}": float("nan")})
+    return request
+
+
+REFUSED.append(("AnalyzeError", _nan_keyed_by_a_person(), "original_request"))
+
+
+def test_a_refused_calls_span_names_the_field_and_nothing_the_caller_wrote() -> None:
+    spans = run_in_process(calls=[(method, request) for method, request, _ in REFUSED])
+    assert [s.name.rsplit("/", 1)[-1] for s in spans] == [method for method, _, _ in REFUSED]
+    for span, (_, _, field) in zip(spans, REFUSED, strict=True):
+        assert (span.attributes or {})["rpc.grpc.status_code"] == 3, field
+        # The code and the schema's name of the field: not the caller's
+        # value, key or header name, though the caller is told them.
         assert span.status.status_code is StatusCode.ERROR
-        description = span.status.description or ""
-        assert description.startswith("INVALID_ARGUMENT: profile: unknown profile '"), description
-        assert "[REDACTED]" in description and CANARY not in description
-        assert description.endswith("known: default, llm")
+        assert span.status.description == f"INVALID_ARGUMENT: {field}"
         # An expected refusal is not an exception: no events, no traceback.
         assert not span.events
-    answered = [s for s in spans if (s.attributes or {}).get("rpc.grpc.status_code") == 0]
-    assert len(answered) == 2
-    assert all(s.status.status_code is StatusCode.UNSET for s in answered)
+
+
+def test_a_call_the_daemon_failed_is_an_error_span_without_the_exception() -> None:
+    (span,) = run_in_process(calls=[("Classify", pb.ClassifyRequest())], change=_broken)
+    assert (span.attributes or {})["rpc.grpc.status_code"] == 13
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == "INTERNAL: internal error; see the daemon's log"
+    assert not span.events
+    assert CANARY not in span.to_json()
+
+
+def test_a_call_the_caller_gave_up_on_is_not_an_error() -> None:
+    batch = pb.DecideRetryBatchRequest(requests=[pb.DecideRetryRequest(attempt=1)])
+    calls = [("DecideRetryBatch", batch)]
+    (span,) = run_in_process(calls=calls, change=_stalled, timeout=0.2)
+    assert (span.attributes or {})["rpc.grpc.status_code"] == 1
+    assert span.status.status_code is StatusCode.UNSET
 
 
 def test_no_secret_reaches_a_span_or_the_decision_log() -> None:

@@ -4,8 +4,13 @@ A body that is not a valid message becomes INVALID_ARGUMENT naming
 `request`; a domain error becomes INVALID_ARGUMENT naming the field, with
 a `google.rpc.BadRequest`; anything unexpected becomes INTERNAL with a
 generic message and the traceback in the log, so a request can never crash
-the daemon. Every message that reaches a caller or a span passes
-`shown_text`: redacted, bounded, valid UTF-8.
+the daemon. Every message that reaches a caller passes `shown_text`:
+redacted, bounded, valid UTF-8.
+
+The span of a refused call keeps less than the caller is told: the code and
+the field, as the schema names it. A refusal's text can echo a body's keys
+or a header's name, which are not secrets `shown_text` would catch but are
+not the daemon's to export either.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 import grpc
 from google.protobuf import message_factory
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
@@ -112,7 +118,8 @@ def boundary(method: Method[S, Req, Resp]) -> Method[S, Req, Resp]:
         try:
             return await _answer(self, method, request, context, span)
         except asyncio.CancelledError:
-            span.refused(grpc.StatusCode.CANCELLED, "the caller went away")
+            # The caller went away: nothing failed that the span could explain.
+            span.ended(grpc.StatusCode.CANCELLED)
             raise
         finally:
             span.close()
@@ -132,6 +139,7 @@ async def _answer(
     if isinstance(request, Malformed):
         self._observer.refused(rpc, "malformed")
         refusal = PolicyInputError("request", f"not a valid {request.type_name} message")
+        schema = None
     else:
         try:
             return await method(self, request, context)
@@ -141,6 +149,8 @@ async def _answer(
         except PolicyInputError as exc:
             self._observer.refused(rpc, "invalid_argument")
             refusal = exc
+            # The stubs type a generated message's descriptor as a union with upb's.
+            schema = cast(Descriptor, request.DESCRIPTOR) if isinstance(request, Message) else None
         except grpc.aio.AbortError:
             raise
         except Exception:
@@ -149,13 +159,42 @@ async def _answer(
     # original exception (and its unredacted text) into a span's event.
     if refusal is None:
         code, message, details = grpc.StatusCode.INTERNAL, INTERNAL, _NO_DETAILS
+        reason = INTERNAL
     else:
         code = grpc.StatusCode.INVALID_ARGUMENT
         message, details = _bad_request(refusal)
+        reason = schema_path(schema, refusal.field)
     if span is not None:
-        span.refused(code, message)
+        span.refused(code, reason)
     await context.abort(code, message, details)
     raise AssertionError("unreachable: abort raises")
+
+
+def schema_path(schema: Descriptor | None, field: str) -> str:
+    """The start of a refusal's field path that names the schema's fields.
+
+    "outcomes[2].upstream" is kept whole; "original_request.<key>" and
+    "headers['<name>']" stop where the caller's own text (a JSON key, a
+    header name) would begin. A path that names no field is "request".
+    """
+    kept: list[str] = []
+    for step in field.split("."):
+        name, bracket, index = step.partition("[")
+        found = schema.fields_by_name.get(name) if schema is not None else None
+        if found is None:
+            break
+        schema = found.message_type
+        if schema is None or schema.GetOptions().map_entry or schema.file.package != "squawk.v1":
+            kept.append(name)  # a scalar, a map or a Struct: what follows is the caller's
+            break
+        if not bracket:
+            kept.append(name)
+        elif found.is_repeated and index.endswith("]") and index[:-1].isdigit():
+            kept.append(step)
+        else:
+            kept.append(name)
+            break
+    return ".".join(kept) or "request"
 
 
 def _bad_request(exc: PolicyInputError) -> tuple[str, tuple[tuple[str, bytes], ...]]:

@@ -98,7 +98,10 @@ class _NoSpan:
     def get_span_context(self) -> SpanContext:
         return INVALID_SPAN_CONTEXT
 
-    def refused(self, code: grpc.StatusCode, message: str) -> None:
+    def ended(self, code: grpc.StatusCode) -> None:
+        pass
+
+    def refused(self, code: grpc.StatusCode, reason: str) -> None:
         pass
 
     def close(self) -> None:
@@ -161,16 +164,20 @@ class CallSpan:
     def get_span_context(self) -> SpanContext:
         return self.context
 
-    def refused(self, code: grpc.StatusCode, message: str) -> None:
-        """The call ends with `code`; `message` is already redacted and bounded.
+    def ended(self, code: grpc.StatusCode) -> None:
+        """The call ends with `code`, and the span stays unmarked (the caller went away)."""
+        self.attributes["rpc.grpc.status_code"] = code.value[0]
+
+    def refused(self, code: grpc.StatusCode, reason: str) -> None:
+        """The call ends with `code`, for a `reason` fit to export.
 
         Every refusal is an error span, a caller's mistake too: OpenTelemetry
         keeps a status description only on errors, and the reason is what
         an operator opens the span for. `rpc.grpc.status_code` tells the
         daemon's faults from the caller's.
         """
-        self.attributes["rpc.grpc.status_code"] = code.value[0]
-        self._status = Status(StatusCode.ERROR, f"{code.name}: {message}")
+        self.ended(code)
+        self._status = Status(StatusCode.ERROR, f"{code.name}: {reason}")
 
     def close(self) -> None:
         _current.reset(self._token)
