@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, Daemon, start_daemon
+from conftest import ROOT, Daemon, free_port, start_daemon
 from readme_clients.build import build_go, build_python, build_typescript
 from readme_clients.upstream import HOTELS, HotelApi
 
@@ -288,16 +288,17 @@ def check_console(block: Block, scratch: Path, daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize(
-    ("block", "build"), client_examples(), ids=[b.lang for b, _ in client_examples()]
+    ("block", "build"), [pytest.param(b, build, id=b.lang) for b, build in client_examples()]
 )
 def test_client_example_takes_the_daemons_correction(
     block: Block, build: Callable[[str, Path], list[str]], tmp_path: Path
 ) -> None:
+    target = f"127.0.0.1:{free_port()}"
+    program = build(block.body.replace(README_TARGET, target), tmp_path)
     decisions = tmp_path / "decisions.jsonl"
-    daemon = start_daemon("--decision-log", str(decisions))
+    daemon = start_daemon("--decision-log", str(decisions), listen=target)
     try:
         with HotelApi() as api:
-            program = build(block.body.replace(README_TARGET, daemon.target), tmp_path)
             ran = subprocess.run(
                 program,
                 cwd=tmp_path,

@@ -34,12 +34,15 @@ def build_go(example: str, work: Path) -> list[str]:
     indented = "\n".join(f"\t{line}" if line else "" for line in example.split("\n"))
     template = (HARNESS / "example.go.tmpl").read_text()
     (work / "main.go").write_text(template.replace("{example}", indented))
+    client = ROOT / "clients" / "go"
+    lines = (client / "go.mod").read_text().split("\n")
+    go = next(line for line in lines if line.startswith("go "))  # the client's Go version
     (work / "go.mod").write_text(
-        "module example.com/readme\n\ngo 1.26\n\n"
+        f"module example.com/readme\n\n{go}\n\n"
         "require github.com/squawk-dev/squawk/clients/go v0.0.0\n\n"
-        f"replace github.com/squawk-dev/squawk/clients/go => {ROOT / 'clients' / 'go'}\n"
+        f"replace github.com/squawk-dev/squawk/clients/go => {client}\n"
     )
-    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    env = {**os.environ, "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -mod=mod".strip()}
     for argv in (["go", "mod", "tidy"], ["go", "build", "-o", "example", "."]):
         # A cold module and build cache downloads and compiles gRPC.
         done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
@@ -51,22 +54,21 @@ TS_CLIENT = ROOT / "clients" / "typescript"
 
 
 def build_typescript(example: str, work: Path) -> list[str]:
-    """Compiled strict by the client's own tsc, against its built package."""
+    """An ES module (the example awaits at top level), compiled strict by the
+    client's own tsc against its built package."""
     built = TS_CLIENT / "dist" / "src" / "index.js"
     if not built.exists():
         pytest.fail(f"{built.relative_to(ROOT)} is missing: run `make ts-build` first")
-    lines = example.split("\n")
-    imports = [line for line in lines if line.startswith("import ")]
-    body = "\n".join(f"  {line}" if line else "" for line in lines if line not in imports)
     template = (HARNESS / "example.ts.tmpl").read_text()
-    program = template.replace("{imports}", "\n".join(imports)).replace("{example}", body)
-    (work / "example.ts").write_text(program)
+    (work / "example.ts").write_text(template.replace("{example}", example))
+    (work / "package.json").write_text(json.dumps({"type": "module", "private": True}))
     (work / "node_modules" / "@squawk").mkdir(parents=True)
     (work / "node_modules" / "@squawk" / "client").symlink_to(TS_CLIENT)
     config = {
         "compilerOptions": {
             "target": "ES2022",
-            "module": "commonjs",
+            "module": "nodenext",
+            "moduleResolution": "nodenext",
             "lib": ["ES2022"],
             "strict": True,
             "skipLibCheck": True,
