@@ -43,8 +43,10 @@ type Client struct {
 }
 
 // New creates a client for the daemon at target (a gRPC target such as
-// "127.0.0.1:50051" or "unix:///run/squawk.sock"). It does not wait for the
-// daemon: the connection is made on first use and remade whenever it breaks.
+// "127.0.0.1:50051" or "unix:///run/squawk.sock"). It starts connecting at
+// once but does not wait for the daemon, so the first call does not pay for
+// the connection inside its call timeout; a daemon that is down is no error
+// here, and the connection is remade whenever it breaks.
 // The default transport is insecure (a local sidecar); pass transport
 // credentials with WithDialOptions to change it.
 func New(target string, opts ...Option) (*Client, error) {
@@ -70,6 +72,9 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("squawk: dial %q: %w", target, err)
 	}
+	// NewClient stays idle until the first call, which would then spend most
+	// of its 50 ms on the handshake and fall back.
+	conn.Connect()
 	profile, warnings := profileFromEnv(os.LookupEnv)
 	for _, w := range warnings {
 		slog.Warn("squawk: " + w)

@@ -8,7 +8,8 @@
 //
 // # Client
 //
-// New dials lazily and never blocks. Client wraps every PolicyService call:
+// New starts connecting at once, so the first call does not pay for the
+// connection, and never blocks. Client wraps every PolicyService call:
 // Classify, DecideRetry, DecideRetryBatch, AnalyzeError, CheckDispatch,
 // Admit, ReportOutcome and GetUpstreams, each taking ctx first. All but
 // AnalyzeError, which may wait on a model, and GetUpstreams, a listing off

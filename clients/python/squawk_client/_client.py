@@ -88,6 +88,25 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 _FALL_BACK_ON = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# grpc.health.v1's Check, which the daemon always serves; sent as the bytes of
+# an empty HealthCheckRequest, so the client needs no health package.
+_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+
+
+def _connect_now(channel: grpc.Channel, timeout_s: float) -> grpc.Future[bytes]:
+    """Start connecting without waiting, so the first call does not spend its
+    50 ms on the handshake and get the fallback's answer.
+
+    The sync channel has no public call that only starts a connection (the
+    asyncio one has get_state(try_to_connect=True)). A subscription would,
+    but grpc's polling thread behind it races close() and dies with "Cannot
+    monitor channel state" (grpc/grpc#18995; so does channel_ready_future).
+    An ordinary call does not: this health check runs in the background, its
+    answer unread; close() ends it like any call, and the connection attempt
+    goes on past its timeout, which only bounds the call itself.
+    """
+    check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(_HEALTH_CHECK)
+    return check.future(b"", timeout=timeout_s)
 
 
 def _metadata() -> tuple[tuple[str, str | bytes], ...]:
@@ -176,6 +195,8 @@ class SquawkClient:
         )
         self._stub = pb_grpc.PolicyServiceStub(self._channel)
         self._policy = _Policy(call_timeout, fallback)
+        # Held: a call's future that is garbage-collected cancels the call.
+        self._connecting = _connect_now(self._channel, self._policy.call_timeout_s)
 
     @property
     def fallback_count(self) -> int:
@@ -307,6 +328,9 @@ class AsyncSquawkClient:
             if credentials is not None
             else grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
         )
+        # Starts connecting and returns at once (see _connect_now); nothing
+        # is left running for close() to end.
+        self._channel.get_state(try_to_connect=True)
         self._stub = pb_grpc.PolicyServiceStub(self._channel)
         self._policy = _Policy(call_timeout, fallback)
 

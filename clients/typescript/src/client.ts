@@ -1,7 +1,7 @@
 // SquawkClient: typed squawk.v1 calls with a per-call deadline, W3C trace
 // context on every call, the local fallback for decisions and fail-open
 // admissions and reports when the daemon cannot answer.
-import { credentials as grpcCredentials, Metadata, status, type ServiceError } from "@grpc/grpc-js";
+import { connectivityState, credentials as grpcCredentials, Metadata, status, type ServiceError } from "@grpc/grpc-js";
 import { context as otelContext, propagation, type Context, type TextMapPropagator, type TextMapSetter } from "@opentelemetry/api";
 import { openAdmission } from "./admission";
 import { BATCH_ITEMS_PER_TIMEOUT, batchFromResponse, batchLocally, type BatchResult } from "./batch";
@@ -84,6 +84,18 @@ export class SquawkClient {
       ...DEFAULT_CHANNEL_OPTIONS,
       ...options.channelOptions,
     });
+    // grpc-js connects on the first call otherwise, and the handshake alone
+    // can outlast that call's 50 ms: the fallback would answer instead of the
+    // daemon. This only starts the attempt; a daemon that is down is no error.
+    this.stub.getChannel().getConnectivityState(true);
+  }
+
+  /**
+   * @internal For tests: the channel's state, read without starting a
+   * connection, so a test can see that the constructor started one.
+   */
+  connectivityState(): connectivityState {
+    return this.stub.getChannel().getConnectivityState(false);
   }
 
   /**
