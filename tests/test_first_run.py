@@ -178,3 +178,15 @@ def test_the_first_setup_shows_pips_progress_in_a_terminal() -> None:
         os.close(secondary)
     pips = [line for line in plan if "/pip install" in line]
     assert len(pips) == 2 and not any("--quiet" in line for line in pips), pips
+
+
+def test_a_pod_without_the_redis_store_exports_no_store_gauge() -> None:
+    # squawk_state_store_up 0 means a Redis outage; a memory-store pod has none.
+    port = free_port()
+    daemon = start_daemon("--metrics-listen", f"127.0.0.1:{port}")
+    try:
+        exported = scrape(port)
+    finally:
+        daemon.stop()
+    assert "squawk_policy_info" in " ".join(exported)  # the scrape worked
+    assert not [name for name in exported if name.startswith("squawk_state_store_up")]

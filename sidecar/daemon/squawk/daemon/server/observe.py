@@ -199,11 +199,14 @@ class Metrics:
             ["rpc", "state"],
             registry=self.registry,
         )
+        # Registered by the Redis store's first report: with the memory store
+        # a gauge stuck at 0 would read as an outage to every alert on it.
         self.state_store_up = Gauge(
             "squawk_state_store_up",
             "1 while the fleet state store answers, 0 during an outage.",
-            registry=self.registry,
+            registry=None,
         )
+        self._store_up_shown = False
         self.policy_reloads = Counter(
             "squawk_policy_reloads",
             "Policy file reloads, by result: applied, invalid (the old policy kept), "
@@ -233,6 +236,13 @@ class Metrics:
         )
         if span_source is not None:
             self.registry.register(_DroppedSpans(span_source))
+
+    def report_store_up(self, up: bool) -> None:
+        """Only a Redis store reports, so only its pods export the gauge."""
+        if not self._store_up_shown:
+            self.registry.register(self.state_store_up)
+            self._store_up_shown = True
+        self.state_store_up.set(int(up))
 
     def serve(self, address: str) -> None:
         host, _, port = address.rpartition(":")
@@ -335,7 +345,7 @@ class Observer:
     def store_up(self, up: bool) -> None:
         """The fleet state store went away (False) or came back (True)."""
         if self.metrics is not None:
-            self.metrics.state_store_up.set(int(up))
+            self.metrics.report_store_up(up)
 
     def refused(self, rpc: str, cause: str, exc_info: bool = False) -> None:
         """Count a call answered with an error; log the unexpected ones, throttled.
