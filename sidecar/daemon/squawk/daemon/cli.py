@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -33,6 +33,7 @@ from .server.app import (
     Daemon,
     default_shutdown_notice,
 )
+from .server.listeners import check_address
 from .server.reload import POLL_S, policy_hash
 from .server.servicer import PolicyServicer
 from .server.telemetry import tracer_provider_from_env
@@ -41,6 +42,10 @@ from .server.tls import TlsFiles, server_credentials
 __all__ = ["main"]
 
 log = logging.getLogger("squawk")
+
+# What --log-level and SQUAWK_LOG_LEVEL accept, in any case.
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_LEVELS_TEXT = "DEBUG, INFO, WARNING or ERROR"
 
 
 class RedactingFormatter(logging.Formatter):
@@ -80,19 +85,84 @@ def _octal_mode(text: str) -> int:
     return mode
 
 
+def _log_level(text: str) -> str:
+    level = text.strip().upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a log level: expected {_LEVELS_TEXT}")
+    return level
+
+
+def _env_log_level() -> tuple[str, str | None]:
+    """SQUAWK_LOG_LEVEL's level, and the value to warn about if it is not one.
+
+    Forgiving, like the other environment overrides: a wrong log level
+    changes no decision, so INFO is kept rather than the daemon stopped."""
+    value = os.environ.get("SQUAWK_LOG_LEVEL", "")
+    if not value.strip():
+        return "INFO", None
+    try:
+        return _log_level(value), None
+    except argparse.ArgumentTypeError:
+        return "INFO", value
+
+
+def _address(*, unix: bool) -> Callable[[str], str]:
+    """An argparse type for a listen address (see `check_address`)."""
+
+    def parse(text: str) -> str:
+        try:
+            check_address(text, unix=unix)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    return parse
+
+
+class StartError(ValueError):
+    """A serve setting, from a flag or the environment, cannot be used; the
+    message names the flag or variable."""
+
+
+def _env_addresses(variable: str, *, unix: bool) -> list[str]:
+    """The comma-separated addresses in `variable`; [] when it is unset.
+
+    Unlike the forgiving overrides, a bad one stops the start, as a bad flag
+    does: a daemon listening elsewhere than asked looks like one that is down."""
+    addresses = [a.strip() for a in os.environ.get(variable, "").split(",") if a.strip()]
+    for address in addresses:
+        try:
+            check_address(address, unix=unix)
+        except ValueError as exc:
+            raise StartError(f"{variable}: {exc}") from None
+    return addresses
+
+
+def _env_address(variable: str) -> str | None:
+    """The one HOST:PORT in `variable`, or None when it is unset."""
+    addresses = _env_addresses(variable, unix=False)
+    if len(addresses) > 1:
+        raise StartError(f"{variable}: expected one HOST:PORT, not {len(addresses)}")
+    return addresses[0] if addresses else None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="squawk", description=__doc__)
     log_level = argparse.ArgumentParser(add_help=False)
     # Before or after the subcommand alike; the subcommand's wins.
     log_level.add_argument(
         "--log-level",
+        type=_log_level,
         default=argparse.SUPPRESS,
         metavar="LEVEL",
         help="DEBUG, INFO (the default; $SQUAWK_LOG_LEVEL), WARNING or ERROR",
     )
     parser.add_argument(
         "--log-level",
-        default=os.environ.get("SQUAWK_LOG_LEVEL", "INFO"),
+        type=_log_level,
+        # Unset: SQUAWK_LOG_LEVEL, read in _main, so that a bad value is named
+        # as the variable rather than as this flag.
+        default=None,
         metavar="LEVEL",
         help="DEBUG, INFO (the default; $SQUAWK_LOG_LEVEL), WARNING or ERROR",
     )
@@ -102,6 +172,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--listen",
         action="append",
+        type=_address(unix=True),
+        metavar="ADDR",
         help="address to listen on, host:port or unix:///path; repeatable "
         f"(default: $SQUAWK_LISTEN, comma-separated, or {DEFAULT_LISTEN})",
     )
@@ -131,13 +203,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--metrics-listen",
-        default=os.environ.get("SQUAWK_METRICS_LISTEN"),
+        type=_address(unix=False),
         metavar="HOST:PORT",
         help="serve Prometheus metrics over HTTP here (default: off; $SQUAWK_METRICS_LISTEN)",
     )
     serve.add_argument(
         "--health-listen",
-        default=os.environ.get("SQUAWK_HEALTH_LISTEN"),
+        type=_address(unix=False),
         metavar="HOST:PORT",
         help="also serve grpc.health.v1, and nothing else, here: for probes that cannot "
         "reach a unix socket (default: off; $SQUAWK_HEALTH_LISTEN)",
@@ -164,9 +236,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--decision-log",
-        default=os.environ.get("SQUAWK_DECISION_LOG"),
         metavar="PATH",
-        help="write one JSON line per decision to PATH, or - for stdout (default: off)",
+        help="write one JSON line per decision to PATH, or - for stdout "
+        "(default: off; $SQUAWK_DECISION_LOG)",
     )
 
     for name in ("classify", "decide"):
@@ -343,19 +415,30 @@ def _ask(args: argparse.Namespace, request: Message) -> Message:
     return servicer.decide(request)
 
 
-async def _serve(args: argparse.Namespace) -> None:
-    listen = args.listen or [
-        a.strip() for a in os.environ.get("SQUAWK_LISTEN", DEFAULT_LISTEN).split(",") if a.strip()
-    ]
-    config = load_config(args.policy)
-    log_file: IO[str] | None = None
-    if args.decision_log == "-":
+def _open_decision_log(args: argparse.Namespace) -> IO[str] | None:
+    path, name = args.decision_log, "--decision-log"
+    if path is None:
+        path, name = os.environ.get("SQUAWK_DECISION_LOG") or None, "SQUAWK_DECISION_LOG"
+    if path is None:
+        return None
+    if path == "-":
         # The lines are UTF-8 JSON whatever the locale's encoding (a latin-1
         # stdout could not write an emoji in an upstream's name).
         stdout = sys.stdout.fileno()
-        log_file = open(stdout, "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115
-    elif args.decision_log:
-        log_file = open(args.decision_log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        return open(stdout, "w", buffering=1, encoding="utf-8", closefd=False)
+    try:
+        return open(path, "a", buffering=1, encoding="utf-8")
+    except OSError as exc:
+        raise StartError(f"{name}: cannot open {path}: {exc.strerror}") from None
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    # A flag wins over its variable; argparse has checked the flags.
+    listen = args.listen or _env_addresses("SQUAWK_LISTEN", unix=True) or [DEFAULT_LISTEN]
+    metrics_listen = args.metrics_listen or _env_address("SQUAWK_METRICS_LISTEN")
+    health_listen = args.health_listen or _env_address("SQUAWK_HEALTH_LISTEN")
+    config = load_config(args.policy)
+    log_file = _open_decision_log(args)
     try:
         daemon = Daemon(
             config.policy,
@@ -364,13 +447,13 @@ async def _serve(args: argparse.Namespace) -> None:
             shutdown_notice_s=args.shutdown_notice,
             socket_mode=args.socket_mode,
             tracing=tracer_provider_from_env(os.environ),
-            metrics_listen=args.metrics_listen,
+            metrics_listen=metrics_listen,
             decision_log=log_file,
             analyzer_settings=config.analyzer,
             state_settings=config.state,
             policy_path=args.policy,
             policy_poll_s=args.policy_poll,
-            health_listen=args.health_listen,
+            health_listen=health_listen,
             tls=_tls(args),
         )
         await daemon.start()
@@ -401,9 +484,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 f"--shutdown-notice ({args.shutdown_notice:g}s) must not exceed "
                 f"--grace ({args.grace:g}s): the notice is part of the grace period"
             )
+    level, ignored = (args.log_level, None) if args.log_level else _env_log_level()
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=args.log_level.upper(), handlers=[handler])
+    logging.basicConfig(level=level, handlers=[handler])
+    if ignored is not None:
+        log.warning(
+            "ignoring SQUAWK_LOG_LEVEL=%r: expected %s; logging at INFO", ignored, _LEVELS_TEXT
+        )
     try:
         if args.command == "serve":
             asyncio.run(_serve(args))
@@ -423,6 +511,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
         return 3
     except TlsError as exc:
         print(f"squawk: TLS: {exc}", file=sys.stderr)
+        return 2
+    except StartError as exc:
+        print(f"squawk: {exc}", file=sys.stderr)
         return 2
     except PolicyInputError as exc:
         print(f"squawk: invalid input: {exc}", file=sys.stderr)

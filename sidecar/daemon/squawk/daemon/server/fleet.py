@@ -52,6 +52,7 @@ from squawk.policy.outcome import Verdict
 from squawk.policy.text import shown_text
 from squawk.policy.timing import EMPTY, Window, added, rolled, seconds
 
+from ..config import ConfigError
 from ..config.state import StateSettings
 from .observe import Throttle
 from .state_store import PodStore, Source
@@ -108,8 +109,10 @@ class FleetStore(PodStore):
             from redis.asyncio.retry import Retry
             from redis.backoff import NoBackoff
             from redis.exceptions import ResponseError
-        except ImportError:  # pragma: no cover - the extra is part of the dev set-up
-            raise RuntimeError(
+        except ImportError:  # pragma: no cover - tested in a subprocess (test_start_errors.py)
+            # A configuration error (exit code 2), not a crash: the policy or
+            # SQUAWK_STATE_URL asked for a store this installation cannot run.
+            raise ConfigError(
                 "state.store redis needs the redis client: pip install 'squawk-daemon[redis]'"
             ) from None
         self.settings = settings

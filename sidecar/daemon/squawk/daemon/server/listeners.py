@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_SOCKET_MODE",
     "BindError",
     "BoundSocket",
+    "check_address",
     "claim_unix_socket",
     "socket_umask",
     "unix_socket_path",
@@ -77,6 +78,24 @@ def unix_socket_path(address: str) -> str | None:
         if address.startswith(prefix):
             return address.removeprefix(prefix)
     return None
+
+
+def check_address(address: str, *, unix: bool) -> None:
+    """Raise ValueError, saying the expected form, unless `address` is
+    HOST:PORT (or, with `unix`, unix:PATH). Checked before anything binds:
+    gRPC would report `:50051` as an address in use, and a port alone as a
+    host it cannot find."""
+    expected = "HOST:PORT or unix:PATH" if unix else "HOST:PORT"
+    if unix and address.startswith(("unix:", "unix-abstract:")):
+        if not address.partition(":")[2].removeprefix("//"):
+            raise ValueError(f"{address!r} names no socket path: expected {expected}")
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not (port.isascii() and port.isdigit() and int(port) <= 65535):
+        raise ValueError(
+            f"{address!r} is not {expected}: expected e.g. 127.0.0.1:50051 "
+            "(0.0.0.0:50051 for every interface)"
+        )
 
 
 def claim_unix_socket(address: str, path: str) -> None:

@@ -1,0 +1,146 @@
+"""Every start-up input the daemon cannot use stops it with exit code 2 and
+one line naming the flag or variable, never a traceback; a bad
+SQUAWK_LOG_LEVEL, like the other forgiving environment overrides, is a
+warning and the default is kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, start_daemon
+
+SQUAWK = (sys.executable, "-m", "squawk.daemon.cli")
+LEVELS = "DEBUG, INFO, WARNING or ERROR"
+
+
+def squawk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SQUAWK, *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def refused(result: subprocess.CompletedProcess[str], *names: str) -> str:
+    """The one line a refused start printed, after checking the exit code;
+    only argparse's usage may come before it."""
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    *usage, line = result.stderr.strip().splitlines()
+    assert all(u.startswith(("usage: ", " ")) for u in usage), result.stderr
+    for name in names:
+        assert name in line, result.stderr
+    return line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("serve", "--log-level", "verbose"),
+        ("--log-level", "verbose", "decide", "--attempt", "1"),
+        ("decide", "--attempt", "1", "--log-level", "verbose"),
+    ],
+    ids=["serve", "before-the-subcommand", "after-the-subcommand"],
+)
+def test_an_unknown_log_level_flag_is_refused_with_the_levels(args: tuple[str, ...]) -> None:
+    line = refused(squawk(*args), "--log-level", "'verbose'", LEVELS)
+    assert "Unknown level" not in line
+
+
+def test_an_unknown_log_level_variable_is_a_warning_and_info_is_kept() -> None:
+    result = squawk("decide", "--attempt", "1", env={"SQUAWK_LOG_LEVEL": "verbose"})
+    assert result.returncode == 0, result.stderr
+    assert isinstance(json.loads(result.stdout), dict)
+    (line,) = result.stderr.splitlines()
+    assert "WARNING" in line and "SQUAWK_LOG_LEVEL" in line and LEVELS in line
+
+
+def test_the_daemon_keeps_logging_at_info_under_an_unknown_log_level_variable() -> None:
+    daemon = start_daemon(env={"SQUAWK_LOG_LEVEL": "verbose"})
+    daemon.process.terminate()
+    daemon.process.wait(timeout=15)
+    output = daemon.output()
+    daemon.log.close()
+    assert "SQUAWK_LOG_LEVEL" in output and LEVELS in output
+    assert " INFO " in output and " DEBUG " not in output
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "name"),
+    [
+        (("--decision-log", "{missing}"), {}, "--decision-log"),
+        ((), {"SQUAWK_DECISION_LOG": "{missing}"}, "SQUAWK_DECISION_LOG"),
+    ],
+    ids=["flag", "variable"],
+)
+def test_a_decision_log_that_cannot_be_opened_is_named_with_the_reason(
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str], name: str
+) -> None:
+    missing = str(tmp_path / "no-such-dir" / "decisions.log")
+    result = squawk(
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        *(a.format(missing=missing) for a in args),
+        env={k: v.format(missing=missing) for k, v in env.items()},
+    )
+    refused(result, name, missing, "No such file or directory")
+
+
+@pytest.mark.parametrize(
+    ("policy", "env"),
+    [
+        ("", {"SQUAWK_STATE_URL": "redis://127.0.0.1:6399/0"}),
+        ("state: {store: redis, url: 'redis://127.0.0.1:6399/0'}\n", {}),
+    ],
+    ids=["SQUAWK_STATE_URL", "policy-file"],
+)
+def test_the_redis_store_without_the_redis_extra_names_the_extra(
+    tmp_path: Path, policy: str, env: dict[str, str]
+) -> None:
+    # The shared environment has redis installed: a `redis` package whose
+    # import raises ImportError, first on PYTHONPATH, stands in for a daemon
+    # installed without the extra.
+    fake = tmp_path / "without-redis" / "redis"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("redis is not installed")\n')
+    path = os.pathsep.join(p for p in (str(fake.parent), os.environ.get("PYTHONPATH")) if p)
+    policy_args: tuple[str, ...] = ()
+    if policy:
+        policy_file = tmp_path / "policy.yaml"
+        policy_file.write_text(policy)
+        policy_args = ("--policy", str(policy_file))
+    result = squawk(
+        "serve", "--listen", "127.0.0.1:0", *policy_args, env={"PYTHONPATH": path, **env}
+    )
+    refused(result, "state.store redis needs the redis client", "'squawk-daemon[redis]'")
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "name"),
+    [
+        (("--listen", "50083"), {}, "--listen"),
+        (("--listen", ":50085"), {}, "--listen"),
+        (("--listen", "127.0.0.1:65536"), {}, "--listen"),
+        (("--listen", "unix://"), {}, "--listen"),
+        ((), {"SQUAWK_LISTEN": "127.0.0.1:0,:50085"}, "SQUAWK_LISTEN"),
+        (("--listen", "127.0.0.1:0", "--metrics-listen", "bogus"), {}, "--metrics-listen"),
+        (("--listen", "127.0.0.1:0", "--health-listen", ":8081"), {}, "--health-listen"),
+        (("--listen", "127.0.0.1:0"), {"SQUAWK_METRICS_LISTEN": "bogus"}, "SQUAWK_METRICS_LISTEN"),
+        (("--listen", "127.0.0.1:0"), {"SQUAWK_HEALTH_LISTEN": "8081"}, "SQUAWK_HEALTH_LISTEN"),
+    ],
+)
+def test_an_address_that_is_not_host_port_is_refused_before_binding(
+    args: tuple[str, ...], env: dict[str, str], name: str
+) -> None:
+    line = refused(squawk("serve", *args, env=env), name, "HOST:PORT")
+    assert "cannot listen" not in line and "invalid literal" not in line
