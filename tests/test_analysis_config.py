@@ -69,7 +69,14 @@ def test_no_section_is_the_offline_analyzer() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("analyzer:\n  backend: claude\n", "analyzer.backend (line 2): expected offline or openai"),
+        (
+            "analyzer:\n  backend: claude\n",
+            "analyzer.backend (line 2): expected offline or openai, got 'claude'",
+        ),
+        (
+            "analyzer:\n  cache_size: lots\n",
+            "analyzer.cache_size (line 2): expected an integer >= 0, got 'lots'",
+        ),
         ("analyzer:\n  modle: x\n", "analyzer.modle (line 2): unknown field"),
         ("analyzer:\n  base_url: ftp://x/v1\n", "analyzer.base_url (line 2)"),
         (
@@ -92,7 +99,10 @@ def test_errors_name_the_field_and_line(text: str, message: str) -> None:
 def test_openai_needs_a_url_and_a_model(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text("analyzer:\n  backend: openai\n  model: m\n")
-    with pytest.raises(ConfigError, match=r"analyzer\.base_url: required"):
+    with pytest.raises(
+        ConfigError,
+        match=r"analyzer\.base_url: required when analyzer\.backend \(line 2\) is openai",
+    ):
         load_config(str(path), environ={})
     # ... which the environment may supply.
     config = load_config(str(path), environ={"SQUAWK_ANALYZER_BASE_URL": "http://127.0.0.1:9/v1"})

@@ -17,7 +17,9 @@ from squawk.policy import (
     TokenBucketConfig,
     UpstreamConfig,
     builtin_policy,
+    parse_duration,
 )
+from squawk.policy.backoff import format_duration
 
 EXAMPLE = """
 max_body_bytes: 65536
@@ -105,6 +107,99 @@ def test_errors_name_the_field_and_line(text: str, message: str) -> None:
     assert message in str(info.value)
 
 
+_ATTEMPTS = "profiles:\n  default:\n    max_attempts: {}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            _ATTEMPTS.format("three"),
+            "profiles.default.max_attempts (line 3): expected an integer >= 1, got 'three'",
+        ),
+        # YAML's true is not 1, nor is 3.0 an integer.
+        (
+            _ATTEMPTS.format("true"),
+            "profiles.default.max_attempts (line 3): expected an integer >= 1, got 'true'",
+        ),
+        (
+            _ATTEMPTS.format("3.0"),
+            "profiles.default.max_attempts (line 3): expected an integer >= 1, got '3.0'",
+        ),
+        (
+            "profiles:\n  default:\n    max_validation_retries: some\n",
+            "profiles.default.max_validation_retries (line 3): expected an integer >= 0, "
+            "got 'some'",
+        ),
+        (
+            "profiles:\n  default:\n    backoff:\n      jitter: random\n",
+            "profiles.default.backoff.jitter (line 4): "
+            "expected none, sine, full or decorrelated, got 'random'",
+        ),
+        (
+            "profiles:\n  default:\n    backoff: {factor: double}\n",
+            "profiles.default.backoff.factor (line 3): expected a number >= 1, got 'double'",
+        ),
+        (
+            "profiles:\n  llm:\n    retryable_statuses: [5xx]\n",
+            "profiles.llm.retryable_statuses[0] (line 3): expected an HTTP status (100..599), "
+            "got '5xx'",
+        ),
+        ("max_body_bytes: 1MB\n", "max_body_bytes (line 1): expected an integer >= 1, got '1MB'"),
+        (
+            "profiles:\n  default:\n    circuit_breaker: {minimum_calls: 2.5}\n",
+            "profiles.default.circuit_breaker.minimum_calls (line 3): "
+            "expected an integer, got '2.5'",
+        ),
+        (
+            "profiles:\n  default:\n    retry_budget: {ratio: half}\n",
+            "profiles.default.retry_budget.ratio (line 3): expected a number, got 'half'",
+        ),
+    ],
+)
+def test_a_value_of_the_wrong_kind_says_what_was_expected(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text)
+    assert str(info.value) == message
+
+
+def test_broken_yaml_names_the_file_once_and_the_place(tmp_path: Path) -> None:
+    path = tmp_path / "b.yaml"
+    # The stray key on line 3 starts in column 2.
+    path.write_text("profiles:\n  - a\n b: 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_policy(str(path), environ={})
+    message = str(info.value)
+    assert message.startswith(f"{path}: not valid YAML at line 3, column 2: ")
+    assert message.count(str(path)) == 1
+    assert "<unicode string>" not in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("text", "place"),
+    [
+        # Column 5: the bell character after "a: 1".
+        ("a: 1\x07\n", "line 1, column 5"),
+        ("a: 1\n---\nb: 2\n", "line 2, column 1"),
+    ],
+)
+def test_other_yaml_problems_name_the_place_in_one_line(text: str, place: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text)
+    message = str(info.value)
+    assert message.startswith(f"not valid YAML at {place}: ")
+    assert "\n" not in message and "<unicode string>" not in message
+
+
+def test_a_file_not_in_utf8_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("profiles:\n  caf\u00e9: {}\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as info:
+        load_policy(str(path), environ={})
+    assert str(info.value) == f"{path}: not UTF-8 text"
+
+
 def test_load_policy_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "policy.yaml"
     path.write_text("profiles:\n  default:\n    max_attempts: nope\n")
@@ -164,7 +259,31 @@ def test_env_max_below_initial_is_refused(caplog: pytest.LogCaptureFixture) -> N
     with caplog.at_level(logging.WARNING):
         default = apply_env(builtin_policy(), env).profile("default")
     assert default.backoff == builtin_policy().profile("default").backoff
-    assert "below initial delay" in caplog.text
+    assert caplog.messages == [
+        "ignoring SQUAWK_STEP_RETRY_INITIAL_DELAY=20s and SQUAWK_STEP_RETRY_MAX_DELAY=1s: "
+        "the max delay 1s would be below the initial delay 20s; "
+        "keeping initial delay 500ms, max delay 10s"
+    ]
+
+
+@pytest.mark.parametrize("text", ["500ms", "10s", "1m30s", "2h", "1s500ms", "1ms500us", "0s"])
+def test_a_duration_is_shown_as_it_is_written(text: str) -> None:
+    assert format_duration(parse_duration(text)) == text
+
+
+def test_env_initial_above_the_policys_max_names_the_variable(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        default = apply_env(builtin_policy(), {"SQUAWK_STEP_RETRY_INITIAL_DELAY": "20s"}).profile(
+            "default"
+        )
+    assert default.backoff == builtin_policy().profile("default").backoff
+    assert caplog.messages == [
+        "ignoring SQUAWK_STEP_RETRY_INITIAL_DELAY=20s: "
+        "the max delay 10s would be below the initial delay 20s; "
+        "keeping initial delay 500ms, max delay 10s"
+    ]
 
 
 UPSTREAMS = """

@@ -173,15 +173,23 @@ def test_sighup_reloads_at_once_and_the_metric_names_the_policy(tmp_path: Path) 
         daemon.stop()
 
 
-def check(path: Path) -> subprocess.CompletedProcess[str]:
+def squawk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real command, in an environment with no SQUAWK_ variable but `env`'s."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SQUAWK_")}
     return subprocess.run(
-        [sys.executable, "-m", "squawk.daemon.cli", "check-policy", str(path)],
+        [sys.executable, "-m", "squawk.daemon.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
-        env={k: v for k, v in os.environ.items() if not k.startswith("SQUAWK_")},
+        env={**clean, **(env or {})},
     )
+
+
+def check(
+    path: Path, *options: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return squawk("check-policy", *options, str(path), env=env)
 
 
 @pytest.mark.parametrize(
@@ -201,6 +209,87 @@ def test_check_policy_says_what_the_daemon_would(
     done = check(path)
     assert done.returncode == code
     assert message in (done.stdout if code == 0 else done.stderr)
+
+
+@pytest.mark.parametrize(
+    ("text", "notes"),
+    [
+        (
+            "analyzer:\n  backend: openai\n",
+            [
+                "analyzer.base_url must come from SQUAWK_ANALYZER_BASE_URL",
+                "analyzer.model must come from SQUAWK_ANALYZER_MODEL",
+            ],
+        ),
+        ("state:\n  store: redis\n", ["state.url must come from SQUAWK_STATE_URL"]),
+        ("state:\n  store: redis\n  url: redis://redis:6379/0\n", []),
+    ],
+)
+def test_check_policy_says_what_the_file_leaves_to_the_environment(
+    tmp_path: Path, text: str, notes: list[str]
+) -> None:
+    # The file can be right: the pod's environment may hold these (a Redis
+    # password only ever does), and the CI of a policy repository has no Secrets.
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    done = check(path)
+    assert (done.returncode, done.stderr) == (0, "")
+    first, *rest = done.stdout.splitlines()
+    assert first.startswith(f"{path}: valid (policy ")
+    assert rest == [f"{path}: at start, {note} (the file does not set it)" for note in notes]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "analyzer:\n  backend: openai\n  model: m\n",
+            "analyzer.base_url: required when analyzer.backend (line 2) is openai "
+            "(set it in the file or in SQUAWK_ANALYZER_BASE_URL)",
+        ),
+        (
+            "state: {store: redis}\n",
+            "state.url: required when state.store (line 1) is redis "
+            "(set it in the file or in SQUAWK_STATE_URL)",
+        ),
+    ],
+)
+def test_check_policy_with_env_refuses_what_serve_refuses(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    checked = check(path, "--env")
+    served = squawk("serve", "--policy", str(path), "--listen", f"127.0.0.1:{free_port()}")
+    assert (checked.returncode, checked.stdout) == (2, "")
+    assert checked.stderr == served.stderr == f"squawk: bad policy: {path}: {message}\n"
+    assert served.returncode == 2
+
+
+def test_check_policy_with_env_takes_what_the_environment_gives(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("analyzer:\n  backend: openai\nstate:\n  store: redis\n")
+    env = {
+        "SQUAWK_ANALYZER_BASE_URL": "http://127.0.0.1:9/v1",
+        "SQUAWK_ANALYZER_MODEL": "tiny-model",
+        "SQUAWK_STATE_URL": "redis://:pw-in-a-secret@127.0.0.1:6379/0",
+    }
+    done = check(path, "--env", env=env)
+    assert (done.returncode, done.stderr) == (0, "")
+    (line,) = done.stdout.splitlines()
+    assert line.startswith(f"{path}: valid (policy ")
+
+
+def test_check_policy_names_a_broken_yaml_file_once(tmp_path: Path) -> None:
+    path = tmp_path / "b.yaml"
+    path.write_text("profiles:\n  - a\n b: 1\n")
+    done = check(path)
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        f"squawk: bad policy: {path}: not valid YAML at line 3, column 2: "
+    )
+    assert done.stderr.count(str(path)) == 1
+    assert len(done.stderr.splitlines()) == 1
 
 
 def test_a_reload_keeps_each_upstreams_state_and_drops_what_no_longer_means_the_same() -> None:

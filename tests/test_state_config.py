@@ -37,7 +37,11 @@ state:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("state: {store: postgres}", "state.store (line 1): expected memory or redis"),
+        (
+            "state: {store: postgres}",
+            "state.store (line 1): expected memory or redis, got 'postgres'",
+        ),
+        ("state: {min_pods: x}", "state.min_pods (line 1): expected an integer, got 'x'"),
         ("state: {deadline: 0ms}", "state.deadline (line 1): expected a duration"),
         ("state: {deadline: 2s}", "must be between 1ms and 1s"),
         ("state: {min_pods: 0}", "state.min_pods (line 1): expected an integer"),
@@ -77,7 +81,9 @@ def test_a_password_in_the_file_is_refused_without_echoing_it() -> None:
 def test_redis_without_a_url_stops_the_daemon(tmp_path: Path) -> None:
     policy = tmp_path / "policy.yaml"
     policy.write_text("state: {store: redis}\n")
-    with pytest.raises(ConfigError, match=r"state\.url: required when state\.store is redis"):
+    with pytest.raises(
+        ConfigError, match=r"state\.url: required when state\.store \(line 1\) is redis"
+    ):
         load_config(str(policy), environ={})
     # The environment can give it (and a password with it, from a Secret).
     url = "redis://:s3cret@10.0.0.5:6379/0"

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-__all__ = ["BackoffConfig", "Jitter", "delay", "parse_duration"]
+__all__ = ["BackoffConfig", "Jitter", "delay", "format_duration", "parse_duration"]
 
 
 class Jitter(enum.Enum):
@@ -115,3 +115,19 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"{text!r} is not a duration such as 500ms, 1s or 1m30s")
     ms = sum(float(n) * _UNIT_MS[unit] for n, unit in _DURATION.findall(text))
     return timedelta(milliseconds=ms)
+
+
+def format_duration(value: timedelta) -> str:
+    """`value` as parse_duration reads it back ("500ms", "10s", "1m30s"), for
+    messages: the README teaches this form, not timedelta's "0:00:10"."""
+    rest = round(value / timedelta(microseconds=1))
+    if rest <= 0:
+        return "0s"
+    parts = []
+    for unit, size in (("h", 3_600_000_000), ("m", 60_000_000), ("s", 1_000_000), ("ms", 1000)):
+        count, rest = divmod(rest, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    if rest:
+        parts.append(f"{rest}us")
+    return "".join(parts)

@@ -7,23 +7,40 @@ and the default is kept.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from .backoff import parse_duration
+from .backoff import format_duration, parse_duration
 from .profiles import Policy
 
-__all__ = ["apply_env", "positive_duration", "positive_int"]
+__all__ = ["Malformed", "apply_env", "integer", "positive_duration", "positive_int"]
 
 log = logging.getLogger(__name__)
 
 _ENV_PREFIXES = ("SQUAWK_STEP_RETRY_", "TRUVAG3_STEP_RETRY_")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+class Malformed(ValueError):
+    """The text is not of the expected kind at all (a word for a number).
+
+    Raised instead of Python's own wording ("invalid literal for int()"):
+    the caller's message says what was expected, and quotes the text.
+    """
+
+
+def integer(text: str) -> int:
+    """ASCII digits with an optional sign: not `3.0`, not YAML's `true`."""
+    if not _INTEGER.fullmatch(text.strip()):
+        raise Malformed(text)
+    return int(text)
 
 
 def positive_int(text: str) -> int:
-    value = int(text)
+    value = integer(text)
     if value < 1:
         raise ValueError(f"{value} is below 1")
     return value
@@ -54,6 +71,7 @@ def apply_env(policy: Policy, environ: Mapping[str, str]) -> Policy:
         ("MAX_DELAY", positive_duration, "a positive duration such as 10s"),
         ("MAX_ATTEMPTS", positive_int, "an integer >= 1"),
     ]
+    delays_set = []
     for suffix, parse, what in parsers:
         found = _env(environ, suffix)
         if found is None:
@@ -64,17 +82,24 @@ def apply_env(policy: Policy, environ: Mapping[str, str]) -> Policy:
         except ValueError:
             log.warning("ignoring %s=%r: expected %s; keeping the default", name, raw, what)
             continue
+        if suffix == "MAX_ATTEMPTS":
+            profile = replace(profile, max_attempts=value)
+            continue
+        delays_set.append(f"{name}={raw.strip()}")
         if suffix == "INITIAL_DELAY":
             backoff = replace(backoff, initial=value)
-        elif suffix == "MAX_DELAY":
-            backoff = replace(backoff, max=value)
         else:
-            profile = replace(profile, max_attempts=value)
+            backoff = replace(backoff, max=value)
     if backoff.max < backoff.initial:
+        kept = profile.backoff
         log.warning(
-            "ignoring step retry delays: max delay %s is below initial delay %s",
-            backoff.max,
-            backoff.initial,
+            "ignoring %s: the max delay %s would be below the initial delay %s; "
+            "keeping initial delay %s, max delay %s",
+            " and ".join(delays_set),
+            format_duration(backoff.max),
+            format_duration(backoff.initial),
+            format_duration(kept.initial),
+            format_duration(kept.max),
         )
-        backoff = profile.backoff
+        backoff = kept
     return policy.with_profile(replace(profile, backoff=backoff))

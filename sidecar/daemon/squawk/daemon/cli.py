@@ -24,7 +24,7 @@ from squawk.policy import PolicyInputError, parse_duration, redact
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
-from .config import ConfigError, load_config, load_policy, parse_config
+from .config import ConfigError, load_config, load_policy, needs, parse_config
 from .server.app import (
     DEFAULT_GRACE_S,
     DEFAULT_LISTEN,
@@ -273,6 +273,12 @@ def _parser() -> argparse.ArgumentParser:
         parents=[log_level],
     )
     check.add_argument("file", help="the policy file (YAML)")
+    check.add_argument(
+        "--env",
+        action="store_true",
+        help="check the file with this environment's SQUAWK_* variables, exactly as serve "
+        "would (default: the file alone, listing what it leaves to the environment)",
+    )
     upstreams = sub.add_parser(
         "upstreams",
         help="print the pod's state of every tracked upstream, as a table",
@@ -382,9 +388,10 @@ class TlsError(ValueError):
     """The TLS settings or files cannot be used."""
 
 
-def _check_policy(path: str) -> str:
-    """The file's own settings, checked as the daemon reads them: no
-    environment, so a CI job checks what the repository holds."""
+def _check_policy(path: str, with_env: bool) -> str:
+    """The file checked as the daemon reads it. Without `with_env`, the file
+    alone, so a CI job checks what the repository holds (it has no Secrets),
+    with a line for each setting the environment must then give."""
     try:
         data = Path(path).read_bytes()
         text = data.decode("utf-8")
@@ -392,12 +399,14 @@ def _check_policy(path: str) -> str:
         raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
-    try:
+    if with_env:
+        config = load_config(path, text=text)
+        notes = []
+    else:
         config = parse_config(text, path)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        notes = [f"{path}: {need.note()}" for need in needs(config)]
     profiles = ", ".join(sorted(config.policy.profiles))
-    return f"{path}: valid (policy {policy_hash(data)}; profiles: {profiles})"
+    return "\n".join([f"{path}: valid (policy {policy_hash(data)}; profiles: {profiles})", *notes])
 
 
 def _ask(args: argparse.Namespace, request: Message) -> Message:
@@ -500,7 +509,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             print(_upstreams(args))
             return 0
         if args.command == "check-policy":
-            print(_check_policy(args.file))
+            print(_check_policy(args.file, args.env))
             return 0
         response = _ask(args, _request(args))
     except ConfigError as exc:

@@ -19,18 +19,21 @@ from squawk.policy.env import apply_env
 
 from ..analysis.settings import AnalyzerSettings
 from ._yaml import ConfigError, mapping, positive_int, scalar
-from .analyzer import apply_analyzer_env, check_analyzer, parse_analyzer
+from .analyzer import analyzer_needs, apply_analyzer_env, parse_analyzer
+from .needs import Need
 from .profiles import parse_profiles
-from .state import StateSettings, apply_state_env, check_state, parse_state
+from .state import StateSettings, apply_state_env, parse_state, state_needs
 
 __all__ = [
     "Config",
     "ConfigError",
+    "Need",
     "StateSettings",
     "apply_analyzer_env",
     "apply_env",
     "load_config",
     "load_policy",
+    "needs",
     "parse_config",
     "parse_policy",
 ]
@@ -47,22 +50,35 @@ class Config:
     policy: Policy
     analyzer: AnalyzerSettings = field(default_factory=AnalyzerSettings)
     state: StateSettings = field(default_factory=StateSettings)
+    # The file's line of each field of the analyzer: and state: sections, for
+    # the messages of a Need (which are given after the file is parsed).
+    lines: Mapping[str, int] = field(default_factory=dict)
 
 
 def _positive(fields: Mapping[str, yaml.Node], name: str) -> int:
     return scalar(fields[name], name, positive_int, "an integer >= 1")
 
 
-def parse_policy(text: str, source: str = "<policy>") -> Policy:
+def parse_policy(text: str, source: str | None = None) -> Policy:
     return parse_config(text, source).policy
 
 
-def parse_config(text: str, source: str = "<policy>") -> Config:
-    """The policy file's policy and analyzer settings (the file's API key included)."""
+def parse_config(text: str, source: str | None = None) -> Config:
+    """The policy file's policy and analyzer settings (the file's API key
+    included). Every error starts with `source`, the file's name, if given."""
+    try:
+        return _parse_config(text)
+    except ConfigError as exc:
+        if source is None:
+            raise
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _parse_config(text: str) -> Config:
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+        raise ConfigError(_not_yaml(exc, text)) from None
     policy = builtin_policy()
     if root is None:
         return Config(policy)
@@ -80,14 +96,44 @@ def parse_config(text: str, source: str = "<policy>") -> Config:
         analyzer, key = parse_analyzer(fields["analyzer"])
         analyzer = replace(analyzer, api_key=key)
     state = parse_state(fields["state"]) if "state" in fields else StateSettings()
-    return Config(policy, analyzer, state)
+    lines = {
+        f"{section}.{key.value}": value.start_mark.line + 1
+        for section in ("analyzer", "state")
+        if section in fields
+        for key, value in fields[section].value
+    }
+    return Config(policy, analyzer, state, lines)
+
+
+def _not_yaml(exc: yaml.YAMLError, text: str) -> str:
+    """The parser's problem and place, without its name for the text
+    ("<unicode string>") and its excerpt, which span lines."""
+    if isinstance(exc, yaml.MarkedYAMLError) and (mark := exc.problem_mark or exc.context_mark):
+        line, column = mark.line + 1, mark.column + 1
+        # The context alone is half a sentence for some problems ("but found
+        # another document"); it comes first in the parser's own message too.
+        problem = ", ".join(part for part in (exc.context, exc.problem) if part)
+    elif isinstance(exc, yaml.reader.ReaderError):
+        before = text[: exc.position]
+        line, column = before.count("\n") + 1, len(before) - before.rfind("\n")
+        problem = f"character #x{exc.character:04x}: {exc.reason}"
+    else:
+        return "not valid YAML"
+    return f"not valid YAML at line {line}, column {column}: {problem}"
+
+
+def needs(config: Config) -> list[Need]:
+    """What the daemon needs and `config` lacks: for a file read alone, what
+    the environment must give at start."""
+    return [*analyzer_needs(config.analyzer), *state_needs(config.state)]
 
 
 def load_config(
     path: str | None, environ: Mapping[str, str] | None = None, text: str | None = None
 ) -> Config:
     """The built-in policy, overlaid with the file at `path` (if any), then env
-    vars. `text`: the file's contents, when the caller has read them already."""
+    vars, as the daemon runs it. `text`: the file's contents, when the caller
+    has read them already."""
     config = Config(builtin_policy())
     if path:
         if text is None:
@@ -95,16 +141,20 @@ def load_config(
                 text = Path(path).read_text(encoding="utf-8")
             except OSError as exc:
                 raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
-        try:
-            config = parse_config(text, path)
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+            except UnicodeDecodeError:
+                raise ConfigError(f"{path}: not UTF-8 text") from None
+        config = parse_config(text, path)
     environ = os.environ if environ is None else environ
-    analyzer = apply_analyzer_env(config.analyzer, environ)
-    check_analyzer(analyzer, path or "<policy>")
-    state = apply_state_env(config.state, environ)
-    check_state(state, path or "<policy>")
-    return Config(apply_env(config.policy, environ), analyzer, state)
+    config = Config(
+        apply_env(config.policy, environ),
+        apply_analyzer_env(config.analyzer, environ),
+        apply_state_env(config.state, environ),
+        config.lines,
+    )
+    unmet = needs(config)
+    if unmet:
+        raise ConfigError(f"{path or '<policy>'}: {unmet[0].error(config.lines)}")
+    return config
 
 
 def load_policy(path: str | None, environ: Mapping[str, str] | None = None) -> Policy:

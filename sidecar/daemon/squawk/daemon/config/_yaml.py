@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from typing import TypeVar
 
 import yaml
 
-from squawk.policy.env import positive_duration, positive_int
+from squawk.policy.env import Malformed, integer, positive_duration, positive_int
+from squawk.policy.text import quoted
 
 __all__ = [
     "ConfigError",
+    "at_line",
     "boolean",
+    "choice",
     "factor",
+    "integer",
     "mapping",
     "natural",
+    "number",
+    "one_of",
     "positive_duration",
     "positive_int",
     "scalar",
@@ -23,6 +30,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+E = TypeVar("E", bound=enum.Enum)
 
 
 class ConfigError(ValueError):
@@ -30,7 +38,11 @@ class ConfigError(ValueError):
 
 
 def where(node: yaml.Node, path: str) -> str:
-    return f"{path} (line {node.start_mark.line + 1})"
+    return at_line(path, node.start_mark.line + 1)
+
+
+def at_line(path: str, line: int | None) -> str:
+    return path if line is None else f"{path} (line {line})"
 
 
 def mapping(node: yaml.Node, path: str, allowed: set[str]) -> dict[str, yaml.Node]:
@@ -51,30 +63,62 @@ def mapping(node: yaml.Node, path: str, allowed: set[str]) -> dict[str, yaml.Nod
 
 
 def scalar(node: yaml.Node, path: str, convert: Callable[[str], T], what: str) -> T:
+    """`convert` applied to the node's text. A converter raises Malformed for
+    text of the wrong kind (quoted back, clipped and redacted: a key pasted
+    into the wrong field must not reach a CI log), or ValueError with the
+    reason in the project's words (`0 is below 1`)."""
     if not isinstance(node, yaml.ScalarNode):
         raise ConfigError(f"{where(node, path)}: expected {what}")
+    text = str(node.value)
     try:
-        return convert(str(node.value))
+        return convert(text)
+    except Malformed:
+        raise ConfigError(f"{where(node, path)}: expected {what}, got {quoted(text)}") from None
     except ValueError as exc:
         raise ConfigError(f"{where(node, path)}: expected {what}: {exc}") from None
 
 
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise Malformed(text) from None
+
+
+def choice(kind: type[E]) -> Callable[[str], E]:
+    """A converter to one of `kind`'s values, named as the file writes them."""
+
+    def convert(text: str) -> E:
+        try:
+            return kind(text)
+        except ValueError:
+            raise Malformed(text) from None
+
+    return convert
+
+
+def one_of(kind: type[enum.Enum]) -> str:
+    """`kind`'s values as a message lists them: "none, sine, full or decorrelated"."""
+    *others, last = (str(member.value) for member in kind)
+    return f"{', '.join(others)} or {last}" if others else last
+
+
 def natural(text: str) -> int:
-    value = int(text)
+    value = integer(text)
     if value < 0:
         raise ValueError(f"{value} is negative")
     return value
 
 
 def factor(text: str) -> float:
-    value = float(text)
+    value = number(text)
     if not value >= 1.0:
         raise ValueError("must be >= 1")
     return value
 
 
 def status(text: str) -> int:
-    value = int(text)
+    value = integer(text)
     if not 100 <= value <= 599:
         raise ValueError(f"{value} is not an HTTP status")
     return value

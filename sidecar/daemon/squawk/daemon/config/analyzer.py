@@ -16,15 +16,18 @@ from ..analysis.settings import DEFAULT_API_KEY_ENV, AnalyzerSettings, Backend
 from ._yaml import (
     ConfigError,
     boolean,
+    choice,
     mapping,
     natural,
+    one_of,
     positive_duration,
     positive_int,
     scalar,
     where,
 )
+from .needs import Need
 
-__all__ = ["apply_analyzer_env", "check_analyzer", "parse_analyzer"]
+__all__ = ["analyzer_needs", "apply_analyzer_env", "parse_analyzer"]
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +74,7 @@ def parse_analyzer(node: yaml.Node) -> tuple[AnalyzerSettings, str]:
         return scalar(fields[name], f"{path}.{name}", parse, what)
 
     settings = AnalyzerSettings()
-    backend = get("backend", Backend, "offline or openai")
+    backend = get("backend", choice(Backend), one_of(Backend))
     updates: dict[str, Any] = {
         "backend": backend,
         "base_url": get("base_url", _base_url, "an http(s) URL such as https://api.openai.com/v1"),
@@ -90,14 +93,14 @@ def parse_analyzer(node: yaml.Node) -> tuple[AnalyzerSettings, str]:
     return settings, get("api_key", str, "a string") or ""
 
 
-def check_analyzer(settings: AnalyzerSettings, source: str) -> None:
-    if settings.backend is Backend.OPENAI:
-        for name in ("base_url", "model"):
-            if not getattr(settings, name):
-                raise ConfigError(
-                    f"{source}: analyzer.{name}: required when analyzer.backend is openai "
-                    f"(set it in the file or in SQUAWK_ANALYZER_{name.upper()})"
-                )
+def analyzer_needs(settings: AnalyzerSettings) -> list[Need]:
+    if settings.backend is not Backend.OPENAI:
+        return []
+    return [
+        Need(f"analyzer.{name}", f"SQUAWK_ANALYZER_{name.upper()}", "analyzer.backend", "openai")
+        for name in ("base_url", "model")
+        if not getattr(settings, name)
+    ]
 
 
 def apply_analyzer_env(settings: AnalyzerSettings, environ: Mapping[str, str]) -> AnalyzerSettings:
@@ -112,7 +115,9 @@ def apply_analyzer_env(settings: AnalyzerSettings, environ: Mapping[str, str]) -
         try:
             settings = replace(settings, backend=Backend(backend.strip().lower()))
         except ValueError:
-            log.warning("ignoring SQUAWK_ANALYZER_BACKEND=%r: expected offline or openai", backend)
+            log.warning(
+                "ignoring SQUAWK_ANALYZER_BACKEND=%r: expected %s", backend, one_of(Backend)
+            )
     base_url = environ.get("SQUAWK_ANALYZER_BASE_URL")
     if base_url is not None:
         try:

@@ -13,9 +13,11 @@ from squawk.policy import BackoffConfig, Jitter, Policy, Profile, builtin_profil
 
 from ._yaml import (
     ConfigError,
+    choice,
     factor,
     mapping,
     natural,
+    one_of,
     positive_duration,
     positive_int,
     scalar,
@@ -40,7 +42,7 @@ _BACKOFF_SCALARS: tuple[_Scalar, ...] = (
     ("initial_delay", "initial", positive_duration, "a positive duration"),
     ("max_delay", "max", positive_duration, "a positive duration"),
     ("factor", "factor", factor, "a number >= 1"),
-    ("jitter", "jitter", Jitter, "one of none, sine, full, decorrelated"),
+    ("jitter", "jitter", choice(Jitter), one_of(Jitter)),
 )
 _RULE_SCALARS: tuple[_Scalar, ...] = (
     ("max_attempts", "max_attempts", positive_int, "an integer >= 1"),

@@ -33,9 +33,10 @@ import yaml
 
 from squawk.policy import parse_duration
 
-from ._yaml import ConfigError, mapping, scalar, where
+from ._yaml import ConfigError, choice, integer, mapping, one_of, scalar, where
+from .needs import Need
 
-__all__ = ["StateSettings", "Store", "apply_state_env", "check_state", "parse_state"]
+__all__ = ["StateSettings", "Store", "apply_state_env", "parse_state", "state_needs"]
 
 _FIELDS = {"store", "url", "key_prefix", "deadline", "min_pods", "pod"}
 # redis-py reads other query parameters as connection settings; the URL may
@@ -124,7 +125,7 @@ def _deadline(text: str) -> timedelta:
 
 
 def _min_pods(text: str) -> int:
-    value = int(text)
+    value = integer(text)
     if not 1 <= value <= MAX_MIN_PODS:
         raise ValueError(f"must be between 1 and {MAX_MIN_PODS}")
     return value
@@ -143,7 +144,7 @@ def parse_state(node: yaml.Node) -> StateSettings:
     path = "state"
     fields = mapping(node, path, _FIELDS)
     parsers: dict[str, tuple[Any, str]] = {
-        "store": (Store, "memory or redis"),
+        "store": (choice(Store), one_of(Store)),
         "url": (lambda t: _url(t, credentials=False), "a redis:// URL"),
         "key_prefix": (_name(MAX_PREFIX_CHARS), "a key prefix"),
         "deadline": (_deadline, "a duration such as 5ms"),
@@ -185,9 +186,7 @@ def apply_state_env(settings: StateSettings, environ: Mapping[str, str]) -> Stat
     return settings
 
 
-def check_state(settings: StateSettings, source: str) -> None:
+def state_needs(settings: StateSettings) -> list[Need]:
     if settings.store is Store.REDIS and not settings.url:
-        raise ConfigError(
-            f"{source}: state.url: required when state.store is redis "
-            "(set it in the file or in SQUAWK_STATE_URL)"
-        )
+        return [Need("state.url", "SQUAWK_STATE_URL", "state.store", "redis")]
+    return []

@@ -42,7 +42,7 @@ from squawk.policy import (
 )
 from squawk.policy.limits import MAX_NAME_CHARS
 
-from ._yaml import ConfigError, boolean, mapping, scalar, where
+from ._yaml import ConfigError, boolean, integer, mapping, number, scalar, where
 
 __all__ = ["UPSTREAM_FIELDS", "parse_upstream_settings"]
 
@@ -54,27 +54,27 @@ _Scalar = tuple[str, Callable[[str], Any], str]
 _DURATION = "a duration such as 30s"
 _BREAKER: tuple[_Scalar, ...] = (
     ("enabled", boolean, "true or false"),
-    ("failure_ratio", float, "a number"),
-    ("minimum_calls", int, "an integer"),
+    ("failure_ratio", number, "a number"),
+    ("minimum_calls", integer, "an integer"),
     ("window", parse_duration, _DURATION),
-    ("buckets", int, "an integer"),
+    ("buckets", integer, "an integer"),
     ("open_for", parse_duration, _DURATION),
-    ("half_open_probes", int, "an integer"),
-    ("close_ratio", float, "a number"),
+    ("half_open_probes", integer, "an integer"),
+    ("close_ratio", number, "a number"),
 )
 _BudgetType = type[RatioBudgetConfig] | type[TokenBucketConfig]
 _BUDGETS: dict[str, tuple[_BudgetType, tuple[_Scalar, ...]]] = {
     "ratio": (
         RatioBudgetConfig,
         (
-            ("ratio", float, "a number"),
-            ("min_per_second", int, "an integer"),
+            ("ratio", number, "a number"),
+            ("min_per_second", integer, "an integer"),
             ("ttl", parse_duration, _DURATION),
         ),
     ),
     "token_bucket": (
         TokenBucketConfig,
-        (("max_tokens", int, "an integer"), ("token_ratio", float, "a number")),
+        (("max_tokens", integer, "an integer"), ("token_ratio", number, "a number")),
     ),
 }
 _BUDGET_FIELDS = {"kind"} | {name for _, rows in _BUDGETS.values() for name, _, _ in rows}
