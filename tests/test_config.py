@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from squawk.daemon.config import ConfigError, apply_env, load_policy, parse_policy
+from squawk.daemon.config import ConfigError, apply_env, load_policy, parse_config, parse_policy
 from squawk.policy import (
     BreakerConfig,
     Jitter,
@@ -59,6 +59,44 @@ def test_profiles_and_capability_overrides() -> None:
 def test_retryable_statuses_only_add() -> None:
     llm = parse_policy(EXAMPLE).profile("llm")
     assert {429, 500, 502, 503, 504, 529, 520, 522} == set(llm.transient_statuses)
+
+
+NEVER_RETRIED = "is a terminal status in this profile, so it is never retried"
+
+
+@pytest.mark.parametrize(
+    ("text", "warnings"),
+    [
+        # 401/403/405 are decided terminal before the transient set is read.
+        (
+            "profiles:\n  default:\n    retryable_statuses: [404, 401, 302]\n",
+            [f"p.yaml: profiles.default.retryable_statuses (line 3): 401 {NEVER_RETRIED}"],
+        ),
+        (
+            "profiles:\n"
+            "  default:\n"
+            "    capabilities:\n"
+            "      pay:\n"
+            "        retryable_statuses:\n"
+            "          - 520\n"
+            "          - 403\n"
+            "          - 405\n",
+            [
+                f"p.yaml: profiles.default.capabilities.pay.retryable_statuses (line 7): "
+                f"403 {NEVER_RETRIED}",
+                f"p.yaml: profiles.default.capabilities.pay.retryable_statuses (line 8): "
+                f"405 {NEVER_RETRIED}",
+            ],
+        ),
+        # llm has no terminal statuses: a 401 added there is resent.
+        ("profiles:\n  cf:\n    base: llm\n    retryable_statuses: [401]\n", []),
+        # A 1xx-3xx in the transient set is resent like any other: not dead.
+        ("profiles:\n  default:\n    retryable_statuses: [302, 520]\n", []),
+    ],
+)
+def test_a_status_that_can_never_be_retried_is_a_warning(text: str, warnings: list[str]) -> None:
+    config = parse_config(text, "p.yaml")
+    assert list(config.warnings) == warnings
 
 
 def test_new_profile_from_a_base() -> None:

@@ -292,6 +292,50 @@ def test_check_policy_names_a_broken_yaml_file_once(tmp_path: Path) -> None:
     assert len(done.stderr.splitlines()) == 1
 
 
+NEVER_RETRIED = "is a terminal status in this profile, so it is never retried"
+DEAD_401 = "profiles:\n  default:\n    max_attempts: 3\n    retryable_statuses: [404, 401, 302]\n"
+
+
+def test_check_policy_warns_of_a_status_that_is_never_retried(tmp_path: Path) -> None:
+    # A warning, not an error: the file works, 401 just stays terminal.
+    path = tmp_path / "rs.yaml"
+    path.write_text(DEAD_401)
+    done = check(path)
+    assert (done.returncode, done.stderr) == (0, "")
+    first, *rest = done.stdout.splitlines()
+    assert first.startswith(f"{path}: valid (policy ")
+    assert rest == [f"{path}: profiles.default.retryable_statuses (line 4): 401 {NEVER_RETRIED}"]
+
+
+def test_serve_logs_each_warning_at_start_and_on_reload(tmp_path: Path) -> None:
+    policy = tmp_path / "rs.yaml"
+    policy.write_text(DEAD_401)
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    try:
+        policy.write_text(
+            "profiles:\n  default:\n    retryable_statuses:\n      - 520\n      - 403\n"
+        )
+        daemon.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while reloads(port)["applied"] < 1:
+            assert time.monotonic() < deadline, "SIGHUP did not reload"
+            time.sleep(0.02)
+    finally:
+        daemon.process.terminate()
+        daemon.process.wait(timeout=15)
+        log = daemon.output()
+        daemon.log.close()
+    warnings = [line for line in log.splitlines() if " WARNING " in line]
+    assert [line.split(" WARNING ", 1)[1] for line in warnings] == [
+        f"squawk: {policy}: profiles.default.retryable_statuses (line 4): 401 {NEVER_RETRIED}",
+        f"squawk.daemon.server.reload: {policy}: profiles.default.retryable_statuses (line 5): "
+        f"403 {NEVER_RETRIED}",
+    ]
+
+
 def test_a_reload_keeps_each_upstreams_state_and_drops_what_no_longer_means_the_same() -> None:
     def policy(extra: str = "", window: str = "60s") -> Policy:
         text = f"""profiles:

@@ -406,7 +406,8 @@ def _check_policy(path: str, with_env: bool) -> str:
         config = parse_config(text, path)
         notes = [f"{path}: {need.note()}" for need in needs(config)]
     profiles = ", ".join(sorted(config.policy.profiles))
-    return "\n".join([f"{path}: valid (policy {policy_hash(data)}; profiles: {profiles})", *notes])
+    valid = f"{path}: valid (policy {policy_hash(data)}; profiles: {profiles})"
+    return "\n".join([valid, *config.warnings, *notes])
 
 
 def _ask(args: argparse.Namespace, request: Message) -> Message:
@@ -447,6 +448,8 @@ async def _serve(args: argparse.Namespace) -> None:
     metrics_listen = args.metrics_listen or _env_address("SQUAWK_METRICS_LISTEN")
     health_listen = args.health_listen or _env_address("SQUAWK_HEALTH_LISTEN")
     config = load_config(args.policy)
+    for warning in config.warnings:
+        log.warning("%s", warning)
     log_file = _open_decision_log(args)
     try:
         daemon = Daemon(

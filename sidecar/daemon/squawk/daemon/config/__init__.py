@@ -1,8 +1,10 @@
 """Loading the policy: built-in profiles, then the policy file, then env vars.
 
 The file is YAML. Every error names the field's path and line, and stops the
-daemon (exit code 2). Environment overrides are forgiving instead: a bad
-value is logged as a warning and the default is kept.
+daemon (exit code 2). An entry that can never take effect is a warning,
+with its path and line too: `Config.warnings`, which check-policy prints and
+the daemon logs at start and on reload. Environment overrides are forgiving
+instead: a bad value is logged as a warning and the default is kept.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class Config:
     # The file's line of each field of the analyzer: and state: sections, for
     # the messages of a Need (which are given after the file is parsed).
     lines: Mapping[str, int] = field(default_factory=dict)
+    # What the file says that can never take effect, each naming the file,
+    # the field and its line; the file works all the same.
+    warnings: tuple[str, ...] = ()
 
 
 def _positive(fields: Mapping[str, yaml.Node], name: str) -> int:
@@ -67,11 +72,14 @@ def parse_config(text: str, source: str | None = None) -> Config:
     """The policy file's policy and analyzer settings (the file's API key
     included). Every error starts with `source`, the file's name, if given."""
     try:
-        return _parse_config(text)
+        config = _parse_config(text)
     except ConfigError as exc:
         if source is None:
             raise
         raise ConfigError(f"{source}: {exc}") from None
+    if source is None:
+        return config
+    return replace(config, warnings=tuple(f"{source}: {w}" for w in config.warnings))
 
 
 def _parse_config(text: str) -> Config:
@@ -89,8 +97,9 @@ def _parse_config(text: str) -> Config:
         policy = replace(policy, max_body_bytes=_positive(fields, "max_body_bytes"))
     if "max_upstreams" in fields:
         policy = replace(policy, max_upstreams=_positive(fields, "max_upstreams"))
+    warnings: list[str] = []
     if "profiles" in fields:
-        policy = parse_profiles(fields["profiles"], policy)
+        policy = parse_profiles(fields["profiles"], policy, warnings)
     analyzer = AnalyzerSettings()
     if "analyzer" in fields:
         analyzer, key = parse_analyzer(fields["analyzer"])
@@ -102,7 +111,7 @@ def _parse_config(text: str) -> Config:
         if section in fields
         for key, value in fields[section].value
     }
-    return Config(policy, analyzer, state, lines)
+    return Config(policy, analyzer, state, lines, tuple(warnings))
 
 
 def _not_yaml(exc: yaml.YAMLError, text: str) -> str:
@@ -150,6 +159,7 @@ def load_config(
         apply_analyzer_env(config.analyzer, environ),
         apply_state_env(config.state, environ),
         config.lines,
+        config.warnings,
     )
     unmet = needs(config)
     if unmet:

@@ -69,17 +69,27 @@ def _backoff(node: yaml.Node, path: str, base: BackoffConfig) -> BackoffConfig:
     return cfg
 
 
-def _rules(fields: Mapping[str, yaml.Node], path: str, profile: Profile) -> Profile:
+def _rules(
+    fields: Mapping[str, yaml.Node], path: str, profile: Profile, warnings: list[str]
+) -> Profile:
     profile = _apply(profile, fields, path, _RULE_SCALARS)
     if "retryable_statuses" in fields:
         node = fields["retryable_statuses"]
         at = f"{path}.retryable_statuses"
         if not isinstance(node, yaml.SequenceNode):
             raise ConfigError(f"{where(node, at)}: expected a list of HTTP statuses")
-        added = {
-            scalar(item, f"{at}[{i}]", status, "an HTTP status (100..599)")
-            for i, item in enumerate(node.value)
-        }
+        added = set()
+        for i, item in enumerate(node.value):
+            code = scalar(item, f"{at}[{i}]", status, "an HTTP status (100..599)")
+            # decide() checks the terminal set before the transient one, so such
+            # an entry never takes effect. A warning, not an error: the file
+            # works as it is, and refusing it would stop a daemon over a no-op.
+            if code in profile.terminal_statuses:
+                warnings.append(
+                    f"{where(item, at)}: {code} is a terminal status in this profile, "
+                    "so it is never retried"
+                )
+            added.add(code)
         # Additive only: a profile can never drop a status from its base set.
         profile = replace(profile, transient_statuses=profile.transient_statuses | added)
     if "backoff" in fields:
@@ -89,7 +99,9 @@ def _rules(fields: Mapping[str, yaml.Node], path: str, profile: Profile) -> Prof
     return profile
 
 
-def _profile(name: str, node: yaml.Node, path: str, known: Mapping[str, Profile]) -> Profile:
+def _profile(
+    name: str, node: yaml.Node, path: str, known: Mapping[str, Profile], warnings: list[str]
+) -> Profile:
     fields = mapping(node, path, _PROFILE_FIELDS)
     if "base" in fields:
         base = scalar(fields["base"], f"{path}.base", str, "'default' or 'llm'")
@@ -103,7 +115,7 @@ def _profile(name: str, node: yaml.Node, path: str, known: Mapping[str, Profile]
         profile = known[name]
     else:
         profile = builtin_profile("default", name)
-    profile = _rules(fields, path, profile)
+    profile = _rules(fields, path, profile, warnings)
     # Before the capabilities, which inherit the profile's upstream settings
     # (the state itself is kept per profile, not per capability).
     profile = parse_upstream_settings(fields, path, profile)
@@ -116,14 +128,17 @@ def _profile(name: str, node: yaml.Node, path: str, known: Mapping[str, Profile]
                 mapping(cap_node, cap_path, _RULE_FIELDS),
                 cap_path,
                 replace(profile, name=f"{name}/{cap}"),
+                warnings,
             )
         profile = replace(profile, capabilities=MappingProxyType(overrides))
     return profile
 
 
-def parse_profiles(node: yaml.Node, policy: Policy) -> Policy:
+def parse_profiles(node: yaml.Node, policy: Policy, warnings: list[str]) -> Policy:
+    """`policy` with the file's profiles; appends to `warnings` what the
+    file says that can never take effect."""
     for name, profile_node in mapping(node, "profiles", set()).items():
         policy = policy.with_profile(
-            _profile(name, profile_node, f"profiles.{name}", policy.profiles)
+            _profile(name, profile_node, f"profiles.{name}", policy.profiles, warnings)
         )
     return policy

@@ -12,6 +12,8 @@ a call in flight finishes on the policy it started with, the next one
 sees the new one, and the pod's upstream state is kept. An invalid file
 changes nothing but a log line with its line number and the
 `squawk_policy_reloads_total{result="invalid"}` count; health never moves.
+A valid file's warnings (entries that can never take effect) are logged
+as at start.
 The `state:` and `analyzer:` sections are read at start only: a change
 there is logged as needing a restart, and the rest of the file applies.
 """
@@ -121,6 +123,8 @@ class PolicyWatch:
             self._apply(config, digest)
             self._count("applied")
             log.info("policy reload (%s): %s -> %s", why, self.hash, digest)
+            for warning in config.warnings:
+                log.warning("%s", warning)
             self.hash = digest
 
 
