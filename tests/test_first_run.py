@@ -15,6 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from chat_server import ChatServer, answer
 from conftest import ROOT, Daemon, free_port, scrape, start_daemon
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
@@ -39,6 +40,23 @@ def squawk(*args: str) -> subprocess.CompletedProcess[str]:
 def test_log_level_works_after_the_subcommand_too() -> None:
     daemon = start_daemon("--log-level", "DEBUG")
     assert " DEBUG " in stopped_output(daemon)
+
+
+def test_debug_logs_the_daemon_not_a_line_per_call_from_grpc_or_httpx() -> None:
+    with ChatServer(respond=lambda _: answer({"city_code": "PAR"})) as model:
+        daemon = start_daemon("--log-level", "DEBUG", env=model.daemon_env())
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            for attempt in (1, 2, 3):
+                stub.DecideRetry(pb.DecideRetryRequest(attempt=attempt, http_status=503), timeout=5)
+            request = pb.AnalyzeErrorRequest(http_status=400, error_response="unknown city_code")
+            request.original_request.update({"city_code": "paris"})
+            stub.AnalyzeError(request, timeout=10)
+        output = stopped_output(daemon)
+    assert model.seen, "the analyzer never asked the model, so httpx was not exercised"
+    assert "Loaded running loop" not in output
+    assert "HTTP Request:" not in output
+    assert f" INFO squawk.daemon.server.app: squawk 0.1.0 serving on {daemon.target};" in output
 
 
 def test_the_startup_line_says_what_runs_and_never_a_secret() -> None:

@@ -500,6 +500,11 @@ def _main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
+    # These speak once per call at DEBUG (grpc's "Loaded running loop") or
+    # INFO (httpx's every model request), which buries the daemon's own lines;
+    # their warnings and errors still show. squawk.* follows the level above.
+    for chatty in ("grpc._cython", "httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     if ignored is not None:
         log.warning(
             "ignoring SQUAWK_LOG_LEVEL=%r: expected %s; logging at INFO", ignored, _LEVELS_TEXT
