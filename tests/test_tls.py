@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,9 +75,7 @@ class Pki:
     key: Path
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    folder = tmp_path_factory.mktemp("pki")
+def make_pki(folder: Path) -> Pki:
     ca, other = make_ca(folder, "ca"), make_ca(folder, "other-ca")
     server = issue(folder, ca, "server", "serverAuth")
     pki = Pki(
@@ -94,22 +93,27 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return pki
 
 
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
 @dataclass
 class Served:
     target: str
     process: subprocess.Popen[bytes]
 
 
-@pytest.fixture
-def daemon(pki: Pki, tmp_path: Path) -> Iterator[Served]:
+@contextmanager
+def serving(pki: Pki, tmp_path: Path, *tls: str) -> Iterator[Served]:
+    """A daemon with `--tls-cert` and `--tls-key`, and the `tls` flags."""
     port, health = free_port(), free_port()
     log = (tmp_path / "squawk.log").open("wb")
     process = subprocess.Popen(
         [
             sys.executable, "-m", "squawk.daemon.cli", "serve",
             "--listen", f"127.0.0.1:{port}", "--health-listen", f"127.0.0.1:{health}",
-            "--tls-cert", str(pki.cert), "--tls-key", str(pki.key),
-            "--tls-client-ca", str(pki.ca.cert),
+            "--tls-cert", str(pki.cert), "--tls-key", str(pki.key), *tls,
         ],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -120,6 +124,13 @@ def daemon(pki: Pki, tmp_path: Path) -> Iterator[Served]:
         process.terminate()
         process.wait(timeout=15)
         log.close()
+
+
+@pytest.fixture
+def daemon(pki: Pki, tmp_path: Path) -> Iterator[Served]:
+    """Mutual TLS: clients need a certificate from `pki.ca`."""
+    with serving(pki, tmp_path, "--tls-client-ca", str(pki.ca.cert)) as served:
+        yield served
 
 
 def classify(target: str, credentials: grpc.ChannelCredentials) -> pb.ClassifyResponse:

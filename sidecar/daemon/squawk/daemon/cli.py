@@ -25,6 +25,7 @@ from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from .config import ConfigError, load_config, load_policy, needs, parse_config
+from .dial import add_target_flags, check_local, hint, open_channel
 from .server.app import (
     DEFAULT_GRACE_S,
     DEFAULT_LISTEN,
@@ -37,7 +38,7 @@ from .server.listeners import check_address
 from .server.reload import POLL_S, policy_hash
 from .server.servicer import PolicyServicer
 from .server.telemetry import tracer_provider_from_env
-from .server.tls import TlsFiles, server_credentials
+from .server.tls import TlsError, TlsFiles, server_credentials
 
 __all__ = ["main"]
 
@@ -243,7 +244,7 @@ def _parser() -> argparse.ArgumentParser:
 
     for name in ("classify", "decide"):
         cmd = sub.add_parser(name, help=f"print the {name} answer as JSON", parents=[log_level])
-        cmd.add_argument("--target", help="ask a running daemon at this address instead")
+        add_target_flags(cmd, required=False, help="ask a running daemon at this address instead")
         cmd.add_argument(
             "--profile",
             default="",
@@ -284,7 +285,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the pod's state of every tracked upstream, as a table",
         parents=[log_level],
     )
-    upstreams.add_argument("--target", required=True, help="the running daemon's address")
+    add_target_flags(upstreams, required=True, help="the running daemon's address")
     upstreams.add_argument("--profile", default="", help="only this profile's upstreams")
     for cmd in (serve, *(sub.choices[n] for n in ("classify", "decide"))):
         cmd.add_argument(
@@ -359,7 +360,7 @@ def upstream_table(states: Sequence[pb.UpstreamState]) -> str:
 
 
 def _upstreams(args: argparse.Namespace) -> str:
-    with grpc.insecure_channel(args.target) as channel:
+    with open_channel(args) as channel:
         reply = pb_grpc.PolicyServiceStub(channel).GetUpstreams(
             pb.GetUpstreamsRequest(profile=args.profile), timeout=10
         )
@@ -382,10 +383,6 @@ def _tls(args: argparse.Namespace) -> TlsFiles | None:
     except ValueError as exc:
         raise TlsError(str(exc)) from None
     return files
-
-
-class TlsError(ValueError):
-    """The TLS settings or files cannot be used."""
 
 
 def _check_policy(path: str, with_env: bool) -> str:
@@ -412,12 +409,13 @@ def _check_policy(path: str, with_env: bool) -> str:
 
 def _ask(args: argparse.Namespace, request: Message) -> Message:
     if args.target:
-        with grpc.insecure_channel(args.target) as channel:
+        with open_channel(args) as channel:
             stub = pb_grpc.PolicyServiceStub(channel)
             if isinstance(request, pb.ClassifyRequest):
                 return stub.Classify(request, timeout=10)
             assert isinstance(request, pb.DecideRetryRequest)
             return stub.DecideRetry(request, timeout=10)
+    check_local(args)
     servicer = PolicyServicer(load_policy(args.policy))
     if isinstance(request, pb.ClassifyRequest):
         return servicer.classify(request)
@@ -536,7 +534,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(f"squawk: invalid input: {exc}", file=sys.stderr)
         return 2
     except grpc.RpcError as exc:
-        print(f"squawk: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        print(f"squawk: {exc.code().name}: {exc.details()}{hint(args, exc)}", file=sys.stderr)
         return 2 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
     print(json_format.MessageToJson(response, always_print_fields_with_no_presence=True))
     return 0

@@ -24,9 +24,14 @@ from pathlib import Path
 
 import grpc
 
-__all__ = ["TlsFiles", "server_credentials"]
+__all__ = ["TlsError", "TlsFiles", "read_pem", "server_credentials"]
 
 log = logging.getLogger(__name__)
+
+
+class TlsError(ValueError):
+    """The TLS settings or files, the daemon's or the CLI's, cannot be used."""
+
 
 _Identity = tuple[tuple[int, int, int, int] | None, ...]
 
@@ -53,16 +58,22 @@ def _identity(files: TlsFiles) -> _Identity:
     return tuple(out)
 
 
+def read_pem(flag: str, path: str) -> bytes:
+    """The file given to `flag`; OSError when it cannot be read, ValueError
+    naming the flag when it is not PEM (gRPC's own error would name neither).
+    The CLI's client flags are checked by the same rule."""
+    data = Path(path).read_bytes()
+    if b"-----BEGIN " not in data:
+        raise ValueError(f"{flag} {path}: not a PEM file")
+    return data
+
+
 def _configuration(files: TlsFiles) -> grpc.ServerCertificateConfiguration:
     """Raises OSError or ValueError naming the file that cannot be used."""
     pem = {}
     for name, path in (("cert", files.cert), ("key", files.key), ("client_ca", files.client_ca)):
-        if path is None:
-            continue
-        data = Path(path).read_bytes()
-        if b"-----BEGIN " not in data:
-            raise ValueError(f"--tls-{name.replace('_', '-')} {path}: not a PEM file")
-        pem[name] = data
+        if path is not None:
+            pem[name] = read_pem(f"--tls-{name.replace('_', '-')}", path)
     return grpc.ssl_server_certificate_configuration(
         [(pem["key"], pem["cert"])], root_certificates=pem.get("client_ca")
     )
