@@ -84,6 +84,23 @@ def wait_serving(target: str, timeout_s: float = 20.0) -> None:
     raise TimeoutError(f"daemon at {target} did not become SERVING in {timeout_s}s")
 
 
+SQUAWK = (sys.executable, "-m", "squawk.daemon.cli")
+
+
+def squawk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """The real `squawk` command, run to its end: no SQUAWK_ variable of the
+    test runner's reaches it, only `env`'s."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SQUAWK_")}
+    return subprocess.run(
+        [*SQUAWK, *args],
+        cwd=ROOT,
+        env={**clean, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def start_daemon(
     *args: str,
     env: dict[str, str] | None = None,

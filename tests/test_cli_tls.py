@@ -6,26 +6,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import squawk
 from test_tls import Pki, make_pki, serving
 
 UPSTREAM = "api.example"
-
-
-def squawk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "squawk.daemon.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def decide(target: str, *tls: str) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import ROOT, Daemon, Reflected, free_port, start_daemon
+from conftest import ROOT, Daemon, Reflected, free_port, squawk, start_daemon
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -191,16 +191,6 @@ def test_bad_policy_file_stops_the_daemon(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "profiles.default.max_attempts (line 3)" in result.stderr
-
-
-def squawk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "squawk.daemon.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
 
 
 def test_cli_local_and_remote_answers_agree(daemon: Daemon) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import pty
 import subprocess
-import sys
 import time
 
 import grpc
@@ -16,12 +15,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from chat_server import ChatServer, answer
-from conftest import ROOT, Daemon, free_port, scrape, start_daemon
+from conftest import ROOT, SQUAWK, Daemon, free_port, scrape, squawk, start_daemon
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 CANARY = "sk-firstrun0canary0key0123456789"
-SQUAWK = (sys.executable, "-m", "squawk.daemon.cli")
 
 
 def stopped_output(daemon: Daemon) -> str:
@@ -31,10 +29,6 @@ def stopped_output(daemon: Daemon) -> str:
     out = daemon.output()
     daemon.log.close()
     return out
-
-
-def squawk(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SQUAWK, *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
 def test_log_level_works_after_the_subcommand_too() -> None:

@@ -3,10 +3,8 @@ and `squawk check-policy`."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -17,7 +15,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from configmap import ConfigMap
-from conftest import ROOT, free_port, scrape, start_daemon
+from conftest import free_port, scrape, squawk, start_daemon
 from squawk.daemon.config import parse_config
 from squawk.daemon.server.upstreams import Upstreams
 from squawk.policy import Outcome, Policy
@@ -171,19 +169,6 @@ def test_sighup_reloads_at_once_and_the_metric_names_the_policy(tmp_path: Path) 
         assert (reply.action, reply.delay.ToMilliseconds()) == ANSWERS["B"][3]
     finally:
         daemon.stop()
-
-
-def squawk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The real command, in an environment with no SQUAWK_ variable but `env`'s."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("SQUAWK_")}
-    return subprocess.run(
-        [sys.executable, "-m", "squawk.daemon.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**clean, **(env or {})},
-    )
 
 
 def check(

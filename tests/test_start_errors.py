@@ -8,26 +8,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, start_daemon
+from conftest import squawk, start_daemon
 
-SQUAWK = (sys.executable, "-m", "squawk.daemon.cli")
 LEVELS = "DEBUG, INFO, WARNING or ERROR"
-
-
-def squawk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*SQUAWK, *args],
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def refused(result: subprocess.CompletedProcess[str], *names: str) -> str:
