@@ -131,3 +131,14 @@ def test_an_address_that_is_not_host_port_is_refused_before_binding(
 ) -> None:
     line = refused(squawk("serve", *args, env=env), name, "HOST:PORT")
     assert "cannot listen" not in line and "invalid literal" not in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("serve", "--policy", "/dev/zero"), ("check-policy", "/dev/zero")],
+    ids=["serve", "check-policy"],
+)
+def test_a_policy_file_that_never_ends_is_refused_not_read_forever(args: tuple[str, ...]) -> None:
+    # 1 MiB is the policy file's stated bound (README, "Security and limits").
+    line = refused(squawk(*args), "/dev/zero")
+    assert line == "squawk: bad policy: /dev/zero: larger than 1048576 bytes"

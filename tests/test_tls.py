@@ -197,6 +197,7 @@ def test_a_rotated_certificate_is_served_without_a_restart(pki: Pki, daemon: Ser
         (["--tls-client-ca", "CERT"], "--tls-cert and --tls-key go together"),
         (["--tls-cert", "CERT", "--tls-key", "MISSING"], "cannot read MISSING"),
         (["--tls-cert", "NOTPEM", "--tls-key", "KEY"], "--tls-cert NOTPEM: not a PEM file"),
+        (["--tls-cert", "/dev/zero", "--tls-key", "KEY"], "--tls-cert /dev/zero: over 1 MiB"),
     ],
 )
 def test_tls_settings_that_cannot_work_stop_the_start(

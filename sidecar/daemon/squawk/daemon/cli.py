@@ -13,7 +13,6 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import IO
 
 import grpc
@@ -24,7 +23,7 @@ from squawk.policy import PolicyInputError, parse_duration, redact
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
-from .config import ConfigError, load_config, load_policy, needs, parse_config
+from .config import ConfigError, load_config, load_policy, needs, parse_config, read_policy_file
 from .dial import add_target_flags, check_local, hint, open_channel
 from .server.app import (
     DEFAULT_GRACE_S,
@@ -389,13 +388,7 @@ def _check_policy(path: str, with_env: bool) -> str:
     """The file checked as the daemon reads it. Without `with_env`, the file
     alone, so a CI job checks what the repository holds (it has no Secrets),
     with a line for each setting the environment must then give."""
-    try:
-        data = Path(path).read_bytes()
-        text = data.decode("utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
+    data, text = read_policy_file(path)
     if with_env:
         config = load_config(path, text=text)
         notes = []

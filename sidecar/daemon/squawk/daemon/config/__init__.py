@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import yaml
 
@@ -38,7 +37,28 @@ __all__ = [
     "needs",
     "parse_config",
     "parse_policy",
+    "read_policy_file",
 ]
+
+# A policy file larger than this is refused before it is parsed, and a
+# device given by mistake (/dev/zero) is not read forever.
+MAX_POLICY_BYTES = 1 << 20
+
+
+def read_policy_file(path: str) -> tuple[bytes, str]:
+    """The file's bytes and its text; ConfigError naming the file when it
+    cannot be read, is too large or is not UTF-8."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_POLICY_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
+    if len(data) > MAX_POLICY_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_POLICY_BYTES} bytes")
+    try:
+        return data, data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,12 +166,7 @@ def load_config(
     config = Config(builtin_policy())
     if path:
         if text is None:
-            try:
-                text = Path(path).read_text(encoding="utf-8")
-            except OSError as exc:
-                raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
-            except UnicodeDecodeError:
-                raise ConfigError(f"{path}: not UTF-8 text") from None
+            text = read_policy_file(path)[1]
         config = parse_config(text, path)
     environ = os.environ if environ is None else environ
     config = Config(

@@ -25,17 +25,14 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable
-from pathlib import Path
 
-from ..config import Config, ConfigError, load_config
+from ..config import Config, ConfigError, load_config, read_policy_file
 
 __all__ = ["POLL_S", "PolicyWatch", "policy_hash"]
 
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0
-# A policy file larger than this is refused before it is parsed.
-MAX_POLICY_BYTES = 1 << 20
 
 
 def policy_hash(text: bytes) -> str:
@@ -53,17 +50,7 @@ def _identity(path: str) -> tuple[int, ...] | None:
 
 def _read(path: str) -> tuple[str, Config]:
     """(hash, config) of the file now at `path`; raises ConfigError."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_POLICY_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
-    if len(data) > MAX_POLICY_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_POLICY_BYTES} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
+    data, text = read_policy_file(path)
     # The same bytes are hashed and parsed, whatever swaps the file meanwhile.
     return policy_hash(data), load_config(path, text=text)
 
@@ -133,6 +120,6 @@ def read_startup(path: str | None) -> str:
     if not path:
         return "builtin"
     try:
-        return policy_hash(Path(path).read_bytes()[: MAX_POLICY_BYTES + 1])
-    except OSError:
+        return policy_hash(read_policy_file(path)[0])
+    except ConfigError:
         return "unreadable"

@@ -58,11 +58,19 @@ def _identity(files: TlsFiles) -> _Identity:
     return tuple(out)
 
 
+# A bundle of hundreds of CA certificates fits many times over; a device
+# such as /dev/zero, given by mistake, would otherwise be read forever.
+MAX_PEM_BYTES = 1 << 20
+
+
 def read_pem(flag: str, path: str) -> bytes:
     """The file given to `flag`; OSError when it cannot be read, ValueError
     naming the flag when it is not PEM (gRPC's own error would name neither).
     The CLI's client flags are checked by the same rule."""
-    data = Path(path).read_bytes()
+    with Path(path).open("rb") as file:
+        data = file.read(MAX_PEM_BYTES + 1)
+    if len(data) > MAX_PEM_BYTES:
+        raise ValueError(f"{flag} {path}: over {MAX_PEM_BYTES >> 20} MiB, not a PEM file")
     if b"-----BEGIN " not in data:
         raise ValueError(f"{flag} {path}: not a PEM file")
     return data
