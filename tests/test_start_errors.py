@@ -142,3 +142,13 @@ def test_a_policy_file_that_never_ends_is_refused_not_read_forever(args: tuple[s
     # 1 MiB is the policy file's stated bound (README, "Security and limits").
     line = refused(squawk(*args), "/dev/zero")
     assert line == "squawk: bad policy: /dev/zero: larger than 1048576 bytes"
+
+
+def test_a_log_level_variable_holding_a_secret_is_quoted_bounded_and_redacted() -> None:
+    secret = "sk-loglevel0canary0key0123456789"
+    value = f"api_key={secret} " + "x" * 100_000
+    result = squawk("decide", "--attempt", "1", env={"SQUAWK_LOG_LEVEL": value})
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert "SQUAWK_LOG_LEVEL" in line and secret not in line
+    assert len(line) < 1_000

@@ -20,6 +20,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from squawk.policy import PolicyInputError, parse_duration, redact
+from squawk.policy.text import quoted
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -498,7 +499,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     if ignored is not None:
         log.warning(
-            "ignoring SQUAWK_LOG_LEVEL=%r: expected %s; logging at INFO", ignored, _LEVELS_TEXT
+            "ignoring SQUAWK_LOG_LEVEL=%s: expected %s; logging at INFO",
+            quoted(ignored),
+            _LEVELS_TEXT,
         )
     try:
         if args.command == "serve":
