@@ -224,6 +224,41 @@ def test_async_cancel_aborts_the_wait_at_once(daemon: Daemon) -> None:
     assert asyncio.run(main()) < 5  # far below the 30 s wait
 
 
+def test_cancelling_a_call_in_flight_cancels_and_never_falls_back() -> None:
+    """A CANCELLED the daemon answers takes the fallback (tests/vectors/runner.json);
+    the executor's own cancellation of the call must still cancel."""
+    started, release = threading.Event(), threading.Event()
+
+    def hang(request: bytes, context: grpc.ServicerContext) -> bytes:
+        started.set()
+        release.wait(30)
+        return b""
+
+    class Hanging(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[bytes, bytes]:
+            return grpc.unary_unary_rpc_method_handler(hang)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((Hanging(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+
+    async def main() -> int:
+        async with AsyncSquawkClient(f"127.0.0.1:{port}", call_timeout=timedelta(minutes=1)) as c:
+            task = asyncio.create_task(c.decide_retry(pb.DecideRetryRequest(attempt=1)))
+            assert await asyncio.to_thread(started.wait, 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return c.fallback_count
+
+    try:
+        assert asyncio.run(main()) == 0
+    finally:
+        release.set()
+        server.stop(None)
+
+
 def test_sync_cancel_aborts_the_wait_and_is_never_retried(daemon: Daemon) -> None:
     cancel = threading.Event()
     calls = 0
