@@ -31,7 +31,7 @@ import { BadRequest } from "../src/gen/google/rpc/error_details";
 import { Status } from "../src/gen/google/rpc/status";
 import { PolicyServiceService, type PolicyServiceServer } from "../src/gen/squawk/v1/policy";
 
-type Behaviour = "answer" | "slow" | "invalid" | "detailed" | "garbled" | "denied";
+type Behaviour = "answer" | "slow" | "invalid" | "detailed" | "garbled" | "denied" | "cancelled";
 
 /** An INVALID_ARGUMENT whose grpc-status-details-bin trailer holds `details`, as grpcio-status writes it. */
 function refusal(message: string, details: Uint8Array): Partial<ServiceError> {
@@ -68,6 +68,8 @@ class RecordingServer {
         callback(refusal("the request is not acceptable", badRequest("deadline.nanos", "must be < 1e9")) as ServiceError, null);
       } else if (this.behaviour === "garbled") {
         callback(refusal("max_attempts: must be >= 1 when set, got 0", Uint8Array.of(0xff, 0xff, 0xff)) as ServiceError, null);
+      } else if (this.behaviour === "cancelled") {
+        callback({ code: status.CANCELLED, details: "the daemon gave up on the call" } as ServiceError, null);
       } else if (this.behaviour === "denied") {
         callback({ code: status.PERMISSION_DENIED, details: "not for this caller" } as ServiceError, null);
       } else {
@@ -205,6 +207,24 @@ describe("client against an in-test server", () => {
   test("a slow daemon's batch is decided item by item by the fallback", async () => {
     recorder.behaviour = "slow";
     const client = new SquawkClient(target, { callTimeoutMs: 50 });
+    try {
+      const results = await client.decideRetryBatch({ requests: [{ attempt: 1, httpStatus: 503 }, { attempt: 1, httpStatus: 401 }] });
+      assert.deepEqual(
+        results.map((r) => [r.decision?.fallback, r.decision?.action, r.decision?.reason]),
+        [
+          [true, Action.ACTION_RETRY, Reason.REASON_TRANSIENT_STATUS],
+          [true, Action.ACTION_FAIL, Reason.REASON_TERMINAL_STATUS],
+        ],
+      );
+      assert.equal(client.fallbackCount, 2);
+    } finally {
+      client.close();
+    }
+  });
+
+  test("a daemon that answers CANCELLED did not decide: a batch is decided item by item by the fallback", async () => {
+    recorder.behaviour = "cancelled";
+    const client = new SquawkClient(target, { callTimeoutMs: 2000 });
     try {
       const results = await client.decideRetryBatch({ requests: [{ attempt: 1, httpStatus: 503 }, { attempt: 1, httpStatus: 401 }] });
       assert.deepEqual(
