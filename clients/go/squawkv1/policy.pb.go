@@ -687,7 +687,8 @@ type DecideRetryRequest struct {
 	// headers, names of at most 256 and values of at most 8,192 characters.
 	// A valid Retry-After or grpc-retry-pushback-ms (read as
 	// ClassifyRequest.headers says, capped at one day) replaces the computed
-	// backoff on RETRY.
+	// backoff on RETRY; a grpc-retry-pushback-ms that asks not to retry turns
+	// the RETRY into REASON_SERVER_PUSHBACK.
 	Headers map[string]string `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Corrections already applied to this step. Optional; default 0; must be
 	// >= 0. CORRECT needs validation_retries_used < max_validation_retries.

@@ -752,7 +752,8 @@ export interface DecideRetryRequest {
    * headers, names of at most 256 and values of at most 8,192 characters.
    * A valid Retry-After or grpc-retry-pushback-ms (read as
    * ClassifyRequest.headers says, capped at one day) replaces the computed
-   * backoff on RETRY.
+   * backoff on RETRY; a grpc-retry-pushback-ms that asks not to retry turns
+   * the RETRY into REASON_SERVER_PUSHBACK.
    */
   headers: { [key: string]: string };
   /**
