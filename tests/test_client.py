@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from datetime import timedelta
 from typing import Any
@@ -224,6 +225,54 @@ def test_async_cancel_aborts_the_wait_at_once(daemon: Daemon) -> None:
     assert asyncio.run(main()) < 5  # far below the 30 s wait
 
 
+@contextlib.contextmanager
+def _serving(answer: Callable[[bytes, grpc.ServicerContext], bytes]) -> Iterator[str]:
+    """A loopback server answering every call, whatever its method, with `answer`."""
+
+    class Every(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[bytes, bytes]:
+            return grpc.unary_unary_rpc_method_handler(answer)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((Every(),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
+
+
+def _cancelled(request: bytes, context: grpc.ServicerContext) -> bytes:
+    context.abort(grpc.StatusCode.CANCELLED, "the daemon gave up on the call")
+
+
+def test_cancelling_a_call_in_flight_cancels_and_never_falls_back() -> None:
+    """A CANCELLED the daemon answers takes the fallback (tests/vectors/runner.json);
+    the executor's own cancellation of the call must still cancel."""
+    started, release = threading.Event(), threading.Event()
+
+    def hang(request: bytes, context: grpc.ServicerContext) -> bytes:
+        started.set()
+        release.wait(30)
+        return b""
+
+    async def main(target: str) -> int:
+        async with AsyncSquawkClient(target, call_timeout=timedelta(minutes=1)) as c:
+            task = asyncio.create_task(c.decide_retry(pb.DecideRetryRequest(attempt=1)))
+            assert await asyncio.to_thread(started.wait, 10)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return c.fallback_count
+
+    with _serving(hang) as target:
+        try:
+            assert asyncio.run(main(target)) == 0
+        finally:
+            release.set()
+
+
 def test_sync_cancel_aborts_the_wait_and_is_never_retried(daemon: Daemon) -> None:
     cancel = threading.Event()
     calls = 0
@@ -334,16 +383,22 @@ BATCH = [
 ]
 
 
-@pytest.mark.parametrize("mode", ["daemon", "fallback"])
+@pytest.mark.parametrize("mode", ["daemon", "fallback", "cancelled"])
 def test_a_batch_answers_item_by_item(daemon: Daemon, mode: str) -> None:
-    target = daemon.target if mode == "daemon" else f"127.0.0.1:{free_port()}"
-    with SquawkClient(target, call_timeout=timedelta(seconds=5)) as client:
+    with contextlib.ExitStack() as stack:
+        if mode == "daemon":
+            target = daemon.target
+        elif mode == "fallback":
+            target = f"127.0.0.1:{free_port()}"
+        else:  # a daemon that answers CANCELLED did not decide
+            target = stack.enter_context(_serving(_cancelled))
+        client = stack.enter_context(SquawkClient(target, call_timeout=timedelta(seconds=5)))
         first, second, third = client.decide_retry_batch(BATCH, timeout=timedelta(seconds=5))
     assert isinstance(first, Decision) and isinstance(third, Decision)
     assert (first.action, first.delay, first.fallback) == (
         Action.RETRY,
         timedelta(milliseconds=542),
-        mode == "fallback",
+        mode != "daemon",
     )
     assert (third.action, third.reason) == (Action.FAIL, Reason.ATTEMPTS_EXHAUSTED)
     assert isinstance(second, SquawkInputError)

@@ -1,5 +1,7 @@
 """tests/vectors/runner.json through both Python step runners, against the
-real daemon and in the local fallback (the daemon unreachable).
+real daemon and in the local fallback (the daemon unreachable), and each
+'daemonAnswers' case against a loopback gRPC server that answers every call
+with its status.
 
 Only the runner's sleep is replaced, by one that records the wait; every
 decision is a real call (or the real fallback), recorded on its way out.
@@ -11,11 +13,13 @@ import asyncio
 import copy
 import json
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from google.protobuf import json_format
 
@@ -26,6 +30,7 @@ from squawk_client import (
     Decision,
     ErrorInfo,
     SquawkClient,
+    SquawkError,
     StepError,
     StepFailed,
     StepOptions,
@@ -71,6 +76,9 @@ class Script:
             max_attempts=o.get("maxAttempts"),
             max_validation_retries=o.get("maxValidationRetries"),
             deadline=timedelta(seconds=float(deadline[:-1])) if deadline else None,
+            capability=o.get("capability", ""),
+            upstream=o.get("upstream", ""),
+            profile=o.get("profile", ""),
             hitl_approved=o.get("hitlApproved", False),
             delegated_orchestrator=o.get("delegatedOrchestrator", False),
         )
@@ -149,6 +157,10 @@ def _failed(exc: StepFailed) -> dict[str, Any]:
     }
 
 
+def _error(exc: SquawkError) -> dict[str, Any]:
+    return {"error": {"code": exc.code}}
+
+
 class RecordingClient(SquawkClient):
     def __init__(self, target: str, script: Script) -> None:
         super().__init__(target, call_timeout=TIMEOUT)
@@ -183,6 +195,8 @@ def _run_sync(target: str, script: Script) -> tuple[dict[str, Any], bool]:
             )
         except StepFailed as exc:
             return _failed(exc), client.fallback_count > 0
+        except SquawkError as exc:
+            return _error(exc), client.fallback_count > 0
         return {"ok": True}, client.fallback_count > 0
 
 
@@ -210,6 +224,8 @@ def _run_async(target: str, script: Script) -> tuple[dict[str, Any], bool]:
                 )
             except StepFailed as exc:
                 return _failed(exc), client.fallback_count > 0
+            except SquawkError as exc:
+                return _error(exc), client.fallback_count > 0
             return {"ok": True}, client.fallback_count > 0
 
     return asyncio.run(main())
@@ -226,15 +242,66 @@ def nowhere() -> Iterator[str]:
     yield f"127.0.0.1:{free_port()}"
 
 
+class _Answers(grpc.GenericRpcHandler):
+    """Answers every call, whatever its method, with one status and no message."""
+
+    def __init__(self, code: grpc.StatusCode) -> None:
+        self.code = code
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[bytes, bytes]:
+        def answer(request: bytes, context: grpc.ServicerContext) -> bytes:
+            context.abort(self.code, "scripted status")
+
+        return grpc.unary_unary_rpc_method_handler(answer)
+
+
+@pytest.fixture
+def answering() -> Iterator[Callable[[str], str]]:
+    """Starts a loopback server answering the named status; yields its target."""
+    servers: list[grpc.Server] = []
+
+    def start(code: str) -> str:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        server.add_generic_rpc_handlers((_Answers(grpc.StatusCode[code]),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return f"127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        server.stop(None)
+
+
+MODES = [
+    pytest.param(case, mode, id=f"{mode}-{case['name']}")
+    for case in RUNS
+    for mode in (["status"] if "daemonAnswers" in case else ["daemon", "fallback"])
+]
+
+
 @pytest.mark.parametrize("runner", sorted(RUNNERS))
-@pytest.mark.parametrize("mode", ["daemon", "fallback"])
-@pytest.mark.parametrize("case", RUNS, ids=[c["name"] for c in RUNS])
+@pytest.mark.parametrize(("case", "mode"), MODES)
 def test_runner_vector(
-    case: dict[str, Any], mode: str, runner: str, daemon: Daemon, nowhere: str
+    case: dict[str, Any],
+    mode: str,
+    runner: str,
+    daemon: Daemon,
+    nowhere: str,
+    answering: Callable[[str], str],
 ) -> None:
     script = Script(case)
-    target = daemon.target if mode == "daemon" else nowhere
+    if mode == "status":
+        target = answering(case["daemonAnswers"])
+    else:
+        target = daemon.target if mode == "daemon" else nowhere
     outcome, fell_back = RUNNERS[runner](target, script)
     script.check(_expectation(case, mode), outcome)
-    # The mode really was the one named: the daemon answered, or nobody did.
-    assert fell_back == (mode == "fallback" and bool(script.requests))
+    # The mode really was the one named: the daemon answered, or nobody did;
+    # a status either took the fallback or ended the run with its error.
+    if mode == "status":
+        assert fell_back == ("error" not in outcome)
+    else:
+        assert fell_back == (mode == "fallback" and bool(script.requests))

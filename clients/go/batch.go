@@ -29,12 +29,11 @@ type BatchResult struct {
 
 // DecideRetryBatch asks the daemon to decide many failed attempts in one
 // call; results come in request order. A bad item gets its own Err and the
-// others still get decisions. When the daemon is unreachable, answers
-// UNAVAILABLE or DEADLINE_EXCEEDED, or is too slow, the local fallback
-// decides each item as DecideRetry would (unless disabled). The call is
-// bounded by the call timeout once per started 100 items. A batch over
-// MaxBatch items or with a nil item is refused as a whole with an
-// *InputError.
+// others still get decisions. When the daemon does not decide (as for
+// DecideRetry), the local fallback decides each item as DecideRetry would
+// (unless disabled). The call is bounded by the call timeout once per
+// started 100 items. A batch over MaxBatch items or with a nil item is
+// refused as a whole with an *InputError.
 func (c *Client) DecideRetryBatch(ctx context.Context, req *squawkv1.DecideRetryBatchRequest) ([]BatchResult, error) {
 	if req == nil {
 		return nil, nilRequest("DecideRetryBatch")

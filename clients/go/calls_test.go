@@ -45,7 +45,7 @@ func wantInputError(t *testing.T, err error, field string) {
 }
 
 func TestDecideRetryBatch(t *testing.T) {
-	eachMode(t, func(t *testing.T, c *Client, fallback bool) {
+	check := func(t *testing.T, c *Client, fallback bool) {
 		results, err := c.DecideRetryBatch(context.Background(), &squawkv1.DecideRetryBatchRequest{
 			Requests: []*squawkv1.DecideRetryRequest{
 				{Attempt: 1, HttpStatus: 503},
@@ -81,6 +81,11 @@ func TestDecideRetryBatch(t *testing.T) {
 		if got := c.FallbackCount(); got != want {
 			t.Errorf("FallbackCount = %d, want %d", got, want)
 		}
+	}
+	eachMode(t, check)
+	// A daemon that answers CANCELLED did not decide: the fallback decides each item.
+	t.Run("cancelled", func(t *testing.T) {
+		check(t, newClient(t, answering(t, codes.Canceled), WithCallTimeout(5*time.Second)), true)
 	})
 }
 

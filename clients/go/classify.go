@@ -195,9 +195,41 @@ func uncappedWaitHint(headers map[string]string, now time.Time) (time.Duration, 
 		}
 	}
 	if value, ok := header(headers, "grpc-retry-pushback-ms"); ok {
-		if ms, ok := digits(value); ok {
+		if ms, ok := pushbackMS(value); ok {
 			return scaled(ms, time.Millisecond), "grpc-retry-pushback-ms", true
 		}
 	}
 	return 0, "", false
+}
+
+// pushbackMS reads a grpc-retry-pushback-ms value as the daemon does
+// (headers.py): an optional sign, then ASCII digits, within Python's
+// whitespace. ok is false when the value asks not to retry: gRFC A6 reads a
+// negative or unparsable value so, as grpc-go's strconv.Atoi does ("-0" is
+// zero, a leading "+" is allowed).
+func pushbackMS(value string) (uint64, bool) {
+	value = strings.TrimFunc(value, isPySpace)
+	sign := ""
+	if value != "" && (value[0] == '+' || value[0] == '-') {
+		sign, value = value[:1], value[1:]
+	}
+	if value == "" || strings.TrimFunc(value, isPySpace) != value {
+		return 0, false
+	}
+	ms, ok := digits(value)
+	if !ok || (sign == "-" && ms > 0) {
+		return 0, false
+	}
+	return ms, true
+}
+
+// pushbackRefuses reports whether the server's grpc-retry-pushback-ms asks
+// not to retry (gRFC A6 "Pushback").
+func pushbackRefuses(headers map[string]string) bool {
+	value, ok := header(headers, "grpc-retry-pushback-ms")
+	if !ok {
+		return false
+	}
+	_, wait := pushbackMS(value)
+	return !wait
 }

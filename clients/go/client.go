@@ -120,9 +120,10 @@ func (c *Client) Classify(ctx context.Context, req *squawkv1.ClassifyRequest) (*
 }
 
 // DecideRetry asks the daemon what to do after a failed attempt. When the
-// daemon is unreachable, answers UNAVAILABLE or DEADLINE_EXCEEDED, or takes
-// longer than the call timeout, the local fallback answers instead (unless
-// disabled) and the Decision has Fallback set. A request the policy cannot
+// daemon does not decide (it is unreachable, takes longer than the call
+// timeout, or the call ends with a status that says no decision was made,
+// CANCELLED or INTERNAL among them: see fallbackCodes), the local fallback
+// answers instead (unless disabled) and the Decision has Fallback set. A request the policy cannot
 // accept is an *InputError, from the daemon or from the fallback alike.
 // When ctx itself ends before an answer, DecideRetry returns an error that
 // matches ctx.Err() with errors.Is.
@@ -177,18 +178,40 @@ func (c *Client) CheckDispatch(ctx context.Context, req *squawkv1.CheckDispatchR
 	return resp, nil
 }
 
-// fallsBack reports whether a failed decision call is answered locally: the
-// fallback is on, the caller still waits, and the daemon could not answer
-// in time (as opposed to answering with a refusal).
+// fallbackCodes are the statuses that say the daemon did not decide. The
+// daemon itself answers only INVALID_ARGUMENT and INTERNAL; the others come
+// from gRPC or a proxy: unreachable or too slow, CANCELLED by the server or
+// a proxy (under load, or on shutdown; the caller's own cancellation is an
+// ended ctx, which never falls back), RESOURCE_EXHAUSTED (overload, an
+// answer over the size limit), UNKNOWN (an answer that could not be read),
+// UNIMPLEMENTED (an older daemon, or another server at the address),
+// ABORTED and DATA_LOSS. Left out, so that they surface: INVALID_ARGUMENT
+// (the caller's bad input), NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION,
+// OUT_OF_RANGE (verdicts on the request), PERMISSION_DENIED and
+// UNAUTHENTICATED (a verdict on the caller, which a fallback would hide for
+// good). The Python and TypeScript clients keep the same table, pinned by
+// the runner vectors.
+var fallbackCodes = map[codes.Code]bool{
+	codes.Canceled:          true,
+	codes.Unknown:           true,
+	codes.DeadlineExceeded:  true,
+	codes.ResourceExhausted: true,
+	codes.Aborted:           true,
+	codes.Internal:          true,
+	codes.Unavailable:       true,
+	codes.Unimplemented:     true,
+	codes.DataLoss:          true,
+}
+
+// fallsBack reports whether a failed call is answered locally (decisions)
+// or fails open (Admit, ReportOutcome): the fallback is on, the caller
+// still waits (its ctx has not ended), and the daemon did not decide (as
+// opposed to answering with a refusal).
 func (c *Client) fallsBack(ctx context.Context, err error) bool {
 	if !c.cfg.fallback || ctx.Err() != nil {
 		return false
 	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return true
-	}
-	return false
+	return fallbackCodes[status.Code(err)]
 }
 
 // decideLocally answers req from the local "default" profile and counts it.

@@ -186,14 +186,16 @@ func TestFallbackOnUnavailableAnswer(t *testing.T) {
 	}
 }
 
+// A status that judges the caller is not papered over (the runner vectors
+// pin the whole table, INTERNAL falling back among it).
 func TestNoFallbackOnOtherErrors(t *testing.T) {
 	f := startFake(t, func(context.Context, *squawkv1.DecideRetryRequest) (*squawkv1.DecideRetryResponse, error) {
-		return nil, status.Error(codes.Internal, "boom")
+		return nil, status.Error(codes.PermissionDenied, "boom")
 	})
 	c := newClient(t, f.addr, WithCallTimeout(5*time.Second))
 	_, err := c.DecideRetry(context.Background(), &squawkv1.DecideRetryRequest{Attempt: 1, HttpStatus: 503})
-	if status.Code(err) != codes.Internal {
-		t.Fatalf("err = %v, want code Internal through the wrapping", err)
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("err = %v, want code PermissionDenied through the wrapping", err)
 	}
 	if c.FallbackCount() != 0 {
 		t.Errorf("FallbackCount = %d, want 0", c.FallbackCount())
@@ -218,6 +220,31 @@ func TestEndedContextIsAnErrorNotAFallback(t *testing.T) {
 	_, err := c.DecideRetry(ctx, &squawkv1.DecideRetryRequest{Attempt: 1, HttpStatus: 503})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want one matching context.Canceled", err)
+	}
+	if c.FallbackCount() != 0 {
+		t.Errorf("FallbackCount = %d, want 0", c.FallbackCount())
+	}
+}
+
+// The caller's own cancellation is not a daemon that did not decide: a ctx
+// cancelled while the call is in flight ends it with ctx's error, even though
+// a CANCELLED the daemon answers now takes the fallback.
+func TestCancellingTheCallIsAnErrorNotAFallback(t *testing.T) {
+	started := make(chan struct{})
+	f := startFake(t, func(ctx context.Context, _ *squawkv1.DecideRetryRequest) (*squawkv1.DecideRetryResponse, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	})
+	c := newClient(t, f.addr, WithCallTimeout(time.Minute))
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-started
+		cancel()
+	}()
+	_, err := c.DecideRetry(ctx, &squawkv1.DecideRetryRequest{Attempt: 1, HttpStatus: 503})
+	if !errors.Is(err, context.Canceled) || status.Code(err) != codes.Canceled {
+		t.Fatalf("err = %v, want one matching context.Canceled with code CANCELLED", err)
 	}
 	if c.FallbackCount() != 0 {
 		t.Errorf("FallbackCount = %d, want 0", c.FallbackCount())

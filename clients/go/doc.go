@@ -43,8 +43,10 @@
 //
 // # Local fallback
 //
-// When the daemon is unreachable, answers UNAVAILABLE or DEADLINE_EXCEEDED,
-// or is slower than the call timeout, DecideRetry (and DecideRetryBatch, item
+// When the daemon does not decide (it is unreachable, slower than the call
+// timeout, or the call ends with a status that says no decision was made:
+// CANCELLED that is not ctx's, RESOURCE_EXHAUSTED, INTERNAL, UNKNOWN,
+// UNIMPLEMENTED, ABORTED, DATA_LOSS), DecideRetry (and DecideRetryBatch, item
 // by item) answers from a local port of the daemon's built-in "default"
 // profile instead, with corrections disabled
 // (a non-transient 4xx fails with REASON_NO_CORRECTION_AVAILABLE, or

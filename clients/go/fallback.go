@@ -126,6 +126,11 @@ func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv
 		reason = squawkv1.Reason_REASON_TRANSPORT_FAILURE
 		what = "The call failed in transport"
 	}
+	// Before the attempt count, as the daemon reads it (decide.py).
+	if pushbackRefuses(req.GetHeaders()) {
+		return fail(squawkv1.Reason_REASON_SERVER_PUSHBACK,
+			what+", but the server's grpc-retry-pushback-ms asks not to retry (a negative or unparsable value).")
+	}
 	attempt := req.GetAttempt()
 	maxAttempts := p.maxAttempts
 	if req.MaxAttempts != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
@@ -36,6 +39,9 @@ type runnerCase struct {
 	OnError        *[]string        `json:"onError"`
 	Expect         runnerExpect     `json:"expect"`
 	FallbackExpect *json.RawMessage `json:"fallback"`
+	// DaemonAnswers, when set, is the gRPC status a loopback server answers
+	// every call with; the case runs only against it.
+	DaemonAnswers string `json:"daemonAnswers"`
 }
 
 type jsonParams = map[string]any
@@ -74,6 +80,9 @@ type runnerExpect struct {
 			Reason string `json:"reason"`
 			Calls  int    `json:"calls"`
 		} `json:"failed"`
+		Error *struct {
+			Code string `json:"code"`
+		} `json:"error"`
 	} `json:"outcome"`
 }
 
@@ -142,6 +151,9 @@ func TestRunnerVectors(t *testing.T) {
 	}{{"daemon", false}, {"fallback", true}} {
 		t.Run(mode.name, func(t *testing.T) {
 			for _, tc := range cases {
+				if tc.DaemonAnswers != "" {
+					continue
+				}
 				t.Run(tc.Name, func(t *testing.T) {
 					var rec requestRecorder
 					dial := WithDialOptions(grpc.WithChainUnaryInterceptor(rec.intercept))
@@ -157,6 +169,39 @@ func TestRunnerVectors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunnerVectorsDaemonStatus runs each daemonAnswers case against a
+// loopback gRPC server that answers every call with the case's status, as
+// a daemon (or a proxy) that did not decide would.
+func TestRunnerVectorsDaemonStatus(t *testing.T) {
+	for _, tc := range loadRunnerVectors(t) {
+		if tc.DaemonAnswers == "" {
+			continue
+		}
+		t.Run(tc.Name, func(t *testing.T) {
+			var rec requestRecorder
+			dial := WithDialOptions(grpc.WithChainUnaryInterceptor(rec.intercept))
+			c := newClient(t, answering(t, mustCode(t, tc.DaemonAnswers)), dial, WithCallTimeout(10*time.Second))
+			runCase(t, c, &rec, tc, tc.Expect, tc.Expect.Outcome.Error == nil)
+		})
+	}
+}
+
+// answering starts a loopback gRPC server that answers every call, of any
+// service, with code and no message, and returns its address.
+func answering(t *testing.T, code codes.Code) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+		return status.Error(code, "scripted status")
+	}))
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return l.Addr().String()
 }
 
 func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want runnerExpect, fallback bool) {
@@ -246,7 +291,7 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 
 	_, err := Run(ctx, c, params, step, opts)
 
-	if !reflect.DeepEqual(dispatches, want.Dispatches) {
+	if !reflect.DeepEqual(nonNil(dispatches), nonNil(want.Dispatches)) {
 		t.Errorf("dispatches %v, want %v", dispatches, want.Dispatches)
 	}
 	if want.WaitsMs != nil && !reflect.DeepEqual(nonNil(waits), nonNil(*want.WaitsMs)) {
@@ -266,14 +311,18 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 			t.Run(fmt.Sprintf("request %d", i+1), func(t *testing.T) { checkExpect(t, want.Requests[i], sent[i]) })
 		}
 	}
-	// Every decision came from where the mode says.
+	// Every decision came from where the mode says; with an upstream, Admit
+	// and ReportOutcome failing open count too.
 	if wantFallbacks := int64(0); fallback {
 		wantFallbacks = int64(len(sent))
+		if tc.Options.Upstream != "" {
+			wantFallbacks += int64(len(dispatches)) + 1 // an Admit per dispatch, a report of the success
+		}
 		if got := c.FallbackCount(); got != wantFallbacks {
-			t.Errorf("FallbackCount = %d, want %d (one per request)", got, wantFallbacks)
+			t.Errorf("FallbackCount = %d, want %d", got, wantFallbacks)
 		}
 	} else if got := c.FallbackCount(); got != 0 {
-		t.Errorf("FallbackCount = %d against the daemon", got)
+		t.Errorf("FallbackCount = %d without the fallback", got)
 	}
 
 	switch o := want.Outcome; {
@@ -304,6 +353,14 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 		if re.Err == nil || !errors.Is(err, re.Err) {
 			t.Errorf("RunError does not carry the step's last error: %v", err)
 		}
+	case o.Error != nil:
+		var re *RunError
+		if !errors.As(err, &re) || re.Cause == nil {
+			t.Fatalf("Run = %v, want a *RunError with the client's error as its Cause", err)
+		}
+		if got := status.Code(re.Cause); got != mustCode(t, o.Error.Code) {
+			t.Errorf("Run's cause has code %v, want %s: %v", got, o.Error.Code, re.Cause)
+		}
 	default:
 		t.Fatal("the case states no outcome")
 	}
@@ -315,4 +372,14 @@ func nonNil[T any](s []T) []T {
 		return []T{}
 	}
 	return s
+}
+
+// mustCode reads a gRPC status name such as "INVALID_ARGUMENT".
+func mustCode(t *testing.T, name string) codes.Code {
+	t.Helper()
+	var code codes.Code
+	if err := code.UnmarshalJSON([]byte(`"` + name + `"`)); err != nil {
+		t.Fatalf("status name %q: %v", name, err)
+	}
+	return code
 }

@@ -55,11 +55,10 @@ func (a Admission) String() string {
 }
 
 // Admit asks the pod whether a call to req's upstream may be dispatched
-// now; ask it before each dispatch. It fails open: when the daemon is
-// unreachable, answers UNAVAILABLE or DEADLINE_EXCEEDED, or is slower than
-// the call timeout, the call is admitted (REASON_ADMITTED, breaker CLOSED)
-// with Fallback set and counted in FallbackCount, since a missing sidecar
-// must not stop every dispatch. WithFallbackDisabled returns the daemon's
+// now; ask it before each dispatch. It fails open: when the daemon does not
+// decide (as for DecideRetry's fallback), the call is admitted
+// (REASON_ADMITTED, breaker CLOSED) with Fallback set and counted in
+// FallbackCount, since a missing sidecar must not stop every dispatch. WithFallbackDisabled returns the daemon's
 // error instead. A request the daemon refuses is an *InputError.
 func (c *Client) Admit(ctx context.Context, req *squawkv1.AdmitRequest) (Admission, error) {
 	if req == nil {

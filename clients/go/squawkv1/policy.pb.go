@@ -168,10 +168,10 @@ func (Action) EnumDescriptor() ([]byte, []int) {
 // order and the first that applies decides: CANCELLED,
 // EXPLICIT_NOT_RETRYABLE, TERMINAL_STATUS, SINGLE_DISPATCH; then a transport
 // failure or transient status is resent (TRANSPORT_FAILURE,
-// TRANSIENT_STATUS) unless ATTEMPTS_EXHAUSTED or DEADLINE_EXCEEDED; then
-// another 4xx is corrected (CORRECTION_ELIGIBLE) unless HITL_PROTECTED,
-// NO_CORRECTION_AVAILABLE or CORRECTION_BUDGET_EXHAUSTED; anything else is
-// NOT_RETRYABLE_STATUS.
+// TRANSIENT_STATUS) unless SERVER_PUSHBACK, ATTEMPTS_EXHAUSTED or
+// DEADLINE_EXCEEDED; then another 4xx is corrected (CORRECTION_ELIGIBLE)
+// unless HITL_PROTECTED, NO_CORRECTION_AVAILABLE or
+// CORRECTION_BUDGET_EXHAUSTED; anything else is NOT_RETRYABLE_STATUS.
 type Reason int32
 
 const (
@@ -232,6 +232,12 @@ const (
 	Reason_REASON_UPSTREAM_COOLING_DOWN Reason = 16
 	// Admit: the call may be dispatched.
 	Reason_REASON_ADMITTED Reason = 17
+	// FAIL: a transport failure or transient status whose
+	// grpc-retry-pushback-ms header asks not to retry: a value that is
+	// negative or not an integer (gRFC A6 "Pushback"). Checked before the
+	// attempt count. Such a failure counts against the upstream's breaker and
+	// retry budget whatever its status, as A6 counts it against the throttle.
+	Reason_REASON_SERVER_PUSHBACK Reason = 18
 )
 
 // Enum value maps for Reason.
@@ -255,6 +261,7 @@ var (
 		15: "REASON_RETRY_BUDGET_EXHAUSTED",
 		16: "REASON_UPSTREAM_COOLING_DOWN",
 		17: "REASON_ADMITTED",
+		18: "REASON_SERVER_PUSHBACK",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                 0,
@@ -275,6 +282,7 @@ var (
 		"REASON_RETRY_BUDGET_EXHAUSTED":      15,
 		"REASON_UPSTREAM_COOLING_DOWN":       16,
 		"REASON_ADMITTED":                    17,
+		"REASON_SERVER_PUSHBACK":             18,
 	}
 )
 
@@ -447,8 +455,10 @@ type ClassifyRequest struct {
 	// Two are read, for retry_after: `Retry-After` (ASCII digits = seconds,
 	// `0` = now; or an HTTP-date, a past one = now) and, when Retry-After is
 	// absent or malformed, `grpc-retry-pushback-ms` (ASCII digits =
-	// milliseconds). A malformed value (a fraction, a sign, a word, non-ASCII
-	// digits) is ignored.
+	// milliseconds, a leading `+` allowed). A malformed Retry-After (a
+	// fraction, a sign, a word, non-ASCII digits) is ignored; a
+	// grpc-retry-pushback-ms that is negative or not an integer gives no
+	// retry_after and asks not to retry (see REASON_SERVER_PUSHBACK).
 	Headers map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The policy profile whose transient set decides `retryable`. Optional;
 	// "" (the default) = "default". Built in: "default" and "llm"; the policy
@@ -677,7 +687,8 @@ type DecideRetryRequest struct {
 	// headers, names of at most 256 and values of at most 8,192 characters.
 	// A valid Retry-After or grpc-retry-pushback-ms (read as
 	// ClassifyRequest.headers says, capped at one day) replaces the computed
-	// backoff on RETRY.
+	// backoff on RETRY; a grpc-retry-pushback-ms that asks not to retry turns
+	// the RETRY into REASON_SERVER_PUSHBACK.
 	Headers map[string]string `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Corrections already applied to this step. Optional; default 0; must be
 	// >= 0. CORRECT needs validation_retries_used < max_validation_retries.
@@ -1905,8 +1916,10 @@ type Outcome struct {
 	// convenience and not used by the pod's state today.
 	Latency *durationpb.Duration `protobuf:"bytes,7,opt,name=latency,proto3" json:"latency,omitempty"`
 	// The response headers that matter to the pod: Retry-After and
-	// grpc-retry-pushback-ms start the upstream's shared cool-down. Bounded
-	// as DecideRetryRequest.headers.
+	// grpc-retry-pushback-ms start the upstream's shared cool-down, and a
+	// grpc-retry-pushback-ms that asks not to retry makes a failure count
+	// whatever its status (see REASON_SERVER_PUSHBACK). Bounded as
+	// DecideRetryRequest.headers.
 	Headers       map[string]string `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2476,7 +2489,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_RETRY\x10\x01\x12\x12\n" +
 	"\x0eACTION_CORRECT\x10\x02\x12\x0f\n" +
-	"\vACTION_FAIL\x10\x03*\xa4\x04\n" +
+	"\vACTION_FAIL\x10\x03*\xc0\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREASON_EXPLICIT_NOT_RETRYABLE\x10\x01\x12\x1a\n" +
@@ -2496,7 +2509,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x13REASON_CIRCUIT_OPEN\x10\x0e\x12!\n" +
 	"\x1dREASON_RETRY_BUDGET_EXHAUSTED\x10\x0f\x12 \n" +
 	"\x1cREASON_UPSTREAM_COOLING_DOWN\x10\x10\x12\x13\n" +
-	"\x0fREASON_ADMITTED\x10\x11*|\n" +
+	"\x0fREASON_ADMITTED\x10\x11\x12\x1a\n" +
+	"\x16REASON_SERVER_PUSHBACK\x10\x12*|\n" +
 	"\fBreakerState\x12\x1d\n" +
 	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +

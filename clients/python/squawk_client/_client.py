@@ -3,9 +3,11 @@ transports only differ in how they call the stub.
 
 Decision calls carry a short deadline (50 ms by default): Squawk sits on the
 failure path, and a slow or absent daemon must not stall the executor. When
-the daemon is unreachable or too slow, DecideRetry (and DecideRetryBatch,
-item by item) answers from the local fallback policy and the decision says
-so (`fallback=True`). The other calls have no fallback: they raise.
+the daemon does not decide (it is unreachable or too slow, or the call ends
+with another status that says no decision was made: see _FALL_BACK_ON),
+DecideRetry (and DecideRetryBatch, item by item) answers from the local
+fallback policy and the decision says so (`fallback=True`). The other calls
+have no fallback: they raise.
 """
 
 from __future__ import annotations
@@ -87,7 +89,33 @@ _CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
-_FALL_BACK_ON = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# The statuses that say the daemon did not decide, so the fallback answers
+# (and Admit and ReportOutcome fail open). The daemon itself answers only
+# INVALID_ARGUMENT and INTERNAL; the others come from gRPC or a proxy:
+# unreachable or too slow, CANCELLED by the server or a proxy (under load, or
+# on shutdown), RESOURCE_EXHAUSTED (overload, an answer over the size limit),
+# UNKNOWN (an answer that could not be read), UNIMPLEMENTED (an older daemon,
+# or another server at the address), ABORTED and DATA_LOSS. The executor's
+# own cancellation never gets here: asyncio raises CancelledError, not an
+# RpcError. Left out on purpose, so that they raise: INVALID_ARGUMENT (the
+# caller's bad input), NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION,
+# OUT_OF_RANGE (verdicts on the request), PERMISSION_DENIED and
+# UNAUTHENTICATED (a verdict on the caller: a fallback would hide a
+# misconfiguration for good). The Go and TypeScript clients keep the same
+# table, pinned by the runner vectors.
+_FALL_BACK_ON = frozenset(
+    {
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.DATA_LOSS,
+    }
+)
 # grpc.health.v1's Check, which the daemon always serves; sent as the bytes of
 # an empty HealthCheckRequest, so the client needs no health package.
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"

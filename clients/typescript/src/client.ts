@@ -49,8 +49,32 @@ import { unary, type Start } from "./unary";
 /** An analysis may call a model: it gets seconds, not the 50 ms of a decision. */
 const ANALYZE_TIMEOUT_MS = 30_000;
 
-/** Codes that mean "the daemon did not answer": the fallback takes over. */
-const FALLBACK_CODES: ReadonlySet<status> = new Set([status.UNAVAILABLE, status.DEADLINE_EXCEEDED]);
+/**
+ * Codes that mean "the daemon did not decide": the fallback takes over. The
+ * daemon itself answers only INVALID_ARGUMENT and INTERNAL; the others come
+ * from gRPC or a proxy: unreachable or too slow, CANCELLED by the server or a
+ * proxy (under load, or on shutdown; the caller's own abort rejects with
+ * `signal.reason` and never falls back), RESOURCE_EXHAUSTED (overload, an
+ * answer over the size limit), UNKNOWN (an answer that could not be read),
+ * UNIMPLEMENTED (an older daemon, or another server at the address), ABORTED
+ * and DATA_LOSS. Left out, so that they surface: INVALID_ARGUMENT (the
+ * caller's bad input), NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION,
+ * OUT_OF_RANGE (verdicts on the request), PERMISSION_DENIED and
+ * UNAUTHENTICATED (a verdict on the caller, which a fallback would hide for
+ * good). The Python and Go clients keep the same table, pinned by the runner
+ * vectors.
+ */
+const FALLBACK_CODES: ReadonlySet<status> = new Set([
+  status.CANCELLED,
+  status.UNKNOWN,
+  status.DEADLINE_EXCEEDED,
+  status.RESOURCE_EXHAUSTED,
+  status.ABORTED,
+  status.INTERNAL,
+  status.UNAVAILABLE,
+  status.UNIMPLEMENTED,
+  status.DATA_LOSS,
+]);
 
 const metadataSetter: TextMapSetter<Metadata> = {
   set(carrier, key, value) {
@@ -116,9 +140,10 @@ export class SquawkClient {
   }
 
   /**
-   * Decide what to do after a failed attempt. When the daemon is
-   * unreachable, answers UNAVAILABLE or DEADLINE_EXCEEDED, or is slower than
-   * the call timeout, the local fallback answers (`fallback: true`). A
+   * Decide what to do after a failed attempt. When the daemon does not
+   * decide (it is unreachable, slower than the call timeout, or the call ends
+   * with a status that says no decision was made: see FALLBACK_CODES), the
+   * local fallback answers (`fallback: true`). A
    * request the policy cannot accept is a SquawkInputError either way.
    */
   async decideRetry(input: DecideRetryInput, options: CallOptions = {}): Promise<Decision> {

@@ -8,7 +8,7 @@ import { durationFromMs, durationToMs, roundHalfEven } from "./duration";
 import { readEnvelope } from "./envelope";
 import { SquawkInputError } from "./errors";
 import type { Duration } from "./gen/google/protobuf/duration";
-import { waitHint } from "./headers";
+import { pushbackRefuses, waitHint } from "./headers";
 import {
   Action,
   Reason,
@@ -133,6 +133,13 @@ export function fallbackDecide(
   if (transport || isTransientStatus(status)) {
     const reason = transport ? Reason.REASON_TRANSPORT_FAILURE : Reason.REASON_TRANSIENT_STATUS;
     const what = transport ? "The call failed in transport" : `HTTP ${status} is transient`;
+    // Before the attempt count, as the daemon reads it (decide.py).
+    if (pushbackRefuses(req.headers)) {
+      return fail(
+        Reason.REASON_SERVER_PUSHBACK,
+        `${what}, but the server's grpc-retry-pushback-ms asks not to retry (a negative or unparsable value).`,
+      );
+    }
     const maxAttempts = req.maxAttempts ?? profile.maxAttempts;
     if (req.attempt >= maxAttempts) {
       return fail(

@@ -65,10 +65,30 @@ function uncappedWaitHint(headers: HeaderMap, nowMs: number): WaitHint | undefin
   }
   const pushback = header(headers, "grpc-retry-pushback-ms");
   if (pushback !== undefined) {
-    const ms = digits(pushback);
+    const ms = pushbackMs(pushback);
     if (ms !== undefined) return { ms, from: "grpc-retry-pushback-ms" };
   }
   return undefined;
+}
+
+/**
+ * A grpc-retry-pushback-ms value as the daemon reads it (headers.py): an
+ * optional sign, then ASCII digits, within Python's whitespace. undefined
+ * when the value asks not to retry: gRFC A6 reads a negative or unparsable
+ * value so, as grpc-go's strconv.Atoi does ("-0" is zero, a leading "+" is
+ * allowed).
+ */
+function pushbackMs(value: string): number | undefined {
+  const match = /^([+-]?)([0-9]+)$/.exec(pyStrip(value));
+  if (match === null) return undefined;
+  const ms = Number(match[2]);
+  return match[1] === "-" && ms > 0 ? undefined : ms;
+}
+
+/** Whether the server's grpc-retry-pushback-ms asks not to retry (gRFC A6 "Pushback"). */
+export function pushbackRefuses(headers: HeaderMap): boolean {
+  const value = header(headers, "grpc-retry-pushback-ms");
+  return value !== undefined && pushbackMs(value) === undefined;
 }
 
 const MONTHS = [

@@ -31,7 +31,7 @@ import { BadRequest } from "../src/gen/google/rpc/error_details";
 import { Status } from "../src/gen/google/rpc/status";
 import { PolicyServiceService, type PolicyServiceServer } from "../src/gen/squawk/v1/policy";
 
-type Behaviour = "answer" | "slow" | "invalid" | "detailed" | "garbled" | "internal";
+type Behaviour = "answer" | "slow" | "invalid" | "detailed" | "garbled" | "denied" | "cancelled";
 
 /** An INVALID_ARGUMENT whose grpc-status-details-bin trailer holds `details`, as grpcio-status writes it. */
 function refusal(message: string, details: Uint8Array): Partial<ServiceError> {
@@ -68,8 +68,10 @@ class RecordingServer {
         callback(refusal("the request is not acceptable", badRequest("deadline.nanos", "must be < 1e9")) as ServiceError, null);
       } else if (this.behaviour === "garbled") {
         callback(refusal("max_attempts: must be >= 1 when set, got 0", Uint8Array.of(0xff, 0xff, 0xff)) as ServiceError, null);
-      } else if (this.behaviour === "internal") {
-        callback({ code: status.INTERNAL, details: "internal error; see the daemon's log" } as ServiceError, null);
+      } else if (this.behaviour === "cancelled") {
+        callback({ code: status.CANCELLED, details: "the daemon gave up on the call" } as ServiceError, null);
+      } else if (this.behaviour === "denied") {
+        callback({ code: status.PERMISSION_DENIED, details: "not for this caller" } as ServiceError, null);
       } else {
         callback(null, answer);
       }
@@ -220,6 +222,24 @@ describe("client against an in-test server", () => {
     }
   });
 
+  test("a daemon that answers CANCELLED did not decide: a batch is decided item by item by the fallback", async () => {
+    recorder.behaviour = "cancelled";
+    const client = new SquawkClient(target, { callTimeoutMs: 2000 });
+    try {
+      const results = await client.decideRetryBatch({ requests: [{ attempt: 1, httpStatus: 503 }, { attempt: 1, httpStatus: 401 }] });
+      assert.deepEqual(
+        results.map((r) => [r.decision?.fallback, r.decision?.action, r.decision?.reason]),
+        [
+          [true, Action.ACTION_RETRY, Reason.REASON_TRANSIENT_STATUS],
+          [true, Action.ACTION_FAIL, Reason.REASON_TERMINAL_STATUS],
+        ],
+      );
+      assert.equal(client.fallbackCount, 2);
+    } finally {
+      client.close();
+    }
+  });
+
   test("a batch gets the call timeout once per started 100 requests", async () => {
     // The server answers after 400 ms: 3,000 requests get 30 x 50 ms, enough to wait for
     // it with room for a loaded machine (a single call's 50 ms is not).
@@ -267,8 +287,13 @@ describe("client against an in-test server", () => {
         (e: unknown) => e instanceof SquawkInputError && e.field === "max_attempts",
         "a trailer that does not decode leaves the message's prefix",
       );
-      recorder.behaviour = "internal";
-      await assert.rejects(client.decideRetry({ attempt: 1 }), (e: unknown) => e instanceof SquawkError && e.code === status.INTERNAL);
+      // A verdict on the caller surfaces (the runner vectors pin the whole
+      // table of statuses, INTERNAL falling back among it).
+      recorder.behaviour = "denied";
+      await assert.rejects(
+        client.decideRetry({ attempt: 1 }),
+        (e: unknown) => e instanceof SquawkError && e.code === status.PERMISSION_DENIED,
+      );
       assert.equal(client.fallbackCount, 0);
     } finally {
       client.close();

@@ -1,13 +1,17 @@
 // Every case of tests/vectors/runner.json, run by runStep twice: against the
-// real daemon, and with the daemon unreachable (the local fallback).
+// real daemon, and with the daemon unreachable (the local fallback); a case
+// with daemonAnswers runs once, against a loopback server answering that status.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { Server, ServerCredentials, status, type ServiceError, type UntypedServiceImplementation } from "@grpc/grpc-js";
+import { PolicyServiceService } from "../src/gen/squawk/v1/policy";
 import {
   DecideRetryRequest,
   runStep,
   SquawkClient,
+  SquawkError,
   StepError,
   StepFailedError,
   type Decision,
@@ -34,7 +38,10 @@ interface Seen {
   readonly reason: string;
 }
 
-type Outcome = { readonly ok: true } | { readonly failed: { action: string; reason: string; calls: number } };
+type Outcome =
+  | { readonly ok: true }
+  | { readonly failed: { action: string; reason: string; calls: number } }
+  | { readonly error: { code: string } };
 
 interface Expect {
   readonly dispatches: Params[];
@@ -53,6 +60,8 @@ interface RunnerCase {
   readonly onError?: Tier[];
   readonly expect: Expect;
   readonly fallback?: Expect;
+  /** A gRPC status name: the case runs against a server answering every call with it. */
+  readonly daemonAnswers?: string;
 }
 
 const vectors = JSON.parse(readFileSync(join(repoRoot(), "tests", "vectors", "runner.json"), "utf8")) as {
@@ -180,9 +189,13 @@ async function runCase(c: RunnerCase, client: SquawkClient, fallback: boolean): 
     );
     rec.outcome = { ok: true };
   } catch (error) {
-    if (!(error instanceof StepFailedError)) throw error;
-    const { action, reason } = error.decision;
-    rec.outcome = { failed: { action, reason, calls: error.calls } };
+    if (error instanceof SquawkError) {
+      rec.outcome = { error: { code: status[error.code] } };
+    } else {
+      if (!(error instanceof StepFailedError)) throw error;
+      const { action, reason } = error.decision;
+      rec.outcome = { failed: { action, reason, calls: error.calls } };
+    }
   }
   assert.ok(
     rec.decisions.every((d) => d.fallback === fallback),
@@ -219,7 +232,7 @@ describe("runner vectors against the daemon", () => {
     await daemon?.stop();
   });
 
-  for (const c of vectors.cases) {
+  for (const c of vectors.cases.filter((c) => c.daemonAnswers === undefined)) {
     test(c.name, async () => check(await runCase(c, client, false), c.expect));
   }
 });
@@ -234,7 +247,41 @@ describe("runner vectors in the local fallback", () => {
 
   after(() => client?.close());
 
-  for (const c of vectors.cases) {
+  for (const c of vectors.cases.filter((c) => c.daemonAnswers === undefined)) {
     test(c.name, async () => check(await runCase(c, client, true), c.fallback ?? c.expect));
+  }
+});
+
+/** A loopback server answering every PolicyService call with `code` and no message. */
+async function answering(code: status): Promise<{ target: string; server: Server }> {
+  const server = new Server();
+  const impl: UntypedServiceImplementation = {};
+  for (const method of Object.keys(PolicyServiceService)) {
+    impl[method] = (_call: unknown, callback: (error: Partial<ServiceError>) => void) =>
+      callback({ code, details: "scripted status" });
+  }
+  server.addService(PolicyServiceService, impl);
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (error, p) => (error ? reject(error) : resolve(p))),
+  );
+  return { target: `127.0.0.1:${port}`, server };
+}
+
+describe("runner vectors against a server answering a status", () => {
+  for (const c of vectors.cases.filter((c) => c.daemonAnswers !== undefined)) {
+    test(c.name, async () => {
+      const code = status[c.daemonAnswers as keyof typeof status];
+      assert.equal(typeof code, "number", `unknown status ${c.daemonAnswers}`);
+      const { target, server } = await answering(code);
+      const client = new SquawkClient(target, { callTimeoutMs: 5000 });
+      try {
+        const fallback = !("error" in c.expect.outcome);
+        check(await runCase(c, client, fallback), c.expect);
+        assert.equal(client.fallbackCount > 0, fallback, "a fallback is counted exactly when the run did not end in an error");
+      } finally {
+        client.close();
+        server.forceShutdown();
+      }
+    });
   }
 });

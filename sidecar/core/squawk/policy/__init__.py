@@ -9,7 +9,7 @@ from .breaker import BreakerConfig
 from .classify import classify, status_from_text
 from .decide import decide, validate
 from .guard import FleetAnswer, guard_fleet, guard_retry
-from .headers import retry_after
+from .headers import pushback_refuses, retry_after
 from .outcome import Outcome, counts_as_failure
 from .profiles import Policy, Profile, builtin_policy, builtin_profile
 from .redact import REDACTED, redact
@@ -72,6 +72,7 @@ __all__ = [
     "guard_retry",
     "is_idle",
     "parse_duration",
+    "pushback_refuses",
     "record_outcome",
     "redact",
     "retry_after",

@@ -3,7 +3,10 @@
 The rules run in a fixed order and the first that applies decides:
 cancellation, the component's explicit refusal, terminal statuses, single
 dispatch, transient failures (resend unchanged), other 4xx (correct), and
-everything else fails. The deadline guard applies to every resend.
+everything else fails. A resend is refused when the server's
+grpc-retry-pushback-ms asks not to retry (gRFC A6; see headers.py), before
+the attempt count, as grpc-go's shouldRetry reads the pushback before the
+budget. The deadline guard applies to every resend.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from datetime import timedelta
 from .backoff import delay
 from .classify import check_status, classify_parts
 from .envelope import read_envelope
-from .headers import wait_hint
+from .headers import pushback_refuses, wait_hint
 from .limits import MAX_NAME_CHARS, check_chars, check_headers
 from .profiles import DEFAULT_MAX_BODY_BYTES, Profile
 from .types import (
@@ -124,6 +127,17 @@ def _resend(
 ) -> Decision:
     reason = Reason.TRANSPORT_FAILURE if transport else Reason.TRANSIENT_STATUS
     what = resend_phrase(transport, state.http_status)
+    if pushback_refuses(state.headers):
+        return Decision(
+            Action.FAIL,
+            _ZERO,
+            Reason.SERVER_PUSHBACK,
+            f"{what}, but the server's grpc-retry-pushback-ms asks not to retry "
+            "(a negative or unparsable value).",
+            True,
+            seen,
+            declared,
+        )
     max_attempts = profile.max_attempts if state.max_attempts is None else state.max_attempts
     if state.attempt >= max_attempts:
         return Decision(

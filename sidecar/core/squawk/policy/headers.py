@@ -1,5 +1,17 @@
 """Server-sent wait hints: Retry-After and grpc-retry-pushback-ms.
 
+gRFC A6 "Pushback": grpc-retry-pushback-ms is a signed integer of
+milliseconds, and a value that is negative or does not parse means the server
+asks the client not to retry at all. grpc-go (`strconv.Atoi`, then `< 0`)
+and grpc-java (`Integer.valueOf`, -1 on NumberFormatException) read it so,
+and both count the refusal against the retry throttle. Here the same:
+`pushback_refuses` says so, wait_hint then gives no wait for that header,
+decide() fails a resend with SERVER_PUSHBACK and the failure counts against
+the upstream (Outcome.refused_retry). Like the peers' parsers a leading `+`
+and leading zeros are accepted, and `-0` is zero; unlike them, whitespace
+around the value is allowed (HTTP strips it from field values) and a value
+past a day is capped, not refused.
+
 A hint is capped at MAX_RETRY_AFTER: a server asking for more than a day
 says "not today", and a 317-year delay (ten digits of seconds) is neither
 useful nor representable everywhere (google.protobuf.Duration ends at
@@ -15,7 +27,14 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
-__all__ = ["MAX_RETRY_AFTER", "HintHeader", "header", "retry_after", "wait_hint"]
+__all__ = [
+    "MAX_RETRY_AFTER",
+    "HintHeader",
+    "header",
+    "pushback_refuses",
+    "retry_after",
+    "wait_hint",
+]
 
 HintHeader = Literal["Retry-After", "grpc-retry-pushback-ms"]
 
@@ -52,12 +71,34 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def _digits(value: str) -> int | None:
+def _unsigned(value: str) -> int | None:
     # Only plain ASCII digits: a fraction, a sign or a word is malformed.
-    value = value.strip()
     if value and value.isascii() and value.isdigit():
         return int(value) if len(value) <= _MAX_DIGITS else 10**_MAX_DIGITS
     return None
+
+
+def _digits(value: str) -> int | None:
+    return _unsigned(value.strip())
+
+
+def _pushback_ms(value: str) -> int | None:
+    """The milliseconds a grpc-retry-pushback-ms value asks to wait, or None
+    when it asks not to retry (negative, empty or not an integer)."""
+    value = value.strip()
+    sign = value[:1]
+    ms = _unsigned(value[1:] if sign in ("+", "-") else value)
+    if ms is None or (sign == "-" and ms > 0):
+        return None
+    return ms
+
+
+def pushback_refuses(headers: Mapping[str, str]) -> bool:
+    """Whether the server's grpc-retry-pushback-ms asks not to retry (gRFC A6)."""
+    if not headers:
+        return False
+    value = header(headers, "grpc-retry-pushback-ms")
+    return value is not None and _pushback_ms(value) is None
 
 
 def _http_date(value: str) -> datetime | None:
@@ -93,7 +134,8 @@ def wait_hint(
     """The wait the server asked for and the header that asked for it, or None.
 
     Retry-After wins when it parses; a malformed one (or a date naming no
-    instant) leaves grpc-retry-pushback-ms to decide. The header is named
+    instant) leaves grpc-retry-pushback-ms to decide. A pushback that asks
+    not to retry gives no wait (see pushback_refuses). The header is named
     here, where the choice is made, so an explanation cannot credit the
     wrong one. `clock` returns the current Unix time; it is only called for
     an HTTP-date.
@@ -111,7 +153,7 @@ def wait_hint(
             return timedelta(seconds=wait), "Retry-After"
     pushback = header(headers, "grpc-retry-pushback-ms")
     if pushback is not None:
-        ms = _digits(pushback)
+        ms = _pushback_ms(pushback)
         if ms is not None:
             return timedelta(milliseconds=min(ms, _MAX_SECONDS * 1000)), "grpc-retry-pushback-ms"
     return None

@@ -41,6 +41,9 @@ class Outcome:
     `success` wins: a successful call's status is not read. `retry_after` is
     the server's wait hint (Retry-After or grpc-retry-pushback-ms), already
     parsed, e.g. by squawk.policy.retry_after; None when it sent none.
+    `refused_retry`: its grpc-retry-pushback-ms asked not to retry
+    (squawk.policy.pushback_refuses), which gRFC A6 counts against the
+    throttle whatever the status, so it counts as a failure.
     """
 
     success: bool
@@ -48,6 +51,7 @@ class Outcome:
     transport_failure: bool = False
     retry_after: timedelta | None = None
     cancelled: bool = False
+    refused_retry: bool = False
 
     @property
     def verdict(self) -> Verdict:
@@ -55,7 +59,7 @@ class Outcome:
             return Verdict.IGNORED
         if self.success:
             return Verdict.SUCCESS
-        if counts_as_failure(self.http_status, self.transport_failure):
+        if self.refused_retry or counts_as_failure(self.http_status, self.transport_failure):
             return Verdict.FAILURE
         return Verdict.IGNORED
 

@@ -60,6 +60,8 @@ class Reason(enum.IntEnum):
     UPSTREAM_COOLING_DOWN = 16
     # Admit only: the call may be dispatched.
     ADMITTED = 17
+    # The server's grpc-retry-pushback-ms asked not to retry (gRFC A6).
+    SERVER_PUSHBACK = 18
 
 
 class BreakerState(enum.IntEnum):

@@ -17,6 +17,7 @@ from squawk.policy import (
     Failure,
     Outcome,
     Reason,
+    pushback_refuses,
     retry_after,
 )
 from squawk.policy.limits import MAX_NAME_CHARS, check_chars, check_headers, check_status, duration
@@ -115,6 +116,7 @@ def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
         http_status=message.http_status,
         transport_failure=message.transport_failure,
         retry_after=None if message.success else retry_after(message.headers, clock),
+        refused_retry=not message.success and pushback_refuses(message.headers),
     )
 
 

@@ -25,6 +25,7 @@ from squawk.policy import (
     Profile,
     classify,
     decide,
+    pushback_refuses,
 )
 from squawk.policy.limits import MAX_NAME_CHARS, check_chars
 from squawk.policy.text import shown_text
@@ -126,6 +127,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             transport_failure=state.transport_failure,
             retry_after=decision.classification.retry_after,
             cancelled=state.cancelled,
+            refused_retry=pushback_refuses(state.headers),
         )
         return decision, failed, state.deadline
 

@@ -196,10 +196,10 @@ export function actionToNumber(object: Action): number {
  * order and the first that applies decides: CANCELLED,
  * EXPLICIT_NOT_RETRYABLE, TERMINAL_STATUS, SINGLE_DISPATCH; then a transport
  * failure or transient status is resent (TRANSPORT_FAILURE,
- * TRANSIENT_STATUS) unless ATTEMPTS_EXHAUSTED or DEADLINE_EXCEEDED; then
- * another 4xx is corrected (CORRECTION_ELIGIBLE) unless HITL_PROTECTED,
- * NO_CORRECTION_AVAILABLE or CORRECTION_BUDGET_EXHAUSTED; anything else is
- * NOT_RETRYABLE_STATUS.
+ * TRANSIENT_STATUS) unless SERVER_PUSHBACK, ATTEMPTS_EXHAUSTED or
+ * DEADLINE_EXCEEDED; then another 4xx is corrected (CORRECTION_ELIGIBLE)
+ * unless HITL_PROTECTED, NO_CORRECTION_AVAILABLE or
+ * CORRECTION_BUDGET_EXHAUSTED; anything else is NOT_RETRYABLE_STATUS.
  */
 export enum Reason {
   /** REASON_UNSPECIFIED - Never sent by the daemon. */
@@ -289,6 +289,14 @@ export enum Reason {
   REASON_UPSTREAM_COOLING_DOWN = "REASON_UPSTREAM_COOLING_DOWN",
   /** REASON_ADMITTED - Admit: the call may be dispatched. */
   REASON_ADMITTED = "REASON_ADMITTED",
+  /**
+   * REASON_SERVER_PUSHBACK - FAIL: a transport failure or transient status whose
+   * grpc-retry-pushback-ms header asks not to retry: a value that is
+   * negative or not an integer (gRFC A6 "Pushback"). Checked before the
+   * attempt count. Such a failure counts against the upstream's breaker and
+   * retry budget whatever its status, as A6 counts it against the throttle.
+   */
+  REASON_SERVER_PUSHBACK = "REASON_SERVER_PUSHBACK",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -348,6 +356,9 @@ export function reasonFromJSON(object: any): Reason {
     case 17:
     case "REASON_ADMITTED":
       return Reason.REASON_ADMITTED;
+    case 18:
+    case "REASON_SERVER_PUSHBACK":
+      return Reason.REASON_SERVER_PUSHBACK;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -393,6 +404,8 @@ export function reasonToJSON(object: Reason): string {
       return "REASON_UPSTREAM_COOLING_DOWN";
     case Reason.REASON_ADMITTED:
       return "REASON_ADMITTED";
+    case Reason.REASON_SERVER_PUSHBACK:
+      return "REASON_SERVER_PUSHBACK";
     case Reason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -437,6 +450,8 @@ export function reasonToNumber(object: Reason): number {
       return 16;
     case Reason.REASON_ADMITTED:
       return 17;
+    case Reason.REASON_SERVER_PUSHBACK:
+      return 18;
     case Reason.UNRECOGNIZED:
     default:
       return -1;
@@ -618,8 +633,10 @@ export interface ClassifyRequest {
    * Two are read, for retry_after: `Retry-After` (ASCII digits = seconds,
    * `0` = now; or an HTTP-date, a past one = now) and, when Retry-After is
    * absent or malformed, `grpc-retry-pushback-ms` (ASCII digits =
-   * milliseconds). A malformed value (a fraction, a sign, a word, non-ASCII
-   * digits) is ignored.
+   * milliseconds, a leading `+` allowed). A malformed Retry-After (a
+   * fraction, a sign, a word, non-ASCII digits) is ignored; a
+   * grpc-retry-pushback-ms that is negative or not an integer gives no
+   * retry_after and asks not to retry (see REASON_SERVER_PUSHBACK).
    */
   headers: { [key: string]: string };
   /**
@@ -735,7 +752,8 @@ export interface DecideRetryRequest {
    * headers, names of at most 256 and values of at most 8,192 characters.
    * A valid Retry-After or grpc-retry-pushback-ms (read as
    * ClassifyRequest.headers says, capped at one day) replaces the computed
-   * backoff on RETRY.
+   * backoff on RETRY; a grpc-retry-pushback-ms that asks not to retry turns
+   * the RETRY into REASON_SERVER_PUSHBACK.
    */
   headers: { [key: string]: string };
   /**
@@ -1187,8 +1205,10 @@ export interface Outcome {
     | undefined;
   /**
    * The response headers that matter to the pod: Retry-After and
-   * grpc-retry-pushback-ms start the upstream's shared cool-down. Bounded
-   * as DecideRetryRequest.headers.
+   * grpc-retry-pushback-ms start the upstream's shared cool-down, and a
+   * grpc-retry-pushback-ms that asks not to retry makes a failure count
+   * whatever its status (see REASON_SERVER_PUSHBACK). Bounded as
+   * DecideRetryRequest.headers.
    */
   headers: { [key: string]: string };
 }
