@@ -135,9 +135,11 @@ def test_a_token_bucket_refills_by_token_ratio_per_success(successes: int, allow
 
 @pytest.mark.parametrize(
     ("failures", "successes", "left"),
-    [(0, 0, 5), (2, 0, 3), (5, 0, 0), (5, 1, 1), (10, 0, 0)],
+    # Each failed attempt takes its token before the bucket is asked, so a
+    # full 10-token bucket grants 4 retries (test_a_token_bucket_stops_...).
+    [(0, 0, 4), (2, 0, 2), (4, 0, 0), (5, 0, 0), (5, 1, 0), (4, 10, 1), (10, 0, 0)],
 )
-def test_a_token_bucket_shows_the_failures_it_can_take_before_retries_stop(
+def test_a_token_bucket_shows_the_retries_it_would_grant_now(
     failures: int, successes: int, left: int
 ) -> None:
     p = pod(TokenBucketConfig(max_tokens=10, token_ratio=0.1))
@@ -165,14 +167,18 @@ def test_a_token_bucket_ignores_user_errors_and_is_not_spent_by_retries() -> Non
 @pytest.mark.parametrize(
     ("make", "field"),
     [
-        (lambda: RatioBudgetConfig(ratio=0.0), "ratio"),
-        (lambda: RatioBudgetConfig(ratio=1.01), "ratio"),
+        (lambda: RatioBudgetConfig(ratio=-0.1), "ratio"),
+        (lambda: RatioBudgetConfig(ratio=10.01), "ratio"),
+        (lambda: RatioBudgetConfig(ratio=float("nan")), "ratio"),
         (lambda: RatioBudgetConfig(min_per_second=-1), "min_per_second"),
         (lambda: RatioBudgetConfig(ttl=timedelta(0)), "ttl"),
         (lambda: TokenBucketConfig(max_tokens=0), "max_tokens"),
         (lambda: TokenBucketConfig(max_tokens=1001), "max_tokens"),
+        (lambda: TokenBucketConfig(max_tokens=0.0004), "max_tokens"),
+        (lambda: TokenBucketConfig(max_tokens=float("inf")), "max_tokens"),
         (lambda: TokenBucketConfig(token_ratio=0.0004), "token_ratio"),
-        (lambda: TokenBucketConfig(token_ratio=2.0), "token_ratio"),
+        (lambda: TokenBucketConfig(token_ratio=1000.5), "token_ratio"),
+        (lambda: TokenBucketConfig(token_ratio=float("nan")), "token_ratio"),
     ],
 )
 def test_a_budget_out_of_bounds_names_the_field(make: object, field: str) -> None:
