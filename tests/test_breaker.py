@@ -58,7 +58,9 @@ def opened(at: float = 0.0, **breaker: object) -> Pod:
         (302, False, False),
     ],
 )
-def test_what_the_default_profile_retries_counts(status: int, transport: bool, counts: bool) -> None:
+def test_what_the_default_profile_retries_counts(
+    status: int, transport: bool, counts: bool
+) -> None:
     assert counts_as_failure(status, transport) is counts
     config = builtin_policy().profile("default").for_upstream("")
     failed = Outcome(success=False, http_status=status, transport_failure=transport)
