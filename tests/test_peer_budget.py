@@ -13,17 +13,24 @@ is under test.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+import redis
 
 from conftest import Daemon, start_daemon
 from squawk.daemon.config import ConfigError, parse_config
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+# bench/ holds the Redis server helper the fleet tests share.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.redis_server import RedisServer
 
 Stub = pb_grpc.PolicyServiceStub
 # The upstreams whose breakers the half-open cases need opened.
@@ -436,3 +443,61 @@ def test_grpc_core_throttle_replacement_keeps_the_fill_fraction(tmp_path: Path) 
                     assert retried(s, "reloaded") is (step == "F+"), step
     finally:
         daemon.stop()
+
+
+# -- The fleet store counts what the profile retries too -------------------
+
+_FLEET = f"""\
+state: {{store: redis, key_prefix: "peer:", deadline: 1s, min_pods: 1}}
+profiles:
+  llm:
+    upstreams:
+      fleet-llm: {_tb(4, 0.1)}
+  lookup:
+    retryable_statuses: [404]
+    upstreams:
+      fleet-404: {_tb(10, 0.1)}
+"""
+
+
+def test_the_fleet_store_counts_what_the_profile_retries(tmp_path: Path) -> None:
+    """issue 22 item 2 on the fleet's shared token bucket: pod A's 501s under
+    llm leave it full, pod A's retried 404s under lookup spend it; pod B,
+    whose own bucket is full, sees each through the fleet's answer."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(_FLEET)
+    server = RedisServer().start()
+    pods: list[Daemon] = []
+    try:
+        for name in ("pod-a", "pod-b"):
+            env = {"SQUAWK_STATE_URL": server.url, "SQUAWK_STATE_POD": name}
+            pods.append(start_daemon("--policy", str(policy), env=env))
+        with (
+            grpc.insecure_channel(pods[0].target) as ca,
+            grpc.insecure_channel(pods[1].target) as cb,
+        ):
+            a, b = Stub(ca), Stub(cb)
+            # Two 501s then a success, written in order in the background:
+            # once the success's key is there, the 501s went before it.
+            for status in (501, 501, 0):
+                report(a, "fleet-llm", status, profile="llm")
+            store = redis.Redis(port=server.port)
+            deadline = time.monotonic() + 30
+            while not list(store.scan_iter(match="peer:*")):
+                assert time.monotonic() < deadline, "the fleet never got the report"
+                time.sleep(0.02)
+            store.close()
+            # Full (4): 3 is above 2, so pod B's 503 is retried fleet-wide.
+            reply = failed(b, "fleet-llm", 503, profile="llm")
+            assert reply.action == pb.ACTION_RETRY, reply.explanation
+            # Three retried 404s from pod A take the fleet's 10 tokens to 7.
+            assert all(retried(a, "fleet-404", 404, "lookup") for _ in range(3))
+            # Pod B's own bucket is full; the fleet's goes to 6, then to 5.
+            assert retried(b, "fleet-404", 404, "lookup")
+            refused = failed(b, "fleet-404", 404, profile="lookup")
+            assert refused.reason == pb.REASON_RETRY_BUDGET_EXHAUSTED
+            assert "fleet-wide retry budget is spent" in refused.explanation
+    finally:
+        for pod in pods:
+            pod.stop()
+        server.stop()
