@@ -27,7 +27,7 @@ from squawk.daemon.config import ConfigError, parse_config
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
-# bench/ holds the Redis server helper the fleet tests share.
+# bench/ holds the Redis server the fleet tests share.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.redis_server import RedisServer
