@@ -431,8 +431,8 @@ def test_grpc_core_throttle_replacement_keeps_the_fill_fraction(tmp_path: Path) 
             daemon.process.send_signal(signal.SIGHUP)
             deadline = time.monotonic() + 30
             # 7.5 tokens of 10: 6.5 and 5.5 are above 5, so 2 show.
-            while view(s, "reloaded").budget_balance != 2:
-                assert view(s, "reloaded").budget_balance == 0, "not reloaded as a fraction"
+            while (balance := view(s, "reloaded").budget_balance) != 2:
+                assert balance == 0, f"not reloaded as a fraction: {balance} retries left"
                 assert time.monotonic() < deadline, "the reload never applied"
                 time.sleep(0.05)
             # 6.5, 5.5 above 5; 4.5, 3.5 not; a success: 6.5; then 5.5; then 4.5.
