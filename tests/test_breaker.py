@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
+from types import MappingProxyType
 
 import pytest
 
@@ -14,6 +16,8 @@ from squawk.policy import (
     RatioBudgetConfig,
     Reason,
     UpstreamConfig,
+    builtin_policy,
+    builtin_profile,
     counts_as_failure,
 )
 from squawk.policy.breaker import CLOSED, admit, record
@@ -54,8 +58,43 @@ def opened(at: float = 0.0, **breaker: object) -> Pod:
         (302, False, False),
     ],
 )
-def test_only_infrastructure_failures_count(status: int, transport: bool, counts: bool) -> None:
+def test_what_the_default_profile_retries_counts(
+    status: int, transport: bool, counts: bool
+) -> None:
     assert counts_as_failure(status, transport) is counts
+    config = builtin_policy().profile("default").for_upstream("")
+    failed = Outcome(success=False, http_status=status, transport_failure=transport)
+    assert (config.verdict(failed) is Verdict.FAILURE) is counts
+
+
+@pytest.mark.parametrize(
+    ("base", "extra", "status", "counts"),
+    [
+        # "llm" retries 429, 500, 502, 503, 504 and 529 only.
+        ("llm", (), 501, False),
+        ("llm", (), 507, False),
+        ("llm", (), 408, False),
+        ("llm", (), 503, True),
+        ("llm", (), 529, True),
+        ("llm", (), 0, True),
+        # retryable_statuses adds to the set, and what it adds counts...
+        ("default", (404,), 404, True),
+        ("llm", (501,), 501, True),
+        # ... unless the status is terminal too: decide() never retries it.
+        ("default", (401,), 401, False),
+    ],
+)
+def test_what_a_profile_retries_is_what_counts(
+    base: str, extra: tuple[int, ...], status: int, counts: bool
+) -> None:
+    # gRFC A6 counts "a failed RPC whose status is in retryableStatusCodes".
+    profile = builtin_profile(base, "p")
+    profile = replace(profile, transient_statuses=profile.transient_statuses | set(extra))
+    upstreams = {"api": UpstreamConfig(circuit_breaker=BreakerConfig(open_for=timedelta(1)))}
+    profile = replace(profile, upstreams=MappingProxyType(upstreams))
+    failed = Outcome(success=False, http_status=status)
+    for config in (profile.for_upstream(""), profile.for_upstream("api")):
+        assert (config.verdict(failed) is Verdict.FAILURE) is counts
 
 
 def play(p: Pod, timeline: str) -> None:
@@ -183,16 +222,34 @@ def test_a_half_open_round_without_a_verdict_starts_over() -> None:
     assert (p.view().calls, p.view().probes) == (0, 5)  # the old tally is gone too
 
 
-def test_an_uncounted_outcome_frees_no_probe_slot() -> None:
-    # Anyone can report a 4xx; were it to free a slot, any number of calls
-    # would get through one half-open round.
+def test_an_uncounted_outcome_gives_its_probe_slot_back() -> None:
+    # resilience4j's shouldReleasePermissionWhenExceptionIgnored: a probe
+    # that ends in an ignored outcome releases its permission.
     p = opened().at(30.0)
     for _ in range(5):
         assert p.admit().probe
-    for _ in range(20):
-        p.report(BAD_INPUT)
     assert not p.admit().allowed
+    p.report(BAD_INPUT)
+    assert p.admit().probe
+    assert not p.admit().allowed
+    assert (p.view().breaker_state, p.view().calls) == (BreakerState.HALF_OPEN, 0)
+
+
+def test_uncounted_outcomes_give_back_at_most_one_round_of_slots() -> None:
+    # Anyone can report a 4xx: a round gives back at most half_open_probes
+    # slots, so it admits at most twice its probes, and none of it closes it.
+    p = opened().at(30.0)
+    admitted = 0
+    for _ in range(50):
+        while p.admit().allowed:
+            admitted += 1
+        p.report(BAD_INPUT)
+    assert admitted == 10
     assert p.view().breaker_state is BreakerState.HALF_OPEN
+    # A slot given back is never one no probe held: no outcome, no slot.
+    q = opened().at(30.0)
+    q.report(BAD_INPUT)
+    assert sum(q.admit().allowed for _ in range(6)) == 5
 
 
 def test_a_disabled_breaker_never_opens() -> None:

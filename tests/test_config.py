@@ -431,12 +431,13 @@ _UP = "profiles:\n  default:\n    upstreams:\n      amadeus:\n"
             _RB + "      kind: token_bucket\n      ttl: 5s\n",
             "retry_budget.ttl (line 5): not a field of kind token_bucket",
         ),
-        (_RB + "      ratio: 0\n", "retry_budget.ratio (line 4): must be in (0, 1]"),
+        (_RB + "      ratio: -1\n", "retry_budget.ratio (line 4): must be in [0, 10]"),
+        (_RB + "      ratio: 11\n", "retry_budget.ratio (line 4): must be in [0, 10]"),
         (_RB + "      min_per_second: -1\n", "retry_budget.min_per_second (line 4): must be >= 0"),
         (_RB + "      ttl: 0ms\n", "retry_budget.ttl (line 4): must be positive"),
         (
             _RB + "      kind: token_bucket\n      max_tokens: 0\n",
-            "retry_budget.max_tokens (line 5): must be in 1..1000",
+            "retry_budget.max_tokens (line 5): must be in (0, 1000]",
         ),
         (
             _RB + "      kind: token_bucket\n      token_ratio: 0.0001\n",

@@ -64,7 +64,7 @@ NOW = 1000.0
     ],
 )
 def test_a_refusing_pushback_counts_as_a_failure(outcome: Outcome, verdict: Verdict) -> None:
-    assert outcome.verdict is verdict
+    assert UpstreamConfig().verdict(outcome) is verdict
 
 
 @pytest.mark.parametrize(

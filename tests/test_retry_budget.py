@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -16,6 +17,7 @@ from squawk.policy import (
     TokenBucketConfig,
     UpstreamConfig,
 )
+from squawk.policy.retry_budget import carried
 from upstream_pod import BAD_INPUT, OUTAGE, RETRY, SUCCESS, Pod, failure
 
 
@@ -135,9 +137,11 @@ def test_a_token_bucket_refills_by_token_ratio_per_success(successes: int, allow
 
 @pytest.mark.parametrize(
     ("failures", "successes", "left"),
-    [(0, 0, 5), (2, 0, 3), (5, 0, 0), (5, 1, 1), (10, 0, 0)],
+    # Each failed attempt takes its token before the bucket is asked, so a
+    # full 10-token bucket grants 4 retries (test_a_token_bucket_stops_...).
+    [(0, 0, 4), (2, 0, 2), (4, 0, 0), (5, 0, 0), (5, 1, 0), (4, 10, 1), (10, 0, 0)],
 )
-def test_a_token_bucket_shows_the_failures_it_can_take_before_retries_stop(
+def test_a_token_bucket_shows_the_retries_it_would_grant_now(
     failures: int, successes: int, left: int
 ) -> None:
     p = pod(TokenBucketConfig(max_tokens=10, token_ratio=0.1))
@@ -165,17 +169,60 @@ def test_a_token_bucket_ignores_user_errors_and_is_not_spent_by_retries() -> Non
 @pytest.mark.parametrize(
     ("make", "field"),
     [
-        (lambda: RatioBudgetConfig(ratio=0.0), "ratio"),
-        (lambda: RatioBudgetConfig(ratio=1.01), "ratio"),
+        (lambda: RatioBudgetConfig(ratio=-0.1), "ratio"),
+        (lambda: RatioBudgetConfig(ratio=10.01), "ratio"),
+        (lambda: RatioBudgetConfig(ratio=float("nan")), "ratio"),
         (lambda: RatioBudgetConfig(min_per_second=-1), "min_per_second"),
         (lambda: RatioBudgetConfig(ttl=timedelta(0)), "ttl"),
         (lambda: TokenBucketConfig(max_tokens=0), "max_tokens"),
         (lambda: TokenBucketConfig(max_tokens=1001), "max_tokens"),
+        (lambda: TokenBucketConfig(max_tokens=0.0004), "max_tokens"),
+        (lambda: TokenBucketConfig(max_tokens=float("inf")), "max_tokens"),
         (lambda: TokenBucketConfig(token_ratio=0.0004), "token_ratio"),
-        (lambda: TokenBucketConfig(token_ratio=2.0), "token_ratio"),
+        (lambda: TokenBucketConfig(token_ratio=1000.5), "token_ratio"),
+        (lambda: TokenBucketConfig(token_ratio=float("nan")), "token_ratio"),
     ],
 )
 def test_a_budget_out_of_bounds_names_the_field(make: object, field: str) -> None:
     with pytest.raises(PolicyInputError) as info:
         make()  # type: ignore[operator]
     assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("failures", "was", "now", "granted_after"),
+    [
+        # grpc-core ServerRetryThrottleData.Replacement: 3 of 4 tokens become
+        # 7.5 of 10, which grants 2 (6.5 and 5.5 are above 5), not 4 (full).
+        (1, TokenBucketConfig(4, 1), TokenBucketConfig(10, 3), 2),
+        # Half full stays half full: no retries, however large the new bucket.
+        (5, TokenBucketConfig(10), TokenBucketConfig(1000), 0),
+        # A fraction that does not divide evenly rounds down to a thousandth.
+        (1, TokenBucketConfig(3), TokenBucketConfig(1), 0),
+        # A new token_ratio alone keeps the tokens as they are.
+        (2, TokenBucketConfig(10, 0.1), TokenBucketConfig(10, 0.5), 2),
+        # A ratio budget with the same ttl keeps its window: 10 withdrawn of
+        # the 10 the floor allows, so none left.
+        (0, RatioBudgetConfig(min_per_second=1), RatioBudgetConfig(0.5, min_per_second=1), 0),
+        # Another ttl: the buckets mean other times, so it starts afresh.
+        (
+            0,
+            RatioBudgetConfig(min_per_second=1),
+            RatioBudgetConfig(min_per_second=1, ttl=timedelta(seconds=20)),
+            20,
+        ),
+        # Another kind: a new budget of that kind (a full bucket grants 4).
+        (0, RatioBudgetConfig(min_per_second=1), TokenBucketConfig(10), 4),
+    ],
+)
+def test_a_reload_carries_the_budget_over(
+    failures: int, was: RetryBudgetConfig, now: RetryBudgetConfig, granted_after: int
+) -> None:
+    """What squawk.policy.retry_budget.carried keeps on a reload."""
+    p = pod(was)
+    p.call(OUTAGE, times=failures)
+    if isinstance(was, RatioBudgetConfig):
+        assert granted(p, 10) == 10  # spend the floor of 10
+    p.state = replace(p.state, budget=carried(p.state.budget, was, now))
+    p.config = replace(p.config, retry_budget=now)
+    assert p.view().retries_left == granted_after

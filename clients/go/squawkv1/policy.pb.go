@@ -1906,9 +1906,11 @@ type Outcome struct {
 	Profile string `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
 	// True when the upstream answered with success.
 	Success bool `protobuf:"varint,4,opt,name=success,proto3" json:"success,omitempty"`
-	// The HTTP status when not successful; 0 = none. Transport failures,
-	// 408, 429 and 5xx count as the upstream's failures; other statuses
-	// (input and auth errors) are not counted against it. 0 or 100..599.
+	// The HTTP status when not successful; 0 = none. A transport failure,
+	// no status, or a status the profile retries (its retryable set: for
+	// "default" 408, 429 and 5xx; for "llm" 429, 500, 502, 503, 504, 529)
+	// counts as the upstream's failure; any other status is not counted
+	// against it, nor for it. 0 or 100..599.
 	HttpStatus int32 `protobuf:"varint,5,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
 	// True when no HTTP response arrived.
 	TransportFailure bool `protobuf:"varint,6,opt,name=transport_failure,json=transportFailure,proto3" json:"transport_failure,omitempty"`
@@ -2219,10 +2221,16 @@ type UpstreamState struct {
 	BreakerStateAge *durationpb.Duration `protobuf:"bytes,4,opt,name=breaker_state_age,json=breakerStateAge,proto3" json:"breaker_state_age,omitempty"`
 	// Calls recorded in the breaker's sliding window.
 	WindowCalls int32 `protobuf:"varint,5,opt,name=window_calls,json=windowCalls,proto3" json:"window_calls,omitempty"`
-	// Failures among them (transport, 408, 429, 5xx).
+	// Failures among them: transport failures and the statuses the profile
+	// retries (see Outcome.http_status).
 	WindowFailures int32 `protobuf:"varint,6,opt,name=window_failures,json=windowFailures,proto3" json:"window_failures,omitempty"`
-	// Retries the budget would grant now (a ratio budget's balance, or a
-	// token bucket's tokens above its threshold); never negative.
+	// The retries the budget would grant now, one after another, if no other
+	// call came in between; a whole number, never negative. A ratio budget:
+	// the withdrawals it has room for (ratio x calls + min_per_second x ttl,
+	// less the retries granted, over the last ttl). A token bucket: each
+	// failed attempt takes its token before the bucket is asked, so the
+	// failures after which it is still above max_tokens / 2 (a full bucket of
+	// 10 shows 4).
 	BudgetBalance float64 `protobuf:"fixed64,7,opt,name=budget_balance,json=budgetBalance,proto3" json:"budget_balance,omitempty"`
 	// Time left of the shared Retry-After cool-down; zero when none.
 	CoolDownLeft  *durationpb.Duration `protobuf:"bytes,8,opt,name=cool_down_left,json=coolDownLeft,proto3" json:"cool_down_left,omitempty"`

@@ -19,8 +19,8 @@ edges are multiples of window / buckets seconds (see squawk.policy.timing).
 
 The transitions, each a pure function of (breaker, config, now[, verdict]):
 
-- CLOSED: every counted outcome (see squawk.policy.outcome: a success or an
-  infrastructure failure) goes into the window. When the window then holds
+- CLOSED: every counted outcome (see squawk.policy.outcome: a success or a
+  failure the profile retries) goes into the window. When the window then holds
   >= minimum_calls calls and failures / calls >= failure_ratio, it OPENS.
 - OPEN: refuses every call until open_for has passed since it opened, then
   is HALF_OPEN. Outcomes reported while OPEN (calls admitted before it
@@ -31,11 +31,20 @@ The transitions, each a pure function of (breaker, config, now[, verdict]):
   it CLOSES with a fresh window when successes / probes >= close_ratio, else
   OPENS again for open_for. A round that gets no verdict within open_for of
   its start (probes never reported) starts a new round. An outcome that does
-  not count (a 4xx, a cancellation) changes nothing, and does not give a
-  probe slot back either: it may not come from a probe at all (any caller
-  can report one), and slots given back that way would let any number of
-  calls through a half-open round. A probe that ends uncounted holds its
-  slot until the round restarts.
+  not count (a status the profile does not retry, a cancellation) is not
+  tallied, but gives one probe slot back while more slots are taken than
+  outcomes tallied, so the round admits another probe instead of waiting
+  for its restart: resilience4j's releasePermission for an ignored
+  exception (CircuitBreakerStateMachineTest's
+  shouldReleasePermissionWhenExceptionIgnored). The report does not say
+  whether it came from a probe, so a slot goes back for whichever uncounted
+  report arrives first; to bound what a caller reporting uncounted outcomes
+  can let through, a round gives back at most half_open_probes slots (it
+  admits at most twice its probes, as resilience4j's
+  shouldIgnoreExceptionsAndThenTransitionToClosed does), and no such report
+  can close the breaker. (The fleet store's half-open round never hears
+  uncounted outcomes: there a probe that ends uncounted keeps its slot
+  until the fleet's round restarts.)
 
 Time moves a breaker only when it is next read (admit, record, snapshot):
 OPEN becomes HALF_OPEN at the first read at or after its end, and the
@@ -93,6 +102,9 @@ class Breaker:
     probes: int = 0
     successes: int = 0
     failures: int = 0
+    # HALF_OPEN: the slots uncounted outcomes gave back this round (at most
+    # half_open_probes, so a round admits at most twice its probes).
+    released: int = 0
 
 
 CLOSED = Breaker()
@@ -110,7 +122,13 @@ def _with_window(breaker: Breaker, window: Window) -> Breaker:
     # What dataclasses.replace(breaker, window=window) builds, at half its
     # cost: the CLOSED transitions run on every call.
     return Breaker(
-        breaker.state, window, breaker.until, breaker.probes, breaker.successes, breaker.failures
+        breaker.state,
+        window,
+        breaker.until,
+        breaker.probes,
+        breaker.successes,
+        breaker.failures,
+        breaker.released,
     )
 
 
@@ -141,7 +159,12 @@ def admit(breaker: Breaker, config: BreakerConfig, now: float) -> tuple[Breaker,
 def record(breaker: Breaker, config: BreakerConfig, now: float, verdict: Verdict) -> Breaker:
     """The breaker after one call's outcome (see the module docstring)."""
     breaker = advance(breaker, config, now)
-    if breaker.state is BreakerState.OPEN or verdict is Verdict.IGNORED or not config.enabled:
+    if breaker.state is BreakerState.OPEN or not config.enabled:
+        return breaker
+    if verdict is Verdict.IGNORED:
+        outstanding = breaker.probes > breaker.successes + breaker.failures
+        if outstanding and breaker.released < config.half_open_probes:
+            return replace(breaker, probes=breaker.probes - 1, released=breaker.released + 1)
         return breaker
     failed = verdict is Verdict.FAILURE
     if breaker.state is BreakerState.CLOSED:

@@ -29,10 +29,12 @@ __all__ = [
     "MAX_HEADER_VALUE_CHARS",
     "MAX_NAME_CHARS",
     "MAX_PROFILE_CHARS",
+    "MAX_RETRY_RATIO",
     "MAX_TOKENS",
     "check_chars",
     "check_count",
     "check_headers",
+    "check_number",
     "check_positive",
     "check_ratio",
     "check_status",
@@ -54,8 +56,18 @@ _MAX_NANOS = 999_999_999
 # A breaker's window is at most this many buckets: each holds two counters
 # and every transition copies the bucket tuple, so this bounds its cost.
 MAX_BUCKETS = 1_000
-# gRFC A6's bound on a retry token bucket.
+# gRFC A6's bound on a retry token bucket: 0 < maxTokens <= 1000. Also the
+# bound on its tokenRatio (A6 says only > 0): a success that adds more than
+# the largest bucket holds means nothing more than one that fills it, so a
+# larger ratio can only be a mistake (a percentage written as a count).
 MAX_TOKENS = 1_000
+# A ratio budget's ratio: 0 (only the min_per_second reserve, as Finagle's
+# RetryBudget with percentCanRetry 0) up to 10, i.e. 1000 %: ten retries per
+# call, already more than a retry budget that bounds load can mean. Finagle
+# itself stops at its token scale factor (a ratio of 1000), where a retry
+# would cost less than one of its tokens: a bound of its arithmetic, not of
+# sense, so Squawk refuses past 10 and accepts every ratio Finagle's tests use.
+MAX_RETRY_RATIO = 10.0
 
 
 def check_chars(field: str, value: str, limit: int) -> None:
@@ -72,6 +84,15 @@ def check_ratio(field: str, value: float) -> None:
     """A share of calls: in (0, 1]. NaN fails the comparison and is refused too."""
     if not 0.0 < value <= 1.0:
         raise PolicyInputError(field, f"must be in (0, 1], got {value}")
+
+
+def check_number(field: str, value: float, high: float, *, zero: bool = False) -> None:
+    """A number in (0, high], or [0, high] with `zero`. NaN fails the
+    comparison and is refused too, and so is infinity."""
+    low_ok = value >= 0.0 if zero else value > 0.0
+    if not (low_ok and value <= high):
+        bound = f"[0, {high:g}]" if zero else f"(0, {high:g}]"
+        raise PolicyInputError(field, f"must be in {bound}, got {value}")
 
 
 def check_count(field: str, value: int, low: int = 1, high: int | None = None) -> None:

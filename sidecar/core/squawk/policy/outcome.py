@@ -1,16 +1,26 @@
 """What an upstream call's outcome counts as, for the upstream's shared state.
 
-The one rule: only an infrastructure failure is a failure -- a transport
-failure (or no status at all, as decide() reads status 0), 408, 429 or any
-5xx. Those say the upstream is unwell, whoever called it.
+The one rule: a failure counts against the upstream exactly when the
+profile would retry it -- a transport failure (or no status at all, as
+decide() reads status 0), or a status in the profile's retryable set that is
+not also terminal (decide() checks the terminal set first). gRFC A6 counts
+the same thing for its retry throttle: "a failed RPC whose status is in
+retryableStatusCodes". The upstream config carries the set
+(UpstreamConfig.failure_statuses, built by the profile), so the breaker, the
+retry budget and the cool-down read one verdict: a status the profile
+retries spends the budget's tokens, and one it does not retry cannot drain
+them. The default profile retries 408, 429 and every 5xx; profile "llm" only
+429, 500, 502, 503, 504 and 529, so its 501 is not counted. A failure whose
+grpc-retry-pushback-ms refuses a retry counts too, whatever its status, as
+A6 counts it against the throttle.
 
-Everything else that is not a success is not counted at all: another 4xx
-(the caller's input was wrong), 401/403 (the caller's credentials), a 1xx-3xx
-reported as a failure, and a cancelled call. Counting them as successes
-would let a caller's bad input hold an unwell upstream's breaker closed;
-counting them as failures would let one caller's bad input open it for the
-whole pod. The executor guide's resilience module ignores user errors and
-cancellations the same way.
+Everything else that is not a success is not counted at all: a status the
+profile does not retry (the caller's input, its credentials, a 501 under
+"llm"), a 1xx-3xx reported as a failure, and a cancelled call. Counting them
+as successes would let a caller's bad input hold an unwell upstream's
+breaker closed; counting them as failures would let one caller's bad input
+open it for the whole pod. The executor guide's resilience module ignores
+user errors and cancellations the same way.
 """
 
 from __future__ import annotations
@@ -22,9 +32,12 @@ from datetime import timedelta
 from .limits import check_status
 from .types import PolicyInputError
 
-__all__ = ["INFRASTRUCTURE_STATUSES", "Outcome", "Verdict", "check_outcome", "counts_as_failure"]
+__all__ = ["STEP_TRANSIENT", "Outcome", "Verdict", "check_outcome", "counts_as_failure", "verdict"]
 
-INFRASTRUCTURE_STATUSES = frozenset({408, 429, *range(500, 600)})
+# The default profile's transient set (squawk.policy.profiles re-exports it),
+# defined here so that a bare UpstreamConfig counts what the default profile
+# retries without importing the profiles.
+STEP_TRANSIENT = frozenset({408, 429, *range(500, 600)})
 
 
 class Verdict(enum.Enum):
@@ -53,20 +66,27 @@ class Outcome:
     cancelled: bool = False
     refused_retry: bool = False
 
-    @property
-    def verdict(self) -> Verdict:
-        if self.cancelled:
-            return Verdict.IGNORED
-        if self.success:
-            return Verdict.SUCCESS
-        if self.refused_retry or counts_as_failure(self.http_status, self.transport_failure):
-            return Verdict.FAILURE
+
+def verdict(outcome: Outcome, failure_statuses: frozenset[int]) -> Verdict:
+    """What `outcome` counts as, for a profile that retries `failure_statuses`
+    (UpstreamConfig.verdict passes its own; see the module docstring)."""
+    if outcome.cancelled:
         return Verdict.IGNORED
+    if outcome.success:
+        return Verdict.SUCCESS
+    if outcome.refused_retry or counts_as_failure(
+        outcome.http_status, outcome.transport_failure, failure_statuses
+    ):
+        return Verdict.FAILURE
+    return Verdict.IGNORED
 
 
-def counts_as_failure(http_status: int, transport_failure: bool) -> bool:
-    """Whether a failed call counts against its upstream (see the module docstring)."""
-    return transport_failure or http_status == 0 or http_status in INFRASTRUCTURE_STATUSES
+def counts_as_failure(
+    http_status: int, transport_failure: bool, failure_statuses: frozenset[int] = STEP_TRANSIENT
+) -> bool:
+    """Whether a failed call counts against its upstream: whether the profile
+    that retries `failure_statuses` would retry it (see the module docstring)."""
+    return transport_failure or http_status == 0 or http_status in failure_statuses
 
 
 def check_outcome(outcome: Outcome) -> None:

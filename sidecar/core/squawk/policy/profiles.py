@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from .backoff import BackoffConfig, Jitter
 from .breaker import BreakerConfig
+from .outcome import STEP_TRANSIENT
 from .retry_budget import RatioBudgetConfig, RetryBudgetConfig
 from .text import quoted
 from .types import PolicyInputError
@@ -37,7 +38,6 @@ __all__ = [
     "builtin_profile",
 ]
 
-STEP_TRANSIENT = frozenset({408, 429, *range(500, 600)})
 LLM_RETRYABLE = frozenset({429, 500, 502, 503, 504, 529})
 TERMINAL = frozenset({401, 403, 405})
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -73,11 +73,28 @@ class Profile:
     _upstream: UpstreamConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # What the upstream state counts as a failure is what this profile
+        # retries (squawk.policy.outcome): set here, once, on every upstream
+        # config it hands out, so no `upstreams:` entry can disagree with it.
+        failures = self.transient_statuses - self.terminal_statuses
         object.__setattr__(
             self,
             "_upstream",
-            UpstreamConfig(self.circuit_breaker, self.retry_budget, self.share_retry_after),
+            UpstreamConfig(
+                self.circuit_breaker, self.retry_budget, self.share_retry_after, failures
+            ),
         )
+        if any(c.failure_statuses != failures for c in self.upstreams.values()):
+            object.__setattr__(
+                self,
+                "upstreams",
+                MappingProxyType(
+                    {
+                        name: replace(c, failure_statuses=failures)
+                        for name, c in self.upstreams.items()
+                    }
+                ),
+            )
 
     def for_capability(self, capability: str) -> Profile:
         if not capability or not self.capabilities:

@@ -8,7 +8,7 @@ file `retry_budget:`), chosen with `kind`:
 
 | field | default | bounds | meaning |
 | --- | --- | --- | --- |
-| ratio | 0.2 | (0, 1] | retries may be this share of the calls admitted in the last ttl |
+| ratio | 0.2 | [0, 10] | retries may be this share of the calls admitted in the last ttl |
 | min_per_second | 10 | >= 0 | plus this many per second of ttl: a quiet upstream can retry |
 | ttl | 10s | > 0 | how long a call's deposit and a retry's withdrawal count |
 
@@ -28,13 +28,25 @@ and retries are a share of all admitted calls, as the README states.
 
 | field | default | bounds | meaning |
 | --- | --- | --- | --- |
-| max_tokens | 10 | 1..1000 | the bucket's size; it starts full |
-| token_ratio | 0.1 | [0.001, 1] | what each success adds back, up to max_tokens |
+| max_tokens | 10 | (0, 1000], in thousandths | the bucket's size; it starts full |
+| token_ratio | 0.1 | (0, 1000], in thousandths | what each success adds back, up to max_tokens |
 
-Each counted failure (see squawk.policy.outcome) takes one token, each
-success adds token_ratio, and retries are refused while the tokens are <=
-max_tokens / 2. Tokens are counted in thousandths, as A6 does, so the sums
-are exact. Time does not refill it: only successes do.
+Each counted failure (see squawk.policy.outcome: a failure the profile
+retries) takes one token, each success adds token_ratio, and retries are
+refused while the tokens are <= max_tokens / 2. Tokens are counted in
+thousandths, as A6 and grpc-core do, so the sums are exact; both numbers are
+read to three decimals (A6: "up to 3 decimal places"), and one that rounds
+to zero is refused. Time does not refill it: only successes do.
+
+A ratio of 0 grants only the min_per_second reserve, and with
+min_per_second 0 as well nothing: Finagle's RetryBudget.Empty. See
+squawk.policy.limits for why a ratio stops at 10 and a token_ratio at 1000.
+
+On a reload that changes the settings, `carried` says what the budget keeps:
+a token bucket keeps its fill fraction (grpc-core's ServerRetryThrottleData
+takes over its predecessor's fraction; grpc-go starts a new bucket full), so
+a reload during an outage does not refill it; a ratio budget keeps its
+window while ttl stays the same.
 """
 
 from __future__ import annotations
@@ -44,7 +56,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import ClassVar
 
-from .limits import MAX_TOKENS, check_count, check_positive, check_ratio
+from .limits import MAX_RETRY_RATIO, MAX_TOKENS, check_count, check_number, check_positive
 from .outcome import Verdict
 from .timing import EMPTY, Window, added, expires_at, rolled, seconds, time_left
 from .types import PolicyInputError
@@ -55,6 +67,7 @@ __all__ = [
     "RatioBudgetConfig",
     "RetryBudgetConfig",
     "TokenBucketConfig",
+    "carried",
     "deposit",
     "describe",
     "is_fresh",
@@ -80,7 +93,7 @@ class RatioBudgetConfig:
     _floor: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_ratio("ratio", self.ratio)
+        check_number("ratio", self.ratio, MAX_RETRY_RATIO, zero=True)
         check_count("min_per_second", self.min_per_second, low=0)
         check_positive("ttl", self.ttl)
         object.__setattr__(self, "_ttl_s", seconds(self.ttl))
@@ -90,25 +103,27 @@ class RatioBudgetConfig:
 @dataclass(frozen=True, slots=True)
 class TokenBucketConfig:
     kind: ClassVar[str] = "token_bucket"
-    max_tokens: int = 10
+    max_tokens: float = 10
     token_ratio: float = 0.1
     _max: int = field(init=False, repr=False, compare=False)
     _refill: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_count("max_tokens", self.max_tokens, high=MAX_TOKENS)
-        check_ratio("token_ratio", self.token_ratio)
-        refill = round(self.token_ratio * _MILLI)
-        if refill < 1:
-            raise PolicyInputError(
-                "token_ratio",
-                f"must be at least 0.001 (tokens count in thousandths), got {self.token_ratio}",
-            )
-        object.__setattr__(self, "_max", self.max_tokens * _MILLI)
-        object.__setattr__(self, "_refill", refill)
+        object.__setattr__(self, "_max", _thousandths("max_tokens", self.max_tokens))
+        object.__setattr__(self, "_refill", _thousandths("token_ratio", self.token_ratio))
 
 
 RetryBudgetConfig = RatioBudgetConfig | TokenBucketConfig
+
+
+def _thousandths(name: str, value: float) -> int:
+    check_number(name, value, MAX_TOKENS)
+    milli = round(value * _MILLI)
+    if milli < 1:
+        raise PolicyInputError(
+            name, f"must be at least 0.001 (tokens count in thousandths), got {value}"
+        )
+    return milli
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +173,29 @@ def record(budget: Budget, config: RetryBudgetConfig, verdict: Verdict) -> Budge
     return budget if spent == budget.spent else Budget(budget.window, spent)
 
 
+def carried(budget: Budget, was: RetryBudgetConfig, now: RetryBudgetConfig) -> Budget:
+    """The budget a reload from settings `was` to `now` leaves.
+
+    Token bucket to token bucket: the same fraction of tokens, rounded down
+    to a thousandth (grpc-core's ServerRetryThrottleData, whose Replacement
+    test turns 3 of 4 tokens into 7.5 of 10). Ratio to ratio with the same
+    ttl: the same window, read with the new ratio. Anything else (a new ttl,
+    whose buckets no longer mean the same time, or a new kind): a new
+    budget, as a never-seen upstream has.
+    """
+    if isinstance(was, TokenBucketConfig) and isinstance(now, TokenBucketConfig):
+        tokens = (was._max - budget.spent) * now._max // was._max
+        spent = now._max - tokens
+        return budget if spent == budget.spent else Budget(budget.window, spent)
+    if (
+        isinstance(was, RatioBudgetConfig)
+        and isinstance(now, RatioBudgetConfig)
+        and was.ttl == now.ttl
+    ):
+        return budget
+    return Budget()
+
+
 def is_fresh(budget: Budget, config: RetryBudgetConfig, now: float) -> bool:
     """Whether `budget` behaves as a new Budget from `now` on."""
     if isinstance(config, TokenBucketConfig):
@@ -166,14 +204,19 @@ def is_fresh(budget: Budget, config: RetryBudgetConfig, now: float) -> bool:
 
 
 def retries_left(budget: Budget, config: RetryBudgetConfig, now: float) -> int:
-    """How many retries the budget would grant now, if no call came in between.
+    """How many retries the budget would grant now, one after another, if no
+    other call came in between.
 
-    A token bucket grants every retry while it is above half full, so this is
-    the failures it can take before it stops: a count of the same kind.
+    A ratio budget: the withdrawals it has room for. A token bucket: each
+    failed attempt takes its token before the bucket is asked (as in
+    grpc-core's RecordFailure, and DecideRetry records the failure first), so
+    this is the failures after which it is still above half full: the k >= 1
+    with tokens - k > max_tokens / 2. A full 10-token bucket grants 4.
     """
     if isinstance(config, TokenBucketConfig):
-        above = config._max - budget.spent - config._max / 2
-        return max(0, math.ceil(above / _MILLI))
+        # 2 * (tokens - k) > max, in thousandths, for k = 1..n.
+        above = 2 * (config._max - budget.spent) - config._max
+        return max(0, -(-above // (2 * _MILLI)) - 1)
     window = rolled(budget.window, now, config._ttl_s, BUDGET_BUCKETS)
     room = config.ratio * window.first + config._floor - window.second
     # The same tolerance as _grants' exact quotient, for the display only.
@@ -187,7 +230,7 @@ def describe(budget: Budget, config: RetryBudgetConfig, now: float) -> tuple[str
     if isinstance(config, TokenBucketConfig):
         tokens = (config._max - budget.spent) / _MILLI
         return (
-            f"retry tokens are at {tokens:g} of {config.max_tokens}, at or below the "
+            f"retry tokens are at {tokens:g} of {config.max_tokens:g}, at or below the "
             f"{config.max_tokens / 2:g} that stops retries until successes refill them",
             None,
         )

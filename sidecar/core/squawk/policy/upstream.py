@@ -14,7 +14,8 @@ config from `profile.for_upstream(upstream)`, and calls:
   already withdrawn.
 - `record_outcome(state, config, now, outcome)` after each admitted call:
   the breaker's window (or its probe tally), the token bucket and the
-  cool-down read it (squawk.policy.outcome says what counts).
+  cool-down read it (squawk.policy.outcome says what counts: what the
+  profile retries, as config.failure_statuses holds it).
 - `guard_retry(...)` (squawk.policy.guard) on each decision decide() made.
 - `upstream_snapshot(state, config, now)` to show the state; `is_idle(...)` says a
   fresh UpstreamState would behave the same, so the key may be dropped.
@@ -34,7 +35,7 @@ from . import breaker as _breaker
 from . import retry_budget as _budget
 from .breaker import Breaker, BreakerConfig
 from .cooldown import NOT_COOLING, cool_down
-from .outcome import Outcome, Verdict, check_outcome
+from .outcome import STEP_TRANSIENT, Outcome, Verdict, check_outcome, verdict
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
 from .timing import time_left
 from .types import BreakerState, Reason
@@ -58,6 +59,14 @@ class UpstreamConfig:
     circuit_breaker: BreakerConfig = field(default_factory=BreakerConfig)
     retry_budget: RetryBudgetConfig = field(default_factory=RatioBudgetConfig)
     share_retry_after: bool = True
+    # The statuses the profile retries (its transient set less its terminal
+    # one): the failures the breaker, the budget and the cool-down count.
+    # The profile sets it; it is not a field of the policy file's entries.
+    failure_statuses: frozenset[int] = STEP_TRANSIENT
+
+    def verdict(self, outcome: Outcome) -> Verdict:
+        """What `outcome` counts as for this upstream (squawk.policy.outcome)."""
+        return verdict(outcome, self.failure_statuses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,11 +137,11 @@ def record_outcome(
     (a status outside 0 and 100..599, a negative retry_after).
     """
     check_outcome(outcome)
-    verdict = outcome.verdict
-    breaker = _breaker.record(state.breaker, config.circuit_breaker, now, verdict)
-    budget = _budget.record(state.budget, config.retry_budget, verdict)
+    counted = config.verdict(outcome)
+    breaker = _breaker.record(state.breaker, config.circuit_breaker, now, counted)
+    budget = _budget.record(state.budget, config.retry_budget, counted)
     until = state.cool_until
-    if verdict is Verdict.FAILURE:
+    if counted is Verdict.FAILURE:
         until = cool_down(until, now, outcome.retry_after, config.share_retry_after)
     return _with(state, breaker=breaker, budget=budget, cool_until=until)
 

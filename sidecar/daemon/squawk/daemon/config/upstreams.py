@@ -74,7 +74,7 @@ _BUDGETS: dict[str, tuple[_BudgetType, tuple[_Scalar, ...]]] = {
     ),
     "token_bucket": (
         TokenBucketConfig,
-        (("max_tokens", integer, "an integer"), ("token_ratio", number, "a number")),
+        (("max_tokens", number, "a number"), ("token_ratio", number, "a number")),
     ),
 }
 _BUDGET_FIELDS = {"kind"} | {name for _, rows in _BUDGETS.values() for name, _, _ in rows}

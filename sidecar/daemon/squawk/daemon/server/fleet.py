@@ -219,7 +219,7 @@ class FleetStore(PodStore):
         config = profile.for_upstream(upstream)
         op = (
             "retry",
-            _VERDICT[outcome.verdict],
+            _VERDICT[config.verdict(outcome)],
             self._hint(config, outcome),
             local.delay // _ONE_MS,
             -1 if deadline is None else deadline // _ONE_MS,
@@ -345,7 +345,7 @@ class FleetStore(PodStore):
         return math.ceil(min(outcome.retry_after, MAX_RETRY_AFTER) / _ONE_MS)
 
     def _enqueue(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
-        if outcome.verdict is Verdict.IGNORED:
+        if profile.for_upstream(upstream).verdict(outcome) is Verdict.IGNORED:
             return
         if not self._up or len(self._queue) >= _MAX_QUEUED:
             self._miss(profile, upstream, outcome)
@@ -367,7 +367,7 @@ class FleetStore(PodStore):
         pipe = self._redis.pipeline(transaction=False)
         for profile, upstream, outcome in batch:
             config = profile.for_upstream(upstream)
-            op = ("record", _VERDICT[outcome.verdict], self._hint(config, outcome), 0, -1)
+            op = ("record", _VERDICT[config.verdict(outcome)], self._hint(config, outcome), 0, -1)
             keys, args = self._call_args(profile.name, upstream, config, op)
             await self._script(keys=keys, args=args, client=pipe)  # queued
         try:
@@ -442,7 +442,7 @@ class FleetStore(PodStore):
 
     def _miss(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
         """Keep an outcome the fleet did not get, for the resync."""
-        verdict = outcome.verdict
+        verdict = profile.for_upstream(upstream).verdict(outcome)
         if verdict is Verdict.IGNORED:
             return
         key = (profile.name, upstream)
@@ -582,7 +582,7 @@ def _budget_clause(config: UpstreamConfig, a: int, b: int) -> str:
     budget = config.retry_budget
     if isinstance(budget, TokenBucketConfig):
         return (
-            f"retry tokens are at {a / 1000:g} of {budget.max_tokens}, at or below "
+            f"retry tokens are at {a / 1000:g} of {budget.max_tokens:g}, at or below "
             f"the {budget.max_tokens / 2:g} that stops retries"
         )
     return f"{a} retries across the pods against {b} calls in the last {seconds(budget.ttl):g} s"
@@ -602,7 +602,7 @@ def _config_args(config: UpstreamConfig, min_pods: int) -> list[Any]:
         min_pods,
     ]
     if isinstance(budget, TokenBucketConfig):
-        return [*head, "token_bucket", 0, 0, 1, budget.max_tokens * 1000, budget._refill]
+        return [*head, "token_bucket", 0, 0, 1, budget._max, budget._refill]
     floor = budget.min_per_second * seconds(budget.ttl)
     return [
         *head,

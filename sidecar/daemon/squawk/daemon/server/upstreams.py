@@ -35,7 +35,7 @@ from squawk.policy import (
     upstream_snapshot,
 )
 from squawk.policy.breaker import advance
-from squawk.policy.retry_budget import Budget
+from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
 
 __all__ = ["Transition", "UpstreamView", "Upstreams"]
@@ -86,7 +86,9 @@ class Upstreams:
         """Keep every upstream's state under a new policy: its breaker state,
         cool-down and budget go on. A profile that is gone takes its keys
         with it; a window whose length or buckets changed starts empty, as
-        its buckets' numbers no longer mean the same time."""
+        its buckets' numbers no longer mean the same time; a budget whose
+        settings changed keeps what squawk.policy.retry_budget.carried says
+        (a token bucket its fill fraction, never a refill)."""
         old, self._policy = self._policy, policy
         for key, entry in list(self._entries.items()):
             if key[0] not in policy.profiles:
@@ -99,7 +101,8 @@ class Upstreams:
             if (a.window, a.buckets) != (b.window, b.buckets):
                 state = replace(state, breaker=replace(state.breaker, window=EMPTY))
             if was.retry_budget != now.retry_budget:
-                state = replace(state, budget=Budget())
+                budget = carried(state.budget, was.retry_budget, now.retry_budget)
+                state = replace(state, budget=budget)
             entry.state = state
 
     @property

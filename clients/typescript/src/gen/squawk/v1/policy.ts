@@ -1189,9 +1189,11 @@ export interface Outcome {
   /** True when the upstream answered with success. */
   success: boolean;
   /**
-   * The HTTP status when not successful; 0 = none. Transport failures,
-   * 408, 429 and 5xx count as the upstream's failures; other statuses
-   * (input and auth errors) are not counted against it. 0 or 100..599.
+   * The HTTP status when not successful; 0 = none. A transport failure,
+   * no status, or a status the profile retries (its retryable set: for
+   * "default" 408, 429 and 5xx; for "llm" 429, 500, 502, 503, 504, 529)
+   * counts as the upstream's failure; any other status is not counted
+   * against it, nor for it. 0 or 100..599.
    */
   httpStatus: number;
   /** True when no HTTP response arrived. */
@@ -1264,11 +1266,19 @@ export interface UpstreamState {
     | undefined;
   /** Calls recorded in the breaker's sliding window. */
   windowCalls: number;
-  /** Failures among them (transport, 408, 429, 5xx). */
+  /**
+   * Failures among them: transport failures and the statuses the profile
+   * retries (see Outcome.http_status).
+   */
   windowFailures: number;
   /**
-   * Retries the budget would grant now (a ratio budget's balance, or a
-   * token bucket's tokens above its threshold); never negative.
+   * The retries the budget would grant now, one after another, if no other
+   * call came in between; a whole number, never negative. A ratio budget:
+   * the withdrawals it has room for (ratio x calls + min_per_second x ttl,
+   * less the retries granted, over the last ttl). A token bucket: each
+   * failed attempt takes its token before the bucket is asked, so the
+   * failures after which it is still above max_tokens / 2 (a full bucket of
+   * 10 shows 4).
    */
   budgetBalance: number;
   /** Time left of the shared Retry-After cool-down; zero when none. */
