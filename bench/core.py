@@ -42,6 +42,7 @@ from squawk.policy import Failure, Outcome, classify, decide
 from squawk.v1 import policy_pb2 as pb
 from squawk.wire import attempt_state, failure
 
+from .corpus import corpus
 from .targets import POLICY
 from .workloads import (
     OUTCOMES_PER_REPORT,
@@ -125,6 +126,9 @@ def _cases() -> list[tuple[str, str, Callable[[], object], int]]:
         ).SerializeToString()
         for i in range(2 * MAX_ENTRIES)
     )
+    # The distinct rows' requests (corpus.py), in turn: varied as executors'
+    # are, each decided afresh.
+    distinct = _cycle(corpus())
     admits = _cycle(admit_request(u).SerializeToString() for u in UPSTREAMS)
     reports = _cycle(report_request(i).SerializeToString() for i in range(len(UPSTREAMS)))
     batch = pb.DecideRetryBatchRequest(
@@ -193,6 +197,14 @@ def _cases() -> list[tuple[str, str, Callable[[], object], int]]:
             "servicer",
             "DecideRetry, a request not seen before",
             lambda: servicer.decide(pb.DecideRetryRequest.FromString(unseen())).SerializeToString(),
+            1,
+        ),
+        (
+            "servicer",
+            "DecideRetry distinct (the corpus)",
+            lambda: servicer.decide(
+                pb.DecideRetryRequest.FromString(distinct())
+            ).SerializeToString(),
             1,
         ),
         ("servicer", f"DecideRetryBatch x{BATCH}, per decision", batch_call, BATCH),

@@ -61,10 +61,11 @@ class Outcome:
 
 
 def probe(address: str, workload: Workload, timeout_s: float = 10.0) -> str | None:
-    """Send each payload once; None when every answer is the one the row measures."""
+    """Send each probed payload once (a corpus: a sample spread over it); None
+    when every answer is the one the row measures."""
     with grpc.insecure_channel(address) as channel:
         call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(workload.method)
-        for payload in workload.payloads:
+        for payload in workload.probed:
             try:
                 reply = call(payload, timeout=timeout_s)
             except grpc.RpcError as exc:
@@ -75,14 +76,12 @@ def probe(address: str, workload: Workload, timeout_s: float = 10.0) -> str | No
     return None
 
 
-def write_payloads(workload: Workload, folder: Path, stem: str) -> list[Path]:
-    """The workload's payloads as files, for the load generator."""
-    files = []
-    for i, payload in enumerate(workload.payloads):
-        path = folder / f"{stem}-{i}.bin"
-        path.write_bytes(payload)
-        files.append(path)
-    return files
+def write_payloads(workload: Workload, folder: Path, stem: str) -> Path:
+    """The workload's payloads as one file for the load generator's
+    -payloads: each request after its length (4 bytes, big-endian)."""
+    path = folder / f"{stem}.bin"
+    path.write_bytes(b"".join(len(p).to_bytes(4, "big") + p for p in workload.payloads))
+    return path
 
 
 def wait_serving(proc: Proc, address: str, workload: Workload, timeout_s: float = 30.0) -> None:
@@ -104,7 +103,7 @@ def run_load(
     workload: Workload,
     mode: Mode,
     load: Load,
-    payload_files: list[Path],
+    payload_file: Path,
     sample_every_s: float | None = None,
     counter: Callable[[], float] | None = None,
     on_mark: Callable[[str], None] | None = None,
@@ -133,7 +132,7 @@ def run_load(
         str(load.loadgen),
         f"-target={address}",
         f"-method={workload.method}",
-        *(f"-payload={path}" for path in payload_files),
+        f"-payloads={payload_file}",
         f"-conns={load.conns}",
         f"-warmup={load.warmup_s}s",
         f"-duration={load.seconds}s",

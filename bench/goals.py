@@ -4,6 +4,11 @@ Every goal but one is a ratio between rows of the same round (plan.py), so
 a noisy machine moves both sides of each ratio; the goal is judged on the
 median over the rounds, reported with its spread. The batch goal is an
 absolute rate, reported the same way.
+
+The stateless goals read the distinct rows (corpus.py): every call a request
+the daemon has not kept an answer for, as executors' requests are. The rows
+that send the same bytes on every call measure the daemon's reuse of a kept
+answer, the best case, and appear as informational lines only.
 """
 
 from __future__ import annotations
@@ -14,8 +19,14 @@ from typing import Any
 
 from .report import Row, trace_label
 from .rounds import MAX_SPREAD, Spread, spread
+from .workloads import BATCH_DISTINCT, DECIDE_DISTINCT, ECHO_DISTINCT
 
 __all__ = ["Goal", "by_round", "describe", "goals", "render_goals", "usable"]
+
+# The rows the stateless goals read: every request distinct (corpus.py).
+DECIDE, BATCH, ECHO = DECIDE_DISTINCT, BATCH_DISTINCT, ECHO_DISTINCT
+# The best case beside them: the same request's bytes on every call.
+SAME_BYTES, ECHO_SAME_BYTES = "DecideRetry transient", "Echo"
 
 
 @dataclass(frozen=True)
@@ -97,16 +108,22 @@ def usable(row: Row) -> bool:
     return status == "ok" or status.startswith("overloaded")
 
 
+def _is(name: str, rpc: str) -> bool:
+    """Whether row `name` is `rpc`; a batch row whatever its size (`rpc` x100)."""
+    base, _, size = name.rpartition(" x")
+    return name == rpc or (base == rpc and size.isdigit())
+
+
 def by_round(
     rows: Sequence[Row], target: str, rpc: str, sampling: float | None, mode: str
 ) -> dict[int, Row]:
-    """One row's rounds, by round number: `rpc` is a prefix of the row's."""
+    """One row's rounds, by round number: the row named `rpc` (any batch size)."""
     return {
         row["round"]: row
         for row in rows
         if row.get("round") is not None
         and (row["target"], row.get("sampling"), row["mode"]) == (target, sampling, mode)
-        and row["rpc"].startswith(rpc)
+        and _is(row["rpc"], rpc)
     }
 
 
@@ -160,13 +177,13 @@ def goals(
     rows: Sequence[Row], core_us: dict[str, float], idle_rss_mb: float | None, rate: str | None
 ) -> list[Goal]:
     """The goals, then the informational lines; `rate` names the first --rates mode."""
-    decide, analyze, sat = "DecideRetry transient", "AnalyzeError offline", "saturation"
+    decide, analyze, sat = DECIDE, "AnalyzeError offline", "saturation"
     at = rate or "no rate"
 
     def squawk(rpc: str, sampling: float | None, mode: str) -> dict[int, Row]:
         return by_round(rows, "squawk", rpc, sampling, mode)
 
-    echo = by_round(rows, "echo-py", "Echo", None, sat)
+    echo = by_round(rows, "echo-py", ECHO, None, sat)
     off = squawk(decide, None, sat)
 
     def tracing(share: float, judged: bool) -> list[Goal]:
@@ -186,7 +203,7 @@ def goals(
 
         return [
             ratio(
-                f"DecideRetry calls/s, {on} ÷ tracing off (saturation)",
+                f"DecideRetry distinct calls/s, {on} ÷ tracing off (saturation)",
                 "closed loop, same concurrency",
                 squawk(decide, share, sat),
                 off,
@@ -195,7 +212,7 @@ def goals(
                 "min",
             ),
             ratio(
-                f"DecideRetry p99 at {at}, {on} ÷ tracing off",
+                f"DecideRetry distinct p99 at {at}, {on} ÷ tracing off",
                 "open loop, same offered rate",
                 squawk(decide, share, at),
                 squawk(decide, None, at),
@@ -213,7 +230,7 @@ def goals(
                 "max",
             ),
             ratio(
-                f"CPU s per 1,000 DecideRetry at saturation, {on} ÷ Python echo floor",
+                f"CPU s per 1,000 DecideRetry distinct at saturation, {on} ÷ Python echo floor",
                 "server CPU from /proc, closed loop",
                 squawk(decide, share, sat),
                 echo,
@@ -223,39 +240,51 @@ def goals(
             ),
         ]
 
-    floor = [
-        _per_round(
-            "DecideRetry calls/s, tracing off ÷ Python echo floor (saturation)",
-            "closed loop, same concurrency",
-            (off, echo),
-            "calls_per_s",
-            0.9,
-            "min",
-        ),
-        _per_round(
-            "DecideRetry p99 at saturation (tracing off) ÷ Python echo floor p99",
-            "closed loop, same concurrency",
-            (off, echo),
-            "p99_ms",
-            1.2,
-            "max",
-        ),
-        _per_round(
-            "DecideRetryBatch decisions/s (tracing off)",
-            "closed loop, decisions = calls x batch size",
-            (squawk("DecideRetryBatch", None, sat), None),
-            "decisions_per_s",
-            100_000,
-            "min",
-        ),
-    ]
+    def floor(what: str, top: dict[int, Row], bottom: dict[int, Row], judged: bool) -> list[Goal]:
+        """Calls/s and p99 at saturation, tracing off, against the echo floor."""
+        return [
+            _per_round(
+                f"{what} calls/s, tracing off ÷ Python echo floor (saturation)",
+                "closed loop, same concurrency",
+                (top, bottom),
+                "calls_per_s",
+                0.9 if judged else None,
+                "min",
+            ),
+            _per_round(
+                f"{what} p99 at saturation (tracing off) ÷ Python echo floor p99",
+                "closed loop, same concurrency",
+                (top, bottom),
+                "p99_ms",
+                1.2 if judged else None,
+                "max",
+            ),
+        ]
+
+    batch = _per_round(
+        "DecideRetryBatch distinct decisions/s (tracing off)",
+        "closed loop, decisions = calls x batch size",
+        (squawk(BATCH, None, sat), None),
+        "decisions_per_s",
+        100_000,
+        "min",
+    )
+    # The same bytes on every call, answered from the kept decisions.
+    best = floor(
+        "DecideRetry transient, same bytes (best case):",
+        squawk(SAME_BYTES, None, sat),
+        by_round(rows, "echo-py", ECHO_SAME_BYTES, None, sat),
+        judged=False,
+    )
     hundred = tracing(1.0, judged=True)
     worst = max((v for k, v in core_us.items() if k.startswith("DecideRetry")), default=None)
     return [
         *hundred[:3],
-        *floor,
+        *floor("DecideRetry distinct", off, echo, judged=True),
+        batch,
         hundred[3],
         *tracing(0.1, judged=False),
+        *best,
         Goal(
             "core us per decision (worst DecideRetry case)",
             "in-process, bench/core.py",

@@ -115,7 +115,7 @@ def _measured(
     live: Live,
     step: Step,
     load: Load,
-    payloads: list[Path],
+    payloads: Path,
     spans: Callable[[], float] | None,
 ) -> Row:
     workload, sampling = step.workload, step.server.sampling

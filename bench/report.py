@@ -11,7 +11,7 @@ Row = dict[str, Any]
 
 _COLUMNS = (
     ("target", "target", 12, "s"),
-    ("rpc", "rpc", 24, "s"),
+    ("rpc", "rpc", 30, "s"),
     ("trace", "trace", 5, "s"),
     ("mode", "mode", 10, "s"),
     ("round", "round", 5, "d"),

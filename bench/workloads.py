@@ -9,30 +9,44 @@ or whose load moved the daemon's upstream state to other answers (an open
 breaker, a spent retry budget), fails instead of reporting a fast error.
 
 Rows without "+upstream" or "+store" name no upstream, so they measure
-the stateless path. The state rows spread their calls over UPSTREAMS names,
-as a pod's executors would, and need the bench policy (targets.POLICY),
-which keeps every breaker closed and every retry granted under load. The
-"+store" rows send the "+upstream" requests at one fixed rate, so that the
-same row on the memory-store and on the Redis-store daemon says what the
-wait on Redis adds to a decision (store_cost.py).
+the stateless path. The "distinct" rows send a corpus of distinct requests
+(corpus.py), as executors do, so that every call is decided afresh; the
+others send the same bytes on every call, which the daemon answers from the
+decisions it keeps: the best case, kept to show the reuse. The state rows
+spread their calls over UPSTREAMS names, as a pod's executors would, and
+need the bench policy (POLICY), which keeps every breaker closed and every
+retry granted under load. The "+store" rows send the "+upstream" requests
+at one fixed rate, so that the same row on the memory-store and on the
+Redis-store daemon says what the wait on Redis adds to a decision
+(store_cost.py).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import struct_pb2
 
+from squawk.daemon.config import load_policy
+from squawk.daemon.server.servicer import PolicyServicer
 from squawk.v1 import policy_pb2 as pb
 
+from .corpus import batches, corpus
 from .echo_server import ECHO_METHOD
 
 __all__ = [
+    "BATCH_DISTINCT",
+    "DECIDE_DISTINCT",
     "ECHO",
+    "ECHO_CORPUS",
+    "ECHO_DISTINCT",
     "OUTCOMES_PER_REPORT",
+    "POLICY",
     "STORE_ADMIT",
     "STORE_DECIDE",
     "STORE_RATE",
@@ -49,6 +63,14 @@ __all__ = [
 ]
 
 SERVICE = "/squawk.v1.PolicyService/"
+# The built-in policy with thresholds the state rows cannot reach (see the file).
+POLICY = Path(__file__).resolve().parent / "policy.yaml"
+DECIDE_DISTINCT = "DecideRetry distinct"
+BATCH_DISTINCT = "DecideRetryBatch distinct"
+ECHO_DISTINCT = "Echo distinct"
+# A corpus row's probe sends this many of its requests, spread over it: all
+# 16,384 would take seconds before and after every row.
+PROBED = 64
 # A DecideRetry envelope of the kind the executor guide shows.
 ENVELOPE = (
     b'{"success": false, "error": {"code": "QUOTA_EXHAUSTED", '
@@ -82,12 +104,54 @@ class Workload:
     # latency compared between two daemons at one known load (the +store rows).
     rate: float | None = None
 
+    @property
+    def probed(self) -> tuple[bytes, ...]:
+        """The payloads checked before and after the load: all of a few, or
+        PROBED of a corpus, evenly spaced."""
+        step = max(1, len(self.payloads) // PROBED)
+        return self.payloads[::step]
+
 
 def _expect_decision(action: int, reason: int) -> Check:
     def check(reply: bytes) -> str | None:
         got = pb.DecideRetryResponse.FromString(reply)
         if (got.action, got.reason) != (action, reason):
             return f"answered {pb.Action.Name(got.action)}/{pb.Reason.Name(got.reason)}"
+        return None
+
+    return check
+
+
+def _expect_one_of(replies: frozenset[bytes], what: str) -> Check:
+    def check(reply: bytes) -> str | None:
+        return None if reply in replies else f"answered {len(reply)} bytes that are not {what}"
+
+    return check
+
+
+@functools.cache
+def _decided(payloads: tuple[bytes, ...]) -> frozenset[bytes]:
+    """The answers the bench policy gives these requests, decided in-process:
+    the daemon must give the same bytes (none reads a clock or random jitter)."""
+    servicer = PolicyServicer(load_policy(str(POLICY), environ={}))
+    return frozenset(
+        servicer.decide(pb.DecideRetryRequest.FromString(p)).SerializeToString() for p in payloads
+    )
+
+
+def _expect_decided_batch(size: int) -> Check:
+    """Every result a decision, and each one the in-process answer of its item."""
+    answers = _decided(corpus())
+    counted = _expect_batch(size)
+
+    def check(reply: bytes) -> str | None:
+        problem = counted(reply)
+        if problem is not None:
+            return problem
+        got = pb.DecideRetryBatchResponse.FromString(reply)
+        for result in got.results:
+            if result.decision.SerializeToString() not in answers:
+                return "answered a decision the bench policy does not give in-process"
         return None
 
     return check
@@ -224,6 +288,20 @@ def squawk_workloads(batch_size: int) -> list[Workload]:
             _expect_decision(pb.ACTION_RETRY, pb.REASON_TRANSIENT_STATUS),
         ),
         Workload(
+            DECIDE_DISTINCT,
+            SERVICE + "DecideRetry",
+            corpus(),
+            _expect_one_of(_decided(corpus()), "the bench policy's in-process answer"),
+        ),
+        Workload(
+            f"{BATCH_DISTINCT} x{batch_size}",
+            SERVICE + "DecideRetryBatch",
+            batches(batch_size),
+            _expect_decided_batch(batch_size),
+            items=batch_size,
+            open_loop=False,
+        ),
+        Workload(
             "DecideRetry envelope",
             SERVICE + "DecideRetry",
             _each([envelope_request()]),
@@ -311,4 +389,12 @@ ECHO = Workload(
     lambda reply: (
         None if reply == transient_request().SerializeToString() else "echoed other bytes"
     ),
+)
+
+# The floor for the distinct rows: the same corpus, echoed.
+ECHO_CORPUS = Workload(
+    ECHO_DISTINCT,
+    ECHO_METHOD,
+    corpus(),
+    _expect_one_of(frozenset(corpus()), "one of the corpus's requests"),
 )

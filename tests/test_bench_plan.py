@@ -24,9 +24,13 @@ def _names(steps: list[Step]) -> list[str]:
 ROUND = [
     "echo-py-tracing-off Echo saturation",
     "echo-py-tracing-off Echo 1000/s",
+    "echo-py-tracing-off Echo distinct saturation",
+    "echo-py-tracing-off Echo distinct 1000/s",
     "squawk-tracing-off DecideRetry transient saturation",
     "squawk-tracing-off DecideRetry transient 1000/s",
-    "squawk-tracing-off DecideRetryBatch x100 saturation",
+    "squawk-tracing-off DecideRetry distinct saturation",
+    "squawk-tracing-off DecideRetry distinct 1000/s",
+    "squawk-tracing-off DecideRetryBatch distinct x100 saturation",
     "squawk-tracing-off AnalyzeError offline saturation",
     "squawk-tracing-off AnalyzeError offline 1000/s",
     "squawk-tracing-off DecideRetry +store 200/s",
@@ -35,11 +39,13 @@ ROUND = [
     "squawk-redis-tracing-off Admit +store 200/s",
     "squawk-tracing-100% DecideRetry transient saturation",
     "squawk-tracing-100% DecideRetry transient 1000/s",
-    "squawk-tracing-100% DecideRetryBatch x100 saturation",
+    "squawk-tracing-100% DecideRetry distinct saturation",
+    "squawk-tracing-100% DecideRetry distinct 1000/s",
+    "squawk-tracing-100% DecideRetryBatch distinct x100 saturation",
     "squawk-tracing-100% AnalyzeError offline saturation",
     "squawk-tracing-100% AnalyzeError offline 1000/s",
-    "squawk-tracing-10% DecideRetry transient saturation",
-    "squawk-tracing-10% DecideRetry transient 1000/s",
+    "squawk-tracing-10% DecideRetry distinct saturation",
+    "squawk-tracing-10% DecideRetry distinct 1000/s",
     "squawk-tracing-10% AnalyzeError offline saturation",
     "squawk-tracing-10% AnalyzeError offline 1000/s",
 ]
@@ -52,9 +58,11 @@ def _once(label: str) -> list[str]:
         f"{server} Classify 1000/s",
         f"{server} Classify 5000/s",
         f"{server} DecideRetry transient 5000/s",
+        f"{server} DecideRetry distinct 5000/s",
         f"{server} DecideRetry envelope saturation",
         f"{server} DecideRetry envelope 1000/s",
         f"{server} DecideRetry envelope 5000/s",
+        f"{server} DecideRetryBatch x100 saturation",
         f"{server} AnalyzeError offline 5000/s",
         f"{server} DecideRetry +upstream saturation",
         f"{server} Admit +upstream saturation",
@@ -71,11 +79,16 @@ def test_rounds_interleave_the_floor_and_every_squawk_then_the_rest_run_once() -
         "echo-go-tracing-off Echo saturation",
         "echo-go-tracing-off Echo 1000/s",
         "echo-go-tracing-off Echo 5000/s",
+        "echo-go-tracing-off Echo distinct saturation",
+        "echo-go-tracing-off Echo distinct 1000/s",
+        "echo-go-tracing-off Echo distinct 5000/s",
         "echo-py-tracing-off Echo 5000/s",
+        "echo-py-tracing-off Echo distinct 5000/s",
         *_once("off"),
         *_once("100%"),
     ]
-    assert [s.round for s in steps[: 3 * len(ROUND)]] == [1] * 20 + [2] * 20 + [3] * 20
+    n = len(ROUND)
+    assert [s.round for s in steps[: 3 * n]] == [1] * n + [2] * n + [3] * n
     assert all(s.round is None for s in steps[3 * len(ROUND) :])
 
 
@@ -85,14 +98,14 @@ def test_one_rows_rounds_share_its_place_in_the_table() -> None:
     for name, step in zip(_names(steps), steps, strict=True):
         by_rank.setdefault(step.rank, set()).add(name)
     assert all(len(names) == 1 for names in by_rank.values())
-    assert len(by_rank) == len(ROUND) + 4 + 2 * 11
+    assert len(by_rank) == len(ROUND) + 8 + 2 * 13
 
 
 def test_only_narrows_the_rounds_too() -> None:
-    steps = plan(TARGETS, [1000], rounds=2, only="tracing-10% DecideRetry transient")
+    steps = plan(TARGETS, [1000], rounds=2, only="tracing-10% DecideRetry distinct")
     one_round = [
-        "squawk-tracing-10% DecideRetry transient saturation",
-        "squawk-tracing-10% DecideRetry transient 1000/s",
+        "squawk-tracing-10% DecideRetry distinct saturation",
+        "squawk-tracing-10% DecideRetry distinct 1000/s",
     ]
     assert _names(steps) == one_round + one_round
 

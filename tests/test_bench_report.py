@@ -164,12 +164,13 @@ def _row(
     }
 
 
-DECIDE, ANALYZE = "DecideRetry transient", "AnalyzeError offline"
+DECIDE, ANALYZE, ECHO = "DecideRetry distinct", "AnalyzeError offline", "Echo distinct"
+SAME, SAME_ECHO = "DecideRetry transient", "Echo"
 ROWS = [
     # Round 1: DecideRetry does 950 calls/s where the floor does 1000 (0.95),
     # round 2 does 720 where the floor does 800 (0.90).
-    _row("echo-py", "Echo", None, "saturation", 1, calls_per_s=1000, p99_ms=10, cpu_s_per_1k=0.2),
-    _row("echo-py", "Echo", None, "saturation", 2, calls_per_s=800, p99_ms=12, cpu_s_per_1k=0.25),
+    _row("echo-py", ECHO, None, "saturation", 1, calls_per_s=1000, p99_ms=10, cpu_s_per_1k=0.2),
+    _row("echo-py", ECHO, None, "saturation", 2, calls_per_s=800, p99_ms=12, cpu_s_per_1k=0.25),
     _row("squawk", DECIDE, None, "saturation", 1, calls_per_s=950, p99_ms=11, cpu_s_per_1k=0.25),
     _row("squawk", DECIDE, None, "saturation", 2, calls_per_s=720, p99_ms=18, cpu_s_per_1k=0.3),
     _row("squawk", DECIDE, 1.0, "saturation", 1, calls_per_s=760, p99_ms=20, cpu_s_per_1k=0.3),
@@ -178,8 +179,17 @@ ROWS = [
     _row("squawk", ANALYZE, None, "1000/s", 2, p99_ms=5.0),
     _row("squawk", ANALYZE, 1.0, "1000/s", 1, "overloaded: answered 80% of offered", p99_ms=6),
     _row("squawk", ANALYZE, 1.0, "1000/s", 2, p99_ms=7.5),
-    _row("squawk", "DecideRetryBatch x100", None, "saturation", 1, decisions_per_s=110_000),
-    _row("squawk", "DecideRetryBatch x100", None, "saturation", 2, decisions_per_s=90_000),
+    _row(
+        "squawk", "DecideRetryBatch distinct x100", None, "saturation", 1, decisions_per_s=110_000
+    ),
+    _row("squawk", "DecideRetryBatch distinct x100", None, "saturation", 2, decisions_per_s=90_000),
+    # The same bytes on every call: the kept answers, far faster, and no goal.
+    _row("echo-py", SAME_ECHO, None, "saturation", 1, calls_per_s=1100, p99_ms=9),
+    _row("echo-py", SAME_ECHO, None, "saturation", 2, calls_per_s=1000, p99_ms=10),
+    _row("squawk", SAME, None, "saturation", 1, calls_per_s=1045, p99_ms=9),
+    _row("squawk", SAME, None, "saturation", 2, calls_per_s=1000, p99_ms=10),
+    _row("squawk", SAME, 1.0, "saturation", 1, calls_per_s=1000, cpu_s_per_1k=0.01),
+    _row("squawk", "DecideRetryBatch x100", None, "saturation", 1, decisions_per_s=900_000),
     # A row measured once, after the rounds, is no round's.
     {**_row("squawk", DECIDE, None, "saturation", 0, calls_per_s=1), "round": None},
 ]
@@ -191,12 +201,16 @@ def _goal(found: list[Goal], name: str) -> Goal:
 
 def test_each_round_divides_rows_of_that_round() -> None:
     found = goals(ROWS, {}, None, "1000/s")
-    floor = _goal(found, "DecideRetry calls/s, tracing off ÷ Python echo floor (saturation)")
+    floor = _goal(
+        found, "DecideRetry distinct calls/s, tracing off ÷ Python echo floor (saturation)"
+    )
     assert floor.values == pytest.approx((0.95, 0.9))
     assert floor.value == pytest.approx(0.925)
     assert floor.met is True  # >= 0.9
     assert floor.as_json()["spread"] == pytest.approx(0.0541, abs=1e-4)  # 0.05 / 0.925
-    p99 = _goal(found, "DecideRetry p99 at saturation (tracing off) ÷ Python echo floor p99")
+    p99 = _goal(
+        found, "DecideRetry distinct p99 at saturation (tracing off) ÷ Python echo floor p99"
+    )
     assert p99.values == pytest.approx((1.1, 1.5))
     assert p99.value == pytest.approx(1.3)
     assert p99.met is False  # <= 1.2
@@ -205,7 +219,9 @@ def test_each_round_divides_rows_of_that_round() -> None:
 
 def test_a_failed_row_leaves_its_round_out() -> None:
     found = goals(ROWS, {}, None, "1000/s")
-    calls = _goal(found, "DecideRetry calls/s, tracing on 100 % ÷ tracing off (saturation)")
+    calls = _goal(
+        found, "DecideRetry distinct calls/s, tracing on 100 % ÷ tracing off (saturation)"
+    )
     assert calls.values == pytest.approx((0.8,))  # round 1: 760 / 950
     assert calls.met is True
     assert len(calls.missing) == 1 and calls.missing[0].startswith("round 2: squawk tracing 100%")
@@ -221,7 +237,8 @@ def test_an_overloaded_row_gives_its_ratio_but_fails_the_goal() -> None:
 
 
 def test_the_batch_goal_is_the_median_rate() -> None:
-    batch = _goal(goals(ROWS, {}, None, "1000/s"), "DecideRetryBatch decisions/s (tracing off)")
+    found = goals(ROWS, {}, None, "1000/s")
+    batch = _goal(found, "DecideRetryBatch distinct decisions/s (tracing off)")
     assert batch.value == 100_000
     assert batch.met is True  # >= 100,000
     assert batch.as_json()["min"] == 90_000 and batch.as_json()["max"] == 110_000
@@ -231,13 +248,42 @@ def test_the_ten_percent_lines_and_the_core_are_informational() -> None:
     found = goals(ROWS, {"DecideRetry transient": 3.0, "Classify": 9.0}, 50.0, "1000/s")
     info = [g for g in found if g.limit is None]
     assert [g.name for g in info] == [
-        "DecideRetry calls/s, tracing on 10 % ÷ tracing off (saturation)",
-        "DecideRetry p99 at 1000/s, tracing on 10 % ÷ tracing off",
+        "DecideRetry distinct calls/s, tracing on 10 % ÷ tracing off (saturation)",
+        "DecideRetry distinct p99 at 1000/s, tracing on 10 % ÷ tracing off",
         "AnalyzeError offline p99 at 1000/s, tracing on 10 % ÷ tracing off",
-        "CPU s per 1,000 DecideRetry at saturation, tracing on 10 % ÷ Python echo floor",
+        "CPU s per 1,000 DecideRetry distinct at saturation, tracing on 10 % ÷ Python echo floor",
+        "DecideRetry transient, same bytes (best case): calls/s, tracing off ÷ Python echo "
+        "floor (saturation)",
+        "DecideRetry transient, same bytes (best case): p99 at saturation (tracing off) ÷ "
+        "Python echo floor p99",
         "core us per decision (worst DecideRetry case)",
         "idle RSS MB",
     ]
     assert all(g.met is None for g in info)
     assert info[-2].value == 3.0 and info[-1].value == 50.0
     assert len(found) - len(info) == 7
+    best = info[-4]
+    assert best.values == pytest.approx((0.95, 1.0))  # 1045 / 1100 and 1000 / 1000
+
+
+def test_every_judged_goal_reads_the_distinct_rows_and_never_the_same_bytes() -> None:
+    """The same-bytes rows measure the daemon's kept answers (an LRU keyed by
+    the request's bytes), so no goal may read them; without the distinct rows
+    a goal has no data rather than falling back to the best case."""
+    found = goals(ROWS, {}, None, "1000/s")
+    judged = [g for g in found if g.limit is not None]
+    decide = [g for g in judged if "DecideRetry" in g.name]
+    assert len(judged) == 7 and len(decide) == 6
+    assert all(
+        "DecideRetry distinct" in g.name or "DecideRetryBatch distinct" in g.name for g in decide
+    )
+    cpu = _goal(
+        found,
+        "CPU s per 1,000 DecideRetry distinct at saturation, tracing on 100 % ÷ Python echo floor",
+    )
+    assert cpu.values == pytest.approx((1.5,))  # 0.3 / 0.2, not the same bytes' 0.01 / 0.2
+    batch = _goal(found, "DecideRetryBatch distinct decisions/s (tracing off)")
+    assert 900_000 not in batch.values
+    same_bytes_only = [r for r in ROWS if "distinct" not in r["rpc"]]
+    without = goals(same_bytes_only, {}, None, "1000/s")
+    assert all(_goal(without, g.name).value is None for g in decide)

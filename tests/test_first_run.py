@@ -9,6 +9,7 @@ import os
 import pty
 import subprocess
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -69,9 +70,16 @@ def test_the_startup_line_says_what_runs_and_never_a_secret() -> None:
     assert "upstream state: memory;" in line
     assert "tracing: off;" in line
     assert f"metrics: {metrics};" in line
-    assert "decision log: on;" in line
+    assert "decision log: stdout;" in line
     assert "model: tiny-model at http://127.0.0.1:9/v1" in line
     assert CANARY not in output
+
+
+def test_the_startup_line_names_the_decision_logs_file(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.log"
+    output = stopped_output(start_daemon("--decision-log", str(path)))
+    (line,) = [line for line in output.splitlines() if " serving on " in line]
+    assert f"decision log: {path};" in line
 
 
 def test_health_lists_its_services_and_names_an_unknown_one(daemon: Daemon) -> None:

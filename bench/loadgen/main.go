@@ -6,6 +6,9 @@
 // so loadgen needs no generated code and spends its CPU on gRPC alone.
 // -payload may be repeated: call n sends payload n mod their number, so a
 // row can spread its calls over several keys of a server's state.
+// -payloads names one file holding many requests, each prefixed with its
+// length (4 bytes, big-endian): a corpus of thousands of distinct requests
+// needs no file, and no argument, per request.
 //
 // Stdout protocol, for bench/run.py, which reads the server's CPU time and
 // peak RSS from /proc at the two marks:
@@ -20,6 +23,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -40,6 +44,7 @@ type config struct {
 	target      string
 	method      string
 	payloads    payloadFiles
+	corpus      string
 	mode        string
 	concurrency int
 	conns       int
@@ -104,7 +109,8 @@ func parseFlags() (config, error) {
 	var cfg config
 	flag.StringVar(&cfg.target, "target", "", "host:port of the server (required)")
 	flag.StringVar(&cfg.method, "method", "", "full method, e.g. /squawk.v1.PolicyService/DecideRetry (required)")
-	flag.Var(&cfg.payloads, "payload", "file holding a serialized request (required; repeat to send several in turn)")
+	flag.Var(&cfg.payloads, "payload", "file holding a serialized request (repeat to send several in turn)")
+	flag.StringVar(&cfg.corpus, "payloads", "", "file of serialized requests, each after its 4-byte big-endian length, sent after any -payload in turn")
 	flag.StringVar(&cfg.mode, "mode", "closed", "closed (fixed concurrency) or open (fixed rate)")
 	flag.IntVar(&cfg.concurrency, "concurrency", 32, "calls in flight, closed loop")
 	flag.IntVar(&cfg.conns, "conns", 2, "HTTP/2 connections, calls spread round robin")
@@ -115,8 +121,8 @@ func parseFlags() (config, error) {
 	flag.IntVar(&cfg.maxInflight, "max-inflight", 2048, "cap on calls in flight, open loop")
 	flag.Parse()
 	switch {
-	case cfg.target == "" || cfg.method == "" || len(cfg.payloads) == 0:
-		return cfg, errors.New("-target, -method and -payload are required")
+	case cfg.target == "" || cfg.method == "" || (len(cfg.payloads) == 0 && cfg.corpus == ""):
+		return cfg, errors.New("-target, -method and -payload or -payloads are required")
 	case cfg.mode != "closed" && cfg.mode != "open":
 		return cfg, fmt.Errorf("-mode %q: want closed or open", cfg.mode)
 	case cfg.concurrency < 1 || cfg.conns < 1 || cfg.maxInflight < 1:
@@ -167,6 +173,15 @@ func run() error {
 		}
 		payloads = append(payloads, payload)
 	}
+	if cfg.corpus != "" {
+		framed, err := os.ReadFile(cfg.corpus)
+		if err != nil {
+			return err
+		}
+		if payloads, err = appendFramed(payloads, framed); err != nil {
+			return fmt.Errorf("%s: %w", cfg.corpus, err)
+		}
+	}
 	conns, err := dial(cfg)
 	defer func() {
 		for _, c := range conns {
@@ -202,6 +217,26 @@ func run() error {
 	out.P999Ms = t.hist.quantile(0.999)
 	out.MaxMs = float64(t.hist.max.Load()) / 1e6
 	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+// appendFramed appends each request of a -payloads file to payloads.
+func appendFramed(payloads [][]byte, framed []byte) ([][]byte, error) {
+	for len(framed) > 0 {
+		if len(framed) < 4 {
+			return payloads, errors.New("truncated length prefix")
+		}
+		size := binary.BigEndian.Uint32(framed)
+		framed = framed[4:]
+		if uint64(size) > uint64(len(framed)) {
+			return payloads, fmt.Errorf("a request of %d bytes, %d left", size, len(framed))
+		}
+		payloads = append(payloads, framed[:size:size])
+		framed = framed[size:]
+	}
+	if len(payloads) == 0 {
+		return payloads, errors.New("no request")
+	}
+	return payloads, nil
 }
 
 func main() {

@@ -175,8 +175,9 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         type=_address(unix=True),
         metavar="ADDR",
-        help="address to listen on, host:port or unix:///path; repeatable "
-        f"(default: $SQUAWK_LISTEN, comma-separated, or {DEFAULT_LISTEN})",
+        help="address to listen on: HOST:PORT, unix:PATH (unix:///absolute/path too) or "
+        f"unix-abstract:NAME; repeatable (default: $SQUAWK_LISTEN, comma-separated, or "
+        f"{DEFAULT_LISTEN})",
     )
     serve.add_argument(
         "--grace",

@@ -25,7 +25,12 @@ def _given(args: argparse.Namespace, flag: str) -> bool:
 
 
 def add_target_flags(cmd: argparse.ArgumentParser, *, required: bool, help: str) -> None:
-    cmd.add_argument("--target", required=required, metavar="HOST:PORT", help=help)
+    cmd.add_argument(
+        "--target",
+        required=required,
+        metavar="ADDR",
+        help=f"{help}: HOST:PORT or unix:PATH, as the daemon's --listen",
+    )
     cmd.add_argument(
         "--tls-ca",
         metavar="FILE",

@@ -32,6 +32,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry.sdk.trace import TracerProvider
 
 from squawk.policy import Policy
+from squawk.policy.limits import MAX_NAME_CHARS
+from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
 from ..analysis import Analyzer, AnalyzerSettings
@@ -118,6 +120,7 @@ class Daemon:
         # Unset = the offline analyzer; the CLI passes the file's and env's settings.
         self.analyzer = Analyzer(analyzer_settings or AnalyzerSettings(), policy)
         observer = Observer(self.metrics, decision_log)
+        self._decision_log = decision_log
         self.store = _store(policy, state_settings or StateSettings(), observer)
         self.servicer = PolicyServicer(
             policy,
@@ -259,7 +262,7 @@ class Daemon:
             "tls": "mutual" if self._tls_mutual else ("on" if self._tls is not None else "off"),
             "tracing": "on" if self.tracer_provider is not None else "off",
             "metrics": self.metrics_listen if self.metrics is not None else "off",
-            "decision log": "on" if self.servicer.observes_log else "off",
+            "decision log": _log_name(self._decision_log) if self.servicer.observes_log else "off",
             "model": f"{settings.model} at {settings.base_url}" if settings.uses_model else "off",
         }
         return (
@@ -335,6 +338,19 @@ def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodSt
 
     observer.store_up(True)
     return FleetStore(upstreams, settings, observer.transition, observer.store_up)
+
+
+def _log_name(log_file: IO[str] | None) -> str:
+    """Where the decision log goes: its path, stdout, or "on" for a stream
+    without a name. The path is the operator's, shown like any text: bounded,
+    redacted, and quoted when it holds a character that is not printable."""
+    name = getattr(log_file, "name", None)
+    if name == 1 or name == "<stdout>":
+        return "stdout"
+    if not isinstance(name, str):
+        return "on"
+    shown = shown_text(name, MAX_NAME_CHARS)
+    return shown if shown.isprintable() else repr(shown)
 
 
 def _bound(address: str, port: int) -> str:

@@ -50,6 +50,10 @@ _LOG_EVERY_S = 10.0
 _SHOWN_CACHE = 4096
 # A batch's decision-log lines written between two yields to the event loop.
 _LOG_SLICE = 256
+# The line breaks of str.splitlines() (and U+2028/U+2029, JavaScript's)
+# that JSON leaves raw: it escapes the C0 controls (\v, \f, \x1c-\x1e) but
+# not these, so a caller's name holding one would start a line of its own.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 # Upstream names are caller data: past this many distinct names, metric
 # labels say "other", so a caller cannot grow the series without bound.
@@ -452,4 +456,6 @@ class Observer:
             # UTF-8, not \u escapes: a 4-byte character escaped is 12 bytes,
             # and two names of 256 such would pass 6 KiB.
             text = json.dumps(line, separators=(",", ":"), ensure_ascii=False)
+            if not text.isascii():
+                text = text.translate(_LINE_BREAKS)
             self.log.write(text + "\n")
