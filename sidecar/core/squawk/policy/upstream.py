@@ -33,7 +33,7 @@ from typing import NamedTuple
 from . import breaker as _breaker
 from . import retry_budget as _budget
 from .breaker import Breaker, BreakerConfig
-from .cooldown import NOT_COOLING, cool_down
+from .cooldown import DEFAULT_MAX_COOL_DOWN, NOT_COOLING, check_max_cool_down, cool_down
 from .outcome import Outcome, Verdict, check_outcome
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
 from .timing import time_left
@@ -58,6 +58,11 @@ class UpstreamConfig:
     circuit_breaker: BreakerConfig = field(default_factory=BreakerConfig)
     retry_budget: RetryBudgetConfig = field(default_factory=RatioBudgetConfig)
     share_retry_after: bool = True
+    # The longest one shared hint cools the upstream (see cooldown.py).
+    max_cool_down: timedelta = DEFAULT_MAX_COOL_DOWN
+
+    def __post_init__(self) -> None:
+        check_max_cool_down(self.max_cool_down)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +138,9 @@ def record_outcome(
     budget = _budget.record(state.budget, config.retry_budget, verdict)
     until = state.cool_until
     if verdict is Verdict.FAILURE:
-        until = cool_down(until, now, outcome.retry_after, config.share_retry_after)
+        until = cool_down(
+            until, now, outcome.retry_after, config.share_retry_after, config.max_cool_down
+        )
     return _with(state, breaker=breaker, budget=budget, cool_until=until)
 
 
