@@ -453,7 +453,7 @@ def test_a_key_the_daemon_did_not_write_is_no_outage(server: RedisServer, pods: 
             timeout=5,
         )
         eventually(
-            lambda: len((new := set(fleet_state(server)) - known)) == 2 and key in new,
+            lambda: len(new := set(fleet_state(server)) - known) == 2 and key in new,
             "both land, the corrupt key overwritten",
         )
         assert pod.metric("squawk_state_store_up") == 1
