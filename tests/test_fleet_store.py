@@ -319,6 +319,42 @@ def test_one_long_retry_after_cools_the_fleet_for_max_cool_down_at_most(
         assert client.pttl(key_of(profile or "default", upstream)) <= (max(cap_s, 60) + 60) * 1000
 
 
+def test_a_reload_that_lowers_max_cool_down_shortens_a_running_cool_down(
+    tmp_path: Path,
+) -> None:
+    # "Nothing can clear it": with the cap lowered, both the pod that heard
+    # the hint (its own state) and the pod that did not (the fleet's) end
+    # the cool-down within the new cap.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY)
+    server = RedisServer().start()
+    pods = start_pods(server.url, policy, count=2)
+    try:
+        a, b = pods
+        a.report("lowered", 429, headers={"Retry-After": "86400"})
+        eventually(partial(refused, b, "lowered", ""), "the fleet cools down")
+        assert a.admit("lowered").retry_after.ToMilliseconds() > 290_000
+        staged = tmp_path / "policy.new"
+        staged.write_text(POLICY.replace("  default:\n", "  default:\n    max_cool_down: 10s\n"))
+        staged.replace(policy)
+        applied = 'squawk_policy_reloads_total{result="applied"}'
+        for pod in pods:
+            pod.daemon.process.send_signal(signal.SIGHUP)
+            eventually(lambda p=pod: p.metric(applied) == 1, f"{pod.name} reloads")  # type: ignore[misc]
+        for pod in pods:
+            reply = pod.admit("lowered")
+            assert reply.reason == pb.REASON_UPSTREAM_COOLING_DOWN, pod.name
+            assert reply.retry_after.ToMilliseconds() <= 10_000, pod.name
+        # The stored end itself, not only the answer read from it.
+        with redis.Redis(port=server.port) as client:
+            seconds, micros = client.time()
+            stored = json.loads(client.get(key_of("default", "lowered")) or b"null")
+        assert stored["c"] - (seconds * 1000 + micros // 1000) <= 10_000
+    finally:
+        stop_pods(pods)
+        server.stop()
+
+
 def test_a_key_one_report_creates_expires_within_minutes(
     fleet: tuple[RedisServer, list[Pod], redis.Redis],
 ) -> None:

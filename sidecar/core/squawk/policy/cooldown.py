@@ -41,6 +41,7 @@ __all__ = [
     "NOT_COOLING",
     "check_max_cool_down",
     "cool_down",
+    "held",
     "shared_wait",
 ]
 
@@ -76,3 +77,9 @@ def cool_down(
     if shared is None:
         return until
     return max(until, now + seconds(shared))
+
+
+def held(until: float, now: float, cap: timedelta) -> float:
+    """A running cool-down's end under a (new) cap: a reload that lowers
+    max_cool_down shortens the cool-downs already running to it."""
+    return min(until, now + seconds(min(cap, MAX_RETRY_AFTER)))

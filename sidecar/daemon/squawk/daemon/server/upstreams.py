@@ -35,6 +35,7 @@ from squawk.policy import (
     upstream_snapshot,
 )
 from squawk.policy.breaker import advance
+from squawk.policy.cooldown import held
 from squawk.policy.retry_budget import Budget
 from squawk.policy.timing import EMPTY
 
@@ -86,7 +87,9 @@ class Upstreams:
         """Keep every upstream's state under a new policy: its breaker state,
         cool-down and budget go on. A profile that is gone takes its keys
         with it; a window whose length or buckets changed starts empty, as
-        its buckets' numbers no longer mean the same time."""
+        its buckets' numbers no longer mean the same time; a lower
+        max_cool_down shortens a running cool-down to it (the fleet's store
+        does the same)."""
         old, self._policy = self._policy, policy
         for key, entry in list(self._entries.items()):
             if key[0] not in policy.profiles:
@@ -100,6 +103,9 @@ class Upstreams:
                 state = replace(state, breaker=replace(state.breaker, window=EMPTY))
             if was.retry_budget != now.retry_budget:
                 state = replace(state, budget=Budget())
+            if now.max_cool_down < was.max_cool_down:
+                until = held(state.cool_until, self._clock(), now.max_cool_down)
+                state = replace(state, cool_until=until)
             entry.state = state
 
     @property
