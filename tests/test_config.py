@@ -448,6 +448,14 @@ _UP = "profiles:\n  default:\n    upstreams:\n      amadeus:\n"
             "share_retry_after (line 3): expected true or false",
         ),
         (
+            "profiles:\n  default:\n    max_cool_down: 25h\n",
+            "profiles.default.max_cool_down (line 3): must be between 1s and 24h, got 90000s",
+        ),
+        (
+            _UP + "        max_cool_down: 500ms\n",
+            "upstreams.amadeus.max_cool_down (line 5): must be between 1s and 24h, got 0.5s",
+        ),
+        (
             "profiles:\n  default:\n    upstreams: [amadeus]\n",
             "profiles.default.upstreams (line 3): expected a mapping",
         ),

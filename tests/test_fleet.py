@@ -401,24 +401,47 @@ def test_a_key_the_daemon_did_not_write_is_no_outage(server: RedisServer, pods: 
     (key,) = set(fleet_state(server)) - known
     client = redis.Redis(port=server.port)
     fleet = 'squawk_state_answers_total{rpc="Admit",state="fleet"}'
-    local = 'squawk_state_answers_total{rpc="Admit",state="local"}'
+
+    def answered_by_the_fleet() -> bool:
+        before = pod.metric(fleet)
+        return pod.admit("corrupt").allowed and pod.metric(fleet) == before + 1
+
     try:
         # Not JSON: the script starts the upstream afresh and answers.
         client.set(key, b"{not json")
-        before = pod.metric(fleet)
-        assert pod.admit("corrupt").allowed
-        assert pod.metric(fleet) == before + 1
-        # Another type of key: Redis refuses the script; that call is local,
-        # and the store stays up for every other upstream.
+        assert answered_by_the_fleet()
+        # Another type of key under the upstream's name, which has no
+        # expiry: overwritten at once, or every call on the upstream would
+        # be refused by Redis (WRONGTYPE) and decided locally for good.
         client.delete(key)
         client.hset(key, "someone", "else")
-        before = pod.metric(local)
-        assert pod.admit("corrupt").allowed
-        assert pod.metric(local) == before + 1
+        client.set(f"{key}:pods", "not a sorted set")
+        assert answered_by_the_fleet()
+        assert client.type(key) == b"string" and client.pttl(key) > 0
+        # (Another pod's failure: this pod's own breaker is kept from opening.)
+        assert pods[1].decide("corrupt", 503).action == pb.ACTION_RETRY
+        assert client.type(f"{key}:pods") == b"zset"
         assert pod.metric("squawk_state_store_up") == 1
-        assert pod.admit("not-corrupt").allowed
-        # In the background writer's pipeline too: the bad item is that
-        # item's answer, and the others land.
+        # NaN and Infinity, which the store's JSON reader accepts, start the
+        # upstream afresh too: NaN compares false with everything and made
+        # the key's expiry unwritable, so the key stayed broken for good.
+        fresh = {"s": 1, "u": 0, "p": 0, "ok": 0, "bad": 0, "w": [], "b": [], "t": 0, "c": 0}
+        for field in ("u", "t", "c"):
+            for bad in ("NaN", "Infinity", "-Infinity"):
+                client.set(
+                    key,
+                    json.dumps(fresh | {field: 0}).replace(f'"{field}": 0', f'"{field}": {bad}'),
+                )
+                assert answered_by_the_fleet(), (field, bad)
+                healed = json.loads(client.get(key) or b"null")
+                assert healed[field] == 0, (field, bad, healed)
+        client.set(key, json.dumps(fresh).replace('"w": []', '"w": [[0, NaN, 1]]'))
+        assert answered_by_the_fleet()
+        assert not json.loads(client.get(key) or b"null")["w"]  # afresh: an empty window
+        # In the background writer's pipeline too: the key heals, and its
+        # neighbour lands.
+        client.delete(key)
+        client.hset(key, "someone", "else")
         known = set(fleet_state(server))
         pod.stub.ReportOutcome(
             pb.ReportOutcomeRequest(
@@ -429,7 +452,10 @@ def test_a_key_the_daemon_did_not_write_is_no_outage(server: RedisServer, pods: 
             ),
             timeout=5,
         )
-        eventually(lambda: only_state(server, known) is not None, "the other outcome lands")
+        eventually(
+            lambda: len(new := set(fleet_state(server)) - known) == 2 and key in new,
+            "both land, the corrupt key overwritten",
+        )
         assert pod.metric("squawk_state_store_up") == 1
         # A stored time far beyond what the rules allow is held to them:
         # refused for open_for at most, not for years.
@@ -449,9 +475,8 @@ def test_a_key_the_daemon_did_not_write_is_no_outage(server: RedisServer, pods: 
         decided = pod.decide("corrupt", 503)
         assert decided.action == pb.ACTION_RETRY, decided.explanation
     finally:
-        client.delete(key)
+        client.delete(key, f"{key}:pods")
         client.close()
-    assert "an answer this daemon cannot use (ResponseError: WRONGTYPE" in pod.daemon.output()
 
 
 def test_a_fleet_refusal_leaves_a_half_open_pods_probe_slot_free(server: RedisServer) -> None:

@@ -32,6 +32,7 @@ from squawk.policy import (
     record_outcome,
 )
 from squawk.policy.headers import MAX_RETRY_AFTER
+from squawk.policy.timing import seconds
 from upstream_pod import (
     BAD_INPUT,
     CORRECT,
@@ -95,10 +96,40 @@ def test_hints_that_are_not_shared(config: UpstreamConfig, outcome: Outcome) -> 
     assert p.view().cooldown_left == timedelta(0)
 
 
-def test_a_cool_down_is_capped_like_a_retry_after_header() -> None:
-    p = Pod()
-    p.report(failure(503, retry_after=10 * 86_400))
-    assert p.view().cooldown_left == MAX_RETRY_AFTER
+MINUTE = timedelta(minutes=1)
+
+
+@pytest.mark.parametrize(
+    ("max_cool_down", "hint_s", "cooling"),
+    [
+        # The default: five minutes, whatever one answer asks for.
+        (None, 86_400, 5 * MINUTE),
+        (None, 10 * 86_400, 5 * MINUTE),
+        (None, 60, MINUTE),  # a shorter hint is kept as it is
+        (10 * MS * 1000, 30, 10 * MS * 1000),
+        (MAX_RETRY_AFTER, 10 * 86_400, MAX_RETRY_AFTER),  # and never past a day
+    ],
+)
+def test_a_shared_cool_down_is_capped_by_max_cool_down(
+    max_cool_down: timedelta | None, hint_s: float, cooling: timedelta
+) -> None:
+    # One Retry-After: 86400 cooled every executor (and, on Redis, every
+    # pod) for a day, and nothing but time could end it.
+    config = (
+        UpstreamConfig() if max_cool_down is None else UpstreamConfig(max_cool_down=max_cool_down)
+    )
+    p = Pod(config)
+    p.report(failure(503, retry_after=hint_s))
+    assert p.view().cooldown_left == cooling
+    assert not p.at(seconds(cooling) - 0.001).admit().allowed
+    assert p.at(seconds(cooling)).admit().allowed
+
+
+@pytest.mark.parametrize("bad", [timedelta(0), 999 * MS, MAX_RETRY_AFTER + MS, -MINUTE])
+def test_max_cool_down_is_bounded(bad: timedelta) -> None:
+    with pytest.raises(PolicyInputError, match="between 1s and 24h") as refused:
+        UpstreamConfig(max_cool_down=bad)
+    assert refused.value.field == "max_cool_down"
 
 
 def test_the_cool_down_refuses_before_the_breaker_and_takes_no_probe() -> None:

@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from .backoff import BackoffConfig, Jitter
 from .breaker import BreakerConfig
+from .cooldown import DEFAULT_MAX_COOL_DOWN
 from .outcome import STEP_TRANSIENT
 from .retry_budget import RatioBudgetConfig, RetryBudgetConfig
 from .text import quoted
@@ -67,9 +68,10 @@ class Profile:
     circuit_breaker: BreakerConfig = field(default_factory=BreakerConfig)
     retry_budget: RetryBudgetConfig = field(default_factory=RatioBudgetConfig)
     share_retry_after: bool = True
-    # Per-upstream settings, already merged over the three above.
+    max_cool_down: timedelta = DEFAULT_MAX_COOL_DOWN
+    # Per-upstream settings, already merged over the four above.
     upstreams: Mapping[str, UpstreamConfig] = field(default_factory=lambda: _NO_UPSTREAMS)
-    # The three above as one value, built once: for_upstream runs per call.
+    # The four above as one value, built once: for_upstream runs per call.
     _upstream: UpstreamConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -81,7 +83,11 @@ class Profile:
             self,
             "_upstream",
             UpstreamConfig(
-                self.circuit_breaker, self.retry_budget, self.share_retry_after, failures
+                self.circuit_breaker,
+                self.retry_budget,
+                self.share_retry_after,
+                failures,
+                self.max_cool_down,
             ),
         )
         if any(c.failure_statuses != failures for c in self.upstreams.values()):

@@ -34,7 +34,7 @@ from typing import NamedTuple
 from . import breaker as _breaker
 from . import retry_budget as _budget
 from .breaker import Breaker, BreakerConfig
-from .cooldown import NOT_COOLING, cool_down
+from .cooldown import DEFAULT_MAX_COOL_DOWN, NOT_COOLING, check_max_cool_down, cool_down
 from .outcome import STEP_TRANSIENT, Outcome, Verdict, check_outcome, verdict
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
 from .timing import time_left
@@ -63,6 +63,11 @@ class UpstreamConfig:
     # one): the failures the breaker, the budget and the cool-down count.
     # The profile sets it; it is not a field of the policy file's entries.
     failure_statuses: frozenset[int] = STEP_TRANSIENT
+    # The longest one shared hint cools the upstream (see cooldown.py).
+    max_cool_down: timedelta = DEFAULT_MAX_COOL_DOWN
+
+    def __post_init__(self) -> None:
+        check_max_cool_down(self.max_cool_down)
 
     def verdict(self, outcome: Outcome) -> Verdict:
         """What `outcome` counts as for this upstream (squawk.policy.outcome)."""
@@ -142,7 +147,9 @@ def record_outcome(
     budget = _budget.record(state.budget, config.retry_budget, counted)
     until = state.cool_until
     if counted is Verdict.FAILURE:
-        until = cool_down(until, now, outcome.retry_after, config.share_retry_after)
+        until = cool_down(
+            until, now, outcome.retry_after, config.share_retry_after, config.max_cool_down
+        )
     return _with(state, breaker=breaker, budget=budget, cool_until=until)
 
 

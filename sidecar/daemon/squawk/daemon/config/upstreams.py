@@ -8,7 +8,8 @@ profiles:
     retry_budget: {kind: ratio, ratio: 0.2, min_per_second: 10, ttl: 10s}
     # or:         {kind: token_bucket, max_tokens: 10, token_ratio: 0.1}
     share_retry_after: true
-    upstreams:                  # per-upstream overrides of the three above
+    max_cool_down: 5m           # the longest one shared Retry-After cools it (1s..24h)
+    upstreams:                  # per-upstream overrides of the four above
       amadeus:
         circuit_breaker: {open_for: 10s}
 ```
@@ -46,7 +47,7 @@ from ._yaml import ConfigError, boolean, integer, mapping, number, scalar, where
 
 __all__ = ["UPSTREAM_FIELDS", "parse_upstream_settings"]
 
-UPSTREAM_FIELDS = {"circuit_breaker", "retry_budget", "share_retry_after"}
+UPSTREAM_FIELDS = {"circuit_breaker", "retry_budget", "share_retry_after", "max_cool_down"}
 
 # (field, parser, what the error says is expected). The field is also the
 # config's attribute, so a bound the core refuses names the same field.
@@ -142,7 +143,15 @@ def _settings(fields: Mapping[str, yaml.Node], path: str, base: UpstreamConfig) 
         updates["share_retry_after"] = scalar(
             fields["share_retry_after"], f"{path}.share_retry_after", boolean, "true or false"
         )
-    return replace(base, **updates) if updates else base
+    if "max_cool_down" in fields:
+        updates["max_cool_down"] = scalar(
+            fields["max_cool_down"], f"{path}.max_cool_down", parse_duration, _DURATION
+        )
+    try:
+        return replace(base, **updates) if updates else base
+    except PolicyInputError as exc:
+        at = where(fields[exc.field], f"{path}.{exc.field}")
+        raise ConfigError(f"{at}: {exc.message}") from None
 
 
 def parse_upstream_settings(
@@ -156,6 +165,7 @@ def parse_upstream_settings(
             circuit_breaker=own.circuit_breaker,
             retry_budget=own.retry_budget,
             share_retry_after=own.share_retry_after,
+            max_cool_down=own.max_cool_down,
         )
     if "upstreams" not in fields:
         return profile

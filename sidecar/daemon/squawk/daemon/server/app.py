@@ -337,7 +337,9 @@ def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodSt
     from .fleet import FleetStore  # needs the redis client, an optional dependency
 
     observer.store_up(True)
-    return FleetStore(upstreams, settings, observer.transition, observer.store_up)
+    return FleetStore(
+        upstreams, settings, observer.transition, observer.store_up, observer.store_dropped
+    )
 
 
 def _log_name(log_file: IO[str] | None) -> str:

@@ -11,9 +11,10 @@
 -- ARGV[1]  op, pod, verdict, hint, delay, deadline, then the config (see
 --          fleet.py's _config_args), separated by spaces
 --   op       admit | record | retry (record, then guard a RETRY) | replay
---   verdict  0 not counted, 1 success, 2 failure; replay: successes
+--   verdict  retry: 0 not counted, 1 success, 2 failure; record, replay:
+--            successes
 --   hint     the Retry-After to share, ms; -1 none
---   delay    retry: the RETRY's delay, ms; replay: failures
+--   delay    retry: the RETRY's delay, ms; record, replay: failures
 --   deadline retry: the time left before the step's deadline, ms; -1 none
 --
 -- Every pod should run the same breaker and budget settings for an
@@ -31,10 +32,15 @@
 
 local CLOSED, OPEN, HALF = 1, 2, 3
 local BUDGET_BUCKETS = 10
--- The core's cap on a Retry-After (squawk.policy.headers.MAX_RETRY_AFTER).
-local MAX_COOL = 86400000
 -- What one replay call adds at most, per kind.
 local MAX_REPLAY = 100
+-- What one record call adds at most, per kind (a pod's writes, summed
+-- while they wait), and what a stored bucket may hold.
+local MAX_ADD, MAX_SLOT = 1e9, 1e12
+-- A key this call creates lives at most this long; any later call on it
+-- (an Admit, a report, from any pod) gives it what its state needs. A
+-- name seen once costs the store two minutes, not a day's cool-down.
+local NEW_KEY_MS = 120000
 
 -- One argument, space-separated: each argument costs the client more to
 -- send than the script spends reading it.
@@ -51,6 +57,8 @@ local close_ratio, min_pods = tonumber(arg[14]), tonumber(arg[15])
 local token_bucket = arg[16] == 'token_bucket'
 local ratio, floor, ttl = tonumber(arg[17]), tonumber(arg[18]), tonumber(arg[19])
 local max_milli, refill = tonumber(arg[20]), tonumber(arg[21])
+-- The profile's max_cool_down: the longest one hint cools the fleet.
+local max_cool = tonumber(arg[22])
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -65,18 +73,25 @@ local function fresh()
   return {s = CLOSED, u = 0, p = 0, ok = 0, bad = 0, w = {}, b = {}, t = 0, c = 0}
 end
 
+-- A number that compares as numbers do: cjson reads NaN and Infinity, and
+-- NaN would carry into every sum and into the key's expiry.
+local function finite(x)
+  return type(x) == 'number' and x == x and x > -math.huge and x < math.huge
+end
+
 -- A window's buckets as stored, each checked: none from the future (a
 -- bucket that starts after now never rolls out), no negative counts.
 local function slots(v)
   if type(v) ~= 'table' then return nil end
   local out = {}
   for i, slot in ipairs(v) do
-    if i > 1000 or type(slot) ~= 'table' or type(slot[1]) ~= 'number'
-        or type(slot[2]) ~= 'number' or type(slot[3]) ~= 'number' then
+    if i > 1000 or type(slot) ~= 'table' or not finite(slot[1])
+        or not finite(slot[2]) or not finite(slot[3]) then
       return nil
     end
     if slot[1] <= now then
-      out[#out + 1] = {slot[1], math.max(slot[2], 0), math.max(slot[3], 0)}
+      local first, second = math.max(slot[2], 0), math.max(slot[3], 0)
+      out[#out + 1] = {slot[1], math.min(first, MAX_SLOT), math.min(second, MAX_SLOT)}
     end
   end
   return out
@@ -86,23 +101,31 @@ end
 -- write (another program's key, a corrupted or oversized one) starts
 -- afresh, and the times are held to what the rules allow, so no stored
 -- value (nor a server clock that jumped back) can refuse for longer than
--- open_for or a day's cool-down.
+-- open_for or the profile's max_cool_down (a reload that lowers it ends a
+-- longer cool-down already stored).
 local function read(raw)
   local ok, v = pcall(cjson.decode, raw)
   if not ok or type(v) ~= 'table' or (v.s ~= CLOSED and v.s ~= OPEN and v.s ~= HALF) then
     return fresh()
   end
   for _, name in ipairs({'u', 'p', 'ok', 'bad', 't', 'c'}) do
-    if type(v[name]) ~= 'number' then return fresh() end
+    if not finite(v[name]) then return fresh() end
   end
   local w, b = slots(v.w), slots(v.b)
   if not w or not b then return fresh() end
   local function count(x) return math.min(math.max(x, 0), probes) end
   return {
     s = v.s, u = math.min(v.u, now + open_for), p = count(v.p), ok = count(v.ok), bad = count(v.bad),
-    w = w, b = b, t = math.min(math.max(v.t, 0), max_milli), c = math.min(v.c, now + MAX_COOL),
+    w = w, b = b, t = math.min(math.max(v.t, 0), max_milli), c = math.min(v.c, now + max_cool),
   }
 end
+
+-- A key of another type under our name (another program's, a mistake) is
+-- overwritten: left as it is, every call on the upstream would fail until
+-- someone deleted it, for it has no expiry.
+if redis.call('TYPE', KEYS[1]).ok ~= 'string' then redis.call('DEL', KEYS[1]) end
+local pods_type = redis.call('TYPE', KEYS[2]).ok
+if pods_type ~= 'zset' and pods_type ~= 'none' then redis.call('DEL', KEYS[2]) end
 
 local raw = redis.call('GET', KEYS[1])
 local st = raw and read(raw) or fresh()
@@ -162,24 +185,8 @@ local function advance()
   end
 end
 
-local function record(v)
-  if v == 2 and hint >= 0 then st.c = math.max(st.c, now + math.min(hint, MAX_COOL)) end
-  if token_bucket and v ~= 0 then
-    if v == 2 then st.t = math.min(st.t + 1000, max_milli) else st.t = math.max(st.t - refill, 0) end
-  end
-  if v == 0 or st.s == OPEN or not enabled then return end
-  local failed = v == 2 and 1 or 0
-  if st.s == CLOSED then
-    st.w = add(st.w, window, buckets, 1, failed)
-    if failed == 1 then redis.call('ZADD', KEYS[2], now, pod) end
-    local calls, failures = sums(st.w)
-    if calls >= minimum_calls and failures / calls >= failure_ratio then
-      -- The quorum: one pod alone (a bad link, a broken deploy) opens only its own breaker.
-      redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
-      if redis.call('ZCARD', KEYS[2]) >= min_pods then enter(OPEN, now + open_for) end
-    end
-    return
-  end
+-- A half-open round's probe outcome (failed: 0 or 1).
+local function probe_outcome(failed)
   st.ok, st.bad = st.ok + (1 - failed), st.bad + failed
   local tallied = st.ok + st.bad
   if tallied < probes then
@@ -188,6 +195,32 @@ local function record(v)
     enter(CLOSED, 0)
   else
     enter(OPEN, now + open_for)
+  end
+end
+
+-- `good` successes and `bad` failures, as if the successes came first:
+-- the order a pod's summed writes lost, taken the cautious way (a token
+-- bucket refills before it is spent; the breaker judges the window with
+-- every failure in it, as it would have after the last one).
+local function record(good, bad)
+  if bad > 0 and hint >= 0 then st.c = math.max(st.c, now + math.min(hint, max_cool)) end
+  if token_bucket then
+    st.t = math.min(math.max(st.t - good * refill, 0) + bad * 1000, max_milli)
+  end
+  while good + bad > 0 and enabled and st.s ~= OPEN do
+    if st.s == CLOSED then
+      st.w = add(st.w, window, buckets, good + bad, bad)
+      if bad > 0 then redis.call('ZADD', KEYS[2], now, pod) end
+      local calls, failures = sums(st.w)
+      if calls >= minimum_calls and failures / calls >= failure_ratio then
+        -- The quorum: one pod alone (a bad link, a broken deploy) opens only its own breaker.
+        redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
+        if redis.call('ZCARD', KEYS[2]) >= min_pods then enter(OPEN, now + open_for) end
+      end
+      return
+    end
+    -- Half-open: one at a time; at most `probes` of them end the round.
+    if good > 0 then good = good - 1; probe_outcome(0) else bad = bad - 1; probe_outcome(1) end
   end
 end
 
@@ -211,11 +244,13 @@ if op == 'admit' then
   end
   reply = {before, st.s, allowed, reason, wait, probe}
 elseif op == 'replay' then
-  for _ = 1, math.min(verdict, MAX_REPLAY) do record(1) end
-  for _ = 1, math.min(delay, MAX_REPLAY) do record(2) end
+  record(math.min(math.max(verdict, 0), MAX_REPLAY), math.min(math.max(delay, 0), MAX_REPLAY))
+  reply = {before, st.s}
+elseif op == 'record' then
+  record(math.min(math.max(verdict, 0), MAX_ADD), math.min(math.max(delay, 0), MAX_ADD))
   reply = {before, st.s}
 else
-  record(verdict)
+  record(verdict == 1 and 1 or 0, verdict == 2 and 1 or 0)
   reply = {before, st.s}
   if op == 'retry' then
     if st.s == OPEN then
@@ -247,6 +282,7 @@ else
 end
 
 local keep = math.max(window, 2 * open_for, ttl, st.c - now) + 60000
+if not raw then keep = math.min(keep, NEW_KEY_MS) end
 redis.call('SET', KEYS[1], cjson.encode(st), 'PX', math.floor(keep))
-redis.call('PEXPIRE', KEYS[2], math.floor(window + 60000))
+redis.call('PEXPIRE', KEYS[2], math.floor(math.min(window + 60000, keep)))
 return reply

@@ -12,7 +12,11 @@ Waiting is bounded three ways:
   most `state.deadline` (5 ms by default; a batch shares one deadline). A
   late or failed answer leaves the pod's own answer, marked LOCAL.
 - Writes whose answer changes nothing the caller sees (ReportOutcome, a
-  DecideRetry that does not RETRY) go to Redis in the background, pipelined.
+  DecideRetry that does not RETRY) go to Redis in the background, pipelined,
+  summed per upstream while they wait: a burst for one upstream is one
+  write, so only more than _MAX_QUEUED distinct upstreams waiting at once
+  drop a write, and every one dropped is counted (on_dropped, the metric
+  squawk_state_writes_dropped_total) and logged, throttled.
 - An outage (a connection error, or three late answers in a row) stops all
   calls to Redis: decisions are local at once instead of after a deadline
   each. It is logged once; a background task pings Redis with backoff and,
@@ -25,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import logging
 import math
 import time
@@ -47,7 +52,7 @@ from squawk.policy import (
     UpstreamConfig,
     guard_fleet,
 )
-from squawk.policy.headers import MAX_RETRY_AFTER
+from squawk.policy.cooldown import shared_wait
 from squawk.policy.outcome import Verdict
 from squawk.policy.text import shown_text
 from squawk.policy.timing import EMPTY, Window, added, rolled, seconds
@@ -67,10 +72,15 @@ _VERDICT = {Verdict.IGNORED: 0, Verdict.SUCCESS: 1, Verdict.FAILURE: 2}
 _ONE_MS = timedelta(milliseconds=1)
 # Late answers in a row that count as an outage.
 _LATE_IN_A_ROW = 3
-# The background writer: queued writes past this many are kept for the
-# resync instead; one pipeline carries at most _WRITE_BATCH of them.
+# The background writer: at most this many upstreams wait to be written
+# (each one's outcomes summed), as many as the registry tracks; one pipeline
+# carries at most _WRITE_BATCH of them.
 _MAX_QUEUED = 10_000
 _WRITE_BATCH = 512
+# The resync after an outage: upstreams per round trip, the event loop given
+# back between rounds. 512 a round held the loop 40-90 ms at a time (and
+# health checks past half a second on a busy machine).
+_REPLAY_BATCH = 64
 # A background write or a ping waits this long (nobody waits on it).
 _BACKGROUND_TIMEOUT_S = 1.0
 # The reconnect pings' backoff.
@@ -95,6 +105,17 @@ class _Missed:
     cool_until: float = -math.inf
 
 
+@dataclass(slots=True)
+class _Pending:
+    """One upstream's outcomes waiting for the background writer, summed."""
+
+    profile: Profile
+    successes: int = 0
+    failures: int = 0
+    # The longest Retry-After among the failures, to share, ms; -1 none.
+    hint: int = -1
+
+
 class FleetStore(PodStore):
     def __init__(
         self,
@@ -102,6 +123,7 @@ class FleetStore(PodStore):
         settings: StateSettings,
         on_transition: Callable[[Transition], None] | None = None,
         on_up: Callable[[bool], None] | None = None,
+        on_dropped: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(upstreams)
         try:
@@ -120,6 +142,7 @@ class FleetStore(PodStore):
         self._pod = settings.pod_name()
         self._on_transition = on_transition
         self._on_up = on_up
+        self._on_dropped = on_dropped
         pool = BlockingConnectionPool.from_url(
             settings.url,
             max_connections=_MAX_CONNECTIONS,
@@ -135,7 +158,9 @@ class FleetStore(PodStore):
         self._down_since = 0.0
         self._local_answers = 0
         self._missed: dict[Key, _Missed] = {}
-        self._queue: list[tuple[Profile, str, Outcome]] = []
+        self._queue: dict[Key, _Pending] = {}
+        # Writes the fleet never got, since start (the metric's value).
+        self.dropped = 0
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._keys: dict[Key, list[str]] = {}
@@ -183,13 +208,13 @@ class FleetStore(PodStore):
         config = profile.for_upstream(upstream)
         reply = await self._call(profile, upstream, config, ("admit", 0, -1, 0, -1), until)
         if reply is None:
-            return self.upstreams.admit(profile, upstream), Source.LOCAL
+            return self.upstreams.admit(profile, upstream), self._local()
         self._moved(profile.name, upstream, reply)
         _, after, allowed, reason, wait_ms, probe = reply
         state = BreakerState(after)
         if not allowed:
             if reason == 1:
-                why, wait = Reason.UPSTREAM_COOLING_DOWN, _cool_left(wait_ms)
+                why, wait = Reason.UPSTREAM_COOLING_DOWN, _cool_left(wait_ms, config)
             else:
                 why, wait = Reason.CIRCUIT_OPEN, _open_left(wait_ms, config)
             return Admission(False, why, wait, state, False), Source.FLEET
@@ -226,7 +251,7 @@ class FleetStore(PodStore):
         )
         reply = await self._call(profile, upstream, config, op, until, outcome)
         if reply is None:
-            return local, Source.LOCAL
+            return local, self._local()
         self._moved(profile.name, upstream, reply)
         verdict, a, b = reply[2], reply[3], reply[4]
         if verdict == 1:
@@ -234,7 +259,7 @@ class FleetStore(PodStore):
         elif verdict == 2:
             answer = FleetAnswer(budget_spent=_budget_clause(config, a, b))
         else:
-            answer = FleetAnswer(cooling=_cool_left(a))
+            answer = FleetAnswer(cooling=_cool_left(a, config))
         return guard_fleet(local, answer, deadline), Source.FLEET
 
     def record(self, outcomes: Sequence[tuple[Profile, str, Outcome]]) -> None:
@@ -245,7 +270,18 @@ class FleetStore(PodStore):
     # -- talking to Redis ---------------------------------------------------
 
     def _source(self) -> Source:
-        return Source.FLEET if self._up else Source.LOCAL
+        return Source.FLEET if self._up else self._local()
+
+    def _local(self) -> Source:
+        """Every answer marked LOCAL goes through here, as it goes into the
+        metric (squawk_state_answers_total{state="local"}): one taken while
+        the store is away -- the call that found it away included -- is
+        counted for the line that says the outage ended, so the line and
+        the metric agree. (Late answers while the store is up are local
+        too, but belong to no outage.)"""
+        if not self._up:
+            self._local_answers += 1
+        return Source.LOCAL
 
     def _call_args(
         self, profile: str, upstream: str, config: UpstreamConfig, op: tuple[Any, ...]
@@ -285,9 +321,8 @@ class FleetStore(PodStore):
         call sent but answered late has most likely landed: it is not sent
         again, so an outcome is never counted twice."""
         if not self._up:
-            self._local_answers += 1
             if outcome is not None:
-                self._miss(profile, upstream, outcome)
+                self._miss_outcome(profile, upstream, outcome)
             return None
         loop = asyncio.get_running_loop()
         left = (loop.time() + self.deadline_s if until is None else until) - loop.time()
@@ -318,7 +353,7 @@ class FleetStore(PodStore):
         except Exception as exc:
             self._lost(exc)
             if outcome is not None:
-                self._miss(profile, upstream, outcome)
+                self._miss_outcome(profile, upstream, outcome)
             return None
         self._late = 0
         return self._usable(raw, op[0])
@@ -340,18 +375,46 @@ class FleetStore(PodStore):
             )
 
     def _hint(self, config: UpstreamConfig, outcome: Outcome) -> int:
-        if not config.share_retry_after or outcome.retry_after is None:
-            return -1
-        return math.ceil(min(outcome.retry_after, MAX_RETRY_AFTER) / _ONE_MS)
+        shared = shared_wait(outcome.retry_after, config.share_retry_after, config.max_cool_down)
+        return -1 if shared is None else math.ceil(shared / _ONE_MS)
 
     def _enqueue(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
-        if profile.for_upstream(upstream).verdict(outcome) is Verdict.IGNORED:
+        verdict = profile.for_upstream(upstream).verdict(outcome)
+        if verdict is Verdict.IGNORED:
             return
-        if not self._up or len(self._queue) >= _MAX_QUEUED:
-            self._miss(profile, upstream, outcome)
+        if not self._up:
+            self._miss_outcome(profile, upstream, outcome)
             return
-        self._queue.append((profile, upstream, outcome))
+        key = (profile.name, upstream)
+        pending = self._queue.get(key)
+        if pending is None:
+            if len(self._queue) >= _MAX_QUEUED:
+                self._drop(1, f"more than {_MAX_QUEUED} upstreams wait to be written")
+                return
+            pending = self._queue[key] = _Pending(profile)
+        pending.profile = profile  # a reload's, if one came meanwhile
+        if verdict is Verdict.FAILURE:
+            pending.failures += 1
+            pending.hint = max(pending.hint, self._hint(profile.for_upstream(upstream), outcome))
+        else:
+            pending.successes += 1
         self._wake.set()
+
+    def _drop(self, count: int, why: str) -> None:
+        """Writes the fleet will never get: counted, and logged throttled."""
+        self.dropped += count
+        if self._on_dropped is not None:
+            self._on_dropped(count)
+        held = self._throttle.ready("dropped")
+        if held is not None:
+            log.warning(
+                "fleet state store %s: %d outcome(s) not written to the fleet (%s)%s; "
+                "this pod's own state counted them",
+                self.settings.where,
+                count,
+                why,
+                f" ({held} more drops since the last report)" if held else "",
+            )
 
     async def _writer(self) -> None:
         """Writes the queued outcomes, pipelined, until the store closes."""
@@ -359,32 +422,37 @@ class FleetStore(PodStore):
             await self._wake.wait()
             self._wake.clear()
             while self._queue and self._up:
-                batch = self._queue[:_WRITE_BATCH]
-                del self._queue[:_WRITE_BATCH]
+                # Taken out before the wait: outcomes that come meanwhile
+                # start new sums, written in the next round.
+                batch = list(itertools.islice(self._queue.items(), _WRITE_BATCH))
+                for key, _ in batch:
+                    del self._queue[key]
                 await self._write(batch)
 
-    async def _write(self, batch: Sequence[tuple[Profile, str, Outcome]]) -> bool:
-        pipe = self._redis.pipeline(transaction=False)
-        for profile, upstream, outcome in batch:
-            config = profile.for_upstream(upstream)
-            op = ("record", _VERDICT[config.verdict(outcome)], self._hint(config, outcome), 0, -1)
-            keys, args = self._call_args(profile.name, upstream, config, op)
-            await self._script(keys=keys, args=args, client=pipe)  # queued
-        try:
-            async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
-                # An error about one item (a key of another type) is that
-                # item's answer, not the pipeline's.
-                replies = await pipe.execute(raise_on_error=False)
-        except Exception as exc:
-            self._lost(exc)
-            # Whether they landed is unknown; counting them again is the safer error.
-            for profile, upstream, outcome in batch:
-                self._miss(profile, upstream, outcome)
-            return False
-        for (profile, upstream, _), raw in zip(batch, replies, strict=True):
+    async def _write(self, batch: Sequence[tuple[Key, _Pending]]) -> bool:
+        # The context closes the pipeline on every path: one left holding a
+        # connection is an asyncio "Unclosed Pipeline client" at each outage.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for (_, upstream), sums in batch:
+                config = sums.profile.for_upstream(upstream)
+                op = ("record", sums.successes, sums.hint, sums.failures, -1)
+                keys, args = self._call_args(sums.profile.name, upstream, config, op)
+                await self._script(keys=keys, args=args, client=pipe)  # queued
+            try:
+                async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+                    # An error about one item (a script refused) is that
+                    # item's answer, not the pipeline's.
+                    replies = await pipe.execute(raise_on_error=False)
+            except Exception as exc:
+                self._lost(exc)
+                # Whether they landed is unknown; counting them again is the safer error.
+                for (_, upstream), sums in batch:
+                    self._miss(sums.profile, upstream, sums.successes, sums.failures, sums.hint)
+                return False
+        for ((_, upstream), sums), raw in zip(batch, replies, strict=True):
             reply = self._usable(raw, "record")
             if reply is not None:
-                self._moved(profile.name, upstream, reply)
+                self._moved(sums.profile.name, upstream, reply)
         return True
 
     # -- outages ------------------------------------------------------------
@@ -440,23 +508,35 @@ class FleetStore(PodStore):
                 f" ({held} more since the last report)" if held else "",
             )
 
-    def _miss(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
-        """Keep an outcome the fleet did not get, for the resync."""
+    def _miss_outcome(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
         verdict = profile.for_upstream(upstream).verdict(outcome)
         if verdict is Verdict.IGNORED:
             return
+        failed = verdict is Verdict.FAILURE
+        hint = self._hint(profile.for_upstream(upstream), outcome) if failed else -1
+        self._miss(profile, upstream, int(not failed), int(failed), hint)
+
+    def _miss(
+        self, profile: Profile, upstream: str, successes: int, failures: int, hint: int
+    ) -> None:
+        """Keep outcomes the fleet did not get, for the resync; `hint` as _Pending's."""
         key = (profile.name, upstream)
         missed = self._missed.get(key)
         if missed is None:
             if len(self._missed) >= self.upstreams.max_upstreams:
+                self._drop(
+                    successes + failures,
+                    f"more than {self.upstreams.max_upstreams} upstreams seen "
+                    "while the store was away",
+                )
                 return
             missed = self._missed[key] = _Missed(profile.for_upstream(upstream))
         cb = missed.config.circuit_breaker
         now = time.monotonic()
-        failed = verdict is Verdict.FAILURE
-        missed.window = added(missed.window, now, seconds(cb.window), cb.buckets, 1, int(failed))
-        hint = self._hint(missed.config, outcome)
-        if failed and hint >= 0:
+        missed.window = added(
+            missed.window, now, seconds(cb.window), cb.buckets, successes + failures, failures
+        )
+        if failures and hint >= 0:
             missed.cool_until = max(missed.cool_until, now + hint / 1000)
 
     async def _reconnect(self) -> None:
@@ -513,39 +593,46 @@ class FleetStore(PodStore):
         """Replay what this pod saw while the fleet was away: each upstream's
         outcomes still inside its breaker window (successes first, at most
         _REPLAY_MAX of each) and its cool-down left, one script call per
-        upstream, _WRITE_BATCH upstreams per round trip, giving the event
+        upstream, _REPLAY_BATCH upstreams per round trip, giving the event
         loop back between them. An upstream leaves the list once its replay
         is answered, so an interrupted resync never replays one twice."""
         while self._missed and not self._closing:
-            chunk = list(self._missed.items())[:_WRITE_BATCH]
+            chunk = list(itertools.islice(self._missed.items(), _REPLAY_BATCH))
             now = time.monotonic()
-            pipe = self._redis.pipeline(transaction=False)
-            for (profile, upstream), seen in chunk:
-                cb = seen.config.circuit_breaker
-                window = rolled(seen.window, now, seconds(cb.window), cb.buckets)
-                failures = min(window.second, _REPLAY_MAX)
-                successes = min(window.first - window.second, _REPLAY_MAX)
-                cooling = math.ceil((seen.cool_until - now) * 1000) if seen.cool_until > now else -1
-                if cooling > 0 and not failures:
-                    failures = 1  # a cool-down comes with a failure
-                op = ("replay", successes, cooling, failures, -1)
-                keys, args = self._call_args(profile, upstream, seen.config, op)
-                await self._script(keys=keys, args=args, client=pipe)  # queued
-            # Taken out before the wait: outcomes seen meanwhile start new
-            # entries, replayed in a later round, not dropped with these.
-            for key, _ in chunk:
-                del self._missed[key]
-            try:
-                async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
-                    replies = await pipe.execute(raise_on_error=False)
-            except BaseException:
-                for key, seen in chunk:
-                    self._missed.setdefault(key, seen)
-                raise
+            async with self._redis.pipeline(transaction=False) as pipe:
+                replies = await self._replay(pipe, chunk, now)
             for raw in replies:
-                # An item Redis refused (a key of another type) would be refused again.
+                # An item Redis refused would be refused again.
                 self._usable(raw, "replay")
             await asyncio.sleep(0)
+
+    async def _replay(
+        self, pipe: Any, chunk: Sequence[tuple[Key, _Missed]], now: float
+    ) -> list[object]:
+        """One round of the resync: its replies, or raises with the chunk kept."""
+        for (profile, upstream), seen in chunk:
+            cb = seen.config.circuit_breaker
+            window = rolled(seen.window, now, seconds(cb.window), cb.buckets)
+            failures = min(window.second, _REPLAY_MAX)
+            successes = min(window.first - window.second, _REPLAY_MAX)
+            cooling = math.ceil((seen.cool_until - now) * 1000) if seen.cool_until > now else -1
+            if cooling > 0 and not failures:
+                failures = 1  # a cool-down comes with a failure
+            op = ("replay", successes, cooling, failures, -1)
+            keys, args = self._call_args(profile, upstream, seen.config, op)
+            await self._script(keys=keys, args=args, client=pipe)  # queued
+        # Taken out before the wait: outcomes seen meanwhile start new
+        # entries, replayed in a later round, not dropped with these.
+        for key, _ in chunk:
+            del self._missed[key]
+        try:
+            async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+                replies: list[object] = await pipe.execute(raise_on_error=False)
+        except BaseException:
+            for key, seen in chunk:
+                self._missed.setdefault(key, seen)
+            raise
+        return replies
 
 
 _REPLY_LENGTH = {"admit": 6, "record": 2, "retry": 5, "replay": 2}
@@ -571,8 +658,9 @@ def _open_left(ms: int, config: UpstreamConfig) -> timedelta:
     return min(max(ms, 0) * _ONE_MS, config.circuit_breaker.open_for)
 
 
-def _cool_left(ms: int) -> timedelta:
-    return min(max(ms, 0) * _ONE_MS, MAX_RETRY_AFTER)
+def _cool_left(ms: int, config: UpstreamConfig) -> timedelta:
+    # Never past the profile's max_cool_down, whatever the store says.
+    return min(max(ms, 0) * _ONE_MS, config.max_cool_down)
 
 
 _SEVERITY = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
@@ -601,8 +689,9 @@ def _config_args(config: UpstreamConfig, min_pods: int) -> list[Any]:
         repr(cb.close_ratio),
         min_pods,
     ]
+    cool = math.ceil(config.max_cool_down / _ONE_MS)
     if isinstance(budget, TokenBucketConfig):
-        return [*head, "token_bucket", 0, 0, 1, budget._max, budget._refill]
+        return [*head, "token_bucket", 0, 0, 1, budget._max, budget._refill, cool]
     floor = budget.min_per_second * seconds(budget.ttl)
     return [
         *head,
@@ -612,4 +701,5 @@ def _config_args(config: UpstreamConfig, min_pods: int) -> list[Any]:
         round(seconds(budget.ttl) * 1000),
         0,
         0,
+        cool,
     ]

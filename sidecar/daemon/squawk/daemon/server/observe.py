@@ -210,6 +210,12 @@ class Metrics:
             "1 while the fleet state store answers, 0 during an outage.",
             registry=None,
         )
+        self.state_writes_dropped = Counter(
+            "squawk_state_writes_dropped",
+            "Outcomes the fleet state store never got (more upstreams waiting to be "
+            "written than the writer holds); this pod's own state counted them.",
+            registry=None,
+        )
         self._store_up_shown = False
         self.policy_reloads = Counter(
             "squawk_policy_reloads",
@@ -245,6 +251,7 @@ class Metrics:
         """Only a Redis store reports, so only its pods export the gauge."""
         if not self._store_up_shown:
             self.registry.register(self.state_store_up)
+            self.registry.register(self.state_writes_dropped)
             self._store_up_shown = True
         self.state_store_up.set(int(up))
 
@@ -350,6 +357,11 @@ class Observer:
         """The fleet state store went away (False) or came back (True)."""
         if self.metrics is not None:
             self.metrics.report_store_up(up)
+
+    def store_dropped(self, count: int) -> None:
+        """The fleet state store dropped `count` writes (the store logs them)."""
+        if self.metrics is not None:
+            self.metrics.state_writes_dropped.inc(count)
 
     def refused(self, rpc: str, cause: str, exc_info: bool = False) -> None:
         """Count a call answered with an error; log the unexpected ones, throttled.

@@ -35,6 +35,7 @@ from squawk.policy import (
     upstream_snapshot,
 )
 from squawk.policy.breaker import advance
+from squawk.policy.cooldown import held
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
 
@@ -88,7 +89,9 @@ class Upstreams:
         with it; a window whose length or buckets changed starts empty, as
         its buckets' numbers no longer mean the same time; a budget whose
         settings changed keeps what squawk.policy.retry_budget.carried says
-        (a token bucket its fill fraction, never a refill)."""
+        (a token bucket its fill fraction, never a refill); a lower
+        max_cool_down shortens a running cool-down to it (the fleet's store
+        does the same)."""
         old, self._policy = self._policy, policy
         for key, entry in list(self._entries.items()):
             if key[0] not in policy.profiles:
@@ -103,6 +106,9 @@ class Upstreams:
             if was.retry_budget != now.retry_budget:
                 budget = carried(state.budget, was.retry_budget, now.retry_budget)
                 state = replace(state, budget=budget)
+            if now.max_cool_down < was.max_cool_down:
+                until = held(state.cool_until, self._clock(), now.max_cool_down)
+                state = replace(state, cool_until=until)
             entry.state = state
 
     @property
