@@ -12,16 +12,18 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import grpc
 import pytest
 
 from conftest import Daemon, free_port, scrape, start_daemon
-from squawk.daemon.server.upstreams import Upstreams
-from squawk.policy import BreakerState, Outcome, builtin_policy
+from squawk.daemon.config import parse_config
+from squawk.daemon.server.upstreams import Key, Upstreams, UpstreamView
+from squawk.policy import BreakerState, Outcome, Policy, TokenBucketConfig, builtin_policy
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk_client import Reason, SquawkClient, StepError, StepFailed, StepOptions, run_step_sync
@@ -127,9 +129,9 @@ def test_the_breaker_opens_for_the_whole_pod_then_probes_and_closes(
     )
     metrics = scrape(pod[1])
     for before, after in (("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED")):
-        key = f'squawk_breaker_transitions_total{{from="{before}",to="{after}",upstream="flaky"}}'
-        assert metrics[key] == 1.0
-    assert metrics['squawk_breaker_state{upstream="flaky"}'] == 1.0  # closed
+        labels = f'from="{before}",profile="default",to="{after}",upstream="flaky"'
+        assert metrics[f"squawk_breaker_transitions_total{{{labels}}}"] == 1.0
+    assert metrics['squawk_breaker_state{profile="default",upstream="flaky"}'] == 1.0  # closed
 
 
 def test_one_executors_retry_after_holds_back_every_executor(executors: list[Stub]) -> None:
@@ -409,3 +411,169 @@ def test_a_secret_in_an_upstream_name_is_not_listed(executors: list[Stub]) -> No
     shown = [u.upstream for u in listed if u.upstream.startswith("api password=")]
     assert shown == ["api password=[REDACTED]"]
     assert all(secret not in u.upstream for u in listed)
+
+
+# The registry's bound never makes an upstream less cautious (issue 22, item
+# 10): a new name takes only an idle key's place (a fresh state would behave
+# exactly the same), or is answered from a fresh state it does not keep.
+
+_FLOOD_MAX = 100
+_TOKENS = TokenBucketConfig(max_tokens=4, token_ratio=0.1)
+_OUTAGE = Outcome(success=False, http_status=503)
+_HOUR_429 = Outcome(success=False, http_status=429, retry_after=timedelta(hours=1))
+
+
+def _registry(
+    clock: list[float], forgot: list[Key] | None = None, untracked: list[str] | None = None
+) -> tuple[Upstreams, Policy]:
+    base = builtin_policy()
+    tokens = replace(base.profile("default"), name="tokens", retry_budget=_TOKENS)
+    policy = replace(base.with_profile(tokens), max_upstreams=_FLOOD_MAX)
+    hooks: dict[str, Any] = {}
+    if forgot is not None:
+        hooks["on_forget"] = lambda p, u: forgot.append((p, u))
+    if untracked is not None:
+        hooks["on_untracked"] = untracked.append
+    upstreams = Upstreams(policy, clock=lambda: clock[0], **hooks)
+    return upstreams, policy
+
+
+def _closed_with_counts(u: Upstreams, p: Policy, clock: list[float]) -> None:
+    for _ in range(9):  # one short of the default breaker's 10
+        u.record(p.profile("default"), "payments-api", _OUTAGE)
+
+
+def _open(u: Upstreams, p: Policy, clock: list[float]) -> None:
+    for _ in range(10):
+        u.record(p.profile("default"), "payments-api", _OUTAGE)
+
+
+def _half_open_with_probes_taken(u: Upstreams, p: Policy, clock: list[float]) -> None:
+    _open(u, p, clock)
+    clock[0] += 30.0
+    for _ in range(2):  # two of its five probe slots
+        assert u.admit(p.profile("default"), "payments-api").probe
+
+
+def _cooling_down(u: Upstreams, p: Policy, clock: list[float]) -> None:
+    u.record(p.profile("default"), "payments-api", _HOUR_429)
+
+
+def _drained_bucket(u: Upstreams, p: Policy, clock: list[float]) -> None:
+    for _ in range(2):  # 4 tokens to 2: at half, retries stop
+        u.record(
+            p.profile("tokens"), "payments-api", Outcome(success=False, transport_failure=True)
+        )
+
+
+def _successes(name: str) -> list[Outcome]:
+    return [Outcome(success=True)]
+
+
+def _ten_failures(name: str) -> list[Outcome]:
+    return [_OUTAGE] * 10
+
+
+def _long_retry_after(name: str) -> list[Outcome]:
+    return [_HOUR_429]
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [_closed_with_counts, _open, _half_open_with_probes_taken, _cooling_down, _drained_bucket],
+)
+@pytest.mark.parametrize("flood", [_successes, _ten_failures, _long_retry_after])
+def test_a_flood_of_names_leaves_every_state_that_is_not_idle_as_it_was(
+    victim: Callable[[Upstreams, Policy, list[float]], None],
+    flood: Callable[[str], list[Outcome]],
+) -> None:
+    flooded_clock, calm_clock = [1000.0], [1000.0]
+    flooded, policy = _registry(flooded_clock)
+    calm, _ = _registry(calm_clock)
+    victim(flooded, policy, flooded_clock)
+    victim(calm, policy, calm_clock)
+    (key,) = [(v.profile, v.upstream) for v in flooded.views()]
+    # Ten times the bound, in every profile, a millisecond apart: each new
+    # name looks for an idle key again and again as time passes.
+    for i in range(10 * _FLOOD_MAX):
+        flooded_clock[0] += 0.001
+        for outcome in flood(f"junk-{i}"):
+            flooded.record(policy.profile(("default", "tokens")[i % 2]), f"junk-{i}", outcome)
+    calm_clock[0] = flooded_clock[0]
+    assert len(flooded) <= _FLOOD_MAX
+    assert _view(flooded, key) == _view(calm, key)
+
+
+def _view(upstreams: Upstreams, key: Key) -> list[UpstreamView]:
+    return [v for v in upstreams.views() if (v.profile, v.upstream) == key]
+
+
+def test_an_idle_key_makes_room_for_a_new_name_and_is_forgotten() -> None:
+    clock, forgot, untracked = [0.0], [], []
+    upstreams, policy = _registry(clock, forgot, untracked)
+    default = policy.profile("default")
+    for i in range(_FLOOD_MAX):
+        upstreams.record(default, f"used-{i}", Outcome(success=True))
+    clock[0] = 59.0  # still in the breaker's 60 s window: not idle
+    upstreams.record(default, "new-0", Outcome(success=True))
+    assert (len(upstreams), untracked, forgot) == (_FLOOD_MAX, ["default"], [])
+    clock[0] = 61.0  # out of it: a fresh state would behave the same
+    upstreams.record(default, "new-1", Outcome(success=True))
+    # The 16 keys looked at in vain at 59 s went to the back of the line.
+    assert forgot == [("default", "used-16")]
+    assert [v.upstream for v in upstreams.views()][-1] == "new-1"
+
+
+def test_an_untracked_name_is_answered_as_a_new_upstreams_and_not_kept() -> None:
+    clock, untracked = [0.0], []
+    upstreams, policy = _registry(clock, untracked=untracked)
+    default = policy.profile("default")
+    for i in range(_FLOOD_MAX):
+        _ = [upstreams.record(default, f"open-{i}", _OUTAGE) for _ in range(10)]
+    for _ in range(10):
+        upstreams.record(default, "late", _OUTAGE)
+    admission = upstreams.admit(default, "late")
+    assert (admission.allowed, admission.breaker_state) == (True, BreakerState.CLOSED)
+    assert "late" not in {v.upstream for v in upstreams.views()}
+    assert set(untracked) == {"default"} and len(untracked) == 11
+
+
+def test_the_policy_files_names_are_tracked_first_and_never_dropped() -> None:
+    clock = [0.0]
+
+    def policy(pinned: bool) -> Policy:
+        entry = "{upstreams: {payments-api: {}}}" if pinned else "{}"
+        return parse_config(f"max_upstreams: 2\nprofiles:\n  default: {entry}\n").policy
+
+    upstreams = Upstreams(policy(True), clock=lambda: clock[0])
+    default = policy(True).profile("default")
+    assert [(v.upstream, v.snapshot.calls) for v in upstreams.views()] == [("payments-api", 0)]
+    for _ in range(9):
+        upstreams.record(default, "payments-api", _OUTAGE)
+    for i in range(100):  # names that cannot be dropped: their breakers open
+        _ = [upstreams.record(default, f"junk-{i}", _OUTAGE) for _ in range(10)]
+    assert len(upstreams) == 3  # max_upstreams callers' names, and the policy file's
+    upstreams.record(default, "payments-api", _OUTAGE)
+    assert upstreams.views()[0].snapshot.breaker_state is BreakerState.OPEN
+    # Gone from the file, it is one of the callers' names, state and all.
+    upstreams.use_policy(policy(False))
+    assert upstreams.views()[0].upstream == "payments-api"
+    assert not upstreams.admit(policy(False).profile("default"), "payments-api").allowed
+
+
+def test_a_page_token_goes_on_after_its_page_while_keys_come_and_go() -> None:
+    clock = [0.0]
+    upstreams, policy = _registry(clock)
+    default, tokens = policy.profile("default"), policy.profile("tokens")
+    for i in range(6):
+        upstreams.record(default if i % 2 else tokens, f"u{i}", Outcome(success=True))
+    first, more = upstreams.page(size=2)
+    assert ([k for _, k in first], more) == ([("tokens", "u0"), ("default", "u1")], True)
+    clock[0] = 61.0  # every key idle: a new name drops the oldest, u0
+    upstreams.record(default, "u6", Outcome(success=True))
+    upstreams.record(default, "u1", Outcome(success=True))  # used: still where it was
+    second, more = upstreams.page(first[-1][0], size=3)
+    assert ([k[1] for _, k in second], more) == (["u2", "u3", "u4"], True)
+    rest, more = upstreams.page(second[-1][0], size=3, profile="default")
+    assert ([k[1] for _, k in rest], more) == (["u5", "u6"], False)
+    assert [k for _, k in upstreams.page(profile="tokens", upstream="u2")[0]] == [("tokens", "u2")]
