@@ -228,7 +228,7 @@ def _report(stub: Stub, outcomes: list[pb.Outcome]) -> None:
 
 def _listed(stub: Stub, **fields: Any) -> list[pb.UpstreamState]:
     """Every page of GetUpstreams."""
-    request, states = pb.GetUpstreamsRequest(**fields), []
+    request, states = pb.GetUpstreamsRequest(**fields), list[pb.UpstreamState]()
     while True:
         reply = stub.GetUpstreams(request, timeout=30)
         states += reply.upstreams
@@ -576,7 +576,7 @@ def _view(upstreams: Upstreams, key: Key) -> list[UpstreamView]:
 
 
 def test_an_idle_key_makes_room_for_a_new_name_and_is_forgotten() -> None:
-    clock, forgot, untracked = [0.0], [], []
+    clock, forgot, untracked = [0.0], list[Key](), list[str]()
     upstreams, policy = _registry(clock, forgot, untracked)
     default = policy.profile("default")
     for i in range(_FLOOD_MAX):
@@ -592,11 +592,12 @@ def test_an_idle_key_makes_room_for_a_new_name_and_is_forgotten() -> None:
 
 
 def test_an_untracked_name_is_answered_as_a_new_upstreams_and_not_kept() -> None:
-    clock, untracked = [0.0], []
+    clock, untracked = [0.0], list[str]()
     upstreams, policy = _registry(clock, untracked=untracked)
     default = policy.profile("default")
     for i in range(_FLOOD_MAX):
-        _ = [upstreams.record(default, f"open-{i}", _OUTAGE) for _ in range(10)]
+        for _ in range(10):
+            upstreams.record(default, f"open-{i}", _OUTAGE)
     for _ in range(10):
         upstreams.record(default, "late", _OUTAGE)
     admission = upstreams.admit(default, "late")
@@ -618,7 +619,8 @@ def test_the_policy_files_names_are_tracked_first_and_never_dropped() -> None:
     for _ in range(9):
         upstreams.record(default, "payments-api", _OUTAGE)
     for i in range(100):  # names that cannot be dropped: their breakers open
-        _ = [upstreams.record(default, f"junk-{i}", _OUTAGE) for _ in range(10)]
+        for _ in range(10):
+            upstreams.record(default, f"junk-{i}", _OUTAGE)
     assert len(upstreams) == 3  # max_upstreams callers' names, and the policy file's
     upstreams.record(default, "payments-api", _OUTAGE)
     assert upstreams.views()[0].snapshot.breaker_state is BreakerState.OPEN
