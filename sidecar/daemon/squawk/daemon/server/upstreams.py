@@ -143,32 +143,30 @@ class Upstreams:
         with it; a window whose length or buckets changed starts empty, as
         its buckets' numbers no longer mean the same time."""
         old, self._policy = self._policy, policy
-        for table in (self._pinned, self._entries):
-            for key, entry in list(table.items()):
-                if key[0] not in policy.profiles:
-                    self._drop(table, key)
-                    continue
-                was = old.profile(key[0]).for_upstream(key[1])
-                now = policy.profile(key[0]).for_upstream(key[1])
-                state = entry.state
-                a, b = was.circuit_breaker, now.circuit_breaker
-                if (a.window, a.buckets) != (b.window, b.buckets):
-                    state = replace(state, breaker=replace(state.breaker, window=EMPTY))
-                if was.retry_budget != now.retry_budget:
-                    state = replace(state, budget=Budget())
-                entry.state = state
+        # Every key is looked at alike; _pin then picks the file's names again.
+        self._entries.update(self._pinned)
+        self._pinned.clear()
+        for key, entry in list(self._entries.items()):
+            if key[0] not in policy.profiles:
+                self._drop(self._entries, key)
+                continue
+            was = old.profile(key[0]).for_upstream(key[1])
+            now = policy.profile(key[0]).for_upstream(key[1])
+            state = entry.state
+            a, b = was.circuit_breaker, now.circuit_breaker
+            if (a.window, a.buckets) != (b.window, b.buckets):
+                state = replace(state, breaker=replace(state.breaker, window=EMPTY))
+            if was.retry_budget != now.retry_budget:
+                state = replace(state, budget=Budget())
+            entry.state = state
         self._pin(policy, self._clock())
 
     def _pin(self, policy: Policy, now: float) -> None:
         """Track every name the policy file lists, first and for good; a name
         it no longer lists joins the callers' names, state and all."""
-        pinned = pinned_keys(policy)
-        for key in [k for k in self._pinned if k not in pinned]:
-            self._entries[key] = self._pinned.pop(key)
-        for key in sorted(pinned):
-            if key not in self._pinned:
-                entry = self._entries.pop(key, None)
-                self._pinned[key] = entry if entry is not None else self._new(key, now)
+        for key in sorted(pinned_keys(policy)):
+            entry = self._entries.pop(key, None)
+            self._pinned[key] = entry if entry is not None else self._new(key, now)
         self._full_until = float("-inf")
 
     @property
