@@ -70,7 +70,7 @@ Key = tuple[str, str]  # (profile name, upstream)
 _EVICTION_SCAN = 16
 # After a look finds no idle key, new names go untracked without looking
 # for this long: a flood of new names then costs one dict lookup each.
-_FULL_RECHECK_S = 1.0
+_FULL_RECHECK_S = 0.1
 _FRESH = UpstreamState()
 
 
