@@ -134,8 +134,10 @@ class _Session:
             await self.open()
 
     async def close(self, kill: bool = False) -> None:
-        await self.channel.close()
         process = self.daemon.process
+        if not kill and process.poll() is None:  # the run's end: judge its /metrics
+            self.report.daemon += await asyncio.to_thread(_metrics_problems, self.metrics_port)
+        await self.channel.close()
         if process.poll() is None:
             if kill:
                 process.kill()
@@ -189,9 +191,6 @@ async def _run(
                 report.daemon.append(f"the daemon exited with {code} during the run")
             elif (problem := await session.serving(10.0)) is not None:
                 report.daemon.append(f"after the run: {problem}")
-            else:
-                text = await asyncio.to_thread(_metrics_text, session.metrics_port)
-                report.daemon += _metrics_problems(text)
     finally:
         if not session.spent:
             await session.close()
@@ -216,17 +215,16 @@ def _log_problems(output: str, requests: int) -> list[str]:
     return problems
 
 
-def _metrics_text(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        text: str = reply.read().decode()
-    return text
-
-
 # What a line-splitting or terminal reader of /metrics would act on.
 _CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def _metrics_problems(text: str) -> list[str]:
+def _metrics_problems(port: int) -> list[str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        return [f"/metrics did not answer with UTF-8 text: {exc!r}"[:300]]
     found = _CONTROL.search(text)
     if found is None:
         return []
