@@ -5,11 +5,12 @@ These RPCs read and change one state per (profile, upstream) that outlives
 the call, and one case alone reaches little of it. So the fuzz daemon runs
 POLICY (a breaker that opens and half-opens within a run, a token-bucket
 profile), and before its first case it is sent its RPC's PRELUDES entry:
-reports that put named upstreams into every state (open, half-open,
-cooling down for a day, a drained bucket), and for Admit fill the registry
-to max_upstreams, so every fresh name a case sends drops the least
-recently used one. The cases then hit those names, churn new ones, and
-list them.
+reports that put named upstreams into every state (closed with counts in
+its window, open, half-open with probes taken, cooling down for a day, a
+drained bucket), some under names with control characters, and for Admit
+then fill the registry to max_upstreams with names none of which is idle,
+so every fresh name a case sends is answered untracked. The cases then hit
+those names, churn new ones, and list them a page at a time.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ profiles:
     upstreams:
       flapping:
         circuit_breaker: {minimum_calls: 2, window: 1s, open_for: 300ms, half_open_probes: 2}
+      probing:
+        circuit_breaker: {minimum_calls: 2, open_for: 1s, half_open_probes: 5}
   tokens:
     base: llm
     retry_budget: {kind: token_bucket, max_tokens: 4, token_ratio: 0.5}
@@ -46,7 +49,20 @@ profiles:
     share_retry_after: false
 """
 # The names the prelude gives a state, under their profile.
+# Names that a terminal, a line-splitting log reader or the metrics text
+# format would act on.
+CONTROL_NAMES = (
+    "esc\x1b[2J\x1b[H",
+    "cr\rlf\n",
+    "nul\x00",
+    "ls\u2028ps\u2029nel\u0085",
+    "del\x7f",
+    "tab\tbell\x07",
+)
 STATES = (
+    ("default", "counting"),
+    ("default", "probing"),
+    *(("default", name) for name in CONTROL_NAMES),
     ("default", "open"),
     ("default", "flapping"),
     ("default", "cooling"),
@@ -75,9 +91,14 @@ def _report(outcomes: list[pb.Outcome]) -> bytes:
     return pb.ReportOutcomeRequest(outcomes=outcomes).SerializeToString()
 
 
-def _states() -> list[bytes]:
-    """Every STATES name in its state; `flapping` opens again and again during the run."""
+def _states() -> list[bytes | float]:
+    """Every STATES name in its state; `flapping` opens again and again during
+    the run, and `probing` is half-open, two of its five probes in, for the
+    first second of it."""
     outcomes = [
+        *[_failed("counting")] * 9,  # one short of opening
+        *[_failed("probing")] * 2,
+        *[_failed(name) for name in CONTROL_NAMES for _ in range(10)],
         *[_failed("open")] * 10,
         *[_failed("flapping")] * 2,
         _failed("cooling", wait="86400"),
@@ -87,7 +108,8 @@ def _states() -> list[bytes]:
         *[pb.Outcome(upstream="drained", profile="tokens", transport_failure=True)] * 4,
         _failed("flapping", "tokens"),
     ]
-    return [_report(outcomes)]
+    probes = [pb.Outcome(upstream="probing", success=True), _failed("probing")]
+    return [_report(outcomes), 1.05, _report(probes)]
 
 
 def _named(rng: random.Random, count: int) -> list[bytes]:
@@ -105,16 +127,17 @@ def _named(rng: random.Random, count: int) -> list[bytes]:
     return [_report(outcomes[i : i + MAX_OUTCOMES]) for i in range(0, len(outcomes), MAX_OUTCOMES)]
 
 
-def _fill() -> list[bytes]:
-    """The registry full: every fresh name after this drops the least recently used."""
+def _fill() -> list[bytes | float]:
+    """The registry full of names with a success each, none idle for a minute:
+    every fresh name after this is answered untracked."""
     names = [pb.Outcome(upstream=f"fill-{i}", success=True) for i in range(DEFAULT_MAX_UPSTREAMS)]
     return [_report(names[i : i + MAX_OUTCOMES]) for i in range(0, len(names), MAX_OUTCOMES)]
 
 
-# ReportOutcome requests sent before the cases; the states come last, so the
-# fill is what fresh names evict first.
-PRELUDES: dict[str, Callable[[], list[bytes]]] = {
-    "Admit": lambda: _fill() + _states(),
+# ReportOutcome requests sent before the cases (a float: a pause, in
+# seconds); the states come first, so the fill cannot leave them untracked.
+PRELUDES: dict[str, Callable[[], list[bytes | float]]] = {
+    "Admit": lambda: _states() + _fill(),
     "ReportOutcome": _states,
     # A few hundred: a listing costs time per entry, and about a thousand are sent.
     "GetUpstreams": lambda: _named(random.Random("GetUpstreams"), 300) + _states(),
@@ -140,7 +163,11 @@ def _seeds() -> dict[str, list[bytes]]:
     outcomes[0].latency.FromMilliseconds(120)
     reports = [pb.ReportOutcomeRequest(outcomes=[o]) for o in outcomes]
     reports.append(pb.ReportOutcomeRequest(outcomes=outcomes))
-    listings = [pb.GetUpstreamsRequest(profile=p) for p in ("", *_PROFILES)]
+    listings = [pb.GetUpstreamsRequest(profile=p) for p in ("", *_PROFILES)] + [
+        pb.GetUpstreamsRequest(page_size=1000),
+        pb.GetUpstreamsRequest(page_size=1, page_token="5"),
+        pb.GetUpstreamsRequest(upstream="open", profile="default"),
+    ]
     return {
         "Admit": [m.SerializeToString() for m in admit],
         "ReportOutcome": [m.SerializeToString() for m in reports],
@@ -157,8 +184,10 @@ def _upstream(rng: random.Random, valid: bool = False) -> tuple[str, str]:
     roll = rng.random()
     if roll < 0.35:
         return "state", rng.choice(STATES)[1]
-    if roll < 0.6:
+    if roll < 0.55:
         return "churn", f"churn-{rng.getrandbits(64):x}"
+    if roll < 0.6:
+        return "control", rng.choice(CONTROL_NAMES)
     if roll < 0.68:
         return "untracked", ""
     if roll < 0.78:
@@ -251,8 +280,28 @@ def _report_case(rng: random.Random) -> tuple[str, bytes]:
     return "+".join([label, *sorted(words)]), _report(outcomes)
 
 
+_PAGE_SIZES = (0, 1, 999, 1000, 1001, -1, 2**31 - 1, -(2**31))
+
+
+def _page_token(rng: random.Random) -> str:
+    return rng.choice(
+        (str(rng.randrange(20_000)), "0", "-1", "9" * 18, "9" * 19, "1e3", hostile_string(rng, 40))
+    )
+
+
 def _list(rng: random.Random) -> tuple[str, bytes]:
-    return "profile", pb.GetUpstreamsRequest(profile=_profile(rng)).SerializeToString()
+    """A listing, a page of it, or one name's: bounds and hostile tokens included."""
+    request, words = pb.GetUpstreamsRequest(profile=_profile(rng)), ["profile"]
+    if rng.random() < 0.4:
+        request.page_size = rng.choice(_PAGE_SIZES)
+        words.append("page_size")
+    if rng.random() < 0.4:
+        request.page_token = _page_token(rng)
+        words.append("page_token")
+    if rng.random() < 0.3:
+        kind, request.upstream = _upstream(rng)
+        words.append(f"upstream.{kind}")
+    return "+".join(words), request.SerializeToString()
 
 
 HOSTILE: dict[str, Callable[[random.Random], tuple[str, bytes]]] = {

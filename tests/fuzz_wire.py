@@ -8,11 +8,12 @@ generator, more cases) and writes the counts to bench/results/fuzz.json.
 
 The daemon must stay alive and SERVING, log no traceback and at most a few
 lines per thousand requests (a counted, rate-limited line for bad input is
-fine; a line per request is not), and write no decision-log line over
-4 KiB. A daemon that stops answering (a call misses its deadline and a
-health check then fails) is a problem; it is killed and a new one takes
-the rest of the cases, a bounded number of times, so one stall does not
-hide every later finding.
+fine; a line per request is not), write no decision-log line over 4 KiB,
+and serve a /metrics with no control character but its line ends (a
+caller's name reaches the breaker series' labels). A daemon that stops
+answering (a call misses its deadline and a health check then fails) is a
+problem; it is killed and a new one takes the rest of the cases, a bounded
+number of times, so one stall does not hide every later finding.
 
 Every daemon runs fuzz_upstreams.POLICY, and is sent its RPC's prelude
 (fuzz_upstreams.PRELUDES) before the first case: the upstream RPCs act on
@@ -28,13 +29,14 @@ import re
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import ROOT, Daemon, start_daemon
+from conftest import ROOT, Daemon, free_port, start_daemon
 from fuzz_cases import RPCS, Case, cases, is_malformed
 from fuzz_report import Report
 from fuzz_upstreams import POLICY, PRELUDES
@@ -68,8 +70,15 @@ class _Session:
     async def open(self) -> None:
         path = self.workdir / f"decisions-{self.rpc}-{len(self.decision_logs)}.jsonl"
         self.decision_logs.append(path)
+        self.metrics_port = free_port()
         self.daemon: Daemon = await asyncio.to_thread(
-            start_daemon, "--decision-log", str(path), "--policy", str(self.policy)
+            start_daemon,
+            "--decision-log",
+            str(path),
+            "--policy",
+            str(self.policy),
+            "--metrics-listen",
+            f"127.0.0.1:{self.metrics_port}",
         )
         self.channel = grpc.aio.insecure_channel(self.daemon.target, options=_CLIENT_OPTIONS)
         # No serializers: the bytes go out exactly as generated.
@@ -80,6 +89,9 @@ class _Session:
             f"/{SERVICE}/ReportOutcome"
         )
         for payload in self.prelude:
+            if isinstance(payload, float):
+                await asyncio.sleep(payload)  # for time to move a breaker on
+                continue
             try:
                 await report(payload, timeout=30.0)
             except grpc.aio.AioRpcError as exc:
@@ -122,8 +134,10 @@ class _Session:
             await self.open()
 
     async def close(self, kill: bool = False) -> None:
-        await self.channel.close()
         process = self.daemon.process
+        if not kill and process.poll() is None:  # the run's end: judge its /metrics
+            self.report.daemon += await asyncio.to_thread(_metrics_problems, self.metrics_port)
+        await self.channel.close()
         if process.poll() is None:
             if kill:
                 process.kill()
@@ -199,6 +213,23 @@ def _log_problems(output: str, requests: int) -> list[str]:
     if lines > limit:
         problems.append(f"the daemon logged {lines} lines for {requests} requests (limit {limit})")
     return problems
+
+
+# What a line-splitting or terminal reader of /metrics would act on.
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _metrics_problems(port: int) -> list[str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        return [f"/metrics did not answer with UTF-8 text: {exc!r}"[:300]]
+    found = _CONTROL.search(text)
+    if found is None:
+        return []
+    start = text.rfind("\n", 0, found.start()) + 1
+    return [f"/metrics holds {found.group()!r}: {text[start : start + 200]!r}"]
 
 
 def _decision_log_problems(paths: list[Path]) -> list[str]:

@@ -52,6 +52,7 @@ COVERS = {
         "upstream.untracked",
         "upstream.limit",
         "upstream.hostile",
+        "upstream.control",
     },
     "ReportOutcome": {
         "churn",
@@ -60,6 +61,7 @@ COVERS = {
         "hostile_outcomes",
         "upstream.limit",
         "upstream.hostile",
+        "upstream.control",
         "headers",
         "latency",
         "one_bad_outcome.status",
@@ -67,7 +69,7 @@ COVERS = {
         "one_bad_outcome.upstream",
         "one_bad_outcome.profile",
     },
-    "GetUpstreams": {"profile"},
+    "GetUpstreams": {"profile", "page_size", "page_token", "upstream.state", "upstream.control"},
 }
 
 

@@ -12,16 +12,23 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
-from conftest import Daemon, free_port, scrape, start_daemon
-from squawk.daemon.server.upstreams import Upstreams
-from squawk.policy import BreakerState, Outcome, builtin_policy
+from conftest import Daemon, free_port, scrape, squawk, start_daemon
+from health_probe import health_latencies
+from squawk.daemon.config import parse_config
+from squawk.daemon.server.upstreams import Key, Upstreams, UpstreamView
+from squawk.policy import BreakerState, Outcome, Policy, TokenBucketConfig, builtin_policy
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk_client import Reason, SquawkClient, StepError, StepFailed, StepOptions, run_step_sync
@@ -127,9 +134,9 @@ def test_the_breaker_opens_for_the_whole_pod_then_probes_and_closes(
     )
     metrics = scrape(pod[1])
     for before, after in (("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN"), ("HALF_OPEN", "CLOSED")):
-        key = f'squawk_breaker_transitions_total{{from="{before}",to="{after}",upstream="flaky"}}'
-        assert metrics[key] == 1.0
-    assert metrics['squawk_breaker_state{upstream="flaky"}'] == 1.0  # closed
+        labels = f'from="{before}",profile="default",to="{after}",upstream="flaky"'
+        assert metrics[f"squawk_breaker_transitions_total{{{labels}}}"] == 1.0
+    assert metrics['squawk_breaker_state{profile="default",upstream="flaky"}'] == 1.0  # closed
 
 
 def test_one_executors_retry_after_holds_back_every_executor(executors: list[Stub]) -> None:
@@ -189,25 +196,85 @@ def test_get_upstreams_refuses_an_unknown_profile(executors: list[Stub]) -> None
     assert (caught.value.details() or "").startswith("profile:")
 
 
-def test_tracked_upstreams_are_bounded_over_the_wire(executors: list[Stub]) -> None:
-    a = executors[0]
-    for batch in range(3):
-        names = [f"name-{batch}-{i}" for i in range(1000)]
-        report = pb.ReportOutcomeRequest(
-            outcomes=[pb.Outcome(upstream=n, success=True) for n in names]
+# An hour's Retry-After cools for the hour (max_cool_down), as in the audit.
+CROWDED = """\
+max_upstreams: 50
+profiles:
+  default:
+    max_cool_down: 2h
+    upstreams:
+      pinned-api: {}
+  slow: {base: default, max_cool_down: 2h}
+"""
+
+
+@contextmanager
+def _daemon(tmp_path: Path, policy: str) -> Iterator[tuple[Stub, int]]:
+    """A daemon of its own running `policy`, with metrics: (a stub, the metrics port)."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(policy)
+    port = free_port()
+    daemon = start_daemon("--policy", str(path), "--metrics-listen", f"127.0.0.1:{port}")
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            yield Stub(channel), port
+    finally:
+        daemon.stop()
+
+
+def _report(stub: Stub, outcomes: list[pb.Outcome]) -> None:
+    for i in range(0, len(outcomes), 1000):
+        report = pb.ReportOutcomeRequest(outcomes=outcomes[i : i + 1000])
+        assert stub.ReportOutcome(report, timeout=30).recorded == len(report.outcomes)
+
+
+def _listed(stub: Stub, **fields: Any) -> list[pb.UpstreamState]:
+    """Every page of GetUpstreams."""
+    request, states = pb.GetUpstreamsRequest(**fields), list[pb.UpstreamState]()
+    while True:
+        reply = stub.GetUpstreams(request, timeout=30)
+        states += reply.upstreams
+        if not reply.next_page_token:
+            return states
+        request.page_token = reply.next_page_token
+
+
+def _failure(upstream: str, profile: str = "", status: int = 503, wait: str = "") -> pb.Outcome:
+    out = pb.Outcome(upstream=upstream, profile=profile, http_status=status)
+    if wait:
+        out.headers["Retry-After"] = wait
+    return out
+
+
+def test_tracked_upstreams_are_bounded_and_no_flood_drops_a_cautious_one(
+    tmp_path: Path,
+) -> None:
+    with _daemon(tmp_path, CROWDED) as (stub, port):
+        _report(
+            stub,
+            [_failure("closed-victim", "slow")] * 9  # one failure short of opening
+            + [_failure("open-victim", "slow")] * 10
+            + [_failure("cool-victim", "slow", 429, "3600")]
+            + [_failure("pinned-api")] * 9,
         )
-        assert a.ReportOutcome(report, timeout=10).recorded == 1000
-    states = a.GetUpstreams(pb.GetUpstreamsRequest(), timeout=5).upstreams
-    # max_upstreams: 50, the least recently used dropped first, except that an
-    # open breaker or a running cool-down (left by the tests before) is kept.
-    kept = [u for u in states if not u.upstream.startswith("name-")]
-    assert all(
-        u.breaker_state != pb.BREAKER_STATE_CLOSED or u.cool_down_left.ToNanoseconds() > 0
-        for u in kept
-    )
-    newest = {u.upstream for u in states} - {u.upstream for u in kept}
-    assert len(states) == 50
-    assert newest == {f"name-2-{i}" for i in range(1000 - (50 - len(kept)), 1000)}
+        # A thousand names with a failure each, then a thousand cooling down.
+        _report(stub, [_failure(f"junk-{i}", "slow") for i in range(1000)])
+        _report(stub, [_failure(f"cool-{i}", "slow", 429, "3600") for i in range(1000)])
+        late = stub.Admit(pb.AdmitRequest(upstream="late", profile="slow"), timeout=5)
+        states = _listed(stub)
+        # The two floods' states each held something a fresh one would not.
+        _report(stub, [_failure(n, p) for n, p in (("closed-victim", "slow"), ("pinned-api", ""))])
+        after = {(u.profile, u.upstream): u for u in _listed(stub)}
+        untracked = scrape(port)['squawk_untracked_calls_total{profile="slow"}']
+    assert late.allowed
+    assert len(states) == 51  # max_upstreams callers' names and the policy file's one
+    assert states[0].upstream == "pinned-api"
+    assert "late" not in {u.upstream for u in states}
+    assert after["slow", "closed-victim"].breaker_state == pb.BREAKER_STATE_OPEN
+    assert after["slow", "open-victim"].breaker_state == pb.BREAKER_STATE_OPEN
+    assert after["slow", "cool-victim"].cool_down_left.ToSeconds() > 3500
+    assert after["default", "pinned-api"].breaker_state == pb.BREAKER_STATE_OPEN
+    assert untracked >= 1950  # each junk name past the first 46, and `late`
 
 
 def _rss_bytes() -> int:
@@ -363,11 +430,15 @@ def test_a_listing_of_long_names_stays_within_a_clients_limit() -> None:
                 report = pb.ReportOutcomeRequest(outcomes=outcomes)
                 assert stub.ReportOutcome(report, timeout=30).recorded == 1000
             reply = stub.GetUpstreams(pb.GetUpstreamsRequest(), timeout=30)
+        table = squawk("upstreams", "--target", daemon.target)
     finally:
         daemon.stop()
     assert reply.truncated
     assert 0 < len(reply.upstreams) < 10_000
     assert reply.ByteSize() < 4 << 20
+    # The CLI reads every page.
+    header, *rows = table.stdout.splitlines()
+    assert (table.returncode, header.split()[:2], len(rows)) == (0, ["PROFILE", "UPSTREAM"], 10_000)
 
 
 def test_a_name_cannot_forge_a_row_of_the_cli_table(pod: tuple[Daemon, int]) -> None:
@@ -409,3 +480,319 @@ def test_a_secret_in_an_upstream_name_is_not_listed(executors: list[Stub]) -> No
     shown = [u.upstream for u in listed if u.upstream.startswith("api password=")]
     assert shown == ["api password=[REDACTED]"]
     assert all(secret not in u.upstream for u in listed)
+
+
+# The registry's bound never makes an upstream less cautious (issue 22, item
+# 10): a new name takes only an idle key's place (a fresh state would behave
+# exactly the same), or is answered from a fresh state it does not keep.
+
+_FLOOD_MAX = 100
+_TOKENS = TokenBucketConfig(max_tokens=4, token_ratio=0.1)
+_OUTAGE = Outcome(success=False, http_status=503)
+_HOUR_429 = Outcome(success=False, http_status=429, retry_after=timedelta(hours=1))
+
+
+def _registry(
+    clock: list[float], forgot: list[Key] | None = None, untracked: list[str] | None = None
+) -> tuple[Upstreams, Policy]:
+    base = builtin_policy()
+    tokens = replace(base.profile("default"), name="tokens", retry_budget=_TOKENS)
+    policy = replace(base.with_profile(tokens), max_upstreams=_FLOOD_MAX)
+    hooks: dict[str, Any] = {}
+    if forgot is not None:
+        hooks["on_forget"] = lambda p, u: forgot.append((p, u))
+    if untracked is not None:
+        hooks["on_untracked"] = untracked.append
+    upstreams = Upstreams(policy, clock=lambda: clock[0], **hooks)
+    return upstreams, policy
+
+
+def _closed_with_counts(u: Upstreams, p: Policy, clock: list[float]) -> None:
+    for _ in range(9):  # one short of the default breaker's 10
+        u.record(p.profile("default"), "payments-api", _OUTAGE)
+
+
+def _open(u: Upstreams, p: Policy, clock: list[float]) -> None:
+    for _ in range(10):
+        u.record(p.profile("default"), "payments-api", _OUTAGE)
+
+
+def _half_open_with_probes_taken(u: Upstreams, p: Policy, clock: list[float]) -> None:
+    _open(u, p, clock)
+    clock[0] += 30.0
+    for _ in range(2):  # two of its five probe slots
+        assert u.admit(p.profile("default"), "payments-api").probe
+
+
+def _cooling_down(u: Upstreams, p: Policy, clock: list[float]) -> None:
+    u.record(p.profile("default"), "payments-api", _HOUR_429)
+
+
+def _drained_bucket(u: Upstreams, p: Policy, clock: list[float]) -> None:
+    for _ in range(2):  # 4 tokens to 2: at half, retries stop
+        u.record(
+            p.profile("tokens"), "payments-api", Outcome(success=False, transport_failure=True)
+        )
+
+
+def _successes(name: str) -> list[Outcome]:
+    return [Outcome(success=True)]
+
+
+def _ten_failures(name: str) -> list[Outcome]:
+    return [_OUTAGE] * 10
+
+
+def _long_retry_after(name: str) -> list[Outcome]:
+    return [_HOUR_429]
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [_closed_with_counts, _open, _half_open_with_probes_taken, _cooling_down, _drained_bucket],
+)
+@pytest.mark.parametrize("flood", [_successes, _ten_failures, _long_retry_after])
+def test_a_flood_of_names_leaves_every_state_that_is_not_idle_as_it_was(
+    victim: Callable[[Upstreams, Policy, list[float]], None],
+    flood: Callable[[str], list[Outcome]],
+) -> None:
+    flooded_clock, calm_clock = [1000.0], [1000.0]
+    flooded, policy = _registry(flooded_clock)
+    calm, _ = _registry(calm_clock)
+    victim(flooded, policy, flooded_clock)
+    victim(calm, policy, calm_clock)
+    (key,) = [(v.profile, v.upstream) for v in flooded.views()]
+    # Ten times the bound, in every profile, a millisecond apart: each new
+    # name looks for an idle key again and again as time passes.
+    for i in range(10 * _FLOOD_MAX):
+        flooded_clock[0] += 0.001
+        for outcome in flood(f"junk-{i}"):
+            flooded.record(policy.profile(("default", "tokens")[i % 2]), f"junk-{i}", outcome)
+    calm_clock[0] = flooded_clock[0]
+    assert len(flooded) <= _FLOOD_MAX
+    assert _view(flooded, key) == _view(calm, key)
+
+
+def _view(upstreams: Upstreams, key: Key) -> list[UpstreamView]:
+    return [v for v in upstreams.views() if (v.profile, v.upstream) == key]
+
+
+def test_an_idle_key_makes_room_for_a_new_name_and_is_forgotten() -> None:
+    clock, forgot, untracked = [0.0], list[Key](), list[str]()
+    upstreams, policy = _registry(clock, forgot, untracked)
+    default = policy.profile("default")
+    for i in range(_FLOOD_MAX):
+        upstreams.record(default, f"used-{i}", Outcome(success=True))
+    clock[0] = 59.0  # still in the breaker's 60 s window: not idle
+    upstreams.record(default, "new-0", Outcome(success=True))
+    assert (len(upstreams), untracked, forgot) == (_FLOOD_MAX, ["default"], [])
+    clock[0] = 61.0  # out of it: a fresh state would behave the same
+    upstreams.record(default, "new-1", Outcome(success=True))
+    # The 16 keys looked at in vain at 59 s went to the back of the line.
+    assert forgot == [("default", "used-16")]
+    assert [v.upstream for v in upstreams.views()][-1] == "new-1"
+
+
+def test_an_untracked_name_is_answered_as_a_new_upstreams_and_not_kept() -> None:
+    clock, untracked = [0.0], list[str]()
+    upstreams, policy = _registry(clock, untracked=untracked)
+    default = policy.profile("default")
+    for i in range(_FLOOD_MAX):
+        for _ in range(10):
+            upstreams.record(default, f"open-{i}", _OUTAGE)
+    for _ in range(10):
+        upstreams.record(default, "late", _OUTAGE)
+    admission = upstreams.admit(default, "late")
+    assert (admission.allowed, admission.breaker_state) == (True, BreakerState.CLOSED)
+    assert "late" not in {v.upstream for v in upstreams.views()}
+    assert set(untracked) == {"default"} and len(untracked) == 11
+
+
+def test_the_policy_files_names_are_tracked_first_and_never_dropped() -> None:
+    clock = [0.0]
+
+    def policy(pinned: bool) -> Policy:
+        entry = "{upstreams: {payments-api: {}}}" if pinned else "{}"
+        return parse_config(f"max_upstreams: 2\nprofiles:\n  default: {entry}\n").policy
+
+    upstreams = Upstreams(policy(True), clock=lambda: clock[0])
+    default = policy(True).profile("default")
+    assert [(v.upstream, v.snapshot.calls) for v in upstreams.views()] == [("payments-api", 0)]
+    for _ in range(9):
+        upstreams.record(default, "payments-api", _OUTAGE)
+    for i in range(100):  # names that cannot be dropped: their breakers open
+        for _ in range(10):
+            upstreams.record(default, f"junk-{i}", _OUTAGE)
+    assert len(upstreams) == 3  # max_upstreams callers' names, and the policy file's
+    upstreams.record(default, "payments-api", _OUTAGE)
+    assert upstreams.views()[0].snapshot.breaker_state is BreakerState.OPEN
+    # Gone from the file, it is one of the callers' names, state and all.
+    upstreams.use_policy(policy(False))
+    assert upstreams.views()[0].upstream == "payments-api"
+    assert not upstreams.admit(policy(False).profile("default"), "payments-api").allowed
+
+
+def test_a_page_token_goes_on_after_its_page_while_keys_come_and_go() -> None:
+    clock = [0.0]
+    upstreams, policy = _registry(clock)
+    default, tokens = policy.profile("default"), policy.profile("tokens")
+    for i in range(6):
+        upstreams.record(default if i % 2 else tokens, f"u{i}", Outcome(success=True))
+    first, more = upstreams.page(size=2)
+    assert ([k for _, k in first], more) == ([("tokens", "u0"), ("default", "u1")], True)
+    clock[0] = 61.0  # every key idle: a new name drops the oldest, u0
+    upstreams.record(default, "u6", Outcome(success=True))
+    upstreams.record(default, "u1", Outcome(success=True))  # used: still where it was
+    second, more = upstreams.page(first[-1][0], size=3)
+    assert ([k[1] for _, k in second], more) == (["u2", "u3", "u4"], True)
+    rest, more = upstreams.page(second[-1][0], size=3, profile="default")
+    assert ([k[1] for _, k in rest], more) == (["u5", "u6"], False)
+    assert [k for _, k in upstreams.page(profile="tokens", upstream="u2")[0]] == [("tokens", "u2")]
+
+
+LABELLED = """\
+max_upstreams: 200
+profiles:
+  default:
+    upstreams:
+      pinned-api: {}
+  quick:
+    circuit_breaker: {minimum_calls: 1, open_for: 1s, half_open_probes: 1}
+"""
+
+
+def _metrics_text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+        text: str = reply.read().decode()
+    return text
+
+
+def test_the_policy_files_names_have_metric_labels_whatever_the_callers_took(
+    tmp_path: Path,
+) -> None:
+    with _daemon(tmp_path, LABELLED) as (stub, port):
+        _report(stub, [_failure(f"caller-{i:03}", "quick") for i in range(150)])
+        _report(stub, [_failure("pinned-api")] * 10)
+        metrics = scrape(port)
+    assert metrics['squawk_breaker_state{profile="default",upstream="pinned-api"}'] == 2.0  # open
+    quick = [k for k in metrics if k.startswith('squawk_breaker_state{profile="quick"')]
+    assert len(quick) == 100  # MAX_UPSTREAM_LABELS of the callers' names
+    other = (
+        'squawk_breaker_transitions_total{from="CLOSED",profile="quick",to="OPEN",upstream="other"}'
+    )
+    assert metrics[other] == 50.0
+
+
+def test_a_label_value_carries_no_control_character(tmp_path: Path) -> None:
+    name = "esc\x1b[2J\r\x00\u2028\u0085api"
+    with _daemon(tmp_path, LABELLED) as (stub, port):
+        _report(stub, [_failure(name, "quick")])
+        text = _metrics_text(port)
+    assert not {"\x1b", "\r", "\x00", "\u2028", "\u0085"} & set(text)
+    # Escaped as Python writes it, each backslash then doubled by the text format.
+    assert 'upstream="esc\\\\x1b[2J\\\\r\\\\x00\\\\u2028\\\\x85api"' in text
+
+
+def test_a_dropped_key_takes_its_metric_series_with_it(tmp_path: Path) -> None:
+    policy = "max_upstreams: 1\nprofiles:\n" + LABELLED.split("profiles:\n", 1)[1]
+    with _daemon(tmp_path, policy) as (stub, port):
+        _report(stub, [_failure("gone-api", "quick")])  # opens for 1 s
+        assert 'upstream="gone-api"' in _metrics_text(port)
+        time.sleep(1.1)
+        # The probe closes it afresh: idle, so a new name takes its place.
+        _report(stub, [pb.Outcome(upstream="gone-api", profile="quick", success=True)])
+        _report(stub, [pb.Outcome(upstream="next-api", profile="quick", success=True)])
+        listed = [u.upstream for u in _listed(stub, profile="quick")]
+        text = _metrics_text(port)
+    assert listed == ["next-api"]
+    assert 'upstream="gone-api"' not in text
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Stub]]:
+    """A daemon of the built-in registry bound (max_upstreams 10,000), whose
+    cool-downs may last the hour the audit used, after the audit's floods:
+    `payments-api` opened and `billing-api` cooling down for an hour, then
+    10,016 names with a 429 and an hour's Retry-After each (11 calls), then
+    10,016 names with ten failures each (101 calls)."""
+    path = tmp_path_factory.mktemp("full") / "policy.yaml"
+    path.write_text("profiles:\n  default:\n    max_cool_down: 2h\n")
+    daemon = start_daemon("--policy", str(path))
+    channel = grpc.insecure_channel(daemon.target)
+    stub = Stub(channel)
+    _report(stub, [_failure("payments-api")] * 10 + [_failure("billing-api", "", 429, "3600")])
+    _report(stub, [_failure(f"cool-{i}", "", 429, "3600") for i in range(10_016)])
+    _report(stub, [_failure(f"open-{i}") for i in range(10_016) for _ in range(10)])
+    yield daemon, stub
+    channel.close()
+    daemon.stop()
+
+
+def test_the_audits_floods_leave_an_open_breaker_and_a_cool_down_as_they_were(
+    full: tuple[Daemon, Stub],
+) -> None:
+    _, stub = full
+    opened = stub.Admit(pb.AdmitRequest(upstream="payments-api"), timeout=5)
+    cooling = stub.Admit(pb.AdmitRequest(upstream="billing-api"), timeout=5)
+    assert (opened.allowed, opened.reason) == (False, pb.REASON_CIRCUIT_OPEN)
+    assert (cooling.allowed, cooling.reason) == (False, pb.REASON_UPSTREAM_COOLING_DOWN)
+    assert cooling.retry_after.ToSeconds() > 3000
+
+
+def test_get_upstreams_pages_through_a_full_registry(full: tuple[Daemon, Stub]) -> None:
+    _, stub = full
+    first = stub.GetUpstreams(pb.GetUpstreamsRequest(page_size=3), timeout=5)
+    assert [u.upstream for u in first.upstreams] == ["payments-api", "billing-api", "cool-0"]
+    assert first.truncated and first.next_page_token
+    rest = _listed(stub, page_token=first.next_page_token)
+    names = [u.upstream for u in first.upstreams] + [u.upstream for u in rest]
+    assert len(names) == len(set(names)) == 10_000
+    (one,) = _listed(stub, upstream="cool-7", profile="default")
+    assert one.cool_down_left.ToSeconds() > 3000
+    assert _listed(stub, upstream="open-7") == []  # never tracked: no room
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"page_size": -1}, "page_size"),
+        ({"page_token": "x"}, "page_token"),
+        ({"upstream": "u" * 257}, "upstream"),
+    ],
+)
+def test_a_bad_listing_request_is_refused_naming_the_field(
+    full: tuple[Daemon, Stub], fields: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        full[1].GetUpstreams(pb.GetUpstreamsRequest(**fields), timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (caught.value.details() or "").startswith(f"{field}:")
+
+
+def test_health_answers_while_get_upstreams_is_hammered_on_a_full_registry(
+    full: tuple[Daemon, Stub],
+) -> None:
+    daemon, _ = full
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+
+    def hammer() -> None:
+        # Eight callers, each listing in a loop as the audit's did: unpaged
+        # callers, so each call is a full page of 1,000.
+        with grpc.insecure_channel(daemon.target, options=options) as channel:
+            stub = Stub(channel)
+            for _ in range(40):
+                assert stub.GetUpstreams(pb.GetUpstreamsRequest(), timeout=30).upstreams
+
+    def load() -> None:
+        with ThreadPoolExecutor(8) as pool:
+            for done in [pool.submit(hammer) for _ in range(8)]:
+                done.result()
+
+    latencies = health_latencies(daemon.target, load)
+    assert len(latencies) >= 20
+    # The defect held health for over a second (p99 1.28 s, max 2.47 s);
+    # now its median is 13-18 ms and its p99 20-55 ms on a 2-core machine. The bound leaves room for
+    # other jobs on a shared one (one run with them passed 100 ms) and still
+    # fails a listing that holds the loop.
+    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+    assert (p50 < 0.1, p99 < 0.25) == (True, True), latencies[-10:]

@@ -125,8 +125,9 @@ func (c *Client) ReportOutcome(ctx context.Context, req *squawkv1.ReportOutcomeR
 	return 0, nil
 }
 
-// GetUpstreams lists the pod's state of every tracked upstream (of
-// req.Profile, when set), ordered by profile, then upstream. It has no
+// GetUpstreams lists the pod's state of the tracked upstreams (of
+// req.Profile, when set), in the order the pod began tracking them: the
+// first page, of at most 1,000 (req.PageSize, req.PageToken). It has no
 // fallback: an unreachable daemon is an error. Like AnalyzeError it is
 // bounded by ctx only, not the call timeout: it is not on a dispatch's
 // path, and a pod tracking thousands of upstreams may take longer than a

@@ -2105,11 +2105,22 @@ func (x *ReportOutcomeResponse) GetRecorded() int32 {
 	return 0
 }
 
-// GetUpstreamsRequest lists tracked upstreams.
+// GetUpstreamsRequest lists tracked upstreams, a page at a time.
 type GetUpstreamsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Only this profile's upstreams; empty lists every profile's.
-	Profile       string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Optional. Only this profile's upstreams; empty lists every profile's.
+	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Optional. Only the upstream of exactly this name, as callers send it
+	// (a listed name may be redacted); empty lists every name. At most 256
+	// characters.
+	Upstream string `protobuf:"bytes,2,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// Optional. The most upstreams one answer lists: 0 (unset) or anything
+	// over 1000 means 1000; negative is refused.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Optional. The previous answer's next_page_token, to go on after it;
+	// empty starts from the first. Opaque, and valid only with the daemon
+	// process that gave it.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2151,15 +2162,40 @@ func (x *GetUpstreamsRequest) GetProfile() string {
 	return ""
 }
 
-// GetUpstreamsResponse is the state of every tracked upstream.
+func (x *GetUpstreamsRequest) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *GetUpstreamsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetUpstreamsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// GetUpstreamsResponse is one page of the tracked upstreams.
 type GetUpstreamsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Ordered by profile, then upstream name; at most what fits in about
-	// 3 MiB, so the answer stays within a default client's 4 MiB limit.
+	// Ordered by when the pod began tracking each (profile, upstream): the
+	// policy file's names first. A page stays under 2 MiB, within a default
+	// client's 4 MiB limit.
 	Upstreams []*UpstreamState `protobuf:"bytes,1,rep,name=upstreams,proto3" json:"upstreams,omitempty"`
-	// True when more upstreams are tracked than `upstreams` lists (filter by
-	// profile to see the rest).
-	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// True when more upstreams follow this page (next_page_token is set).
+	Truncated bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// Pass as page_token for the next page; empty on the last one. A key
+	// tracked after a listing began appears on a later page; one dropped
+	// meanwhile does not.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2206,6 +2242,13 @@ func (x *GetUpstreamsResponse) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+func (x *GetUpstreamsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // UpstreamState is the pod's view of one (profile, upstream).
@@ -2471,12 +2514,17 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x14ReportOutcomeRequest\x12.\n" +
 	"\boutcomes\x18\x01 \x03(\v2\x12.squawk.v1.OutcomeR\boutcomes\"3\n" +
 	"\x15ReportOutcomeResponse\x12\x1a\n" +
-	"\brecorded\x18\x01 \x01(\x05R\brecorded\"/\n" +
+	"\brecorded\x18\x01 \x01(\x05R\brecorded\"\x87\x01\n" +
 	"\x13GetUpstreamsRequest\x12\x18\n" +
-	"\aprofile\x18\x01 \x01(\tR\aprofile\"l\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
+	"\bupstream\x18\x02 \x01(\tR\bupstream\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x94\x01\n" +
 	"\x14GetUpstreamsResponse\x126\n" +
 	"\tupstreams\x18\x01 \x03(\v2\x18.squawk.v1.UpstreamStateR\tupstreams\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xfe\x02\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xfe\x02\n" +
 	"\rUpstreamState\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12<\n" +

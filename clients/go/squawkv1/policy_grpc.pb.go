@@ -82,7 +82,8 @@ type PolicyServiceClient interface {
 	// failed attempt already sent to DecideRetry with its upstream set is
 	// recorded there and need not be reported again.
 	ReportOutcome(ctx context.Context, in *ReportOutcomeRequest, opts ...grpc.CallOption) (*ReportOutcomeResponse, error)
-	// GetUpstreams lists the state of every tracked (profile, upstream).
+	// GetUpstreams lists the state of every tracked (profile, upstream), a
+	// page at a time.
 	GetUpstreams(ctx context.Context, in *GetUpstreamsRequest, opts ...grpc.CallOption) (*GetUpstreamsResponse, error)
 }
 
@@ -214,7 +215,8 @@ type PolicyServiceServer interface {
 	// failed attempt already sent to DecideRetry with its upstream set is
 	// recorded there and need not be reported again.
 	ReportOutcome(context.Context, *ReportOutcomeRequest) (*ReportOutcomeResponse, error)
-	// GetUpstreams lists the state of every tracked (profile, upstream).
+	// GetUpstreams lists the state of every tracked (profile, upstream), a
+	// page at a time.
 	GetUpstreams(context.Context, *GetUpstreamsRequest) (*GetUpstreamsResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }

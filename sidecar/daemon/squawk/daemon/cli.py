@@ -360,15 +360,28 @@ def upstream_table(states: Sequence[pb.UpstreamState]) -> str:
     )
 
 
+# Pages of GetUpstreams the table reads at most: ten times a full registry.
+_MAX_PAGES = 100
+
+
 def _upstreams(args: argparse.Namespace) -> str:
+    """Every page of GetUpstreams, sorted by profile and name for the table."""
+    states: list[pb.UpstreamState] = []
+    more = ""
     with open_channel(args) as channel:
-        reply = pb_grpc.PolicyServiceStub(channel).GetUpstreams(
-            pb.GetUpstreamsRequest(profile=args.profile), timeout=10
-        )
-    table = upstream_table(reply.upstreams)
-    if reply.truncated:
-        table += "\n(more upstreams are tracked than one answer holds; filter with --profile)"
-    return table
+        stub = pb_grpc.PolicyServiceStub(channel)
+        request = pb.GetUpstreamsRequest(profile=args.profile)
+        # Names tracked while it lists come on later pages: under a flood of
+        # new names the listing stops at a bound rather than chase them.
+        for _ in range(_MAX_PAGES):
+            reply = stub.GetUpstreams(request, timeout=10)
+            states.extend(reply.upstreams)
+            if not reply.next_page_token:
+                break
+            request.page_token = reply.next_page_token
+        else:
+            more = f"\n(stopped after {_MAX_PAGES} pages; more upstreams are being tracked)"
+    return upstream_table(sorted(states, key=lambda s: (s.profile, s.upstream))) + more
 
 
 def _tls(args: argparse.Namespace) -> TlsFiles | None:

@@ -331,7 +331,12 @@ class Daemon:
 
 
 def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodStore:
-    upstreams = Upstreams(policy, on_transition=observer.transition)
+    upstreams = Upstreams(
+        policy,
+        on_transition=observer.transition,
+        on_forget=observer.forget,
+        on_untracked=observer.untracked,
+    )
     if settings.store is Store.MEMORY:
         return PodStore(upstreams)
     from .fleet import FleetStore  # needs the redis client, an optional dependency

@@ -21,13 +21,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from squawk.policy import Decision
+from squawk.policy import BreakerState, Decision, Policy
 from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
 from .spans import NO_SPAN, SpanRecord, current
-from .upstreams import Transition
+from .upstreams import Key, Transition, pinned_keys
 
 __all__ = [
     "LOOP_LAG_BUCKETS",
@@ -37,6 +37,7 @@ __all__ = [
     "admission_fields",
     "classification_fields",
     "decision_fields",
+    "label_value",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,13 @@ _LOG_SLICE = 256
 # not these, so a caller's name holding one would start a line of its own.
 _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
-# Upstream names are caller data: past this many distinct names, metric
-# labels say "other", so a caller cannot grow the series without bound.
+# Upstream names are caller data: past this many tracked names with a
+# label of their own, metric labels say "other", so a caller cannot grow the
+# series without bound. The policy file's names always have their own, and
+# a name the registry drops gives its label (and its series) up.
 MAX_UPSTREAM_LABELS = 100
 OTHER_UPSTREAMS = "other"
+_TRANSITIONS = [(a.name, b.name) for a in BreakerState for b in BreakerState if a is not b]
 
 _DECLARED = {None: "unset", True: "true", False: "false"}
 # The status code each cause of a refused call answers with.
@@ -72,6 +76,18 @@ _LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01
 # From "on time" (a wake-up costs some 0.1 ms even on an idle loop) to a
 # loop held for seconds.
 LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+
+def label_value(text: str) -> str:
+    """A caller's string as a metric label value: shown (bounded, secrets
+    redacted) with every character that is not printable escaped as Python
+    writes it (\\r, \\x1b, \\x00, \\u2028). Prometheus's text format
+    escapes only backslash, double quote and newline, so a raw CR or ESC
+    would reach whatever reads /metrics (a terminal, a log line)."""
+    shown = shown_text(text, MAX_NAME_CHARS)
+    if shown.isprintable():
+        return shown
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in shown)
 
 
 def classification_fields(
@@ -184,16 +200,16 @@ class Metrics:
         )
         self.breaker_transitions = Counter(
             "squawk_breaker_transitions",
-            "Circuit breaker state changes, by upstream (at most "
-            f"{MAX_UPSTREAM_LABELS} names, then {OTHER_UPSTREAMS!r}).",
-            ["upstream", "from", "to"],
+            "Circuit breaker state changes, by profile and upstream (the policy file's "
+            f"names, and at most {MAX_UPSTREAM_LABELS} others, then {OTHER_UPSTREAMS!r}).",
+            ["profile", "upstream", "from", "to"],
             registry=self.registry,
         )
         self.fleet_breaker_transitions = Counter(
             "squawk_fleet_breaker_transitions",
             "Fleet-wide circuit breaker state changes (state.store redis) this pod "
-            f"made, by upstream (at most {MAX_UPSTREAM_LABELS} names, then {OTHER_UPSTREAMS!r}).",
-            ["upstream", "from", "to"],
+            "made, by profile and upstream (labelled as squawk_breaker_transitions).",
+            ["profile", "upstream", "from", "to"],
             registry=self.registry,
         )
         self.state_answers = Counter(
@@ -233,8 +249,16 @@ class Metrics:
         )
         self.breaker_state = Gauge(
             "squawk_breaker_state",
-            "Circuit breaker state by upstream: 1 closed, 2 open, 3 half-open.",
-            ["upstream"],
+            "Circuit breaker state by profile and upstream: 1 closed, 2 open, 3 half-open "
+            "(for the names squawk_breaker_transitions labels; none for other).",
+            ["profile", "upstream"],
+            registry=self.registry,
+        )
+        self.untracked = Counter(
+            "squawk_untracked_calls",
+            "Calls about an upstream the pod could not track: max_upstreams names were "
+            "tracked and none was idle. Answered from a fresh state, which is not kept.",
+            ["profile"],
             registry=self.registry,
         )
         self.loop_lag = Histogram(
@@ -290,7 +314,10 @@ class Observer:
         self.active = metrics is not None or log is not None
         self._shown: dict[str, str] = {}
         self._throttle = Throttle(_LOG_EVERY_S)
-        self._upstream_labels: set[str] = set()
+        # The keys with a metric label of their own, and the policy file's keys.
+        self._labels: dict[Key, str] = {}
+        self._pinned: frozenset[Key] = frozenset()
+        self._caller_labels = 0
 
     def _safe(self, fields: Mapping[str, Field]) -> dict[str, Field]:
         out = dict(fields)
@@ -306,14 +333,54 @@ class Observer:
                 out[name] = safe
         return out
 
-    def _upstream_label(self, shown: str) -> str:
-        labels = self._upstream_labels
-        if shown in labels:
-            return shown
-        if len(labels) >= MAX_UPSTREAM_LABELS:
-            return OTHER_UPSTREAMS
-        labels.add(shown)
-        return shown
+    def use_policy(self, policy: Policy) -> None:
+        """The policy file's names are labelled whatever the callers' took."""
+        self._pinned = pinned_keys(policy)
+        self._caller_labels = sum(key not in self._pinned for key in self._labels)
+
+    def _upstream_label(self, key: Key) -> str:
+        label = self._labels.get(key)
+        if label is not None:
+            return label
+        if key not in self._pinned:
+            if self._caller_labels >= MAX_UPSTREAM_LABELS:
+                return OTHER_UPSTREAMS
+            self._caller_labels += 1
+        label = self._labels[key] = label_value(key[1])
+        return label
+
+    def forget(self, profile: str, upstream: str) -> None:
+        """The registry dropped a key: its label and its series go with it."""
+        key = (profile, upstream)
+        label = self._labels.pop(key, None)
+        if label is None:
+            return
+        if key not in self._pinned:
+            self._caller_labels -= 1
+        # Two names may be shown alike (each with its secret redacted).
+        shared = any(k[0] == profile and v == label for k, v in self._labels.items())
+        if self.metrics is None or shared:
+            return
+        m, shown = self.metrics, label_value(profile)
+        m.breaker_state.remove(shown, label)
+        for before, after in _TRANSITIONS:
+            m.breaker_transitions.remove(shown, label, before, after)
+            m.fleet_breaker_transitions.remove(shown, label, before, after)
+
+    def untracked(self, profile: str) -> None:
+        """A call about an upstream the registry had no room for."""
+        if self.metrics is not None:
+            self.metrics.untracked.labels(label_value(profile)).inc()
+        held = self._throttle.ready("untracked")
+        if held is not None:
+            also = f" ({held} more since the last report)" if held else ""
+            log.warning(
+                "an upstream of profile %r is not tracked: max_upstreams names are, and none "
+                "is idle; its calls are answered as a new upstream's%s (list the names that "
+                "matter under the profile's upstreams: to track them always)",
+                label_value(profile),
+                also,
+            )
 
     def transition(self, t: Transition) -> None:
         """A breaker changed state: a span event, a log line and the metrics."""
@@ -345,13 +412,14 @@ class Observer:
                 also,
             )
         if self.metrics is not None:
-            label = self._upstream_label(str(fields["squawk.upstream"]))
+            label = self._upstream_label((t.profile, t.upstream))
+            profile = label_value(t.profile)
             if t.fleet:
-                self.metrics.fleet_breaker_transitions.labels(label, before, after).inc()
+                self.metrics.fleet_breaker_transitions.labels(profile, label, before, after).inc()
                 return
-            self.metrics.breaker_transitions.labels(label, before, after).inc()
+            self.metrics.breaker_transitions.labels(profile, label, before, after).inc()
             if label != OTHER_UPSTREAMS:
-                self.metrics.breaker_state.labels(label).set(int(t.after))
+                self.metrics.breaker_state.labels(profile, label).set(int(t.after))
 
     def store_up(self, up: bool) -> None:
         """The fleet state store went away (False) or came back (True)."""

@@ -2,9 +2,29 @@
 
 The pure core decides (squawk.policy: `admit`, `record_outcome`,
 `guard_retry`); this module owns the one current value per key, with the
-monotonic clock, and bounds memory: at most `Policy.max_upstreams` keys,
-the least recently used dropped first (a dropped key starts afresh, as a
-never-seen upstream would). An empty upstream is never tracked.
+monotonic clock, and bounds memory without ever making an upstream less
+cautious:
+
+- Every name in the policy file's `upstreams:` sections is tracked from the
+  start and never dropped: an operator's way to be sure of a name.
+- Callers' other names are kept in least recently used order, at most
+  `Policy.max_upstreams` of them. A new name takes the place of an *idle*
+  one only (`is_idle`: a fresh state would behave exactly the same), so no
+  flood of other names can drop an open breaker, a half-open round, a
+  running cool-down, a spent budget or the counts in a closed breaker's
+  window. The alternative, dropping any closed breaker without a cool-down,
+  would let a flood erase the failures that were about to open a breaker,
+  and the successes of every upstream in use: recent counts are what keep
+  a name in use tracked.
+- When no tracked name is idle, a new name is not tracked: its call is
+  answered from a fresh state that is not kept (`on_untracked` says so),
+  as a never-seen upstream's would be. A flood therefore costs nothing but
+  its own names' tracking.
+
+An empty upstream is never tracked. Each tracked key has a sequence number,
+given when tracking began, that orders listings (`page`): the policy
+file's names come first, and a page token stays valid however many keys
+come and go.
 
 All calls come from the event loop's thread, so no lock is needed: each
 read-modify-write below runs without an `await` in between.
@@ -12,6 +32,7 @@ read-modify-write below runs without an `await` in between.
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -31,6 +52,7 @@ from squawk.policy import (
     UpstreamState,
     admit,
     guard_retry,
+    is_idle,
     record_outcome,
     upstream_snapshot,
 )
@@ -39,11 +61,18 @@ from squawk.policy.cooldown import held
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
 
-__all__ = ["Transition", "UpstreamView", "Upstreams"]
+__all__ = ["Key", "Transition", "UpstreamView", "Upstreams", "pinned_keys"]
 
 Key = tuple[str, str]  # (profile name, upstream)
-# How many of the oldest keys eviction looks through for a quiet one.
+# How many of the least recently used keys a new name looks through for an
+# idle one. Those that are not idle go to the back of the line, so the next
+# new name looks at others: a key that stays busy is never looked at twice
+# in a row, and the cost of a new name stays bounded however full it is.
 _EVICTION_SCAN = 16
+# After a look finds no idle key, new names go untracked without looking
+# for this long: a flood of new names then costs one dict lookup each.
+_FULL_RECHECK_S = 0.1
+_FRESH = UpstreamState()
 
 
 class Transition(NamedTuple):
@@ -69,6 +98,17 @@ class _Entry:
     state: UpstreamState
     # When the breaker entered its current state (monotonic seconds).
     since: float
+    # When tracking began, in order: what listings are ordered and paged by.
+    seq: int
+
+
+def pinned_keys(policy: Policy) -> frozenset[Key]:
+    """The keys named in the policy file: each profile's `upstreams:` entries."""
+    return frozenset(
+        (name, upstream)
+        for name, profile in policy.profiles.items()
+        for upstream in profile.upstreams
+    )
 
 
 class Upstreams:
@@ -77,11 +117,26 @@ class Upstreams:
         policy: Policy,
         clock: Callable[[], float] = time.monotonic,
         on_transition: Callable[[Transition], None] | None = None,
+        on_forget: Callable[[str, str], None] | None = None,
+        on_untracked: Callable[[str], None] | None = None,
     ) -> None:
+        """`on_forget(profile, upstream)`: a key was dropped (its metric
+        series may go); `on_untracked(profile)`: a call about a new name
+        was answered from a fresh state, for want of an idle key to drop."""
         self._policy = policy
         self._clock = clock
         self._on_transition = on_transition
+        self._on_forget = on_forget
+        self._on_untracked = on_untracked
+        # The policy file's names, and (least recently used first) the rest.
+        self._pinned: dict[Key, _Entry] = {}
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
+        # Every tracked key's sequence number, ascending, and its key.
+        self._order: list[int] = []
+        self._keys: dict[int, Key] = {}
+        self._next_seq = 0
+        self._full_until = float("-inf")
+        self._pin(policy, clock())
 
     def use_policy(self, policy: Policy) -> None:
         """Keep every upstream's state under a new policy: its breaker state,
@@ -93,9 +148,12 @@ class Upstreams:
         max_cool_down shortens a running cool-down to it (the fleet's store
         does the same)."""
         old, self._policy = self._policy, policy
+        # Every key is looked at alike; _pin then picks the file's names again.
+        self._entries.update(self._pinned)
+        self._pinned.clear()
         for key, entry in list(self._entries.items()):
             if key[0] not in policy.profiles:
-                del self._entries[key]
+                self._drop(self._entries, key)
                 continue
             was = old.profile(key[0]).for_upstream(key[1])
             now = policy.profile(key[0]).for_upstream(key[1])
@@ -110,43 +168,84 @@ class Upstreams:
                 until = held(state.cool_until, self._clock(), now.max_cool_down)
                 state = replace(state, cool_until=until)
             entry.state = state
+        self._pin(policy, self._clock())
+
+    def _pin(self, policy: Policy, now: float) -> None:
+        """Track every name the policy file lists, first and for good; a name
+        it no longer lists joins the callers' names, state and all."""
+        for key in sorted(pinned_keys(policy)):
+            entry = self._entries.pop(key, None)
+            self._pinned[key] = entry if entry is not None else self._new(key, now)
+        self._full_until = float("-inf")
 
     @property
     def max_upstreams(self) -> int:
         return self._policy.max_upstreams
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._pinned) + len(self._entries)
 
-    def _entry(self, key: Key, now: float) -> _Entry:
+    def _new(self, key: Key, now: float) -> _Entry:
+        seq = self._next_seq
+        self._next_seq += 1
+        self._order.append(seq)  # ascending: every new number is the largest
+        self._keys[seq] = key
+        return _Entry(_FRESH, now, seq)
+
+    def _drop(self, table: dict[Key, _Entry], key: Key) -> None:
+        entry = table.pop(key)
+        del self._order[bisect.bisect_left(self._order, entry.seq)]
+        del self._keys[entry.seq]
+        if self._on_forget is not None:
+            self._on_forget(*key)
+
+    def _entry(self, key: Key, now: float) -> _Entry | None:
+        """The key's entry, tracking it if there is room; None when there is not."""
         entry = self._entries.get(key)
-        if entry is None:
-            if len(self._entries) >= self._policy.max_upstreams:
-                self._evict(now)
-            entry = self._entries[key] = _Entry(UpstreamState(), now)
-        else:
+        if entry is not None:
             self._entries.move_to_end(key)
+            return entry
+        entry = self._pinned.get(key)
+        if entry is not None:
+            return entry
+        if len(self._entries) >= self._policy.max_upstreams and not self._evict(now):
+            if self._on_untracked is not None:
+                self._on_untracked(key[0])
+            return None
+        entry = self._entries[key] = self._new(key, now)
         return entry
 
-    def _evict(self, now: float) -> None:
-        """Drop one key: among the oldest few, the least recently used whose
-        breaker is closed and which is not cooling down, else the least
-        recently used. So a caller who churns through names cannot reset an
-        open breaker or a cool-down (unless every key is one)."""
-        for seen, (key, entry) in enumerate(self._entries.items()):
-            if seen == _EVICTION_SCAN:
-                break
+    def _evict(self, now: float) -> bool:
+        """Drop one idle key, the least recently used of the few looked at;
+        False when none of them is idle (and none is dropped)."""
+        if now < self._full_until:
+            return False
+        entries = self._entries
+        for _ in range(min(_EVICTION_SCAN, len(entries))):
+            key, entry = next(iter(entries.items()))
             state = entry.state
-            if state.breaker.state is BreakerState.CLOSED and state.cool_until <= now:
-                del self._entries[key]
-                return
-        self._entries.popitem(last=False)
+            # The cheap tests first: an open breaker or a cool-down is never idle.
+            if (
+                state.breaker.state is BreakerState.CLOSED
+                and state.cool_until <= now
+                and is_idle(state, self._config(key), now)
+            ):
+                self._drop(entries, key)
+                return True
+            entries.move_to_end(key)
+        self._full_until = now + _FULL_RECHECK_S
+        return False
 
-    def _current(self, key: Key, config: UpstreamConfig, now: float) -> _Entry:
+    def _config(self, key: Key) -> UpstreamConfig:
+        return self._policy.profile(key[0]).for_upstream(key[1])
+
+    def _current(self, key: Key, config: UpstreamConfig, now: float) -> _Entry | None:
         """The key's entry with time's own step taken (OPEN -> HALF_OPEN, a
         stale half-open round restarting), reported before the event's, so
-        every transition reported is one the breaker has."""
+        every transition reported is one the breaker has. None: untracked."""
         entry = self._entry(key, now)
+        if entry is None:
+            return None
         moved = advance(entry.state.breaker, config.circuit_breaker, now)
         if moved is not entry.state.breaker:
             self._store(key, entry, replace(entry.state, breaker=moved), now)
@@ -165,14 +264,16 @@ class Upstreams:
         key = (profile.name, upstream)
         config = profile.for_upstream(upstream)
         entry = self._current(key, config, now)
+        if entry is None:
+            return admit(_FRESH, config, now)[1]
         state, admission = admit(entry.state, config, now)
         self._store(key, entry, state, now)
         return admission
 
     def would_admit(self, profile: Profile, upstream: str) -> bool:
         """Whether admit() would allow a call now; changes nothing, tracks nothing."""
-        entry = self._entries.get((profile.name, upstream))
-        state = entry.state if entry is not None else UpstreamState()
+        entry = self._find((profile.name, upstream))
+        state = entry.state if entry is not None else _FRESH
         return admit(state, profile.for_upstream(upstream), self._clock())[1].allowed
 
     def record(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
@@ -180,8 +281,9 @@ class Upstreams:
         key = (profile.name, upstream)
         config = profile.for_upstream(upstream)
         entry = self._current(key, config, now)
-        state = record_outcome(entry.state, config, now, outcome)
-        self._store(key, entry, state, now)
+        state = record_outcome(entry.state if entry is not None else _FRESH, config, now, outcome)
+        if entry is not None:
+            self._store(key, entry, state, now)
 
     def after_failure(
         self,
@@ -197,22 +299,56 @@ class Upstreams:
         key = (profile.name, upstream)
         config = profile.for_upstream(upstream)
         entry = self._current(key, config, now)
-        state = record_outcome(entry.state, config, now, outcome)
+        state = record_outcome(entry.state if entry is not None else _FRESH, config, now, outcome)
         state, decision = guard_retry(state, config, now, decision, deadline)
-        self._store(key, entry, state, now)
+        if entry is not None:
+            self._store(key, entry, state, now)
         return decision
 
-    def views(self, profile: str = "") -> list[UpstreamView]:
-        """Every tracked upstream (of `profile`, when given), sorted by key."""
-        now = self._clock()
-        out = []
-        for (name, upstream), entry in sorted(self._entries.items()):
-            if profile and name != profile:
+    def page(
+        self, after: int = -1, size: int | None = None, profile: str = "", upstream: str = ""
+    ) -> tuple[list[tuple[int, Key]], bool]:
+        """(up to `size` tracked keys, of `profile` and named `upstream` when
+        given, whose tracking began after sequence number `after`, in that
+        order, each with its number; whether more follow).
+
+        Costs a comparison per key passed over, never a snapshot: view()
+        each key returned, as many at a time as the caller likes.
+        """
+        if upstream:
+            profiles = [profile] if profile else sorted(self._policy.profiles)
+            found = (self._find((p, upstream)) for p in profiles)
+            seqs = sorted(e.seq for e in found if e is not None and e.seq > after)
+        else:
+            seqs = self._order[bisect.bisect_right(self._order, after) :]
+        keys = self._keys
+        out: list[tuple[int, Key]] = []
+        for seq in seqs:
+            key = keys[seq]
+            if profile and key[0] != profile:
                 continue
-            config = self._policy.profile(name).for_upstream(upstream)
-            snapshot = upstream_snapshot(entry.state, config, now)
-            stored = entry.state.breaker
-            # An OPEN breaker whose time is up reads as HALF_OPEN since `until`.
-            since = entry.since if snapshot.breaker_state is stored.state else stored.until
-            out.append(UpstreamView(name, upstream, snapshot, timedelta(seconds=now - since)))
-        return out
+            if size is not None and len(out) == size:
+                return out, True
+            out.append((seq, key))
+        return out, False
+
+    def _find(self, key: Key) -> _Entry | None:
+        entry = self._entries.get(key)
+        return entry if entry is not None else self._pinned.get(key)
+
+    def view(self, key: Key) -> UpstreamView | None:
+        """The key's state now, for display; None once it is no longer tracked."""
+        entry = self._find(key)
+        if entry is None:
+            return None
+        now = self._clock()
+        snapshot = upstream_snapshot(entry.state, self._config(key), now)
+        stored = entry.state.breaker
+        # An OPEN breaker whose time is up reads as HALF_OPEN since `until`.
+        since = entry.since if snapshot.breaker_state is stored.state else stored.until
+        return UpstreamView(key[0], key[1], snapshot, timedelta(seconds=now - since))
+
+    def views(self, profile: str = "") -> list[UpstreamView]:
+        """Every tracked upstream (of `profile`, when given), in tracking order."""
+        keys, _ = self.page(profile=profile)
+        return [v for _, key in keys if (v := self.view(key)) is not None]

@@ -1232,24 +1232,45 @@ export interface ReportOutcomeResponse {
   recorded: number;
 }
 
-/** GetUpstreamsRequest lists tracked upstreams. */
+/** GetUpstreamsRequest lists tracked upstreams, a page at a time. */
 export interface GetUpstreamsRequest {
-  /** Only this profile's upstreams; empty lists every profile's. */
+  /** Optional. Only this profile's upstreams; empty lists every profile's. */
   profile: string;
+  /**
+   * Optional. Only the upstream of exactly this name, as callers send it
+   * (a listed name may be redacted); empty lists every name. At most 256
+   * characters.
+   */
+  upstream: string;
+  /**
+   * Optional. The most upstreams one answer lists: 0 (unset) or anything
+   * over 1000 means 1000; negative is refused.
+   */
+  pageSize: number;
+  /**
+   * Optional. The previous answer's next_page_token, to go on after it;
+   * empty starts from the first. Opaque, and valid only with the daemon
+   * process that gave it.
+   */
+  pageToken: string;
 }
 
-/** GetUpstreamsResponse is the state of every tracked upstream. */
+/** GetUpstreamsResponse is one page of the tracked upstreams. */
 export interface GetUpstreamsResponse {
   /**
-   * Ordered by profile, then upstream name; at most what fits in about
-   * 3 MiB, so the answer stays within a default client's 4 MiB limit.
+   * Ordered by when the pod began tracking each (profile, upstream): the
+   * policy file's names first. A page stays under 2 MiB, within a default
+   * client's 4 MiB limit.
    */
   upstreams: UpstreamState[];
-  /**
-   * True when more upstreams are tracked than `upstreams` lists (filter by
-   * profile to see the rest).
-   */
+  /** True when more upstreams follow this page (next_page_token is set). */
   truncated: boolean;
+  /**
+   * Pass as page_token for the next page; empty on the last one. A key
+   * tracked after a listing began appears on a later page; one dropped
+   * meanwhile does not.
+   */
+  nextPageToken: string;
 }
 
 /** UpstreamState is the pod's view of one (profile, upstream). */
@@ -4376,13 +4397,22 @@ export const ReportOutcomeResponse: MessageFns<ReportOutcomeResponse> = {
 };
 
 function createBaseGetUpstreamsRequest(): GetUpstreamsRequest {
-  return { profile: "" };
+  return { profile: "", upstream: "", pageSize: 0, pageToken: "" };
 }
 
 export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
   encode(message: GetUpstreamsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.profile !== "") {
       writer.uint32(10).string(message.profile);
+    }
+    if (message.upstream !== "") {
+      writer.uint32(18).string(message.upstream);
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(24).int32(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(34).string(message.pageToken);
     }
     return writer;
   },
@@ -4408,6 +4438,30 @@ export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
             message.profile = reader.string();
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.upstream = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.pageSize = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4421,13 +4475,35 @@ export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
   },
 
   fromJSON(object: any): GetUpstreamsRequest {
-    return { profile: isSet(object.profile) ? globalThis.String(object.profile) : "" };
+    return {
+      profile: isSet(object.profile) ? globalThis.String(object.profile) : "",
+      upstream: isSet(object.upstream) ? globalThis.String(object.upstream) : "",
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+      pageToken: isSet(object.pageToken)
+        ? globalThis.String(object.pageToken)
+        : isSet(object.page_token)
+        ? globalThis.String(object.page_token)
+        : "",
+    };
   },
 
   toJSON(message: GetUpstreamsRequest): unknown {
     const obj: any = {};
     if (message.profile !== "") {
       obj.profile = message.profile;
+    }
+    if (message.upstream !== "") {
+      obj.upstream = message.upstream;
+    }
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      obj.pageToken = message.pageToken;
     }
     return obj;
   },
@@ -4438,12 +4514,15 @@ export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
   fromPartial(object: DeepPartial<GetUpstreamsRequest>): GetUpstreamsRequest {
     const message = createBaseGetUpstreamsRequest();
     message.profile = object.profile ?? "";
+    message.upstream = object.upstream ?? "";
+    message.pageSize = object.pageSize ?? 0;
+    message.pageToken = object.pageToken ?? "";
     return message;
   },
 };
 
 function createBaseGetUpstreamsResponse(): GetUpstreamsResponse {
-  return { upstreams: [], truncated: false };
+  return { upstreams: [], truncated: false, nextPageToken: "" };
 }
 
 export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
@@ -4453,6 +4532,9 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
     }
     if (message.truncated !== false) {
       writer.uint32(16).bool(message.truncated);
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(26).string(message.nextPageToken);
     }
     return writer;
   },
@@ -4486,6 +4568,14 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
             message.truncated = reader.bool();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4504,6 +4594,11 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
         ? object.upstreams.map((e: any) => UpstreamState.fromJSON(e))
         : [],
       truncated: isSet(object.truncated) ? globalThis.Boolean(object.truncated) : false,
+      nextPageToken: isSet(object.nextPageToken)
+        ? globalThis.String(object.nextPageToken)
+        : isSet(object.next_page_token)
+        ? globalThis.String(object.next_page_token)
+        : "",
     };
   },
 
@@ -4515,6 +4610,9 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
     if (message.truncated !== false) {
       obj.truncated = message.truncated;
     }
+    if (message.nextPageToken !== "") {
+      obj.nextPageToken = message.nextPageToken;
+    }
     return obj;
   },
 
@@ -4525,6 +4623,7 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
     const message = createBaseGetUpstreamsResponse();
     message.upstreams = object.upstreams?.map((e) => UpstreamState.fromPartial(e)) || [];
     message.truncated = object.truncated ?? false;
+    message.nextPageToken = object.nextPageToken ?? "";
     return message;
   },
 };
@@ -4861,7 +4960,10 @@ export const PolicyServiceService = {
       Buffer.from(ReportOutcomeResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): ReportOutcomeResponse => ReportOutcomeResponse.decode(value),
   },
-  /** GetUpstreams lists the state of every tracked (profile, upstream). */
+  /**
+   * GetUpstreams lists the state of every tracked (profile, upstream), a
+   * page at a time.
+   */
   getUpstreams: {
     path: "/squawk.v1.PolicyService/GetUpstreams" as const,
     requestStream: false as const,
@@ -4922,7 +5024,10 @@ export interface PolicyServiceServer extends UntypedServiceImplementation {
    * recorded there and need not be reported again.
    */
   reportOutcome: handleUnaryCall<ReportOutcomeRequest, ReportOutcomeResponse>;
-  /** GetUpstreams lists the state of every tracked (profile, upstream). */
+  /**
+   * GetUpstreams lists the state of every tracked (profile, upstream), a
+   * page at a time.
+   */
   getUpstreams: handleUnaryCall<GetUpstreamsRequest, GetUpstreamsResponse>;
 }
 
@@ -5072,7 +5177,10 @@ export interface PolicyServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: ReportOutcomeResponse) => void,
   ): ClientUnaryCall;
-  /** GetUpstreams lists the state of every tracked (profile, upstream). */
+  /**
+   * GetUpstreams lists the state of every tracked (profile, upstream), a
+   * page at a time.
+   */
   getUpstreams(
     request: GetUpstreamsRequest,
     callback: (error: ServiceError | null, response: GetUpstreamsResponse) => void,
