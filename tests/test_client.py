@@ -358,6 +358,8 @@ def test_the_public_names_are_pinned() -> None:
             "DecideRetryResponse",
             "Decision",
             "ErrorInfo",
+            "GetUpstreamsRequest",
+            "GetUpstreamsResponse",
             "Outcome",
             "Reason",
             "SquawkClient",

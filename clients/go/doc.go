@@ -38,7 +38,8 @@
 // circuit breaker, a retry budget and the cool-down after an upstream's
 // Retry-After. Admit asks whether a dispatch may go now (an Admission);
 // ReportOutcome tells the pod how dispatches ended; GetUpstreams lists the
-// state of every tracked upstream. A DecideRetry naming its upstream
+// state of every tracked upstream, reading the daemon's pages of 1,000 one
+// after another (GetUpstreamsPage reads one). A DecideRetry naming its upstream
 // records the failure too, and may answer more cautiously because of it.
 //
 // # Local fallback

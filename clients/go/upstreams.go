@@ -6,6 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
 )
 
@@ -125,14 +129,51 @@ func (c *Client) ReportOutcome(ctx context.Context, req *squawkv1.ReportOutcomeR
 	return 0, nil
 }
 
-// GetUpstreams lists the pod's state of the tracked upstreams (of
-// req.Profile, when set), in the order the pod began tracking them: the
-// first page, of at most 1,000 (req.PageSize, req.PageToken). It has no
-// fallback: an unreachable daemon is an error. Like AnalyzeError it is
-// bounded by ctx only, not the call timeout: it is not on a dispatch's
-// path, and a pod tracking thousands of upstreams may take longer than a
-// decision to list them.
+// maxUpstreamPages is the most pages GetUpstreams reads, as `squawk
+// upstreams` does: ten times a full registry (10,000 upstreams by default,
+// 1,000 a page). Names tracked while it lists come on later pages, so a
+// flood of new names, or a server that never stops answering a
+// next_page_token, would otherwise keep it reading.
+const maxUpstreamPages = 100
+
+// GetUpstreams lists the pod's state of every tracked upstream (of
+// req.Profile, and named exactly req.Upstream, when set), in the order the
+// pod began tracking them. It reads page after page (each of at most
+// req.PageSize, 1,000 when unset, starting after req.PageToken when set)
+// until the daemon answers an empty next_page_token; req itself is not
+// changed. After 100 pages it stops with an ABORTED error rather than read
+// on (as botocore's paginator refuses a token that never ends); read pages
+// yourself with GetUpstreamsPage to go further. It has no fallback: an
+// unreachable daemon is an error. Like AnalyzeError it is bounded by ctx
+// only, not the call timeout: it is not on a dispatch's path, and a pod
+// tracking thousands of upstreams may take longer than a decision to list
+// them.
 func (c *Client) GetUpstreams(ctx context.Context, req *squawkv1.GetUpstreamsRequest) ([]*squawkv1.UpstreamState, error) {
+	if req == nil {
+		return nil, nilRequest("GetUpstreams")
+	}
+	page := proto.Clone(req).(*squawkv1.GetUpstreamsRequest)
+	var states []*squawkv1.UpstreamState
+	for range maxUpstreamPages {
+		resp, err := c.GetUpstreamsPage(ctx, page)
+		if err != nil {
+			return nil, err
+		}
+		states = append(states, resp.GetUpstreams()...)
+		if resp.GetNextPageToken() == "" {
+			return states, nil
+		}
+		page.PageToken = resp.GetNextPageToken()
+	}
+	return nil, fmt.Errorf("squawk: GetUpstreams: %w", status.Errorf(codes.Aborted,
+		"stopped after %d pages; more upstreams are being tracked than one listing can read", maxUpstreamPages))
+}
+
+// GetUpstreamsPage answers one page of GetUpstreams as the daemon sends
+// it: pass its NextPageToken back as req.PageToken for the next page; it
+// is empty on the last. Bounded by ctx only, with no fallback, like
+// GetUpstreams.
+func (c *Client) GetUpstreamsPage(ctx context.Context, req *squawkv1.GetUpstreamsRequest) (*squawkv1.GetUpstreamsResponse, error) {
 	if req == nil {
 		return nil, nilRequest("GetUpstreams")
 	}
@@ -140,5 +181,5 @@ func (c *Client) GetUpstreams(ctx context.Context, req *squawkv1.GetUpstreamsReq
 	if err != nil {
 		return nil, wrapCallError(ctx, "GetUpstreams", err)
 	}
-	return resp.GetUpstreams(), nil
+	return resp, nil
 }

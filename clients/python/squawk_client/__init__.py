@@ -15,6 +15,8 @@ from squawk.v1.policy_pb2 import (
     ClassifyResponse,
     DecideRetryRequest,
     DecideRetryResponse,
+    GetUpstreamsRequest,
+    GetUpstreamsResponse,
     Outcome,
     UpstreamState,
 )
@@ -52,6 +54,8 @@ __all__ = [
     "DecideRetryResponse",
     "Decision",
     "ErrorInfo",
+    "GetUpstreamsRequest",
+    "GetUpstreamsResponse",
     "Outcome",
     "Reason",
     "SquawkClient",

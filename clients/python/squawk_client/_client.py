@@ -48,6 +48,12 @@ DEFAULT_BATCH_TIMEOUT = timedelta(seconds=1)
 # Analysis may ask a model; it gets a budget of seconds, not milliseconds.
 DEFAULT_ANALYZE_TIMEOUT = timedelta(seconds=30)
 
+# The pages get_upstreams reads at most, as `squawk upstreams` does: ten times
+# a full registry (10,000 upstreams by default, 1,000 a page). Names tracked
+# while it lists come on later pages, so a flood of new names (or a server
+# that keeps answering a next_page_token) would otherwise keep it reading.
+_MAX_PAGES = 100
+
 # One result per batch item: the decision, or why that item was refused.
 BatchResult = Decision | SquawkInputError
 
@@ -152,6 +158,17 @@ def raise_for(exc: grpc.RpcError) -> NoReturn:
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         raise SquawkInputError.from_details(details) from exc
     raise SquawkError(code.name, details) from exc
+
+
+def _too_many_pages() -> NoReturn:
+    # Raised, not a short list returned: the caller asked for every upstream.
+    # botocore's paginator likewise raises rather than loop on a token that
+    # never ends (PaginationError); get_upstreams_page reads on regardless.
+    raise SquawkError(
+        "ABORTED",
+        f"GetUpstreams: stopped after {_MAX_PAGES} pages; "
+        "more upstreams are being tracked than one listing can read",
+    )
 
 
 def _batch_results(reply: pb.DecideRetryBatchResponse) -> list[BatchResult]:
@@ -317,17 +334,28 @@ class SquawkClient:
             return 0
         return reply.recorded
 
-    def get_upstreams(self, profile: str = "") -> list[pb.UpstreamState]:
-        """The pod's state of every tracked upstream; no fallback."""
+    def get_upstreams(self, profile: str = "", *, upstream: str = "") -> list[pb.UpstreamState]:
+        """The pod's state of every tracked upstream (of `profile`, and named
+        exactly `upstream`, when given), every page read; no fallback."""
+        request = pb.GetUpstreamsRequest(profile=profile, upstream=upstream)
+        states: list[pb.UpstreamState] = []
+        for _ in range(_MAX_PAGES):
+            reply = self.get_upstreams_page(request)
+            states.extend(reply.upstreams)
+            if not reply.next_page_token:
+                return states
+            request.page_token = reply.next_page_token
+        _too_many_pages()
+
+    def get_upstreams_page(self, request: pb.GetUpstreamsRequest) -> pb.GetUpstreamsResponse:
+        """One page of GetUpstreams, as the daemon answers it; no fallback."""
         try:
-            reply = self._stub.GetUpstreams(
-                pb.GetUpstreamsRequest(profile=profile),
-                timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(),
-                metadata=_metadata(),
+            reply: pb.GetUpstreamsResponse = self._stub.GetUpstreams(
+                request, timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(), metadata=_metadata()
             )
         except grpc.RpcError as exc:
             raise_for(exc)
-        return list(reply.upstreams)
+        return reply
 
     def close(self) -> None:
         self._channel.close()
@@ -453,17 +481,30 @@ class AsyncSquawkClient:
             return 0
         return reply.recorded
 
-    async def get_upstreams(self, profile: str = "") -> list[pb.UpstreamState]:
-        """The pod's state of every tracked upstream; no fallback."""
+    async def get_upstreams(
+        self, profile: str = "", *, upstream: str = ""
+    ) -> list[pb.UpstreamState]:
+        """The pod's state of every tracked upstream (of `profile`, and named
+        exactly `upstream`, when given), every page read; no fallback."""
+        request = pb.GetUpstreamsRequest(profile=profile, upstream=upstream)
+        states: list[pb.UpstreamState] = []
+        for _ in range(_MAX_PAGES):
+            reply = await self.get_upstreams_page(request)
+            states.extend(reply.upstreams)
+            if not reply.next_page_token:
+                return states
+            request.page_token = reply.next_page_token
+        _too_many_pages()
+
+    async def get_upstreams_page(self, request: pb.GetUpstreamsRequest) -> pb.GetUpstreamsResponse:
+        """One page of GetUpstreams, as the daemon answers it; no fallback."""
         try:
-            reply = await self._stub.GetUpstreams(
-                pb.GetUpstreamsRequest(profile=profile),
-                timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(),
-                metadata=_metadata(),
+            reply: pb.GetUpstreamsResponse = await self._stub.GetUpstreams(
+                request, timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(), metadata=_metadata()
             )
         except grpc.RpcError as exc:
             raise_for(exc)
-        return list(reply.upstreams)
+        return reply
 
     async def close(self) -> None:
         await self._channel.close()

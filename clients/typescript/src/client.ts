@@ -46,6 +46,14 @@ import {
 import { batchRequest, checked, decideRequest, reportRequest } from "./requests";
 import { unary, type Start } from "./unary";
 
+/**
+ * The most pages getUpstreams reads, as `squawk upstreams` does: ten times a
+ * full registry (10,000 upstreams by default, 1,000 a page). Names tracked
+ * while it lists come on later pages, so a flood of new names, or a server
+ * that never stops answering a nextPageToken, would otherwise keep it reading.
+ */
+export const MAX_UPSTREAM_PAGES = 100;
+
 /** An analysis may call a model: it gets seconds, not the 50 ms of a decision. */
 const ANALYZE_TIMEOUT_MS = 30_000;
 
@@ -256,17 +264,37 @@ export class SquawkClient {
   }
 
   /**
-   * The pod's state of every tracked upstream (of `profile`, when given),
-   * ordered by profile, then upstream. No fallback: only the daemon knows.
+   * The pod's state of every tracked upstream (of `profile`, and named
+   * exactly `upstream`, when given), in the order the pod began tracking
+   * them. Reads page after page (each of at most `pageSize`, 1,000 when
+   * unset, starting after `pageToken` when given), each page with its own
+   * deadline, until the daemon answers an empty `nextPageToken`. After 100
+   * pages it rejects with an ABORTED SquawkError rather than read on (as
+   * botocore's paginator refuses a token that never ends); getUpstreamsPage
+   * reads one page. No fallback: only the daemon knows.
    */
   async getUpstreams(input: GetUpstreamsInput = {}, options: CallOptions = {}): Promise<UpstreamState[]> {
-    const request = checked("getUpstreams", GetUpstreamsRequest.fromPartial, input);
-    const response = await this.call<GetUpstreamsResponse>(
-      "getUpstreams",
-      (md, co, cb) => this.stub.getUpstreams(request, md, co, cb),
-      options,
+    let request = checked("getUpstreams", GetUpstreamsRequest.fromPartial, input);
+    const states: UpstreamState[] = [];
+    for (let page = 0; page < MAX_UPSTREAM_PAGES; page += 1) {
+      const response = await this.upstreamsPage(request, options);
+      states.push(...response.upstreams);
+      if (response.nextPageToken === "") return states;
+      request = { ...request, pageToken: response.nextPageToken };
+    }
+    throw new SquawkError(
+      status.ABORTED,
+      `getUpstreams: stopped after ${MAX_UPSTREAM_PAGES} pages; more upstreams are being tracked than one listing can read`,
     );
-    return response.upstreams;
+  }
+
+  /**
+   * One page of GetUpstreams as the daemon sends it: pass its
+   * `nextPageToken` back as `pageToken` for the next page; it is empty on
+   * the last. No fallback.
+   */
+  async getUpstreamsPage(input: GetUpstreamsInput = {}, options: CallOptions = {}): Promise<GetUpstreamsResponse> {
+    return this.upstreamsPage(checked("getUpstreams", GetUpstreamsRequest.fromPartial, input), options);
   }
 
   /** Close the channel; later calls reject. */
@@ -293,6 +321,14 @@ export class SquawkClient {
     const decision: Decision = { ...fallbackDecide(request, this.now(), this.fallbackProfile), fallback: true };
     this.fallbacks += 1;
     return decision;
+  }
+
+  private upstreamsPage(request: GetUpstreamsRequest, options: CallOptions): Promise<GetUpstreamsResponse> {
+    return this.call<GetUpstreamsResponse>(
+      "getUpstreams",
+      (md, co, cb) => this.stub.getUpstreams(request, md, co, cb),
+      options,
+    );
   }
 
   private async call<Res>(method: SquawkMethod, start: Start<Res>, options: CallOptions): Promise<Res> {

@@ -48,7 +48,7 @@ export type OutcomeInput = DeepPartial<Outcome>;
 export interface ReportOutcomeInput {
   readonly outcomes: readonly OutcomeInput[];
 }
-/** A GetUpstreamsRequest; an empty profile lists every profile's upstreams. */
+/** A GetUpstreamsRequest; an empty profile lists every profile's upstreams, an empty upstream every name. */
 export type GetUpstreamsInput = DeepPartial<GetUpstreamsRequest>;
 
 export type SquawkMethod =
