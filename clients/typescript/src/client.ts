@@ -54,6 +54,9 @@ import { unary, type Start } from "./unary";
  */
 export const MAX_UPSTREAM_PAGES = 100;
 
+/** Each GetUpstreams page's deadline when the call names none (the Python client's too). */
+const UPSTREAMS_PAGE_TIMEOUT_MS = 1000;
+
 /** An analysis may call a model: it gets seconds, not the 50 ms of a decision. */
 const ANALYZE_TIMEOUT_MS = 30_000;
 
@@ -268,7 +271,7 @@ export class SquawkClient {
    * exactly `upstream`, when given), in the order the pod began tracking
    * them. Reads page after page (each of at most `pageSize`, 1,000 when
    * unset, starting after `pageToken` when given), each page with its own
-   * deadline, until the daemon answers an empty `nextPageToken`. After 100
+   * deadline (`timeoutMs`, else 1 s or the client's callTimeoutMs if longer), until the daemon answers an empty `nextPageToken`. After 100
    * pages it rejects with an ABORTED SquawkError rather than read on (as
    * botocore's paginator refuses a token that never ends); getUpstreamsPage
    * reads one page. No fallback: only the daemon knows.
@@ -324,10 +327,13 @@ export class SquawkClient {
   }
 
   private upstreamsPage(request: GetUpstreamsRequest, options: CallOptions): Promise<GetUpstreamsResponse> {
+    // A page of 1,000 states is an admin read, not a step's decision: it gets
+    // the Python client's batch deadline, not the 50 ms a decision gets.
+    const timeoutMs = options.timeoutMs ?? Math.max(this.callTimeoutMs, UPSTREAMS_PAGE_TIMEOUT_MS);
     return this.call<GetUpstreamsResponse>(
       "getUpstreams",
       (md, co, cb) => this.stub.getUpstreams(request, md, co, cb),
-      options,
+      { ...options, timeoutMs },
     );
   }
 
