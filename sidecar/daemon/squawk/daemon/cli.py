@@ -470,6 +470,7 @@ async def _serve(args: argparse.Namespace) -> None:
             analyzer_settings=config.analyzer,
             state_settings=config.state,
             policy_path=args.policy,
+            policy_empty=config.empty,
             policy_poll_s=args.policy_poll,
             health_listen=health_listen,
             tls=_tls(args),

@@ -105,6 +105,7 @@ class Daemon:
         analyzer_settings: AnalyzerSettings | None = None,
         state_settings: StateSettings | None = None,
         policy_path: str | None = None,
+        policy_empty: bool = False,
         policy_poll_s: float = POLL_S,
         health_listen: str | None = None,
         tls: TlsFiles | None = None,
@@ -155,8 +156,12 @@ class Daemon:
         if self.metrics is not None:
             self.metrics.policy_info.labels(self.policy_hash).set(1)
         if policy_path:
+            # policy_empty: the file held no policy at start (see reload.py).
             running = Config(
-                policy, analyzer_settings or AnalyzerSettings(), state_settings or StateSettings()
+                policy,
+                analyzer_settings or AnalyzerSettings(),
+                state_settings or StateSettings(),
+                empty=policy_empty,
             )
             self._policy_watch = PolicyWatch(
                 policy_path,
