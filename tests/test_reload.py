@@ -3,11 +3,16 @@ and `squawk check-policy`."""
 
 from __future__ import annotations
 
+import ctypes
+import os
+import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -342,3 +347,171 @@ def test_a_reload_keeps_each_upstreams_state_and_drops_what_no_longer_means_the_
     # A window of another length: its buckets' numbers mean other times, so it starts empty.
     upstreams.use_policy(policy(window="30s"))
     assert [v.snapshot.calls for v in upstreams.views()] == [0]
+
+
+def wait_for(port: int, result: str, count: int, what: str) -> None:
+    deadline = time.monotonic() + 15
+    while reloads(port)[result] < count:
+        assert time.monotonic() < deadline, f"{what}: no {result} reload seen"
+        time.sleep(0.02)
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+REFUSED: list[tuple[str, Callable[[Path], None], str]] = [
+    # (case, what is put at the path, what the log line says)
+    ("empty", lambda p: p.write_text(""), "the file is empty"),
+    ("only-comments", lambda p: p.write_text("# soon\n"), "the file is empty"),
+    ("deep-nesting", lambda p: p.write_text("[" * 5000), "nested deeper than 32 levels"),
+    (
+        "huge-duration",
+        lambda p: p.write_text(
+            "profiles:\n  default:\n    backoff: {max_delay: 1" + "0" * 20 + "h}\n"
+        ),
+        "is longer than any duration can be",
+    ),
+    ("fifo", _fifo, "not a regular file (a FIFO)"),
+]
+
+
+def test_a_reload_refuses_what_it_cannot_use_and_the_watch_goes_on(tmp_path: Path) -> None:
+    """Each file is swapped in by a rename; after each refusal a valid file
+    still reloads (the watch used to die on the parser's exception, and a
+    FIFO blocked every later reload and the exit)."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY_A)
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "0.05", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    try:
+        for i, (case, put, _) in enumerate(REFUSED):
+            swap = tmp_path / f"swap-{i}"
+            put(swap)
+            os.replace(swap, policy)
+            wait_for(port, "invalid", i + 1, case)
+            policy.unlink()
+            policy.write_text(POLICY_B if i % 2 == 0 else POLICY_A)
+            daemon.process.send_signal(signal.SIGHUP)
+            wait_for(port, "applied", i + 1, f"after {case}")
+            with grpc.insecure_channel(daemon.target) as channel:
+                reply = pb_grpc.PolicyServiceStub(channel).DecideRetry(
+                    pb.DecideRetryRequest(attempt=3, http_status=503), timeout=5
+                )
+            assert (reply.action, reply.delay.ToMilliseconds()) == ANSWERS[
+                "B" if i % 2 == 0 else "A"
+            ][3], case
+        assert reloads(port)["invalid"] == len(REFUSED)
+    finally:
+        daemon.process.terminate()
+        code = daemon.process.wait(timeout=15)  # a FIFO used to keep it from exiting
+        log = daemon.output()
+        daemon.log.close()
+    assert code == 0
+    for case, _, message in REFUSED:
+        assert message in log, case
+    assert "Traceback" not in log
+
+
+def test_an_empty_file_reloads_when_the_file_was_empty_at_start(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("")
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    try:
+        policy.write_text("# the policy comes later\n")
+        daemon.process.send_signal(signal.SIGHUP)
+        wait_for(port, "applied", 1, "comments only")
+        assert reloads(port)["invalid"] == 0
+    finally:
+        daemon.stop()
+
+
+class _Inotify:
+    """Linux inotify, to see when the daemon has read the file (IN_CLOSE_NOWRITE)."""
+
+    IN_CLOSE_NOWRITE = 0x10
+
+    def __init__(self, path: Path) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self._libc.inotify_init()
+        assert self.fd >= 0
+        assert self._libc.inotify_add_watch(self.fd, bytes(path), self.IN_CLOSE_NOWRITE) >= 0
+
+    def wait_read(self, timeout_s: float = 15) -> None:
+        ready, _, _ = select.select([self.fd], [], [], timeout_s)
+        assert ready, "the daemon never read the file"
+        os.read(self.fd, 4096)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
+def test_a_file_rewritten_in_place_is_applied_only_once_it_is_whole(tmp_path: Path) -> None:
+    """Truncate, write the first half, and finish the file once the daemon
+    has read the half: the half (valid YAML: POLICY_B without its backoff)
+    must never be applied; the whole file is."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY_A)
+    half, rest = POLICY_B.split("    backoff:")
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    watch = _Inotify(policy)
+    try:
+        with policy.open("r+") as file:
+            file.truncate()
+            file.write(half)
+            file.flush()
+            daemon.process.send_signal(signal.SIGHUP)
+            watch.wait_read()
+            file.write("    backoff:" + rest)
+        wait_for(port, "applied", 1, "the whole file")
+        time.sleep(1)  # any later reload of a half would be counted by now
+        with grpc.insecure_channel(daemon.target) as channel:
+            reply = pb_grpc.PolicyServiceStub(channel).DecideRetry(
+                pb.DecideRetryRequest(attempt=3, http_status=503), timeout=5
+            )
+        assert (reply.action, reply.delay.ToMilliseconds()) == ANSWERS["B"][3]
+        assert reloads(port)["applied"] == 1
+    finally:
+        watch.close()
+        daemon.stop()
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_sighup_of_an_unchanged_large_file_parses_nothing(tmp_path: Path) -> None:
+    """A 1 MiB file used to be parsed again at each SIGHUP (seconds of CPU
+    each, health checks waiting behind it): the hash of unchanged content
+    skips the parse. A generous bound on the daemon's CPU time, not on time."""
+    policy = tmp_path / "policy.yaml"
+    entries = "".join(
+        f"      upstream-{i:05d}-{'x' * 80}:\n        circuit_breaker: {{open_for: 10s}}\n"
+        for i in range(7000)
+    )
+    policy.write_text("profiles:\n  default:\n    upstreams:\n" + entries)
+    assert policy.stat().st_size > 900_000
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    try:
+        before = _cpu_s(daemon.process.pid)
+        for n in range(1, 4):
+            daemon.process.send_signal(signal.SIGHUP)
+            wait_for(port, "unchanged", n, f"SIGHUP {n}")
+        # One parse of this file costs several seconds of CPU.
+        assert _cpu_s(daemon.process.pid) - before < 1.0
+    finally:
+        daemon.stop()
