@@ -4,6 +4,7 @@ and `squawk check-policy`."""
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import select
 import signal
@@ -515,3 +516,43 @@ def test_a_sighup_of_an_unchanged_large_file_parses_nothing(tmp_path: Path) -> N
         assert _cpu_s(daemon.process.pid) - before < 1.0
     finally:
         daemon.stop()
+
+
+def test_a_batch_is_answered_from_one_policy_whatever_reloads_meanwhile(tmp_path: Path) -> None:
+    """Batches of 5,000 while the file flips between A and B: every batch
+    is wholly A's or wholly B's (a reload between two slices of a batch used
+    to answer the rest of it from the new policy)."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY_A)
+    daemon = start_daemon("--policy", str(policy), "--policy-poll", "0.02")
+    stop = threading.Event()
+
+    def flip() -> None:
+        for i in itertools.count():
+            if stop.wait(0.05):
+                return
+            swap = tmp_path / "swap.yaml"
+            swap.write_text(POLICY_B if i % 2 == 0 else POLICY_A)
+            os.replace(swap, policy)
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    mixed, seen = [], set()
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            items = [pb.DecideRetryRequest(attempt=1, http_status=503)] * 5000
+            for n in range(40):
+                reply = stub.DecideRetryBatch(
+                    pb.DecideRetryBatchRequest(requests=items), timeout=30
+                )
+                delays = {r.decision.delay.ToMilliseconds() for r in reply.results}
+                seen |= delays
+                if len(delays) != 1:
+                    mixed.append((n, sorted(delays)))
+    finally:
+        stop.set()
+        flipper.join(timeout=10)
+        daemon.stop()
+    assert mixed == []
+    assert seen == {100, 300}  # the reloads did happen while the batches ran
