@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -221,3 +224,39 @@ def test_a_log_level_variable_holding_a_secret_is_quoted_bounded_and_redacted() 
     (line,) = result.stderr.splitlines()
     assert "SQUAWK_LOG_LEVEL" in line and secret not in line
     assert len(line) < 1_000
+
+
+def _bind_error(path: Path) -> str:
+    """What the system says when this process creates a socket at `path`."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.bind(str(path))
+        except OSError as exc:
+            return str(exc.strerror)
+    raise AssertionError(f"{path} is writable here")
+
+
+@pytest.mark.parametrize("case", ["too-long", "missing-folder", "read-only-folder"])
+def test_a_unix_socket_that_cannot_be_created_says_why(case: str) -> None:
+    # It used to exit 3, "the address is in use or not available".
+    folder = Path(tempfile.mkdtemp(prefix="squawk-sock-"))
+    try:
+        path = {
+            "too-long": folder / ("s" * 120),
+            "missing-folder": folder / "missing" / "s.sock",
+            # Root writes any folder whatever its mode, but not sysfs.
+            "read-only-folder": Path("/sys/squawk.sock") if os.geteuid() == 0 else folder / "s",
+        }[case]
+        folder.chmod(0o555)
+        address = f"unix:{path}"
+        line = refused(_run("serve", "--listen", address))
+        reason = (
+            f"the path is {len(os.fsencode(str(path)))} bytes, over the 107 a unix socket's "
+            "path may have"
+            if case == "too-long"
+            else f"cannot create {path}: {_bind_error(path)}"
+        )
+        assert line == f"squawk: --listen: cannot listen on {address}: {reason}"
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(folder, ignore_errors=True)

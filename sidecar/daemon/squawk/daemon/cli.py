@@ -34,7 +34,7 @@ from .server.app import (
     Daemon,
     default_shutdown_notice,
 )
-from .server.listeners import check_address
+from .server.listeners import AddressError, check_address
 from .server.reload import POLL_S, policy_hash
 from .server.servicer import PolicyServicer
 from .server.telemetry import tracer_provider_from_env
@@ -475,7 +475,10 @@ async def _serve(args: argparse.Namespace) -> None:
             health_listen=health_listen,
             tls=_tls(args),
         )
-        await daemon.start()
+        try:
+            await daemon.start()
+        except AddressError as exc:
+            raise StartError(f"{'--listen' if args.listen else 'SQUAWK_LISTEN'}: {exc}") from None
         await daemon.run_until_stopped()
     finally:
         if log_file is not None:

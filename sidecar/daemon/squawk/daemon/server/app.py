@@ -45,6 +45,7 @@ from .listeners import (
     DEFAULT_SOCKET_MODE,
     BindError,
     BoundSocket,
+    check_unix_socket,
     claim_unix_socket,
     socket_umask,
     unix_socket_path,
@@ -216,6 +217,8 @@ class Daemon:
                 continue
             claim_unix_socket(address, path)
             with socket_umask(self.socket_mode):
+                # Before gRPC, whose error says only "failed to bind".
+                check_unix_socket(address, path)
                 self.ports.append(self._add_port(address))
             self._sockets.append(BoundSocket(path, os.lstat(path).st_ino))
 
