@@ -38,7 +38,7 @@ from .server.listeners import AddressError, check_address
 from .server.reload import POLL_S, policy_hash
 from .server.servicer import PolicyServicer
 from .server.telemetry import tracer_provider_from_env
-from .server.tls import TlsError, TlsFiles, server_credentials
+from .server.tls import TlsError, TlsFiles, check_files
 
 __all__ = ["main"]
 
@@ -391,7 +391,7 @@ def _tls(args: argparse.Namespace) -> TlsFiles | None:
         raise TlsError("--tls-cert and --tls-key go together (and --tls-client-ca needs both)")
     files = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
     try:
-        server_credentials(files)  # fails here, with the file named, not at the bind
+        check_files(files)  # fails here, with the file named, not at the bind
     except OSError as exc:
         raise TlsError(f"cannot read {exc.filename}: {exc.strerror}") from None
     except ValueError as exc:

@@ -88,9 +88,7 @@ class _BoundedLoader(yaml.SafeLoader):
             self._count(self._sizes.get(str(event.anchor), 1), event)
             return super().compose_node(parent, index)
         if self._depth >= MAX_DEPTH:
-            raise ConfigError(
-                f"nested deeper than {MAX_DEPTH} levels at line {_line(event)}"
-            )
+            raise ConfigError(f"nested deeper than {MAX_DEPTH} levels at line {_line(event)}")
         before = self._nodes
         self._count(1, event)
         self._depth += 1
