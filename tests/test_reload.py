@@ -361,7 +361,7 @@ def _fifo(path: Path) -> None:
     os.mkfifo(path)
 
 
-REFUSED: list[tuple[str, Callable[[Path], None], str]] = [
+REFUSED: list[tuple[str, Callable[[Path], object], str]] = [
     # (case, what is put at the path, what the log line says)
     ("empty", lambda p: p.write_text(""), "the file is empty"),
     ("only-comments", lambda p: p.write_text("# soon\n"), "the file is empty"),
