@@ -3,7 +3,9 @@ and `squawk check-policy`."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import logging
 import os
 import select
 import signal
@@ -21,7 +23,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from configmap import ConfigMap
 from conftest import free_port, scrape, squawk, start_daemon
-from squawk.daemon.config import parse_config
+from squawk.daemon.config import Config, load_config, parse_config
+from squawk.daemon.server import reload as reload_module
+from squawk.daemon.server.reload import PolicyWatch, policy_hash
 from squawk.daemon.server.servicer import MAX_BATCH
 from squawk.daemon.server.upstreams import Upstreams
 from squawk.policy import Outcome, Policy
@@ -575,3 +579,51 @@ def test_a_batch_is_answered_from_one_policy_whatever_reloads_meanwhile(tmp_path
         daemon.stop()
     assert mixed == []
     assert seen == {100, 300}  # the reloads did happen
+
+
+def test_a_parser_failure_nobody_foresaw_is_logged_and_the_watch_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The parser raising what it should not (a RecursionError once killed
+    the polling watch for good, silently): refused, logged with its
+    traceback, and the next change still reloads."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY_A)
+    calls = []
+
+    def failing_once(*args: object) -> Config:
+        calls.append(args)
+        if len(calls) == 1:
+            raise RecursionError("maximum recursion depth exceeded")
+        return load_config(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reload_module, "load_config", failing_once)
+    counted: list[str] = []
+    applied: list[str] = []
+
+    async def run() -> None:
+        watch = PolicyWatch(
+            str(policy),
+            parse_config(POLICY_A),
+            policy_hash(POLICY_A.encode()),
+            lambda config, digest: applied.append(digest),
+            counted.append,
+            poll_s=0.01,
+            settle_s=0.01,
+        )
+        task = asyncio.create_task(watch.watch())
+        for reloads_seen, text in enumerate((POLICY_B, POLICY_B + "# again\n"), 1):
+            policy.write_text(text)
+            for _ in range(1000):  # 10 s at most
+                if len(counted) == reloads_seen:
+                    break
+                await asyncio.sleep(0.01)
+        assert not task.done()  # the watch goes on
+        task.cancel()
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(run())
+    assert counted == ["invalid", "applied"]
+    assert applied == [policy_hash((POLICY_B + "# again\n").encode())]
+    assert "policy reload (the file changed) failed, keeping" in caplog.text
+    assert "RecursionError" in caplog.text
