@@ -627,3 +627,24 @@ def test_a_parser_failure_nobody_foresaw_is_logged_and_the_watch_goes_on(
     assert applied == [policy_hash((POLICY_B + "# again\n").encode())]
     assert "policy reload (the file changed) failed, keeping" in caplog.text
     assert "RecursionError" in caplog.text
+
+
+@pytest.mark.skipif(not Path("/proc/uptime").is_file(), reason="needs /proc")
+def test_a_file_that_never_settles_is_refused_and_tried_again_at_the_next_poll(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """/proc/uptime, a regular file whose content changes every 10 ms, read
+    20 ms apart: never two equal reads, so never parsed."""
+    counted: list[str] = []
+    watch = PolicyWatch(
+        "/proc/uptime",
+        parse_config(POLICY_A),
+        policy_hash(POLICY_A.encode()),
+        lambda config, digest: pytest.fail("applied"),
+        counted.append,
+        settle_s=0.02,
+    )
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(watch.reload("SIGHUP"))
+    assert counted == ["invalid"]
+    assert "/proc/uptime: still changing after 8 reads 0.02s apart" in caplog.text
