@@ -1,4 +1,4 @@
-"""YAML node helpers: every error names the field's path and line.
+"""Reading the YAML nodes of the policy file: every error names the field's path and line.
 
 The file is composed with bounds, so that what a 1 MiB file can make the
 parser do is bounded too: at most MAX_DEPTH levels of nesting (the policy's
