@@ -105,7 +105,7 @@ def _der_time(data: bytes, at: int) -> datetime:
     return datetime.strptime(text, "%Y%m%d%H%M%SZ").replace(tzinfo=UTC)
 
 
-def validity(pem: bytes) -> tuple[datetime, datetime]:
+def _validity(pem: bytes) -> tuple[datetime, datetime]:
     """(notBefore, notAfter) of the first certificate in `pem` (RFC 5280
     4.1: Certificate > tbsCertificate > [version], serial, signature,
     issuer, validity); ValueError when it cannot be read."""
@@ -129,7 +129,7 @@ def validity(pem: bytes) -> tuple[datetime, datetime]:
 
 def _warn_if_out_of_date(files: TlsFiles, pem: bytes, now: datetime | None = None) -> None:
     try:
-        not_before, not_after = validity(pem)
+        not_before, not_after = _validity(pem)
     except ValueError:
         return  # ssl has read it: a form this reader does not know
     now = now or datetime.now(UTC)
