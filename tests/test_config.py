@@ -278,6 +278,9 @@ def test_guide_names_are_accepted_and_squawk_names_win() -> None:
         ("SQUAWK_STEP_RETRY_INITIAL_DELAY", "-1s"),
         ("SQUAWK_STEP_RETRY_INITIAL_DELAY", "0s"),
         ("SQUAWK_STEP_RETRY_MAX_DELAY", "soon"),
+        # Past MAX_POLICY_DURATION, or past any duration at all (an OverflowError).
+        ("SQUAWK_STEP_RETRY_MAX_DELAY", "2000000000h"),
+        ("SQUAWK_STEP_RETRY_MAX_DELAY", "99999999999999999999h"),
         ("SQUAWK_STEP_RETRY_MAX_ATTEMPTS", "0"),
         ("SQUAWK_STEP_RETRY_MAX_ATTEMPTS", "-2"),
         ("SQUAWK_STEP_RETRY_MAX_ATTEMPTS", "three"),
@@ -483,3 +486,56 @@ def test_upstream_setting_errors_name_the_field_and_line(text: str, message: str
     with pytest.raises(ConfigError) as info:
         parse_policy(text)
     assert message in str(info.value)
+
+
+_BOUNDED = "profiles:\n  default:\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # Every duration in the file has one bound, 7 days (README, "Policy file").
+        (
+            _BOUNDED + "    circuit_breaker: {open_for: 2000000000h}\n",
+            "profiles.default.circuit_breaker.open_for (line 3): expected a duration such as "
+            "30s: 2000000000h is over the limit of 168h",
+        ),
+        (
+            _BOUNDED + "    retry_budget: {ttl: 169h}\n",
+            "profiles.default.retry_budget.ttl (line 3): expected a duration such as 30s: "
+            "169h is over the limit of 168h",
+        ),
+        (
+            _BOUNDED + "    backoff: {initial_delay: 1s, max_delay: 200h}\n",
+            "profiles.default.backoff.max_delay (line 3): expected a positive duration: "
+            "200h is over the limit of 168h",
+        ),
+        (
+            _BOUNDED + "    circuit_breaker: {window: 1" + "0" * 400 + "h}\n",
+            "profiles.default.circuit_breaker.window (line 3): expected a duration such as 30s: '1"
+            + "0" * 400
+            + "h' is longer than any duration can be",
+        ),
+        (
+            _BOUNDED + "    circuit_breaker: {minimum_calls: 2147483648}\n",
+            "profiles.default.circuit_breaker.minimum_calls (line 3): expected an integer: "
+            "'2147483648' is over the limit of 2147483647",
+        ),
+        ("a: " + "[" * 33 + "]" * 33 + "\n", "nested deeper than 32 levels at line 1"),
+        (
+            "profiles: {" + ", ".join(f"p{i}: {{}}" for i in range(25_001)) + "}\n",
+            "more than 50000 YAML nodes by line 1",
+        ),
+    ],
+)
+def test_every_number_and_duration_and_the_shape_are_bounded(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_policy(text)
+    assert str(info.value).startswith(message)
+
+
+def test_the_longest_duration_and_the_deepest_nesting_allowed_are_accepted() -> None:
+    policy = parse_policy(_BOUNDED + "    circuit_breaker: {open_for: 168h}\n")
+    assert policy.profile("default").circuit_breaker.open_for == timedelta(days=7)
+    with pytest.raises(ConfigError, match=r"policy\.a "):  # past the bound, to the schema
+        parse_policy("a: " + "[" * 31 + "]" * 31 + "\n")

@@ -3,11 +3,18 @@ and `squawk check-policy`."""
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
+import logging
+import os
+import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -16,7 +23,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from configmap import ConfigMap
 from conftest import free_port, scrape, squawk, start_daemon
-from squawk.daemon.config import parse_config
+from squawk.daemon.config import Config, load_config, parse_config
+from squawk.daemon.server import reload as reload_module
+from squawk.daemon.server.reload import PolicyWatch, policy_hash
+from squawk.daemon.server.servicer import MAX_BATCH
 from squawk.daemon.server.upstreams import Upstreams
 from squawk.policy import Outcome, Policy
 from squawk.v1 import policy_pb2 as pb
@@ -342,3 +352,299 @@ def test_a_reload_keeps_each_upstreams_state_and_drops_what_no_longer_means_the_
     # A window of another length: its buckets' numbers mean other times, so it starts empty.
     upstreams.use_policy(policy(window="30s"))
     assert [v.snapshot.calls for v in upstreams.views()] == [0]
+
+
+def wait_for(port: int, result: str, count: int, what: str) -> None:
+    deadline = time.monotonic() + 15
+    while reloads(port)[result] < count:
+        assert time.monotonic() < deadline, f"{what}: no {result} reload seen"
+        time.sleep(0.02)
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+REFUSED: list[tuple[str, Callable[[Path], object], str]] = [
+    # (case, what is put at the path, what the log line says)
+    ("empty", lambda p: p.write_text(""), "the file is empty"),
+    ("only-comments", lambda p: p.write_text("# soon\n"), "the file is empty"),
+    ("deep-nesting", lambda p: p.write_text("[" * 5000), "nested deeper than 32 levels"),
+    (
+        "huge-duration",
+        lambda p: p.write_text(
+            "profiles:\n  default:\n    backoff: {max_delay: 1" + "0" * 20 + "h}\n"
+        ),
+        "is longer than any duration can be",
+    ),
+    ("fifo", _fifo, "not a regular file (a FIFO)"),
+]
+
+
+def test_a_reload_refuses_what_it_cannot_use_and_the_watch_goes_on(tmp_path: Path) -> None:
+    """Each file is swapped in by a rename; after each refusal a valid file
+    still reloads (the watch used to die on the parser's exception, and a
+    FIFO blocked every later reload and the exit)."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY_A)
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "0.05", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    try:
+        for i, (case, put, _) in enumerate(REFUSED):
+            swap = tmp_path / f"swap-{i}"
+            put(swap)
+            os.replace(swap, policy)
+            wait_for(port, "invalid", i + 1, case)
+            policy.unlink()
+            policy.write_text(POLICY_B if i % 2 == 0 else POLICY_A)
+            daemon.process.send_signal(signal.SIGHUP)
+            wait_for(port, "applied", i + 1, f"after {case}")
+            with grpc.insecure_channel(daemon.target) as channel:
+                reply = pb_grpc.PolicyServiceStub(channel).DecideRetry(
+                    pb.DecideRetryRequest(attempt=3, http_status=503), timeout=5
+                )
+            assert (reply.action, reply.delay.ToMilliseconds()) == ANSWERS[
+                "B" if i % 2 == 0 else "A"
+            ][3], case
+        assert reloads(port)["invalid"] == len(REFUSED)
+    finally:
+        daemon.process.terminate()
+        code = daemon.process.wait(timeout=15)  # a FIFO used to keep it from exiting
+        log = daemon.output()
+        daemon.log.close()
+    assert code == 0
+    for case, _, message in REFUSED:
+        assert message in log, case
+    assert "Traceback" not in log
+
+
+def test_an_empty_file_reloads_when_the_file_was_empty_at_start(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("")
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    try:
+        policy.write_text("# the policy comes later\n")
+        daemon.process.send_signal(signal.SIGHUP)
+        wait_for(port, "applied", 1, "comments only")
+        assert reloads(port)["invalid"] == 0
+    finally:
+        daemon.stop()
+
+
+class _Inotify:
+    """Linux inotify, to see when the daemon has read the file (IN_CLOSE_NOWRITE)."""
+
+    IN_CLOSE_NOWRITE = 0x10
+
+    def __init__(self, path: Path) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self._libc.inotify_init()
+        assert self.fd >= 0
+        assert self._libc.inotify_add_watch(self.fd, bytes(path), self.IN_CLOSE_NOWRITE) >= 0
+
+    def wait_read(self, timeout_s: float = 15) -> None:
+        ready, _, _ = select.select([self.fd], [], [], timeout_s)
+        assert ready, "the daemon never read the file"
+        os.read(self.fd, 4096)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
+def test_a_file_rewritten_in_place_is_applied_only_once_it_is_whole(tmp_path: Path) -> None:
+    """Truncate, write the first half, and finish the file once the daemon
+    has read the half: the half (valid YAML: POLICY_B without its backoff)
+    must never be applied; the whole file is."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY_A)
+    half, rest = POLICY_B.split("    backoff:")
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    watch = _Inotify(policy)
+    try:
+        with policy.open("r+") as file:
+            file.truncate()
+            file.write(half)
+            file.flush()
+            daemon.process.send_signal(signal.SIGHUP)
+            watch.wait_read()
+            file.write("    backoff:" + rest)
+        wait_for(port, "applied", 1, "the whole file")
+        time.sleep(1)  # any later reload of a half would be counted by now
+        with grpc.insecure_channel(daemon.target) as channel:
+            reply = pb_grpc.PolicyServiceStub(channel).DecideRetry(
+                pb.DecideRetryRequest(attempt=3, http_status=503), timeout=5
+            )
+        assert (reply.action, reply.delay.ToMilliseconds()) == ANSWERS["B"][3]
+        assert reloads(port)["applied"] == 1
+    finally:
+        watch.close()
+        daemon.stop()
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_sighup_of_an_unchanged_large_file_parses_nothing(tmp_path: Path) -> None:
+    """A 1 MiB file used to be parsed again at each SIGHUP (seconds of CPU
+    each, health checks waiting behind it): the hash of unchanged content
+    skips the parse. Generous bounds on the daemon's CPU time and on health's
+    answers meanwhile."""
+    policy = tmp_path / "policy.yaml"
+    entries = "".join(
+        f"      upstream-{i:05d}-{'x' * 80}:\n        circuit_breaker: {{open_for: 10s}}\n"
+        for i in range(7000)
+    )
+    policy.write_text("profiles:\n  default:\n    upstreams:\n" + entries)
+    assert policy.stat().st_size > 900_000
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    waits: list[float] = []
+    stop = threading.Event()
+
+    def check_health() -> None:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while not stop.is_set():
+                started = time.monotonic()
+                stub.Check(health_pb2.HealthCheckRequest(), timeout=5)  # type: ignore[attr-defined]
+                waits.append(time.monotonic() - started)
+                time.sleep(0.01)
+
+    checker = threading.Thread(target=check_health)
+    try:
+        checker.start()
+        before = _cpu_s(daemon.process.pid)
+        for n in range(1, 4):
+            daemon.process.send_signal(signal.SIGHUP)
+            wait_for(port, "unchanged", n, f"SIGHUP {n}")
+        # One parse of this file costs several seconds of CPU.
+        assert _cpu_s(daemon.process.pid) - before < 1.0
+    finally:
+        stop.set()
+        checker.join(timeout=10)
+        daemon.stop()
+    # Generous: a re-parse held health checks for half a second and more.
+    assert waits and max(waits) < 0.5
+
+
+def test_a_batch_is_answered_from_one_policy_whatever_reloads_meanwhile(tmp_path: Path) -> None:
+    """A SIGHUP sent while each batch of 10,000 runs: every batch is
+    wholly A's or wholly B's (a reload between two slices of a batch used to
+    answer the rest of it from the new policy)."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY_A)
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+    mixed, seen = [], set()
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            for n in range(12):
+                swap = tmp_path / "swap.yaml"
+                swap.write_text(POLICY_B if n % 2 == 0 else POLICY_A)
+                os.replace(swap, policy)
+                # Upstreams new to the daemon: each item takes its state's
+                # work, so the batch runs for most of a second.
+                batch = pb.DecideRetryBatchRequest(
+                    requests=[
+                        pb.DecideRetryRequest(attempt=1, http_status=503, upstream=f"b{n}-{i}")
+                        for i in range(MAX_BATCH)
+                    ]
+                )
+                future = stub.DecideRetryBatch.future(batch, timeout=60)
+                time.sleep(0.15)  # the batch is under way
+                daemon.process.send_signal(signal.SIGHUP)
+                delays = {r.decision.delay.ToMilliseconds() for r in future.result().results}
+                seen |= delays
+                if len(delays) != 1:
+                    mixed.append((n, sorted(delays)))
+                wait_for(port, "applied", n + 1, f"batch {n}")
+    finally:
+        daemon.stop()
+    assert mixed == []
+    assert seen == {100, 300}  # the reloads did happen
+
+
+def test_a_parser_failure_nobody_foresaw_is_logged_and_the_watch_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The parser raising what it should not (a RecursionError once killed
+    the polling watch for good, silently): refused, logged with its
+    traceback, and the next change still reloads."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY_A)
+    calls = []
+
+    def failing_once(*args: object) -> Config:
+        calls.append(args)
+        if len(calls) == 1:
+            raise RecursionError("maximum recursion depth exceeded")
+        return load_config(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reload_module, "load_config", failing_once)
+    counted: list[str] = []
+    applied: list[str] = []
+
+    async def run() -> None:
+        watch = PolicyWatch(
+            str(policy),
+            parse_config(POLICY_A),
+            policy_hash(POLICY_A.encode()),
+            lambda config, digest: applied.append(digest),
+            counted.append,
+            poll_s=0.01,
+            settle_s=0.01,
+        )
+        task = asyncio.create_task(watch.watch())
+        for reloads_seen, text in enumerate((POLICY_B, POLICY_B + "# again\n"), 1):
+            policy.write_text(text)
+            for _ in range(1000):  # 10 s at most
+                if len(counted) == reloads_seen:
+                    break
+                await asyncio.sleep(0.01)
+        assert not task.done()  # the watch goes on
+        task.cancel()
+
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(run())
+    assert counted == ["invalid", "applied"]
+    assert applied == [policy_hash((POLICY_B + "# again\n").encode())]
+    assert "policy reload (the file changed) failed, keeping" in caplog.text
+    assert "RecursionError" in caplog.text
+
+
+@pytest.mark.skipif(not Path("/proc/uptime").is_file(), reason="needs /proc")
+def test_a_file_that_never_settles_is_refused_and_tried_again_at_the_next_poll(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """/proc/uptime, a regular file whose content changes every 10 ms, read
+    20 ms apart: never two equal reads, so never parsed."""
+    counted: list[str] = []
+    watch = PolicyWatch(
+        "/proc/uptime",
+        parse_config(POLICY_A),
+        policy_hash(POLICY_A.encode()),
+        lambda config, digest: pytest.fail("applied"),
+        counted.append,
+        settle_s=0.02,
+    )
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(watch.reload("SIGHUP"))
+    assert counted == ["invalid"]
+    assert "/proc/uptime: still changing after 8 reads 0.02s apart" in caplog.text

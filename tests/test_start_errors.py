@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import squawk, start_daemon
+from conftest import ROOT, SQUAWK, squawk, start_daemon
 
 LEVELS = "DEBUG, INFO, WARNING or ERROR"
 
@@ -133,15 +136,84 @@ def test_an_address_that_is_not_host_port_is_refused_before_binding(
     assert "cannot listen" not in line and "invalid literal" not in line
 
 
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    """The squawk command, given 20 s: a start that hangs fails the test."""
+    return subprocess.run(
+        [*SQUAWK, *args], cwd=ROOT, capture_output=True, text=True, timeout=20, check=False
+    )
+
+
+@pytest.mark.parametrize("command", ["serve", "check-policy"])
 @pytest.mark.parametrize(
-    "args",
-    [("serve", "--policy", "/dev/zero"), ("check-policy", "/dev/zero")],
-    ids=["serve", "check-policy"],
+    ("kind", "message"),
+    [
+        ("device", "not a regular file (a character device)"),
+        ("fifo", "not a regular file (a FIFO)"),
+        ("directory", "not a regular file (a directory)"),
+        # 1 MiB is the policy file's stated bound (README, "Security and limits").
+        ("large", "larger than 1048576 bytes"),
+    ],
 )
-def test_a_policy_file_that_never_ends_is_refused_not_read_forever(args: tuple[str, ...]) -> None:
-    # 1 MiB is the policy file's stated bound (README, "Security and limits").
-    line = refused(squawk(*args), "/dev/zero")
-    assert line == "squawk: bad policy: /dev/zero: larger than 1048576 bytes"
+def test_a_policy_path_that_is_not_a_small_regular_file_is_refused_at_once(
+    tmp_path: Path, command: str, kind: str, message: str
+) -> None:
+    # A FIFO used to block the start before binding, forever; /dev/zero to
+    # be read until the size bound.
+    path = {"device": "/dev/zero", "directory": str(tmp_path)}.get(kind, str(tmp_path / "p"))
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "large":
+        Path(path).write_text("#" * (1 << 20) + "\n")
+    args = ("serve", "--listen", "127.0.0.1:0", "--policy", path)
+    line = refused(_run(*(args if command == "serve" else ("check-policy", path))))
+    assert line == f"squawk: bad policy: {path}: {message}" + (
+        "; the policy must be a file" if "regular" in message else ""
+    )
+
+
+DEEP = "[" * 5000
+HOSTILE = {
+    # (file, the one line's end): each used to end in a traceback and exit 1.
+    "deep-flow": (DEEP, "nested deeper than 32 levels at line 1"),
+    "deep-block": ("- " * 5000 + "x\n", "nested deeper than 32 levels at line 1"),
+    "huge-duration": (
+        "profiles:\n  default:\n    backoff: {max_delay: 99999999999999999999h}\n",
+        "profiles.default.backoff.max_delay (line 3): expected a positive duration: "
+        "'99999999999999999999h' is longer than any duration can be",
+    ),
+    "open-for": (
+        "profiles:\n  default:\n    circuit_breaker: {open_for: 2000000000h}\n",
+        "profiles.default.circuit_breaker.open_for (line 3): expected a duration such as "
+        "30s: 2000000000h is over the limit of 168h",
+    ),
+    "huge-integer": (
+        "profiles:\n  default:\n    max_attempts: 1" + "0" * 40 + "\n",
+        "profiles.default.max_attempts (line 3): expected an integer >= 1: '1"
+        + "0" * 40
+        + "' is over the limit of 2147483647",
+    ),
+    "alias-bomb": (
+        "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+        + "".join(
+            f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n"
+            for p, n in zip("abcd", "bcde", strict=True)
+        ),
+        "more than 50000 YAML nodes by line 5 (an alias counts its nodes each time it is used)",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["serve", "check-policy"])
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_file_the_parser_cannot_take_is_one_line_and_exit_2(
+    tmp_path: Path, command: str, name: str
+) -> None:
+    text, end = HOSTILE[name]
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    args = ("serve", "--listen", "127.0.0.1:0", "--policy", str(path))
+    line = refused(_run(*(args if command == "serve" else ("check-policy", str(path)))))
+    assert line == f"squawk: bad policy: {path}: {end}"
 
 
 def test_a_log_level_variable_holding_a_secret_is_quoted_bounded_and_redacted() -> None:
@@ -152,3 +224,39 @@ def test_a_log_level_variable_holding_a_secret_is_quoted_bounded_and_redacted() 
     (line,) = result.stderr.splitlines()
     assert "SQUAWK_LOG_LEVEL" in line and secret not in line
     assert len(line) < 1_000
+
+
+def _bind_error(path: Path) -> str:
+    """What the system says when this process creates a socket at `path`."""
+    with socket.socket(socket.AF_UNIX) as probe:
+        try:
+            probe.bind(str(path))
+        except OSError as exc:
+            return str(exc.strerror)
+    raise AssertionError(f"{path} is writable here")
+
+
+@pytest.mark.parametrize("case", ["too-long", "missing-folder", "read-only-folder"])
+def test_a_unix_socket_that_cannot_be_created_says_why(case: str) -> None:
+    # It used to exit 3, "the address is in use or not available".
+    folder = Path(tempfile.mkdtemp(prefix="squawk-sock-"))
+    try:
+        path = {
+            "too-long": folder / ("s" * 120),
+            "missing-folder": folder / "missing" / "s.sock",
+            # Root writes any folder whatever its mode, but not sysfs.
+            "read-only-folder": Path("/sys/squawk.sock") if os.geteuid() == 0 else folder / "s",
+        }[case]
+        folder.chmod(0o555)
+        address = f"unix:{path}"
+        line = refused(_run("serve", "--listen", address))
+        reason = (
+            f"the path is {len(os.fsencode(str(path)))} bytes, over the 107 a unix socket's "
+            "path may have"
+            if case == "too-long"
+            else f"cannot create {path}: {_bind_error(path)}"
+        )
+        assert line == f"squawk: --listen: cannot listen on {address}: {reason}"
+    finally:
+        folder.chmod(0o755)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import grpc
@@ -17,6 +17,7 @@ import pytest
 
 from conftest import ROOT, free_port, wait_serving
 from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk_client import SquawkClient
 
 
@@ -198,6 +199,15 @@ def test_a_rotated_certificate_is_served_without_a_restart(pki: Pki, daemon: Ser
         (["--tls-cert", "CERT", "--tls-key", "MISSING"], "cannot read MISSING"),
         (["--tls-cert", "NOTPEM", "--tls-key", "KEY"], "--tls-cert NOTPEM: not a PEM file"),
         (["--tls-cert", "/dev/zero", "--tls-key", "KEY"], "--tls-cert /dev/zero: over 1 MiB"),
+        # It used to exit 3, "the address is in use or not available".
+        (
+            ["--tls-cert", "CERT", "--tls-key", "WRONG"],
+            "--tls-key WRONG does not match the certificate in --tls-cert CERT",
+        ),
+        (
+            ["--tls-cert", "CERT", "--tls-key", "KEY", "--tls-client-ca", "NOTCA"],
+            "--tls-client-ca NOTCA holds no certificate OpenSSL can use",
+        ),
     ],
 )
 def test_tls_settings_that_cannot_work_stop_the_start(
@@ -210,6 +220,8 @@ def test_tls_settings_that_cannot_work_stop_the_start(
         "KEY": str(pki.server.key),
         "MISSING": str(tmp_path / "missing.key"),
         "NOTPEM": str(notpem),
+        "WRONG": str(pki.client.key),
+        "NOTCA": str(pki.server.key),  # PEM, but no certificate in it
     }
     argv = [names.get(a, a) for a in args]
     listen = f"127.0.0.1:{free_port()}"
@@ -225,3 +237,84 @@ def test_tls_settings_that_cannot_work_stop_the_start(
     for short, path in names.items():
         expected = expected.replace(short, path)
     assert f"squawk: TLS: {expected}" in done.stderr
+
+
+def issue_dated(folder: Path, ca: Pair, name: str, start: str, end: str) -> Pair:
+    """A server certificate valid from `start` to `end` (YYYYMMDDHHMMSSZ), which
+    `openssl x509 -days` cannot give: `openssl ca` with a throwaway database."""
+    pair = Pair(folder / f"{name}.pem", folder / f"{name}.key")
+    db = folder / f"{name}-db"
+    db.mkdir()
+    (db / "index.txt").write_text("")
+    (db / "serial").write_text("01\n")
+    config = db / "ca.cnf"
+    config.write_text(
+        f"[ca]\ndefault_ca = d\n[d]\ndatabase = {db}/index.txt\nnew_certs_dir = {db}\n"
+        f"serial = {db}/serial\ndefault_md = sha256\npolicy = p\n[p]\ncommonName = supplied\n"
+    )
+    csr = folder / f"{name}.csr"
+    openssl(
+        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-subj", f"/CN={name}", "-keyout", str(pair.key), "-out", str(csr),
+    )  # fmt: skip
+    openssl(
+        "ca", "-batch", "-config", str(config), "-cert", str(ca.cert), "-keyfile", str(ca.key),
+        "-in", str(csr), "-startdate", start, "-enddate", end, "-out", str(pair.cert),
+    )  # fmt: skip
+    return pair
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "warning"),
+    [
+        ("20200101000000Z", "20200102000000Z", "expired on 2020-01-02 00:00:00 UTC"),
+        ("20990101000000Z", "20990102000000Z", "is not valid until 2099-01-01 00:00:00 UTC"),
+    ],
+    ids=["expired", "not-yet-valid"],
+)
+def test_a_certificate_outside_its_dates_is_served_with_a_warning(
+    pki: Pki, tmp_path: Path, start: str, end: str, warning: str
+) -> None:
+    dated = issue_dated(tmp_path, pki.ca, "dated", start, end)
+    local = replace(pki, cert=dated.cert, key=dated.key)
+    with serving(local, tmp_path):
+        pass
+    log = (tmp_path / "squawk.log").read_text()
+    assert (
+        f"WARNING squawk.daemon.server.tls: TLS: the certificate in --tls-cert {dated.cert} "
+        f"{warning}" in log
+    )
+
+
+def test_a_rotation_gRPC_would_reject_keeps_the_certificate_served(
+    pki: Pki, tmp_path: Path
+) -> None:
+    """A key that is not the certificate's used to be logged as "certificates
+    reloaded"; now the old pair goes on serving and the refusal is logged."""
+    local = replace(pki, cert=tmp_path / "tls.crt", key=tmp_path / "tls.key")
+    os.symlink(pki.server.cert, local.cert)
+    os.symlink(pki.server.key, local.key)
+    trusts_old = grpc.ssl_channel_credentials(pki.ca.cert.read_bytes(), *pki.client.pem())
+    with serving(local, tmp_path, "--tls-client-ca", str(pki.ca.cert)) as served:
+        tmp = tmp_path / "tls.key.tmp"
+        os.symlink(pki.client.key, tmp)  # a key, but another certificate's
+        os.replace(tmp, local.key)
+        # Each new connection's handshake asks for the files again (a local
+        # subchannel pool: no connection is shared with an earlier channel).
+        for _ in range(3):
+            with grpc.secure_channel(
+                served.target, trusts_old, options=[("grpc.use_local_subchannel_pool", 1)]
+            ) as channel:
+                reply = pb_grpc.PolicyServiceStub(channel).Classify(
+                    pb.ClassifyRequest(error_message="HTTP 503"), timeout=5
+                )
+            assert reply.redacted_message == "HTTP 503"
+    log = (tmp_path / "squawk.log").read_text()
+    assert "certificates reloaded" not in log
+    assert (
+        log.count(
+            f"TLS: keeping the previous certificates: --tls-key {local.key} "
+            f"does not match the certificate in --tls-cert {local.cert}"
+        )
+        == 1
+    )

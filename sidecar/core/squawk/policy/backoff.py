@@ -114,7 +114,10 @@ def parse_duration(text: str) -> timedelta:
     if not _DURATION_FULL.fullmatch(text):
         raise ValueError(f"{text!r} is not a duration such as 500ms, 1s or 1m30s")
     ms = sum(float(n) * _UNIT_MS[unit] for n, unit in _DURATION.findall(text))
-    return timedelta(milliseconds=ms)
+    try:
+        return timedelta(milliseconds=ms)
+    except OverflowError:  # past timedelta's range (about 2.7 million years)
+        raise ValueError(f"{text!r} is longer than any duration can be") from None
 
 
 def format_duration(value: timedelta) -> str:

@@ -14,9 +14,17 @@ from datetime import timedelta
 from typing import Any
 
 from .backoff import format_duration, parse_duration
+from .limits import MAX_POLICY_DURATION
 from .profiles import Policy
 
-__all__ = ["Malformed", "apply_env", "integer", "positive_duration", "positive_int"]
+__all__ = [
+    "Malformed",
+    "apply_env",
+    "check_policy_duration",
+    "integer",
+    "positive_duration",
+    "positive_int",
+]
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +54,20 @@ def positive_int(text: str) -> int:
     return value
 
 
+def check_policy_duration(value: timedelta) -> timedelta:
+    """`value`, or ValueError when it is over MAX_POLICY_DURATION."""
+    if value > MAX_POLICY_DURATION:
+        raise ValueError(
+            f"{format_duration(value)} is over the limit of {format_duration(MAX_POLICY_DURATION)}"
+        )
+    return value
+
+
 def positive_duration(text: str) -> timedelta:
     value = parse_duration(text)
     if value <= timedelta(0):
         raise ValueError("must be positive")
-    return value
+    return check_policy_duration(value)
 
 
 def _env(environ: Mapping[str, str], suffix: str) -> tuple[str, str] | None:

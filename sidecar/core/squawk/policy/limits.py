@@ -28,6 +28,7 @@ __all__ = [
     "MAX_HEADER_NAME_CHARS",
     "MAX_HEADER_VALUE_CHARS",
     "MAX_NAME_CHARS",
+    "MAX_POLICY_DURATION",
     "MAX_PROFILE_CHARS",
     "MAX_RETRY_RATIO",
     "MAX_TOKENS",
@@ -53,6 +54,10 @@ MAX_HEADER_VALUE_CHARS = 8_192
 # google.protobuf.Duration's own range: ±10,000 years.
 MAX_DURATION_SECONDS = 315_576_000_000
 _MAX_NANOS = 999_999_999
+# The longest duration a policy may set (a delay, a window, open_for, a
+# TTL): far inside google.protobuf.Duration's range, and below the 24.8 days
+# a JavaScript timer can wait (setTimeout fires at once past 2^31 - 1 ms).
+MAX_POLICY_DURATION = timedelta(days=7)
 # A breaker's window is at most this many buckets: each holds two counters
 # and every transition copies the bucket tuple, so this bounds its cost.
 MAX_BUCKETS = 1_000

@@ -34,11 +34,11 @@ from .server.app import (
     Daemon,
     default_shutdown_notice,
 )
-from .server.listeners import check_address
+from .server.listeners import AddressError, check_address
 from .server.reload import POLL_S, policy_hash
 from .server.servicer import PolicyServicer
 from .server.telemetry import tracer_provider_from_env
-from .server.tls import TlsError, TlsFiles, server_credentials
+from .server.tls import TlsError, TlsFiles, check_files
 
 __all__ = ["main"]
 
@@ -391,7 +391,7 @@ def _tls(args: argparse.Namespace) -> TlsFiles | None:
         raise TlsError("--tls-cert and --tls-key go together (and --tls-client-ca needs both)")
     files = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
     try:
-        server_credentials(files)  # fails here, with the file named, not at the bind
+        check_files(files)  # fails here, with the file named, not at the bind
     except OSError as exc:
         raise TlsError(f"cannot read {exc.filename}: {exc.strerror}") from None
     except ValueError as exc:
@@ -470,11 +470,15 @@ async def _serve(args: argparse.Namespace) -> None:
             analyzer_settings=config.analyzer,
             state_settings=config.state,
             policy_path=args.policy,
+            policy_empty=config.empty,
             policy_poll_s=args.policy_poll,
             health_listen=health_listen,
             tls=_tls(args),
         )
-        await daemon.start()
+        try:
+            await daemon.start()
+        except AddressError as exc:
+            raise StartError(f"{'--listen' if args.listen else 'SQUAWK_LISTEN'}: {exc}") from None
         await daemon.run_until_stopped()
     finally:
         if log_file is not None:

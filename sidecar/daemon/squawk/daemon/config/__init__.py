@@ -19,13 +19,15 @@ from squawk.policy import Policy, builtin_policy
 from squawk.policy.env import apply_env
 
 from ..analysis.settings import AnalyzerSettings
-from ._yaml import ConfigError, mapping, positive_int, scalar
+from ._yaml import ConfigError, compose, mapping, positive_int, scalar
 from .analyzer import analyzer_needs, apply_analyzer_env, parse_analyzer
 from .needs import Need
+from .policy_file import MAX_POLICY_BYTES, read_policy_file
 from .profiles import parse_profiles
 from .state import StateSettings, apply_state_env, parse_state, state_needs
 
 __all__ = [
+    "MAX_POLICY_BYTES",
     "Config",
     "ConfigError",
     "Need",
@@ -39,26 +41,6 @@ __all__ = [
     "parse_policy",
     "read_policy_file",
 ]
-
-# A policy file larger than this is refused before it is parsed, and a
-# device given by mistake (/dev/zero) is not read forever.
-MAX_POLICY_BYTES = 1 << 20
-
-
-def read_policy_file(path: str) -> tuple[bytes, str]:
-    """The file's bytes and its text; ConfigError naming the file when it
-    cannot be read, is too large or is not UTF-8."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_POLICY_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
-    if len(data) > MAX_POLICY_BYTES:
-        raise ConfigError(f"{path}: larger than {MAX_POLICY_BYTES} bytes")
-    try:
-        return data, data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +60,9 @@ class Config:
     # What the file says that can never take effect, each naming the file,
     # the field and its line; the file works all the same.
     warnings: tuple[str, ...] = ()
+    # The file held no YAML document (nothing, or only comments and blank
+    # lines): the built-in policy. A reload refuses it (reload.py).
+    empty: bool = False
 
 
 def _positive(fields: Mapping[str, yaml.Node], name: str) -> int:
@@ -104,12 +89,12 @@ def parse_config(text: str, source: str | None = None) -> Config:
 
 def _parse_config(text: str) -> Config:
     try:
-        root = yaml.compose(text)
+        root = compose(text)
     except yaml.YAMLError as exc:
         raise ConfigError(_not_yaml(exc, text)) from None
     policy = builtin_policy()
     if root is None:
-        return Config(policy)
+        return Config(policy, empty=True)
     fields = mapping(
         root, "policy", {"profiles", "max_body_bytes", "max_upstreams", "analyzer", "state"}
     )
@@ -175,6 +160,7 @@ def load_config(
         apply_state_env(config.state, environ),
         config.lines,
         config.warnings,
+        config.empty,
     )
     unmet = needs(config)
     if unmet:

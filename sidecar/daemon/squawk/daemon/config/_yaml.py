@@ -1,21 +1,42 @@
-"""YAML node helpers: every error names the field's path and line."""
+"""Reading the YAML nodes of the policy file: every error names the field's path and line.
+
+The file is composed with bounds, so that what a 1 MiB file can make the
+parser do is bounded too: at most MAX_DEPTH levels of nesting (the policy's
+own shape needs six; PyYAML's composer recurses, and 5,000 `[` would
+exhaust Python's stack) and MAX_NODES nodes, an alias counting the nodes it
+stands for each time it is used (so ten lines of anchors cannot stand for a
+billion nodes). Every scalar is bounded by `scalar`: integers at most
+MAX_POLICY_INT, durations at most MAX_POLICY_DURATION (the ranges of ratios
+and factors are their fields' own).
+"""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TypeVar
 
 import yaml
 
-from squawk.policy.env import Malformed, integer, positive_duration, positive_int
+from squawk.policy.env import (
+    Malformed,
+    check_policy_duration,
+    integer,
+    positive_duration,
+    positive_int,
+)
 from squawk.policy.text import quoted
 
 __all__ = [
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "MAX_POLICY_INT",
     "ConfigError",
     "at_line",
     "boolean",
     "choice",
+    "compose",
     "factor",
     "integer",
     "mapping",
@@ -33,8 +54,66 @@ T = TypeVar("T")
 E = TypeVar("E", bound=enum.Enum)
 
 
+MAX_DEPTH = 32
+MAX_NODES = 50_000
+# Every integer field fits a protobuf int32, as the clients read them.
+MAX_POLICY_INT = 2**31 - 1
+
+
 class ConfigError(ValueError):
     """The policy file is wrong; the message names the field and line."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's composer, counting depth and nodes as it goes."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self._depth = 0
+        self._nodes = 0
+        self._sizes: dict[str, int] = {}  # anchor -> the nodes it stands for
+
+    def _count(self, nodes: int, event: yaml.Event) -> None:
+        self._nodes += nodes
+        if self._nodes > MAX_NODES:
+            raise ConfigError(
+                f"more than {MAX_NODES} YAML nodes by line {_line(event)} "
+                "(an alias counts its nodes each time it is used)"
+            )
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            # An anchor used inside itself is not finished yet: it counts one.
+            self._count(self._sizes.get(str(event.anchor), 1), event)
+            return super().compose_node(parent, index)
+        if self._depth >= MAX_DEPTH:
+            raise ConfigError(f"nested deeper than {MAX_DEPTH} levels at line {_line(event)}")
+        before = self._nodes
+        self._count(1, event)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            self._sizes[str(anchor)] = self._nodes - before
+        return node
+
+
+def _line(event: yaml.Event) -> int:
+    return event.start_mark.line + 1 if event.start_mark is not None else 1
+
+
+def compose(text: str) -> yaml.Node | None:
+    """The document's root node (None when the text holds none), within the
+    bounds above; yaml.YAMLError when it is not YAML, ConfigError past a bound."""
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
 
 
 def where(node: yaml.Node, path: str) -> str:
@@ -71,11 +150,23 @@ def scalar(node: yaml.Node, path: str, convert: Callable[[str], T], what: str) -
         raise ConfigError(f"{where(node, path)}: expected {what}")
     text = str(node.value)
     try:
-        return convert(text)
+        return _bounded(convert(text))
     except Malformed:
         raise ConfigError(f"{where(node, path)}: expected {what}, got {quoted(text)}") from None
     except ValueError as exc:
         raise ConfigError(f"{where(node, path)}: expected {what}: {exc}") from None
+    except ArithmeticError:  # an overflow in a converter: too large to be anything
+        raise ConfigError(f"{where(node, path)}: expected {what}: too large") from None
+
+
+def _bounded(value: T) -> T:
+    """`value`, or ValueError when a number or duration is past the policy's bounds
+    (the one place for them, whichever field the value is for)."""
+    if isinstance(value, timedelta):
+        check_policy_duration(value)
+    elif isinstance(value, int) and abs(value) > MAX_POLICY_INT:
+        raise ValueError(f"{quoted(str(value))} is over the limit of {MAX_POLICY_INT}")
+    return value
 
 
 def number(text: str) -> float:

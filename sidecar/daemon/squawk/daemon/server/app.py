@@ -45,6 +45,7 @@ from .listeners import (
     DEFAULT_SOCKET_MODE,
     BindError,
     BoundSocket,
+    check_unix_socket,
     claim_unix_socket,
     socket_umask,
     unix_socket_path,
@@ -105,6 +106,7 @@ class Daemon:
         analyzer_settings: AnalyzerSettings | None = None,
         state_settings: StateSettings | None = None,
         policy_path: str | None = None,
+        policy_empty: bool = False,
         policy_poll_s: float = POLL_S,
         health_listen: str | None = None,
         tls: TlsFiles | None = None,
@@ -155,8 +157,12 @@ class Daemon:
         if self.metrics is not None:
             self.metrics.policy_info.labels(self.policy_hash).set(1)
         if policy_path:
+            # policy_empty: the file held no policy at start (see reload.py).
             running = Config(
-                policy, analyzer_settings or AnalyzerSettings(), state_settings or StateSettings()
+                policy,
+                analyzer_settings or AnalyzerSettings(),
+                state_settings or StateSettings(),
+                empty=policy_empty,
             )
             self._policy_watch = PolicyWatch(
                 policy_path,
@@ -211,6 +217,8 @@ class Daemon:
                 continue
             claim_unix_socket(address, path)
             with socket_umask(self.socket_mode):
+                # Before gRPC, whose error says only "failed to bind".
+                check_unix_socket(address, path)
                 self.ports.append(self._add_port(address))
             self._sockets.append(BoundSocket(path, os.lstat(path).st_ino))
 

@@ -14,6 +14,12 @@ The check and the bind are two steps, so two daemons starting in the same
 instant could both find a stale socket; one of them then replaces the
 other's, the case this guard cannot close without a lock file.
 
+Before gRPC binds a unix:// path (its error would say only "failed to
+bind"), `check_unix_socket` creates the socket itself and removes it, so
+a path too long for a socket, a missing folder or one the daemon may not
+write is refused with the system's reason (AddressError): a setting to
+correct, not an address in use.
+
 The socket is created with the configured mode from the start: the umask is
 narrowed around the bind, so there is no moment when the file exists with a
 wider mode (a chmod after the bind would leave one). The umask is
@@ -28,15 +34,18 @@ import logging
 import os
 import socket
 import stat
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 __all__ = [
     "DEFAULT_SOCKET_MODE",
+    "AddressError",
     "BindError",
     "BoundSocket",
     "check_address",
+    "check_unix_socket",
     "claim_unix_socket",
     "socket_umask",
     "unix_socket_path",
@@ -52,8 +61,17 @@ DEFAULT_SOCKET_MODE = 0o660
 _PROBE_TIMEOUT_S = 1.0
 
 
+# A unix socket's path, in bytes with its NUL: sun_path's size (Linux
+# 108; macOS and the BSDs 104).
+_SUN_PATH_BYTES = 108 if sys.platform.startswith("linux") else 104
+
+
 class BindError(RuntimeError):
     """The daemon could not listen on an address."""
+
+
+class AddressError(ValueError):
+    """A listen address that cannot work as given; the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +129,26 @@ def claim_unix_socket(address: str, path: str) -> None:
     with suppress(FileNotFoundError):
         os.unlink(path)
     log.info("removed the stale socket %s: nothing answered on it", path)
+
+
+def check_unix_socket(address: str, path: str) -> None:
+    """Raise AddressError with the system's reason when no socket can be
+    created at `path`; return when one can (the probe is removed)."""
+    size = len(os.fsencode(path))
+    if size >= _SUN_PATH_BYTES:
+        raise AddressError(
+            f"cannot listen on {address}: the path is {size} bytes, over the "
+            f"{_SUN_PATH_BYTES - 1} a unix socket's path may have"
+        )
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(path)
+        except OSError as exc:
+            raise AddressError(
+                f"cannot listen on {address}: cannot create {path}: {exc.strerror or exc}"
+            ) from None
+    with suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def _answers(address: str, path: str) -> bool:

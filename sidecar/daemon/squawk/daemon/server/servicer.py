@@ -131,13 +131,14 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         return classification_message(classify(failure(request), profile, self._clock))
 
     def _attempt(
-        self, request: pb.DecideRetryRequest, profile: Profile
+        self, request: pb.DecideRetryRequest, profile: Profile, policy: Policy | None = None
     ) -> tuple[Decision, Outcome, timedelta | None]:
         """decide()'s answer for a request with an upstream, the failure it
         reports (it counts for the whole pod; callers need not report it
         again) and the step's deadline."""
         state = attempt_state(request)
-        decision = decide(state, profile, self._clock, self._rng, self._policy.max_body_bytes)
+        max_body_bytes = (policy or self._policy).max_body_bytes
+        decision = decide(state, profile, self._clock, self._rng, max_body_bytes)
         failed = Outcome(
             success=False,
             http_status=state.http_status,
@@ -149,14 +150,19 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         return decision, failed, state.deadline
 
     async def _decide(
-        self, request: pb.DecideRetryRequest, until: float | None = None
+        self,
+        request: pb.DecideRetryRequest,
+        until: float | None = None,
+        answering: tuple[Policy, StatelessDecisions] | None = None,
     ) -> tuple[Decision, pb.DecideRetryResponse, Source | None]:
         """The decision, its message (which may be shared: read-only) and
-        where the upstream state came from. `until`: see PodStore.after_failure."""
-        profile = self._policy.profile(request.profile)
+        where the upstream state came from. `until`: see PodStore.after_failure;
+        `answering`: the policy to answer from (a batch keeps the one it started with)."""
+        policy, stateless = answering or (self._policy, self._stateless)
+        profile = policy.profile(request.profile)
         if not request.upstream:
-            return (*self._stateless.decide(request, profile), None)
-        decision, failed, deadline = self._attempt(request, profile)
+            return (*stateless.decide(request, profile), None)
+        decision, failed, deadline = self._attempt(request, profile, policy)
         after, source = await self.store.after_failure(
             profile, request.upstream, failed, decision, deadline, until
         )
@@ -223,12 +229,14 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         actions = {action: 0 for action in Action}
         # The batch shares one wait on a fleet store, not one per item.
         until = asyncio.get_running_loop().time() + self.store.deadline_s
+        # One batch, one policy: a reload between two slices applies to the next batch.
+        answering = (self._policy, self._stateless)
         for i, item in enumerate(request.requests):
             if i and not i % _BATCH_SLICE:
                 # Raises CancelledError here once the caller has gone.
                 await asyncio.sleep(0)
             try:
-                decision, reply, source = await self._decide(item, until)
+                decision, reply, source = await self._decide(item, until, answering)
             except PolicyInputError as exc:
                 results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
                 continue
