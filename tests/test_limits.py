@@ -8,8 +8,6 @@ the edge of a bound expect an answer.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from conftest import Daemon, start_daemon
+from health_probe import health_latencies
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -314,23 +313,6 @@ def test_breakers_opened_by_one_report_cost_one_log_line_that_no_name_can_break(
     assert "forged" not in output.replace(line, "")
 
 
-_PROBE = """
-import json, select, sys, time
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-seen = []
-with grpc.insecure_channel(sys.argv[1]) as channel:
-    health = health_pb2_grpc.HealthStub(channel)
-    health.Check(health_pb2.HealthCheckRequest(), timeout=5)
-    print("probing", flush=True)
-    while not select.select([sys.stdin], [], [], 0.01)[0]:
-        started = time.perf_counter()
-        health.Check(health_pb2.HealthCheckRequest(), timeout=5)
-        seen.append(time.perf_counter() - started)
-print(json.dumps(seen))
-"""
-
-
 def test_health_answers_while_a_worst_case_batch_is_decided(daemon: Daemon) -> None:
     # 10,000 items whose bodies each take the JSON parse and a long
     # redaction, within gRPC's 4 MiB: the longest a batch can keep the
@@ -348,34 +330,24 @@ def test_health_answers_while_a_worst_case_batch_is_decided(daemon: Daemon) -> N
     batch = pb.DecideRetryBatchRequest(requests=items)
     assert batch.ByteSize() < 4 << 20
 
-    # Health is probed from another process: in this one, receiving the
-    # batch's answer would hold the GIL and delay the probes themselves.
-    prober = subprocess.Popen(
-        [sys.executable, "-c", _PROBE, daemon.target],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     # Ten thousand answers with their classifications outgrow gRPC's default
     # 4 MiB receive limit; a caller of such batches raises it.
     options = [("grpc.max_receive_message_length", 64 << 20)]
-    try:
+
+    def load() -> None:
         with grpc.insecure_channel(daemon.target, options=options) as channel:
-            assert prober.stdout is not None
-            assert prober.stdout.readline().strip() == "probing"
             for _ in range(3):
                 reply = _call(channel, "DecideRetryBatch", batch)
                 assert isinstance(reply, pb.DecideRetryBatchResponse)
                 assert len(reply.results) == 10_000
-    finally:
-        out, _ = prober.communicate("stop\n", timeout=30)
-    latencies = json.loads(out)
+
+    # Health is probed from another process (tests/health_probe.py).
+    latencies = health_latencies(daemon.target, load)
     assert len(latencies) >= 20
     # On a shared 2-core machine a busy process also waits for a core now and
     # then, which no code of ours can prevent (with other jobs running, a
     # probe's p95 reached 0.25 s): the bound is on 95 % of the answers, and
     # none may wait a second. A handler that held the loop for a whole batch
     # (1-3 s) fails both.
-    ordered = sorted(latencies)
-    assert ordered[int(len(ordered) * 0.95)] < 0.5, ordered[-10:]
-    assert ordered[-1] < 1.0, ordered[-10:]
+    assert latencies[int(len(latencies) * 0.95)] < 0.5, latencies[-10:]
+    assert latencies[-1] < 1.0, latencies[-10:]
