@@ -198,7 +198,13 @@ def test_a_rotated_certificate_is_served_without_a_restart(pki: Pki, daemon: Ser
         (["--tls-client-ca", "CERT"], "--tls-cert and --tls-key go together"),
         (["--tls-cert", "CERT", "--tls-key", "MISSING"], "cannot read MISSING"),
         (["--tls-cert", "NOTPEM", "--tls-key", "KEY"], "--tls-cert NOTPEM: not a PEM file"),
-        (["--tls-cert", "/dev/zero", "--tls-key", "KEY"], "--tls-cert /dev/zero: over 1 MiB"),
+        (["--tls-cert", "BIG", "--tls-key", "KEY"], "--tls-cert BIG: over 1 MiB"),
+        (
+            ["--tls-cert", "/dev/zero", "--tls-key", "KEY"],
+            "--tls-cert /dev/zero: not a regular file",
+        ),
+        # Opening a FIFO for reading waits for a writer: the start hung.
+        (["--tls-cert", "CERT", "--tls-key", "FIFO"], "--tls-key FIFO: not a regular file"),
         # It used to exit 3, "the address is in use or not available".
         (
             ["--tls-cert", "CERT", "--tls-key", "WRONG"],
@@ -215,7 +221,13 @@ def test_tls_settings_that_cannot_work_stop_the_start(
 ) -> None:
     notpem = tmp_path / "not.pem"
     notpem.write_text("hello")
+    big = tmp_path / "big.pem"
+    big.write_bytes(b"-----BEGIN CERTIFICATE-----\n" + b"A" * (2 << 20))
+    fifo = tmp_path / "key.fifo"
+    os.mkfifo(fifo)
     names = {
+        "BIG": str(big),
+        "FIFO": str(fifo),
         "CERT": str(pki.server.cert),
         "KEY": str(pki.server.key),
         "MISSING": str(tmp_path / "missing.key"),

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,7 +79,12 @@ MAX_PEM_BYTES = 1 << 20
 def read_pem(flag: str, path: str) -> bytes:
     """The file given to `flag`; OSError when it cannot be read, ValueError
     naming the flag when it is not PEM (gRPC's own error would name neither).
-    The CLI's client flags are checked by the same rule."""
+    The CLI's client flags are checked by the same rule.
+
+    Only a regular file: opening a FIFO waits for a writer forever, which
+    would hang the start (or a rotation) before anything is logged."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{flag} {path}: not a regular file, so not a PEM file")
     with Path(path).open("rb") as file:
         data = file.read(MAX_PEM_BYTES + 1)
     if len(data) > MAX_PEM_BYTES:
