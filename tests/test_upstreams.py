@@ -29,6 +29,7 @@ from health_probe import health_latencies
 from squawk.daemon.config import parse_config
 from squawk.daemon.server.upstreams import Key, Upstreams, UpstreamView
 from squawk.policy import BreakerState, Outcome, Policy, TokenBucketConfig, builtin_policy
+from squawk.policy import Reason as PolicyReason
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk_client import Reason, SquawkClient, StepError, StepFailed, StepOptions, run_step_sync
@@ -266,7 +267,9 @@ def test_tracked_upstreams_are_bounded_and_no_flood_drops_a_cautious_one(
         _report(stub, [_failure(n, p) for n, p in (("closed-victim", "slow"), ("pinned-api", ""))])
         after = {(u.profile, u.upstream): u for u in _listed(stub)}
         untracked = scrape(port)['squawk_untracked_calls_total{profile="slow"}']
-    assert late.allowed
+    # The floods' untracked names failed in the profile's overflow state,
+    # which a new name shares: it is refused while they fail, not let through.
+    assert (late.allowed, late.reason) == (False, pb.REASON_CIRCUIT_OPEN)
     assert len(states) == 51  # max_upstreams callers' names and the policy file's one
     assert states[0].upstream == "pinned-api"
     assert "late" not in {u.upstream for u in states}
@@ -593,19 +596,29 @@ def test_an_idle_key_makes_room_for_a_new_name_and_is_forgotten() -> None:
     assert [v.upstream for v in upstreams.views()][-1] == "new-1"
 
 
-def test_an_untracked_name_is_answered_as_a_new_upstreams_and_not_kept() -> None:
+def test_untracked_names_share_their_profiles_overflow_state() -> None:
+    """A full registry must not leave a failing new upstream unprotected: its
+    failures, and those of every other name the pod could not track, open
+    one overflow breaker per profile. No cool-down is shared there."""
     clock, untracked = [0.0], list[str]()
     upstreams, policy = _registry(clock, untracked=untracked)
     default = policy.profile("default")
     for i in range(_FLOOD_MAX):
         for _ in range(10):
             upstreams.record(default, f"open-{i}", _OUTAGE)
+    # Another name's Retry-After cools nothing for the names after it.
+    upstreams.record(default, "hinted", _HOUR_429)
+    assert upstreams.admit(default, "first-new").allowed
     for _ in range(10):
         upstreams.record(default, "late", _OUTAGE)
-    admission = upstreams.admit(default, "late")
-    assert (admission.allowed, admission.breaker_state) == (True, BreakerState.CLOSED)
-    assert "late" not in {v.upstream for v in upstreams.views()}
-    assert set(untracked) == {"default"} and len(untracked) == 11
+    late = upstreams.admit(default, "late")
+    other = upstreams.admit(default, "other-new")
+    assert (late.allowed, late.reason) == (False, PolicyReason.CIRCUIT_OPEN)
+    assert (other.allowed, other.reason) == (False, PolicyReason.CIRCUIT_OPEN)
+    assert {"late", "other-new", "hinted"}.isdisjoint(v.upstream for v in upstreams.views())
+    assert set(untracked) == {"default"} and len(untracked) == 14
+    # Each profile has its own: the flood of "default" does not refuse "llm".
+    assert upstreams.admit(policy.profile("llm"), "late").allowed
 
 
 def test_the_policy_files_names_are_tracked_first_and_never_dropped() -> None:

@@ -17,9 +17,16 @@ cautious:
   and the successes of every upstream in use: recent counts are what keep
   a name in use tracked.
 - When no tracked name is idle, a new name is not tracked: its call is
-  answered from a fresh state that is not kept (`on_untracked` says so),
-  as a never-seen upstream's would be. A flood therefore costs nothing but
-  its own names' tracking.
+  answered from its profile's one *overflow* state (`on_untracked` says
+  so), a breaker and a budget shared by every name the pod could not
+  track. A flood therefore costs no memory, and cannot leave a failing new
+  upstream unprotected either: the flood's own failures and the new name's
+  open the overflow breaker for every untracked name, more cautious than a
+  state of its own. The alternative, a fresh state thrown away after each
+  call, let one batch of junk names a minute switch the breaker, budget
+  and cool-down off for every upstream that started failing afterwards.
+  The overflow shares no cool-down: one name's Retry-After says nothing of
+  another's (the executor that got it still waits it out).
 
 An empty upstream is never tracked. Each tracked key has a sequence number,
 given when tracking began, that orders listings (`page`): the policy
@@ -136,17 +143,14 @@ class Upstreams:
         self._keys: dict[int, Key] = {}
         self._next_seq = 0
         self._full_until = float("-inf")
+        # Per profile: the one state of every name it could not track.
+        self._overflow: dict[str, UpstreamState] = {}
         self._pin(policy, clock())
 
     def use_policy(self, policy: Policy) -> None:
         """Keep every upstream's state under a new policy: its breaker state,
-        cool-down and budget go on. A profile that is gone takes its keys
-        with it; a window whose length or buckets changed starts empty, as
-        its buckets' numbers no longer mean the same time; a budget whose
-        settings changed keeps what squawk.policy.retry_budget.carried says
-        (a token bucket its fill fraction, never a refill); a lower
-        max_cool_down shortens a running cool-down to it (the fleet's store
-        does the same)."""
+        cool-down and budget go on, as _carried says, and so do the
+        overflow states'. A profile that is gone takes its keys with it."""
         old, self._policy = self._policy, policy
         # Every key is looked at alike; _pin then picks the file's names again.
         self._entries.update(self._pinned)
@@ -157,17 +161,14 @@ class Upstreams:
                 continue
             was = old.profile(key[0]).for_upstream(key[1])
             now = policy.profile(key[0]).for_upstream(key[1])
-            state = entry.state
-            a, b = was.circuit_breaker, now.circuit_breaker
-            if (a.window, a.buckets) != (b.window, b.buckets):
-                state = replace(state, breaker=replace(state.breaker, window=EMPTY))
-            if was.retry_budget != now.retry_budget:
-                budget = carried(state.budget, was.retry_budget, now.retry_budget)
-                state = replace(state, budget=budget)
-            if now.max_cool_down < was.max_cool_down:
-                until = held(state.cool_until, self._clock(), now.max_cool_down)
-                state = replace(state, cool_until=until)
-            entry.state = state
+            entry.state = _carried(entry.state, was, now, self._clock())
+        for name, state in list(self._overflow.items()):
+            if name not in policy.profiles:
+                del self._overflow[name]
+                continue
+            was = _untracked(old.profile(name).for_upstream(""))
+            now = _untracked(policy.profile(name).for_upstream(""))
+            self._overflow[name] = _carried(state, was, now, self._clock())
         self._pin(policy, self._clock())
 
     def _pin(self, policy: Policy, now: float) -> None:
@@ -265,7 +266,10 @@ class Upstreams:
         config = profile.for_upstream(upstream)
         entry = self._current(key, config, now)
         if entry is None:
-            return admit(_FRESH, config, now)[1]
+            config = _untracked(config)
+            state, admission = admit(self._overflow_state(profile.name, config, now), config, now)
+            self._overflow[profile.name] = state
+            return admission
         state, admission = admit(entry.state, config, now)
         self._store(key, entry, state, now)
         return admission
@@ -273,17 +277,24 @@ class Upstreams:
     def would_admit(self, profile: Profile, upstream: str) -> bool:
         """Whether admit() would allow a call now; changes nothing, tracks nothing."""
         entry = self._find((profile.name, upstream))
-        state = entry.state if entry is not None else _FRESH
-        return admit(state, profile.for_upstream(upstream), self._clock())[1].allowed
+        config = profile.for_upstream(upstream)
+        if entry is not None:
+            return admit(entry.state, config, self._clock())[1].allowed
+        config = _untracked(config)
+        state = self._overflow.get(profile.name, _FRESH)
+        return admit(state, config, self._clock())[1].allowed
 
     def record(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
         now = self._clock()
         key = (profile.name, upstream)
         config = profile.for_upstream(upstream)
         entry = self._current(key, config, now)
-        state = record_outcome(entry.state if entry is not None else _FRESH, config, now, outcome)
-        if entry is not None:
-            self._store(key, entry, state, now)
+        if entry is None:
+            config = _untracked(config)
+            state = self._overflow_state(profile.name, config, now)
+            self._overflow[profile.name] = record_outcome(state, config, now, outcome)
+            return
+        self._store(key, entry, record_outcome(entry.state, config, now, outcome), now)
 
     def after_failure(
         self,
@@ -299,11 +310,24 @@ class Upstreams:
         key = (profile.name, upstream)
         config = profile.for_upstream(upstream)
         entry = self._current(key, config, now)
-        state = record_outcome(entry.state if entry is not None else _FRESH, config, now, outcome)
+        if entry is None:
+            config = _untracked(config)
+            state = self._overflow_state(profile.name, config, now)
+        else:
+            state = entry.state
+        state = record_outcome(state, config, now, outcome)
         state, decision = guard_retry(state, config, now, decision, deadline)
-        if entry is not None:
+        if entry is None:
+            self._overflow[profile.name] = state
+        else:
             self._store(key, entry, state, now)
         return decision
+
+    def _overflow_state(self, profile: str, config: UpstreamConfig, now: float) -> UpstreamState:
+        """The profile's overflow state, with time's own step taken."""
+        state = self._overflow.get(profile, _FRESH)
+        moved = advance(state.breaker, config.circuit_breaker, now)
+        return state if moved is state.breaker else replace(state, breaker=moved)
 
     def page(
         self, after: int = -1, size: int | None = None, profile: str = "", upstream: str = ""
@@ -352,3 +376,28 @@ class Upstreams:
         """Every tracked upstream (of `profile`, when given), in tracking order."""
         keys, _ = self.page(profile=profile)
         return [v for _, key in keys if (v := self.view(key)) is not None]
+
+
+def _untracked(config: UpstreamConfig) -> UpstreamConfig:
+    """The config an overflow state is kept by: its profile's, less the
+    shared cool-down (one untracked name's hint is not another's)."""
+    return replace(config, share_retry_after=False)
+
+
+def _carried(
+    state: UpstreamState, was: UpstreamConfig, now: UpstreamConfig, clock: float
+) -> UpstreamState:
+    """`state` under a reloaded config: a window whose length or buckets
+    changed starts empty, as its buckets' numbers no longer mean the same
+    time; a budget whose settings changed keeps what
+    squawk.policy.retry_budget.carried says (a token bucket its fill
+    fraction, never a refill); a lower max_cool_down shortens a running
+    cool-down to it (the fleet's store does the same)."""
+    a, b = was.circuit_breaker, now.circuit_breaker
+    if (a.window, a.buckets) != (b.window, b.buckets):
+        state = replace(state, breaker=replace(state.breaker, window=EMPTY))
+    if was.retry_budget != now.retry_budget:
+        state = replace(state, budget=carried(state.budget, was.retry_budget, now.retry_budget))
+    if now.max_cool_down < was.max_cool_down:
+        state = replace(state, cool_until=held(state.cool_until, clock, now.max_cool_down))
+    return state
