@@ -355,16 +355,50 @@ def test_a_reload_that_lowers_max_cool_down_shortens_a_running_cool_down(
         server.stop()
 
 
-def test_a_key_one_report_creates_expires_within_minutes(
+def test_a_key_one_report_creates_expires_within_minutes_unless_it_holds_caution(
     fleet: tuple[RedisServer, list[Pod], redis.Redis],
 ) -> None:
     # Names that callers make up, one report each, grew a shared Redis by
     # ~110 bytes per name for a day. A key made by one call lives two
     # minutes; more traffic on it keeps it for what its state needs.
     _, (a, b), client = fleet
-    a.report("once", 503, headers={"Retry-After": "240"})
+    a.report("once", 503)
     key = key_of("default", "once")
     eventually(lambda: client.exists(key) == 1, "the report lands")
     assert 0 < client.pttl(key) <= 120_000
-    assert not b.admit("once").allowed  # cooling down, fleet-wide
-    assert client.pttl(key) > 240_000  # the cool-down's 4 minutes, and a minute
+    # A key whose one call started a cool-down keeps it for the cool-down
+    # (4 minutes, and a minute): expiring at two would let every pod admit.
+    a.report("cooling", 503, headers={"Retry-After": "240"})
+    cooling = key_of("default", "cooling")
+    eventually(lambda: client.exists(cooling) == 1, "the report lands")
+    assert client.pttl(cooling) > 240_000
+    assert not b.admit("cooling").allowed  # cooling down, fleet-wide
+
+
+def test_a_half_open_round_takes_a_summed_writes_failures_first(tmp_path: Path) -> None:
+    # One report of a failed probe and three successes: summed, the order is
+    # lost. Successes first ended the fleet's round CLOSED on three of them,
+    # while the pod's own breaker, which took them in order, opened again.
+    server = RedisServer().start()
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        POLICY.replace("min_pods: 2", "min_pods: 1").replace(
+            "open_for: 2s}", "open_for: 1s, half_open_probes: 3, close_ratio: 1.0}"
+        )
+    )
+    (pod,) = pods = start_pods(server.url, path, count=1)
+    client = redis.Redis(port=server.port)
+    try:
+        pod.report("probed", 503, 503, 503, 503)
+        key = key_of("default", "probed")
+        eventually(lambda: json.loads(client.get(key) or "{}").get("s") == 2, "the fleet opens")
+        time.sleep(1.1)
+        assert pod.admit("probed").allowed  # the round's first probe
+        pod.report("probed", 503, 200, 200, 200)
+        eventually(lambda: json.loads(client.get(key) or "{}").get("s") != 3, "the round ends")
+        assert json.loads(client.get(key) or "{}")["s"] == 2  # OPEN again, as the pod's
+        assert not pod.admit("probed").allowed
+    finally:
+        client.close()
+        stop_pods(pods)
+        server.stop()

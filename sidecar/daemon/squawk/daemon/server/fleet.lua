@@ -198,10 +198,13 @@ local function probe_outcome(failed)
   end
 end
 
--- `good` successes and `bad` failures, as if the successes came first:
--- the order a pod's summed writes lost, taken the cautious way (a token
--- bucket refills before it is spent; the breaker judges the window with
--- every failure in it, as it would have after the last one).
+-- `good` successes and `bad` failures: the order a pod's summed writes
+-- lost, taken the cautious way. Closed, as if the successes came first (a
+-- token bucket refills before it is spent; the breaker judges the window
+-- with every failure in it, as it would have after the last one).
+-- Half-open, the failures first: successes first could end a round as
+-- CLOSED on outcomes the round never held, which a probe's failure
+-- reported with later successes would have reopened.
 local function record(good, bad)
   if bad > 0 and hint >= 0 then st.c = math.max(st.c, now + math.min(hint, max_cool)) end
   if token_bucket then
@@ -220,7 +223,7 @@ local function record(good, bad)
       return
     end
     -- Half-open: one at a time; at most `probes` of them end the round.
-    if good > 0 then good = good - 1; probe_outcome(0) else bad = bad - 1; probe_outcome(1) end
+    if bad > 0 then bad = bad - 1; probe_outcome(1) else good = good - 1; probe_outcome(0) end
   end
 end
 
@@ -282,7 +285,11 @@ else
 end
 
 local keep = math.max(window, 2 * open_for, ttl, st.c - now) + 60000
-if not raw then keep = math.min(keep, NEW_KEY_MS) end
+-- A key made by this call lives briefly unless it holds caution: an open or
+-- half-open breaker, a cool-down or spent tokens must outlive a quiet spell,
+-- or every pod would admit again when it expired.
+local cautious = st.s ~= CLOSED or st.c > now or (token_bucket and st.t > 0)
+if not raw and not cautious then keep = math.min(keep, NEW_KEY_MS) end
 redis.call('SET', KEYS[1], cjson.encode(st), 'PX', math.floor(keep))
 redis.call('PEXPIRE', KEYS[2], math.floor(math.min(window + 60000, keep)))
 return reply
