@@ -49,22 +49,35 @@ NOW = 1000.0
 
 
 @pytest.mark.parametrize(
-    ("outcome", "verdict"),
+    ("outcome", "breaker", "throttle"),
     [
-        # A 400 is not the upstream's failure, unless its server refused retries.
-        (Outcome(success=False, http_status=400), Verdict.IGNORED),
-        (Outcome(success=False, http_status=400, refused_retry=True), Verdict.FAILURE),
-        (Outcome(success=False, http_status=503, refused_retry=True), Verdict.FAILURE),
+        # A 400 is not the upstream's failure; its server's refusal counts
+        # against the token bucket alone (A6's throttle), never the breaker.
+        (Outcome(success=False, http_status=400), Verdict.IGNORED, Verdict.IGNORED),
+        (
+            Outcome(success=False, http_status=400, refused_retry=True),
+            Verdict.IGNORED,
+            Verdict.FAILURE,
+        ),
+        (
+            Outcome(success=False, http_status=503, refused_retry=True),
+            Verdict.FAILURE,
+            Verdict.FAILURE,
+        ),
         # Success wins, and a cancelled call is never counted.
-        (Outcome(success=True, refused_retry=True), Verdict.SUCCESS),
+        (Outcome(success=True, refused_retry=True), Verdict.SUCCESS, Verdict.SUCCESS),
         (
             Outcome(success=False, http_status=503, refused_retry=True, cancelled=True),
+            Verdict.IGNORED,
             Verdict.IGNORED,
         ),
     ],
 )
-def test_a_refusing_pushback_counts_as_a_failure(outcome: Outcome, verdict: Verdict) -> None:
-    assert UpstreamConfig().verdict(outcome) is verdict
+def test_a_refusing_pushback_counts_against_the_throttle(
+    outcome: Outcome, breaker: Verdict, throttle: Verdict
+) -> None:
+    assert UpstreamConfig().verdict(outcome) is breaker
+    assert UpstreamConfig().throttle_verdict(outcome) is throttle
 
 
 @pytest.mark.parametrize(
@@ -175,3 +188,16 @@ def test_refused_failures_reported_spend_the_pods_tokens(stub: pb_grpc.PolicySer
     reply = stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[refused] * 5), timeout=5)
     assert reply.recorded == 5
     assert _next_503(stub, upstream) == "REASON_RETRY_BUDGET_EXHAUSTED"
+
+
+def test_refused_4xx_cannot_open_the_pods_breaker(stub: pb_grpc.PolicyServiceStub) -> None:
+    # A6 charges the refusal to the retry throttle only. Counted by the
+    # breaker too, ten 400s (or 401s) whose server sent -1 opened it for
+    # every caller of the upstream: one caller's input, the whole pod's loss.
+    upstream = _upstream()
+    refused = pb.Outcome(upstream=upstream, success=False, http_status=400, headers=REFUSE)
+    stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[refused] * 20), timeout=5)
+    for _ in range(10):
+        _decide(stub, upstream, 401, REFUSE)
+    admitted = stub.Admit(pb.AdmitRequest(upstream=upstream), timeout=5)
+    assert (admitted.allowed, admitted.breaker_state) == (True, pb.BREAKER_STATE_CLOSED)

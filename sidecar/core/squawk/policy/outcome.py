@@ -11,8 +11,11 @@ retry budget and the cool-down read one verdict: a status the profile
 retries spends the budget's tokens, and one it does not retry cannot drain
 them. The default profile retries 408, 429 and every 5xx; profile "llm" only
 429, 500, 502, 503, 504 and 529, so its 501 is not counted. A failure whose
-grpc-retry-pushback-ms refuses a retry counts too, whatever its status, as
-A6 counts it against the throttle.
+grpc-retry-pushback-ms refuses a retry also counts against the token bucket
+whatever its status, as A6 counts it against its throttle
+(`throttle_verdict`); the breaker and the cool-down count it only when the
+profile retries its status, so a 4xx the server refuses to see again cannot
+open the pod's breaker for every caller.
 
 Everything else that is not a success is not counted at all: a status the
 profile does not retry (the caller's input, its credentials, a 501 under
@@ -32,7 +35,15 @@ from datetime import timedelta
 from .limits import check_status
 from .types import PolicyInputError
 
-__all__ = ["STEP_TRANSIENT", "Outcome", "Verdict", "check_outcome", "counts_as_failure", "verdict"]
+__all__ = [
+    "STEP_TRANSIENT",
+    "Outcome",
+    "Verdict",
+    "check_outcome",
+    "counts_as_failure",
+    "throttle_verdict",
+    "verdict",
+]
 
 # The default profile's transient set (squawk.policy.profiles re-exports it),
 # defined here so that a bare UpstreamConfig counts what the default profile
@@ -56,7 +67,7 @@ class Outcome:
     parsed, e.g. by squawk.policy.retry_after; None when it sent none.
     `refused_retry`: its grpc-retry-pushback-ms asked not to retry
     (squawk.policy.pushback_refuses), which gRFC A6 counts against the
-    throttle whatever the status, so it counts as a failure.
+    throttle whatever the status (see throttle_verdict).
     """
 
     success: bool
@@ -74,11 +85,18 @@ def verdict(outcome: Outcome, failure_statuses: frozenset[int]) -> Verdict:
         return Verdict.IGNORED
     if outcome.success:
         return Verdict.SUCCESS
-    if outcome.refused_retry or counts_as_failure(
-        outcome.http_status, outcome.transport_failure, failure_statuses
-    ):
+    if counts_as_failure(outcome.http_status, outcome.transport_failure, failure_statuses):
         return Verdict.FAILURE
     return Verdict.IGNORED
+
+
+def throttle_verdict(outcome: Outcome, failure_statuses: frozenset[int]) -> Verdict:
+    """What `outcome` counts as for the token bucket: a refusing pushback is
+    a failure whatever its status (gRFC A6; grpc-go's csAttempt.shouldRetry
+    calls throttle() before it reads the code)."""
+    if outcome.refused_retry and not outcome.cancelled and not outcome.success:
+        return Verdict.FAILURE
+    return verdict(outcome, failure_statuses)
 
 
 def counts_as_failure(

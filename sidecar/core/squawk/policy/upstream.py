@@ -35,7 +35,7 @@ from . import breaker as _breaker
 from . import retry_budget as _budget
 from .breaker import Breaker, BreakerConfig
 from .cooldown import DEFAULT_MAX_COOL_DOWN, NOT_COOLING, check_max_cool_down, cool_down
-from .outcome import STEP_TRANSIENT, Outcome, Verdict, check_outcome, verdict
+from .outcome import STEP_TRANSIENT, Outcome, Verdict, check_outcome, throttle_verdict, verdict
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
 from .timing import time_left
 from .types import BreakerState, Reason
@@ -72,6 +72,10 @@ class UpstreamConfig:
     def verdict(self, outcome: Outcome) -> Verdict:
         """What `outcome` counts as for this upstream (squawk.policy.outcome)."""
         return verdict(outcome, self.failure_statuses)
+
+    def throttle_verdict(self, outcome: Outcome) -> Verdict:
+        """What `outcome` counts as for the token bucket (squawk.policy.outcome)."""
+        return throttle_verdict(outcome, self.failure_statuses)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +148,7 @@ def record_outcome(
     check_outcome(outcome)
     counted = config.verdict(outcome)
     breaker = _breaker.record(state.breaker, config.circuit_breaker, now, counted)
-    budget = _budget.record(state.budget, config.retry_budget, counted)
+    budget = _budget.record(state.budget, config.retry_budget, config.throttle_verdict(outcome))
     until = state.cool_until
     if counted is Verdict.FAILURE:
         until = cool_down(
