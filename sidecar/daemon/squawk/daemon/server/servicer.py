@@ -231,26 +231,32 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         until = asyncio.get_running_loop().time() + self.store.deadline_s
         # One batch, one policy: a reload between two slices applies to the next batch.
         answering = (self._policy, self._stateless)
-        for i, item in enumerate(request.requests):
-            if i and not i % _BATCH_SLICE:
-                # Raises CancelledError here once the caller has gone.
-                await asyncio.sleep(0)
-            try:
-                decision, reply, source = await self._decide(item, until, answering)
-            except PolicyInputError as exc:
-                results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
-                continue
-            except Exception:
-                # One bad item answers with its own error; the batch goes on.
-                self._observer.refused("DecideRetryBatch", "internal", exc_info=True)
-                results.add(error=f"requests[{i}]: {INTERNAL}")
-                continue
-            actions[decision.action] += 1
+        try:
+            for i, item in enumerate(request.requests):
+                if i and not i % _BATCH_SLICE:
+                    # Raises CancelledError here once the caller has gone.
+                    await asyncio.sleep(0)
+                try:
+                    decision, reply, source = await self._decide(item, until, answering)
+                except PolicyInputError as exc:
+                    results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
+                    continue
+                except Exception:
+                    # One bad item answers with its own error; the batch goes on.
+                    self._observer.refused("DecideRetryBatch", "internal", exc_info=True)
+                    results.add(error=f"requests[{i}]: {INTERNAL}")
+                    continue
+                actions[decision.action] += 1
+                if decided is not None:
+                    decided.append((item, decision, source))
+                results.add().decision.CopyFrom(reply)
+        finally:
+            # A batch its caller gave up on (cancelled, past its deadline) has
+            # still decided, and changed the upstreams' state, up to there:
+            # the metrics and the log count those decisions as the fleet
+            # store's outage line does.
             if decided is not None:
-                decided.append((item, decision, source))
-            results.add().decision.CopyFrom(reply)
-        if decided is not None:
-            await self._observer.record_batch("DecideRetryBatch", decided, started)
+                await self._observer.record_batch("DecideRetryBatch", decided, started)
         # One span for the batch, not one per item: a 10,000-item batch would
         # otherwise flood the export queue. Logs stay per item.
         span = spans.current()
