@@ -33,6 +33,9 @@ from squawk.policy import Reason as PolicyReason
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk_client import Reason, SquawkClient, StepError, StepFailed, StepOptions, run_step_sync
+from test_fleet import eventually  # isort: split
+
+from bench.redis_server import RedisServer  # on the path once test_fleet is imported
 
 POLICY = """\
 max_upstreams: 50
@@ -719,6 +722,62 @@ def test_a_dropped_key_takes_its_metric_series_with_it(tmp_path: Path) -> None:
         text = _metrics_text(port)
     assert listed == ["next-api"]
     assert 'upstream="gone-api"' not in text
+
+
+def test_a_dropped_name_called_other_leaves_the_other_series(tmp_path: Path) -> None:
+    # "other" is also the label of every name past the first hundred: a
+    # caller's name "other", dropped, removed the series they all count in.
+    policy = "max_upstreams: 1\nprofiles:\n" + LABELLED.split("profiles:\n", 1)[1]
+    opened = (
+        'squawk_breaker_transitions_total{from="CLOSED",profile="quick",to="OPEN",upstream="other"}'
+    )
+    with _daemon(tmp_path, policy) as (stub, port):
+        _report(stub, [_failure("other", "quick")])  # opens for 1 s
+        time.sleep(1.1)
+        _report(stub, [pb.Outcome(upstream="other", profile="quick", success=True)])
+        _report(stub, [pb.Outcome(upstream="next-api", profile="quick", success=True)])
+        listed = [u.upstream for u in _listed(stub, profile="quick")]
+        metrics = scrape(port)
+    assert listed == ["next-api"]
+    assert metrics[opened] == 1.0
+
+
+def test_a_fleet_transition_of_an_untracked_name_takes_no_label(tmp_path: Path) -> None:
+    # The fleet's breaker can move for names the pod could not track; their
+    # labels were never given back, so junk names took every label slot.
+    server = RedisServer().start()
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        f"max_upstreams: 1\nstate: {{store: redis, url: '{server.url}', min_pods: 1}}\n"
+        + "profiles:\n"
+        + LABELLED.split("profiles:\n", 1)[1]
+    )
+    port = free_port()
+    daemon = start_daemon("--policy", str(path), "--metrics-listen", f"127.0.0.1:{port}")
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = Stub(channel)
+            _report(stub, [_failure("busy", "quick")])  # tracked, and open: not idle
+            for i in range(5):
+                stub.DecideRetry(
+                    pb.DecideRetryRequest(
+                        attempt=1, http_status=503, upstream=f"junk-{i}", profile="quick"
+                    ),
+                    timeout=5,
+                )
+
+            def fleet() -> list[str]:
+                text = _metrics_text(port)
+                return [line for line in text.splitlines() if line.startswith("squawk_fleet_")]
+
+            eventually(
+                lambda: any('upstream="other"' in line for line in fleet()), "the fleet opens"
+            )
+            lines = fleet()
+    finally:
+        daemon.stop()
+        server.stop()
+    assert not any("junk-" in line for line in lines), lines
 
 
 @pytest.fixture(scope="module")

@@ -370,9 +370,9 @@ class FleetStore(PodStore):
     def _moved(self, profile: str, upstream: str, reply: Sequence[int]) -> None:
         before, after = reply[0], reply[1]
         if before != after and self._on_transition is not None:
-            self._on_transition(
-                Transition(profile, upstream, BreakerState(before), BreakerState(after), True)
-            )
+            tracked = self.upstreams.tracks(profile, upstream)
+            moved = BreakerState(before), BreakerState(after)
+            self._on_transition(Transition(profile, upstream, *moved, True, tracked))
 
     def _hint(self, config: UpstreamConfig, outcome: Outcome) -> int:
         shared = shared_wait(outcome.retry_after, config.share_retry_after, config.max_cool_down)

@@ -357,8 +357,11 @@ class Observer:
             return
         if key not in self._pinned:
             self._caller_labels -= 1
-        # Two names may be shown alike (each with its secret redacted).
-        shared = any(k[0] == profile and v == label for k, v in self._labels.items())
+        # Two names may be shown alike (each with its secret redacted), and
+        # a caller's name "other" shares the series of every unlabelled one.
+        shared = label == OTHER_UPSTREAMS or any(
+            k[0] == profile and v == label for k, v in self._labels.items()
+        )
         if self.metrics is None or shared:
             return
         m, shown = self.metrics, label_value(profile)
@@ -412,7 +415,11 @@ class Observer:
                 also,
             )
         if self.metrics is not None:
-            label = self._upstream_label((t.profile, t.upstream))
+            key = (t.profile, t.upstream)
+            # A name the pod does not track would keep its label for good:
+            # only forget(), at the registry's drop, gives one back.
+            label = self._upstream_label(key) if t.tracked else self._labels.get(key)
+            label = OTHER_UPSTREAMS if label is None else label
             profile = label_value(t.profile)
             if t.fleet:
                 self.metrics.fleet_breaker_transitions.labels(profile, label, before, after).inc()

@@ -90,6 +90,9 @@ class Transition(NamedTuple):
     before: BreakerState
     after: BreakerState
     fleet: bool = False
+    # Whether the pod tracks the key: a fleet's transition may be about a
+    # name the pod could not track, which must not take a metric label.
+    tracked: bool = True
 
 
 class UpstreamView(NamedTuple):
@@ -355,6 +358,10 @@ class Upstreams:
                 return out, True
             out.append((seq, key))
         return out, False
+
+    def tracks(self, profile: str, upstream: str) -> bool:
+        """Whether the key has a state of its own (not the overflow's)."""
+        return self._find((profile, upstream)) is not None
 
     def _find(self, key: Key) -> _Entry | None:
         entry = self._entries.get(key)
