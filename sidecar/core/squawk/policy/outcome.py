@@ -89,7 +89,8 @@ class Outcome:
     parsed, e.g. by squawk.policy.retry_after; None when it sent none.
     `refused_retry`: its grpc-retry-pushback-ms asked not to retry
     (squawk.policy.pushback_refuses), which gRFC A6 counts against the
-    throttle whatever the status (see throttle_verdict).
+    throttle whatever the status (see throttle_verdict). A 429, a 529, a
+    503 with `retry_after` and a refused retry are throttled (is_throttled).
     """
 
     success: bool

@@ -538,7 +538,7 @@ class FleetStore(PodStore):
         if missed is None:
             if len(self._missed) >= self.upstreams.max_upstreams:
                 self._drop(
-                    successes + failures,
+                    successes + failures or 1,  # a throttled failure has neither
                     f"more than {self.upstreams.max_upstreams} upstreams seen "
                     "while the store was away",
                 )
