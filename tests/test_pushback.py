@@ -49,34 +49,50 @@ NOW = 1000.0
 
 
 @pytest.mark.parametrize(
-    ("outcome", "breaker", "throttle"),
+    ("outcome", "cool_down", "breaker", "throttle"),
     [
         # A 400 is not the upstream's failure; its server's refusal counts
         # against the token bucket alone (A6's throttle), never the breaker.
-        (Outcome(success=False, http_status=400), Verdict.IGNORED, Verdict.IGNORED),
+        (
+            Outcome(success=False, http_status=400),
+            Verdict.IGNORED,
+            Verdict.IGNORED,
+            Verdict.IGNORED,
+        ),
         (
             Outcome(success=False, http_status=400, refused_retry=True),
             Verdict.IGNORED,
+            Verdict.IGNORED,
             Verdict.FAILURE,
         ),
+        # A refused 503 is throttling, not failure (tests/test_throttling.py):
+        # it cools the upstream and spends a token, and the breaker skips it.
         (
             Outcome(success=False, http_status=503, refused_retry=True),
             Verdict.FAILURE,
+            Verdict.IGNORED,
             Verdict.FAILURE,
         ),
         # Success wins, and a cancelled call is never counted.
-        (Outcome(success=True, refused_retry=True), Verdict.SUCCESS, Verdict.SUCCESS),
+        (
+            Outcome(success=True, refused_retry=True),
+            Verdict.SUCCESS,
+            Verdict.SUCCESS,
+            Verdict.SUCCESS,
+        ),
         (
             Outcome(success=False, http_status=503, refused_retry=True, cancelled=True),
+            Verdict.IGNORED,
             Verdict.IGNORED,
             Verdict.IGNORED,
         ),
     ],
 )
 def test_a_refusing_pushback_counts_against_the_throttle(
-    outcome: Outcome, breaker: Verdict, throttle: Verdict
+    outcome: Outcome, cool_down: Verdict, breaker: Verdict, throttle: Verdict
 ) -> None:
-    assert UpstreamConfig().verdict(outcome) is breaker
+    assert UpstreamConfig().verdict(outcome) is cool_down
+    assert UpstreamConfig().breaker_verdict(outcome) is breaker
     assert UpstreamConfig().throttle_verdict(outcome) is throttle
 
 

@@ -13,6 +13,7 @@ The vocabulary is resilience4j's and Polly's. The defaults (policy file
 | open_for | 30s | > 0 | OPEN refuses this long, then HALF_OPEN |
 | half_open_probes | 5 | >= 1 | HALF_OPEN admits this many probe calls per round |
 | close_ratio | 0.6 | (0, 1] | HALF_OPEN closes at successes / probes >= this |
+| count_throttling | false | | true: a throttled failure counts (squawk.policy.outcome) |
 
 The window need not divide evenly into buckets (60s / 7 is fine): bucket
 edges are multiples of window / buckets seconds (see squawk.policy.timing).
@@ -20,7 +21,8 @@ edges are multiples of window / buckets seconds (see squawk.policy.timing).
 The transitions, each a pure function of (breaker, config, now[, verdict]):
 
 - CLOSED: every counted outcome (see squawk.policy.outcome: a success or a
-  failure the profile retries) goes into the window. When the window then holds
+  failure the profile retries, less a throttled one unless count_throttling)
+  goes into the window. When the window then holds
   >= minimum_calls calls and failures / calls >= failure_ratio, it OPENS.
 - OPEN: refuses every call until open_for has passed since it opened, then
   is HALF_OPEN. Outcomes reported while OPEN (calls admitted before it
@@ -31,8 +33,8 @@ The transitions, each a pure function of (breaker, config, now[, verdict]):
   it CLOSES with a fresh window when successes / probes >= close_ratio, else
   OPENS again for open_for. A round that gets no verdict within open_for of
   its start (probes never reported) starts a new round. An outcome that does
-  not count (a status the profile does not retry, a cancellation) is not
-  tallied, but gives one probe slot back while more slots are taken than
+  not count (a status the profile does not retry, a cancellation, a
+  throttled failure) is not tallied, but gives one probe slot back while more slots are taken than
   outcomes tallied, so the round admits another probe instead of waiting
   for its restart: resilience4j's releasePermission for an ignored
   exception (CircuitBreakerStateMachineTest's
@@ -45,6 +47,13 @@ The transitions, each a pure function of (breaker, config, now[, verdict]):
   can close the breaker. (The fleet store's half-open round never hears
   uncounted outcomes: there a probe that ends uncounted keeps its slot
   until the fleet's round restarts.)
+
+  A throttled probe gives its slot back rather than judging the round: a
+  full upstream says nothing about whether it is broken, so counting it
+  would reopen a breaker on an upstream that merely sheds load, and the
+  Retry-After it carries already holds the next probe back (the cool-down
+  refuses before the breaker admits). resilience4j's ignoreExceptions is
+  the peer: an ignored call releases its permission.
 
 Time moves a breaker only when it is next read (admit, record, snapshot):
 OPEN becomes HALF_OPEN at the first read at or after its end, and the
@@ -74,6 +83,9 @@ class BreakerConfig:
     open_for: timedelta = timedelta(seconds=30)
     half_open_probes: int = 5
     close_ratio: float = 0.6
+    # False: a throttled failure (squawk.policy.outcome.is_throttled) is not
+    # counted; true: it counts as a failure, as before throttling was told apart.
+    count_throttling: bool = False
     # Derived once: the transitions run on every call and read seconds.
     _window_s: float = field(init=False, repr=False, compare=False)
     _open_for_s: float = field(init=False, repr=False, compare=False)

@@ -13,9 +13,25 @@ them. The default profile retries 408, 429 and every 5xx; profile "llm" only
 429, 500, 502, 503, 504 and 529, so its 501 is not counted. A failure whose
 grpc-retry-pushback-ms refuses a retry also counts against the token bucket
 whatever its status, as A6 counts it against its throttle
-(`throttle_verdict`); the breaker and the cool-down count it only when the
-profile retries its status, so a 4xx the server refuses to see again cannot
-open the pod's breaker for every caller.
+(`throttle_verdict`); the cool-down counts it only when the profile retries
+its status, and the breaker not at all (it is throttled, below), so a 4xx
+the server refuses to see again cannot open the pod's breaker for every
+caller.
+
+Throttling is not failure: a counted failure that says the upstream is full
+rather than broken -- a 429, a 529, a 503 with a Retry-After (or
+grpc-retry-pushback-ms, which `retry_after` also carries), or a refusing
+pushback -- is *throttled* (`is_throttled`). The token bucket and the
+cool-down read it as any failure (a throttled retry still spends the
+throttle; its Retry-After still cools the upstream), but the breaker does
+not count it at all (`breaker_verdict`): neither a failure, which would let
+a healthy-but-full upstream open the pod's breaker and be refused for the
+whole open period, nor a success, which it is not evidence of. A profile
+may say otherwise (circuit_breaker.count_throttling). The wire carries only
+HTTP statuses, so a gRPC RESOURCE_EXHAUSTED reaches the state only as the
+HTTP status the caller reports for it. gRFC A6 keeps pushback apart from
+failure the same way; Finagle's and the AWS SDKs' throttling errors feed
+their rate limiting, not their failure accrual.
 
 Everything else that is not a success is not counted at all: a status the
 profile does not retry (the caller's input, its credentials, a 501 under
@@ -37,10 +53,13 @@ from .types import PolicyInputError
 
 __all__ = [
     "STEP_TRANSIENT",
+    "THROTTLING_STATUSES",
     "Outcome",
     "Verdict",
+    "breaker_verdict",
     "check_outcome",
     "counts_as_failure",
+    "is_throttled",
     "throttle_verdict",
     "verdict",
 ]
@@ -49,6 +68,9 @@ __all__ = [
 # defined here so that a bare UpstreamConfig counts what the default profile
 # retries without importing the profiles.
 STEP_TRANSIENT = frozenset({408, 429, *range(500, 600)})
+# The statuses that say "too many requests" whatever else the reply carries;
+# a 503 says it only with a wait hint (see is_throttled).
+THROTTLING_STATUSES = frozenset({429, 529})
 
 
 class Verdict(enum.Enum):
@@ -67,7 +89,8 @@ class Outcome:
     parsed, e.g. by squawk.policy.retry_after; None when it sent none.
     `refused_retry`: its grpc-retry-pushback-ms asked not to retry
     (squawk.policy.pushback_refuses), which gRFC A6 counts against the
-    throttle whatever the status (see throttle_verdict).
+    throttle whatever the status (see throttle_verdict). A 429, a 529, a
+    503 with `retry_after` and a refused retry are throttled (is_throttled).
     """
 
     success: bool
@@ -97,6 +120,32 @@ def throttle_verdict(outcome: Outcome, failure_statuses: frozenset[int]) -> Verd
     if outcome.refused_retry and not outcome.cancelled and not outcome.success:
         return Verdict.FAILURE
     return verdict(outcome, failure_statuses)
+
+
+def is_throttled(outcome: Outcome) -> bool:
+    """Whether a failed `outcome` says the upstream is full, not broken: a
+    429 or 529, a 503 with a wait hint, or a refusing pushback (see the
+    module docstring). Successes and cancellations are never throttled."""
+    if outcome.success or outcome.cancelled or outcome.transport_failure:
+        return False
+    status = outcome.http_status
+    return (
+        status in THROTTLING_STATUSES
+        or (status == 503 and outcome.retry_after is not None)
+        or outcome.refused_retry
+    )
+
+
+def breaker_verdict(
+    outcome: Outcome, failure_statuses: frozenset[int], count_throttling: bool = False
+) -> Verdict:
+    """What `outcome` counts as for the breaker: verdict(), except that a
+    throttled failure is not counted unless `count_throttling` (the
+    profile's circuit_breaker.count_throttling) says it is."""
+    counted = verdict(outcome, failure_statuses)
+    if counted is Verdict.FAILURE and not count_throttling and is_throttled(outcome):
+        return Verdict.IGNORED
+    return counted
 
 
 def counts_as_failure(

@@ -35,7 +35,15 @@ from . import breaker as _breaker
 from . import retry_budget as _budget
 from .breaker import Breaker, BreakerConfig
 from .cooldown import DEFAULT_MAX_COOL_DOWN, NOT_COOLING, check_max_cool_down, cool_down
-from .outcome import STEP_TRANSIENT, Outcome, Verdict, check_outcome, throttle_verdict, verdict
+from .outcome import (
+    STEP_TRANSIENT,
+    Outcome,
+    Verdict,
+    breaker_verdict,
+    check_outcome,
+    throttle_verdict,
+    verdict,
+)
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
 from .timing import time_left
 from .types import BreakerState, Reason
@@ -72,6 +80,12 @@ class UpstreamConfig:
     def verdict(self, outcome: Outcome) -> Verdict:
         """What `outcome` counts as for this upstream (squawk.policy.outcome)."""
         return verdict(outcome, self.failure_statuses)
+
+    def breaker_verdict(self, outcome: Outcome) -> Verdict:
+        """What `outcome` counts as for the breaker (squawk.policy.outcome)."""
+        return breaker_verdict(
+            outcome, self.failure_statuses, self.circuit_breaker.count_throttling
+        )
 
     def throttle_verdict(self, outcome: Outcome) -> Verdict:
         """What `outcome` counts as for the token bucket (squawk.policy.outcome)."""
@@ -147,7 +161,9 @@ def record_outcome(
     """
     check_outcome(outcome)
     counted = config.verdict(outcome)
-    breaker = _breaker.record(state.breaker, config.circuit_breaker, now, counted)
+    breaker = _breaker.record(
+        state.breaker, config.circuit_breaker, now, config.breaker_verdict(outcome)
+    )
     budget = _budget.record(state.budget, config.retry_budget, config.throttle_verdict(outcome))
     until = state.cool_until
     if counted is Verdict.FAILURE:

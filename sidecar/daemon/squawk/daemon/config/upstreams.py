@@ -4,7 +4,8 @@
 profiles:
   default:
     circuit_breaker: {enabled: true, failure_ratio: 0.5, minimum_calls: 10, window: 60s,
-                      buckets: 10, open_for: 30s, half_open_probes: 5, close_ratio: 0.6}
+                      buckets: 10, open_for: 30s, half_open_probes: 5, close_ratio: 0.6,
+                      count_throttling: false}
     retry_budget: {kind: ratio, ratio: 0.2, min_per_second: 10, ttl: 10s}
     # or:         {kind: token_bucket, max_tokens: 10, token_ratio: 0.1}
     share_retry_after: true
@@ -62,6 +63,7 @@ _BREAKER: tuple[_Scalar, ...] = (
     ("open_for", parse_duration, _DURATION),
     ("half_open_probes", integer, "an integer"),
     ("close_ratio", number, "a number"),
+    ("count_throttling", boolean, "true or false"),
 )
 _BudgetType = type[RatioBudgetConfig] | type[TokenBucketConfig]
 _BUDGETS: dict[str, tuple[_BudgetType, tuple[_Scalar, ...]]] = {

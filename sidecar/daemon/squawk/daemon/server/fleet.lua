@@ -11,11 +11,13 @@
 -- ARGV[1]  op, pod, verdict, hint, delay, deadline, then the config (see
 --          fleet.py's _config_args), separated by spaces
 --   op       admit | record | retry (record, then guard a RETRY) | replay
---   verdict  retry: 0 not counted, 1 success, 2 failure; record, replay:
---            successes
+--   verdict  retry: 0 not counted, 1 success, 2 failure, 3 throttled failure
+--            (the token bucket and the cool-down count it, the breaker does
+--            not); record, replay: successes
 --   hint     the Retry-After to share, ms; -1 none
 --   delay    retry: the RETRY's delay, ms; record, replay: failures
---   deadline retry: the time left before the step's deadline, ms; -1 none
+--   deadline retry: the time left before the step's deadline, ms; -1 none;
+--            record, replay: throttled failures
 --
 -- Every pod should run the same breaker and budget settings for an
 -- upstream: each call brings its own, and the state is read with them.
@@ -198,17 +200,19 @@ local function probe_outcome(failed)
   end
 end
 
--- `good` successes and `bad` failures: the order a pod's summed writes
+-- `good` successes, `bad` failures and `throttled` throttled failures
+-- (which spend the token bucket and cool the upstream but stay out of the
+-- breaker, as in the core): the order a pod's summed writes
 -- lost, taken the cautious way. Closed, as if the successes came first (a
 -- token bucket refills before it is spent; the breaker judges the window
 -- with every failure in it, as it would have after the last one).
 -- Half-open, the failures first: successes first could end a round as
 -- CLOSED on outcomes the round never held, which a probe's failure
 -- reported with later successes would have reopened.
-local function record(good, bad)
-  if bad > 0 and hint >= 0 then st.c = math.max(st.c, now + math.min(hint, max_cool)) end
+local function record(good, bad, throttled)
+  if bad + throttled > 0 and hint >= 0 then st.c = math.max(st.c, now + math.min(hint, max_cool)) end
   if token_bucket then
-    st.t = math.min(math.max(st.t - good * refill, 0) + bad * 1000, max_milli)
+    st.t = math.min(math.max(st.t - good * refill, 0) + (bad + throttled) * 1000, max_milli)
   end
   while good + bad > 0 and enabled and st.s ~= OPEN do
     if st.s == CLOSED then
@@ -247,13 +251,15 @@ if op == 'admit' then
   end
   reply = {before, st.s, allowed, reason, wait, probe}
 elseif op == 'replay' then
-  record(math.min(math.max(verdict, 0), MAX_REPLAY), math.min(math.max(delay, 0), MAX_REPLAY))
+  record(math.min(math.max(verdict, 0), MAX_REPLAY), math.min(math.max(delay, 0), MAX_REPLAY),
+    math.min(math.max(deadline, 0), MAX_REPLAY))
   reply = {before, st.s}
 elseif op == 'record' then
-  record(math.min(math.max(verdict, 0), MAX_ADD), math.min(math.max(delay, 0), MAX_ADD))
+  record(math.min(math.max(verdict, 0), MAX_ADD), math.min(math.max(delay, 0), MAX_ADD),
+    math.min(math.max(deadline, 0), MAX_ADD))
   reply = {before, st.s}
 else
-  record(verdict == 1 and 1 or 0, verdict == 2 and 1 or 0)
+  record(verdict == 1 and 1 or 0, verdict == 2 and 1 or 0, verdict == 3 and 1 or 0)
   reply = {before, st.s}
   if op == 'retry' then
     if st.s == OPEN then

@@ -69,6 +69,9 @@ log = logging.getLogger(__name__)
 
 _SCRIPT = resources.files(__package__).joinpath("fleet.lua").read_text(encoding="utf-8")
 _VERDICT = {Verdict.IGNORED: 0, Verdict.SUCCESS: 1, Verdict.FAILURE: 2}
+# The script's verdict for a throttled failure: the token bucket and the
+# cool-down count it, the breaker window does not (squawk.policy.outcome).
+_THROTTLED = 3
 _ONE_MS = timedelta(milliseconds=1)
 # Late answers in a row that count as an outage.
 _LATE_IN_A_ROW = 3
@@ -112,6 +115,8 @@ class _Pending:
     profile: Profile
     successes: int = 0
     failures: int = 0
+    # Throttled failures: for the token bucket and the cool-down only.
+    throttled: int = 0
     # The longest Retry-After among the failures, to share, ms; -1 none.
     hint: int = -1
 
@@ -244,7 +249,7 @@ class FleetStore(PodStore):
         config = profile.for_upstream(upstream)
         op = (
             "retry",
-            _VERDICT[config.verdict(outcome)],
+            _fleet_verdict(config, outcome),
             self._hint(config, outcome),
             local.delay // _ONE_MS,
             -1 if deadline is None else deadline // _ONE_MS,
@@ -379,8 +384,8 @@ class FleetStore(PodStore):
         return -1 if shared is None else math.ceil(shared / _ONE_MS)
 
     def _enqueue(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
-        verdict = profile.for_upstream(upstream).verdict(outcome)
-        if verdict is Verdict.IGNORED:
+        verdict = _fleet_verdict(profile.for_upstream(upstream), outcome)
+        if verdict == _VERDICT[Verdict.IGNORED]:
             return
         if not self._up:
             self._miss_outcome(profile, upstream, outcome)
@@ -393,8 +398,11 @@ class FleetStore(PodStore):
                 return
             pending = self._queue[key] = _Pending(profile)
         pending.profile = profile  # a reload's, if one came meanwhile
-        if verdict is Verdict.FAILURE:
-            pending.failures += 1
+        if verdict != _VERDICT[Verdict.SUCCESS]:
+            if verdict == _THROTTLED:
+                pending.throttled += 1
+            else:
+                pending.failures += 1
             pending.hint = max(pending.hint, self._hint(profile.for_upstream(upstream), outcome))
         else:
             pending.successes += 1
@@ -435,7 +443,7 @@ class FleetStore(PodStore):
         async with self._redis.pipeline(transaction=False) as pipe:
             for (_, upstream), sums in batch:
                 config = sums.profile.for_upstream(upstream)
-                op = ("record", sums.successes, sums.hint, sums.failures, -1)
+                op = ("record", sums.successes, sums.hint, sums.failures, sums.throttled)
                 keys, args = self._call_args(sums.profile.name, upstream, config, op)
                 await self._script(keys=keys, args=args, client=pipe)  # queued
             try:
@@ -509,11 +517,16 @@ class FleetStore(PodStore):
             )
 
     def _miss_outcome(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
-        verdict = profile.for_upstream(upstream).verdict(outcome)
-        if verdict is Verdict.IGNORED:
+        config = profile.for_upstream(upstream)
+        verdict = _fleet_verdict(config, outcome)
+        if verdict == _VERDICT[Verdict.IGNORED]:
             return
-        failed = verdict is Verdict.FAILURE
-        hint = self._hint(profile.for_upstream(upstream), outcome) if failed else -1
+        failed = verdict != _VERDICT[Verdict.SUCCESS]
+        hint = self._hint(config, outcome) if failed else -1
+        if verdict == _THROTTLED:
+            # Its cool-down is kept; the breaker window never counts it.
+            self._miss(profile, upstream, 0, 0, hint)
+            return
         self._miss(profile, upstream, int(not failed), int(failed), hint)
 
     def _miss(
@@ -525,7 +538,7 @@ class FleetStore(PodStore):
         if missed is None:
             if len(self._missed) >= self.upstreams.max_upstreams:
                 self._drop(
-                    successes + failures,
+                    successes + failures or 1,  # a throttled failure has neither
                     f"more than {self.upstreams.max_upstreams} upstreams seen "
                     "while the store was away",
                 )
@@ -533,10 +546,11 @@ class FleetStore(PodStore):
             missed = self._missed[key] = _Missed(profile.for_upstream(upstream))
         cb = missed.config.circuit_breaker
         now = time.monotonic()
-        missed.window = added(
-            missed.window, now, seconds(cb.window), cb.buckets, successes + failures, failures
-        )
-        if failures and hint >= 0:
+        if successes + failures:
+            missed.window = added(
+                missed.window, now, seconds(cb.window), cb.buckets, successes + failures, failures
+            )
+        if hint >= 0:
             missed.cool_until = max(missed.cool_until, now + hint / 1000)
 
     async def _reconnect(self) -> None:
@@ -616,9 +630,10 @@ class FleetStore(PodStore):
             failures = min(window.second, _REPLAY_MAX)
             successes = min(window.first - window.second, _REPLAY_MAX)
             cooling = math.ceil((seen.cool_until - now) * 1000) if seen.cool_until > now else -1
-            if cooling > 0 and not failures:
-                failures = 1  # a cool-down comes with a failure
-            op = ("replay", successes, cooling, failures, -1)
+            # A cool-down comes with a failure: a throttled one, which
+            # cools the fleet without a failure in its breaker window.
+            throttled = 1 if cooling > 0 and not failures else 0
+            op = ("replay", successes, cooling, failures, throttled)
             keys, args = self._call_args(profile, upstream, seen.config, op)
             await self._script(keys=keys, args=args, client=pipe)  # queued
         # Taken out before the wait: outcomes seen meanwhile start new
@@ -703,3 +718,12 @@ def _config_args(config: UpstreamConfig, min_pods: int) -> list[Any]:
         0,
         cool,
     ]
+
+
+def _fleet_verdict(config: UpstreamConfig, outcome: Outcome) -> int:
+    """The script's verdict for `outcome`: _VERDICT's, or _THROTTLED for a
+    failure the breaker does not count (UpstreamConfig.breaker_verdict)."""
+    counted = config.verdict(outcome)
+    if counted is Verdict.FAILURE and config.breaker_verdict(outcome) is Verdict.IGNORED:
+        return _THROTTLED
+    return _VERDICT[counted]
