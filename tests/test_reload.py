@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import json
 import logging
 import os
 import select
@@ -541,29 +542,41 @@ def test_a_sighup_of_an_unchanged_large_file_parses_nothing(tmp_path: Path) -> N
     assert waits and max(waits) < 0.5
 
 
+BODY = json.dumps({"success": False, "error": {"message": "status " * 40}}).encode()
+
+
 def test_a_batch_is_answered_from_one_policy_whatever_reloads_meanwhile(tmp_path: Path) -> None:
     """A SIGHUP sent while each batch of 10,000 runs: every batch is
     wholly A's or wholly B's (a reload between two slices of a batch used to
     answer the rest of it from the new policy)."""
     policy = tmp_path / "policy.yaml"
-    policy.write_text(POLICY_A)
+    a, b = (p.replace(BREAKER, "circuit_breaker: {enabled: false}") for p in (POLICY_A, POLICY_B))
+    policy.write_text(a)
     port = free_port()
     daemon = start_daemon(
         "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
     )
     mixed, seen = [], set()
+    # Ten thousand answers with their classifications outgrow gRPC's default
+    # 4 MiB receive limit; a caller of such batches raises it.
+    options = [("grpc.max_receive_message_length", 64 << 20)]
     try:
-        with grpc.insecure_channel(daemon.target) as channel:
+        with grpc.insecure_channel(daemon.target, options=options) as channel:
             stub = pb_grpc.PolicyServiceStub(channel)
             for n in range(12):
                 swap = tmp_path / "swap.yaml"
-                swap.write_text(POLICY_B if n % 2 == 0 else POLICY_A)
+                swap.write_text(b if n % 2 == 0 else a)
                 os.replace(swap, policy)
-                # Upstreams new to the daemon: each item takes its state's
-                # work, so the batch runs for most of a second.
+                # Each item an upstream's state to update and a body to
+                # parse and redact, so the batch runs for most of a second
+                # (the reload waits for the file to read the same twice).
+                # The same 10,000 names each time, with no breaker to open:
+                # new ones would overflow the registry after the first batch.
                 batch = pb.DecideRetryBatchRequest(
                     requests=[
-                        pb.DecideRetryRequest(attempt=1, http_status=503, upstream=f"b{n}-{i}")
+                        pb.DecideRetryRequest(
+                            attempt=1, http_status=503, response_body=BODY, upstream=f"u{i}"
+                        )
                         for i in range(MAX_BATCH)
                     ]
                 )
