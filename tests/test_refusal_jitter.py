@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 
 import grpc
 import pytest
@@ -38,6 +39,10 @@ from squawk.policy.guard import FleetAnswer
 from squawk.policy.headers import MAX_RETRY_AFTER
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
+from test_fleet import POLICY as FLEET_POLICY  # isort: split
+
+from bench.redis_server import RedisServer  # on the path once test_fleet is imported
+from test_fleet import eventually, start_pods, stop_pods
 from upstream_pod import OUTAGE, RETRY, failure
 
 MS = timedelta(milliseconds=1)
@@ -133,11 +138,38 @@ def daemon() -> Iterator[Daemon]:
     d.stop()
 
 
+Answer = tuple[float, float, int]  # when the Admit was sent, answered, and its retry_after
+
+
+def _refused_together(stub: pb_grpc.PolicyServiceStub, upstream: str) -> list[Answer]:
+    def refused(_: int) -> Answer:
+        start = time.monotonic()
+        reply = stub.Admit(pb.AdmitRequest(upstream=upstream), timeout=5)
+        end = time.monotonic()
+        assert (reply.allowed, reply.reason) == (False, pb.REASON_UPSTREAM_COOLING_DOWN)
+        return start, end, reply.retry_after.ToMilliseconds()
+
+    with ThreadPoolExecutor(8) as pool:
+        return list(pool.map(refused, range(24)))
+
+
+def _spread_out(answers: list[Answer], before: float, after: float) -> None:
+    """Without jitter every refusal answers `until - now`, so each call's
+    (its time + retry_after) brackets the one end time: the brackets all
+    overlap. Jittered (up to 2 s of a 10 s cool-down), they cannot."""
+    waits = [ms for _, _, ms in answers]
+    assert len(set(waits)) >= len(waits) // 2
+    # No wait ends before the cool-down does (it ends 10 s after the 429
+    # was sent, so no earlier than `before` + 10 s), nor past it plus 2 s.
+    assert all(end + ms / 1000 >= before + 10 - 0.001 for _, end, ms in answers)
+    assert all(start + ms / 1000 <= after + 12 + 0.001 for start, _, ms in answers)
+    # Not one end time: the latest earliest end is well past the earliest latest one.
+    latest_start = max(start + ms / 1000 for start, _, ms in answers)
+    earliest_end = min(end + ms / 1000 for _, end, ms in answers)
+    assert latest_start - earliest_end > 0.5
+
+
 def test_executors_refused_by_one_cool_down_come_back_spread_out(daemon: Daemon) -> None:
-    """On a pod without jitter every refusal answers `until - now`, so each
-    call's (its time + retry_after) brackets the one end time: the brackets
-    all overlap. Jittered, they cannot (the jitter is up to 2 s of 10 s)."""
-    count = 24
     with grpc.insecure_channel(daemon.target) as channel:
         stub = pb_grpc.PolicyServiceStub(channel)
         before = time.monotonic()
@@ -149,23 +181,24 @@ def test_executors_refused_by_one_cool_down_come_back_spread_out(daemon: Daemon)
         )
         after = time.monotonic()
         assert told.action == pb.ACTION_RETRY
+        _spread_out(_refused_together(stub, "herd"), before, after)
 
-        def refused(_: int) -> tuple[float, float, int]:
-            start = time.monotonic()
-            reply = stub.Admit(pb.AdmitRequest(upstream="herd"), timeout=5)
-            end = time.monotonic()
-            assert (reply.allowed, reply.reason) == (False, pb.REASON_UPSTREAM_COOLING_DOWN)
-            return start, end, reply.retry_after.ToMilliseconds()
 
-        with ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(refused, range(count)))
-    waits = [ms for _, _, ms in answers]
-    assert len(set(waits)) >= count // 2
-    # No wait ends before the cool-down does (it ends 10 s after the 429 was
-    # answered, so no earlier than `before` + 10 s), nor past it plus 2 s.
-    assert all(end + ms / 1000 >= before + 10 - 0.001 for _, end, ms in answers)
-    assert all(start + ms / 1000 <= after + 12 + 0.001 for start, _, ms in answers)
-    # Not one end time: the latest earliest end is well past the earliest latest one.
-    latest_start = max(start + ms / 1000 for start, _, ms in answers)
-    earliest_end = min(end + ms / 1000 for _, end, ms in answers)
-    assert latest_start - earliest_end > 0.5
+def test_pods_refused_by_the_fleets_cool_down_come_back_spread_out(tmp_path: Path) -> None:
+    """The pod that answers never saw the 429: its refusals are the fleet's."""
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(FLEET_POLICY)
+    server = RedisServer().start()
+    a, b = start_pods(server.url, policy, count=2)
+    try:
+        before = time.monotonic()
+        a.report("fleet-herd", 429, headers={"Retry-After": "10"})
+        eventually(
+            lambda: b.admit("fleet-herd").reason == pb.REASON_UPSTREAM_COOLING_DOWN,
+            "the fleet cools down",
+        )
+        after = time.monotonic()
+        _spread_out(_refused_together(b.stub, "fleet-herd"), before, after)
+    finally:
+        stop_pods([a, b])
+        server.stop()
