@@ -204,7 +204,7 @@ def test_a_retry_waits_out_the_cool_down(decision: Decision, delay_ms: int) -> N
     if guarded.delay > decision.delay:
         assert guarded.explanation == (
             f"{decision.explanation[:-1]}; the upstream is cooling down for 3000 ms more, "
-            "so wait that long instead."
+            "so wait 3000 ms instead."
         )
     else:
         assert guarded == decision

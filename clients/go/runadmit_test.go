@@ -112,7 +112,8 @@ func TestRunWaitsOutACoolDown(t *testing.T) {
 	if _, err := Run(context.Background(), c, "PAR", step, RunOptions[string]{Upstream: u, Sleep: sleep}); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if len(waits) != 1 || waits[0] <= time.Second || waits[0] > 2*time.Second {
+	// The daemon jitters a refusal's wait by up to a fifth of the time left.
+	if len(waits) != 1 || waits[0] <= time.Second || waits[0] > 2400*time.Millisecond {
 		t.Fatalf("waits %v, want one wait for the rest of the 2 s Retry-After", waits)
 	}
 	if len(dispatched) != 1 || dispatched[0] < waits[0] {
@@ -147,8 +148,9 @@ func TestRunRefusedPastTheDeadlineFailsAtOnce(t *testing.T) {
 	if !strings.HasPrefix(d.Explanation, prefix) || !strings.HasSuffix(d.Explanation, " ms, past the step's deadline.") {
 		t.Errorf("explanation %q", d.Explanation)
 	}
-	if d.RetryAfter <= time.Second || d.RetryAfter > 2*time.Second {
-		t.Errorf("RetryAfter = %v, want the rest of the 2 s Retry-After", d.RetryAfter)
+	// The daemon jitters a refusal's wait by up to a fifth of the time left.
+	if d.RetryAfter <= time.Second || d.RetryAfter > 2400*time.Millisecond {
+		t.Errorf("RetryAfter = %v, want the rest of the 2 s Retry-After, jittered", d.RetryAfter)
 	}
 	if calls != 0 || re.Calls != 0 || re.Err != nil || re.Cause != nil || len(rec.waits) != 0 {
 		t.Errorf("step called %d times, RunError %+v, waits %v; want no call and no wait", calls, re, rec.waits)
@@ -195,8 +197,9 @@ func TestRunEndsAfterTheBudgetOfRefusals(t *testing.T) {
 		t.Fatalf("waits %v, want 2", rec.waits)
 	}
 	for _, w := range rec.waits {
-		if w <= 59*time.Minute || w > time.Hour {
-			t.Errorf("waited %v, want the rest of the breaker's hour", w)
+		// The daemon jitters a refusal's wait by 5 s at most.
+		if w <= 59*time.Minute || w > time.Hour+5*time.Second {
+			t.Errorf("waited %v, want the rest of the breaker's hour, jittered", w)
 		}
 	}
 	d := re.Decision
@@ -227,8 +230,9 @@ func TestRunRefusedResendKeepsTheLastError(t *testing.T) {
 	if re.Decision.Reason != squawkv1.Reason_REASON_CIRCUIT_OPEN || re.Calls != 1 {
 		t.Errorf("RunError %+v, want CIRCUIT_OPEN after 1 call", re)
 	}
-	if ra := re.Decision.RetryAfter; ra <= 59*time.Minute || ra > time.Hour {
-		t.Errorf("RetryAfter = %v, want the rest of the breaker's hour", ra)
+	// The daemon jitters a refusal's wait by 5 s at most.
+	if ra := re.Decision.RetryAfter; ra <= 59*time.Minute || ra > time.Hour+5*time.Second {
+		t.Errorf("RetryAfter = %v, want the rest of the breaker's hour, jittered", ra)
 	}
 	var se *StepError
 	if !errors.As(err, &se) || se.HTTPStatus != 503 {

@@ -117,9 +117,10 @@ describe("runStep with an upstream, against the daemon", () => {
     );
     assert.equal(result, "ok");
     const first = waits[0] ?? 0;
-    assert.ok(first >= 1000 && first <= 2000, `first wait ${first} ms`);
+    // The pod jitters a refusal's wait by up to a fifth of the time left.
+    assert.ok(first >= 1000 && first <= 2400, `first wait ${first} ms`);
     // A timer may fire a hair early; the pod then asks for the rest, never for more.
-    assert.ok(waits.reduce((a, b) => a + b, 0) <= 2050, `waits ${waits.join(", ")}`);
+    assert.ok(waits.reduce((a, b) => a + b, 0) <= 2450, `waits ${waits.join(", ")}`);
     const refusals = asked.events.slice(0, -3);
     assert.deepEqual(refusals, waits.flatMap(() => [`admit ${COOLING}`, "wait"]));
     assert.deepEqual(asked.events.slice(-3), ["admit allowed", "dispatch", "report"]);
@@ -140,7 +141,7 @@ describe("runStep with an upstream, against the daemon", () => {
     );
     assert.ok(refusedWith(COOLING, explanation, 0)(failure), String(failure));
     const waitMs = Number(explanation.exec((failure as StepFailedError).decision.explanation)?.[1]);
-    assert.ok(waitMs > 1000 && waitMs <= 2000, `admits again in ${waitMs} ms`);
+    assert.ok(waitMs > 1000 && waitMs <= 2400, `admits again in ${waitMs} ms`); // jittered
     assert.equal(ran, false);
     assert.deepEqual(waits, []);
     assert.ok(Date.now() - started < 1000, "the step waited");
@@ -169,7 +170,8 @@ describe("runStep with an upstream, against the daemon", () => {
     );
     assert.equal(ran, false);
     assert.equal(waits.length, 2);
-    assert.ok(waits.every((ms) => ms > 25_000 && ms <= 30_000), `waits ${waits.join(", ")}`);
+    // The built-in breaker's 30 s, jittered by 5 s at most.
+    assert.ok(waits.every((ms) => ms > 25_000 && ms <= 35_000), `waits ${waits.join(", ")}`);
   });
 
   test("a resend the pod refuses ends the step with the calls made and the last error", async () => {

@@ -23,11 +23,17 @@ executor in the pod would hit the same limit.
   decide().
 - A hint on a success or on an uncounted failure (another 4xx) is not
   shared: it speaks for that caller's request, not for the upstream.
+
+Every wait a refusal answers -- a cool-down's, and an open breaker's, in
+admit() and guard_retry(), for the pod and the fleet -- goes through
+spread(): executors refused together would otherwise all come back at the
+same millisecond, and be refused together again.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from datetime import timedelta
 
 from .headers import MAX_RETRY_AFTER
@@ -37,12 +43,15 @@ from .types import PolicyInputError
 __all__ = [
     "DEFAULT_MAX_COOL_DOWN",
     "MAX_COOL_DOWN",
+    "MAX_SPREAD",
     "MIN_COOL_DOWN",
     "NOT_COOLING",
+    "SPREAD_FRACTION",
     "check_max_cool_down",
     "cool_down",
     "held",
     "shared_wait",
+    "spread",
 ]
 
 # The end of a cool-down that never began.
@@ -52,6 +61,10 @@ DEFAULT_MAX_COOL_DOWN = timedelta(minutes=5)
 # fleet stores; over a day is more than any hint the header parser keeps.
 MIN_COOL_DOWN = timedelta(seconds=1)
 MAX_COOL_DOWN = MAX_RETRY_AFTER
+# A refusal's jitter (see spread()): up to a fifth of the wait, at most 5 s.
+SPREAD_FRACTION = 0.2
+MAX_SPREAD = timedelta(seconds=5)
+_ONE_MS = timedelta(milliseconds=1)
 
 
 def check_max_cool_down(value: timedelta) -> None:
@@ -83,3 +96,25 @@ def held(until: float, now: float, cap: timedelta) -> float:
     """A running cool-down's end under a (new) cap: a reload that lowers
     max_cool_down shortens the cool-downs already running to it."""
     return min(until, now + seconds(min(cap, MAX_RETRY_AFTER)))
+
+
+def spread(left: timedelta, rng: random.Random | None) -> timedelta:
+    """A refusal's wait: `left` plus U(0, min(left x SPREAD_FRACTION,
+    MAX_SPREAD)), in whole milliseconds; `left` itself when `rng` is None
+    (a display, or a caller that wants the exact time).
+
+    The jitter only adds: a wait shorter than `left` would come back while
+    the refusing rule still refuses. The fraction is gRPC's connection
+    backoff's (grpc/grpc doc/connection-backoff.md, JITTER = 0.2; grpc-go
+    backoff.DefaultConfig), the same idea as AWS's "Exponential Backoff and
+    Jitter" and Polly's jitter: spread the callers a limit refused together.
+    The cap keeps a long wait close to what the rule said (a 5-minute
+    cool-down ends within 5 s of its time, not a minute after), and the
+    answer never passes MAX_RETRY_AFTER (a day), well within a protobuf
+    Duration.
+    """
+    if rng is None or not left:
+        return left
+    most = min(left // _ONE_MS * SPREAD_FRACTION, MAX_SPREAD // _ONE_MS)
+    extra = math.floor(rng.uniform(0, most))
+    return min(left + extra * _ONE_MS, max(left, MAX_RETRY_AFTER))

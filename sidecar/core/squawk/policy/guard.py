@@ -15,6 +15,10 @@ reads a decision after decide() and can only make it more cautious:
    core's deadline guard (decide.deadline_exceeded) makes it FAIL,
    DEADLINE_EXCEEDED, with `retry_after` the cool-down left.
 
+Every wait these rules answer (the half-open time, the cool-down left) is
+jittered upwards by cooldown.spread() when an `rng` is passed, so that
+executors refused together come back spread out.
+
 So the shared state only ever turns a RETRY into a FAIL or a longer wait,
 never the other way round. The checks run in that order and the budget is
 withdrawn from only when the answer stays RETRY: a retry that fails on the
@@ -26,11 +30,13 @@ store (the daemon's Redis store) says of every pod's shared state.
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 from typing import NamedTuple
 
 from . import breaker as _breaker
 from . import retry_budget as _budget
+from .cooldown import spread
 from .decide import deadline_exceeded, resend_phrase
 from .timing import time_left
 from .types import Action, BreakerState, Decision, Reason
@@ -61,11 +67,13 @@ def guard_retry(
     now: float,
     decision: Decision,
     deadline: timedelta | None = None,
+    rng: random.Random | None = None,
 ) -> tuple[UpstreamState, Decision]:
     """(state, decision): `decision` as the upstream's state allows it.
 
     `deadline` is the time left before the step's deadline, as decide() got
-    it in AttemptState.deadline; None when the step has none.
+    it in AttemptState.deadline; None when the step has none. `rng` jitters
+    the waits answered (None: the exact times).
     """
     if decision.action is not Action.RETRY:
         return state, decision
@@ -74,13 +82,14 @@ def guard_retry(
     if breaker is not state.breaker:
         state = UpstreamState(breaker, state.budget, state.cool_until)
     if breaker.state is BreakerState.OPEN:
-        return state, _open(decision, what, "circuit breaker", time_left(breaker.until, now))
+        left = time_left(breaker.until, now)
+        return state, _open(decision, what, "circuit breaker", left, rng)
     budget = _budget.withdraw(state.budget, config.retry_budget, now)
     if budget is None:
         clause, left_or_none = _budget.describe(state.budget, config.retry_budget, now)
         why = f"{what}, but the upstream's {clause}."
         return state, _fail(decision, Reason.RETRY_BUDGET_EXHAUSTED, why, left_or_none)
-    decision, past = _cooled(decision, what, time_left(state.cool_until, now), deadline)
+    decision, past = _cooled(decision, what, time_left(state.cool_until, now), deadline, rng)
     if past:
         return state, decision
     if budget is not state.budget:
@@ -103,7 +112,10 @@ class FleetAnswer(NamedTuple):
 
 
 def guard_fleet(
-    decision: Decision, answer: FleetAnswer, deadline: timedelta | None = None
+    decision: Decision,
+    answer: FleetAnswer,
+    deadline: timedelta | None = None,
+    rng: random.Random | None = None,
 ) -> Decision:
     """`decision` (already guarded by the pod's own state) as the fleet's
     state allows it: the same rules as guard_retry, so again only ever a
@@ -112,11 +124,11 @@ def guard_fleet(
         return decision
     what = _what(decision)
     if answer.open_left is not None:
-        return _open(decision, what, "fleet-wide circuit breaker", answer.open_left)
+        return _open(decision, what, "fleet-wide circuit breaker", answer.open_left, rng)
     if answer.budget_spent is not None:
         why = f"{what}, but the upstream's fleet-wide retry budget is spent: {answer.budget_spent}."
         return _fail(decision, Reason.RETRY_BUDGET_EXHAUSTED, why, None)
-    return _cooled(decision, what, answer.cooling, deadline)[0]
+    return _cooled(decision, what, answer.cooling, deadline, rng)[0]
 
 
 def _what(decision: Decision) -> str:
@@ -125,16 +137,25 @@ def _what(decision: Decision) -> str:
     )
 
 
-def _open(decision: Decision, what: str, breaker: str, left: timedelta) -> Decision:
+def _open(
+    decision: Decision, what: str, breaker: str, left: timedelta, rng: random.Random | None
+) -> Decision:
     why = f"{what}, but the upstream's {breaker} is open; it half-opens in {left // _ONE_MS} ms."
-    return _fail(decision, Reason.CIRCUIT_OPEN, why, left)
+    return _fail(decision, Reason.CIRCUIT_OPEN, why, spread(left, rng))
 
 
 def _cooled(
-    decision: Decision, what: str, cooling: timedelta, deadline: timedelta | None
+    decision: Decision,
+    what: str,
+    cooling: timedelta,
+    deadline: timedelta | None,
+    rng: random.Random | None,
 ) -> tuple[Decision, bool]:
     """(decision, past): a RETRY waiting at least the cool-down left, or
-    (past=True) a FAIL when that wait would outlast the step's deadline."""
+    (past=True) a FAIL when that wait would outlast the step's deadline.
+
+    Only the cool-down left is held to the deadline: its jitter is cut to
+    what the deadline leaves rather than failing a step that could wait."""
     if cooling <= decision.delay:
         return decision, False
     past = deadline_exceeded(
@@ -145,9 +166,12 @@ def _cooled(
         decision.declared_retryable,
     )
     if past is not None:
-        return past._replace(retry_after=cooling), True
+        return past._replace(retry_after=spread(cooling, rng)), True
+    wait = spread(cooling, rng)
+    if deadline is not None:
+        wait = min(wait, deadline)
     return decision._replace(
-        delay=cooling,
+        delay=wait,
         explanation=f"{decision.explanation.removesuffix('.')}; the upstream is cooling "
-        f"down for {cooling // _ONE_MS} ms more, so wait that long instead.",
+        f"down for {cooling // _ONE_MS} ms more, so wait {wait // _ONE_MS} ms instead.",
     ), False

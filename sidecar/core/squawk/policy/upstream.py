@@ -11,7 +11,7 @@ config from `profile.for_upstream(upstream)`, and calls:
   refuse CIRCUIT_OPEN, with the time until the round restarts; else admit,
   as a probe while HALF_OPEN). An admitted first call deposits into a ratio
   budget; pass `retry=True` for a resend guard_retry() granted, which has
-  already withdrawn.
+  already withdrawn. Pass `rng` to jitter a refusal's wait (cooldown.spread).
 - `record_outcome(state, config, now, outcome)` after each admitted call:
   the breaker's window (or its probe tally), the token bucket and the
   cool-down read it (squawk.policy.outcome says what counts: what the
@@ -27,6 +27,7 @@ the calls on it. `now` is seconds from a monotonic clock.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import NamedTuple
@@ -34,7 +35,13 @@ from typing import NamedTuple
 from . import breaker as _breaker
 from . import retry_budget as _budget
 from .breaker import Breaker, BreakerConfig
-from .cooldown import DEFAULT_MAX_COOL_DOWN, NOT_COOLING, check_max_cool_down, cool_down
+from .cooldown import (
+    DEFAULT_MAX_COOL_DOWN,
+    NOT_COOLING,
+    check_max_cool_down,
+    cool_down,
+    spread,
+)
 from .outcome import (
     STEP_TRANSIENT,
     Outcome,
@@ -106,7 +113,7 @@ class Admission(NamedTuple):
     # when allowed.
     reason: Reason | None
     # Refused: how long until the refusing rule may admit again, in whole
-    # milliseconds. None when allowed.
+    # milliseconds, jittered upwards when admit() got an rng. None when allowed.
     retry_after: timedelta | None
     breaker_state: BreakerState
     # Allowed while HALF_OPEN: this call is one of the round's probes.
@@ -130,18 +137,24 @@ class UpstreamSnapshot(NamedTuple):
 
 
 def admit(
-    state: UpstreamState, config: UpstreamConfig, now: float, *, retry: bool = False
+    state: UpstreamState,
+    config: UpstreamConfig,
+    now: float,
+    *,
+    retry: bool = False,
+    rng: random.Random | None = None,
 ) -> tuple[UpstreamState, Admission]:
     """(state, admission): whether one call may go to the upstream now."""
     cb = config.circuit_breaker
     cooling = time_left(state.cool_until, now)
     if cooling:
         breaker = _breaker.advance(state.breaker, cb, now)
-        refused = Admission(False, Reason.UPSTREAM_COOLING_DOWN, cooling, breaker.state, False)
+        wait = spread(cooling, rng)
+        refused = Admission(False, Reason.UPSTREAM_COOLING_DOWN, wait, breaker.state, False)
         return _with(state, breaker=breaker), refused
     breaker, allowed, probe = _breaker.admit(state.breaker, cb, now)
     if not allowed:
-        left = time_left(breaker.until, now)
+        left = spread(time_left(breaker.until, now), rng)
         refused = Admission(False, Reason.CIRCUIT_OPEN, left, breaker.state, False)
         return _with(state, breaker=breaker), refused
     budget = state.budget if retry else _budget.deposit(state.budget, config.retry_budget, now)

@@ -52,7 +52,7 @@ from squawk.policy import (
     UpstreamConfig,
     guard_fleet,
 )
-from squawk.policy.cooldown import shared_wait
+from squawk.policy.cooldown import shared_wait, spread
 from squawk.policy.outcome import Verdict
 from squawk.policy.text import shown_text
 from squawk.policy.timing import EMPTY, Window, added, rolled, seconds
@@ -222,7 +222,9 @@ class FleetStore(PodStore):
                 why, wait = Reason.UPSTREAM_COOLING_DOWN, _cool_left(wait_ms, config)
             else:
                 why, wait = Reason.CIRCUIT_OPEN, _open_left(wait_ms, config)
-            return Admission(False, why, wait, state, False), Source.FLEET
+            return Admission(
+                False, why, spread(wait, self.upstreams.rng), state, False
+            ), Source.FLEET
         local = self.upstreams.admit(profile, upstream)
         if not local.allowed:
             # Another call took the pod's last slot while Redis answered
@@ -265,7 +267,7 @@ class FleetStore(PodStore):
             answer = FleetAnswer(budget_spent=_budget_clause(config, a, b))
         else:
             answer = FleetAnswer(cooling=_cool_left(a, config))
-        return guard_fleet(local, answer, deadline), Source.FLEET
+        return guard_fleet(local, answer, deadline, self.upstreams.rng), Source.FLEET
 
     def record(self, outcomes: Sequence[tuple[Profile, str, Outcome]]) -> None:
         super().record(outcomes)

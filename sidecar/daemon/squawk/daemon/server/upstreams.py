@@ -40,6 +40,7 @@ read-modify-write below runs without an `await` in between.
 from __future__ import annotations
 
 import bisect
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -129,12 +130,15 @@ class Upstreams:
         on_transition: Callable[[Transition], None] | None = None,
         on_forget: Callable[[str, str], None] | None = None,
         on_untracked: Callable[[str], None] | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         """`on_forget(profile, upstream)`: a key was dropped (its metric
         series may go); `on_untracked(profile)`: a call about a new name
-        was answered from a fresh state, for want of an idle key to drop."""
+        was answered from a fresh state, for want of an idle key to drop.
+        `rng` jitters every refusal's wait (squawk.policy.cooldown.spread)."""
         self._policy = policy
         self._clock = clock
+        self.rng = rng if rng is not None else random.Random()
         self._on_transition = on_transition
         self._on_forget = on_forget
         self._on_untracked = on_untracked
@@ -270,10 +274,11 @@ class Upstreams:
         entry = self._current(key, config, now)
         if entry is None:
             config = _untracked(config)
-            state, admission = admit(self._overflow_state(profile.name, config, now), config, now)
+            state = self._overflow_state(profile.name, config, now)
+            state, admission = admit(state, config, now, rng=self.rng)
             self._overflow[profile.name] = state
             return admission
-        state, admission = admit(entry.state, config, now)
+        state, admission = admit(entry.state, config, now, rng=self.rng)
         self._store(key, entry, state, now)
         return admission
 
@@ -319,7 +324,7 @@ class Upstreams:
         else:
             state = entry.state
         state = record_outcome(state, config, now, outcome)
-        state, decision = guard_retry(state, config, now, decision, deadline)
+        state, decision = guard_retry(state, config, now, decision, deadline, self.rng)
         if entry is None:
             self._overflow[profile.name] = state
         else:
