@@ -11,6 +11,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -130,6 +131,20 @@ def start_daemon(
         daemon.stop(9)
         raise RuntimeError(f"daemon failed to start:\n{output}") from None
     return daemon
+
+
+@contextmanager
+def serving(tmp_path_factory: pytest.TempPathFactory, policy: str) -> Iterator[grpc.Channel]:
+    """A daemon of its own running the policy file `policy`, and a channel
+    to it: for a module's fixture."""
+    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    path.write_text(policy)
+    daemon = start_daemon("--policy", str(path))
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            yield channel
+    finally:
+        daemon.stop()
 
 
 @pytest.fixture(scope="session")

@@ -22,11 +22,10 @@ from datetime import timedelta
 from itertools import count
 from typing import Any
 
-import grpc
 import pytest
 import redis
 
-from conftest import Daemon, start_daemon
+from conftest import serving
 from squawk.daemon.config import ConfigError, parse_config
 from squawk.policy import (
     BreakerConfig,
@@ -203,12 +202,8 @@ profiles:
 
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pb_grpc.PolicyServiceStub]:
-    policy = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    policy.write_text(POLICY)
-    daemon: Daemon = start_daemon("--policy", str(policy))
-    with grpc.insecure_channel(daemon.target) as channel:
+    with serving(tmp_path_factory, POLICY) as channel:
         yield pb_grpc.PolicyServiceStub(channel)
-    daemon.stop()
 
 
 _names = count()
