@@ -238,6 +238,12 @@ const (
 	// attempt count. Such a failure counts against the upstream's breaker and
 	// retry budget whatever its status, as A6 counts it against the throttle.
 	Reason_REASON_SERVER_PUSHBACK Reason = 18
+	// An Admit refusal: the upstream's pace (its declared, announced or
+	// learned rate, or its concurrency limit) cannot start this call before
+	// the step's deadline, or the pod is shedding a sustained overload (its
+	// queue is kept short). Fail the step now; retry_after (jittered) is when
+	// a new call might start without a long wait.
+	Reason_REASON_UPSTREAM_SATURATED Reason = 19
 )
 
 // Enum value maps for Reason.
@@ -262,6 +268,7 @@ var (
 		16: "REASON_UPSTREAM_COOLING_DOWN",
 		17: "REASON_ADMITTED",
 		18: "REASON_SERVER_PUSHBACK",
+		19: "REASON_UPSTREAM_SATURATED",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                 0,
@@ -283,6 +290,7 @@ var (
 		"REASON_UPSTREAM_COOLING_DOWN":       16,
 		"REASON_ADMITTED":                    17,
 		"REASON_SERVER_PUSHBACK":             18,
+		"REASON_UPSTREAM_SATURATED":          19,
 	}
 )
 
@@ -311,6 +319,69 @@ func (x Reason) Number() protoreflect.EnumNumber {
 // Deprecated: Use Reason.Descriptor instead.
 func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{2}
+}
+
+// PaceSource says where an upstream's pace comes from (see UpstreamState).
+type PaceSource int32
+
+const (
+	// Not set; the daemon always sets one of the others.
+	PaceSource_PACE_SOURCE_UNSPECIFIED PaceSource = 0
+	// No pace: nothing is known that limits the upstream; calls start at once.
+	PaceSource_PACE_SOURCE_NONE PaceSource = 1
+	// The policy's rate_limit for the profile or upstream.
+	PaceSource_PACE_SOURCE_POLICY PaceSource = 2
+	// The upstream's own rate-limit headers (x-ratelimit-*,
+	// anthropic-ratelimit-*, RateLimit, ...) on recent outcomes.
+	PaceSource_PACE_SOURCE_HEADERS PaceSource = 3
+	// Learned from throttling (429, 529, RESOURCE_EXHAUSTED): a CUBIC rate,
+	// switched off again after a quiet period.
+	PaceSource_PACE_SOURCE_LEARNED PaceSource = 4
+)
+
+// Enum value maps for PaceSource.
+var (
+	PaceSource_name = map[int32]string{
+		0: "PACE_SOURCE_UNSPECIFIED",
+		1: "PACE_SOURCE_NONE",
+		2: "PACE_SOURCE_POLICY",
+		3: "PACE_SOURCE_HEADERS",
+		4: "PACE_SOURCE_LEARNED",
+	}
+	PaceSource_value = map[string]int32{
+		"PACE_SOURCE_UNSPECIFIED": 0,
+		"PACE_SOURCE_NONE":        1,
+		"PACE_SOURCE_POLICY":      2,
+		"PACE_SOURCE_HEADERS":     3,
+		"PACE_SOURCE_LEARNED":     4,
+	}
+)
+
+func (x PaceSource) Enum() *PaceSource {
+	p := new(PaceSource)
+	*p = x
+	return p
+}
+
+func (x PaceSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PaceSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_squawk_v1_policy_proto_enumTypes[3].Descriptor()
+}
+
+func (PaceSource) Type() protoreflect.EnumType {
+	return &file_squawk_v1_policy_proto_enumTypes[3]
+}
+
+func (x PaceSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PaceSource.Descriptor instead.
+func (PaceSource) EnumDescriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{3}
 }
 
 // BreakerState is the state of a circuit breaker.
@@ -354,11 +425,11 @@ func (x BreakerState) String() string {
 }
 
 func (BreakerState) Descriptor() protoreflect.EnumDescriptor {
-	return file_squawk_v1_policy_proto_enumTypes[3].Descriptor()
+	return file_squawk_v1_policy_proto_enumTypes[4].Descriptor()
 }
 
 func (BreakerState) Type() protoreflect.EnumType {
-	return &file_squawk_v1_policy_proto_enumTypes[3]
+	return &file_squawk_v1_policy_proto_enumTypes[4]
 }
 
 func (x BreakerState) Number() protoreflect.EnumNumber {
@@ -367,7 +438,7 @@ func (x BreakerState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BreakerState.Descriptor instead.
 func (BreakerState) EnumDescriptor() ([]byte, []int) {
-	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 // AnalysisSource is which analyzer produced the answer.
@@ -416,11 +487,11 @@ func (x AnalysisSource) String() string {
 }
 
 func (AnalysisSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_squawk_v1_policy_proto_enumTypes[4].Descriptor()
+	return file_squawk_v1_policy_proto_enumTypes[5].Descriptor()
 }
 
 func (AnalysisSource) Type() protoreflect.EnumType {
-	return &file_squawk_v1_policy_proto_enumTypes[4]
+	return &file_squawk_v1_policy_proto_enumTypes[5]
 }
 
 func (x AnalysisSource) Number() protoreflect.EnumNumber {
@@ -429,7 +500,7 @@ func (x AnalysisSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AnalysisSource.Descriptor instead.
 func (AnalysisSource) EnumDescriptor() ([]byte, []int) {
-	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{4}
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{5}
 }
 
 // ClassifyRequest is one failed upstream call, as a tool saw it. Every field
@@ -1754,7 +1825,21 @@ type AdmitRequest struct {
 	Capability string `protobuf:"bytes,2,opt,name=capability,proto3" json:"capability,omitempty"`
 	// The policy profile; empty means "default". Unknown names are refused
 	// with INVALID_ARGUMENT naming "profile".
-	Profile       string `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	Profile string `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Time left before the step's deadline. Optional; unset = no deadline.
+	// When the pace cannot start the call within it, Admit refuses at once
+	// with REASON_UPSTREAM_SATURATED rather than queueing a call that would
+	// come too late. At most a day.
+	Deadline *durationpb.Duration `protobuf:"bytes,4,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// The call's estimated cost in the upstream's token units (an LLM
+	// request's prompt plus expected completion tokens), for a token rate
+	// limit; report the real one in Outcome.cost. Optional; 0 = unknown.
+	// Finite, 0 to 1e9.
+	Cost float64 `protobuf:"fixed64,5,opt,name=cost,proto3" json:"cost,omitempty"`
+	// How many dispatches the executor asks to start with this one answer (a
+	// busy executor's lease; see AdmitResponse.permits). Optional; 0 or 1 =
+	// one; at most 100.
+	Permits       int32 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1810,6 +1895,27 @@ func (x *AdmitRequest) GetProfile() string {
 	return ""
 }
 
+func (x *AdmitRequest) GetDeadline() *durationpb.Duration {
+	if x != nil {
+		return x.Deadline
+	}
+	return nil
+}
+
+func (x *AdmitRequest) GetCost() float64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+func (x *AdmitRequest) GetPermits() int32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
 // AdmitResponse is the pod's answer for one dispatch.
 type AdmitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1825,7 +1931,17 @@ type AdmitResponse struct {
 	BreakerState BreakerState `protobuf:"varint,4,opt,name=breaker_state,json=breakerState,proto3,enum=squawk.v1.BreakerState" json:"breaker_state,omitempty"`
 	// True when the call is one of the half-open probes: report its outcome,
 	// the breaker closes or reopens on the probes' results.
-	Probe         bool `protobuf:"varint,5,opt,name=probe,proto3" json:"probe,omitempty"`
+	Probe bool `protobuf:"varint,5,opt,name=probe,proto3" json:"probe,omitempty"`
+	// When allowed: wait this long, then dispatch (the pacer's start for the
+	// call; zero = now). Always shorter than the request's deadline.
+	Wait *durationpb.Duration `protobuf:"bytes,6,opt,name=wait,proto3" json:"wait,omitempty"`
+	// When allowed: how many dispatches this answer admits, 1 to the
+	// permits asked. Only an upstream that nothing limits (breaker closed,
+	// no cool-down, no pace) grants more than one.
+	Permits int32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
+	// When permits > 1: how long the permits after the first stay valid,
+	// from now. A permit not used by then lapses; ask again.
+	Lease         *durationpb.Duration `protobuf:"bytes,8,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1895,6 +2011,27 @@ func (x *AdmitResponse) GetProbe() bool {
 	return false
 }
 
+func (x *AdmitResponse) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *AdmitResponse) GetPermits() int32 {
+	if x != nil {
+		return x.Permits
+	}
+	return 0
+}
+
+func (x *AdmitResponse) GetLease() *durationpb.Duration {
+	if x != nil {
+		return x.Lease
+	}
+	return nil
+}
+
 // Outcome is how one dispatch ended.
 type Outcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1921,8 +2058,13 @@ type Outcome struct {
 	// grpc-retry-pushback-ms start the upstream's shared cool-down, and a
 	// grpc-retry-pushback-ms that asks not to retry makes a failure count
 	// whatever its status (see REASON_SERVER_PUSHBACK). Bounded as
-	// DecideRetryRequest.headers.
-	Headers       map[string]string `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// DecideRetryRequest.headers. Rate-limit headers (x-ratelimit-*,
+	// anthropic-ratelimit-*, RateLimit, RateLimit-Policy, retry-after-ms) on
+	// any outcome, successes included, set the upstream's pace.
+	Headers map[string]string `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The call's real cost in the upstream's token units (see
+	// AdmitRequest.cost). Optional; 0 = unknown. Finite, 0 to 1e9.
+	Cost          float64 `protobuf:"fixed64,9,opt,name=cost,proto3" json:"cost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2011,6 +2153,13 @@ func (x *Outcome) GetHeaders() map[string]string {
 		return x.Headers
 	}
 	return nil
+}
+
+func (x *Outcome) GetCost() float64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
 }
 
 // ReportOutcomeRequest reports finished dispatches.
@@ -2276,7 +2425,26 @@ type UpstreamState struct {
 	// 10 shows 4).
 	BudgetBalance float64 `protobuf:"fixed64,7,opt,name=budget_balance,json=budgetBalance,proto3" json:"budget_balance,omitempty"`
 	// Time left of the shared Retry-After cool-down; zero when none.
-	CoolDownLeft  *durationpb.Duration `protobuf:"bytes,8,opt,name=cool_down_left,json=coolDownLeft,proto3" json:"cool_down_left,omitempty"`
+	CoolDownLeft *durationpb.Duration `protobuf:"bytes,8,opt,name=cool_down_left,json=coolDownLeft,proto3" json:"cool_down_left,omitempty"`
+	// Where the pace comes from; PACE_SOURCE_NONE when nothing paces it.
+	PaceSource PaceSource `protobuf:"varint,9,opt,name=pace_source,json=paceSource,proto3,enum=squawk.v1.PaceSource" json:"pace_source,omitempty"`
+	// The calls per second the pace allows; 0 when none.
+	Rate float64 `protobuf:"fixed64,10,opt,name=rate,proto3" json:"rate,omitempty"`
+	// The token units per second the pace allows (see AdmitRequest.cost); 0
+	// when none.
+	TokenRate float64 `protobuf:"fixed64,11,opt,name=token_rate,json=tokenRate,proto3" json:"token_rate,omitempty"`
+	// The wait a call admitted now would get: the queue's delay.
+	QueueDelay *durationpb.Duration `protobuf:"bytes,12,opt,name=queue_delay,json=queueDelay,proto3" json:"queue_delay,omitempty"`
+	// The concurrency limit learned for an upstream that slows down under
+	// load; 0 when none.
+	ConcurrencyLimit int32 `protobuf:"varint,13,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
+	// Calls admitted and not yet reported, as the concurrency limit counts
+	// them.
+	InFlight int32 `protobuf:"varint,14,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// Calls admitted with a wait, and calls refused with
+	// REASON_UPSTREAM_SATURATED, since the pod began tracking the upstream.
+	Paced         int64 `protobuf:"varint,15,opt,name=paced,proto3" json:"paced,omitempty"`
+	Shed          int64 `protobuf:"varint,16,opt,name=shed,proto3" json:"shed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2365,6 +2533,62 @@ func (x *UpstreamState) GetCoolDownLeft() *durationpb.Duration {
 		return x.CoolDownLeft
 	}
 	return nil
+}
+
+func (x *UpstreamState) GetPaceSource() PaceSource {
+	if x != nil {
+		return x.PaceSource
+	}
+	return PaceSource_PACE_SOURCE_UNSPECIFIED
+}
+
+func (x *UpstreamState) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetTokenRate() float64 {
+	if x != nil {
+		return x.TokenRate
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetQueueDelay() *durationpb.Duration {
+	if x != nil {
+		return x.QueueDelay
+	}
+	return nil
+}
+
+func (x *UpstreamState) GetConcurrencyLimit() int32 {
+	if x != nil {
+		return x.ConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetInFlight() int32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetPaced() int64 {
+	if x != nil {
+		return x.Paced
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetShed() int64 {
+	if x != nil {
+		return x.Shed
+	}
+	return 0
 }
 
 var File_squawk_v1_policy_proto protoreflect.FileDescriptor
@@ -2482,20 +2706,26 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x124\n" +
 	"\n" +
 	"violations\x18\x02 \x03(\v2\x14.squawk.v1.ViolationR\n" +
-	"violations\"d\n" +
+	"violations\"\xc9\x01\n" +
 	"\fAdmitRequest\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
 	"\n" +
 	"capability\x18\x02 \x01(\tR\n" +
 	"capability\x12\x18\n" +
-	"\aprofile\x18\x03 \x01(\tR\aprofile\"\xe4\x01\n" +
+	"\aprofile\x18\x03 \x01(\tR\aprofile\x125\n" +
+	"\bdeadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12\x12\n" +
+	"\x04cost\x18\x05 \x01(\x01R\x04cost\x12\x18\n" +
+	"\apermits\x18\x06 \x01(\x05R\apermits\"\xde\x02\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12)\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12:\n" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12<\n" +
 	"\rbreaker_state\x18\x04 \x01(\x0e2\x17.squawk.v1.BreakerStateR\fbreakerState\x12\x14\n" +
-	"\x05probe\x18\x05 \x01(\bR\x05probe\"\xf3\x02\n" +
+	"\x05probe\x18\x05 \x01(\bR\x05probe\x12-\n" +
+	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x18\n" +
+	"\apermits\x18\a \x01(\x05R\apermits\x12/\n" +
+	"\x05lease\x18\b \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\x87\x03\n" +
 	"\aOutcome\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
 	"\n" +
@@ -2507,7 +2737,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"httpStatus\x12+\n" +
 	"\x11transport_failure\x18\x06 \x01(\bR\x10transportFailure\x123\n" +
 	"\alatency\x18\a \x01(\v2\x19.google.protobuf.DurationR\alatency\x129\n" +
-	"\aheaders\x18\b \x03(\v2\x1f.squawk.v1.Outcome.HeadersEntryR\aheaders\x1a:\n" +
+	"\aheaders\x18\b \x03(\v2\x1f.squawk.v1.Outcome.HeadersEntryR\aheaders\x12\x12\n" +
+	"\x04cost\x18\t \x01(\x01R\x04cost\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
@@ -2524,7 +2755,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x14GetUpstreamsResponse\x126\n" +
 	"\tupstreams\x18\x01 \x03(\v2\x18.squawk.v1.UpstreamStateR\tupstreams\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12&\n" +
-	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xfe\x02\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x99\x05\n" +
 	"\rUpstreamState\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12<\n" +
@@ -2533,7 +2764,19 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\fwindow_calls\x18\x05 \x01(\x05R\vwindowCalls\x12'\n" +
 	"\x0fwindow_failures\x18\x06 \x01(\x05R\x0ewindowFailures\x12%\n" +
 	"\x0ebudget_balance\x18\a \x01(\x01R\rbudgetBalance\x12?\n" +
-	"\x0ecool_down_left\x18\b \x01(\v2\x19.google.protobuf.DurationR\fcoolDownLeft*\xcd\x01\n" +
+	"\x0ecool_down_left\x18\b \x01(\v2\x19.google.protobuf.DurationR\fcoolDownLeft\x126\n" +
+	"\vpace_source\x18\t \x01(\x0e2\x15.squawk.v1.PaceSourceR\n" +
+	"paceSource\x12\x12\n" +
+	"\x04rate\x18\n" +
+	" \x01(\x01R\x04rate\x12\x1d\n" +
+	"\n" +
+	"token_rate\x18\v \x01(\x01R\ttokenRate\x12:\n" +
+	"\vqueue_delay\x18\f \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"queueDelay\x12+\n" +
+	"\x11concurrency_limit\x18\r \x01(\x05R\x10concurrencyLimit\x12\x1b\n" +
+	"\tin_flight\x18\x0e \x01(\x05R\binFlight\x12\x14\n" +
+	"\x05paced\x18\x0f \x01(\x03R\x05paced\x12\x12\n" +
+	"\x04shed\x18\x10 \x01(\x03R\x04shed*\xcd\x01\n" +
 	"\rErrorCategory\x12\x1e\n" +
 	"\x1aERROR_CATEGORY_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_CATEGORY_INPUT_ERROR\x10\x01\x12\x1c\n" +
@@ -2545,7 +2788,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_RETRY\x10\x01\x12\x12\n" +
 	"\x0eACTION_CORRECT\x10\x02\x12\x0f\n" +
-	"\vACTION_FAIL\x10\x03*\xc0\x04\n" +
+	"\vACTION_FAIL\x10\x03*\xdf\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREASON_EXPLICIT_NOT_RETRYABLE\x10\x01\x12\x1a\n" +
@@ -2566,7 +2809,15 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x1dREASON_RETRY_BUDGET_EXHAUSTED\x10\x0f\x12 \n" +
 	"\x1cREASON_UPSTREAM_COOLING_DOWN\x10\x10\x12\x13\n" +
 	"\x0fREASON_ADMITTED\x10\x11\x12\x1a\n" +
-	"\x16REASON_SERVER_PUSHBACK\x10\x12*|\n" +
+	"\x16REASON_SERVER_PUSHBACK\x10\x12\x12\x1d\n" +
+	"\x19REASON_UPSTREAM_SATURATED\x10\x13*\x89\x01\n" +
+	"\n" +
+	"PaceSource\x12\x1b\n" +
+	"\x17PACE_SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10PACE_SOURCE_NONE\x10\x01\x12\x16\n" +
+	"\x12PACE_SOURCE_POLICY\x10\x02\x12\x17\n" +
+	"\x13PACE_SOURCE_HEADERS\x10\x03\x12\x17\n" +
+	"\x13PACE_SOURCE_LEARNED\x10\x04*|\n" +
 	"\fBreakerState\x12\x1d\n" +
 	"\x19BREAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14BREAKER_STATE_CLOSED\x10\x01\x12\x16\n" +
@@ -2600,99 +2851,105 @@ func file_squawk_v1_policy_proto_rawDescGZIP() []byte {
 	return file_squawk_v1_policy_proto_rawDescData
 }
 
-var file_squawk_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_squawk_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_squawk_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_squawk_v1_policy_proto_goTypes = []any{
 	(ErrorCategory)(0),               // 0: squawk.v1.ErrorCategory
 	(Action)(0),                      // 1: squawk.v1.Action
 	(Reason)(0),                      // 2: squawk.v1.Reason
-	(BreakerState)(0),                // 3: squawk.v1.BreakerState
-	(AnalysisSource)(0),              // 4: squawk.v1.AnalysisSource
-	(*ClassifyRequest)(nil),          // 5: squawk.v1.ClassifyRequest
-	(*ClassifyResponse)(nil),         // 6: squawk.v1.ClassifyResponse
-	(*DecideRetryRequest)(nil),       // 7: squawk.v1.DecideRetryRequest
-	(*DecideRetryResponse)(nil),      // 8: squawk.v1.DecideRetryResponse
-	(*DecideRetryBatchRequest)(nil),  // 9: squawk.v1.DecideRetryBatchRequest
-	(*DecideRetryBatchResponse)(nil), // 10: squawk.v1.DecideRetryBatchResponse
-	(*DecideRetryBatchResult)(nil),   // 11: squawk.v1.DecideRetryBatchResult
-	(*AnalyzeErrorRequest)(nil),      // 12: squawk.v1.AnalyzeErrorRequest
-	(*RejectedChange)(nil),           // 13: squawk.v1.RejectedChange
-	(*AnalyzeErrorResponse)(nil),     // 14: squawk.v1.AnalyzeErrorResponse
-	(*CheckDispatchRequest)(nil),     // 15: squawk.v1.CheckDispatchRequest
-	(*Violation)(nil),                // 16: squawk.v1.Violation
-	(*CheckDispatchResponse)(nil),    // 17: squawk.v1.CheckDispatchResponse
-	(*AdmitRequest)(nil),             // 18: squawk.v1.AdmitRequest
-	(*AdmitResponse)(nil),            // 19: squawk.v1.AdmitResponse
-	(*Outcome)(nil),                  // 20: squawk.v1.Outcome
-	(*ReportOutcomeRequest)(nil),     // 21: squawk.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 22: squawk.v1.ReportOutcomeResponse
-	(*GetUpstreamsRequest)(nil),      // 23: squawk.v1.GetUpstreamsRequest
-	(*GetUpstreamsResponse)(nil),     // 24: squawk.v1.GetUpstreamsResponse
-	(*UpstreamState)(nil),            // 25: squawk.v1.UpstreamState
-	nil,                              // 26: squawk.v1.ClassifyRequest.HeadersEntry
-	nil,                              // 27: squawk.v1.DecideRetryRequest.HeadersEntry
-	nil,                              // 28: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	nil,                              // 29: squawk.v1.Outcome.HeadersEntry
-	(*durationpb.Duration)(nil),      // 30: google.protobuf.Duration
-	(*structpb.Struct)(nil),          // 31: google.protobuf.Struct
-	(*structpb.Value)(nil),           // 32: google.protobuf.Value
+	(PaceSource)(0),                  // 3: squawk.v1.PaceSource
+	(BreakerState)(0),                // 4: squawk.v1.BreakerState
+	(AnalysisSource)(0),              // 5: squawk.v1.AnalysisSource
+	(*ClassifyRequest)(nil),          // 6: squawk.v1.ClassifyRequest
+	(*ClassifyResponse)(nil),         // 7: squawk.v1.ClassifyResponse
+	(*DecideRetryRequest)(nil),       // 8: squawk.v1.DecideRetryRequest
+	(*DecideRetryResponse)(nil),      // 9: squawk.v1.DecideRetryResponse
+	(*DecideRetryBatchRequest)(nil),  // 10: squawk.v1.DecideRetryBatchRequest
+	(*DecideRetryBatchResponse)(nil), // 11: squawk.v1.DecideRetryBatchResponse
+	(*DecideRetryBatchResult)(nil),   // 12: squawk.v1.DecideRetryBatchResult
+	(*AnalyzeErrorRequest)(nil),      // 13: squawk.v1.AnalyzeErrorRequest
+	(*RejectedChange)(nil),           // 14: squawk.v1.RejectedChange
+	(*AnalyzeErrorResponse)(nil),     // 15: squawk.v1.AnalyzeErrorResponse
+	(*CheckDispatchRequest)(nil),     // 16: squawk.v1.CheckDispatchRequest
+	(*Violation)(nil),                // 17: squawk.v1.Violation
+	(*CheckDispatchResponse)(nil),    // 18: squawk.v1.CheckDispatchResponse
+	(*AdmitRequest)(nil),             // 19: squawk.v1.AdmitRequest
+	(*AdmitResponse)(nil),            // 20: squawk.v1.AdmitResponse
+	(*Outcome)(nil),                  // 21: squawk.v1.Outcome
+	(*ReportOutcomeRequest)(nil),     // 22: squawk.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 23: squawk.v1.ReportOutcomeResponse
+	(*GetUpstreamsRequest)(nil),      // 24: squawk.v1.GetUpstreamsRequest
+	(*GetUpstreamsResponse)(nil),     // 25: squawk.v1.GetUpstreamsResponse
+	(*UpstreamState)(nil),            // 26: squawk.v1.UpstreamState
+	nil,                              // 27: squawk.v1.ClassifyRequest.HeadersEntry
+	nil,                              // 28: squawk.v1.DecideRetryRequest.HeadersEntry
+	nil,                              // 29: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	nil,                              // 30: squawk.v1.Outcome.HeadersEntry
+	(*durationpb.Duration)(nil),      // 31: google.protobuf.Duration
+	(*structpb.Struct)(nil),          // 32: google.protobuf.Struct
+	(*structpb.Value)(nil),           // 33: google.protobuf.Value
 }
 var file_squawk_v1_policy_proto_depIdxs = []int32{
-	26, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
+	27, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
 	0,  // 1: squawk.v1.ClassifyResponse.category:type_name -> squawk.v1.ErrorCategory
-	30, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
-	27, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
-	30, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
+	31, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
+	28, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
+	31, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
 	1,  // 5: squawk.v1.DecideRetryResponse.action:type_name -> squawk.v1.Action
-	30, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
+	31, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
 	2,  // 7: squawk.v1.DecideRetryResponse.reason:type_name -> squawk.v1.Reason
-	6,  // 8: squawk.v1.DecideRetryResponse.classification:type_name -> squawk.v1.ClassifyResponse
-	30, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
-	7,  // 10: squawk.v1.DecideRetryBatchRequest.requests:type_name -> squawk.v1.DecideRetryRequest
-	11, // 11: squawk.v1.DecideRetryBatchResponse.results:type_name -> squawk.v1.DecideRetryBatchResult
-	8,  // 12: squawk.v1.DecideRetryBatchResult.decision:type_name -> squawk.v1.DecideRetryResponse
-	31, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
-	31, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
-	28, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	32, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
-	31, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
-	4,  // 18: squawk.v1.AnalyzeErrorResponse.source:type_name -> squawk.v1.AnalysisSource
-	13, // 19: squawk.v1.AnalyzeErrorResponse.rejected_changes:type_name -> squawk.v1.RejectedChange
-	31, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
-	31, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
-	16, // 22: squawk.v1.CheckDispatchResponse.violations:type_name -> squawk.v1.Violation
-	2,  // 23: squawk.v1.AdmitResponse.reason:type_name -> squawk.v1.Reason
-	30, // 24: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	3,  // 25: squawk.v1.AdmitResponse.breaker_state:type_name -> squawk.v1.BreakerState
-	30, // 26: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
-	29, // 27: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
-	20, // 28: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
-	25, // 29: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
-	3,  // 30: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
-	30, // 31: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
-	30, // 32: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
-	31, // 33: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
-	5,  // 34: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
-	7,  // 35: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
-	9,  // 36: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
-	12, // 37: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
-	15, // 38: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
-	18, // 39: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
-	21, // 40: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
-	23, // 41: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
-	6,  // 42: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
-	8,  // 43: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
-	10, // 44: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
-	14, // 45: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
-	17, // 46: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
-	19, // 47: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
-	22, // 48: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
-	24, // 49: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
-	42, // [42:50] is the sub-list for method output_type
-	34, // [34:42] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	7,  // 8: squawk.v1.DecideRetryResponse.classification:type_name -> squawk.v1.ClassifyResponse
+	31, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
+	8,  // 10: squawk.v1.DecideRetryBatchRequest.requests:type_name -> squawk.v1.DecideRetryRequest
+	12, // 11: squawk.v1.DecideRetryBatchResponse.results:type_name -> squawk.v1.DecideRetryBatchResult
+	9,  // 12: squawk.v1.DecideRetryBatchResult.decision:type_name -> squawk.v1.DecideRetryResponse
+	32, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
+	32, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
+	29, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	33, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
+	32, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
+	5,  // 18: squawk.v1.AnalyzeErrorResponse.source:type_name -> squawk.v1.AnalysisSource
+	14, // 19: squawk.v1.AnalyzeErrorResponse.rejected_changes:type_name -> squawk.v1.RejectedChange
+	32, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
+	32, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
+	17, // 22: squawk.v1.CheckDispatchResponse.violations:type_name -> squawk.v1.Violation
+	31, // 23: squawk.v1.AdmitRequest.deadline:type_name -> google.protobuf.Duration
+	2,  // 24: squawk.v1.AdmitResponse.reason:type_name -> squawk.v1.Reason
+	31, // 25: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	4,  // 26: squawk.v1.AdmitResponse.breaker_state:type_name -> squawk.v1.BreakerState
+	31, // 27: squawk.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	31, // 28: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
+	31, // 29: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
+	30, // 30: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
+	21, // 31: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
+	26, // 32: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
+	4,  // 33: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
+	31, // 34: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
+	31, // 35: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
+	3,  // 36: squawk.v1.UpstreamState.pace_source:type_name -> squawk.v1.PaceSource
+	31, // 37: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
+	32, // 38: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
+	6,  // 39: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
+	8,  // 40: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
+	10, // 41: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
+	13, // 42: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
+	16, // 43: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
+	19, // 44: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
+	22, // 45: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
+	24, // 46: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
+	7,  // 47: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
+	9,  // 48: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
+	11, // 49: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
+	15, // 50: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
+	18, // 51: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
+	20, // 52: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
+	23, // 53: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
+	25, // 54: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
+	47, // [47:55] is the sub-list for method output_type
+	39, // [39:47] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_squawk_v1_policy_proto_init() }
@@ -2711,7 +2968,7 @@ func file_squawk_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_squawk_v1_policy_proto_rawDesc), len(file_squawk_v1_policy_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      6,
 			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,

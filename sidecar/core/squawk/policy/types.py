@@ -62,6 +62,9 @@ class Reason(enum.IntEnum):
     ADMITTED = 17
     # The server's grpc-retry-pushback-ms asked not to retry (gRFC A6).
     SERVER_PUSHBACK = 18
+    # Admit only: the upstream's pace cannot start the call in time, or the
+    # pod is shedding a sustained overload (squawk.policy.pacer).
+    UPSTREAM_SATURATED = 19
 
 
 class BreakerState(enum.IntEnum):

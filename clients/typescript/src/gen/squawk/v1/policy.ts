@@ -297,6 +297,14 @@ export enum Reason {
    * retry budget whatever its status, as A6 counts it against the throttle.
    */
   REASON_SERVER_PUSHBACK = "REASON_SERVER_PUSHBACK",
+  /**
+   * REASON_UPSTREAM_SATURATED - An Admit refusal: the upstream's pace (its declared, announced or
+   * learned rate, or its concurrency limit) cannot start this call before
+   * the step's deadline, or the pod is shedding a sustained overload (its
+   * queue is kept short). Fail the step now; retry_after (jittered) is when
+   * a new call might start without a long wait.
+   */
+  REASON_UPSTREAM_SATURATED = "REASON_UPSTREAM_SATURATED",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -359,6 +367,9 @@ export function reasonFromJSON(object: any): Reason {
     case 18:
     case "REASON_SERVER_PUSHBACK":
       return Reason.REASON_SERVER_PUSHBACK;
+    case 19:
+    case "REASON_UPSTREAM_SATURATED":
+      return Reason.REASON_UPSTREAM_SATURATED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -406,6 +417,8 @@ export function reasonToJSON(object: Reason): string {
       return "REASON_ADMITTED";
     case Reason.REASON_SERVER_PUSHBACK:
       return "REASON_SERVER_PUSHBACK";
+    case Reason.REASON_UPSTREAM_SATURATED:
+      return "REASON_UPSTREAM_SATURATED";
     case Reason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -452,7 +465,90 @@ export function reasonToNumber(object: Reason): number {
       return 17;
     case Reason.REASON_SERVER_PUSHBACK:
       return 18;
+    case Reason.REASON_UPSTREAM_SATURATED:
+      return 19;
     case Reason.UNRECOGNIZED:
+    default:
+      return -1;
+  }
+}
+
+/** PaceSource says where an upstream's pace comes from (see UpstreamState). */
+export enum PaceSource {
+  /** PACE_SOURCE_UNSPECIFIED - Not set; the daemon always sets one of the others. */
+  PACE_SOURCE_UNSPECIFIED = "PACE_SOURCE_UNSPECIFIED",
+  /** PACE_SOURCE_NONE - No pace: nothing is known that limits the upstream; calls start at once. */
+  PACE_SOURCE_NONE = "PACE_SOURCE_NONE",
+  /** PACE_SOURCE_POLICY - The policy's rate_limit for the profile or upstream. */
+  PACE_SOURCE_POLICY = "PACE_SOURCE_POLICY",
+  /**
+   * PACE_SOURCE_HEADERS - The upstream's own rate-limit headers (x-ratelimit-*,
+   * anthropic-ratelimit-*, RateLimit, ...) on recent outcomes.
+   */
+  PACE_SOURCE_HEADERS = "PACE_SOURCE_HEADERS",
+  /**
+   * PACE_SOURCE_LEARNED - Learned from throttling (429, 529, RESOURCE_EXHAUSTED): a CUBIC rate,
+   * switched off again after a quiet period.
+   */
+  PACE_SOURCE_LEARNED = "PACE_SOURCE_LEARNED",
+  UNRECOGNIZED = "UNRECOGNIZED",
+}
+
+export function paceSourceFromJSON(object: any): PaceSource {
+  switch (object) {
+    case 0:
+    case "PACE_SOURCE_UNSPECIFIED":
+      return PaceSource.PACE_SOURCE_UNSPECIFIED;
+    case 1:
+    case "PACE_SOURCE_NONE":
+      return PaceSource.PACE_SOURCE_NONE;
+    case 2:
+    case "PACE_SOURCE_POLICY":
+      return PaceSource.PACE_SOURCE_POLICY;
+    case 3:
+    case "PACE_SOURCE_HEADERS":
+      return PaceSource.PACE_SOURCE_HEADERS;
+    case 4:
+    case "PACE_SOURCE_LEARNED":
+      return PaceSource.PACE_SOURCE_LEARNED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return PaceSource.UNRECOGNIZED;
+  }
+}
+
+export function paceSourceToJSON(object: PaceSource): string {
+  switch (object) {
+    case PaceSource.PACE_SOURCE_UNSPECIFIED:
+      return "PACE_SOURCE_UNSPECIFIED";
+    case PaceSource.PACE_SOURCE_NONE:
+      return "PACE_SOURCE_NONE";
+    case PaceSource.PACE_SOURCE_POLICY:
+      return "PACE_SOURCE_POLICY";
+    case PaceSource.PACE_SOURCE_HEADERS:
+      return "PACE_SOURCE_HEADERS";
+    case PaceSource.PACE_SOURCE_LEARNED:
+      return "PACE_SOURCE_LEARNED";
+    case PaceSource.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+export function paceSourceToNumber(object: PaceSource): number {
+  switch (object) {
+    case PaceSource.PACE_SOURCE_UNSPECIFIED:
+      return 0;
+    case PaceSource.PACE_SOURCE_NONE:
+      return 1;
+    case PaceSource.PACE_SOURCE_POLICY:
+      return 2;
+    case PaceSource.PACE_SOURCE_HEADERS:
+      return 3;
+    case PaceSource.PACE_SOURCE_LEARNED:
+      return 4;
+    case PaceSource.UNRECOGNIZED:
     default:
       return -1;
   }
@@ -1151,6 +1247,28 @@ export interface AdmitRequest {
    * with INVALID_ARGUMENT naming "profile".
    */
   profile: string;
+  /**
+   * Time left before the step's deadline. Optional; unset = no deadline.
+   * When the pace cannot start the call within it, Admit refuses at once
+   * with REASON_UPSTREAM_SATURATED rather than queueing a call that would
+   * come too late. At most a day.
+   */
+  deadline:
+    | Duration
+    | undefined;
+  /**
+   * The call's estimated cost in the upstream's token units (an LLM
+   * request's prompt plus expected completion tokens), for a token rate
+   * limit; report the real one in Outcome.cost. Optional; 0 = unknown.
+   * Finite, 0 to 1e9.
+   */
+  cost: number;
+  /**
+   * How many dispatches the executor asks to start with this one answer (a
+   * busy executor's lease; see AdmitResponse.permits). Optional; 0 or 1 =
+   * one; at most 100.
+   */
+  permits: number;
 }
 
 /** AdmitResponse is the pod's answer for one dispatch. */
@@ -1176,6 +1294,24 @@ export interface AdmitResponse {
    * the breaker closes or reopens on the probes' results.
    */
   probe: boolean;
+  /**
+   * When allowed: wait this long, then dispatch (the pacer's start for the
+   * call; zero = now). Always shorter than the request's deadline.
+   */
+  wait:
+    | Duration
+    | undefined;
+  /**
+   * When allowed: how many dispatches this answer admits, 1 to the
+   * permits asked. Only an upstream that nothing limits (breaker closed,
+   * no cool-down, no pace) grants more than one.
+   */
+  permits: number;
+  /**
+   * When permits > 1: how long the permits after the first stay valid,
+   * from now. A permit not used by then lapses; ask again.
+   */
+  lease: Duration | undefined;
 }
 
 /** Outcome is how one dispatch ended. */
@@ -1210,9 +1346,16 @@ export interface Outcome {
    * grpc-retry-pushback-ms start the upstream's shared cool-down, and a
    * grpc-retry-pushback-ms that asks not to retry makes a failure count
    * whatever its status (see REASON_SERVER_PUSHBACK). Bounded as
-   * DecideRetryRequest.headers.
+   * DecideRetryRequest.headers. Rate-limit headers (x-ratelimit-*,
+   * anthropic-ratelimit-*, RateLimit, RateLimit-Policy, retry-after-ms) on
+   * any outcome, successes included, set the upstream's pace.
    */
   headers: { [key: string]: string };
+  /**
+   * The call's real cost in the upstream's token units (see
+   * AdmitRequest.cost). Optional; 0 = unknown. Finite, 0 to 1e9.
+   */
+  cost: number;
 }
 
 export interface Outcome_HeadersEntry {
@@ -1303,7 +1446,38 @@ export interface UpstreamState {
    */
   budgetBalance: number;
   /** Time left of the shared Retry-After cool-down; zero when none. */
-  coolDownLeft: Duration | undefined;
+  coolDownLeft:
+    | Duration
+    | undefined;
+  /** Where the pace comes from; PACE_SOURCE_NONE when nothing paces it. */
+  paceSource: PaceSource;
+  /** The calls per second the pace allows; 0 when none. */
+  rate: number;
+  /**
+   * The token units per second the pace allows (see AdmitRequest.cost); 0
+   * when none.
+   */
+  tokenRate: number;
+  /** The wait a call admitted now would get: the queue's delay. */
+  queueDelay:
+    | Duration
+    | undefined;
+  /**
+   * The concurrency limit learned for an upstream that slows down under
+   * load; 0 when none.
+   */
+  concurrencyLimit: number;
+  /**
+   * Calls admitted and not yet reported, as the concurrency limit counts
+   * them.
+   */
+  inFlight: number;
+  /**
+   * Calls admitted with a wait, and calls refused with
+   * REASON_UPSTREAM_SATURATED, since the pod began tracking the upstream.
+   */
+  paced: number;
+  shed: number;
 }
 
 function createBaseClassifyRequest(): ClassifyRequest {
@@ -3696,7 +3870,7 @@ export const CheckDispatchResponse: MessageFns<CheckDispatchResponse> = {
 };
 
 function createBaseAdmitRequest(): AdmitRequest {
-  return { upstream: "", capability: "", profile: "" };
+  return { upstream: "", capability: "", profile: "", deadline: undefined, cost: 0, permits: 0 };
 }
 
 export const AdmitRequest: MessageFns<AdmitRequest> = {
@@ -3709,6 +3883,15 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
     }
     if (message.profile !== "") {
       writer.uint32(26).string(message.profile);
+    }
+    if (message.deadline !== undefined) {
+      Duration.encode(message.deadline, writer.uint32(34).fork()).join();
+    }
+    if (message.cost !== 0) {
+      writer.uint32(41).double(message.cost);
+    }
+    if (message.permits !== 0) {
+      writer.uint32(48).int32(message.permits);
     }
     return writer;
   },
@@ -3750,6 +3933,30 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
             message.profile = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.deadline = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 41) {
+              break;
+            }
+
+            message.cost = reader.double();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.permits = reader.int32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3767,6 +3974,9 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
       upstream: isSet(object.upstream) ? globalThis.String(object.upstream) : "",
       capability: isSet(object.capability) ? globalThis.String(object.capability) : "",
       profile: isSet(object.profile) ? globalThis.String(object.profile) : "",
+      deadline: isSet(object.deadline) ? Duration.fromJSON(object.deadline) : undefined,
+      cost: isSet(object.cost) ? globalThis.Number(object.cost) : 0,
+      permits: isSet(object.permits) ? globalThis.Number(object.permits) : 0,
     };
   },
 
@@ -3781,6 +3991,15 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
     if (message.profile !== "") {
       obj.profile = message.profile;
     }
+    if (message.deadline !== undefined) {
+      obj.deadline = Duration.toJSON(message.deadline);
+    }
+    if (message.cost !== 0) {
+      obj.cost = floatToJson(message.cost);
+    }
+    if (message.permits !== 0) {
+      obj.permits = Math.round(message.permits);
+    }
     return obj;
   },
 
@@ -3792,6 +4011,11 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
     message.upstream = object.upstream ?? "";
     message.capability = object.capability ?? "";
     message.profile = object.profile ?? "";
+    message.deadline = (object.deadline !== undefined && object.deadline !== null)
+      ? Duration.fromPartial(object.deadline)
+      : undefined;
+    message.cost = object.cost ?? 0;
+    message.permits = object.permits ?? 0;
     return message;
   },
 };
@@ -3803,6 +4027,9 @@ function createBaseAdmitResponse(): AdmitResponse {
     retryAfter: undefined,
     breakerState: BreakerState.BREAKER_STATE_UNSPECIFIED,
     probe: false,
+    wait: undefined,
+    permits: 0,
+    lease: undefined,
   };
 }
 
@@ -3822,6 +4049,15 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     }
     if (message.probe !== false) {
       writer.uint32(40).bool(message.probe);
+    }
+    if (message.wait !== undefined) {
+      Duration.encode(message.wait, writer.uint32(50).fork()).join();
+    }
+    if (message.permits !== 0) {
+      writer.uint32(56).int32(message.permits);
+    }
+    if (message.lease !== undefined) {
+      Duration.encode(message.lease, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -3879,6 +4115,30 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
             message.probe = reader.bool();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.wait = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.permits = reader.int32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.lease = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3906,6 +4166,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
         ? breakerStateFromJSON(object.breaker_state)
         : BreakerState.BREAKER_STATE_UNSPECIFIED,
       probe: isSet(object.probe) ? globalThis.Boolean(object.probe) : false,
+      wait: isSet(object.wait) ? Duration.fromJSON(object.wait) : undefined,
+      permits: isSet(object.permits) ? globalThis.Number(object.permits) : 0,
+      lease: isSet(object.lease) ? Duration.fromJSON(object.lease) : undefined,
     };
   },
 
@@ -3926,6 +4189,15 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     if (message.probe !== false) {
       obj.probe = message.probe;
     }
+    if (message.wait !== undefined) {
+      obj.wait = Duration.toJSON(message.wait);
+    }
+    if (message.permits !== 0) {
+      obj.permits = Math.round(message.permits);
+    }
+    if (message.lease !== undefined) {
+      obj.lease = Duration.toJSON(message.lease);
+    }
     return obj;
   },
 
@@ -3941,6 +4213,11 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
       : undefined;
     message.breakerState = object.breakerState ?? BreakerState.BREAKER_STATE_UNSPECIFIED;
     message.probe = object.probe ?? false;
+    message.wait = (object.wait !== undefined && object.wait !== null) ? Duration.fromPartial(object.wait) : undefined;
+    message.permits = object.permits ?? 0;
+    message.lease = (object.lease !== undefined && object.lease !== null)
+      ? Duration.fromPartial(object.lease)
+      : undefined;
     return message;
   },
 };
@@ -3955,6 +4232,7 @@ function createBaseOutcome(): Outcome {
     transportFailure: false,
     latency: undefined,
     headers: {},
+    cost: 0,
   };
 }
 
@@ -3984,6 +4262,9 @@ export const Outcome: MessageFns<Outcome> = {
     globalThis.Object.entries(message.headers).forEach(([key, value]: [string, string]) => {
       Outcome_HeadersEntry.encode({ key: key as any, value }, writer.uint32(66).fork()).join();
     });
+    if (message.cost !== 0) {
+      writer.uint32(73).double(message.cost);
+    }
     return writer;
   },
 
@@ -4067,6 +4348,14 @@ export const Outcome: MessageFns<Outcome> = {
             }
             continue;
           }
+          case 9: {
+            if (tag !== 73) {
+              break;
+            }
+
+            message.cost = reader.double();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4110,6 +4399,7 @@ export const Outcome: MessageFns<Outcome> = {
           {},
         )
         : {},
+      cost: isSet(object.cost) ? globalThis.Number(object.cost) : 0,
     };
   },
 
@@ -4145,6 +4435,9 @@ export const Outcome: MessageFns<Outcome> = {
         });
       }
     }
+    if (message.cost !== 0) {
+      obj.cost = floatToJson(message.cost);
+    }
     return obj;
   },
 
@@ -4171,6 +4464,7 @@ export const Outcome: MessageFns<Outcome> = {
       },
       {},
     );
+    message.cost = object.cost ?? 0;
     return message;
   },
 };
@@ -4638,6 +4932,14 @@ function createBaseUpstreamState(): UpstreamState {
     windowFailures: 0,
     budgetBalance: 0,
     coolDownLeft: undefined,
+    paceSource: PaceSource.PACE_SOURCE_UNSPECIFIED,
+    rate: 0,
+    tokenRate: 0,
+    queueDelay: undefined,
+    concurrencyLimit: 0,
+    inFlight: 0,
+    paced: 0,
+    shed: 0,
   };
 }
 
@@ -4666,6 +4968,30 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     }
     if (message.coolDownLeft !== undefined) {
       Duration.encode(message.coolDownLeft, writer.uint32(66).fork()).join();
+    }
+    if (message.paceSource !== PaceSource.PACE_SOURCE_UNSPECIFIED) {
+      writer.uint32(72).int32(paceSourceToNumber(message.paceSource));
+    }
+    if (message.rate !== 0) {
+      writer.uint32(81).double(message.rate);
+    }
+    if (message.tokenRate !== 0) {
+      writer.uint32(89).double(message.tokenRate);
+    }
+    if (message.queueDelay !== undefined) {
+      Duration.encode(message.queueDelay, writer.uint32(98).fork()).join();
+    }
+    if (message.concurrencyLimit !== 0) {
+      writer.uint32(104).int32(message.concurrencyLimit);
+    }
+    if (message.inFlight !== 0) {
+      writer.uint32(112).int32(message.inFlight);
+    }
+    if (message.paced !== 0) {
+      writer.uint32(120).int64(message.paced);
+    }
+    if (message.shed !== 0) {
+      writer.uint32(128).int64(message.shed);
     }
     return writer;
   },
@@ -4747,6 +5073,70 @@ export const UpstreamState: MessageFns<UpstreamState> = {
             message.coolDownLeft = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.paceSource = paceSourceFromJSON(reader.int32());
+            continue;
+          }
+          case 10: {
+            if (tag !== 81) {
+              break;
+            }
+
+            message.rate = reader.double();
+            continue;
+          }
+          case 11: {
+            if (tag !== 89) {
+              break;
+            }
+
+            message.tokenRate = reader.double();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.queueDelay = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.concurrencyLimit = reader.int32();
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.inFlight = reader.int32();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.paced = longToNumber(reader.int64());
+            continue;
+          }
+          case 16: {
+            if (tag !== 128) {
+              break;
+            }
+
+            message.shed = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4793,6 +5183,34 @@ export const UpstreamState: MessageFns<UpstreamState> = {
         : isSet(object.cool_down_left)
         ? Duration.fromJSON(object.cool_down_left)
         : undefined,
+      paceSource: isSet(object.paceSource)
+        ? paceSourceFromJSON(object.paceSource)
+        : isSet(object.pace_source)
+        ? paceSourceFromJSON(object.pace_source)
+        : PaceSource.PACE_SOURCE_UNSPECIFIED,
+      rate: isSet(object.rate) ? globalThis.Number(object.rate) : 0,
+      tokenRate: isSet(object.tokenRate)
+        ? globalThis.Number(object.tokenRate)
+        : isSet(object.token_rate)
+        ? globalThis.Number(object.token_rate)
+        : 0,
+      queueDelay: isSet(object.queueDelay)
+        ? Duration.fromJSON(object.queueDelay)
+        : isSet(object.queue_delay)
+        ? Duration.fromJSON(object.queue_delay)
+        : undefined,
+      concurrencyLimit: isSet(object.concurrencyLimit)
+        ? globalThis.Number(object.concurrencyLimit)
+        : isSet(object.concurrency_limit)
+        ? globalThis.Number(object.concurrency_limit)
+        : 0,
+      inFlight: isSet(object.inFlight)
+        ? globalThis.Number(object.inFlight)
+        : isSet(object.in_flight)
+        ? globalThis.Number(object.in_flight)
+        : 0,
+      paced: isSet(object.paced) ? globalThis.Number(object.paced) : 0,
+      shed: isSet(object.shed) ? globalThis.Number(object.shed) : 0,
     };
   },
 
@@ -4822,6 +5240,30 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     if (message.coolDownLeft !== undefined) {
       obj.coolDownLeft = Duration.toJSON(message.coolDownLeft);
     }
+    if (message.paceSource !== PaceSource.PACE_SOURCE_UNSPECIFIED) {
+      obj.paceSource = paceSourceToJSON(message.paceSource);
+    }
+    if (message.rate !== 0) {
+      obj.rate = floatToJson(message.rate);
+    }
+    if (message.tokenRate !== 0) {
+      obj.tokenRate = floatToJson(message.tokenRate);
+    }
+    if (message.queueDelay !== undefined) {
+      obj.queueDelay = Duration.toJSON(message.queueDelay);
+    }
+    if (message.concurrencyLimit !== 0) {
+      obj.concurrencyLimit = Math.round(message.concurrencyLimit);
+    }
+    if (message.inFlight !== 0) {
+      obj.inFlight = Math.round(message.inFlight);
+    }
+    if (message.paced !== 0) {
+      obj.paced = Math.round(message.paced);
+    }
+    if (message.shed !== 0) {
+      obj.shed = Math.round(message.shed);
+    }
     return obj;
   },
 
@@ -4842,6 +5284,16 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     message.coolDownLeft = (object.coolDownLeft !== undefined && object.coolDownLeft !== null)
       ? Duration.fromPartial(object.coolDownLeft)
       : undefined;
+    message.paceSource = object.paceSource ?? PaceSource.PACE_SOURCE_UNSPECIFIED;
+    message.rate = object.rate ?? 0;
+    message.tokenRate = object.tokenRate ?? 0;
+    message.queueDelay = (object.queueDelay !== undefined && object.queueDelay !== null)
+      ? Duration.fromPartial(object.queueDelay)
+      : undefined;
+    message.concurrencyLimit = object.concurrencyLimit ?? 0;
+    message.inFlight = object.inFlight ?? 0;
+    message.paced = object.paced ?? 0;
+    message.shed = object.shed ?? 0;
     return message;
   },
 };
@@ -5243,6 +5695,17 @@ export type DeepPartial<T> = T extends Builtin ? T
   : T extends ReadonlyArray<infer U> ? ReadonlyArray<DeepPartial<U>>
   : T extends {} ? { [K in keyof T]?: DeepPartial<T[K]> }
   : Partial<T>;
+
+function longToNumber(int64: { toString(): string }): number {
+  const num = globalThis.Number(int64.toString());
+  if (num > globalThis.Number.MAX_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is larger than Number.MAX_SAFE_INTEGER");
+  }
+  if (num < globalThis.Number.MIN_SAFE_INTEGER) {
+    throw new globalThis.Error("Value is smaller than Number.MIN_SAFE_INTEGER");
+  }
+  return num;
+}
 
 function isObject(value: any): boolean {
   return typeof value === "object" && value !== null;
