@@ -85,8 +85,13 @@ def _batch(label: str, *items: pb.DecideRetryRequest, copies: int = 1) -> Edge:
     )
 
 
-def _admit(label: str, **fields: str) -> Edge:
-    return lambda: (label, pb.AdmitRequest(**fields).SerializeToString())
+def _admit(label: str, upstream: str = "", capability: str = "", profile: str = "") -> Edge:
+    return lambda: (
+        label,
+        pb.AdmitRequest(
+            upstream=upstream, capability=capability, profile=profile
+        ).SerializeToString(),
+    )
 
 
 def _out(upstream: str, status: int = 503, headers: dict[str, str] | None = None) -> pb.Outcome:
