@@ -12,6 +12,7 @@ from .guard import FleetAnswer, guard_fleet, guard_retry
 from .headers import pushback_refuses, retry_after
 from .outcome import Outcome, counts_as_failure
 from .profiles import Policy, Profile, builtin_policy, builtin_profile
+from .ratelimit import Quota, RateLimitHint, rate_limit_hint
 from .redact import REDACTED, redact
 from .retry_budget import RatioBudgetConfig, RetryBudgetConfig, TokenBucketConfig
 from .types import (
@@ -54,6 +55,8 @@ __all__ = [
     "Policy",
     "PolicyInputError",
     "Profile",
+    "Quota",
+    "RateLimitHint",
     "RatioBudgetConfig",
     "Reason",
     "RetryBudgetConfig",
@@ -73,6 +76,7 @@ __all__ = [
     "is_idle",
     "parse_duration",
     "pushback_refuses",
+    "rate_limit_hint",
     "record_outcome",
     "redact",
     "retry_after",
