@@ -7,6 +7,8 @@ plain int. Nothing here decides anything.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
+from typing import NamedTuple
 
 from squawk.policy import (
     Admission,
@@ -16,16 +18,29 @@ from squawk.policy import (
     Decision,
     Failure,
     Outcome,
+    PolicyInputError,
     Reason,
     pushback_refuses,
     retry_after,
 )
-from squawk.policy.limits import MAX_NAME_CHARS, check_chars, check_headers, check_status, duration
+from squawk.policy.limits import (
+    MAX_ADMIT_DEADLINE,
+    MAX_NAME_CHARS,
+    MAX_PERMITS,
+    check_chars,
+    check_cost,
+    check_count,
+    check_headers,
+    check_status,
+    duration,
+)
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = [
     "UNTRACKED",
+    "AdmitArgs",
     "admission_message",
+    "admit_args",
     "attempt_state",
     "classification_message",
     "decision_message",
@@ -118,6 +133,46 @@ def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
         retry_after=None if message.success else retry_after(message.headers, clock),
         refused_retry=not message.success and pushback_refuses(message.headers),
     )
+
+
+class AdmitArgs(NamedTuple):
+    """What an Admit asks beyond its names: the step's deadline (None =
+    none), the estimated cost (0 = unknown) and the permits (1 or more)."""
+
+    deadline: timedelta | None
+    cost: float
+    permits: int
+
+
+# The arguments of an Admit that sends none of them: read without a lookup.
+NO_ADMIT_ARGS = AdmitArgs(None, 0.0, 1)
+
+
+def admit_args(request: pb.AdmitRequest) -> AdmitArgs:
+    """Admit's deadline, cost and permits, checked: a value past its bound
+    (squawk.policy.limits) is refused with a PolicyInputError naming it."""
+    has_deadline = request.HasField("deadline")
+    cost, permits = request.cost, request.permits
+    if not has_deadline and cost == 0.0 and permits <= 1 and permits >= 0:
+        return NO_ADMIT_ARGS
+    deadline = None
+    if has_deadline:
+        deadline = bounded("deadline", request.deadline.seconds, request.deadline.nanos)
+    check_cost("cost", cost)
+    check_count("permits", permits, 0, MAX_PERMITS)
+    return AdmitArgs(deadline, cost, permits or 1)
+
+
+def bounded(field: str, seconds: int, nanos: int) -> timedelta:
+    """A Duration the pace reads: not negative, at most MAX_ADMIT_DEADLINE."""
+    value = duration(field, seconds, nanos)
+    if value > MAX_ADMIT_DEADLINE:
+        raise PolicyInputError(
+            field,
+            f"{value.total_seconds():g}s is over the limit of "
+            f"{MAX_ADMIT_DEADLINE.total_seconds():g}s",
+        )
+    return value
 
 
 def admission_message(a: Admission) -> pb.AdmitResponse:

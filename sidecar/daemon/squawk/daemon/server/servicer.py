@@ -34,6 +34,7 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk.wire import (
     UNTRACKED,
     admission_message,
+    admit_args,
     attempt_state,
     classification_message,
     decision_message,
@@ -304,6 +305,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         started = time.perf_counter()
         check_chars("upstream", request.upstream, MAX_NAME_CHARS)
         check_chars("capability", request.capability, MAX_NAME_CHARS)
+        args = admit_args(request)  # noqa: F841 (the pace reads them)
         profile = self._policy.profile(request.profile)
         source = None
         if request.upstream:
