@@ -94,3 +94,27 @@ def test_a_bad_admit_is_refused_naming_the_field(
 def test_admit_accepts_every_bound_itself(stub: Stub, fields: dict[str, Any]) -> None:
     reply = stub.Admit(pb.AdmitRequest(upstream="open", **fields), timeout=5)
     assert reply.reason in (pb.REASON_ADMITTED, pb.REASON_UPSTREAM_SATURATED)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "field"),
+    [
+        (pb.Outcome(upstream="open", success=True, cost=-1.0), "outcomes[1].cost"),
+        (pb.Outcome(upstream="open", success=True, cost=float("nan")), "outcomes[1].cost"),
+        (pb.Outcome(upstream="open", success=True, cost=2e9), "outcomes[1].cost"),
+        (pb.Outcome(upstream="open", success=True, latency=_seconds(-1)), "outcomes[1].latency"),
+        (
+            pb.Outcome(upstream="open", success=True, latency=_seconds(86_401)),
+            "outcomes[1].latency",
+        ),
+    ],
+    ids=["negative cost", "NaN cost", "cost over 1e9", "negative latency", "latency over a day"],
+)
+def test_a_bad_outcome_cost_or_latency_is_refused_naming_it(
+    stub: Stub, outcome: pb.Outcome, field: str
+) -> None:
+    fine = pb.Outcome(upstream="open", success=True, cost=1e9, latency=_seconds(86_400))
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[fine, outcome]), timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (caught.value.details() or "").startswith(f"{field}:")

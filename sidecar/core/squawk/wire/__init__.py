@@ -126,6 +126,9 @@ def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
     check_chars("capability", message.capability, MAX_NAME_CHARS)
     check_status(message.http_status)
     check_headers(message.headers)
+    check_cost("cost", message.cost)
+    if message.HasField("latency"):
+        bounded("latency", message.latency.seconds, message.latency.nanos)
     return Outcome(
         success=message.success,
         http_status=message.http_status,
