@@ -11,6 +11,17 @@ from .decide import decide, validate
 from .guard import FleetAnswer, guard_fleet, guard_retry
 from .headers import pushback_refuses, retry_after
 from .outcome import Outcome, counts_as_failure
+from .pacer import (
+    Pace,
+    Pacer,
+    PaceSample,
+    PaceSnapshot,
+    RateLimitConfig,
+    observe,
+    pace,
+    pacer_is_idle,
+    pacer_snapshot,
+)
 from .profiles import Policy, Profile, builtin_policy, builtin_profile
 from .redact import REDACTED, redact
 from .retry_budget import RatioBudgetConfig, RetryBudgetConfig, TokenBucketConfig
@@ -22,6 +33,7 @@ from .types import (
     Classification,
     Decision,
     Failure,
+    PaceSource,
     PolicyInputError,
     Reason,
 )
@@ -51,9 +63,15 @@ __all__ = [
     "FleetAnswer",
     "Jitter",
     "Outcome",
+    "Pace",
+    "PaceSample",
+    "PaceSnapshot",
+    "PaceSource",
+    "Pacer",
     "Policy",
     "PolicyInputError",
     "Profile",
+    "RateLimitConfig",
     "RatioBudgetConfig",
     "Reason",
     "RetryBudgetConfig",
@@ -71,6 +89,10 @@ __all__ = [
     "guard_fleet",
     "guard_retry",
     "is_idle",
+    "observe",
+    "pace",
+    "pacer_is_idle",
+    "pacer_snapshot",
     "parse_duration",
     "pushback_refuses",
     "record_outcome",
