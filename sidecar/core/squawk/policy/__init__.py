@@ -23,6 +23,7 @@ from .pacer import (
     pacer_snapshot,
 )
 from .profiles import Policy, Profile, builtin_policy, builtin_profile
+from .ratelimit import Quota, RateLimitHint, rate_limit_hint
 from .redact import REDACTED, redact
 from .retry_budget import RatioBudgetConfig, RetryBudgetConfig, TokenBucketConfig
 from .types import (
@@ -71,7 +72,9 @@ __all__ = [
     "Policy",
     "PolicyInputError",
     "Profile",
+    "Quota",
     "RateLimitConfig",
+    "RateLimitHint",
     "RatioBudgetConfig",
     "Reason",
     "RetryBudgetConfig",
@@ -95,6 +98,7 @@ __all__ = [
     "pacer_snapshot",
     "parse_duration",
     "pushback_refuses",
+    "rate_limit_hint",
     "record_outcome",
     "redact",
     "retry_after",
