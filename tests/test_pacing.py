@@ -18,10 +18,19 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from conftest import serving
+from squawk.daemon.server.spans import SERVICE
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
+from test_telemetry import run_in_process  # isort: split
 
 Stub = pb_grpc.PolicyServiceStub
+# The Admit span's pace attributes (README, "Tracing").
+PACE_ATTRIBUTES = (
+    "squawk.pace.wait_ms",
+    "squawk.pace.source",
+    "squawk.pace.rate",
+    "squawk.admit.permits",
+)
 
 
 POLICY = """\
@@ -118,3 +127,40 @@ def test_a_bad_outcome_cost_or_latency_is_refused_naming_it(
         stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[fine, outcome]), timeout=5)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert (caught.value.details() or "").startswith(f"{field}:")
+
+
+LEASE_MS = 200  # squawk.policy.pacer.LEASE
+
+
+@pytest.mark.parametrize("upstream", ["open", "a-caller-name", ""])
+def test_an_unlimited_upstream_grants_the_permits_asked_with_a_lease(
+    stub: Stub, upstream: str
+) -> None:
+    reply = stub.Admit(pb.AdmitRequest(upstream=upstream, permits=7), timeout=5)
+    assert (reply.allowed, reply.permits, reply.wait.ToMilliseconds()) == (True, 7, 0)
+    assert reply.HasField("lease")
+    assert reply.lease.ToMilliseconds() == LEASE_MS
+
+
+@pytest.mark.parametrize("permits", [0, 1])
+def test_one_permit_is_granted_without_a_lease(stub: Stub, permits: int) -> None:
+    for upstream in ("open", ""):
+        reply = stub.Admit(pb.AdmitRequest(upstream=upstream, permits=permits), timeout=5)
+        assert (reply.allowed, reply.permits, reply.HasField("lease")) == (True, 1, False)
+
+
+def test_the_admit_span_carries_the_pace() -> None:
+    admits = [
+        ("Admit", pb.AdmitRequest(upstream="api", permits=3)),
+        ("Admit", pb.AdmitRequest(permits=2)),
+    ]
+    spans = run_in_process(calls=admits)
+    assert [s.name for s in spans] == [f"/{SERVICE}/Admit"] * 2
+    for span, permits in zip(spans, (3, 2), strict=True):
+        attributes = dict(span.attributes or {})
+        assert {k: attributes[k] for k in PACE_ATTRIBUTES} == {
+            "squawk.pace.wait_ms": 0,
+            "squawk.pace.source": "NONE",
+            "squawk.pace.rate": 0.0,
+            "squawk.admit.permits": permits,
+        }

@@ -23,20 +23,17 @@ from .types import PolicyInputError
 __all__ = [
     "MAX_ADMIT_DEADLINE",
     "MAX_BUCKETS",
-    "MAX_COST",
     "MAX_DURATION_SECONDS",
     "MAX_ERROR_MESSAGE_CHARS",
     "MAX_HEADERS",
     "MAX_HEADER_NAME_CHARS",
     "MAX_HEADER_VALUE_CHARS",
     "MAX_NAME_CHARS",
-    "MAX_PERMITS",
     "MAX_POLICY_DURATION",
     "MAX_PROFILE_CHARS",
     "MAX_RETRY_RATIO",
     "MAX_TOKENS",
     "check_chars",
-    "check_cost",
     "check_count",
     "check_headers",
     "check_number",
@@ -80,13 +77,6 @@ MAX_RETRY_RATIO = 10.0
 # Admit's deadline: the time left of a step. A step longer than a day is
 # not one the pace can plan for (and a day is MAX_RETRY_AFTER's cap too).
 MAX_ADMIT_DEADLINE = timedelta(days=1)
-# A call's cost in token units (Admit's estimate, an outcome's real one):
-# the largest LLM context windows hold some 10^7 tokens, so 10^9 is a
-# mistake, never a request.
-MAX_COST = 1e9
-# The dispatches one Admit may ask to start: a busy executor's lease, not
-# its whole queue.
-MAX_PERMITS = 100
 
 
 def check_chars(field: str, value: str, limit: int) -> None:
@@ -112,12 +102,6 @@ def check_number(field: str, value: float, high: float, *, zero: bool = False) -
     if not (low_ok and value <= high):
         bound = f"[0, {high:g}]" if zero else f"(0, {high:g}]"
         raise PolicyInputError(field, f"must be in {bound}, got {value}")
-
-
-def check_cost(field: str, value: float) -> None:
-    """A cost in token units: finite, in [0, MAX_COST]; NaN is refused too."""
-    if not 0.0 <= value <= MAX_COST:
-        raise PolicyInputError(field, f"must be in [0, {MAX_COST:g}], got {value}")
 
 
 def check_count(field: str, value: int, low: int = 1, high: int | None = None) -> None:
