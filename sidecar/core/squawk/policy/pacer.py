@@ -292,8 +292,15 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> _Rates:
 def _cubic(pacer: Pacer, now: float) -> float:
     """CUBIC's rate at `now` (see the module docstring), floored and capped."""
     rate = SCALE * (now - pacer.cut_at - pacer.k) ** 3 + pacer.w_max
-    rate = min(rate, 2.0 * max(pacer.measured, MIN_RATE), MAX_RATE)
+    rate = min(rate, 2.0 * _served(pacer), MAX_RATE)
     return max(rate, MIN_RATE)
+
+
+def _served(pacer: Pacer) -> float:
+    """The success rate: the smoothed one, or the current bucket's so far
+    if more (a lower bound of its rate, which sees a change that began
+    within the bucket); at least MIN_RATE."""
+    return max(pacer.measured, pacer.bucket_count / BUCKET, MIN_RATE)
 
 
 def _start(pacer: Pacer, rates: _Rates, now: float, units: float) -> float:
@@ -362,7 +369,9 @@ def pace(
     tat = max(pacer.tat, start) + 1.0 / rates.rate if rates.rate else pacer.tat
     token_tat = pacer.token_tat
     if rates.token_rate and units:
-        token_tat = max(token_tat, start) + units / rates.token_rate
+        token_tat = _token_debt(
+            max(token_tat, start) + units / rates.token_rate, start, config, rates
+        )
     shed = -math.inf if empty else pacer.shed_until
     granted = _replace(pacer, tat=tat, token_tat=token_tat, busy_since=busy, shed_until=shed)
     return granted, Pace(True, wait, None, 1)
@@ -397,8 +406,14 @@ def _correct_cost(
     if not rates.token_rate or pacer.token_tat == -math.inf:
         return
     tat = pacer.token_tat + (sample.cost - charged) / rates.token_rate
-    # An overspend holds starts for at most the longest wait plus one burst.
-    changes["token_tat"] = min(tat, now + config._max_wait_s + rates.tokens / rates.token_rate)
+    changes["token_tat"] = _token_debt(tat, now, config, rates)
+
+
+def _token_debt(tat: float, now: float, config: RateLimitConfig, rates: _Rates) -> float:
+    # One call (its estimate, or its real cost over it) holds later starts
+    # for at most the longest wait plus one burst: a cost of 1e9 against a
+    # small token rate must not stop the pod for years.
+    return min(tat, now + config._max_wait_s + rates.tokens / rates.token_rate)
 
 
 def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
@@ -421,7 +436,8 @@ def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
             rates.append(limit / window)
     if not rates:
         return None
-    rate = min(max(max(rates), MIN_HEADER_RATE), MAX_TOKEN_RATE)
+    # Nothing left and no limit to refill to: only the hold, no pace after it.
+    rate = min(max(max(rates), MIN_HEADER_RATE), MAX_TOKEN_RATE) if max(rates) else 0.0
     hold = min(reset, _MAX_HOLD_S) if remaining < 1.0 else 0.0
     return rate, hold
 
@@ -471,11 +487,8 @@ def _cut(pacer: Pacer, now: float, changes: dict[str, float]) -> None:
     changes["throttled_at"] = now
     if now - pacer.cut_at < BUCKET:
         return
-    # W_max: what the upstream served -- the smoothed success rate, or the
-    # current bucket's successes so far if more (a lower bound of its rate,
-    # which sees an overload that began within the bucket).
-    w_max = max(pacer.measured, pacer.bucket_count / BUCKET, MIN_RATE)
-    w_max = min(w_max, MAX_RATE)
+    # W_max: what the upstream served (see the module docstring).
+    w_max = min(_served(pacer), MAX_RATE)
     changes["w_max"] = w_max
     changes["k"] = (w_max * (1.0 - BETA) / SCALE) ** (1.0 / 3.0)
     changes["cut_at"] = now
