@@ -19,7 +19,7 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from conftest import Daemon, free_port, scrape, serving, start_daemon
+from conftest import Daemon, free_port, scrape, serving, squawk, start_daemon
 from squawk.daemon.server.spans import SERVICE
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
@@ -363,3 +363,82 @@ def test_admit_paces_with_the_redis_store(tmp_path: Path) -> None:
             daemon.stop()
     finally:
         redis.stop()
+
+
+def test_the_cli_prints_the_pace(paced: tuple[Daemon, Stub, int]) -> None:
+    daemon, stub, _ = paced
+    for _ in range(2):
+        _paced_admit(stub, "cli-paced")
+    table = squawk("upstreams", "--target", daemon.target, "--profile", "paced")
+    assert table.returncode == 0, table.stderr
+    header, *rows = (line.split() for line in table.stdout.splitlines())
+    (row,) = [r for r in rows if r[1] == "cli-paced"]
+    shown = dict(zip(header, row, strict=True))
+    assert (shown["PACE"], shown["RATE"], shown["PACED"], shown["SHED"]) == (
+        "policy",
+        "20/s",
+        "1",
+        "0",
+    )
+    assert 0 <= float(shown["QUEUE"].removesuffix("s")) <= SLOT_MS / 1000
+
+
+def test_rate_limit_headers_on_a_failure_decide_retry_saw_set_the_pace(learning: Stub) -> None:
+    name = "decided"
+    request = pb.DecideRetryRequest(
+        attempt=1,
+        http_status=429,
+        upstream=name,
+        headers={
+            "x-ratelimit-limit-requests": "60",
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": "1s",
+        },
+    )
+    learning.DecideRetry(request, timeout=5)
+    assert _row(learning, "default", name).pace_source == pb.PACE_SOURCE_HEADERS
+
+
+# An upstream's headers are hostile input: each set must leave a pace that
+# answers within its bounds (squawk.policy.pacer: every rate has a floor,
+# every hold an end of at most 5 minutes), never an error or a stall.
+HOSTILE = [
+    {"x-ratelimit-limit-requests": "NaN", "x-ratelimit-remaining-requests": "-1"},
+    {"x-ratelimit-limit-requests": "1e308", "x-ratelimit-reset-requests": "inf"},
+    {"x-ratelimit-limit-requests": "9" * 400, "x-ratelimit-remaining-requests": "0"},
+    {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "99999999h"},
+    {"x-ratelimit-limit": "10", "x-ratelimit-remaining": "0", "x-ratelimit-reset": "99999999999"},
+    {
+        "anthropic-ratelimit-requests-limit": "10",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "9999-12-31T23:59:59Z",
+    },
+    {"ratelimit": '"d";r=0;t=' + "9" * 60, "ratelimit-policy": '"d";q=0;w=0'},
+    # A flood: as many headers as the boundary lets in, each as long as it lets.
+    {f"x-ratelimit-{i}": "9" * 8_192 for i in range(64)},
+]
+MAX_HOLD_S = 300
+MAX_QUEUE_DELAY_S = 2  # rate_limit's default max_queue_delay
+
+
+@pytest.mark.parametrize("headers", HOSTILE, ids=[f"hostile{i}" for i in range(len(HOSTILE))])
+def test_hostile_rate_limit_headers_leave_a_bounded_pace(
+    learning: Stub, headers: dict[str, str]
+) -> None:
+    name = f"hostile-{HOSTILE.index(headers)}"
+    report = pb.ReportOutcomeRequest(
+        outcomes=[pb.Outcome(upstream=name, success=True, headers=headers)]
+    )
+    assert learning.ReportOutcome(report, timeout=10).recorded == 1
+    row = _row(learning, "default", name)
+    held = row.queue_delay.ToTimedelta()
+    assert held <= timedelta(seconds=MAX_HOLD_S)
+    if row.pace_source != pb.PACE_SOURCE_NONE:
+        # A rate, or a hold ("remaining 0" until a reset) that ends.
+        assert row.rate > 0 or held > timedelta(0)
+    reply = learning.Admit(pb.AdmitRequest(upstream=name, deadline=Duration(seconds=10)), timeout=5)
+    if reply.allowed:
+        assert reply.wait.ToTimedelta() <= timedelta(seconds=MAX_QUEUE_DELAY_S)
+    else:
+        assert reply.reason == pb.REASON_UPSTREAM_SATURATED
+        assert reply.retry_after.ToTimedelta() <= timedelta(seconds=MAX_HOLD_S * 1.2 + 5)
