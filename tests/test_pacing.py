@@ -20,7 +20,10 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from conftest import Daemon, free_port, scrape, serving, squawk, start_daemon
+from squawk.daemon.config import parse_config
 from squawk.daemon.server.spans import SERVICE
+from squawk.daemon.server.upstreams import Upstreams
+from squawk.policy import Policy, builtin_policy
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from test_fleet import eventually  # isort: split
@@ -442,3 +445,40 @@ def test_hostile_rate_limit_headers_leave_a_bounded_pace(
     else:
         assert reply.reason == pb.REASON_UPSTREAM_SATURATED
         assert reply.retry_after.ToTimedelta() <= timedelta(seconds=MAX_HOLD_S * 1.2 + 5)
+
+
+def _rated(rate: float) -> Policy:
+    return parse_config(f"profiles:\n  default:\n    rate_limit: {{rate: {rate}}}\n").policy
+
+
+def test_a_pace_change_is_reported_when_its_source_changes_or_its_rate_moves_a_fifth() -> None:
+    """PaceChange: a source change, or a rate off by more than 20 % from the
+    one last reported (not the one last seen, so a slow drift is reported
+    once it adds up); looked at no more than every 0.1 s."""
+    clock = [0.0]
+    policy = [_rated(20)]
+    seen: list[tuple[str, float, str, float]] = []
+    upstreams = Upstreams(
+        policy[0],
+        clock=lambda: clock[0],
+        on_pace=lambda c: seen.append((c.before.name, c.rate_before, c.after.name, c.rate_after)),
+    )
+
+    def admit_at(t: float, reloaded: Policy | None = None) -> None:
+        clock[0] = t
+        if reloaded is not None:
+            policy[0] = reloaded
+            upstreams.use_policy(reloaded)
+        upstreams.admit(policy[0].profile("default"), "api")
+
+    admit_at(0.0)
+    assert seen == [("NONE", 0.0, "POLICY", 20.0)]
+    admit_at(1.0, _rated(23))  # +15 %: not a change
+    admit_at(2.0, _rated(25))  # +25 % from the 20 reported
+    assert seen[1:] == [("POLICY", 20.0, "POLICY", 25.0)]
+    admit_at(2.05, _rated(100))  # within 0.1 s of the last look: not looked at
+    assert len(seen) == 2
+    admit_at(2.2)
+    assert seen[2:] == [("POLICY", 25.0, "POLICY", 100.0)]
+    admit_at(3.0, builtin_policy())  # no rate_limit: nothing paces it
+    assert seen[3:] == [("POLICY", 100.0, "NONE", 0.0)]
