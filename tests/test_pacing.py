@@ -23,7 +23,7 @@ from conftest import Daemon, free_port, scrape, serving, squawk, start_daemon
 from squawk.daemon.config import parse_config
 from squawk.daemon.server.spans import SERVICE
 from squawk.daemon.server.upstreams import Upstreams
-from squawk.policy import Policy, builtin_policy
+from squawk.policy import Policy, RateLimitConfig, builtin_policy, pacer
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from test_fleet import eventually  # isort: split
@@ -138,7 +138,7 @@ def test_a_bad_outcome_cost_or_latency_is_refused_naming_it(
     assert (caught.value.details() or "").startswith(f"{field}:")
 
 
-LEASE_MS = 200  # squawk.policy.pacer.LEASE
+LEASE_MS = 200  # the README says so (squawk.policy.pacer.LEASE)
 
 
 @pytest.mark.parametrize("upstream", ["open", "a-caller-name", ""])
@@ -420,8 +420,8 @@ HOSTILE = [
     # A flood: as many headers as the boundary lets in, each as long as it lets.
     {f"x-ratelimit-{i}": "9" * 8_192 for i in range(64)},
 ]
-MAX_HOLD_S = 300
-MAX_QUEUE_DELAY_S = 2  # rate_limit's default max_queue_delay
+MAX_HOLD = pacer.MAX_HOLD
+MAX_QUEUE_DELAY = RateLimitConfig().max_queue_delay
 
 
 @pytest.mark.parametrize("headers", HOSTILE, ids=[f"hostile{i}" for i in range(len(HOSTILE))])
@@ -435,16 +435,16 @@ def test_hostile_rate_limit_headers_leave_a_bounded_pace(
     assert learning.ReportOutcome(report, timeout=10).recorded == 1
     row = _row(learning, "default", name)
     held = row.queue_delay.ToTimedelta()
-    assert held <= timedelta(seconds=MAX_HOLD_S)
+    assert held <= MAX_HOLD
     if row.pace_source != pb.PACE_SOURCE_NONE:
         # A rate, or a hold ("remaining 0" until a reset) that ends.
         assert row.rate > 0 or held > timedelta(0)
     reply = learning.Admit(pb.AdmitRequest(upstream=name, deadline=Duration(seconds=10)), timeout=5)
     if reply.allowed:
-        assert reply.wait.ToTimedelta() <= timedelta(seconds=MAX_QUEUE_DELAY_S)
+        assert reply.wait.ToTimedelta() <= MAX_QUEUE_DELAY
     else:
         assert reply.reason == pb.REASON_UPSTREAM_SATURATED
-        assert reply.retry_after.ToTimedelta() <= timedelta(seconds=MAX_HOLD_S * 1.2 + 5)
+        assert reply.retry_after.ToTimedelta() <= MAX_HOLD * 1.2 + timedelta(seconds=5)
 
 
 def _rated(rate: float) -> Policy:
