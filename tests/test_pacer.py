@@ -334,6 +334,24 @@ def test_a_half_open_breaker_grants_one_permit() -> None:
     assert (probe.probe, probe.permits, probe.lease) == (True, 1, None)
 
 
+def test_a_probe_the_pacer_refuses_takes_no_probe_slot() -> None:
+    breaker = BreakerConfig(minimum_calls=1, open_for=timedelta(seconds=1), half_open_probes=1)
+    config = UpstreamConfig(breaker, rate_limit=RateLimitConfig(rate=1))
+    state, _ = admit(UpstreamState(), config, 0.0)
+    state = record_outcome(state, config, 0.0, Outcome(False, 503))
+    # Half-open at 1.0; the pace's next start is 1.0 too, then 2.0: the
+    # second call's 1 s wait passes its 500 ms deadline.
+    state, probe = admit(state, config, 1.0)
+    assert probe.probe and probe.wait == timedelta(0)
+    state = record_outcome(state, config, 1.0, Outcome(False, 499))  # not counted: slot back
+    state, refused = admit(state, config, 1.0, deadline=500 * MS)
+    assert refused.reason is Reason.UPSTREAM_SATURATED
+    # The one probe slot is still free for a call the pace can start
+    # (at 1.5, within the round, with the 500 ms left of its slot).
+    _, later = admit(state, config, 1.5)
+    assert (later.allowed, later.probe, later.wait) == (True, True, 500 * MS)
+
+
 def test_admit_refuses_upstream_saturated_after_the_breaker() -> None:
     config = UpstreamConfig(rate_limit=RateLimitConfig(rate=1))
     state, _ = admit(UpstreamState(), config, 0.0)

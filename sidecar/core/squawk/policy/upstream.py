@@ -197,8 +197,10 @@ def admit(
         state.pacer, config.rate_limit, now, cost=cost, deadline=deadline, permits=permits, rng=rng
     )
     if not paced.allowed:
-        # The breaker's probe slot, if one was taken, stays taken: the
-        # round restarts unjudged, as for a probe whose outcome is lost.
+        # A probe the pacer refuses takes no probe slot: the round would
+        # otherwise wait a whole open period for an outcome that never comes.
+        if probe:
+            breaker = _breaker.advance(state.breaker, cb, now)
         refused = Admission(
             False, Reason.UPSTREAM_SATURATED, paced.retry_after, breaker.state, False, permits=0
         )
