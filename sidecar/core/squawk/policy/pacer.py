@@ -654,30 +654,4 @@ def pacer_is_idle(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
 
 
 def _replace(pacer: Pacer, **changes: float) -> Pacer:
-    # Built directly: NamedTuple._replace goes through a dict and _make.
-    return Pacer(
-        changes.get("tat", pacer.tat),
-        changes.get("token_tat", pacer.token_tat),
-        changes.get("busy_since", pacer.busy_since),
-        changes.get("shed_until", pacer.shed_until),
-        changes.get("mean_cost", pacer.mean_cost),
-        changes.get("header_rate", pacer.header_rate),
-        changes.get("header_token_rate", pacer.header_token_rate),
-        changes.get("header_until", pacer.header_until),
-        changes.get("hold_until", pacer.hold_until),
-        changes.get("w_max", pacer.w_max),
-        changes.get("k", pacer.k),
-        changes.get("cut_at", pacer.cut_at),
-        changes.get("throttled_at", pacer.throttled_at),
-        changes.get("bucket_at", pacer.bucket_at),
-        int(changes.get("bucket_count", pacer.bucket_count)),
-        changes.get("measured", pacer.measured),
-        changes.get("limit", pacer.limit),
-        int(changes.get("flight", pacer.flight)),
-        int(changes.get("flight_old", pacer.flight_old)),
-        changes.get("epoch_at", pacer.epoch_at),
-        changes.get("slow_at", pacer.slow_at),
-        changes.get("decreased_at", pacer.decreased_at),
-        changes.get("latency_fast", pacer.latency_fast),
-        changes.get("latency_base", pacer.latency_base),
-    )
+    return pacer._replace(**changes)  # type: ignore[arg-type]  # counts arrive as ints
