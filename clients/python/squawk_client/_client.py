@@ -63,7 +63,8 @@ class Admission:
     """The pod's answer to "may I call this upstream now?"."""
 
     allowed: bool
-    # ADMITTED, or why not: CIRCUIT_OPEN, UPSTREAM_COOLING_DOWN.
+    # ADMITTED, or why not: CIRCUIT_OPEN, UPSTREAM_COOLING_DOWN,
+    # UPSTREAM_SATURATED (the pace cannot start the call before its deadline).
     reason: Reason
     # When refused: how long until a call could be admitted.
     retry_after: timedelta
@@ -73,18 +74,65 @@ class Admission:
     # True when the daemon could not be asked and the client let the call
     # through (admission fails open: the pod's state is only in the daemon).
     fallback: bool = False
+    # When allowed: wait this long, then dispatch (the pacer's start; zero = now).
+    wait: timedelta = timedelta(0)
+    # When allowed: how many dispatches this answer starts (0 when refused).
+    permits: int = 1
+    # When permits > 1: how long the permits after the first stay valid, from
+    # the answer; None otherwise.
+    lease: timedelta | None = None
 
 
 _OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
 
+# AdmitRequest's bounds (see its proto comments). A step deadline longer than
+# a day is sent as a day: no paced wait comes near it, so the answer is the same.
+_MAX_ADMIT_DEADLINE = timedelta(days=1)
+MAX_PERMITS = 100
+
+
+def _admit_request(
+    upstream: str,
+    capability: str,
+    profile: str,
+    deadline: timedelta | None,
+    cost: float,
+    permits: int,
+) -> pb.AdmitRequest:
+    request = pb.AdmitRequest(
+        upstream=upstream,
+        capability=capability,
+        profile=profile,
+        cost=cost,
+        permits=min(max(permits, 1), MAX_PERMITS),
+    )
+    if deadline is not None:
+        request.deadline.FromTimedelta(min(max(deadline, timedelta(0)), _MAX_ADMIT_DEADLINE))
+    return request
+
+
+def _breaker_state(value: int) -> BreakerState:
+    # An answer that leaves the state unset (or names one this client does
+    # not know) says nothing is open: it admitted or refused on its own.
+    try:
+        return BreakerState(value)
+    except ValueError:
+        return BreakerState.CLOSED
+
 
 def _admission(reply: pb.AdmitResponse) -> Admission:
+    # The daemon bounds these; a zero-permit grant still starts this one call.
+    allowed = reply.allowed
+    permits = min(max(reply.permits, 1), MAX_PERMITS) if allowed else 0
     return Admission(
-        allowed=reply.allowed,
+        allowed=allowed,
         reason=Reason(reply.reason),
         retry_after=reply.retry_after.ToTimedelta(),
-        breaker_state=BreakerState(reply.breaker_state),
+        breaker_state=_breaker_state(reply.breaker_state),
         probe=reply.probe,
+        wait=max(reply.wait.ToTimedelta(), timedelta(0)) if allowed else timedelta(0),
+        permits=permits,
+        lease=reply.lease.ToTimedelta() if permits > 1 and reply.HasField("lease") else None,
     )
 
 
@@ -309,9 +357,22 @@ class SquawkClient:
             raise_for(exc)
         return reply
 
-    def admit(self, upstream: str, *, capability: str = "", profile: str = "") -> Admission:
-        """Ask before dispatching to `upstream`; fails open when the daemon is away."""
-        request = pb.AdmitRequest(upstream=upstream, capability=capability, profile=profile)
+    def admit(
+        self,
+        upstream: str,
+        *,
+        capability: str = "",
+        profile: str = "",
+        deadline: timedelta | None = None,
+        cost: float = 0.0,
+        permits: int = 1,
+    ) -> Admission:
+        """Ask before dispatching to `upstream`; fails open when the daemon is away.
+
+        `deadline`: the step's time left (None = none); `cost`: the call's
+        estimated cost in token units (0 = unknown); `permits`: how many
+        dispatches to start with this answer (clamped to 1..100)."""
+        request = _admit_request(upstream, capability, profile, deadline, cost, permits)
         try:
             reply = self._stub.Admit(
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
@@ -456,9 +517,22 @@ class AsyncSquawkClient:
             raise_for(exc)
         return reply
 
-    async def admit(self, upstream: str, *, capability: str = "", profile: str = "") -> Admission:
-        """Ask before dispatching to `upstream`; fails open when the daemon is away."""
-        request = pb.AdmitRequest(upstream=upstream, capability=capability, profile=profile)
+    async def admit(
+        self,
+        upstream: str,
+        *,
+        capability: str = "",
+        profile: str = "",
+        deadline: timedelta | None = None,
+        cost: float = 0.0,
+        permits: int = 1,
+    ) -> Admission:
+        """Ask before dispatching to `upstream`; fails open when the daemon is away.
+
+        `deadline`: the step's time left (None = none); `cost`: the call's
+        estimated cost in token units (0 = unknown); `permits`: how many
+        dispatches to start with this answer (clamped to 1..100)."""
+        request = _admit_request(upstream, capability, profile, deadline, cost, permits)
         try:
             reply = await self._stub.Admit(
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
