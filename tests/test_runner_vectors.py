@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import pytest
 from google.protobuf import json_format
 
 from conftest import Daemon, duration_ms, free_port, subset_mismatches
+from scripted_admit import AdmitServer, admit_servers
 from squawk.v1 import policy_pb2 as pb
 from squawk_client import (
     AsyncSquawkClient,
@@ -308,72 +308,11 @@ def answering() -> Iterator[Callable[[str], str]]:
         server.stop(None)
 
 
-class AdmitServer:
-    """A loopback PolicyService: Admit answers from a list, DecideRetry is
-    UNAVAILABLE (so the client's fallback decides), ReportOutcome records."""
-
-    def __init__(self, answers: list[dict[str, Any]]) -> None:
-        self.answers = [json_format.ParseDict(a, pb.AdmitResponse()) for a in answers]
-        self.admit_requests: list[dict[str, Any]] = []
-        self.reported: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-
-    def admit(self, request: pb.AdmitRequest, context: grpc.ServicerContext) -> pb.AdmitResponse:
-        with self.lock:
-            self.admit_requests.append(json_format.MessageToDict(request))
-            if not self.answers:
-                context.abort(grpc.StatusCode.FAILED_PRECONDITION, "Admit called past the list")
-            return self.answers.pop(0)
-
-    def decide_retry(
-        self, request: pb.DecideRetryRequest, context: grpc.ServicerContext
-    ) -> pb.DecideRetryResponse:
-        context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: the fallback decides")
-
-    def report_outcome(
-        self, request: pb.ReportOutcomeRequest, context: grpc.ServicerContext
-    ) -> pb.ReportOutcomeResponse:
-        with self.lock:
-            self.reported += [json_format.MessageToDict(o) for o in request.outcomes]
-        return pb.ReportOutcomeResponse(recorded=len(request.outcomes))
-
-    def handler(self) -> grpc.GenericRpcHandler:
-        def unary(fn: Any, req: Any, resp: Any) -> grpc.RpcMethodHandler[Any, Any]:
-            return grpc.unary_unary_rpc_method_handler(
-                fn, request_deserializer=req.FromString, response_serializer=resp.SerializeToString
-            )
-
-        return grpc.method_handlers_generic_handler(
-            "squawk.v1.PolicyService",
-            {
-                "Admit": unary(self.admit, pb.AdmitRequest, pb.AdmitResponse),
-                "DecideRetry": unary(
-                    self.decide_retry, pb.DecideRetryRequest, pb.DecideRetryResponse
-                ),
-                "ReportOutcome": unary(
-                    self.report_outcome, pb.ReportOutcomeRequest, pb.ReportOutcomeResponse
-                ),
-            },
-        )
-
-
 @pytest.fixture
 def admitting() -> Iterator[Callable[[list[dict[str, Any]]], tuple[str, AdmitServer]]]:
     """Starts an AdmitServer on loopback; yields a starter of (target, server)."""
-    servers: list[grpc.Server] = []
-
-    def start(answers: list[dict[str, Any]]) -> tuple[str, AdmitServer]:
-        scripted = AdmitServer(answers)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        server.add_generic_rpc_handlers((scripted.handler(),))
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        return f"127.0.0.1:{port}", scripted
-
-    yield start
-    for server in servers:
-        server.stop(None)
+    with admit_servers() as start:
+        yield start
 
 
 def _modes(case: dict[str, Any]) -> list[str]:

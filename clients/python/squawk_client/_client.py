@@ -113,11 +113,20 @@ def _admit_request(
 
 def _breaker_state(value: int) -> BreakerState:
     # An answer that leaves the state unset (or names one this client does
-    # not know) says nothing is open: it admitted or refused on its own.
+    # not know, from a newer daemon) says nothing is open.
     try:
         return BreakerState(value)
     except ValueError:
         return BreakerState.CLOSED
+
+
+def _admit_reason(value: int, allowed: bool) -> Reason:
+    # A reason left unset or unknown to this client: a grant admits, and a
+    # refusal is waited out for its retry_after, as a cool-down is.
+    try:
+        return Reason(value)
+    except ValueError:
+        return Reason.ADMITTED if allowed else Reason.UPSTREAM_COOLING_DOWN
 
 
 def _admission(reply: pb.AdmitResponse) -> Admission:
@@ -126,7 +135,7 @@ def _admission(reply: pb.AdmitResponse) -> Admission:
     permits = min(max(reply.permits, 1), MAX_PERMITS) if allowed else 0
     return Admission(
         allowed=allowed,
-        reason=Reason(reply.reason),
+        reason=_admit_reason(reply.reason, allowed),
         retry_after=reply.retry_after.ToTimedelta(),
         breaker_state=_breaker_state(reply.breaker_state),
         probe=reply.probe,
