@@ -18,6 +18,8 @@ from squawk_client import (
     SquawkClient,
     SquawkInputError,
     StepCancelled,
+    StepError,
+    StepFailed,
     StepOptions,
     run_step_sync,
 )
@@ -83,3 +85,32 @@ def test_cancelling_the_paced_wait_ends_the_step_before_any_dispatch(admitting: 
         # No sleep seam: the runner waits on `cancel`, which is already set.
         run_step_sync(client, calls.append, 1, options=StepOptions(upstream="a"), cancel=cancel)
     assert (calls, len(server.admit_requests)) == ([], 1)
+
+
+def test_spare_permits_of_a_lease_start_the_next_dispatches_without_asking(
+    admitting: Start,
+) -> None:
+    # A lease of a second (the longest honoured): the three steps take far less.
+    target, server = admitting([ADMITTED | {"permits": 3, "lease": "1s"}, ADMITTED])
+    options = StepOptions(upstream="a")
+    with SquawkClient(target, call_timeout=TIMEOUT) as client:
+        assert [run_step_sync(client, str, n, options=options) for n in range(4)] == list("0123")
+    # One Admit for three dispatches; the fourth asks for as many as were made
+    # in the lease period (three) and itself.
+    assert [r.get("permits") for r in server.admit_requests] == [1, 4]
+    assert len(server.reported) == 4
+
+
+def test_a_failed_dispatch_gives_up_the_spare_permits(admitting: Start) -> None:
+    target, server = admitting([ADMITTED | {"permits": 3, "lease": "1s"}, ADMITTED])
+    options = StepOptions(upstream="a")
+
+    def refused(n: int) -> int:
+        raise StepError("bad request", http_status=400)
+
+    with SquawkClient(target, call_timeout=TIMEOUT) as client:
+        run_step_sync(client, str, 0, options=options)
+        with pytest.raises(StepFailed):
+            run_step_sync(client, refused, 1, options=options)  # on the first spare
+        run_step_sync(client, str, 2, options=options)  # the second spare is gone: asks
+    assert len(server.admit_requests) == 2

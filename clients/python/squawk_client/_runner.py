@@ -10,7 +10,6 @@ by the shared runner vectors.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import threading
 import time
@@ -24,7 +23,8 @@ from squawk.v1 import policy_pb2 as pb
 
 from ._client import Admission, AsyncSquawkClient, SquawkClient
 from ._decision import Decision
-from ._errors import SquawkError, SquawkInputError, StepError, StepFailed
+from ._errors import SquawkInputError, StepError, StepFailed
+from ._leases import Leases
 
 __all__ = ["ErrorInfo", "StepCancelled", "StepOptions", "Tier", "run_step", "run_step_sync"]
 
@@ -88,6 +88,7 @@ class StepOptions:
 
 
 MAX_COST = 1e9
+_MAX_LATENCY = timedelta(days=1)
 
 # A forced resend would revive what these reasons ended for good.
 _FINAL = frozenset({Reason.CANCELLED, Reason.ATTEMPTS_EXHAUSTED, Reason.DEADLINE_EXCEEDED})
@@ -107,6 +108,8 @@ class _Attempts:
         self.corrections = 0
         self.calls = 1
         self.started = time.monotonic()
+        # The upstream state the step's dispatches share, as Admit names it.
+        self.key = (options.profile, options.upstream, options.capability)
         # The step's last error, the cause of a FAIL that comes before a call.
         self.last_error: BaseException | None = None
 
@@ -231,11 +234,11 @@ class _Attempts:
         left = self.options.deadline - timedelta(seconds=time.monotonic() - self.started)
         return max(left, timedelta(0))
 
-    def success(self, latency: float) -> list[pb.Outcome]:
+    def success(self, latency: float) -> pb.Outcome | None:
         """What to report after a successful dispatch (nothing without an upstream)."""
         o = self.options
         if not o.upstream:
-            return []
+            return None
         done = pb.Outcome(
             upstream=o.upstream,
             capability=o.capability,
@@ -243,8 +246,14 @@ class _Attempts:
             success=True,
             cost=o.cost,
         )
-        done.latency.FromTimedelta(timedelta(seconds=latency))
-        return [done]
+        # Outcome.latency is bounded to a day (a step may run longer).
+        done.latency.FromTimedelta(min(timedelta(seconds=latency), _MAX_LATENCY))
+        return done
+
+    def failed(self, leases: Leases) -> None:
+        """A dispatch failed: the key's spare permits go (see _leases)."""
+        if self.options.upstream:
+            leases.revoke(self.key)
 
     def advance(self, decision: Decision, exc: BaseException) -> None:
         self.last_error = exc
@@ -285,6 +294,7 @@ async def run_step(
             started = time.monotonic()
             result = await step(params)
         except Exception as exc:
+            state.failed(client._policy.leases)
             request = state.request(exc)
             decision = await client.decide_retry(request)
             decision = state.settle(decision, exc, request, on_error)
@@ -295,9 +305,8 @@ async def run_step(
             else:
                 await sleep(decision.delay.total_seconds())
         else:
-            with contextlib.suppress(SquawkError):  # reporting fails open
-                if done := state.success(time.monotonic() - started):
-                    await client.report_outcome(done)
+            if done := state.success(time.monotonic() - started):
+                client._report_later(done)
             return result
 
 
@@ -309,12 +318,8 @@ async def _admitted(
     o = state.options
     refusals = 0
     while not (
-        admission := await client.admit(
-            o.upstream,
-            capability=o.capability,
-            profile=o.profile,
-            deadline=state.admit_deadline(),
-            cost=o.cost,
+        admission := await client._admit_step(
+            state.key, deadline=state.admit_deadline(), cost=o.cost
         )
     ).allowed:
         refusals += 1
@@ -358,6 +363,7 @@ def run_step_sync(
             started = time.monotonic()
             result = step(params)
         except Exception as exc:
+            state.failed(client._policy.leases)
             request = state.request(exc)
             request.cancelled = cancel.is_set()
             decision = client.decide_retry(request)
@@ -370,9 +376,8 @@ def run_step_sync(
             if wait(decision.delay.total_seconds()):
                 raise StepCancelled("cancelled while waiting to retry") from exc
         else:
-            with contextlib.suppress(SquawkError):  # reporting fails open
-                if done := state.success(time.monotonic() - started):
-                    client.report_outcome(done)
+            if done := state.success(time.monotonic() - started):
+                client._report_later(done)
             return result
 
 
@@ -380,13 +385,7 @@ def _admitted_sync(client: SquawkClient, state: _Attempts, wait: Callable[[float
     o = state.options
     refusals = 0
     while not (
-        admission := client.admit(
-            o.upstream,
-            capability=o.capability,
-            profile=o.profile,
-            deadline=state.admit_deadline(),
-            cost=o.cost,
-        )
+        admission := client._admit_step(state.key, deadline=state.admit_deadline(), cost=o.cost)
     ).allowed:
         refusals += 1
         state.refused(admission, refusals)
