@@ -21,7 +21,8 @@ from typing import NoReturn, TypeVar
 from squawk.policy import Action, Profile, Reason, delay
 from squawk.v1 import policy_pb2 as pb
 
-from ._client import Admission, AsyncSquawkClient, SquawkClient
+from ._admission import Admission
+from ._client import AsyncSquawkClient, SquawkClient
 from ._decision import Decision
 from ._errors import SquawkInputError, StepError, StepFailed
 from ._leases import Leases
