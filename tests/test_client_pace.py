@@ -1,6 +1,7 @@
 """The Python client and runners under the upstream's pace: what Admit is
-sent, what its answer may make the runner do, against a scripted loopback
-Admit server (the runner vectors hold the contract's cases)."""
+sent and what its answer may make the runner do, against a scripted
+loopback Admit server (the runner vectors hold the contract's cases), and
+against the real daemon pacing a declared rate."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from conftest import start_daemon
 from scripted_admit import AdmitServer, admit_servers
 from squawk_client import (
     AsyncSquawkClient,
@@ -151,3 +153,57 @@ def test_a_success_reports_its_real_cost_when_the_step_reads_it(
     assert asyncio.run(main()) == "done"
     assert server.admit_requests[0]["cost"] == 40.0
     assert [o.get("cost", 0.0) for o in server.reported] == [reported]
+
+
+# One call every 50 ms, one at a time, for every upstream of profile "paced";
+# each test names an upstream of its own, and so gets a pacer of its own.
+PACED = """\
+profiles:
+  paced:
+    rate_limit: {rate: 20, burst: 1}
+"""
+
+
+@pytest.fixture(scope="module")
+def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    path = tmp_path_factory.mktemp("paced") / "policy.yaml"
+    path.write_text(PACED)
+    daemon = start_daemon("--policy", str(path))
+    yield daemon.target
+    daemon.stop()
+
+
+def test_the_daemons_pace_makes_the_second_of_two_steps_wait(paced: str) -> None:
+    waits: list[float] = []
+    calls: list[int] = []
+    options = StepOptions(upstream="two-steps", profile="paced")
+    with SquawkClient(paced, call_timeout=TIMEOUT) as client:
+        for n in range(2):
+            run_step_sync(client, calls.append, n, options=options, sleep=waits.append)
+    # Burst 1: the first starts at once (no sleep); the second one slot (50 ms)
+    # after it, less the time between the two (the daemon's clock is real).
+    assert calls == [0, 1]
+    assert len(waits) == 1 and 0 < waits[0] <= 0.050
+
+
+def test_a_step_whose_deadline_the_pace_cannot_meet_is_shed_uncalled(paced: str) -> None:
+    upstream = "short-deadline"
+    calls: list[int] = []
+
+    async def step(n: int) -> None:
+        calls.append(n)
+
+    async def main() -> StepFailed:
+        async with AsyncSquawkClient(paced, call_timeout=TIMEOUT) as client:
+            # Four calls hold the next start up to four slots (200 ms) away.
+            for _ in range(4):
+                assert (await client.admit(upstream, profile="paced")).allowed
+            options = StepOptions(
+                upstream=upstream, profile="paced", deadline=timedelta(milliseconds=10)
+            )
+            with pytest.raises(StepFailed) as shed:
+                await run_step(client, step, 1, options=options)
+            return shed.value
+
+    shed = asyncio.run(main())
+    assert (shed.decision.reason, shed.attempts, calls) == (Reason.UPSTREAM_SATURATED, 0, [])
