@@ -121,20 +121,18 @@ func cancelledAdmission() Decision {
 }
 
 // reportSuccess tells the pod a dispatch succeeded, with its latency and
-// the step's estimated cost (req's), which feed the pod's pace. Its error
-// is ignored: the step has its result, and a report lost to a slow or
-// absent daemon costs the breaker one sample. It runs on a ctx that is not cancelled with
-// ctx, so that a success that lands as ctx ends is still counted; the call
-// timeout bounds it.
-func (c *Client) reportSuccess(ctx context.Context, req *squawkv1.AdmitRequest, latency time.Duration) {
-	_, _ = c.ReportOutcome(context.WithoutCancel(ctx), &squawkv1.ReportOutcomeRequest{
-		Outcomes: []*squawkv1.Outcome{{
-			Upstream:   req.GetUpstream(),
-			Capability: req.GetCapability(),
-			Profile:    req.GetProfile(),
-			Success:    true,
-			Latency:    durationpb.New(latency),
-			Cost:       req.GetCost(),
-		}},
+// the step's estimated cost (req's), which feed the pod's pace. The report
+// goes with the client's next batch (see WithOutcomeDelay), so that a
+// success that lands as ctx ends is still counted; its error is ignored:
+// the step has its result, and a report lost to a slow or absent daemon
+// costs the breaker one sample.
+func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, latency time.Duration) {
+	c.queueOutcome(&squawkv1.Outcome{
+		Upstream:   req.GetUpstream(),
+		Capability: req.GetCapability(),
+		Profile:    req.GetProfile(),
+		Success:    true,
+		Latency:    durationpb.New(latency),
+		Cost:       req.GetCost(),
 	})
 }

@@ -82,7 +82,8 @@ type RunOptions[P any] struct {
 // FAIL carrying the refusal's reason when the wait would outlast ctx's
 // deadline, or on the refusal after as many in a row as the attempt budget.
 // After a success it reports the outcome (with the step's latency and
-// opts.Cost) through c.ReportOutcome, whose errors are ignored. Admit and
+// opts.Cost) through c.ReportOutcome, batched with the client's other
+// reports (see WithOutcomeDelay); their errors are ignored. Admit and
 // ReportOutcome fail open, so an absent daemon never stops a dispatch.
 func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.Context, P) (R, error), opts RunOptions[P]) (R, error) {
 	var zero R
@@ -115,7 +116,7 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 		result, err := step(ctx, params)
 		if err == nil {
 			if admit != nil {
-				c.reportSuccess(ctx, admit, time.Since(started))
+				c.reportSuccess(admit, time.Since(started))
 			}
 			return result, nil
 		}
