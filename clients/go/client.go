@@ -41,6 +41,7 @@ type Client struct {
 	profile   localProfile
 	fallbacks atomic.Int64
 	outcomes  outcomeQueue
+	leases    leaseTable
 }
 
 // New creates a client for the daemon at target (a gRPC target such as

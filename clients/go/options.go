@@ -70,7 +70,8 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 }
 
 // WithClock sets the clock the local fallback reads to turn an HTTP-date
-// Retry-After into a wait. The default is time.Now.
+// Retry-After into a wait, and Run reads to time its spare permits' leases.
+// The default is time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.now = now }
 }

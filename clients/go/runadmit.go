@@ -27,6 +27,12 @@ import (
 // time (shed at the source) instead of queueing it.
 func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest, budget int,
 	sleep func(context.Context, time.Duration) error) *RunError {
+	key := leaseKey{req.GetProfile(), req.GetUpstream(), req.GetCapability()}
+	spare, ask := c.leases.start(key, c.cfg.now())
+	if spare {
+		return nil
+	}
+	req.Permits = int32(ask)
 	for refusals := 1; ; refusals++ {
 		deadline, hasDeadline := ctx.Deadline()
 		if hasDeadline {
@@ -43,6 +49,7 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			return stop
 		}
 		if a.Allowed {
+			c.leases.keep(key, c.cfg.now(), a)
 			if a.Wait <= 0 {
 				return nil
 			}
