@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -130,5 +132,46 @@ func TestLeaseTableIsBounded(t *testing.T) {
 	l.start(key, later)
 	if spare, ask := l.start(key, later); spare || ask != 2 || len(l.entries) != 1 {
 		t.Errorf("after the idle keys' windows: start = %v, %d with %d keys; want false, 2 with 1", spare, ask, len(l.entries))
+	}
+}
+
+// Executors' goroutines sharing a client never start more dispatches than
+// the pod granted permits, and every success is reported once.
+func TestRunSharesPermitsAcrossGoroutinesWithinTheGrants(t *testing.T) {
+	const goroutines, each, granted = 8, 25, 5
+	answers := make([]string, goroutines*each)
+	for i := range answers {
+		answers[i] = fmt.Sprintf(`{"allowed": true, "permits": %d, "lease": "10s"}`, granted)
+	}
+	c, sd, _ := leasedClient(t, answers...) // the clock stands still: no lease ends
+	var started atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				if _, err := Run(context.Background(), c, 0, func(context.Context, int) (int, error) {
+					started.Add(1)
+					return 0, nil
+				}, RunOptions[int]{Upstream: "api.example"}); err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	admits := len(sd.admitted())
+	if n := started.Load(); n != goroutines*each || int64(admits*granted) < n {
+		t.Errorf("%d dispatches on %d Admits of %d permits each", n, admits, granted)
+	}
+	if admits == goroutines*each {
+		t.Errorf("every dispatch asked Admit: no spare permit was used")
+	}
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	if len(sd.reported) != goroutines*each {
+		t.Errorf("%d successes reported, want %d", len(sd.reported), goroutines*each)
 	}
 }
