@@ -40,6 +40,9 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			// on a pace that never waits longer than that.
 			req.Deadline = durationpb.New(min(max(0, time.Until(deadline)), maxAdmitWait))
 		}
+		// A lease runs from the pod's answer; timed from the ask, a spare
+		// is never used after it ends.
+		asked := c.cfg.now()
 		a, err := c.Admit(ctx, req)
 		if err != nil {
 			stop := &RunError{Cause: err}
@@ -49,7 +52,7 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			return stop
 		}
 		if a.Allowed {
-			c.leases.keep(key, c.cfg.now(), a)
+			c.leases.keep(key, asked, a)
 			if a.Wait <= 0 {
 				return nil
 			}
