@@ -54,7 +54,17 @@ class Script implements DecisionSource {
   async admit(input: AdmitInput): Promise<Admission> {
     this.admits.push(input);
     const breakerState = BreakerState.BREAKER_STATE_CLOSED;
-    return { allowed: true, reason: Reason.REASON_ADMITTED, retryAfter: undefined, breakerState, probe: false, fallback: false };
+    return {
+      allowed: true,
+      reason: Reason.REASON_ADMITTED,
+      retryAfter: undefined,
+      breakerState,
+      probe: false,
+      wait: undefined,
+      permits: 1,
+      lease: undefined,
+      fallback: false,
+    };
   }
   async reportOutcome(input: ReportOutcomeInput): Promise<number> {
     this.reports.push(input);
