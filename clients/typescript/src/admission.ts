@@ -42,6 +42,9 @@ export interface Gate {
   readonly signal: AbortSignal | undefined;
 }
 
+/** What the wait for admission ends with: the FAIL that ends the step, or leave to dispatch. */
+export type Admitted = { readonly refusal: Decision } | { readonly refusal?: undefined; readonly probe: boolean };
+
 /** The FAIL that ends a step the pod would not admit (in time). */
 function refused(admission: Admission, explanation: string, reason = admission.reason, retryAfter = admission.retryAfter): Decision {
   return {
@@ -82,26 +85,30 @@ function admitInput(gate: Gate): AdmitInput {
  * reason, without sleeping), a refusal past the attempt budget in a row, or
  * one whose retry_after outlasts the deadline. A refusal consumes no attempt.
  */
-export async function awaitAdmission(gate: Gate): Promise<Decision | undefined> {
+export async function awaitAdmission(gate: Gate): Promise<Admitted> {
   const { upstream, signal } = gate;
   for (let refusals = 1; ; refusals++) {
     const admission = await gate.admit(admitInput(gate), signal === undefined ? {} : { signal });
-    if (admission.allowed) return paced(gate, admission);
+    if (admission.allowed) {
+      const refusal = await paced(gate, admission);
+      return refusal === undefined ? { probe: admission.probe } : { refusal };
+    }
     if (admission.reason === Reason.REASON_UPSTREAM_SATURATED) {
-      return refused(admission, `The pod shed the dispatch to ${upstream}: ${admission.reason}; it cannot start it in time.`);
+      const explanation = `The pod shed the dispatch to ${upstream}: ${admission.reason}; it cannot start it in time.`;
+      return { refusal: refused(admission, explanation) };
     }
     const waitMs = admission.retryAfter === undefined ? 0 : durationToMs(admission.retryAfter);
     // The deadline first, then the cap: the same order in every client.
     const left = gate.deadlineLeftMs();
     if (left !== undefined && waitMs > left) {
-      return refused(
-        admission,
+      const explanation =
         `The pod refused the dispatch to ${upstream}: ${admission.reason}; ` +
-          `it admits again in ${roundHalfEven(waitMs)} ms, past the step's deadline.`,
-      );
+        `it admits again in ${roundHalfEven(waitMs)} ms, past the step's deadline.`;
+      return { refusal: refused(admission, explanation) };
     }
     if (refusals > gate.budget) {
-      return refused(admission, `The pod refused the dispatch to ${upstream} ${refusals} times in a row: ${admission.reason}.`);
+      const explanation = `The pod refused the dispatch to ${upstream} ${refusals} times in a row: ${admission.reason}.`;
+      return { refusal: refused(admission, explanation) };
     }
     // Whole ms, rounded up: a wait cut short by a fraction would only be refused again.
     if (waitMs > 0) await untilAborted(gate.sleep(Math.ceil(waitMs), signal), signal);

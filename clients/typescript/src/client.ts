@@ -39,6 +39,7 @@ import {
   type DecideRetryInput,
   type FallbackEvent,
   type GetUpstreamsInput,
+  type OutcomeInput,
   type ReportOutcomeInput,
   type SquawkClientOptions,
   type SquawkMethod,
@@ -53,6 +54,12 @@ import { unary, type Start } from "./unary";
  * that never stops answering a nextPageToken, would otherwise keep it reading.
  */
 export const MAX_UPSTREAM_PAGES = 100;
+
+/** The most outcomes one batched ReportOutcome carries (with `batchOutcomes`). */
+export const OUTCOME_BATCH_SIZE = 100;
+
+/** The longest a queued outcome waits before its batch is sent (with `batchOutcomes`). */
+export const OUTCOME_BATCH_DELAY_MS = 50;
 
 /** Each GetUpstreams page's deadline when the call names none (the Python client's too). */
 const UPSTREAMS_PAGE_TIMEOUT_MS = 1000;
@@ -105,6 +112,12 @@ export class SquawkClient {
   private readonly onFallback: ((event: FallbackEvent) => void) | undefined;
   private fallbacks = 0;
   private closed = false;
+  private readonly batchOutcomes: boolean;
+  /** Outcomes queued for the next batched report, and the timer that sends them. */
+  private queued: OutcomeInput[] = [];
+  private batchTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Batched reports on the wire: flush() and close() wait for them. */
+  private readonly sending = new Set<Promise<void>>();
 
   constructor(target: string, options: SquawkClientOptions = {}) {
     this.target = target;
@@ -115,6 +128,7 @@ export class SquawkClient {
     this.fallbackProfile = Object.freeze({ ...fallbackProfileFromEnv(), ...options.fallbackProfile });
     this.now = options.now ?? Date.now;
     this.onFallback = options.onFallback;
+    this.batchOutcomes = options.batchOutcomes ?? false;
     this.stub = new PolicyServiceClient(target, options.credentials ?? grpcCredentials.createInsecure(), {
       ...DEFAULT_CHANNEL_OPTIONS,
       ...options.channelOptions,
@@ -300,10 +314,67 @@ export class SquawkClient {
     return this.upstreamsPage(checked("getUpstreams", GetUpstreamsRequest.fromPartial, input), options);
   }
 
-  /** Close the channel; later calls reject. */
-  close(): void {
+  /**
+   * Queue one outcome for a batched report (see `batchOutcomes`). Answers
+   * false, queueing nothing, when the client does not batch: report it with
+   * reportOutcome. An outcome that cannot be encoded is a SquawkInputError
+   * now. A batch the daemon cannot take fails open (counted as a fallback);
+   * one it refuses (an outcome past a bound of ReportOutcome, or of a
+   * profile it does not know) is dropped whole, so queue outcomes whose
+   * names Admit accepted, as the runner does: a lost report only makes the
+   * pod's view a little older.
+   */
+  queueOutcome(outcome: OutcomeInput): boolean {
+    if (!this.batchOutcomes) return false;
+    if (this.closed) throw new Error(`SquawkClient for ${this.target} is closed`);
+    reportRequest({ outcomes: [outcome] });
+    this.queued.push(outcome);
+    if (this.queued.length >= OUTCOME_BATCH_SIZE) this.sendQueued();
+    else this.batchTimer ??= setTimeout(() => this.sendQueued(), OUTCOME_BATCH_DELAY_MS);
+    return true;
+  }
+
+  /** Send every queued outcome now, and resolve when every batched report has ended (it never rejects). */
+  async flush(): Promise<void> {
+    this.sendQueued();
+    while (this.sending.size > 0) await Promise.all(this.sending);
+  }
+
+  /**
+   * Close the channel; later calls reject. Queued outcomes are sent first
+   * (each batch bounded by the call timeout): the returned promise resolves
+   * once they have ended and the channel is closed. Without queued or
+   * pending reports the channel closes at once.
+   */
+  close(): Promise<void> {
     this.closed = true;
-    this.stub.close();
+    this.sendQueued();
+    if (this.sending.size === 0) {
+      this.stub.close();
+      return Promise.resolve();
+    }
+    return this.flush().then(() => this.stub.close());
+  }
+
+  /** Send the queued outcomes as one report (they are at most OUTCOME_BATCH_SIZE); never rejects. */
+  private sendQueued(): void {
+    clearTimeout(this.batchTimer);
+    this.batchTimer = undefined;
+    if (this.queued.length === 0) return;
+    const outcomes = this.queued;
+    this.queued = [];
+    const request = reportRequest({ outcomes });
+    const sent = this.unary<ReportOutcomeResponse>((md, co, cb) => this.stub.reportOutcome(request, md, co, cb), {})
+      .then(
+        () => undefined,
+        (error: unknown) => {
+          if (this.fallbackCause(error, {}) === undefined) return;
+          this.fallbacks += 1;
+          this.onFallback?.({ method: "reportOutcome", cause: error as ServiceError });
+        },
+      )
+      .finally(() => this.sending.delete(sent));
+    this.sending.add(sent);
   }
 
   /** The gRPC error that lets the fallback answer, or undefined when the error stands. */
@@ -363,6 +434,11 @@ export class SquawkClient {
 
   private invoke<Res>(start: Start<Res>, options: CallOptions): Promise<Res> {
     if (this.closed) return Promise.reject(new Error(`SquawkClient for ${this.target} is closed`));
+    return this.unary(start, options);
+  }
+
+  /** One call, closed or not: a closing client still sends its queued outcomes. */
+  private unary<Res>(start: Start<Res>, options: CallOptions): Promise<Res> {
     return unary(start, this.metadata(options.context), options.timeoutMs ?? this.callTimeoutMs, options.signal);
   }
 }

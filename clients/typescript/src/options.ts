@@ -98,6 +98,16 @@ export interface SquawkClientOptions {
   readonly now?: () => number;
   /** Called each time the client answers for the daemon: a fallback decision (once per batch) or a fail-open. */
   readonly onFallback?: (event: FallbackEvent) => void;
+  /**
+   * Send the runner's success reports in batches (default false): each is
+   * queued and sent with others in one ReportOutcome, at most
+   * OUTCOME_BATCH_SIZE (100) at once and OUTCOME_BATCH_DELAY_MS (50 ms)
+   * after the first was queued; `flush()` and `close()` send the rest. A
+   * busy executor then costs the daemon one report per 100 successes
+   * instead of one per success; the pod hears of them up to 50 ms later.
+   * A half-open probe's success is always reported at once.
+   */
+  readonly batchOutcomes?: boolean;
 }
 
 export interface CallOptions {

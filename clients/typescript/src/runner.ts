@@ -5,7 +5,15 @@ import { SquawkInputError } from "./errors";
 import type { FallbackProfile } from "./fallback";
 import { Action, DecideRetryRequest } from "./gen/squawk/v1/policy";
 import { override, tierOf, type ErrorInfo, type Tier } from "./hooks";
-import type { Admission, AdmitInput, CallOptions, Decision, DecideRetryInput, ReportOutcomeInput } from "./options";
+import type {
+  Admission,
+  AdmitInput,
+  CallOptions,
+  Decision,
+  DecideRetryInput,
+  OutcomeInput,
+  ReportOutcomeInput,
+} from "./options";
 import { StepError } from "./steperror";
 import { sleep, untilAborted, type Sleep } from "./wait";
 
@@ -17,6 +25,13 @@ export interface DecisionSource {
   decideRetry(input: DecideRetryInput, options?: CallOptions): Promise<Decision>;
   admit(input: AdmitInput, options?: CallOptions): Promise<Admission>;
   reportOutcome(input: ReportOutcomeInput, options?: CallOptions): Promise<number>;
+  /**
+   * Optional: take a success's outcome into a batched report, answering
+   * true; false when the source does not batch (the runner then calls
+   * reportOutcome and waits for it). SquawkClient's batches with its
+   * `batchOutcomes` option.
+   */
+  queueOutcome?(outcome: OutcomeInput): boolean;
   /** Its default profile: the attempt budget and backoff of a forced resend. */
   readonly fallbackProfile: FallbackProfile;
 }
@@ -167,21 +182,24 @@ async function settle<R>(call: () => Promise<R>): Promise<Settled<R>> {
 }
 
 /**
- * Tell the pod a dispatch to the upstream succeeded. Its errors are ignored:
- * the step's result stands whatever the report does. No signal either: the
- * report is bounded by the call timeout, and a success should be counted
- * even when the caller aborts right after it.
+ * Tell the pod a dispatch to the upstream succeeded: queued into the
+ * source's batch when it batches, except a half-open probe's (the breaker
+ * waits for the probes' results), else reported now. Its errors are
+ * ignored: the step's result stands whatever the report does. No signal
+ * either: the report is bounded by the call timeout, and a success should
+ * be counted even when the caller aborts right after it.
  */
 async function reportSuccess(
   client: DecisionSource,
   names: { upstream: string; capability: string; profile: string },
   latencyMs: number,
   cost: number,
+  probe: boolean,
 ): Promise<void> {
+  const outcome: OutcomeInput = { ...names, success: true, latency: durationFromMs(Math.max(0, latencyMs)), cost };
   try {
-    await client.reportOutcome({
-      outcomes: [{ ...names, success: true, latency: durationFromMs(Math.max(0, latencyMs)), cost }],
-    });
+    if (!probe && client.queueOutcome?.(outcome) === true) return;
+    await client.reportOutcome({ outcomes: [outcome] });
   } catch {
     // Fail open: a lost report only makes the pod's view of the upstream a little older.
   }
@@ -234,13 +252,14 @@ export async function runStep<P, R>(
 
   for (let calls = 1; ; calls++) {
     if (signal?.aborted) throw signal.reason;
-    const refusal = gate === undefined ? undefined : await awaitAdmission(gate);
-    if (refusal !== undefined) throw new StepFailedError(refusal, calls - 1, error);
+    const admitted = gate === undefined ? undefined : await awaitAdmission(gate);
+    if (admitted?.refusal !== undefined) throw new StepFailedError(admitted.refusal, calls - 1, error);
     const dispatchedAt = now();
     const outcome = await settle(() => step(params, { attempt, correctionsUsed, signal }));
     if (outcome.ok) {
       if (gate !== undefined) {
-        await reportSuccess(client, names, now() - dispatchedAt, realCost(options.costOf, outcome.value, cost));
+        const real = realCost(options.costOf, outcome.value, cost);
+        await reportSuccess(client, names, now() - dispatchedAt, real, admitted?.probe ?? false);
       }
       return outcome.value;
     }

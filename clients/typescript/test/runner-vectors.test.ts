@@ -147,6 +147,7 @@ async function runCase(c: RunnerCase, client: SquawkClient, fallback: boolean): 
     fallbackProfile: client.fallbackProfile,
     admit: (input, options) => client.admit(input, options),
     reportOutcome: (input, options) => client.reportOutcome(input, options),
+    queueOutcome: (outcome) => client.queueOutcome(outcome),
     async decideRetry(input: DecideRetryInput): Promise<Decision> {
       rec.requests.push(input as DecideRetryRequest);
       const decision = await client.decideRetry(input);
@@ -386,12 +387,13 @@ describe("runner vectors against a server scripting Admit", () => {
   for (const c of vectors.cases.filter((c) => c.admitAnswers !== undefined)) {
     test(c.name, async () => {
       const scripted = await admitting(c.admitAnswers ?? []);
-      const client = new SquawkClient(scripted.target, { callTimeoutMs: 5000 });
+      // Successes are reported in batches: closing the client must send them.
+      const client = new SquawkClient(scripted.target, { callTimeoutMs: 5000, batchOutcomes: true });
       try {
         // DecideRetry answers UNAVAILABLE: every decision is the fallback's.
         const rec = await runCase(c, client, true);
         // Whatever the client still holds is sent before the check.
-        client.close();
+        await client.close();
         assert.equal(scripted.overrun, false, "Admit was called more often than the case lists");
         check(rec, c.expect);
         if (c.expect.admitRequests !== undefined) assertAdmitRequests(scripted.admits, c.expect.admitRequests);
