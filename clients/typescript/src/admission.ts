@@ -23,6 +23,11 @@ export function openAdmission(): Admission {
   };
 }
 
+/** A dispatch admitted by a spare permit the client holds from an earlier grant (see leasePermits). */
+export function leasedAdmission(): Admission {
+  return { ...openAdmission(), fallback: false };
+}
+
 /** The longest deadline Admit accepts (AdmitRequest.deadline: at most a day). */
 export const MAX_ADMIT_DEADLINE_MS = 86_400_000;
 

@@ -3,14 +3,16 @@
 // admissions and reports when the daemon cannot answer.
 import { connectivityState, credentials as grpcCredentials, Metadata, status, type ServiceError } from "@grpc/grpc-js";
 import { context as otelContext, propagation, type Context, type TextMapPropagator, type TextMapSetter } from "@opentelemetry/api";
-import { openAdmission } from "./admission";
+import { leasedAdmission, openAdmission } from "./admission";
 import { BATCH_ITEMS_PER_TIMEOUT, batchFromResponse, batchLocally, type BatchResult } from "./batch";
+import { durationToMs } from "./duration";
 import { fallbackProfileFromEnv } from "./env";
 import { inputErrorFrom, isServiceError, SquawkError } from "./errors";
 import { fallbackDecide, type FallbackProfile } from "./fallback";
 import {
   AdmitRequest,
   AnalyzeErrorRequest,
+  BreakerState,
   CheckDispatchRequest,
   ClassifyRequest,
   GetUpstreamsRequest,
@@ -60,6 +62,30 @@ export const OUTCOME_BATCH_SIZE = 100;
 
 /** The longest a queued outcome waits before its batch is sent (with `batchOutcomes`). */
 export const OUTCOME_BATCH_DELAY_MS = 50;
+
+/** The most permits one Admit may ask for (AdmitRequest.permits). */
+const MAX_LEASE_PERMITS = 100;
+
+/**
+ * The longest a spare permit is kept, whatever lease the answer names: the
+ * pod's leases are short, and a spare permit outliving a change of the
+ * upstream's state would start a call the pod would now refuse.
+ */
+const MAX_LEASE_MS = 5000;
+
+/** The most (profile, upstream, capability) keys holding spare permits; past it, spares are not kept. */
+const MAX_LEASES = 1000;
+
+/** The key of a lease: an empty profile is "default", as the daemon reads it. */
+function leaseKey(profile: string, upstream: string, capability: string): string {
+  return JSON.stringify([profile === "" ? "default" : profile, upstream, capability]);
+}
+
+/** Spare permits of one Admit answer: how many are left and until when (the client's clock). */
+interface Lease {
+  remaining: number;
+  readonly endsAt: number;
+}
 
 /** Each GetUpstreams page's deadline when the call names none (the Python client's too). */
 const UPSTREAMS_PAGE_TIMEOUT_MS = 1000;
@@ -113,6 +139,9 @@ export class SquawkClient {
   private fallbacks = 0;
   private closed = false;
   private readonly batchOutcomes: boolean;
+  private readonly leasePermits: number;
+  /** Spare permits by (profile, upstream, capability). */
+  private readonly leases = new Map<string, Lease>();
   /** Outcomes queued for the next batched report, and the timer that sends them. */
   private queued: OutcomeInput[] = [];
   private batchTimer: ReturnType<typeof setTimeout> | undefined;
@@ -129,6 +158,10 @@ export class SquawkClient {
     this.now = options.now ?? Date.now;
     this.onFallback = options.onFallback;
     this.batchOutcomes = options.batchOutcomes ?? false;
+    this.leasePermits = options.leasePermits ?? 1;
+    if (!(Number.isInteger(this.leasePermits) && this.leasePermits >= 1 && this.leasePermits <= MAX_LEASE_PERMITS)) {
+      throw new RangeError(`leasePermits must be an integer from 1 to ${MAX_LEASE_PERMITS}, got ${options.leasePermits}`);
+    }
     this.stub = new PolicyServiceClient(target, options.credentials ?? grpcCredentials.createInsecure(), {
       ...DEFAULT_CHANNEL_OPTIONS,
       ...options.channelOptions,
@@ -173,6 +206,8 @@ export class SquawkClient {
    */
   async decideRetry(input: DecideRetryInput, options: CallOptions = {}): Promise<Decision> {
     const request = decideRequest(input);
+    // A failure of the upstream: its spare permits lapse, the pod decides again.
+    if (request.upstream !== "") this.dropLeases(request.profile, request.upstream);
     try {
       const response = await this.invoke<DecideRetryResponse>(
         (md, co, cb) => this.stub.decideRetry(request, md, co, cb),
@@ -251,13 +286,67 @@ export class SquawkClient {
    */
   async admit(input: AdmitInput, options: CallOptions = {}): Promise<Admission> {
     const request = checked("admit", AdmitRequest.fromPartial, input);
+    const pooled = request.upstream !== "" && request.permits <= 1 && this.leasePermits > 1;
+    const key = leaseKey(request.profile, request.upstream, request.capability);
+    if (pooled && this.takeLeased(key)) return leasedAdmission();
+    if (pooled) request.permits = this.leasePermits;
+    const askedAt = this.now();
     try {
       const response = await this.invoke<AdmitResponse>((md, co, cb) => this.stub.admit(request, md, co, cb), options);
+      if (pooled) return { ...this.keepSpares(key, response, askedAt), fallback: false };
       return { ...response, fallback: false };
     } catch (error) {
       this.failOpen("admit", error, options);
       return openAdmission();
     }
+  }
+
+  /** Use one spare permit of `key`, when one is left and its lease has not ended. */
+  private takeLeased(key: string): boolean {
+    const lease = this.leases.get(key);
+    if (lease === undefined) return false;
+    if (this.now() >= lease.endsAt || lease.remaining <= 0) {
+      this.leases.delete(key);
+      return false;
+    }
+    lease.remaining -= 1;
+    if (lease.remaining === 0) this.leases.delete(key);
+    return true;
+  }
+
+  /**
+   * Keep the spare permits of a grant (this call uses one): only a closed,
+   * non-probe grant of more than one, never more than asked, for at most
+   * MAX_LEASE_MS from when the client asked. Answers the admission of this call.
+   */
+  private keepSpares(key: string, response: AdmitResponse, askedAt: number): AdmitResponse {
+    const leaseMs = response.lease === undefined ? 0 : Math.min(durationToMs(response.lease), MAX_LEASE_MS);
+    const granted = Math.min(response.permits, this.leasePermits);
+    const usable =
+      response.allowed &&
+      !response.probe &&
+      response.breakerState === BreakerState.BREAKER_STATE_CLOSED &&
+      !(response.wait !== undefined && durationToMs(response.wait) > 0) &&
+      granted > 1 &&
+      leaseMs > 0;
+    if (usable) {
+      if (this.leases.size >= MAX_LEASES) this.sweepLeases();
+      if (this.leases.size < MAX_LEASES) this.leases.set(key, { remaining: granted - 1, endsAt: askedAt + leaseMs });
+    }
+    return { ...response, permits: response.allowed ? 1 : 0, lease: undefined };
+  }
+
+  /** Forget the ended leases. */
+  private sweepLeases(): void {
+    const now = this.now();
+    for (const [key, lease] of this.leases) if (now >= lease.endsAt) this.leases.delete(key);
+  }
+
+  /** Forget the spare permits of (profile, upstream), of every capability. */
+  private dropLeases(profile: string, upstream: string): void {
+    if (this.leases.size === 0) return;
+    const prefix = leaseKey(profile, upstream, "").slice(0, -3);
+    for (const key of this.leases.keys()) if (key.startsWith(prefix)) this.leases.delete(key);
   }
 
   /**
