@@ -282,7 +282,13 @@ export class SquawkClient {
    * after a Retry-After; `retryAfter` says when to ask again. Fails open:
    * when the daemon is unreachable or slow (as for decideRetry's fallback)
    * the answer is allowed, with `fallback: true`. A request the daemon
-   * refuses (an unknown profile) is a SquawkInputError.
+   * refuses (an unknown profile) is a SquawkInputError. Send the step's
+   * `deadline` left and estimated `cost` for the pacer: an allowed answer's
+   * `wait` is when to start; REASON_UPSTREAM_SATURATED means it cannot start
+   * in time. With `leasePermits` (and no `permits` of the caller's), a
+   * grant's spare permits answer the next admits of the same (profile,
+   * upstream, capability) without a call; such an answer, and the one that
+   * brought them, says `permits: 1` and no `lease`.
    */
   async admit(input: AdmitInput, options: CallOptions = {}): Promise<Admission> {
     const request = checked("admit", AdmitRequest.fromPartial, input);
