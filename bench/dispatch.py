@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -101,6 +102,15 @@ def _wait_ready(executors: list[Proc], ready: list[Path]) -> None:
         time.sleep(0.05)
 
 
+def _cpu_s(executors: list[Proc]) -> float:
+    """The executors' CPU seconds; RuntimeError when one has exited."""
+    try:
+        return sum(read_cpu_s(e.pid) for e in executors)
+    except OSError:
+        dead = next((e for e in executors if not e.alive()), executors[0])
+        raise RuntimeError(f"{dead.name} exited; its log ends:\n{dead.tail()}") from None
+
+
 def run_executors(
     procs: Processes,
     server: Proc,
@@ -115,8 +125,8 @@ def run_executors(
     """Run the row's executors once (run_load's signature and Outcome);
     raise RuntimeError when they fail to run."""
     assert mode.rate is not None and workload.executors > 0
-    folder = payload_file.with_suffix(".executors")
-    folder.mkdir(exist_ok=True)
+    # A folder of its own: a round's files must never pass for the next one's.
+    folder = Path(tempfile.mkdtemp(prefix=f"{payload_file.stem}-", dir=payload_file.parent))
     names = ",".join(_upstreams(workload))
     share = mode.rate / workload.executors
     executors, ready, outs = [], [], []
@@ -140,14 +150,16 @@ def run_executors(
         time.sleep(load.warmup_s)
         if on_mark:
             on_mark("measure-start")
-        cpu0, own0 = server.cpu_s(), sum(read_cpu_s(e.pid) for e in executors)
+        cpu0, own0 = server.cpu_s(), _cpu_s(executors)
         server.reset_peak_rss()
         for e in executors:
             e.popen.send_signal(signal.SIGUSR1)
         time.sleep(load.seconds)
+        # Read before SIGUSR2: an executor exits soon after it.
+        own1 = _cpu_s(executors)
         for e in executors:
             e.popen.send_signal(signal.SIGUSR2)
-        cpu1, own1 = server.cpu_s(), sum(read_cpu_s(e.pid) for e in executors)
+        cpu1 = server.cpu_s()
         peak = server.peak_rss_mb()
         if on_mark:
             on_mark("measure-end")
