@@ -12,7 +12,10 @@ have no fallback: they raise.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,6 +29,8 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from ._decision import Decision, fallback_decision, fallback_profile, from_message
 from ._errors import SquawkError, SquawkInputError
+from ._leases import MAX_PERMITS, Key, Leases
+from ._outbox import Outbox
 
 try:  # Trace propagation is optional: only an executor that traces has the API.
     from opentelemetry import propagate
@@ -63,7 +68,8 @@ class Admission:
     """The pod's answer to "may I call this upstream now?"."""
 
     allowed: bool
-    # ADMITTED, or why not: CIRCUIT_OPEN, UPSTREAM_COOLING_DOWN.
+    # ADMITTED, or why not: CIRCUIT_OPEN, UPSTREAM_COOLING_DOWN,
+    # UPSTREAM_SATURATED (the pace cannot start the call before its deadline).
     reason: Reason
     # When refused: how long until a call could be admitted.
     retry_after: timedelta
@@ -73,18 +79,75 @@ class Admission:
     # True when the daemon could not be asked and the client let the call
     # through (admission fails open: the pod's state is only in the daemon).
     fallback: bool = False
+    # When allowed: wait this long, then dispatch (the pacer's start; zero = now).
+    wait: timedelta = timedelta(0)
+    # When allowed: how many dispatches this answer starts (0 when refused).
+    permits: int = 1
+    # When permits > 1: how long the permits after the first stay valid, from
+    # the answer; None otherwise.
+    lease: timedelta | None = None
 
 
 _OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
+# A dispatch started on a spare permit of an earlier multi-permit grant.
+_LEASED = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False)
+
+# AdmitRequest's bounds (see its proto comments). A step deadline longer than
+# a day is sent as a day: no paced wait comes near it, so the answer is the same.
+_MAX_ADMIT_DEADLINE = timedelta(days=1)
+
+
+def _admit_request(
+    upstream: str,
+    capability: str,
+    profile: str,
+    deadline: timedelta | None,
+    cost: float,
+    permits: int,
+) -> pb.AdmitRequest:
+    request = pb.AdmitRequest(
+        upstream=upstream,
+        capability=capability,
+        profile=profile,
+        cost=cost,
+        permits=min(max(permits, 1), MAX_PERMITS),
+    )
+    if deadline is not None:
+        request.deadline.FromTimedelta(min(max(deadline, timedelta(0)), _MAX_ADMIT_DEADLINE))
+    return request
+
+
+def _breaker_state(value: int) -> BreakerState:
+    # An answer that leaves the state unset (or names one this client does
+    # not know, from a newer daemon) says nothing is open.
+    try:
+        return BreakerState(value)
+    except ValueError:
+        return BreakerState.CLOSED
+
+
+def _admit_reason(value: int, allowed: bool) -> Reason:
+    # A reason left unset or unknown to this client: a grant admits, and a
+    # refusal is waited out for its retry_after, as a cool-down is.
+    try:
+        return Reason(value)
+    except ValueError:
+        return Reason.ADMITTED if allowed else Reason.UPSTREAM_COOLING_DOWN
 
 
 def _admission(reply: pb.AdmitResponse) -> Admission:
+    # The daemon bounds these; a zero-permit grant still starts this one call.
+    allowed = reply.allowed
+    permits = min(max(reply.permits, 1), MAX_PERMITS) if allowed else 0
     return Admission(
-        allowed=reply.allowed,
-        reason=Reason(reply.reason),
+        allowed=allowed,
+        reason=_admit_reason(reply.reason, allowed),
         retry_after=reply.retry_after.ToTimedelta(),
-        breaker_state=BreakerState(reply.breaker_state),
+        breaker_state=_breaker_state(reply.breaker_state),
         probe=reply.probe,
+        wait=max(reply.wait.ToTimedelta(), timedelta(0)) if allowed else timedelta(0),
+        permits=permits,
+        lease=reply.lease.ToTimedelta() if permits > 1 and reply.HasField("lease") else None,
     )
 
 
@@ -188,6 +251,32 @@ class _Policy:
         self.fallback_enabled = fallback
         self.fallback_profile = fallback_profile(os.environ)
         self.fallback_count = 0
+        # What the runners share between the client's concurrent steps.
+        self.outbox = Outbox()
+        self.leases = Leases()
+
+    def step_request(
+        self, key: Key, deadline: timedelta | None, cost: float
+    ) -> pb.AdmitRequest | None:
+        """The runner's Admit for a dispatch to `key`, or None when a spare
+        leased permit starts it without asking."""
+        if self.leases.take(key):
+            return None
+        profile, upstream, capability = key
+        permits = self.leases.wanted(key)
+        return _admit_request(upstream, capability, profile, deadline, cost, permits)
+
+    def step_admission(self, key: Key, admission: Admission) -> Admission:
+        if admission.allowed and not admission.fallback:
+            self.leases.granted(key, admission.permits, admission.lease)
+        return admission
+
+    def unreported(self, exc: grpc.RpcError, count: int) -> None:
+        """A batch of outcomes the daemon did not take: counted, never raised
+        (the steps that made them are gone)."""
+        self.outbox.lost(count)
+        if exc.code() in _FALL_BACK_ON:
+            self.fallback_count += 1
 
     def fallback(self, exc: grpc.RpcError, request: pb.DecideRetryRequest) -> Decision:
         """Answer DecideRetry locally when the daemon is away, else raise."""
@@ -242,10 +331,18 @@ class SquawkClient:
         self._policy = _Policy(call_timeout, fallback)
         # Held: a call's future that is garbage-collected cancels the call.
         self._connecting = _connect_now(self._channel, self._policy.call_timeout_s)
+        # Sends the runners' outcomes; started by the first one.
+        self._reporter: threading.Thread | None = None
+        self._reporter_lock = threading.Lock()
 
     @property
     def fallback_count(self) -> int:
         return self._policy.fallback_count
+
+    @property
+    def dropped_outcomes(self) -> int:
+        """Runner outcomes the daemon never got (away, refused, or queued after close)."""
+        return self._policy.outbox.dropped
 
     @property
     def fallback_profile(self) -> Profile:
@@ -309,9 +406,24 @@ class SquawkClient:
             raise_for(exc)
         return reply
 
-    def admit(self, upstream: str, *, capability: str = "", profile: str = "") -> Admission:
-        """Ask before dispatching to `upstream`; fails open when the daemon is away."""
-        request = pb.AdmitRequest(upstream=upstream, capability=capability, profile=profile)
+    def admit(
+        self,
+        upstream: str,
+        *,
+        capability: str = "",
+        profile: str = "",
+        deadline: timedelta | None = None,
+        cost: float = 0.0,
+        permits: int = 1,
+    ) -> Admission:
+        """Ask before dispatching to `upstream`; fails open when the daemon is away.
+
+        `deadline`: the step's time left (None = none); `cost`: the call's
+        estimated cost in token units (0 = unknown); `permits`: how many
+        dispatches to start with this answer (clamped to 1..100)."""
+        return self._admit(_admit_request(upstream, capability, profile, deadline, cost, permits))
+
+    def _admit(self, request: pb.AdmitRequest) -> Admission:
         try:
             reply = self._stub.Admit(
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
@@ -357,7 +469,43 @@ class SquawkClient:
             raise_for(exc)
         return reply
 
+    def _admit_step(
+        self, key: Key, *, deadline: timedelta | None = None, cost: float = 0.0
+    ) -> Admission:
+        """The runners' Admit: a spare leased permit when one is valid, else
+        Admit asking for as many permits as recent dispatches to the key."""
+        request = self._policy.step_request(key, deadline, cost)
+        if request is None:
+            return _LEASED
+        return self._policy.step_admission(key, self._admit(request))
+
+    def _report_later(self, outcome: pb.Outcome) -> None:
+        """Queue a runner's outcome; sent in a batch by a background thread."""
+        self._policy.outbox.put(outcome)
+        if self._reporter is None:
+            with self._reporter_lock:
+                if self._reporter is None:
+                    self._reporter = threading.Thread(
+                        target=self._report_loop, name="squawk-outcomes", daemon=True
+                    )
+                    self._reporter.start()
+
+    def _report_loop(self) -> None:
+        while (batch := self._policy.outbox.next_batch()) is not None:
+            try:
+                self._stub.ReportOutcome(
+                    pb.ReportOutcomeRequest(outcomes=batch), timeout=self._policy.call_timeout_s
+                )
+            except grpc.RpcError as exc:
+                self._policy.unreported(exc, len(batch))
+
     def close(self) -> None:
+        """Send the queued outcomes (each batch within the call timeout), then close."""
+        self._policy.outbox.close()
+        with self._reporter_lock:
+            reporter = self._reporter
+        if reporter is not None:
+            reporter.join()
         self._channel.close()
 
     def __enter__(self) -> SquawkClient:
@@ -389,10 +537,19 @@ class AsyncSquawkClient:
         self._channel.get_state(try_to_connect=True)
         self._stub = pb_grpc.PolicyServiceStub(self._channel)
         self._policy = _Policy(call_timeout, fallback)
+        # Sends the runners' outcomes while some are queued; `_full` wakes it
+        # early when a batch fills.
+        self._reporter: asyncio.Task[None] | None = None
+        self._full = asyncio.Event()
 
     @property
     def fallback_count(self) -> int:
         return self._policy.fallback_count
+
+    @property
+    def dropped_outcomes(self) -> int:
+        """Runner outcomes the daemon never got (away, refused, or queued after close)."""
+        return self._policy.outbox.dropped
 
     @property
     def fallback_profile(self) -> Profile:
@@ -456,9 +613,25 @@ class AsyncSquawkClient:
             raise_for(exc)
         return reply
 
-    async def admit(self, upstream: str, *, capability: str = "", profile: str = "") -> Admission:
-        """Ask before dispatching to `upstream`; fails open when the daemon is away."""
-        request = pb.AdmitRequest(upstream=upstream, capability=capability, profile=profile)
+    async def admit(
+        self,
+        upstream: str,
+        *,
+        capability: str = "",
+        profile: str = "",
+        deadline: timedelta | None = None,
+        cost: float = 0.0,
+        permits: int = 1,
+    ) -> Admission:
+        """Ask before dispatching to `upstream`; fails open when the daemon is away.
+
+        `deadline`: the step's time left (None = none); `cost`: the call's
+        estimated cost in token units (0 = unknown); `permits`: how many
+        dispatches to start with this answer (clamped to 1..100)."""
+        request = _admit_request(upstream, capability, profile, deadline, cost, permits)
+        return await self._admit(request)
+
+    async def _admit(self, request: pb.AdmitRequest) -> Admission:
         try:
             reply = await self._stub.Admit(
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
@@ -506,7 +679,48 @@ class AsyncSquawkClient:
             raise_for(exc)
         return reply
 
+    async def _admit_step(
+        self, key: Key, *, deadline: timedelta | None = None, cost: float = 0.0
+    ) -> Admission:
+        """The runners' Admit: a spare leased permit when one is valid, else
+        Admit asking for as many permits as recent dispatches to the key."""
+        request = self._policy.step_request(key, deadline, cost)
+        if request is None:
+            return _LEASED
+        return self._policy.step_admission(key, await self._admit(request))
+
+    def _report_later(self, outcome: pb.Outcome) -> None:
+        """Queue a runner's outcome; sent in a batch by a task on this loop."""
+        full = self._policy.outbox.put(outcome)
+        if self._reporter is None or self._reporter.done():
+            self._reporter = asyncio.get_running_loop().create_task(self._report_loop())
+        elif full:
+            self._full.set()
+
+    async def _report_loop(self) -> None:
+        # Ends once the queue is empty (no task outlives the work); the next
+        # outcome starts another.
+        outbox = self._policy.outbox
+        while (due := outbox.due_in()) is not None:
+            if due > 0:
+                self._full.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(due):
+                        await self._full.wait()
+            batch = outbox.take()
+            try:
+                await self._stub.ReportOutcome(
+                    pb.ReportOutcomeRequest(outcomes=batch), timeout=self._policy.call_timeout_s
+                )
+            except grpc.RpcError as exc:
+                self._policy.unreported(exc, len(batch))
+
     async def close(self) -> None:
+        """Send the queued outcomes (each batch within the call timeout), then close."""
+        self._policy.outbox.close()
+        self._full.set()  # what is queued goes now
+        if self._reporter is not None:
+            await self._reporter
         await self._channel.close()
 
     async def __aenter__(self) -> AsyncSquawkClient:

@@ -10,21 +10,21 @@ by the shared runner vectors.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from squawk.policy import Action, Profile, Reason, delay
 from squawk.v1 import policy_pb2 as pb
 
 from ._client import Admission, AsyncSquawkClient, SquawkClient
 from ._decision import Decision
-from ._errors import SquawkError, StepError, StepFailed
+from ._errors import SquawkInputError, StepError, StepFailed
+from ._leases import Leases
 
 __all__ = ["ErrorInfo", "StepCancelled", "StepOptions", "Tier", "run_step", "run_step_sync"]
 
@@ -77,7 +77,18 @@ class StepOptions:
     profile: str = ""
     hitl_approved: bool = False
     delegated_orchestrator: bool = False
+    # The step's estimated cost in the upstream's token units (an LLM call's
+    # prompt plus expected completion tokens): sent with Admit for a token
+    # rate limit and reported with the outcome. 0 = unknown; finite, 0 to 1e9.
+    cost: float = 0.0
 
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.cost <= MAX_COST):  # also refuses NaN
+            raise SquawkInputError("cost", f"cost: must be finite, 0 to 1e9; got {self.cost!r}")
+
+
+MAX_COST = 1e9
+_MAX_LATENCY = timedelta(days=1)
 
 # A forced resend would revive what these reasons ended for good.
 _FINAL = frozenset({Reason.CANCELLED, Reason.ATTEMPTS_EXHAUSTED, Reason.DEADLINE_EXCEEDED})
@@ -97,6 +108,8 @@ class _Attempts:
         self.corrections = 0
         self.calls = 1
         self.started = time.monotonic()
+        # The upstream state the step's dispatches share, as Admit names it.
+        self.key = (options.profile, options.upstream, options.capability)
         # The step's last error, the cause of a FAIL that comes before a call.
         self.last_error: BaseException | None = None
 
@@ -177,7 +190,14 @@ class _Attempts:
         o = self.options
         reason = f"REASON_{admission.reason.name}"
         wait = admission.retry_after
-        if o.deadline is not None and wait > self.deadline_left():
+        if admission.reason is Reason.UPSTREAM_SATURATED:
+            # The pace cannot start the call before the deadline: shed it at
+            # the source, at once (no wait, no DecideRetry).
+            why = (
+                f"The pod refused the dispatch to {o.upstream}: {reason}; the upstream's "
+                "pace cannot start it before the step's deadline."
+            )
+        elif o.deadline is not None and wait > self.deadline_left():
             why = (
                 f"The pod refused the dispatch to {o.upstream}: {reason}; it admits again in "
                 f"{round(wait.total_seconds() * 1000)} ms, past the step's deadline."
@@ -188,26 +208,52 @@ class _Attempts:
             )
         else:
             return
-        decision = Decision(
-            Action.FAIL, timedelta(0), admission.reason, why, True, pb.ClassifyResponse()
+        self.fail_before_call(admission.reason, why)
+
+    def paced(self, admission: Admission) -> None:
+        """Raise StepFailed when an allowed dispatch's paced wait passes the deadline."""
+        o = self.options
+        if o.deadline is None or admission.wait <= self.deadline_left():
+            return
+        ms = round(admission.wait.total_seconds() * 1000)
+        why = (
+            f"The pod paces the dispatch to {o.upstream} to start in {ms} ms, past the "
+            "step's deadline: REASON_UPSTREAM_SATURATED."
         )
+        self.fail_before_call(Reason.UPSTREAM_SATURATED, why)
+
+    def fail_before_call(self, reason: Reason, why: str) -> NoReturn:
+        decision = Decision(Action.FAIL, timedelta(0), reason, why, True, pb.ClassifyResponse())
         raise StepFailed(decision, self.calls - 1) from self.last_error
+
+    def admit_deadline(self) -> timedelta | None:
+        return None if self.options.deadline is None else self.deadline_left()
 
     def deadline_left(self) -> timedelta:
         assert self.options.deadline is not None
         left = self.options.deadline - timedelta(seconds=time.monotonic() - self.started)
         return max(left, timedelta(0))
 
-    def success(self, latency: float) -> list[pb.Outcome]:
+    def success(self, latency: float) -> pb.Outcome | None:
         """What to report after a successful dispatch (nothing without an upstream)."""
         o = self.options
         if not o.upstream:
-            return []
+            return None
         done = pb.Outcome(
-            upstream=o.upstream, capability=o.capability, profile=o.profile, success=True
+            upstream=o.upstream,
+            capability=o.capability,
+            profile=o.profile,
+            success=True,
+            cost=o.cost,
         )
-        done.latency.FromTimedelta(timedelta(seconds=latency))
-        return [done]
+        # Outcome.latency is bounded to a day (a step may run longer).
+        done.latency.FromTimedelta(min(timedelta(seconds=latency), _MAX_LATENCY))
+        return done
+
+    def failed(self, leases: Leases) -> None:
+        """A dispatch failed: the key's spare permits go (see _leases)."""
+        if self.options.upstream:
+            leases.revoke(self.key)
 
     def advance(self, decision: Decision, exc: BaseException) -> None:
         self.last_error = exc
@@ -248,6 +294,7 @@ async def run_step(
             started = time.monotonic()
             result = await step(params)
         except Exception as exc:
+            state.failed(client._policy.leases)
             request = state.request(exc)
             decision = await client.decide_retry(request)
             decision = state.settle(decision, exc, request, on_error)
@@ -258,24 +305,29 @@ async def run_step(
             else:
                 await sleep(decision.delay.total_seconds())
         else:
-            with contextlib.suppress(SquawkError):  # reporting fails open
-                if done := state.success(time.monotonic() - started):
-                    await client.report_outcome(done)
+            if done := state.success(time.monotonic() - started):
+                client._report_later(done)
             return result
 
 
 async def _admitted(
     client: AsyncSquawkClient, state: _Attempts, sleep: Callable[[float], Awaitable[object]]
 ) -> None:
-    """Return once the pod admits the dispatch; raise StepFailed when it may not wait."""
+    """Return once the pod admits the dispatch and its paced wait is over;
+    raise StepFailed when it may not wait."""
     o = state.options
     refusals = 0
     while not (
-        admission := await client.admit(o.upstream, capability=o.capability, profile=o.profile)
+        admission := await client._admit_step(
+            state.key, deadline=state.admit_deadline(), cost=o.cost
+        )
     ).allowed:
         refusals += 1
         state.refused(admission, refusals)
         await sleep(admission.retry_after.total_seconds())
+    state.paced(admission)
+    if admission.wait > timedelta(0):
+        await sleep(admission.wait.total_seconds())
 
 
 def run_step_sync(
@@ -311,6 +363,7 @@ def run_step_sync(
             started = time.monotonic()
             result = step(params)
         except Exception as exc:
+            state.failed(client._policy.leases)
             request = state.request(exc)
             request.cancelled = cancel.is_set()
             decision = client.decide_retry(request)
@@ -323,9 +376,8 @@ def run_step_sync(
             if wait(decision.delay.total_seconds()):
                 raise StepCancelled("cancelled while waiting to retry") from exc
         else:
-            with contextlib.suppress(SquawkError):  # reporting fails open
-                if done := state.success(time.monotonic() - started):
-                    client.report_outcome(done)
+            if done := state.success(time.monotonic() - started):
+                client._report_later(done)
             return result
 
 
@@ -333,9 +385,12 @@ def _admitted_sync(client: SquawkClient, state: _Attempts, wait: Callable[[float
     o = state.options
     refusals = 0
     while not (
-        admission := client.admit(o.upstream, capability=o.capability, profile=o.profile)
+        admission := client._admit_step(state.key, deadline=state.admit_deadline(), cost=o.cost)
     ).allowed:
         refusals += 1
         state.refused(admission, refusals)
         if wait(admission.retry_after.total_seconds()):
             raise StepCancelled("cancelled while waiting for admission")
+    state.paced(admission)
+    if admission.wait > timedelta(0) and wait(admission.wait.total_seconds()):
+        raise StepCancelled("cancelled while waiting for the upstream's pace")
