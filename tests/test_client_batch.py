@@ -1,6 +1,7 @@
 """A busy executor costs the daemon little: the runners' outcomes of many
-concurrent steps go to the real daemon in batches, none lost, and an
-outcome the daemon never got is counted."""
+concurrent steps go to the real daemon in batches, none lost, an outcome
+the daemon never got is counted, and the permits of an upstream nothing
+limits start several dispatches per Admit."""
 
 from __future__ import annotations
 
@@ -18,12 +19,14 @@ TIMEOUT = timedelta(seconds=10)
 
 
 class Counted:
-    """The stub's ReportOutcome, counting its calls (the daemon meters only decisions)."""
+    """One of the stub's methods, counting its calls (the daemon meters only decisions)."""
 
-    def __init__(self, client: SquawkClient | AsyncSquawkClient) -> None:
-        self.call = client._stub.ReportOutcome
+    def __init__(
+        self, client: SquawkClient | AsyncSquawkClient, rpc: str = "ReportOutcome"
+    ) -> None:
+        self.call = getattr(client._stub, rpc)
         self.calls = 0
-        client._stub.ReportOutcome = self  # type: ignore[assignment]
+        setattr(client._stub, rpc, self)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
@@ -109,3 +112,19 @@ def test_a_report_after_close_is_counted_not_sent(daemon: Daemon) -> None:
     client.close()
     client._report_later(pb.Outcome(upstream="late", success=True))
     assert client.dropped_outcomes == 1
+
+
+def test_a_busy_executor_starts_dispatches_on_leased_permits(daemon: Daemon) -> None:
+    steps = 60
+    with SquawkClient(daemon.target, call_timeout=TIMEOUT) as client:
+        admits = Counted(client, "Admit")
+        options = StepOptions(upstream="leased")
+        assert [run_step_sync(client, str, n, options=options) for n in range(steps)] == [
+            str(n) for n in range(steps)
+        ]
+    # Each Admit asks for the dispatches of the last lease (200 ms) and gets
+    # them: 1, 2, 4, 8, ... Only a machine taking most of a lease per step
+    # would need one Admit for every other dispatch.
+    assert 1 <= admits.calls <= steps / 2
+    with SquawkClient(daemon.target, call_timeout=TIMEOUT) as reader:
+        assert _calls(reader, "leased") == steps  # every dispatch reported

@@ -4,6 +4,7 @@ Admit server (the runner vectors hold the contract's cases)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ import pytest
 
 from scripted_admit import AdmitServer, admit_servers
 from squawk_client import (
+    AsyncSquawkClient,
     Reason,
     SquawkClient,
     SquawkInputError,
@@ -21,6 +23,7 @@ from squawk_client import (
     StepError,
     StepFailed,
     StepOptions,
+    run_step,
     run_step_sync,
 )
 
@@ -114,3 +117,37 @@ def test_a_failed_dispatch_gives_up_the_spare_permits(admitting: Start) -> None:
             run_step_sync(client, refused, 1, options=options)  # on the first spare
         run_step_sync(client, str, 2, options=options)  # the second spare is gone: asks
     assert len(server.admit_requests) == 2
+
+
+def _raises(result: str) -> float:
+    raise KeyError("usage")
+
+
+@pytest.mark.parametrize(
+    ("cost_of", "reported"),
+    [
+        (None, 40.0),  # the estimate
+        (lambda result: 123.0, 123.0),  # the real cost, read from the result
+        (lambda result: math.nan, 40.0),  # out of bounds: the estimate
+        (lambda result: -2.0, 40.0),
+        (lambda result: 2e9, 40.0),
+        (_raises, 40.0),  # the success stands; the estimate is reported
+    ],
+    ids=["unset", "real", "nan", "negative", "huge", "raises"],
+)
+def test_a_success_reports_its_real_cost_when_the_step_reads_it(
+    admitting: Start, cost_of: Callable[[str], float] | None, reported: float
+) -> None:
+    target, server = admitting([ADMITTED])
+
+    async def step(n: int) -> str:
+        return "done"
+
+    async def main() -> str:
+        async with AsyncSquawkClient(target, call_timeout=TIMEOUT) as client:
+            options = StepOptions(upstream="llm", cost=40.0)
+            return await run_step(client, step, 1, options=options, cost_of=cost_of)
+
+    assert asyncio.run(main()) == "done"
+    assert server.admit_requests[0]["cost"] == 40.0
+    assert [o.get("cost", 0.0) for o in server.reported] == [reported]

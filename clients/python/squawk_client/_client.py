@@ -17,19 +17,19 @@ import contextlib
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import NoReturn
 
 import grpc
 
-from squawk.policy import BreakerState, Profile, Reason
+from squawk.policy import Profile
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
+from ._admission import LEASED, OPEN, Admission, admission, admit_request
 from ._decision import Decision, fallback_decision, fallback_profile, from_message
 from ._errors import SquawkError, SquawkInputError
-from ._leases import MAX_PERMITS, Key, Leases
+from ._leases import Key, Leases
 from ._outbox import Outbox
 
 try:  # Trace propagation is optional: only an executor that traces has the API.
@@ -41,7 +41,6 @@ __all__ = [
     "DEFAULT_ANALYZE_TIMEOUT",
     "DEFAULT_BATCH_TIMEOUT",
     "DEFAULT_CALL_TIMEOUT",
-    "Admission",
     "AsyncSquawkClient",
     "BatchResult",
     "SquawkClient",
@@ -61,94 +60,6 @@ _MAX_PAGES = 100
 
 # One result per batch item: the decision, or why that item was refused.
 BatchResult = Decision | SquawkInputError
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """The pod's answer to "may I call this upstream now?"."""
-
-    allowed: bool
-    # ADMITTED, or why not: CIRCUIT_OPEN, UPSTREAM_COOLING_DOWN,
-    # UPSTREAM_SATURATED (the pace cannot start the call before its deadline).
-    reason: Reason
-    # When refused: how long until a call could be admitted.
-    retry_after: timedelta
-    breaker_state: BreakerState
-    # A half-open probe: its outcome decides whether the breaker closes.
-    probe: bool
-    # True when the daemon could not be asked and the client let the call
-    # through (admission fails open: the pod's state is only in the daemon).
-    fallback: bool = False
-    # When allowed: wait this long, then dispatch (the pacer's start; zero = now).
-    wait: timedelta = timedelta(0)
-    # When allowed: how many dispatches this answer starts (0 when refused).
-    permits: int = 1
-    # When permits > 1: how long the permits after the first stay valid, from
-    # the answer; None otherwise.
-    lease: timedelta | None = None
-
-
-_OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
-# A dispatch started on a spare permit of an earlier multi-permit grant.
-_LEASED = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False)
-
-# AdmitRequest's bounds (see its proto comments). A step deadline longer than
-# a day is sent as a day: no paced wait comes near it, so the answer is the same.
-_MAX_ADMIT_DEADLINE = timedelta(days=1)
-
-
-def _admit_request(
-    upstream: str,
-    capability: str,
-    profile: str,
-    deadline: timedelta | None,
-    cost: float,
-    permits: int,
-) -> pb.AdmitRequest:
-    request = pb.AdmitRequest(
-        upstream=upstream,
-        capability=capability,
-        profile=profile,
-        cost=cost,
-        permits=min(max(permits, 1), MAX_PERMITS),
-    )
-    if deadline is not None:
-        request.deadline.FromTimedelta(min(max(deadline, timedelta(0)), _MAX_ADMIT_DEADLINE))
-    return request
-
-
-def _breaker_state(value: int) -> BreakerState:
-    # An answer that leaves the state unset (or names one this client does
-    # not know, from a newer daemon) says nothing is open.
-    try:
-        return BreakerState(value)
-    except ValueError:
-        return BreakerState.CLOSED
-
-
-def _admit_reason(value: int, allowed: bool) -> Reason:
-    # A reason left unset or unknown to this client: a grant admits, and a
-    # refusal is waited out for its retry_after, as a cool-down is.
-    try:
-        return Reason(value)
-    except ValueError:
-        return Reason.ADMITTED if allowed else Reason.UPSTREAM_COOLING_DOWN
-
-
-def _admission(reply: pb.AdmitResponse) -> Admission:
-    # The daemon bounds these; a zero-permit grant still starts this one call.
-    allowed = reply.allowed
-    permits = min(max(reply.permits, 1), MAX_PERMITS) if allowed else 0
-    return Admission(
-        allowed=allowed,
-        reason=_admit_reason(reply.reason, allowed),
-        retry_after=reply.retry_after.ToTimedelta(),
-        breaker_state=_breaker_state(reply.breaker_state),
-        probe=reply.probe,
-        wait=max(reply.wait.ToTimedelta(), timedelta(0)) if allowed else timedelta(0),
-        permits=permits,
-        lease=reply.lease.ToTimedelta() if permits > 1 and reply.HasField("lease") else None,
-    )
 
 
 # Reconnect quickly once the daemon is back: the default backoff can grow to
@@ -264,7 +175,7 @@ class _Policy:
             return None
         profile, upstream, capability = key
         permits = self.leases.wanted(key)
-        return _admit_request(upstream, capability, profile, deadline, cost, permits)
+        return admit_request(upstream, capability, profile, deadline, cost, permits)
 
     def step_admission(self, key: Key, admission: Admission) -> Admission:
         if admission.allowed and not admission.fallback:
@@ -421,7 +332,7 @@ class SquawkClient:
         `deadline`: the step's time left (None = none); `cost`: the call's
         estimated cost in token units (0 = unknown); `permits`: how many
         dispatches to start with this answer (clamped to 1..100)."""
-        return self._admit(_admit_request(upstream, capability, profile, deadline, cost, permits))
+        return self._admit(admit_request(upstream, capability, profile, deadline, cost, permits))
 
     def _admit(self, request: pb.AdmitRequest) -> Admission:
         try:
@@ -430,8 +341,8 @@ class SquawkClient:
             )
         except grpc.RpcError as exc:
             self._policy.fail_open(exc)
-            return _OPEN
-        return _admission(reply)
+            return OPEN
+        return admission(reply)
 
     def report_outcome(self, outcomes: Sequence[pb.Outcome]) -> int:
         """Report finished dispatches; the number recorded (0 when the daemon is away)."""
@@ -476,7 +387,7 @@ class SquawkClient:
         Admit asking for as many permits as recent dispatches to the key."""
         request = self._policy.step_request(key, deadline, cost)
         if request is None:
-            return _LEASED
+            return LEASED
         return self._policy.step_admission(key, self._admit(request))
 
     def _report_later(self, outcome: pb.Outcome) -> None:
@@ -498,6 +409,8 @@ class SquawkClient:
                 )
             except grpc.RpcError as exc:
                 self._policy.unreported(exc, len(batch))
+            except Exception:  # e.g. a channel closed under it: counted, and the loop goes on
+                self._policy.outbox.lost(len(batch))
 
     def close(self) -> None:
         """Send the queued outcomes (each batch within the call timeout), then close."""
@@ -628,7 +541,7 @@ class AsyncSquawkClient:
         `deadline`: the step's time left (None = none); `cost`: the call's
         estimated cost in token units (0 = unknown); `permits`: how many
         dispatches to start with this answer (clamped to 1..100)."""
-        request = _admit_request(upstream, capability, profile, deadline, cost, permits)
+        request = admit_request(upstream, capability, profile, deadline, cost, permits)
         return await self._admit(request)
 
     async def _admit(self, request: pb.AdmitRequest) -> Admission:
@@ -638,8 +551,8 @@ class AsyncSquawkClient:
             )
         except grpc.RpcError as exc:
             self._policy.fail_open(exc)
-            return _OPEN
-        return _admission(reply)
+            return OPEN
+        return admission(reply)
 
     async def report_outcome(self, outcomes: Sequence[pb.Outcome]) -> int:
         """Report finished dispatches; the number recorded (0 when the daemon is away)."""
@@ -686,7 +599,7 @@ class AsyncSquawkClient:
         Admit asking for as many permits as recent dispatches to the key."""
         request = self._policy.step_request(key, deadline, cost)
         if request is None:
-            return _LEASED
+            return LEASED
         return self._policy.step_admission(key, await self._admit(request))
 
     def _report_later(self, outcome: pb.Outcome) -> None:
@@ -714,6 +627,8 @@ class AsyncSquawkClient:
                 )
             except grpc.RpcError as exc:
                 self._policy.unreported(exc, len(batch))
+            except Exception:  # e.g. a channel closed under it: counted, and the loop goes on
+                self._policy.outbox.lost(len(batch))
 
     async def close(self) -> None:
         """Send the queued outcomes (each batch within the call timeout), then close."""

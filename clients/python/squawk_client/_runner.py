@@ -21,7 +21,8 @@ from typing import NoReturn, TypeVar
 from squawk.policy import Action, Profile, Reason, delay
 from squawk.v1 import policy_pb2 as pb
 
-from ._client import Admission, AsyncSquawkClient, SquawkClient
+from ._admission import Admission
+from ._client import AsyncSquawkClient, SquawkClient
 from ._decision import Decision
 from ._errors import SquawkInputError, StepError, StepFailed
 from ._leases import Leases
@@ -96,6 +97,20 @@ _FINAL = frozenset({Reason.CANCELLED, Reason.ATTEMPTS_EXHAUSTED, Reason.DEADLINE
 
 def _answered(d: Decision) -> str:
     return f"the policy had answered ACTION_{d.action.name}, REASON_{d.reason.name}"
+
+
+def _real_cost(result: T, cost_of: Callable[[T], float] | None, estimated: float) -> float:
+    """The success's cost as `cost_of` reads it from the result; the estimate
+    when there is no hook, or it raises or answers out of bounds: a report's
+    bookkeeping never fails a step that succeeded (the TypeScript runner's
+    costOf reads the same)."""
+    if cost_of is None:
+        return estimated
+    try:
+        cost = float(cost_of(result))
+    except Exception:
+        return estimated
+    return cost if 0.0 <= cost <= MAX_COST else estimated
 
 
 class _Attempts:
@@ -234,7 +249,9 @@ class _Attempts:
         left = self.options.deadline - timedelta(seconds=time.monotonic() - self.started)
         return max(left, timedelta(0))
 
-    def success(self, latency: float) -> pb.Outcome | None:
+    def success(
+        self, latency: float, result: T, cost_of: Callable[[T], float] | None
+    ) -> pb.Outcome | None:
         """What to report after a successful dispatch (nothing without an upstream)."""
         o = self.options
         if not o.upstream:
@@ -244,7 +261,7 @@ class _Attempts:
             capability=o.capability,
             profile=o.profile,
             success=True,
-            cost=o.cost,
+            cost=_real_cost(result, cost_of, o.cost),
         )
         # Outcome.latency is bounded to a day (a step may run longer).
         done.latency.FromTimedelta(min(timedelta(seconds=latency), _MAX_LATENCY))
@@ -276,6 +293,7 @@ async def run_step(
     on_error: Callable[[ErrorInfo], Tier] | None = None,
     options: StepOptions | None = None,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    cost_of: Callable[[T], float] | None = None,
 ) -> T:
     """Run `step(params)` until it succeeds or the policy says FAIL.
 
@@ -284,6 +302,12 @@ async def run_step(
     spending an attempt; `on_error` has the final say after each decision.
     Cancelling the task cancels the step or the wait at once and is never
     retried. On FAIL, raises StepFailed (with the decision) from the last error.
+
+    With `options.upstream`, each dispatch is admitted by the pod first: a
+    paced `wait` is slept, and a saturated upstream (or a wait past the
+    deadline) ends the step at once with REASON_UPSTREAM_SATURATED. Each
+    success is reported (in a batch) with `cost_of(result)` as its real
+    cost, else `options.cost`.
     """
     state = _Attempts(options or StepOptions(), correct is not None, client.fallback_profile)
     upstream = state.options.upstream
@@ -305,7 +329,7 @@ async def run_step(
             else:
                 await sleep(decision.delay.total_seconds())
         else:
-            if done := state.success(time.monotonic() - started):
+            if done := state.success(time.monotonic() - started, result, cost_of):
                 client._report_later(done)
             return result
 
@@ -340,6 +364,7 @@ def run_step_sync(
     options: StepOptions | None = None,
     cancel: threading.Event | None = None,
     sleep: Callable[[float], object] | None = None,
+    cost_of: Callable[[T], float] | None = None,
 ) -> T:
     """The blocking twin of `run_step`; setting `cancel` aborts a wait at once.
 
@@ -376,7 +401,7 @@ def run_step_sync(
             if wait(decision.delay.total_seconds()):
                 raise StepCancelled("cancelled while waiting to retry") from exc
         else:
-            if done := state.success(time.monotonic() - started):
+            if done := state.success(time.monotonic() - started, result, cost_of):
                 client._report_later(done)
             return result
 

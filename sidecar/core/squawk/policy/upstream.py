@@ -57,7 +57,7 @@ from .outcome import (
 from .pacer import MAX_PERMITS, Pacer, PaceSample, PaceSnapshot, RateLimitConfig
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
 from .timing import time_left
-from .types import BreakerState, PolicyInputError, Reason
+from .types import BreakerState, PaceSource, PolicyInputError, Reason
 
 __all__ = [
     "Admission",
@@ -239,9 +239,17 @@ def record_outcome(
         outcome.hint,
         outcome.retry_after,
     )
+    # Once the pacer has learned a rate from throttling, its cut answers a
+    # throttle: the Retry-After that each overshoot brings would otherwise
+    # stop the whole pod for its full length every time the pace probes
+    # above the limit. Before that (nothing learned yet), and under a
+    # declared or announced pace that proved wrong, the hint cools the pod.
+    learned = throttled and (
+        _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
+    )
     pacer = _pacer.observe(state.pacer, config.rate_limit, now, sample)
     until = state.cool_until
-    if counted is Verdict.FAILURE:
+    if counted is Verdict.FAILURE and not learned:
         until = cool_down(
             until, now, outcome.retry_after, config.share_retry_after, config.max_cool_down
         )

@@ -401,6 +401,7 @@ class Observer:
     def forget(self, profile: str, upstream: str) -> None:
         """The registry dropped a key: its label and its series go with it."""
         key = (profile, upstream)
+        self._pace_series.pop(key, None)
         label = self._labels.pop(key, None)
         if label is None:
             return
@@ -415,7 +416,6 @@ class Observer:
             return
         m, shown = self.metrics, label_value(profile)
         m.breaker_state.remove(shown, label)
-        self._pace_series.pop(key, None)
         for series in (m.pace_rate, m.pace_wait, m.admit_shed):
             series.remove(shown, label)
         for before, after in _TRANSITIONS:
