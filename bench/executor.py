@@ -177,6 +177,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         **_since(marks["end"], marks["start"]),
         "window_s": window[-1] - window[0],
         "latency_ms": [round(x * 1000, 4) for x in latencies],
+        # The whole run's RPCs, warm-up and the closing flush included: what
+        # the daemon saw, for a check against its own counters.
+        "sent_total": dict(tally.sent),
+        "failed_total": dict(tally.failed),
+        "dispatched_total": tally.dispatched,
     }
 
 

@@ -4,7 +4,11 @@ row, and every RPC counted where it leaves an executor, failed or not."""
 from __future__ import annotations
 
 import asyncio
+import json
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.dispatch import merge, quantile
 from bench.executor import CountedStub, Tally
+from conftest import ROOT, free_port, scrape, start_daemon
 
 
 def _result(**values: Any) -> dict[str, Any]:
@@ -110,3 +115,50 @@ def test_the_counted_stub_counts_every_call_and_each_failure_by_status() -> None
     assert asyncio.run(calls()) == "admitted a within 0.05"
     assert tally.sent == {"Admit": 1, "ReportOutcome": 1}
     assert tally.failed == {"ReportOutcome CANCELLED": 1}
+
+
+def test_an_executor_counts_every_admit_the_daemon_answered(tmp_path: Path) -> None:
+    """The row's RPC count, against the real daemon: the executor's own count
+    of Admits is the daemon's count of Admit decisions, and its outcomes
+    reached the daemon in fewer ReportOutcome calls than dispatches."""
+    port = free_port()
+    daemon = start_daemon("--metrics-listen", f"127.0.0.1:{port}")
+    ready, out = tmp_path / "ready", tmp_path / "out.json"
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.executor",
+        f"--target={daemon.target}",
+        "--rate=200",
+        "--upstreams=a,b",
+        f"--ready={ready}",
+        f"--out={out}",
+    ]
+    executor = subprocess.Popen(argv, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert executor.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        executor.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        executor.send_signal(signal.SIGUSR2)
+        assert executor.wait(timeout=30) == 0
+        samples = scrape(port)
+    finally:
+        if executor.poll() is None:
+            executor.kill()
+        daemon.stop()
+    result = json.loads(out.read_text())
+    sent = result["sent_total"]
+    admits = sum(
+        v for k, v in samples.items() if k.startswith('squawk_decisions_total{action="ADMIT"')
+    )
+    # An Admit that ran out of its 50 ms (a busy machine) may or may not
+    # have been answered before the daemon saw it go.
+    late = sum(v for k, v in result["failed_total"].items() if k.startswith("Admit "))
+    assert sent["Admit"] - late <= admits <= sent["Admit"]
+    assert admits > 0
+    assert 0 < sent["ReportOutcome"] < result["dispatched_total"]
+    assert result["dispatched"] > 0 and result["step_errors"] == 0
+    assert set(result["sent"]) <= {"Admit", "ReportOutcome"}
