@@ -1,6 +1,7 @@
 """The Python client and runners under the upstream's pace: what Admit is
-sent, what its answer may make the runner do, against a scripted loopback
-Admit server (the runner vectors hold the contract's cases)."""
+sent and what its answer may make the runner do, against a scripted
+loopback Admit server (the runner vectors hold the contract's cases), and
+against the real daemon pacing a declared rate."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from conftest import Daemon, start_daemon
 from scripted_admit import AdmitServer, admit_servers
+from squawk.v1 import policy_pb2 as pb
 from squawk_client import (
     AsyncSquawkClient,
     Reason,
@@ -151,3 +154,121 @@ def test_a_success_reports_its_real_cost_when_the_step_reads_it(
     assert asyncio.run(main()) == "done"
     assert server.admit_requests[0]["cost"] == 40.0
     assert [o.get("cost", 0.0) for o in server.reported] == [reported]
+
+
+# One call every 50 ms, one at a time, for every upstream of profile "paced";
+# each test names an upstream of its own, and so gets a pacer of its own.
+PACED = """\
+profiles:
+  paced:
+    rate_limit: {rate: 20, burst: 1}
+"""
+
+
+@pytest.fixture(scope="module")
+def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    path = tmp_path_factory.mktemp("paced") / "policy.yaml"
+    path.write_text(PACED)
+    daemon = start_daemon("--policy", str(path))
+    yield daemon.target
+    daemon.stop()
+
+
+def test_the_daemons_pace_makes_the_second_of_two_steps_wait(paced: str) -> None:
+    waits: list[float] = []
+    calls: list[int] = []
+    options = StepOptions(upstream="two-steps", profile="paced")
+    with SquawkClient(paced, call_timeout=TIMEOUT) as client:
+        for n in range(2):
+            run_step_sync(client, calls.append, n, options=options, sleep=waits.append)
+    # Burst 1: the first starts at once (no sleep); the second one slot (50 ms)
+    # after it, less the time between the two (the daemon's clock is real).
+    assert calls == [0, 1]
+    assert len(waits) == 1 and 0 < waits[0] <= 0.050
+
+
+def test_a_step_whose_deadline_the_pace_cannot_meet_is_shed_uncalled(paced: str) -> None:
+    upstream = "short-deadline"
+    calls: list[int] = []
+
+    async def step(n: int) -> None:
+        calls.append(n)
+
+    async def main() -> StepFailed:
+        async with AsyncSquawkClient(paced, call_timeout=TIMEOUT) as client:
+            # Four calls hold the next start up to four slots (200 ms) away.
+            for _ in range(4):
+                assert (await client.admit(upstream, profile="paced")).allowed
+            options = StepOptions(
+                upstream=upstream, profile="paced", deadline=timedelta(milliseconds=10)
+            )
+            with pytest.raises(StepFailed) as shed:
+                await run_step(client, step, 1, options=options)
+            return shed.value
+
+    shed = asyncio.run(main())
+    assert (shed.decision.reason, shed.attempts, calls) == (Reason.UPSTREAM_SATURATED, 0, [])
+
+
+ANNOUNCED = {
+    "x-ratelimit-limit-requests": "600",
+    "x-ratelimit-remaining-requests": "599",
+    "x-ratelimit-reset-requests": "100ms",
+}
+
+
+def test_the_rate_limit_headers_of_a_success_set_the_daemons_pace(daemon: Daemon) -> None:
+    options = StepOptions(upstream="announces")
+    with SquawkClient(daemon.target, call_timeout=TIMEOUT) as client:
+        run_step_sync(client, str, 1, options=options, headers_of=lambda result: ANNOUNCED)
+    # Closed: the batch holding the success has been sent.
+    with SquawkClient(daemon.target, call_timeout=TIMEOUT) as reader:
+        (row,) = reader.get_upstreams(upstream="announces")
+    assert row.pace_source == pb.PACE_SOURCE_HEADERS
+    assert row.rate > 0
+
+
+def _flood(result: str) -> dict[str, str]:
+    return {f"x-ratelimit-{n}": "1" for n in range(10_000)}
+
+
+def _hostile(result: str) -> dict[str, str]:
+    return {
+        "x-ratelimit-remaining-requests": "5",
+        "content-type": "application/json",  # not a rate-limit header
+        "x-ratelimit-" + "n" * 300: "1",  # a name over 256 characters
+        "x-ratelimit-limit-requests": "9" * 9000,  # a value over 8,192
+        "RateLimit": "\udcff",  # not UTF-8
+    }
+
+
+def _raising(result: str) -> dict[str, str]:
+    raise AttributeError("headers")
+
+
+@pytest.mark.parametrize(
+    ("headers_of", "kept"),
+    [
+        (_hostile, {"x-ratelimit-remaining-requests": "5"}),
+        (_raising, {}),
+        (lambda result: {}, {}),
+    ],
+    ids=["hostile", "raises", "none"],
+)
+def test_a_successs_headers_are_bounded_before_they_are_reported(
+    admitting: Start, headers_of: Callable[[str], dict[str, str]], kept: dict[str, str]
+) -> None:
+    target, server = admitting([ADMITTED])
+    with SquawkClient(target, call_timeout=TIMEOUT) as client:
+        assert run_step_sync(
+            client, str, 1, options=StepOptions(upstream="a"), headers_of=headers_of
+        )
+    assert [o.get("headers", {}) for o in server.reported] == [kept]
+
+
+def test_a_header_flood_reports_at_most_the_daemons_limit(admitting: Start) -> None:
+    target, server = admitting([ADMITTED])
+    with SquawkClient(target, call_timeout=TIMEOUT) as client:
+        run_step_sync(client, str, 1, options=StepOptions(upstream="a"), headers_of=_flood)
+    (reported,) = server.reported
+    assert len(reported["headers"]) == 64
