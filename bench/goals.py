@@ -19,7 +19,7 @@ from typing import Any
 
 from .report import Row, trace_label
 from .rounds import MAX_SPREAD, Spread, spread
-from .workloads import BATCH_DISTINCT, DECIDE_DISTINCT, ECHO_DISTINCT
+from .workloads import BATCH_DISTINCT, DECIDE_DISTINCT, DISPATCH, DISPATCH_RATE, ECHO_DISTINCT
 
 __all__ = ["Goal", "by_round", "describe", "goals", "render_goals", "usable"]
 
@@ -276,6 +276,35 @@ def goals(
         by_round(rows, "echo-py", ECHO_SAME_BYTES, None, sat),
         judged=False,
     )
+    # What one dispatch through the Python runner costs the daemon (dispatch.py).
+    at_dispatch = f"{DISPATCH_RATE:g}/s"
+    dispatch = squawk(DISPATCH, None, at_dispatch)
+    dispatch_cpu = _per_round(
+        f"daemon CPU ms per dispatch through the Python runner at {at_dispatch}",
+        "server CPU from /proc ÷ dispatches, executors' open loop, healthy upstream",
+        (dispatch, None),
+        "cpu_s_per_1k",
+        0.25,
+        "max",
+    )
+    dispatch_info = [
+        _per_round(
+            f"RPCs per dispatch through the Python runner at {at_dispatch}",
+            "counted in the executors, every method",
+            (dispatch, None),
+            "rpcs_per_dispatch",
+            None,
+            "max",
+        ),
+        _per_round(
+            f"daemon CPU per dispatch ÷ Python echo floor CPU per call, at {at_dispatch}",
+            "how many echo calls one dispatch costs; server CPU from /proc",
+            (dispatch, by_round(rows, "echo-py", ECHO, None, at_dispatch)),
+            "cpu_s_per_1k",
+            None,
+            "max",
+        ),
+    ]
     hundred = tracing(1.0, judged=True)
     worst = max((v for k, v in core_us.items() if k.startswith("DecideRetry")), default=None)
     return [
@@ -283,7 +312,9 @@ def goals(
         *floor("DecideRetry distinct", off, echo, judged=True),
         batch,
         hundred[3],
+        dispatch_cpu,
         *tracing(0.1, judged=False),
+        *dispatch_info,
         *best,
         Goal(
             "core us per decision (worst DecideRetry case)",

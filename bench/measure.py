@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import store
+from .dispatch import FELL_BACK_LIMIT, run_executors
 from .drive import Load, Mode, probe, run_load, wait_serving, write_payloads
 from .loop_lag import lag_fields, scrape
 from .plan import Step
@@ -126,7 +127,8 @@ def _measured(
         if url is not None:
             texts[mark] = scrape(url)
 
-    out = run_load(
+    drive = run_executors if workload.executors else run_load
+    out = drive(
         procs,
         live.proc,
         live.address,
@@ -150,6 +152,10 @@ def _measured(
     measured = status(r, step.mode, per_call if dropped else None)
     if step.server.fleet:
         measured = store.status(measured, calls, state["fleet_answers"], state["local_answers"])
+    fell_back = r.get("fell_back_share")
+    if measured == "ok" and fell_back is not None and fell_back > FELL_BACK_LIMIT:
+        failed = ", ".join(f"{k} {v}" for k, v in sorted(r["rpcs_failed"].items()))
+        measured = f"ok, but {fell_back:.1%} of Squawk calls fell back ({failed})"
     return _row(
         step,
         concurrency=r.get("concurrency"),
@@ -170,8 +176,31 @@ def _measured(
         **lag_fields(texts.get("measure-start"), texts.get("measure-end")),
         **state,
         spans_per_call=per_call,
+        # The dispatch row's own (dispatch.py): absent from the others.
+        **_dispatch_fields(r),
         status=measured,
     )
+
+
+def _dispatch_fields(result: dict[str, Any]) -> dict[str, Any]:
+    if "rpcs_per_dispatch" not in result:
+        return {}
+    calls = result["calls"]
+    per = result["rpcs_per_dispatch"]
+    return {
+        "rpcs_per_dispatch": None if per is None else round(per, 3),
+        "rpcs_per_dispatch_by_method": {
+            k: round(v / calls, 3) for k, v in sorted(result["rpcs"].items()) if calls
+        },
+        "rpcs_failed": result["rpcs_failed"],
+        "fell_back_share": result["fell_back_share"],
+        "executors": result["conns"],
+        "executor_cpu_ms_per_dispatch": _rounded(result["executor_cpu_ms_per_dispatch"]),
+    }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def measure(

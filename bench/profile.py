@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from .dispatch import run_executors
 from .drive import Load, Mode, probe, run_load, write_payloads
 from .measure import Live, start, status
 from .procs import Proc, Processes
 from .targets import SQUAWK, Jaeger, Server, squawk_servers
-from .workloads import Workload, squawk_workloads
+from .workloads import DISPATCH, Workload, squawk_workloads
 
 # Samples per second: enough for a 10 s window to resolve a 1 % frame well.
 SAMPLE_HZ = 250
@@ -49,6 +50,8 @@ CASES = (
     Case("decide", "DecideRetry transient", True, 1.0),
     Case("analyze", "AnalyzeError offline", True, 1.0),
     Case("batch", "DecideRetryBatch", False, None),
+    # Python executors through the runner, at the row's own rate (dispatch.py).
+    Case("dispatch", DISPATCH, True, None),
 )
 
 
@@ -119,7 +122,8 @@ def _record(
     payloads = write_payloads(workload, tmp, f"payload-{svg.stem}")
     # So that a graph left from an earlier run cannot pass for this one.
     svg.unlink(missing_ok=True)
-    out = run_load(procs, live.proc, live.address, workload, mode, load, payloads, on_mark=at_mark)
+    drive = run_executors if workload.executors else run_load
+    out = drive(procs, live.proc, live.address, workload, mode, load, payloads, on_mark=at_mark)
     if not recorder:
         raise SystemExit(f"{svg.name}: the load generator never started its window")
     code = recorder[0].popen.wait(timeout=load.seconds + 60)
@@ -151,7 +155,7 @@ def profile(args: argparse.Namespace) -> list[str]:
             _can_attach(args.py_spy, live.proc.pid)
             for case in cases:
                 workload = next(w for w in server.workloads if w.rpc.startswith(case.rpc))
-                mode = Mode(args.rate if case.at_rate else None)
+                mode = Mode((workload.rate or args.rate) if case.at_rate else None)
                 svg = args.out / svg_name(case, mode)
                 done = _record(procs, live, workload, mode, load, args.py_spy, svg, Path(tmp))
                 line = f"{svg}: {server.name} {workload.rpc} {mode.name}: {done}"

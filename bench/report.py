@@ -21,6 +21,8 @@ _COLUMNS = (
     ("p99_ms", "p99 ms", 7, ".3f"),
     ("p999_ms", "p99.9 ms", 8, ".3f"),
     ("cpu_s_per_1k", "CPU s/1k", 8, ".3f"),
+    # The dispatch row's (dispatch.py): the RPCs one dispatch sent the daemon.
+    ("rpcs_per_dispatch", "RPC/d", 5, ".2f"),
     ("rss_mb", "RSS MB", 6, ".1f"),
     ("lag_p99_ms", "lag p99", 7, "g"),
     ("lag_max_ms", "lag max", 7, "g"),

@@ -14,6 +14,7 @@ from .report import trace_label
 from .workloads import (
     BATCH_DISTINCT,
     DECIDE_DISTINCT,
+    DISPATCH,
     ECHO,
     ECHO_CORPUS,
     POLICY,
@@ -21,6 +22,7 @@ from .workloads import (
     STORE_DECIDE,
     STORE_RATE,
     Workload,
+    dispatch_workloads,
     store_workloads,
 )
 
@@ -78,6 +80,10 @@ SAMPLED_ROUNDS = (DECIDE_DISTINCT, "AnalyzeError offline")
 # The rows the Redis store's cost is read from (store_cost.py), on the
 # untraced memory-store daemon and on the Redis-store daemon.
 STORE_ROUNDS = (STORE_DECIDE, STORE_ADMIT)
+# The dispatch row (dispatch.py), on the untraced daemon only: its goal is
+# an absolute CPU per dispatch, and the informational ratio divides it by
+# the Python echo floor's CPU per call at the same rate, in the same round.
+DISPATCH_ROUNDS = (DISPATCH,)
 # The daemon with `state.store: redis` (SQUAWK_STATE_URL), tracing off.
 REDIS_TARGET = "squawk-redis"
 
@@ -169,11 +175,12 @@ def squawk_servers(
     """Squawk untraced, then at 100 % and 10 % sampling (when Jaeger runs).
 
     `store`: rows for the untraced daemon only, measured in every round (the
-    memory store's side of the Redis store's cost).
+    memory store's side of the Redis store's cost); so is the dispatch row.
     """
     env = clean_env()
-    untraced = [*workloads, *store]
-    found = [Server("squawk", None, squawk, env, untraced, SQUAWK_ROUNDS + STORE_ROUNDS)]
+    untraced = [*workloads, *store, *dispatch_workloads()]
+    rounds = SQUAWK_ROUNDS + STORE_ROUNDS + DISPATCH_ROUNDS
+    found = [Server("squawk", None, squawk, env, untraced, rounds)]
     if otlp_port is None:
         return found
     traced = env | {

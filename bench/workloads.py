@@ -42,6 +42,8 @@ from .echo_server import ECHO_METHOD
 __all__ = [
     "BATCH_DISTINCT",
     "DECIDE_DISTINCT",
+    "DISPATCH",
+    "DISPATCH_RATE",
     "ECHO",
     "ECHO_CORPUS",
     "ECHO_DISTINCT",
@@ -55,6 +57,7 @@ __all__ = [
     "admit_request",
     "analyze_request",
     "classify_request",
+    "dispatch_workloads",
     "envelope_request",
     "report_request",
     "squawk_workloads",
@@ -103,6 +106,10 @@ class Workload:
     # Only an open loop at this rate (calls/s), whatever --rates says: a
     # latency compared between two daemons at one known load (the +store rows).
     rate: float | None = None
+    # Driven by this many Python executor processes through the client's
+    # runner (dispatch.py) instead of the load generator; 0 = the generator.
+    # `payloads` are then the Admit requests of the upstreams they dispatch to.
+    executors: int = 0
 
     @property
     def probed(self) -> tuple[bytes, ...]:
@@ -377,6 +384,29 @@ def store_workloads(rate: float = STORE_RATE) -> list[Workload]:
             _expect_admitted,
             rate=rate,
         ),
+    ]
+
+
+DISPATCH = "Dispatch run_step +upstream"
+# The dispatch row's rate, from EXECUTORS processes together: the rate at
+# which the daemon's CPU per dispatch is judged (goals.py).
+DISPATCH_RATE = 1000.0
+EXECUTORS = 4
+
+
+def dispatch_workloads(rate: float = DISPATCH_RATE) -> list[Workload]:
+    """One dispatch through the Python runner to a healthy upstream, over the
+    state rows' upstreams, at `rate` from EXECUTORS executors (dispatch.py).
+    The probe checks that the daemon admits each of them."""
+    return [
+        Workload(
+            DISPATCH,
+            SERVICE + "Admit",
+            _each([admit_request(u) for u in UPSTREAMS]),
+            _expect_admitted,
+            rate=rate,
+            executors=EXECUTORS,
+        )
     ]
 
 

@@ -35,6 +35,7 @@ ROUND = [
     "squawk-tracing-off AnalyzeError offline 1000/s",
     "squawk-tracing-off DecideRetry +store 200/s",
     "squawk-tracing-off Admit +store 200/s",
+    "squawk-tracing-off Dispatch run_step +upstream 1000/s",
     "squawk-redis-tracing-off DecideRetry +store 200/s",
     "squawk-redis-tracing-off Admit +store 200/s",
     "squawk-tracing-100% DecideRetry transient saturation",
@@ -129,3 +130,11 @@ def test_the_store_rows_run_at_their_own_rate_on_both_stores_and_nowhere_else() 
 def test_without_a_redis_server_there_are_no_store_rows() -> None:
     no_redis = servers(SQUAWK, Path("echo-go"), squawk_workloads(100), 4317)
     assert not [s for s in plan(no_redis, [1000], rounds=1, only="") if "+store" in s.workload.rpc]
+
+
+def test_the_dispatch_row_runs_at_its_own_rate_in_every_round_on_the_untraced_daemon_only() -> None:
+    for rates in ([1000, 5000], [200], []):
+        steps = plan(TARGETS, rates, rounds=2, only="Dispatch")
+        assert _names(steps) == ["squawk-tracing-off Dispatch run_step +upstream 1000/s"] * 2
+        assert [s.round for s in steps] == [1, 2]
+    assert all(s.workload.executors > 1 for s in steps)

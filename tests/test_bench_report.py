@@ -166,6 +166,7 @@ def _row(
 
 DECIDE, ANALYZE, ECHO = "DecideRetry distinct", "AnalyzeError offline", "Echo distinct"
 SAME, SAME_ECHO = "DecideRetry transient", "Echo"
+DISPATCH = "Dispatch run_step +upstream"
 ROWS = [
     # Round 1: DecideRetry does 950 calls/s where the floor does 1000 (0.95),
     # round 2 does 720 where the floor does 800 (0.90).
@@ -190,6 +191,12 @@ ROWS = [
     _row("squawk", SAME, None, "saturation", 2, calls_per_s=1000, p99_ms=10),
     _row("squawk", SAME, 1.0, "saturation", 1, calls_per_s=1000, cpu_s_per_1k=0.01),
     _row("squawk", "DecideRetryBatch x100", None, "saturation", 1, decisions_per_s=900_000),
+    # The dispatch row: 0.5 then 0.2 ms of daemon CPU per dispatch (CPU s per
+    # 1,000 dispatches), against the floor's 0.4 and 0.5 ms per call at 1000/s.
+    _row("echo-py", ECHO, None, "1000/s", 1, cpu_s_per_1k=0.4),
+    _row("echo-py", ECHO, None, "1000/s", 2, cpu_s_per_1k=0.5),
+    _row("squawk", DISPATCH, None, "1000/s", 1, cpu_s_per_1k=0.5, rpcs_per_dispatch=2.0),
+    _row("squawk", DISPATCH, None, "1000/s", 2, cpu_s_per_1k=0.2, rpcs_per_dispatch=0.5),
     # A row measured once, after the rounds, is no round's.
     {**_row("squawk", DECIDE, None, "saturation", 0, calls_per_s=1), "round": None},
 ]
@@ -252,6 +259,8 @@ def test_the_ten_percent_lines_and_the_core_are_informational() -> None:
         "DecideRetry distinct p99 at 1000/s, tracing on 10 % ÷ tracing off",
         "AnalyzeError offline p99 at 1000/s, tracing on 10 % ÷ tracing off",
         "CPU s per 1,000 DecideRetry distinct at saturation, tracing on 10 % ÷ Python echo floor",
+        "RPCs per dispatch through the Python runner at 1000/s",
+        "daemon CPU per dispatch ÷ Python echo floor CPU per call, at 1000/s",
         "DecideRetry transient, same bytes (best case): calls/s, tracing off ÷ Python echo "
         "floor (saturation)",
         "DecideRetry transient, same bytes (best case): p99 at saturation (tracing off) ÷ "
@@ -261,7 +270,7 @@ def test_the_ten_percent_lines_and_the_core_are_informational() -> None:
     ]
     assert all(g.met is None for g in info)
     assert info[-2].value == 3.0 and info[-1].value == 50.0
-    assert len(found) - len(info) == 7
+    assert len(found) - len(info) == 8
     best = info[-4]
     assert best.values == pytest.approx((0.95, 1.0))  # 1045 / 1100 and 1000 / 1000
 
@@ -273,7 +282,7 @@ def test_every_judged_goal_reads_the_distinct_rows_and_never_the_same_bytes() ->
     found = goals(ROWS, {}, None, "1000/s")
     judged = [g for g in found if g.limit is not None]
     decide = [g for g in judged if "DecideRetry" in g.name]
-    assert len(judged) == 7 and len(decide) == 6
+    assert len(judged) == 8 and len(decide) == 6
     assert all(
         "DecideRetry distinct" in g.name or "DecideRetryBatch distinct" in g.name for g in decide
     )
@@ -287,3 +296,19 @@ def test_every_judged_goal_reads_the_distinct_rows_and_never_the_same_bytes() ->
     same_bytes_only = [r for r in ROWS if "distinct" not in r["rpc"]]
     without = goals(same_bytes_only, {}, None, "1000/s")
     assert all(_goal(without, g.name).value is None for g in decide)
+
+
+def test_the_dispatch_goal_is_the_median_daemon_cpu_per_dispatch() -> None:
+    found = goals(ROWS, {}, None, "1000/s")
+    cpu = _goal(found, "daemon CPU ms per dispatch through the Python runner at 1000/s")
+    assert cpu.values == pytest.approx((0.5, 0.2))
+    assert cpu.value == pytest.approx(0.35)
+    assert cpu.met is False  # <= 0.25
+    rpcs = _goal(found, "RPCs per dispatch through the Python runner at 1000/s")
+    assert rpcs.values == pytest.approx((2.0, 0.5)) and rpcs.met is None
+    floor = _goal(found, "daemon CPU per dispatch ÷ Python echo floor CPU per call, at 1000/s")
+    assert floor.values == pytest.approx((1.25, 0.4))  # 0.5 / 0.4 and 0.2 / 0.5
+    # Met once every round is under the limit.
+    faster = [r | {"cpu_s_per_1k": 0.2} if r["rpc"] == DISPATCH else r for r in ROWS]
+    cpu = _goal(goals(faster, {}, None, "1000/s"), cpu.name)
+    assert cpu.value == pytest.approx(0.2) and cpu.met is True

@@ -528,6 +528,31 @@ def test_a_healthy_upstream_gets_no_concurrency_limit() -> None:
     assert pacer_is_idle(p, NOTHING, 10.0)
 
 
+def test_microsecond_calls_that_double_by_noise_get_no_concurrency_limit() -> None:
+    """A baseline of 20 us, then 50 calls of 100 us: five times the baseline
+    (the fast mean passes 2 x the baseline after a few), but 80 us later
+    than it, under SLOW_MIN (10 ms): no limit, so no call is shed."""
+    p = Pacer()
+    for _ in range(10):
+        p = observe(p, NOTHING, 0.0, OK._replace(latency=timedelta(microseconds=20)))
+    for i in range(50):
+        p = observe(p, NOTHING, i / 100, OK._replace(latency=timedelta(microseconds=100)))
+    assert pacer_snapshot(p, NOTHING, 0.5).concurrency_limit == 0
+    assert all(pace(p, NOTHING, 0.5)[1].allowed for _ in range(10))
+    # Calls of 21 ms over a 1 ms baseline: the n-th makes the fast mean
+    # 21 - 20 x 0.9^n ms, judged against the baseline before it, 21 - 20 x
+    # 0.99^(n-1): at n = 7, 11.43 - 2.17 = 9.26 ms past it; at n = 8, 12.39
+    # - 2.36 = 10.03 ms: the limit switches on at the eighth (MIN_LIMIT, 2).
+    q = Pacer()
+    for _ in range(10):
+        q = observe(q, NOTHING, 0.0, OK._replace(latency=1 * MS))
+    for i in range(7):
+        q = observe(q, NOTHING, i / 100, OK._replace(latency=21 * MS))
+    assert pacer_snapshot(q, NOTHING, 0.07).concurrency_limit == 0
+    q = observe(q, NOTHING, 0.07, OK._replace(latency=21 * MS))
+    assert pacer_snapshot(q, NOTHING, 0.07).concurrency_limit == 2
+
+
 def test_aimd_switches_on_when_the_upstream_slows_down() -> None:
     p = _slowing()
     view = pacer_snapshot(p, NOTHING, 0.2)

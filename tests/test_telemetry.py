@@ -24,8 +24,10 @@ from conftest import Daemon, free_port, scrape, start_daemon
 from squawk.daemon.config import load_policy
 from squawk.daemon.server.app import Daemon as InProcessDaemon
 from squawk.daemon.server.loop_lag import watch_loop_lag
+from squawk.daemon.server.observe import _SERIES_CACHE as SERIES_CACHE
+from squawk.daemon.server.observe import Metrics, Observer
 from squawk.daemon.server.servicer import PolicyServicer
-from squawk.daemon.server.spans import SERVICE, CallSpan, ServerSpans
+from squawk.daemon.server.spans import NO_SPAN, SERVICE, CallSpan, ServerSpans
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -568,3 +570,35 @@ def test_a_callers_baggage_is_not_read(caplog: pytest.LogCaptureFixture) -> None
     assert len(spans) == 3
     assert all(f"{s.parent.span_id:016x}" == PARENT_ID for s in spans if s.parent)
     assert all(CANARY not in s.to_json() for s in spans)
+
+
+def test_metrics_alone_count_each_decision_in_its_series_and_the_kept_series_are_bounded() -> None:
+    """Without a span or a log, record() finds each decision's series once and
+    counts it there: the same samples as a label lookup per call."""
+    metrics = Metrics()
+    observer = Observer(metrics)
+    admitted = {"squawk.action": "ADMIT", "squawk.reason": "ADMITTED", "squawk.upstream": "u"}
+    for _ in range(3):
+        observer.record("Admit", admitted, time.perf_counter(), NO_SPAN)
+    observer.record("Admit", admitted | {"squawk.state": "fleet"}, time.perf_counter(), NO_SPAN)
+    observer.record(
+        "DecideRetry",
+        {"squawk.action": "CORRECT", "squawk.reason": "CORRECTION_ELIGIBLE"},
+        time.perf_counter(),
+        NO_SPAN,
+    )
+    value = metrics.registry.get_sample_value
+    admit = {"rpc": "Admit", "action": "ADMIT", "reason": "ADMITTED"}
+    assert value("squawk_decisions_total", admit) == 4
+    assert value("squawk_decision_duration_seconds_count", {"rpc": "Admit"}) == 4
+    assert value("squawk_state_answers_total", {"rpc": "Admit", "state": "fleet"}) == 1
+    assert value("squawk_corrections_total", {"outcome": "requested"}) == 1
+    # Reasons past the bound: the kept series start over, the counts go on.
+    for i in range(SERIES_CACHE + 5):
+        fields = {"squawk.action": "FAIL", "squawk.reason": f"R{i}"}
+        observer.record("DecideRetry", fields, time.perf_counter(), NO_SPAN)
+    assert len(observer._counted) <= SERIES_CACHE
+    observer.record("Admit", admitted, time.perf_counter(), NO_SPAN)
+    assert value("squawk_decisions_total", admit) == 5
+    fail = {"rpc": "DecideRetry", "action": "FAIL", "reason": "R7"}
+    assert value("squawk_decisions_total", fail) == 1

@@ -155,6 +155,15 @@ BACKOFF = 0.9
 MIN_LIMIT = 2
 MAX_LIMIT = 1_000
 SLOW_FACTOR = 2.0
+# ... and only when it is also this much (seconds) past the baseline: a call
+# of microseconds doubles by scheduling noise alone (a healthy loopback
+# upstream's 20 us becomes 60 us), and outcomes the clients send in batches
+# (up to 50 ms late) keep such calls counted in flight long after they
+# ended, so a limit learned from their latency would shed a healthy
+# upstream. Netflix's AIMDLimit backs off only at an absolute timeout (5 s
+# by default); this floor keeps the relative rule for calls that slow down
+# by a measurable amount.
+SLOW_MIN = 0.01
 LATENCY_FAST_WEIGHT = 0.1
 LATENCY_BASE_WEIGHT = 0.01
 # Calls admitted and never reported leave the count after one to two epochs.
@@ -493,11 +502,11 @@ def _aimd(
     fast = pacer.latency_fast + LATENCY_FAST_WEIGHT * (latency - pacer.latency_fast)
     changes["latency_fast"] = fast
     changes["latency_base"] = base + LATENCY_BASE_WEIGHT * (latency - base)
-    slow = latency > SLOW_FACTOR * base
+    slow = _slower(latency, base)
     if slow:
         changes["slow_at"] = now
     if not limited:
-        if slow and fast > SLOW_FACTOR * base:
+        if slow and _slower(fast, base):
             # Evidence: the mean itself doubled. Start from the calls the
             # upstream holds now (Little's law: rate served x latency), cut once.
             held = _served(pacer) * fast
@@ -511,6 +520,11 @@ def _aimd(
             changes["decreased_at"] = now
     elif sample.success and 2 * (changes["flight_old"] + changes["flight"] + 1) >= pacer.limit:
         changes["limit"] = min(pacer.limit + 1.0, MAX_LIMIT)
+
+
+def _slower(latency: float, base: float) -> bool:
+    """Whether `latency` is slow against the baseline `base` (seconds)."""
+    return latency > SLOW_FACTOR * base and latency - base > SLOW_MIN
 
 
 def _correct_cost(

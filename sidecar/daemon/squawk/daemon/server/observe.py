@@ -15,7 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
@@ -43,12 +43,24 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Field = str | int | float | bool
+
+
+class _Series(NamedTuple):
+    """One decision's metric series (Observer._series)."""
+
+    latency: Histogram
+    counters: tuple[Counter, ...]
+
+
 # Refusals of one cause, and breaker transitions to one state, are logged at
 # most once per this many seconds.
 _LOG_EVERY_S = 10.0
 # Distinct field strings remembered with their shown form; the same few
 # capability and upstream names recur on every decision.
 _SHOWN_CACHE = 4096
+# Decision metric series kept found (Observer._series); the daemon's own
+# vocabulary of RPCs, actions, rules and state sources makes a few hundred.
+_SERIES_CACHE = 1024
 # A batch's decision-log lines written between two yields to the event loop.
 _LOG_SLICE = 256
 # The line breaks of str.splitlines() (and U+2028/U+2029, JavaScript's)
@@ -351,6 +363,8 @@ class Observer:
         self._labels: dict[Key, str] = {}
         self._pinned: frozenset[Key] = frozenset()
         self._caller_labels = 0
+        # Each decision's metric series, by (rpc, action, reason, state): see _series.
+        self._counted: dict[tuple[str, Field, Field, Field | None], _Series] = {}
         # Each key's squawk_pace_wait_seconds and squawk_admit_shed_total children.
         self._pace_series: dict[Key, tuple[Any, Any]] = {}
 
@@ -542,25 +556,53 @@ class Observer:
     def record(
         self, rpc: str, fields: Mapping[str, Field], started: float, span: SpanRecord
     ) -> None:
-        fields = self._safe(fields)
-        if span.is_recording():
+        recording = span.is_recording()
+        if recording or self.log is not None or rpc == "AnalyzeError":
+            fields = self._safe(fields)
+        if recording:
             span.set_attributes(fields)
         if self.metrics is not None:
             m = self.metrics
             elapsed = time.perf_counter() - started
-            m.latency.labels(rpc).observe(elapsed)
             if rpc == "AnalyzeError":
+                m.latency.labels(rpc).observe(elapsed)
                 self._analysis_metrics(m, fields, elapsed)
             else:
-                action = str(fields.get("squawk.action", ""))
-                m.decisions.labels(rpc, action, str(fields.get("squawk.reason", ""))).inc()
-                state = fields.get("squawk.state")
-                if state is not None:
-                    m.state_answers.labels(rpc, str(state)).inc()
-                if action == "CORRECT":
-                    m.corrections.labels("requested").inc()
+                series = self._series(m, rpc, fields)
+                series.latency.observe(elapsed)
+                for counter in series.counters:
+                    counter.inc()
         if self.log is not None:
             self._log(rpc, fields, span)
+
+    def _series(self, m: Metrics, rpc: str, fields: Mapping[str, Field]) -> _Series:
+        """A decision's histogram and counters, found once per (rpc, action,
+        reason, state).
+
+        Looked up by `labels()` on every call they cost more than the rest of
+        `record` (a lock and a label check each; about half of an Admit's
+        telemetry with metrics on, bench/README.md "The dispatch row"). The
+        key's values are the daemon's own vocabulary (the RPC, the action,
+        the rule, where the state came from), never a caller's string, so
+        the cache holds a few entries; the label values still pass
+        `label_value` where the series is made.
+        """
+        action, reason = fields.get("squawk.action", ""), fields.get("squawk.reason", "")
+        state = fields.get("squawk.state")
+        key = (rpc, action, reason, state)
+        found = self._counted.get(key)
+        if found is not None:
+            return found
+        shown = [label_value(str(v)) for v in (action, reason)]
+        counters = [m.decisions.labels(rpc, *shown)]
+        if state is not None:
+            counters.append(m.state_answers.labels(rpc, label_value(str(state))))
+        if shown[0] == "CORRECT":
+            counters.append(m.corrections.labels("requested"))
+        if len(self._counted) >= _SERIES_CACHE:
+            self._counted.clear()
+        found = self._counted[key] = _Series(m.latency.labels(rpc), tuple(counters))
+        return found
 
     async def record_batch(
         self,
