@@ -35,7 +35,9 @@ type Config struct {
 	Upstream    string       `json:"upstream"`
 	DeadlineS   float64      `json:"deadline_s"`
 	MaxAttempts int          `json:"max_attempts"`
-	Phases      [][3]float64 `json:"phases"` // [start wall s, end wall s, steps/s]
+	Phases      [][3]float64 `json:"phases"` // [start s, end s, steps/s] from the start
+	Ready       string       `json:"ready"`  // written once the executor is ready
+	Start       string       `json:"start"`  // holds the wall time the phases start at, once written
 	Seed        uint64       `json:"seed"`
 	Out         string       `json:"out"`
 }
@@ -103,8 +105,9 @@ func main() {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 1))
 	var wg sync.WaitGroup
 	var n atomic.Int64
+	t0 := started(&cfg)
 	for _, ph := range cfg.Phases {
-		start, end, rate := ph[0], ph[1], ph[2]
+		start, end, rate := t0+ph[0], t0+ph[1], ph[2]
 		if rate <= 0 {
 			continue
 		}
@@ -129,6 +132,21 @@ func main() {
 	}
 	if err := os.WriteFile(cfg.Out, data, 0o644); err != nil {
 		log.Fatal(err)
+	}
+}
+
+// started says ready, then waits for the wall time the first phase starts at.
+func started(cfg *Config) float64 {
+	if err := os.WriteFile(cfg.Ready, []byte("ready\n"), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	for {
+		if data, err := os.ReadFile(cfg.Start); err == nil {
+			if t0, err := strconv.ParseFloat(strings.TrimSpace(string(data)), 64); err == nil {
+				return t0
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

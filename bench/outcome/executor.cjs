@@ -66,10 +66,10 @@ function sourceFor(flag) {
   };
 }
 
-function get(stepId, timeoutMs) {
+function get(stepId, signal) {
   return new Promise((resolve, reject) => {
     const req = http.get(
-      { host: url.hostname, port: url.port, path: `${url.pathname}?step=${stepId}`, agent, headers: { "x-executor": cfg.id }, timeout: timeoutMs },
+      { host: url.hostname, port: url.port, path: `${url.pathname}?step=${stepId}`, agent, headers: { "x-executor": cfg.id }, signal },
       (res) => {
         const chunks = [];
         res.on("data", (c) => chunks.push(c));
@@ -77,15 +77,14 @@ function get(stepId, timeoutMs) {
         res.on("error", reject);
       },
     );
-    req.on("timeout", () => req.destroy(new Error("timeout")));
     req.on("error", reject);
   });
 }
 
-async function attemptOnce(stepId) {
+async function attemptOnce(stepId, signal) {
   let res;
   try {
-    res = await get(stepId, cfg.deadline_s * 1000);
+    res = await get(stepId, signal);
   } catch (error) {
     throw new squawk.StepError(String(error), { transportFailure: true, cause: error });
   }
@@ -98,7 +97,7 @@ async function attemptOnce(stepId) {
 
 // The loop a team writes without Squawk: full-jitter exponential backoff,
 // the Retry-After when the answer has one, the same budget and deadline.
-async function tenacity(attempt) {
+async function tenacity(attempt, signal) {
   const started = Date.now();
   for (let n = 1; ; n++) {
     try {
@@ -111,6 +110,7 @@ async function tenacity(attempt) {
       if (error?.headers?.["retry-after"] !== undefined && Number.isFinite(ra) && ra >= 0) wait = ra * 1000;
       if (Date.now() - started + wait > cfg.deadline_s * 1000) return [false, "DEADLINE_EXCEEDED"];
       await sleep(wait);
+      if (signal.aborted) return [false, "DEADLINE_EXCEEDED"];
     }
   }
 }
@@ -120,17 +120,19 @@ async function one(stepId) {
   const start = Date.now() / 1000;
   let attempts = 0;
   const flag = { undecided: false };
+  // The step's deadline: it aborts the HTTP call and the runner's waits.
+  const signal = AbortSignal.timeout(cfg.deadline_s * 1000);
   const step = async (sid) => {
     attempts += 1;
-    await attemptOnce(sid);
+    await attemptOnce(sid, signal);
   };
   let ok = true;
   let reason = "";
   try {
     if (client === undefined) {
-      [ok, reason] = await tenacity(() => step(stepId));
+      [ok, reason] = await tenacity(() => step(stepId), signal);
     } else {
-      const options = { maxAttempts: cfg.max_attempts, deadlineMs: cfg.deadline_s * 1000 };
+      const options = { maxAttempts: cfg.max_attempts, deadlineMs: cfg.deadline_s * 1000, signal };
       if (cfg.mode === "pod") options.upstream = cfg.upstream;
       await squawk.runStep(sourceFor(flag), stepId, step, options);
     }
@@ -139,6 +141,8 @@ async function one(stepId) {
     if (error instanceof squawk.StepFailedError) {
       const r = error.decision.reason;
       reason = (squawk.Reason?.[r] ?? String(r)).replace(/^REASON_/, "");
+    } else if (signal.aborted) {
+      reason = "DEADLINE_EXCEEDED";
     } else {
       reason = error?.name ?? "Error";
     }
@@ -146,10 +150,27 @@ async function one(stepId) {
   steps.push([start, Date.now() / 1000, ok, reason, attempts, flag.undecided]);
 }
 
+// Say ready, then wait for the wall time the first phase starts at.
+async function started() {
+  fs.writeFileSync(cfg.ready, "ready\n");
+  for (;;) {
+    try {
+      const t0 = Number.parseFloat(fs.readFileSync(cfg.start, "utf8"));
+      if (Number.isFinite(t0)) return t0;
+    } catch {
+      // not written yet
+    }
+    await sleep(10);
+  }
+}
+
 async function main() {
+  const t0 = await started();
   const pending = new Set();
   let n = 0;
-  for (const [start, end, rate] of cfg.phases) {
+  for (const [offset, until, rate] of cfg.phases) {
+    const start = t0 + offset;
+    const end = t0 + until;
     if (!(rate > 0)) continue;
     for (let t = start + expo(rate); t < end; t += expo(rate)) {
       const d = t * 1000 - Date.now();

@@ -89,6 +89,16 @@ async def tenacity(
             n += 1
 
 
+async def started(cfg: dict[str, Any]) -> float:
+    """Say ready, then wait for the wall time the first phase starts at."""
+    with open(cfg["ready"], "w") as f:
+        f.write("ready\n")
+    while True:
+        with contextlib.suppress(FileNotFoundError, ValueError), open(cfg["start"]) as f:
+            return float(f.read())
+        await asyncio.sleep(0.01)
+
+
 async def main(cfg: dict[str, Any]) -> None:
     ident: str = cfg["id"]
     mode: str = cfg["mode"]
@@ -146,9 +156,11 @@ async def main(cfg: dict[str, Any]) -> None:
                 ok, reason = False, type(exc).__name__
             steps.append([start, time.time(), ok, reason, attempts, undecided[0]])
 
+        t0 = await started(cfg)
         tasks: set[asyncio.Task[None]] = set()
         n = 0
-        for start, end, rate in cfg["phases"]:
+        for offset, until, rate in cfg["phases"]:
+            start, end = t0 + offset, t0 + until
             if rate <= 0:
                 continue
             t = start + rng.expovariate(rate)

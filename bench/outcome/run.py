@@ -42,7 +42,11 @@ EXECUTORS = (("py-0", "python"), ("go-0", "go"), ("ts-0", "typescript"), ("go-1"
 UPSTREAM_NAME = "bench-upstream"
 DEADLINE_S = 10.0
 MAX_ATTEMPTS = 3  # the default profile's attempt budget
-LEAD_S = 2.5  # executors start this long before the first phase (imports, connects)
+# The upstream's bucket holds BURST_S x C calls. At 0.2 s (4 calls at C = 20)
+# the Poisson clumps of a demand of 0.5 x C alone drew 3 % of 429s.
+BURST_S = 0.5
+LEAD_S = 0.3  # the first phase starts this long after every executor is ready
+READY_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +130,8 @@ def run_one(
             f"127.0.0.1:{up_port}",
             "-capacity",
             str(capacity * variant.phases[0][2]),
+            "-burst",
+            str(BURST_S),
             "-error-rate",
             str(variant.error_rate),
             *(["-headers"] if variant.headers else []),
@@ -154,13 +160,12 @@ def run_one(
         wait_port(daemon, port)
     wait_port(upstream, up_port)
     base = f"http://127.0.0.1:{up_port}"
-    t0 = time.time() + LEAD_S
-    phases: list[Phase] = []
-    t = t0
-    for name, demand, cap, seconds in variant.phases:
-        phases.append(Phase(name, t, t + seconds, demand * capacity, cap * capacity))
+    schedule: list[list[float]] = []
+    t = 0.0
+    for _, demand, _, seconds in variant.phases:
+        schedule.append([t, t + seconds, demand * capacity / len(EXECUTORS)])
         t += seconds
-    schedule = [[p.start, p.end, p.demand / len(EXECUTORS)] for p in phases]
+    start_file = tmp / f"{variant.name}-{mode}.start"
     executors: list[tuple[Proc, Path]] = []
     for i, (ident, language) in enumerate(EXECUTORS):
         out = tmp / f"{variant.name}-{mode}-{ident}.json"
@@ -175,11 +180,28 @@ def run_one(
             "phases": schedule,
             "seed": 1000 * i + 7,
             "out": str(out),
+            "ready": str(out.with_suffix(".ready")),
+            "start": str(start_file),
         }
         proc = procs.start(
             f"exec-{variant.name}-{mode}-{ident}", executor_argv(language, bin_dir, cfg), env
         )
         executors.append((proc, out))
+    # Every executor starts its first phase at the same wall time, once all
+    # are ready (a late one would otherwise fire its missed arrivals at once).
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    for proc, out in executors:
+        while not out.with_suffix(".ready").exists():
+            if not proc.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"{proc.name} did not get ready; log {proc.log}:\n{proc.tail()}")
+            time.sleep(0.02)
+    t0 = time.time() + LEAD_S
+    phases: list[Phase] = []
+    for (name, demand, cap, _), (offset, until, _) in zip(variant.phases, schedule, strict=True):
+        phases.append(Phase(name, t0 + offset, t0 + until, demand * capacity, cap * capacity))
+    partial = start_file.with_suffix(".partial")
+    partial.write_text(repr(t0))
+    partial.rename(start_file)
     # The daemon's CPU at each phase boundary; the capacity switched on time.
     cpu: list[float | None] = []
     for i, p in enumerate(phases):
@@ -371,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"),
         "machine": machine(),
         "capacity": args.capacity,
-        "burst_s": 0.2,
+        "burst_s": BURST_S,
         "reject_cost": 0.05,
         "deadline_s": DEADLINE_S,
         "max_attempts": MAX_ATTEMPTS,

@@ -136,7 +136,7 @@ func (u *upstream) serveCounts(w http.ResponseWriter, _ *http.Request) {
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to listen on")
 	rate := flag.Float64("capacity", 20, "C: the calls/s the upstream serves")
-	burst := flag.Float64("burst", 0.2, "the bucket holds C x this many seconds of calls")
+	burst := flag.Float64("burst", 0.5, "the bucket holds C x this many seconds of calls")
 	rejectCost := flag.Float64("reject-cost", 0.05, "tokens a rejected call costs (a success costs 1)")
 	errorRate := flag.Float64("error-rate", 0, "share of calls answered 500")
 	headers := flag.Bool("headers", false, "send x-ratelimit-*-requests headers on every answer")
