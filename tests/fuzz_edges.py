@@ -85,7 +85,7 @@ def _batch(label: str, *items: pb.DecideRetryRequest, copies: int = 1) -> Edge:
     )
 
 
-def _admit(label: str, **fields: str) -> Edge:
+def _admit(label: str, **fields: Any) -> Edge:
     return lambda: (label, pb.AdmitRequest(**fields).SerializeToString())
 
 

@@ -62,6 +62,7 @@ def _profiles() -> st.SearchStrategy[Profile]:
 
 _HINTS = st.one_of(
     st.integers(0, 10**25).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
     st.sampled_from(["Wed, 21 Oct 2015 07:28:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT", "soon"]),
     st.text(max_size=20),
 )
@@ -69,7 +70,9 @@ _HINTS = st.one_of(
 
 def _headers() -> st.SearchStrategy[dict[str, str]]:
     return st.dictionaries(
-        st.sampled_from(["Retry-After", "retry-after", "grpc-retry-pushback-ms", "x-other"]),
+        st.sampled_from(
+            ["Retry-After", "retry-after", "retry-after-ms", "grpc-retry-pushback-ms", "x-other"]
+        ),
         _HINTS,
         max_size=3,
     )

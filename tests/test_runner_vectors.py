@@ -1,7 +1,9 @@
 """tests/vectors/runner.json through both Python step runners, against the
-real daemon and in the local fallback (the daemon unreachable), and each
+real daemon and in the local fallback (the daemon unreachable), each
 'daemonAnswers' case against a loopback gRPC server that answers every call
-with its status.
+with its status, and each 'admitAnswers' case against a loopback gRPC server
+that answers Admit from the case's list (DecideRetry with UNAVAILABLE, so the
+fallback decides; ReportOutcome by recording).
 
 Only the runner's sleep is replaced, by one that records the wait; every
 decision is a real call (or the real fallback), recorded on its way out.
@@ -23,7 +25,8 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from conftest import Daemon, free_port, subset_mismatches
+from conftest import Daemon, duration_ms, free_port, subset_mismatches
+from scripted_admit import AdmitServer, admit_servers
 from squawk.v1 import policy_pb2 as pb
 from squawk_client import (
     AsyncSquawkClient,
@@ -81,6 +84,7 @@ class Script:
             profile=o.get("profile", ""),
             hitl_approved=o.get("hitlApproved", False),
             delegated_orchestrator=o.get("delegatedOrchestrator", False),
+            cost=float(o.get("cost", 0)),
         )
 
     def step(self, params: Any) -> str:
@@ -143,6 +147,35 @@ class Script:
                 full |= {"delegatedOrchestrator": False} | got
                 mismatches += subset_mismatches(want, full, f"requests[{i}]")
         mismatches += subset_mismatches(expect["outcome"], outcome, "outcome")
+        assert mismatches == []
+
+    def check_admissions(self, expect: dict[str, Any], server: AdmitServer) -> None:
+        """The Admit requests and the outcomes the loopback server was sent."""
+        mismatches = []
+        assert server.answers == [], f"Admit answers left unused: {server.answers}"
+        if "admitRequests" in expect:
+            want_all, got_all = expect["admitRequests"], server.admit_requests
+            if len(want_all) != len(got_all):
+                mismatches.append(f"admitRequests: expected {want_all}, got {got_all}")
+            for i, (want, got) in enumerate(zip(want_all, got_all, strict=False)):
+                path = f"admitRequests[{i}]"
+                want = dict(want)
+                if "deadlineAtMost" in want:
+                    most = duration_ms(want.pop("deadlineAtMost"))
+                    sent = duration_ms(got["deadline"]) if "deadline" in got else None
+                    if sent is None or not 0 < sent <= most:
+                        mismatches.append(
+                            f"{path}.deadline: expected in (0, {most}] ms, got {sent}"
+                        )
+                if "deadline" in want and want.pop("deadline") is None and "deadline" in got:
+                    mismatches.append(f"{path}.deadline: expected unset, got {got['deadline']}")
+                mismatches += subset_mismatches(want, got, path)
+        if "reported" in expect:
+            want_all, got_all = expect["reported"], server.reported
+            if len(want_all) != len(got_all):
+                mismatches.append(f"reported: expected {want_all}, got {got_all}")
+            for i, (want, got) in enumerate(zip(want_all, got_all, strict=False)):
+                mismatches += subset_mismatches(want, {"success": False} | got, f"reported[{i}]")
         assert mismatches == []
 
 
@@ -275,10 +308,23 @@ def answering() -> Iterator[Callable[[str], str]]:
         server.stop(None)
 
 
+@pytest.fixture
+def admitting() -> Iterator[Callable[[list[dict[str, Any]]], tuple[str, AdmitServer]]]:
+    """Starts an AdmitServer on loopback; yields a starter of (target, server)."""
+    with admit_servers() as start:
+        yield start
+
+
+def _modes(case: dict[str, Any]) -> list[str]:
+    if "daemonAnswers" in case:
+        return ["status"]
+    if "admitAnswers" in case:
+        return ["admit"]
+    return ["daemon", "fallback"]
+
+
 MODES = [
-    pytest.param(case, mode, id=f"{mode}-{case['name']}")
-    for case in RUNS
-    for mode in (["status"] if "daemonAnswers" in case else ["daemon", "fallback"])
+    pytest.param(case, mode, id=f"{mode}-{case['name']}") for case in RUNS for mode in _modes(case)
 ]
 
 
@@ -291,17 +337,26 @@ def test_runner_vector(
     daemon: Daemon,
     nowhere: str,
     answering: Callable[[str], str],
+    admitting: Callable[[list[dict[str, Any]]], tuple[str, AdmitServer]],
 ) -> None:
     script = Script(case)
+    scripted: AdmitServer | None = None
     if mode == "status":
         target = answering(case["daemonAnswers"])
+    elif mode == "admit":
+        target, scripted = admitting(case["admitAnswers"])
     else:
         target = daemon.target if mode == "daemon" else nowhere
+    # The runner closes its client before returning: batched outcomes are sent.
     outcome, fell_back = RUNNERS[runner](target, script)
     script.check(_expectation(case, mode), outcome)
     # The mode really was the one named: the daemon answered, or nobody did;
-    # a status either took the fallback or ended the run with its error.
+    # a status either took the fallback or ended the run with its error; the
+    # scripted Admit server made every DecideRetry fall back.
     if mode == "status":
         assert fell_back == ("error" not in outcome)
+    elif scripted is not None:
+        script.check_admissions(case["expect"], scripted)
+        assert fell_back == bool(script.requests)
     else:
         assert fell_back == (mode == "fallback" and bool(script.requests))

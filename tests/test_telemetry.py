@@ -69,9 +69,11 @@ def run_in_process(
     calls: Sequence[tuple[str, object]] | None = None,
     change: Callable[[PolicyServicer], None] | None = None,
     timeout: float = 5,
+    policy: str | None = None,
 ) -> Sequence[ReadableSpan]:
     """Spans of `calls` (secret_calls() by default) answered by an in-process
-    daemon, its servicer first given `change` (a bug, a stall)."""
+    daemon of the policy file `policy` (None: the built-in policy), its
+    servicer first given `change` (a bug, a stall)."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -79,7 +81,7 @@ def run_in_process(
 
     async def main() -> None:
         daemon = InProcessDaemon(
-            load_policy(None, environ={}), [target], tracing=(provider, None), decision_log=log
+            load_policy(policy, environ={}), [target], tracing=(provider, None), decision_log=log
         )
         if change is not None:
             change(daemon.servicer)

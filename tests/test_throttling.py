@@ -31,6 +31,7 @@ from squawk.policy import (
     BreakerConfig,
     BreakerState,
     Outcome,
+    RateLimitConfig,
     RatioBudgetConfig,
     TokenBucketConfig,
     UpstreamConfig,
@@ -102,9 +103,15 @@ def test_the_llm_profiles_529_is_throttling() -> None:
 _BUDGET = RatioBudgetConfig(ratio=1.0, min_per_second=1000)
 
 
+# These tables are the breaker's and the budget's. The same 429s also teach
+# the pacer a rate that spaces the next calls (test_pacer.py has its
+# tables), which these timelines at one instant would run into.
+_UNPACED = RateLimitConfig(learn=False)
+
+
 def pod(count_throttling: bool = False) -> Pod:
     breaker = BreakerConfig(count_throttling=count_throttling)
-    return Pod(UpstreamConfig(circuit_breaker=breaker, retry_budget=_BUDGET))
+    return Pod(UpstreamConfig(circuit_breaker=breaker, retry_budget=_BUDGET, rate_limit=_UNPACED))
 
 
 @pytest.mark.parametrize(
@@ -131,7 +138,7 @@ def test_a_throttled_reply_still_cools_the_upstream_down() -> None:
 
 def test_a_throttled_reply_still_spends_the_token_bucket() -> None:
     bucket = TokenBucketConfig(max_tokens=10, token_ratio=0.1)
-    p = Pod(UpstreamConfig(retry_budget=bucket))
+    p = Pod(UpstreamConfig(retry_budget=bucket, rate_limit=_UNPACED))
     p.call(_failed(429), times=4)
     assert p.guard(RETRY).action is RETRY.action  # 6 tokens left: above half
     p.call(_failed(529))

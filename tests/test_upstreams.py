@@ -361,8 +361,9 @@ def test_the_runner_fails_open_without_the_daemon() -> None:
         admission = client.admit("anywhere")
         assert (admission.allowed, admission.fallback) == (True, True)
         assert run_step_sync(client, lambda n: n + 1, 1, options=StepOptions(upstream="x")) == 2
-        # One admission above, then the runner's admission and its report.
-        assert client.fallback_count == 3
+    # One admission above, then the runner's admission and its report (sent
+    # in a batch, by close at the latest), which the daemon never got.
+    assert (client.fallback_count, client.dropped_outcomes) == (3, 1)
 
 
 def test_the_cli_prints_the_pods_upstreams_as_a_table(
@@ -387,10 +388,18 @@ def test_the_cli_prints_the_pods_upstreams_as_a_table(
         "FAILURES",
         "RETRIES",
         "COOL-DOWN",
+        "PACE",
+        "RATE",
+        "QUEUE",
+        "IN-FLIGHT",
+        "PACED",
+        "SHED",
     ]
     (row,) = [r.split() for r in rows if r.split()[1] == "cli-shown"]
     assert row[:3] == ["default", "cli-shown", "CLOSED"]
     assert row[4:7] == ["1", "1", "100"]
+    # Nothing paces it: no source, no rate, no queue, nothing paced or shed.
+    assert row[8:] == ["none", "-", "0.000s", "0", "0", "0"]
 
 
 def test_a_client_decision_says_when_the_breaker_half_opens(

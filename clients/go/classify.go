@@ -173,10 +173,11 @@ func retryAfter(headers map[string]string, now time.Time) (time.Duration, bool) 
 	return wait, ok
 }
 
-// waitHint is retryAfter with the header that gave the wait ("Retry-After"
-// or "grpc-retry-pushback-ms"), named where the choice is made so that an
-// explanation cannot credit the wrong one. Retry-After wins when it parses;
-// a malformed one leaves grpc-retry-pushback-ms to decide.
+// waitHint is retryAfter with the header that gave the wait
+// ("retry-after-ms", "Retry-After" or "grpc-retry-pushback-ms"), named where
+// the choice is made so that an explanation cannot credit the wrong one.
+// retry-after-ms wins when it parses, then Retry-After; a malformed one
+// leaves the next header to decide.
 func waitHint(headers map[string]string, now time.Time) (wait time.Duration, from string, ok bool) {
 	wait, from, ok = uncappedWaitHint(headers, now)
 	return min(wait, maxRetryAfter), from, ok
@@ -185,6 +186,11 @@ func waitHint(headers map[string]string, now time.Time) (wait time.Duration, fro
 func uncappedWaitHint(headers map[string]string, now time.Time) (time.Duration, string, bool) {
 	if len(headers) == 0 {
 		return 0, "", false
+	}
+	if value, ok := header(headers, "retry-after-ms"); ok {
+		if wait, ok := retryAfterMS(value); ok {
+			return wait, "retry-after-ms", true
+		}
 	}
 	if value, ok := header(headers, "retry-after"); ok {
 		if seconds, ok := digits(value); ok {
@@ -200,6 +206,39 @@ func uncappedWaitHint(headers map[string]string, now time.Time) (time.Duration, 
 		}
 	}
 	return 0, "", false
+}
+
+// retryAfterMS reads a retry-after-ms value as the daemon does (headers.py),
+// the header the OpenAI and Anthropic SDKs read before Retry-After: a plain
+// non-negative ASCII decimal of milliseconds, a fraction allowed, within
+// Python's whitespace, kept to whole microseconds as Python's timedelta keeps
+// it. A sign, an exponent, NaN or inf is malformed (ok false); more than 12
+// whole digits already means over the cap.
+func retryAfterMS(value string) (time.Duration, bool) {
+	value = strings.TrimFunc(value, isPySpace)
+	whole, frac, dot := strings.Cut(value, ".")
+	if !asciiDigits(whole) || !asciiDigits(frac) || (whole == "" && frac == "") || (whole == "" && !dot) {
+		return 0, false
+	}
+	if len(whole) > 12 {
+		return maxRetryAfter, true
+	}
+	ms, err := strconv.ParseFloat(value, 64)
+	if err != nil {
+		return 0, false
+	}
+	micros := math.RoundToEven(min(ms, float64(maxRetryAfter/time.Millisecond)) * 1000)
+	return time.Duration(micros) * time.Microsecond, true
+}
+
+// asciiDigits reports whether value is only ASCII digits (an empty value is).
+func asciiDigits(value string) bool {
+	for i := 0; i < len(value); i++ {
+		if value[i] < '0' || value[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // pushbackMS reads a grpc-retry-pushback-ms value as the daemon does

@@ -40,6 +40,8 @@ type Client struct {
 	cfg       config
 	profile   localProfile
 	fallbacks atomic.Int64
+	outcomes  outcomeQueue
+	leases    leaseTable
 }
 
 // New creates a client for the daemon at target (a gRPC target such as
@@ -56,6 +58,9 @@ func New(target string, opts ...Option) (*Client, error) {
 	}
 	if cfg.callTimeout <= 0 {
 		return nil, fmt.Errorf("squawk: call timeout must be > 0, got %v", cfg.callTimeout)
+	}
+	if cfg.outcomeDelay < 0 || cfg.outcomeDelay > maxOutcomeDelay {
+		return nil, fmt.Errorf("squawk: outcome delay must be from 0 to %v, got %v", maxOutcomeDelay, cfg.outcomeDelay)
 	}
 	if cfg.propagator == nil {
 		return nil, errors.New("squawk: propagator must not be nil")
@@ -82,8 +87,10 @@ func New(target string, opts ...Option) (*Client, error) {
 	return &Client{conn: conn, rpc: squawkv1.NewPolicyServiceClient(conn), cfg: cfg, profile: profile}, nil
 }
 
-// Close releases the connection. Calls made after Close fail.
+// Close sends the success reports Run still holds (see WithOutcomeDelay),
+// then releases the connection. Calls made after Close fail.
 func (c *Client) Close() error {
+	c.flushOnClose()
 	return c.conn.Close()
 }
 

@@ -35,8 +35,9 @@
 // # Upstream state
 //
 // The daemon keeps one state per (profile, upstream) for the whole pod: a
-// circuit breaker, a retry budget and the cool-down after an upstream's
-// Retry-After. Admit asks whether a dispatch may go now (an Admission);
+// circuit breaker, a retry budget, the cool-down after an upstream's
+// Retry-After and its pace. Admit asks whether and when a dispatch may go
+// (an Admission, whose Wait is the pace's start);
 // ReportOutcome tells the pod how dispatches ended; GetUpstreams lists the
 // state of every tracked upstream, reading the daemon's pages of 1,000 one
 // after another (GetUpstreamsPage reads one). A DecideRetry naming its upstream
@@ -85,8 +86,12 @@
 // returning a *StepError; any other error counts as a transport failure.
 // The budgets in RunOptions are pointers (set them with new(n)), so that a
 // budget of 0 is expressible and reaches the daemon as such. With
-// RunOptions.Upstream set, Run asks Admit before every dispatch, waits out
-// a refusal (which consumes no attempt) unless it outlasts ctx's deadline
-// or follows as many refusals in a row as the attempt budget, and reports
-// each success with ReportOutcome.
+// RunOptions.Upstream set, Run asks Admit before every dispatch (sending
+// ctx's deadline and RunOptions.Cost), sleeps a paced Wait, ends the step
+// at once on REASON_UPSTREAM_SATURATED or a Wait past the deadline, waits
+// out any other refusal (which consumes no attempt) unless it outlasts
+// ctx's deadline or follows as many refusals in a row as the attempt
+// budget, and reports each success with ReportOutcome, in batches flushed
+// by Close (see WithOutcomeDelay). A busy executor asks for several
+// permits at once and starts its next dispatches on the spares.
 package squawk

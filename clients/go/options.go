@@ -17,19 +17,21 @@ const DefaultCallTimeout = 50 * time.Millisecond
 type Option func(*config)
 
 type config struct {
-	callTimeout time.Duration
-	dialOptions []grpc.DialOption
-	fallback    bool
-	propagator  propagation.TextMapPropagator
-	now         func() time.Time
+	callTimeout  time.Duration
+	dialOptions  []grpc.DialOption
+	fallback     bool
+	propagator   propagation.TextMapPropagator
+	now          func() time.Time
+	outcomeDelay time.Duration
 }
 
 func defaultConfig() config {
 	return config{
-		callTimeout: DefaultCallTimeout,
-		fallback:    true,
-		propagator:  propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
-		now:         time.Now,
+		callTimeout:  DefaultCallTimeout,
+		fallback:     true,
+		propagator:   propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+		now:          time.Now,
+		outcomeDelay: DefaultOutcomeDelay,
 	}
 }
 
@@ -68,7 +70,22 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 }
 
 // WithClock sets the clock the local fallback reads to turn an HTTP-date
-// Retry-After into a wait. The default is time.Now.
+// Retry-After into a wait, and Run reads to time its spare permits' leases.
+// The default is time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.now = now }
+}
+
+// maxOutcomeDelay bounds WithOutcomeDelay: a report held longer than this
+// would reach the pod's breaker and pace too late to matter.
+const maxOutcomeDelay = time.Second
+
+// WithOutcomeDelay sets how long Run holds a success report (of a step with
+// an Upstream) to send it with others in one ReportOutcome: at most d
+// after the first one held, at once when 100 are held, and on Close, so
+// close the client before the process exits. Default 50 ms
+// (DefaultOutcomeDelay); 0 sends each report when its step succeeds. d must
+// be from 0 to 1 s. A batch that fails open counts one fallback.
+func WithOutcomeDelay(d time.Duration) Option {
+	return func(c *config) { c.outcomeDelay = d }
 }

@@ -17,13 +17,32 @@ import (
 // daemon records the failure there.
 
 // awaitAdmission asks the pod to admit the next dispatch, waiting out its
-// refusals with sleep. It returns nil once admitted, else a *RunError
-// without Calls and Err (Run fills them in) whose Decision or Cause says
-// why the step ends: a refusal past ctx's deadline, more than budget
-// refusals in a row, Admit's own error, or ctx ending.
+// refusals and its paced start with sleep. It returns nil once the
+// dispatch may start, else a *RunError without Calls and Err (Run fills
+// them in) whose Decision or Cause says why the step ends: a saturated
+// upstream (refused, or a paced start past ctx's deadline), another refusal
+// past ctx's deadline, more than budget refusals in a row, Admit's own
+// error, or ctx ending. Each Admit carries the time left before ctx's
+// deadline, so the pod can refuse at once what its pace cannot start in
+// time (shed at the source) instead of queueing it.
 func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest, budget int,
 	sleep func(context.Context, time.Duration) error) *RunError {
+	key := leaseKey{req.GetProfile(), req.GetUpstream(), req.GetCapability()}
+	spare, ask := c.leases.start(key, c.cfg.now())
+	if spare {
+		return nil
+	}
+	req.Permits = int32(ask)
 	for refusals := 1; ; refusals++ {
+		deadline, hasDeadline := ctx.Deadline()
+		if hasDeadline {
+			// The wire takes at most a day; a longer deadline is no limit
+			// on a pace that never waits longer than that.
+			req.Deadline = durationpb.New(min(max(0, time.Until(deadline)), maxAdmitWait))
+		}
+		// A lease runs from the pod's answer; timed from the ask, a spare
+		// is never used after it ends.
+		asked := c.cfg.now()
 		a, err := c.Admit(ctx, req)
 		if err != nil {
 			stop := &RunError{Cause: err}
@@ -33,9 +52,33 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			return stop
 		}
 		if a.Allowed {
+			c.leases.keep(key, asked, a)
+			if a.Wait <= 0 {
+				return nil
+			}
+			// The pod grants waits shorter than the deadline it was sent;
+			// one that is not (time passed on the way, or an older or
+			// confused daemon) is not slept, since its call would start
+			// too late.
+			if hasDeadline && a.Wait > time.Until(deadline) {
+				return &RunError{Decision: saturated(a.Wait, fmt.Sprintf(
+					"The pod paces the dispatches to %s: this one could start in %d ms, past the step's deadline.",
+					req.GetUpstream(), roundMS(a.Wait)))}
+			}
+			if err := sleep(ctx, a.Wait); err != nil {
+				return &RunError{Decision: cancelledAdmission(), Cause: err}
+			}
 			return nil
 		}
-		if deadline, ok := ctx.Deadline(); ok && a.RetryAfter > time.Until(deadline) {
+		// Saturation is the pod shedding at the source a call its pace
+		// cannot serve in time: waiting its retry_after and asking again
+		// would only queue the step behind the overload.
+		if a.Reason == squawkv1.Reason_REASON_UPSTREAM_SATURATED {
+			return &RunError{Decision: saturated(a.RetryAfter, fmt.Sprintf(
+				"The pod refused the dispatch to %s: the upstream is saturated and cannot take it before the step's deadline.",
+				req.GetUpstream()))}
+		}
+		if hasDeadline && a.RetryAfter > time.Until(deadline) {
 			return &RunError{Decision: refused(a, fmt.Sprintf(
 				"The pod refused the dispatch to %s: %s; it admits again in %d ms, past the step's deadline.",
 				req.GetUpstream(), a.Reason, roundMS(a.RetryAfter)))}
@@ -50,6 +93,18 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 		if err := sleep(ctx, a.RetryAfter); err != nil {
 			return &RunError{Decision: cancelledAdmission(), Cause: err}
 		}
+	}
+}
+
+// saturated is the FAIL that ends a step the pod's pace cannot start
+// before its deadline; retryAfter is when the pace has room again.
+func saturated(retryAfter time.Duration, why string) Decision {
+	return Decision{
+		Action:          squawkv1.Action_ACTION_FAIL,
+		Reason:          squawkv1.Reason_REASON_UPSTREAM_SATURATED,
+		Explanation:     why,
+		ConsumesAttempt: true,
+		RetryAfter:      retryAfter,
 	}
 }
 
@@ -75,19 +130,19 @@ func cancelledAdmission() Decision {
 	}
 }
 
-// reportSuccess tells the pod a dispatch succeeded. Its error is ignored:
+// reportSuccess tells the pod a dispatch succeeded, with its latency and
+// the step's estimated cost (req's), which feed the pod's pace. The report
+// goes with the client's next batch (see WithOutcomeDelay), so that a
+// success that lands as ctx ends is still counted; its error is ignored:
 // the step has its result, and a report lost to a slow or absent daemon
-// costs the breaker one sample. It runs on a ctx that is not cancelled with
-// ctx, so that a success that lands as ctx ends is still counted; the call
-// timeout bounds it.
-func (c *Client) reportSuccess(ctx context.Context, req *squawkv1.AdmitRequest, latency time.Duration) {
-	_, _ = c.ReportOutcome(context.WithoutCancel(ctx), &squawkv1.ReportOutcomeRequest{
-		Outcomes: []*squawkv1.Outcome{{
-			Upstream:   req.GetUpstream(),
-			Capability: req.GetCapability(),
-			Profile:    req.GetProfile(),
-			Success:    true,
-			Latency:    durationpb.New(latency),
-		}},
+// costs the breaker one sample.
+func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, latency time.Duration) {
+	c.queueOutcome(&squawkv1.Outcome{
+		Upstream:   req.GetUpstream(),
+		Capability: req.GetCapability(),
+		Profile:    req.GetProfile(),
+		Success:    true,
+		Latency:    durationpb.New(latency),
+		Cost:       req.GetCost(),
 	})
 }

@@ -40,6 +40,10 @@ func TestRunAdmitsEachDispatchAndReportsSuccess(t *testing.T) {
 	if err != nil || got != "done PAR" {
 		t.Fatalf("Run = %q, %v", got, err)
 	}
+	// The success report waits for its batch; Close sends it.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
 	events, sent := log.snapshot()
 	want := []string{"Admit", "step", "DecideRetry", "Admit", "step", "ReportOutcome"}
 	if !slices.Equal(events, want) {
@@ -71,7 +75,7 @@ func TestRunAdmitsEachDispatchAndReportsSuccess(t *testing.T) {
 	}
 	// The daemon saw both dispatches: the 503 through DecideRetry, the
 	// success through ReportOutcome.
-	s := upstreamState(t, c, "default", u)
+	s := upstreamState(t, upstreamClient(t), "default", u) // c is closed
 	if s.GetWindowCalls() != 2 || s.GetWindowFailures() != 1 {
 		t.Errorf("state after a 503 and a success: %v", s)
 	}
@@ -303,6 +307,7 @@ func TestRunFailsOpenWithoutDaemon(t *testing.T) {
 	if err != nil || got != "done PAR" {
 		t.Fatalf("Run = %q, %v; want the step's result", got, err)
 	}
+	c.Close() // sends the held report, which fails open
 	events, _ := log.snapshot()
 	if want := []string{"Admit", "step", "DecideRetry", "Admit", "step", "ReportOutcome"}; !slices.Equal(events, want) {
 		t.Errorf("calls %v, want %v", events, want)

@@ -34,6 +34,11 @@ type RunOptions[P any] struct {
 	// pod's breaker, retry budget and shared cool-down for it apply; when
 	// empty, neither is called.
 	Upstream string
+	// Cost is the step's estimated cost in the upstream's token units (an
+	// LLM request's prompt plus expected completion tokens), for a pod that
+	// paces a token rate: sent with each Admit and reported with the
+	// success. 0 = unknown. Finite, 0 to 1e9. Used only with Upstream.
+	Cost float64
 	// HITLApproved marks the step's inputs as approved by a human: they
 	// are never corrected.
 	HITLApproved bool
@@ -66,12 +71,19 @@ type RunOptions[P any] struct {
 // are an *InputError before step is called.
 //
 // With opts.Upstream set, each dispatch (the first and every resend) waits
-// for c.Admit. A refusal consumes no attempt and does not call step: Run
-// waits its RetryAfter with opts.Sleep and asks again, but ends the step
-// with a FAIL carrying the refusal's reason when the wait would outlast
-// ctx's deadline, or on the refusal after as many in a row as the attempt
-// budget. After a success it reports the outcome (with the step's latency)
-// through c.ReportOutcome, whose errors are ignored. Admit and
+// for c.Admit, which is sent the time left before ctx's deadline and
+// opts.Cost. An admission with a Wait (the pod's pace) is slept with
+// opts.Sleep, then the step is dispatched without asking again; a Wait
+// longer than the time left ends the step at once, without sleeping, with a
+// FAIL whose reason is REASON_UPSTREAM_SATURATED. A refusal with that
+// reason ends the step the same way at once (no sleep, no DecideRetry).
+// Any other refusal consumes no attempt and does not call step: Run waits
+// its RetryAfter with opts.Sleep and asks again, but ends the step with a
+// FAIL carrying the refusal's reason when the wait would outlast ctx's
+// deadline, or on the refusal after as many in a row as the attempt budget.
+// After a success it reports the outcome (with the step's latency and
+// opts.Cost) through c.ReportOutcome, batched with the client's other
+// reports (see WithOutcomeDelay); their errors are ignored. Admit and
 // ReportOutcome fail open, so an absent daemon never stops a dispatch.
 func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.Context, P) (R, error), opts RunOptions[P]) (R, error) {
 	var zero R
@@ -88,7 +100,8 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 	}
 	var admit *squawkv1.AdmitRequest
 	if opts.Upstream != "" {
-		admit = &squawkv1.AdmitRequest{Upstream: opts.Upstream, Capability: opts.Capability, Profile: opts.Profile}
+		admit = &squawkv1.AdmitRequest{Upstream: opts.Upstream, Capability: opts.Capability, Profile: opts.Profile,
+			Cost: opts.Cost}
 	}
 	attempt, corrections := 1, 0
 	var lastErr error
@@ -103,7 +116,7 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 		result, err := step(ctx, params)
 		if err == nil {
 			if admit != nil {
-				c.reportSuccess(ctx, admit, time.Since(started))
+				c.reportSuccess(admit, time.Since(started))
 			}
 			return result, nil
 		}
@@ -168,8 +181,16 @@ func (o *RunOptions[P]) validate() error {
 		return &InputError{Field: "max_validation_retries",
 			Message: fmt.Sprintf("RunOptions.MaxValidationRetries must be >= 0 and fit in an int32 when set, got %d", *n)}
 	}
+	if x := o.Cost; math.IsNaN(x) || x < 0 || x > maxCost {
+		return &InputError{Field: "cost",
+			Message: fmt.Sprintf("RunOptions.Cost must be a finite number from 0 to 1e9, got %v", x)}
+	}
 	return nil
 }
+
+// maxCost bounds a step's estimated cost, as the daemon bounds
+// AdmitRequest.cost and Outcome.cost.
+const maxCost = 1e9
 
 // request builds the DecideRetry request for a failed attempt.
 func (o *RunOptions[P]) request(ctx context.Context, err error, attempt, corrections int) *squawkv1.DecideRetryRequest {

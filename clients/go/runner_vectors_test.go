@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
@@ -42,6 +43,10 @@ type runnerCase struct {
 	// DaemonAnswers, when set, is the gRPC status a loopback server answers
 	// every call with; the case runs only against it.
 	DaemonAnswers string `json:"daemonAnswers"`
+	// AdmitAnswers, when set, are the AdmitResponses (proto3 JSON) a
+	// loopback server answers each Admit with, in order; the case runs only
+	// against it (see scriptedDaemon).
+	AdmitAnswers []json.RawMessage `json:"admitAnswers"`
 }
 
 type jsonParams = map[string]any
@@ -58,14 +63,15 @@ type runnerStep struct {
 }
 
 type runnerOptions struct {
-	MaxAttempts           *int   `json:"maxAttempts"`
-	MaxValidationRetries  *int   `json:"maxValidationRetries"`
-	Deadline              string `json:"deadline"`
-	Capability            string `json:"capability"`
-	Upstream              string `json:"upstream"`
-	Profile               string `json:"profile"`
-	HITLApproved          bool   `json:"hitlApproved"`
-	DelegatedOrchestrator bool   `json:"delegatedOrchestrator"`
+	MaxAttempts           *int    `json:"maxAttempts"`
+	MaxValidationRetries  *int    `json:"maxValidationRetries"`
+	Deadline              string  `json:"deadline"`
+	Capability            string  `json:"capability"`
+	Upstream              string  `json:"upstream"`
+	Profile               string  `json:"profile"`
+	Cost                  float64 `json:"cost"`
+	HITLApproved          bool    `json:"hitlApproved"`
+	DelegatedOrchestrator bool    `json:"delegatedOrchestrator"`
 }
 
 type runnerExpect struct {
@@ -73,7 +79,10 @@ type runnerExpect struct {
 	WaitsMs     *[]int64          `json:"waitsMs"`
 	Requests    []json.RawMessage `json:"requests"`
 	OnErrorSeen *[]seenError      `json:"onErrorSeen"`
-	Outcome     struct {
+	// AdmitRequests and Reported are stated only by admitAnswers cases.
+	AdmitRequests []json.RawMessage `json:"admitRequests"`
+	Reported      []json.RawMessage `json:"reported"`
+	Outcome       struct {
 		OK     bool `json:"ok"`
 		Failed *struct {
 			Action string `json:"action"`
@@ -151,7 +160,7 @@ func TestRunnerVectors(t *testing.T) {
 	}{{"daemon", false}, {"fallback", true}} {
 		t.Run(mode.name, func(t *testing.T) {
 			for _, tc := range cases {
-				if tc.DaemonAnswers != "" {
+				if tc.DaemonAnswers != "" || tc.AdmitAnswers != nil {
 					continue
 				}
 				t.Run(tc.Name, func(t *testing.T) {
@@ -164,7 +173,7 @@ func TestRunnerVectors(t *testing.T) {
 						// A slow daemon fails the case instead of being answered locally.
 						c = newClient(t, d.addr, dial, WithFallbackDisabled(), WithCallTimeout(10*time.Second))
 					}
-					runCase(t, c, &rec, tc, tc.expectFor(t, mode.fallback), mode.fallback)
+					runCase(t, c, &rec, tc, tc.expectFor(t, mode.fallback), mode.fallback, nil)
 				})
 			}
 		})
@@ -183,9 +192,148 @@ func TestRunnerVectorsDaemonStatus(t *testing.T) {
 			var rec requestRecorder
 			dial := WithDialOptions(grpc.WithChainUnaryInterceptor(rec.intercept))
 			c := newClient(t, answering(t, mustCode(t, tc.DaemonAnswers)), dial, WithCallTimeout(10*time.Second))
-			runCase(t, c, &rec, tc, tc.Expect, tc.Expect.Outcome.Error == nil)
+			runCase(t, c, &rec, tc, tc.Expect, tc.Expect.Outcome.Error == nil, nil)
 		})
 	}
+}
+
+// TestRunnerVectorsAdmitAnswers runs each admitAnswers case against a
+// scriptedDaemon: the pod's pace as the runner sees it, without a daemon
+// that would have to be driven into pacing.
+func TestRunnerVectorsAdmitAnswers(t *testing.T) {
+	ran := 0
+	for _, tc := range loadRunnerVectors(t) {
+		if tc.AdmitAnswers == nil {
+			continue
+		}
+		ran++
+		t.Run(tc.Name, func(t *testing.T) {
+			sd := startScripted(t, tc.AdmitAnswers)
+			var rec requestRecorder
+			dial := WithDialOptions(grpc.WithChainUnaryInterceptor(rec.intercept))
+			// Generous: a busy machine must not turn a scripted answer
+			// into a fallback.
+			c := newClient(t, sd.addr, dial, WithCallTimeout(10*time.Second))
+			runCase(t, c, &rec, tc, tc.Expect, true, sd)
+		})
+	}
+	if ran == 0 {
+		t.Fatal("no admitAnswers case in the runner vectors")
+	}
+}
+
+// scriptedDaemon is a loopback squawk.v1 server that answers each Admit
+// with the next scripted AdmitResponse, every DecideRetry with UNAVAILABLE
+// (so the client's local fallback decides), and each ReportOutcome by
+// recording its outcomes.
+type scriptedDaemon struct {
+	squawkv1.UnimplementedPolicyServiceServer
+	addr string
+
+	mu       sync.Mutex
+	answers  []json.RawMessage
+	admits   []*squawkv1.AdmitRequest
+	reported []*squawkv1.Outcome
+	batches  []int // the outcomes of each ReportOutcome, in order
+	problems []string
+}
+
+func startScripted(t *testing.T, answers []json.RawMessage) *scriptedDaemon {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd := &scriptedDaemon{addr: l.Addr().String(), answers: answers}
+	s := grpc.NewServer()
+	squawkv1.RegisterPolicyServiceServer(s, sd)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return sd
+}
+
+func (sd *scriptedDaemon) Admit(_ context.Context, req *squawkv1.AdmitRequest) (*squawkv1.AdmitResponse, error) {
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	sd.admits = append(sd.admits, proto.Clone(req).(*squawkv1.AdmitRequest))
+	if len(sd.answers) == 0 {
+		sd.problems = append(sd.problems, fmt.Sprintf("Admit %d is past the case's admitAnswers", len(sd.admits)))
+		return nil, status.Error(codes.FailedPrecondition, "no scripted answer left")
+	}
+	next := sd.answers[0]
+	sd.answers = sd.answers[1:]
+	var resp squawkv1.AdmitResponse
+	if err := protojson.Unmarshal(next, &resp); err != nil {
+		sd.problems = append(sd.problems, fmt.Sprintf("admitAnswers[%d]: %v", len(sd.admits)-1, err))
+		return nil, status.Error(codes.FailedPrecondition, "unreadable scripted answer")
+	}
+	return &resp, nil
+}
+
+func (sd *scriptedDaemon) DecideRetry(context.Context, *squawkv1.DecideRetryRequest) (*squawkv1.DecideRetryResponse, error) {
+	return nil, status.Error(codes.Unavailable, "scripted: decide locally")
+}
+
+func (sd *scriptedDaemon) ReportOutcome(_ context.Context, req *squawkv1.ReportOutcomeRequest) (*squawkv1.ReportOutcomeResponse, error) {
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	for _, o := range req.GetOutcomes() {
+		sd.reported = append(sd.reported, proto.Clone(o).(*squawkv1.Outcome))
+	}
+	sd.batches = append(sd.batches, len(req.GetOutcomes()))
+	return &squawkv1.ReportOutcomeResponse{Recorded: int32(len(req.GetOutcomes()))}, nil
+}
+
+// check compares what the server saw with the case's admitRequests and
+// reported, once the client is closed.
+func (sd *scriptedDaemon) check(t *testing.T, want runnerExpect) {
+	t.Helper()
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	for _, p := range sd.problems {
+		t.Error(p)
+	}
+	if want.AdmitRequests != nil {
+		if len(sd.admits) != len(want.AdmitRequests) {
+			t.Errorf("%d Admit requests sent, want %d", len(sd.admits), len(want.AdmitRequests))
+		}
+		for i := range min(len(sd.admits), len(want.AdmitRequests)) {
+			t.Run(fmt.Sprintf("admit %d", i+1), func(t *testing.T) { checkAdmitRequest(t, want.AdmitRequests[i], sd.admits[i]) })
+		}
+	}
+	if want.Reported != nil {
+		if len(sd.reported) != len(want.Reported) {
+			t.Errorf("%d outcomes reported, want %d", len(sd.reported), len(want.Reported))
+		}
+		for i := range min(len(sd.reported), len(want.Reported)) {
+			t.Run(fmt.Sprintf("outcome %d", i+1), func(t *testing.T) { checkExpect(t, want.Reported[i], sd.reported[i]) })
+		}
+	}
+}
+
+// checkAdmitRequest is checkExpect with the vectors' one extra key:
+// "deadlineAtMost" says the deadline is set, above zero and at most that.
+func checkAdmitRequest(t *testing.T, want json.RawMessage, got *squawkv1.AdmitRequest) {
+	t.Helper()
+	var w map[string]json.RawMessage
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatalf("admitRequests entry is not an object: %v", err)
+	}
+	if limit, ok := w["deadlineAtMost"]; ok {
+		delete(w, "deadlineAtMost")
+		most, err := jsonDuration(limit)
+		if err != nil {
+			t.Fatalf("deadlineAtMost: %v", err)
+		}
+		if d := got.GetDeadline(); d == nil || d.AsDuration() <= 0 || d.AsDuration() > most {
+			t.Errorf("deadline = %v, want set, above zero and at most %v", d.AsDuration(), most)
+		}
+	}
+	rest, err := json.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExpect(t, rest, got)
 }
 
 // answering starts a loopback gRPC server that answers every call, of any
@@ -204,7 +352,13 @@ func answering(t *testing.T, code codes.Code) string {
 	return l.Addr().String()
 }
 
-func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want runnerExpect, fallback bool) {
+// runCase runs one case on c. fallback says whether the decisions come
+// from the local fallback; sd is the scripted server of an admitAnswers
+// case, nil otherwise.
+func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want runnerExpect, fallback bool, sd *scriptedDaemon) {
+	if sd == nil && (want.AdmitRequests != nil || want.Reported != nil) {
+		t.Fatal("admitRequests and reported are checked only in an admitAnswers case")
+	}
 	var params jsonParams
 	if err := json.Unmarshal(tc.Params, &params); err != nil {
 		t.Fatalf("params: %v", err)
@@ -236,6 +390,7 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 		Capability:            tc.Options.Capability,
 		Upstream:              tc.Options.Upstream,
 		Profile:               tc.Options.Profile,
+		Cost:                  tc.Options.Cost,
 		HITLApproved:          tc.Options.HITLApproved,
 		DelegatedOrchestrator: tc.Options.DelegatedOrchestrator,
 		Sleep: func(ctx context.Context, d time.Duration) error {
@@ -290,6 +445,13 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 	}
 
 	_, err := Run(ctx, c, params, step, opts)
+	// Closing sends the reports the client still holds for the daemon.
+	if cerr := c.Close(); cerr != nil {
+		t.Errorf("Close = %v", cerr)
+	}
+	if sd != nil {
+		sd.check(t, want)
+	}
 
 	if !reflect.DeepEqual(nonNil(dispatches), nonNil(want.Dispatches)) {
 		t.Errorf("dispatches %v, want %v", dispatches, want.Dispatches)
@@ -315,7 +477,8 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 	// and ReportOutcome failing open count too.
 	if wantFallbacks := int64(0); fallback {
 		wantFallbacks = int64(len(sent))
-		if tc.Options.Upstream != "" {
+		// A scripted server answers Admit and ReportOutcome itself.
+		if tc.Options.Upstream != "" && sd == nil {
 			wantFallbacks += int64(len(dispatches)) + 1 // an Admit per dispatch, a report of the success
 		}
 		if got := c.FallbackCount(); got != wantFallbacks {
@@ -347,10 +510,16 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 		if re.Calls != o.Failed.Calls {
 			t.Errorf("RunError.Calls = %d, want %d", re.Calls, o.Failed.Calls)
 		}
-		if re.Decision.Fallback != fallback {
-			t.Errorf("final decision Fallback=%v", re.Decision.Fallback)
+		// An Admit refusal is the daemon's answer even when DecideRetry is
+		// answered locally.
+		wantFallback := fallback && !(sd != nil && admissionReasons[re.Decision.Reason])
+		if re.Decision.Fallback != wantFallback {
+			t.Errorf("final decision Fallback=%v, want %v", re.Decision.Fallback, wantFallback)
 		}
-		if re.Err == nil || !errors.Is(err, re.Err) {
+		// A step refused before its first call has no error of its own.
+		if o.Failed.Calls == 0 && re.Err != nil {
+			t.Errorf("RunError.Err = %v for a step never called", re.Err)
+		} else if o.Failed.Calls > 0 && (re.Err == nil || !errors.Is(err, re.Err)) {
 			t.Errorf("RunError does not carry the step's last error: %v", err)
 		}
 	case o.Error != nil:
@@ -364,6 +533,13 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 	default:
 		t.Fatal("the case states no outcome")
 	}
+}
+
+// admissionReasons are the reasons of an Admit refusal.
+var admissionReasons = map[squawkv1.Reason]bool{
+	squawkv1.Reason_REASON_CIRCUIT_OPEN:          true,
+	squawkv1.Reason_REASON_UPSTREAM_COOLING_DOWN: true,
+	squawkv1.Reason_REASON_UPSTREAM_SATURATED:    true,
 }
 
 // nonNil makes an empty list and a missing one compare equal.

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
 )
@@ -21,12 +22,25 @@ const maxOutcomes = 1000
 type Admission struct {
 	// Allowed says whether to dispatch now.
 	Allowed bool
-	// Reason is REASON_ADMITTED when allowed, else REASON_CIRCUIT_OPEN or
-	// REASON_UPSTREAM_COOLING_DOWN.
+	// Reason is REASON_ADMITTED when allowed, else REASON_CIRCUIT_OPEN,
+	// REASON_UPSTREAM_COOLING_DOWN or REASON_UPSTREAM_SATURATED (the pace
+	// cannot start the call before the request's deadline).
 	Reason squawkv1.Reason
 	// RetryAfter is, when refused, how long until a call could be admitted
-	// (the breaker half-opens, or the cool-down ends); zero when allowed.
+	// (the breaker half-opens, the cool-down ends, or the pace has room);
+	// zero when allowed.
 	RetryAfter time.Duration
+	// Wait is, when allowed, how long to wait before dispatching: the
+	// pacer's start for the call (zero = now). Dispatch after it without
+	// asking again.
+	Wait time.Duration
+	// Permits is, when allowed, how many dispatches the answer admits (1
+	// unless more were asked with AdmitRequest.Permits and nothing limits
+	// the upstream); 0 when refused.
+	Permits int
+	// Lease is, when Permits > 1, how long the permits after the first stay
+	// valid from the answer; a permit not used by then lapses.
+	Lease time.Duration
 	// BreakerState is the upstream's breaker after this call.
 	BreakerState squawkv1.BreakerState
 	// Probe is true for one of the half-open probes, whose outcome decides
@@ -45,7 +59,14 @@ func (a Admission) String() string {
 	var b strings.Builder
 	breaker := "breaker " + strings.TrimPrefix(a.BreakerState.String(), "BREAKER_STATE_")
 	if a.Allowed {
-		fmt.Fprintf(&b, "ADMITTED (%s)", breaker)
+		b.WriteString("ADMITTED")
+		if a.Wait > 0 {
+			fmt.Fprintf(&b, " after %v", a.Wait)
+		}
+		if a.Permits > 1 {
+			fmt.Fprintf(&b, " x%d for %v", a.Permits, a.Lease)
+		}
+		fmt.Fprintf(&b, " (%s)", breaker)
 	} else {
 		fmt.Fprintf(&b, "REFUSED for %v (%s, %s)", a.RetryAfter, strings.TrimPrefix(a.Reason.String(), "REASON_"), breaker)
 	}
@@ -59,11 +80,18 @@ func (a Admission) String() string {
 }
 
 // Admit asks the pod whether a call to req's upstream may be dispatched
-// now; ask it before each dispatch. It fails open: when the daemon does not
-// decide (as for DecideRetry's fallback), the call is admitted
-// (REASON_ADMITTED, breaker CLOSED) with Fallback set and counted in
-// FallbackCount, since a missing sidecar must not stop every dispatch. WithFallbackDisabled returns the daemon's
-// error instead. A request the daemon refuses is an *InputError.
+// now; ask it before each dispatch. An allowed answer may carry a Wait (the
+// pod's pace): start the call after it. It fails open: when the daemon does
+// not decide (as for DecideRetry's fallback), the call is admitted at once
+// (REASON_ADMITTED, one permit, breaker CLOSED) with Fallback set and
+// counted in FallbackCount, since a missing sidecar must not stop every
+// dispatch. WithFallbackDisabled returns the daemon's error instead. A
+// request the daemon refuses is an *InputError.
+//
+// The daemon's answer is bounded before it is used, as any answer from the
+// wire: a negative or unreadable duration is zero, a wait, retry-after or
+// lease over a day is a day, and permits are clamped to 0..100 (at least 1
+// when allowed).
 func (c *Client) Admit(ctx context.Context, req *squawkv1.AdmitRequest) (Admission, error) {
 	if req == nil {
 		return Admission{}, nilRequest("Admit")
@@ -72,13 +100,7 @@ func (c *Client) Admit(ctx context.Context, req *squawkv1.AdmitRequest) (Admissi
 	defer cancel()
 	resp, err := c.rpc.Admit(callCtx, req)
 	if err == nil {
-		return Admission{
-			Allowed:      resp.GetAllowed(),
-			Reason:       resp.GetReason(),
-			RetryAfter:   resp.GetRetryAfter().AsDuration(),
-			BreakerState: resp.GetBreakerState(),
-			Probe:        resp.GetProbe(),
-		}, nil
+		return admissionFromProto(resp), nil
 	}
 	if !c.fallsBack(ctx, err) {
 		return Admission{}, wrapCallError(ctx, "Admit", err)
@@ -87,10 +109,47 @@ func (c *Client) Admit(ctx context.Context, req *squawkv1.AdmitRequest) (Admissi
 	return Admission{
 		Allowed:       true,
 		Reason:        squawkv1.Reason_REASON_ADMITTED,
+		Permits:       1,
 		BreakerState:  squawkv1.BreakerState_BREAKER_STATE_CLOSED,
 		Fallback:      true,
 		FallbackCause: err,
 	}, nil
+}
+
+// maxAdmitWait bounds every duration of an Admit answer (as the request's
+// deadline is bounded): a daemon or proxy answering a year must not park a
+// step for a year.
+const maxAdmitWait = 24 * time.Hour
+
+// maxPermits is the most permits one Admit may ask for or grant.
+const maxPermits = 100
+
+func admissionFromProto(resp *squawkv1.AdmitResponse) Admission {
+	a := Admission{
+		Allowed:      resp.GetAllowed(),
+		Reason:       resp.GetReason(),
+		BreakerState: resp.GetBreakerState(),
+		Probe:        resp.GetProbe(),
+	}
+	if !a.Allowed {
+		a.RetryAfter = boundedWait(resp.GetRetryAfter())
+		return a
+	}
+	a.Wait = boundedWait(resp.GetWait())
+	a.Permits = min(max(int(resp.GetPermits()), 1), maxPermits)
+	if a.Permits > 1 {
+		a.Lease = boundedWait(resp.GetLease())
+	}
+	return a
+}
+
+// boundedWait reads a duration from the wire into 0..maxAdmitWait; an
+// unset, negative or malformed one is zero.
+func boundedWait(d *durationpb.Duration) time.Duration {
+	if d == nil || d.CheckValid() != nil {
+		return 0
+	}
+	return min(max(d.AsDuration(), 0), maxAdmitWait)
 }
 
 // ReportOutcome tells the pod how dispatches ended, so that its breakers

@@ -111,7 +111,10 @@ func TestAdmitAndReportOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Admit: %v", err)
 	}
-	want := Admission{Allowed: true, Reason: squawkv1.Reason_REASON_ADMITTED, BreakerState: squawkv1.BreakerState_BREAKER_STATE_CLOSED}
+	// An allowed answer admits one dispatch, whether or not the daemon
+	// states its permits.
+	want := Admission{Allowed: true, Reason: squawkv1.Reason_REASON_ADMITTED, Permits: 1,
+		BreakerState: squawkv1.BreakerState_BREAKER_STATE_CLOSED}
 	if a != want {
 		t.Errorf("Admit to a new upstream = %+v, want %+v", a, want)
 	}

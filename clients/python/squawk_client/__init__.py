@@ -21,11 +21,11 @@ from squawk.v1.policy_pb2 import (
     UpstreamState,
 )
 
+from ._admission import Admission
 from ._client import (
     DEFAULT_ANALYZE_TIMEOUT,
     DEFAULT_BATCH_TIMEOUT,
     DEFAULT_CALL_TIMEOUT,
-    Admission,
     AsyncSquawkClient,
     BatchResult,
     SquawkClient,

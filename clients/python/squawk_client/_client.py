@@ -12,20 +12,25 @@ have no fallback: they raise.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import NoReturn
 
 import grpc
 
-from squawk.policy import BreakerState, Profile, Reason
+from squawk.policy import Profile
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
+from ._admission import LEASED, OPEN, Admission, admission, admit_request
 from ._decision import Decision, fallback_decision, fallback_profile, from_message
 from ._errors import SquawkError, SquawkInputError
+from ._leases import Key, Leases
+from ._outbox import Outbox
 
 try:  # Trace propagation is optional: only an executor that traces has the API.
     from opentelemetry import propagate
@@ -36,7 +41,6 @@ __all__ = [
     "DEFAULT_ANALYZE_TIMEOUT",
     "DEFAULT_BATCH_TIMEOUT",
     "DEFAULT_CALL_TIMEOUT",
-    "Admission",
     "AsyncSquawkClient",
     "BatchResult",
     "SquawkClient",
@@ -56,36 +60,6 @@ _MAX_PAGES = 100
 
 # One result per batch item: the decision, or why that item was refused.
 BatchResult = Decision | SquawkInputError
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """The pod's answer to "may I call this upstream now?"."""
-
-    allowed: bool
-    # ADMITTED, or why not: CIRCUIT_OPEN, UPSTREAM_COOLING_DOWN.
-    reason: Reason
-    # When refused: how long until a call could be admitted.
-    retry_after: timedelta
-    breaker_state: BreakerState
-    # A half-open probe: its outcome decides whether the breaker closes.
-    probe: bool
-    # True when the daemon could not be asked and the client let the call
-    # through (admission fails open: the pod's state is only in the daemon).
-    fallback: bool = False
-
-
-_OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
-
-
-def _admission(reply: pb.AdmitResponse) -> Admission:
-    return Admission(
-        allowed=reply.allowed,
-        reason=Reason(reply.reason),
-        retry_after=reply.retry_after.ToTimedelta(),
-        breaker_state=BreakerState(reply.breaker_state),
-        probe=reply.probe,
-    )
 
 
 # Reconnect quickly once the daemon is back: the default backoff can grow to
@@ -188,6 +162,32 @@ class _Policy:
         self.fallback_enabled = fallback
         self.fallback_profile = fallback_profile(os.environ)
         self.fallback_count = 0
+        # What the runners share between the client's concurrent steps.
+        self.outbox = Outbox()
+        self.leases = Leases()
+
+    def step_request(
+        self, key: Key, deadline: timedelta | None, cost: float
+    ) -> pb.AdmitRequest | None:
+        """The runner's Admit for a dispatch to `key`, or None when a spare
+        leased permit starts it without asking."""
+        if self.leases.take(key):
+            return None
+        profile, upstream, capability = key
+        permits = self.leases.wanted(key)
+        return admit_request(upstream, capability, profile, deadline, cost, permits)
+
+    def step_admission(self, key: Key, admission: Admission) -> Admission:
+        if admission.allowed and not admission.fallback:
+            self.leases.granted(key, admission.permits, admission.lease)
+        return admission
+
+    def unreported(self, exc: grpc.RpcError, count: int) -> None:
+        """A batch of outcomes the daemon did not take: counted, never raised
+        (the steps that made them are gone)."""
+        self.outbox.lost(count)
+        if exc.code() in _FALL_BACK_ON:
+            self.fallback_count += 1
 
     def fallback(self, exc: grpc.RpcError, request: pb.DecideRetryRequest) -> Decision:
         """Answer DecideRetry locally when the daemon is away, else raise."""
@@ -242,10 +242,18 @@ class SquawkClient:
         self._policy = _Policy(call_timeout, fallback)
         # Held: a call's future that is garbage-collected cancels the call.
         self._connecting = _connect_now(self._channel, self._policy.call_timeout_s)
+        # Sends the runners' outcomes; started by the first one.
+        self._reporter: threading.Thread | None = None
+        self._reporter_lock = threading.Lock()
 
     @property
     def fallback_count(self) -> int:
         return self._policy.fallback_count
+
+    @property
+    def dropped_outcomes(self) -> int:
+        """Runner outcomes the daemon never got (away, refused, or queued after close)."""
+        return self._policy.outbox.dropped
 
     @property
     def fallback_profile(self) -> Profile:
@@ -309,17 +317,32 @@ class SquawkClient:
             raise_for(exc)
         return reply
 
-    def admit(self, upstream: str, *, capability: str = "", profile: str = "") -> Admission:
-        """Ask before dispatching to `upstream`; fails open when the daemon is away."""
-        request = pb.AdmitRequest(upstream=upstream, capability=capability, profile=profile)
+    def admit(
+        self,
+        upstream: str,
+        *,
+        capability: str = "",
+        profile: str = "",
+        deadline: timedelta | None = None,
+        cost: float = 0.0,
+        permits: int = 1,
+    ) -> Admission:
+        """Ask before dispatching to `upstream`; fails open when the daemon is away.
+
+        `deadline`: the step's time left (None = none); `cost`: the call's
+        estimated cost in token units (0 = unknown); `permits`: how many
+        dispatches to start with this answer (clamped to 1..100)."""
+        return self._admit(admit_request(upstream, capability, profile, deadline, cost, permits))
+
+    def _admit(self, request: pb.AdmitRequest) -> Admission:
         try:
             reply = self._stub.Admit(
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
             )
         except grpc.RpcError as exc:
             self._policy.fail_open(exc)
-            return _OPEN
-        return _admission(reply)
+            return OPEN
+        return admission(reply)
 
     def report_outcome(self, outcomes: Sequence[pb.Outcome]) -> int:
         """Report finished dispatches; the number recorded (0 when the daemon is away)."""
@@ -357,7 +380,45 @@ class SquawkClient:
             raise_for(exc)
         return reply
 
+    def _admit_step(
+        self, key: Key, *, deadline: timedelta | None = None, cost: float = 0.0
+    ) -> Admission:
+        """The runners' Admit: a spare leased permit when one is valid, else
+        Admit asking for as many permits as recent dispatches to the key."""
+        request = self._policy.step_request(key, deadline, cost)
+        if request is None:
+            return LEASED
+        return self._policy.step_admission(key, self._admit(request))
+
+    def _report_later(self, outcome: pb.Outcome) -> None:
+        """Queue a runner's outcome; sent in a batch by a background thread."""
+        self._policy.outbox.put(outcome)
+        if self._reporter is None:
+            with self._reporter_lock:
+                if self._reporter is None:
+                    self._reporter = threading.Thread(
+                        target=self._report_loop, name="squawk-outcomes", daemon=True
+                    )
+                    self._reporter.start()
+
+    def _report_loop(self) -> None:
+        while (batch := self._policy.outbox.next_batch()) is not None:
+            try:
+                self._stub.ReportOutcome(
+                    pb.ReportOutcomeRequest(outcomes=batch), timeout=self._policy.call_timeout_s
+                )
+            except grpc.RpcError as exc:
+                self._policy.unreported(exc, len(batch))
+            except Exception:  # e.g. a channel closed under it: counted, and the loop goes on
+                self._policy.outbox.lost(len(batch))
+
     def close(self) -> None:
+        """Send the queued outcomes (each batch within the call timeout), then close."""
+        self._policy.outbox.close()
+        with self._reporter_lock:
+            reporter = self._reporter
+        if reporter is not None:
+            reporter.join()
         self._channel.close()
 
     def __enter__(self) -> SquawkClient:
@@ -389,10 +450,19 @@ class AsyncSquawkClient:
         self._channel.get_state(try_to_connect=True)
         self._stub = pb_grpc.PolicyServiceStub(self._channel)
         self._policy = _Policy(call_timeout, fallback)
+        # Sends the runners' outcomes while some are queued; `_full` wakes it
+        # early when a batch fills.
+        self._reporter: asyncio.Task[None] | None = None
+        self._full = asyncio.Event()
 
     @property
     def fallback_count(self) -> int:
         return self._policy.fallback_count
+
+    @property
+    def dropped_outcomes(self) -> int:
+        """Runner outcomes the daemon never got (away, refused, or queued after close)."""
+        return self._policy.outbox.dropped
 
     @property
     def fallback_profile(self) -> Profile:
@@ -456,17 +526,33 @@ class AsyncSquawkClient:
             raise_for(exc)
         return reply
 
-    async def admit(self, upstream: str, *, capability: str = "", profile: str = "") -> Admission:
-        """Ask before dispatching to `upstream`; fails open when the daemon is away."""
-        request = pb.AdmitRequest(upstream=upstream, capability=capability, profile=profile)
+    async def admit(
+        self,
+        upstream: str,
+        *,
+        capability: str = "",
+        profile: str = "",
+        deadline: timedelta | None = None,
+        cost: float = 0.0,
+        permits: int = 1,
+    ) -> Admission:
+        """Ask before dispatching to `upstream`; fails open when the daemon is away.
+
+        `deadline`: the step's time left (None = none); `cost`: the call's
+        estimated cost in token units (0 = unknown); `permits`: how many
+        dispatches to start with this answer (clamped to 1..100)."""
+        request = admit_request(upstream, capability, profile, deadline, cost, permits)
+        return await self._admit(request)
+
+    async def _admit(self, request: pb.AdmitRequest) -> Admission:
         try:
             reply = await self._stub.Admit(
                 request, timeout=self._policy.call_timeout_s, metadata=_metadata()
             )
         except grpc.RpcError as exc:
             self._policy.fail_open(exc)
-            return _OPEN
-        return _admission(reply)
+            return OPEN
+        return admission(reply)
 
     async def report_outcome(self, outcomes: Sequence[pb.Outcome]) -> int:
         """Report finished dispatches; the number recorded (0 when the daemon is away)."""
@@ -506,7 +592,50 @@ class AsyncSquawkClient:
             raise_for(exc)
         return reply
 
+    async def _admit_step(
+        self, key: Key, *, deadline: timedelta | None = None, cost: float = 0.0
+    ) -> Admission:
+        """The runners' Admit: a spare leased permit when one is valid, else
+        Admit asking for as many permits as recent dispatches to the key."""
+        request = self._policy.step_request(key, deadline, cost)
+        if request is None:
+            return LEASED
+        return self._policy.step_admission(key, await self._admit(request))
+
+    def _report_later(self, outcome: pb.Outcome) -> None:
+        """Queue a runner's outcome; sent in a batch by a task on this loop."""
+        full = self._policy.outbox.put(outcome)
+        if self._reporter is None or self._reporter.done():
+            self._reporter = asyncio.get_running_loop().create_task(self._report_loop())
+        elif full:
+            self._full.set()
+
+    async def _report_loop(self) -> None:
+        # Ends once the queue is empty (no task outlives the work); the next
+        # outcome starts another.
+        outbox = self._policy.outbox
+        while (due := outbox.due_in()) is not None:
+            if due > 0:
+                self._full.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(due):
+                        await self._full.wait()
+            batch = outbox.take()
+            try:
+                await self._stub.ReportOutcome(
+                    pb.ReportOutcomeRequest(outcomes=batch), timeout=self._policy.call_timeout_s
+                )
+            except grpc.RpcError as exc:
+                self._policy.unreported(exc, len(batch))
+            except Exception:  # e.g. a channel closed under it: counted, and the loop goes on
+                self._policy.outbox.lost(len(batch))
+
     async def close(self) -> None:
+        """Send the queued outcomes (each batch within the call timeout), then close."""
+        self._policy.outbox.close()
+        self._full.set()  # what is queued goes now
+        if self._reporter is not None:
+            await self._reporter
         await self._channel.close()
 
     async def __aenter__(self) -> AsyncSquawkClient:

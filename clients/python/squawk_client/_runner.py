@@ -10,21 +10,22 @@ by the shared runner vectors.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from squawk.policy import Action, Profile, Reason, delay
 from squawk.v1 import policy_pb2 as pb
 
-from ._client import Admission, AsyncSquawkClient, SquawkClient
+from ._admission import Admission
+from ._client import AsyncSquawkClient, SquawkClient
 from ._decision import Decision
-from ._errors import SquawkError, StepError, StepFailed
+from ._errors import SquawkInputError, StepError, StepFailed
+from ._leases import Leases
 
 __all__ = ["ErrorInfo", "StepCancelled", "StepOptions", "Tier", "run_step", "run_step_sync"]
 
@@ -77,7 +78,18 @@ class StepOptions:
     profile: str = ""
     hitl_approved: bool = False
     delegated_orchestrator: bool = False
+    # The step's estimated cost in the upstream's token units (an LLM call's
+    # prompt plus expected completion tokens): sent with Admit for a token
+    # rate limit and reported with the outcome. 0 = unknown; finite, 0 to 1e9.
+    cost: float = 0.0
 
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.cost <= MAX_COST):  # also refuses NaN
+            raise SquawkInputError("cost", f"cost: must be finite, 0 to 1e9; got {self.cost!r}")
+
+
+MAX_COST = 1e9
+_MAX_LATENCY = timedelta(days=1)
 
 # A forced resend would revive what these reasons ended for good.
 _FINAL = frozenset({Reason.CANCELLED, Reason.ATTEMPTS_EXHAUSTED, Reason.DEADLINE_EXCEEDED})
@@ -85,6 +97,20 @@ _FINAL = frozenset({Reason.CANCELLED, Reason.ATTEMPTS_EXHAUSTED, Reason.DEADLINE
 
 def _answered(d: Decision) -> str:
     return f"the policy had answered ACTION_{d.action.name}, REASON_{d.reason.name}"
+
+
+def _real_cost(result: T, cost_of: Callable[[T], float] | None, estimated: float) -> float:
+    """The success's cost as `cost_of` reads it from the result; the estimate
+    when there is no hook, or it raises or answers out of bounds: a report's
+    bookkeeping never fails a step that succeeded (the TypeScript runner's
+    costOf reads the same)."""
+    if cost_of is None:
+        return estimated
+    try:
+        cost = float(cost_of(result))
+    except Exception:
+        return estimated
+    return cost if 0.0 <= cost <= MAX_COST else estimated
 
 
 class _Attempts:
@@ -97,6 +123,8 @@ class _Attempts:
         self.corrections = 0
         self.calls = 1
         self.started = time.monotonic()
+        # The upstream state the step's dispatches share, as Admit names it.
+        self.key = (options.profile, options.upstream, options.capability)
         # The step's last error, the cause of a FAIL that comes before a call.
         self.last_error: BaseException | None = None
 
@@ -177,7 +205,14 @@ class _Attempts:
         o = self.options
         reason = f"REASON_{admission.reason.name}"
         wait = admission.retry_after
-        if o.deadline is not None and wait > self.deadline_left():
+        if admission.reason is Reason.UPSTREAM_SATURATED:
+            # The pace cannot start the call before the deadline: shed it at
+            # the source, at once (no wait, no DecideRetry).
+            why = (
+                f"The pod refused the dispatch to {o.upstream}: {reason}; the upstream's "
+                "pace cannot start it before the step's deadline."
+            )
+        elif o.deadline is not None and wait > self.deadline_left():
             why = (
                 f"The pod refused the dispatch to {o.upstream}: {reason}; it admits again in "
                 f"{round(wait.total_seconds() * 1000)} ms, past the step's deadline."
@@ -188,26 +223,54 @@ class _Attempts:
             )
         else:
             return
-        decision = Decision(
-            Action.FAIL, timedelta(0), admission.reason, why, True, pb.ClassifyResponse()
+        self.fail_before_call(admission.reason, why)
+
+    def paced(self, admission: Admission) -> None:
+        """Raise StepFailed when an allowed dispatch's paced wait passes the deadline."""
+        o = self.options
+        if o.deadline is None or admission.wait <= self.deadline_left():
+            return
+        ms = round(admission.wait.total_seconds() * 1000)
+        why = (
+            f"The pod paces the dispatch to {o.upstream} to start in {ms} ms, past the "
+            "step's deadline: REASON_UPSTREAM_SATURATED."
         )
+        self.fail_before_call(Reason.UPSTREAM_SATURATED, why)
+
+    def fail_before_call(self, reason: Reason, why: str) -> NoReturn:
+        decision = Decision(Action.FAIL, timedelta(0), reason, why, True, pb.ClassifyResponse())
         raise StepFailed(decision, self.calls - 1) from self.last_error
+
+    def admit_deadline(self) -> timedelta | None:
+        return None if self.options.deadline is None else self.deadline_left()
 
     def deadline_left(self) -> timedelta:
         assert self.options.deadline is not None
         left = self.options.deadline - timedelta(seconds=time.monotonic() - self.started)
         return max(left, timedelta(0))
 
-    def success(self, latency: float) -> list[pb.Outcome]:
+    def success(
+        self, latency: float, result: T, cost_of: Callable[[T], float] | None
+    ) -> pb.Outcome | None:
         """What to report after a successful dispatch (nothing without an upstream)."""
         o = self.options
         if not o.upstream:
-            return []
+            return None
         done = pb.Outcome(
-            upstream=o.upstream, capability=o.capability, profile=o.profile, success=True
+            upstream=o.upstream,
+            capability=o.capability,
+            profile=o.profile,
+            success=True,
+            cost=_real_cost(result, cost_of, o.cost),
         )
-        done.latency.FromTimedelta(timedelta(seconds=latency))
-        return [done]
+        # Outcome.latency is bounded to a day (a step may run longer).
+        done.latency.FromTimedelta(min(timedelta(seconds=latency), _MAX_LATENCY))
+        return done
+
+    def failed(self, leases: Leases) -> None:
+        """A dispatch failed: the key's spare permits go (see _leases)."""
+        if self.options.upstream:
+            leases.revoke(self.key)
 
     def advance(self, decision: Decision, exc: BaseException) -> None:
         self.last_error = exc
@@ -230,6 +293,7 @@ async def run_step(
     on_error: Callable[[ErrorInfo], Tier] | None = None,
     options: StepOptions | None = None,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    cost_of: Callable[[T], float] | None = None,
 ) -> T:
     """Run `step(params)` until it succeeds or the policy says FAIL.
 
@@ -238,6 +302,12 @@ async def run_step(
     spending an attempt; `on_error` has the final say after each decision.
     Cancelling the task cancels the step or the wait at once and is never
     retried. On FAIL, raises StepFailed (with the decision) from the last error.
+
+    With `options.upstream`, each dispatch is admitted by the pod first: a
+    paced `wait` is slept, and a saturated upstream (or a wait past the
+    deadline) ends the step at once with REASON_UPSTREAM_SATURATED. Each
+    success is reported (in a batch) with `cost_of(result)` as its real
+    cost, else `options.cost`.
     """
     state = _Attempts(options or StepOptions(), correct is not None, client.fallback_profile)
     upstream = state.options.upstream
@@ -248,6 +318,7 @@ async def run_step(
             started = time.monotonic()
             result = await step(params)
         except Exception as exc:
+            state.failed(client._policy.leases)
             request = state.request(exc)
             decision = await client.decide_retry(request)
             decision = state.settle(decision, exc, request, on_error)
@@ -258,24 +329,29 @@ async def run_step(
             else:
                 await sleep(decision.delay.total_seconds())
         else:
-            with contextlib.suppress(SquawkError):  # reporting fails open
-                if done := state.success(time.monotonic() - started):
-                    await client.report_outcome(done)
+            if done := state.success(time.monotonic() - started, result, cost_of):
+                client._report_later(done)
             return result
 
 
 async def _admitted(
     client: AsyncSquawkClient, state: _Attempts, sleep: Callable[[float], Awaitable[object]]
 ) -> None:
-    """Return once the pod admits the dispatch; raise StepFailed when it may not wait."""
+    """Return once the pod admits the dispatch and its paced wait is over;
+    raise StepFailed when it may not wait."""
     o = state.options
     refusals = 0
     while not (
-        admission := await client.admit(o.upstream, capability=o.capability, profile=o.profile)
+        admission := await client._admit_step(
+            state.key, deadline=state.admit_deadline(), cost=o.cost
+        )
     ).allowed:
         refusals += 1
         state.refused(admission, refusals)
         await sleep(admission.retry_after.total_seconds())
+    state.paced(admission)
+    if admission.wait > timedelta(0):
+        await sleep(admission.wait.total_seconds())
 
 
 def run_step_sync(
@@ -288,6 +364,7 @@ def run_step_sync(
     options: StepOptions | None = None,
     cancel: threading.Event | None = None,
     sleep: Callable[[float], object] | None = None,
+    cost_of: Callable[[T], float] | None = None,
 ) -> T:
     """The blocking twin of `run_step`; setting `cancel` aborts a wait at once.
 
@@ -311,6 +388,7 @@ def run_step_sync(
             started = time.monotonic()
             result = step(params)
         except Exception as exc:
+            state.failed(client._policy.leases)
             request = state.request(exc)
             request.cancelled = cancel.is_set()
             decision = client.decide_retry(request)
@@ -323,9 +401,8 @@ def run_step_sync(
             if wait(decision.delay.total_seconds()):
                 raise StepCancelled("cancelled while waiting to retry") from exc
         else:
-            with contextlib.suppress(SquawkError):  # reporting fails open
-                if done := state.success(time.monotonic() - started):
-                    client.report_outcome(done)
+            if done := state.success(time.monotonic() - started, result, cost_of):
+                client._report_later(done)
             return result
 
 
@@ -333,9 +410,12 @@ def _admitted_sync(client: SquawkClient, state: _Attempts, wait: Callable[[float
     o = state.options
     refusals = 0
     while not (
-        admission := client.admit(o.upstream, capability=o.capability, profile=o.profile)
+        admission := client._admit_step(state.key, deadline=state.admit_deadline(), cost=o.cost)
     ).allowed:
         refusals += 1
         state.refused(admission, refusals)
         if wait(admission.retry_after.total_seconds()):
             raise StepCancelled("cancelled while waiting for admission")
+    state.paced(admission)
+    if admission.wait > timedelta(0) and wait(admission.wait.total_seconds()):
+        raise StepCancelled("cancelled while waiting for the upstream's pace")

@@ -16,9 +16,20 @@ export function openAdmission(): Admission {
     retryAfter: undefined,
     breakerState: BreakerState.BREAKER_STATE_CLOSED,
     probe: false,
+    wait: undefined,
+    permits: 1,
+    lease: undefined,
     fallback: true,
   };
 }
+
+/** A dispatch admitted by a spare permit the client holds from an earlier grant (see leasePermits). */
+export function leasedAdmission(): Admission {
+  return { ...openAdmission(), fallback: false };
+}
+
+/** The longest deadline Admit accepts (AdmitRequest.deadline: at most a day). */
+export const MAX_ADMIT_DEADLINE_MS = 86_400_000;
 
 /** What the runner's wait for admission needs. */
 export interface Gate {
@@ -26,6 +37,8 @@ export interface Gate {
   readonly upstream: string;
   readonly capability: string;
   readonly profile: string;
+  /** The step's estimated cost in the upstream's token units, sent with Admit (0 = unknown). */
+  readonly cost: number;
   /** Refusals in a row that may be waited out: the attempt budget. */
   readonly budget: number;
   /** The ms left of the step's deadline, or undefined without one. */
@@ -34,49 +47,99 @@ export interface Gate {
   readonly signal: AbortSignal | undefined;
 }
 
-/** The FAIL that ends a step the pod would not admit. */
-function refused(admission: Admission, explanation: string): Decision {
+/** What the wait for admission ends with: the FAIL that ends the step, or leave to dispatch. */
+export type Admitted = { readonly refusal: Decision } | { readonly refusal?: undefined; readonly probe: boolean };
+
+/** The FAIL that ends a step the pod would not admit (in time). */
+function refused(admission: Admission, explanation: string, reason = admission.reason, retryAfter = admission.retryAfter): Decision {
   return {
     action: Action.ACTION_FAIL,
     delay: durationFromMs(0),
-    reason: admission.reason,
+    reason,
     explanation,
     consumesAttempt: true,
     classification: undefined,
     // When the upstream admits again, for a caller that schedules the step later.
-    retryAfter: admission.retryAfter,
+    retryAfter,
     fallback: admission.fallback,
   };
 }
 
+/** What Admit is asked for one dispatch: the names, the deadline left (capped at a day) and the estimated cost. */
+function admitInput(gate: Gate): AdmitInput {
+  const left = gate.deadlineLeftMs();
+  return {
+    upstream: gate.upstream,
+    capability: gate.capability,
+    profile: gate.profile,
+    // A step's budget longer than Admit accepts is sent as the longest it
+    // accepts: no pacer wait comes near a day.
+    ...(left === undefined ? {} : { deadline: durationFromMs(Math.min(left, MAX_ADMIT_DEADLINE_MS)) }),
+    ...(gate.cost > 0 ? { cost: gate.cost } : {}),
+  };
+}
+
 /**
- * Ask the pod to admit one dispatch, waiting out each refusal's retry_after
- * (cancellable). Resolves undefined once admitted, or with the FAIL decision
- * that ends the step: a refusal past the attempt budget in a row, or one
- * whose wait outlasts the deadline. A refusal consumes no attempt.
+ * Ask the pod to admit one dispatch (with the step's deadline left and its
+ * estimated cost), waiting out each refusal's retry_after (cancellable).
+ * Resolves undefined once the dispatch may start: admitted, and the pacer's
+ * `wait` slept (a zero wait is no sleep), without asking again. Resolves
+ * with the FAIL decision that ends the step: a refusal with
+ * REASON_UPSTREAM_SATURATED at once (the pod sheds what it cannot start in
+ * time; no sleep), a paced wait longer than the deadline left (the same
+ * reason, without sleeping), a refusal past the attempt budget in a row, or
+ * one whose retry_after outlasts the deadline. A refusal consumes no attempt.
  */
-export async function awaitAdmission(gate: Gate): Promise<Decision | undefined> {
+export async function awaitAdmission(gate: Gate): Promise<Admitted> {
   const { upstream, signal } = gate;
   for (let refusals = 1; ; refusals++) {
-    const admission = await gate.admit(
-      { upstream, capability: gate.capability, profile: gate.profile },
-      signal === undefined ? {} : { signal },
-    );
-    if (admission.allowed) return undefined;
+    const admission = await gate.admit(admitInput(gate), signal === undefined ? {} : { signal });
+    if (admission.allowed) {
+      const refusal = await paced(gate, admission);
+      return refusal === undefined ? { probe: admission.probe } : { refusal };
+    }
+    if (admission.reason === Reason.REASON_UPSTREAM_SATURATED) {
+      const explanation = `The pod shed the dispatch to ${upstream}: ${admission.reason}; it cannot start it in time.`;
+      return { refusal: refused(admission, explanation) };
+    }
     const waitMs = admission.retryAfter === undefined ? 0 : durationToMs(admission.retryAfter);
     // The deadline first, then the cap: the same order in every client.
     const left = gate.deadlineLeftMs();
     if (left !== undefined && waitMs > left) {
-      return refused(
-        admission,
+      const explanation =
         `The pod refused the dispatch to ${upstream}: ${admission.reason}; ` +
-          `it admits again in ${roundHalfEven(waitMs)} ms, past the step's deadline.`,
-      );
+        `it admits again in ${roundHalfEven(waitMs)} ms, past the step's deadline.`;
+      return { refusal: refused(admission, explanation) };
     }
     if (refusals > gate.budget) {
-      return refused(admission, `The pod refused the dispatch to ${upstream} ${refusals} times in a row: ${admission.reason}.`);
+      const explanation = `The pod refused the dispatch to ${upstream} ${refusals} times in a row: ${admission.reason}.`;
+      return { refusal: refused(admission, explanation) };
     }
     // Whole ms, rounded up: a wait cut short by a fraction would only be refused again.
     if (waitMs > 0) await untilAborted(gate.sleep(Math.ceil(waitMs), signal), signal);
   }
+}
+
+/**
+ * Sleep an admitted dispatch's paced start, or end the step when the start
+ * would come after its deadline: REASON_UPSTREAM_SATURATED, with the wait
+ * as the time after which a new step could start.
+ */
+async function paced(gate: Gate, admission: Admission): Promise<Decision | undefined> {
+  const waitMs = admission.wait === undefined ? 0 : durationToMs(admission.wait);
+  if (!(waitMs > 0)) return undefined;
+  // Without a deadline a wait is still bounded: the pod never paces a start
+  // a day away, so an answer that does is not slept (it would stall the step).
+  const left = Math.min(gate.deadlineLeftMs() ?? MAX_ADMIT_DEADLINE_MS, MAX_ADMIT_DEADLINE_MS);
+  if (waitMs > left) {
+    return refused(
+      admission,
+      `The pod paces the dispatch to ${gate.upstream} to start in ${roundHalfEven(waitMs)} ms, past the step's deadline.`,
+      Reason.REASON_UPSTREAM_SATURATED,
+      admission.wait,
+    );
+  }
+  // Whole ms, rounded up: a start a fraction early would overrun the pace.
+  await untilAborted(gate.sleep(Math.ceil(waitMs), gate.signal), gate.signal);
+  return undefined;
 }

@@ -3,14 +3,16 @@
 // admissions and reports when the daemon cannot answer.
 import { connectivityState, credentials as grpcCredentials, Metadata, status, type ServiceError } from "@grpc/grpc-js";
 import { context as otelContext, propagation, type Context, type TextMapPropagator, type TextMapSetter } from "@opentelemetry/api";
-import { openAdmission } from "./admission";
+import { leasedAdmission, openAdmission } from "./admission";
 import { BATCH_ITEMS_PER_TIMEOUT, batchFromResponse, batchLocally, type BatchResult } from "./batch";
+import { durationToMs } from "./duration";
 import { fallbackProfileFromEnv } from "./env";
 import { inputErrorFrom, isServiceError, SquawkError } from "./errors";
 import { fallbackDecide, type FallbackProfile } from "./fallback";
 import {
   AdmitRequest,
   AnalyzeErrorRequest,
+  BreakerState,
   CheckDispatchRequest,
   ClassifyRequest,
   GetUpstreamsRequest,
@@ -39,6 +41,7 @@ import {
   type DecideRetryInput,
   type FallbackEvent,
   type GetUpstreamsInput,
+  type OutcomeInput,
   type ReportOutcomeInput,
   type SquawkClientOptions,
   type SquawkMethod,
@@ -53,6 +56,36 @@ import { unary, type Start } from "./unary";
  * that never stops answering a nextPageToken, would otherwise keep it reading.
  */
 export const MAX_UPSTREAM_PAGES = 100;
+
+/** The most outcomes one batched ReportOutcome carries (with `batchOutcomes`). */
+export const OUTCOME_BATCH_SIZE = 100;
+
+/** The longest a queued outcome waits before its batch is sent (with `batchOutcomes`). */
+export const OUTCOME_BATCH_DELAY_MS = 50;
+
+/** The most permits one Admit may ask for (AdmitRequest.permits). */
+const MAX_LEASE_PERMITS = 100;
+
+/**
+ * The longest a spare permit is kept, whatever lease the answer names: the
+ * pod's leases are short, and a spare permit outliving a change of the
+ * upstream's state would start a call the pod would now refuse.
+ */
+const MAX_LEASE_MS = 5000;
+
+/** The most (profile, upstream, capability) keys holding spare permits; past it, spares are not kept. */
+const MAX_LEASES = 1000;
+
+/** The key of a lease: an empty profile is "default", as the daemon reads it. */
+function leaseKey(profile: string, upstream: string, capability: string): string {
+  return JSON.stringify([profile === "" ? "default" : profile, upstream, capability]);
+}
+
+/** Spare permits of one Admit answer: how many are left and until when (the client's clock). */
+interface Lease {
+  remaining: number;
+  readonly endsAt: number;
+}
 
 /** Each GetUpstreams page's deadline when the call names none (the Python client's too). */
 const UPSTREAMS_PAGE_TIMEOUT_MS = 1000;
@@ -105,6 +138,15 @@ export class SquawkClient {
   private readonly onFallback: ((event: FallbackEvent) => void) | undefined;
   private fallbacks = 0;
   private closed = false;
+  private readonly batchOutcomes: boolean;
+  private readonly leasePermits: number;
+  /** Spare permits by (profile, upstream, capability). */
+  private readonly leases = new Map<string, Lease>();
+  /** Outcomes queued for the next batched report, and the timer that sends them. */
+  private queued: OutcomeInput[] = [];
+  private batchTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Batched reports on the wire: flush() and close() wait for them. */
+  private readonly sending = new Set<Promise<void>>();
 
   constructor(target: string, options: SquawkClientOptions = {}) {
     this.target = target;
@@ -115,6 +157,11 @@ export class SquawkClient {
     this.fallbackProfile = Object.freeze({ ...fallbackProfileFromEnv(), ...options.fallbackProfile });
     this.now = options.now ?? Date.now;
     this.onFallback = options.onFallback;
+    this.batchOutcomes = options.batchOutcomes ?? false;
+    this.leasePermits = options.leasePermits ?? 1;
+    if (!(Number.isInteger(this.leasePermits) && this.leasePermits >= 1 && this.leasePermits <= MAX_LEASE_PERMITS)) {
+      throw new RangeError(`leasePermits must be an integer from 1 to ${MAX_LEASE_PERMITS}, got ${options.leasePermits}`);
+    }
     this.stub = new PolicyServiceClient(target, options.credentials ?? grpcCredentials.createInsecure(), {
       ...DEFAULT_CHANNEL_OPTIONS,
       ...options.channelOptions,
@@ -159,6 +206,8 @@ export class SquawkClient {
    */
   async decideRetry(input: DecideRetryInput, options: CallOptions = {}): Promise<Decision> {
     const request = decideRequest(input);
+    // A failure of the upstream: its spare permits lapse, the pod decides again.
+    if (request.upstream !== "") this.dropLeases(request.profile, request.upstream);
     try {
       const response = await this.invoke<DecideRetryResponse>(
         (md, co, cb) => this.stub.decideRetry(request, md, co, cb),
@@ -233,17 +282,77 @@ export class SquawkClient {
    * after a Retry-After; `retryAfter` says when to ask again. Fails open:
    * when the daemon is unreachable or slow (as for decideRetry's fallback)
    * the answer is allowed, with `fallback: true`. A request the daemon
-   * refuses (an unknown profile) is a SquawkInputError.
+   * refuses (an unknown profile) is a SquawkInputError. Send the step's
+   * `deadline` left and estimated `cost` for the pacer: an allowed answer's
+   * `wait` is when to start; REASON_UPSTREAM_SATURATED means it cannot start
+   * in time. With `leasePermits` (and no `permits` of the caller's), a
+   * grant's spare permits answer the next admits of the same (profile,
+   * upstream, capability) without a call; such an answer, and the one that
+   * brought them, says `permits: 1` and no `lease`.
    */
   async admit(input: AdmitInput, options: CallOptions = {}): Promise<Admission> {
     const request = checked("admit", AdmitRequest.fromPartial, input);
+    const pooled = request.upstream !== "" && request.permits <= 1 && this.leasePermits > 1;
+    const key = leaseKey(request.profile, request.upstream, request.capability);
+    if (pooled && this.takeLeased(key)) return leasedAdmission();
+    if (pooled) request.permits = this.leasePermits;
+    const askedAt = this.now();
     try {
       const response = await this.invoke<AdmitResponse>((md, co, cb) => this.stub.admit(request, md, co, cb), options);
+      if (pooled) return { ...this.keepSpares(key, response, askedAt), fallback: false };
       return { ...response, fallback: false };
     } catch (error) {
       this.failOpen("admit", error, options);
       return openAdmission();
     }
+  }
+
+  /** Use one spare permit of `key`, when one is left and its lease has not ended. */
+  private takeLeased(key: string): boolean {
+    const lease = this.leases.get(key);
+    if (lease === undefined) return false;
+    if (this.now() >= lease.endsAt || lease.remaining <= 0) {
+      this.leases.delete(key);
+      return false;
+    }
+    lease.remaining -= 1;
+    if (lease.remaining === 0) this.leases.delete(key);
+    return true;
+  }
+
+  /**
+   * Keep the spare permits of a grant (this call uses one): only a closed,
+   * non-probe grant of more than one, never more than asked, for at most
+   * MAX_LEASE_MS from when the client asked. Answers the admission of this call.
+   */
+  private keepSpares(key: string, response: AdmitResponse, askedAt: number): AdmitResponse {
+    const leaseMs = response.lease === undefined ? 0 : Math.min(durationToMs(response.lease), MAX_LEASE_MS);
+    const granted = Math.min(response.permits, this.leasePermits);
+    const usable =
+      response.allowed &&
+      !response.probe &&
+      response.breakerState === BreakerState.BREAKER_STATE_CLOSED &&
+      !(response.wait !== undefined && durationToMs(response.wait) > 0) &&
+      granted > 1 &&
+      leaseMs > 0;
+    if (usable) {
+      if (this.leases.size >= MAX_LEASES) this.sweepLeases();
+      if (this.leases.size < MAX_LEASES) this.leases.set(key, { remaining: granted - 1, endsAt: askedAt + leaseMs });
+    }
+    return { ...response, permits: response.allowed ? 1 : 0, lease: undefined };
+  }
+
+  /** Forget the ended leases. */
+  private sweepLeases(): void {
+    const now = this.now();
+    for (const [key, lease] of this.leases) if (now >= lease.endsAt) this.leases.delete(key);
+  }
+
+  /** Forget the spare permits of (profile, upstream), of every capability. */
+  private dropLeases(profile: string, upstream: string): void {
+    if (this.leases.size === 0) return;
+    const prefix = leaseKey(profile, upstream, "").slice(0, -3);
+    for (const key of this.leases.keys()) if (key.startsWith(prefix)) this.leases.delete(key);
   }
 
   /**
@@ -300,10 +409,67 @@ export class SquawkClient {
     return this.upstreamsPage(checked("getUpstreams", GetUpstreamsRequest.fromPartial, input), options);
   }
 
-  /** Close the channel; later calls reject. */
-  close(): void {
+  /**
+   * Queue one outcome for a batched report (see `batchOutcomes`). Answers
+   * false, queueing nothing, when the client does not batch: report it with
+   * reportOutcome. An outcome that cannot be encoded is a SquawkInputError
+   * now. A batch the daemon cannot take fails open (counted as a fallback);
+   * one it refuses (an outcome past a bound of ReportOutcome, or of a
+   * profile it does not know) is dropped whole, so queue outcomes whose
+   * names Admit accepted, as the runner does: a lost report only makes the
+   * pod's view a little older.
+   */
+  queueOutcome(outcome: OutcomeInput): boolean {
+    if (!this.batchOutcomes) return false;
+    if (this.closed) throw new Error(`SquawkClient for ${this.target} is closed`);
+    reportRequest({ outcomes: [outcome] });
+    this.queued.push(outcome);
+    if (this.queued.length >= OUTCOME_BATCH_SIZE) this.sendQueued();
+    else this.batchTimer ??= setTimeout(() => this.sendQueued(), OUTCOME_BATCH_DELAY_MS);
+    return true;
+  }
+
+  /** Send every queued outcome now, and resolve when every batched report has ended (it never rejects). */
+  async flush(): Promise<void> {
+    this.sendQueued();
+    while (this.sending.size > 0) await Promise.all(this.sending);
+  }
+
+  /**
+   * Close the channel; later calls reject. Queued outcomes are sent first
+   * (each batch bounded by the call timeout): the returned promise resolves
+   * once they have ended and the channel is closed. Without queued or
+   * pending reports the channel closes at once.
+   */
+  close(): Promise<void> {
     this.closed = true;
-    this.stub.close();
+    this.sendQueued();
+    if (this.sending.size === 0) {
+      this.stub.close();
+      return Promise.resolve();
+    }
+    return this.flush().then(() => this.stub.close());
+  }
+
+  /** Send the queued outcomes as one report (they are at most OUTCOME_BATCH_SIZE); never rejects. */
+  private sendQueued(): void {
+    clearTimeout(this.batchTimer);
+    this.batchTimer = undefined;
+    if (this.queued.length === 0) return;
+    const outcomes = this.queued;
+    this.queued = [];
+    const request = reportRequest({ outcomes });
+    const sent = this.unary<ReportOutcomeResponse>((md, co, cb) => this.stub.reportOutcome(request, md, co, cb), {})
+      .then(
+        () => undefined,
+        (error: unknown) => {
+          if (this.fallbackCause(error, {}) === undefined) return;
+          this.fallbacks += 1;
+          this.onFallback?.({ method: "reportOutcome", cause: error as ServiceError });
+        },
+      )
+      .finally(() => this.sending.delete(sent));
+    this.sending.add(sent);
   }
 
   /** The gRPC error that lets the fallback answer, or undefined when the error stands. */
@@ -363,6 +529,11 @@ export class SquawkClient {
 
   private invoke<Res>(start: Start<Res>, options: CallOptions): Promise<Res> {
     if (this.closed) return Promise.reject(new Error(`SquawkClient for ${this.target} is closed`));
+    return this.unary(start, options);
+  }
+
+  /** One call, closed or not: a closing client still sends its queued outcomes. */
+  private unary<Res>(start: Start<Res>, options: CallOptions): Promise<Res> {
     return unary(start, this.metadata(options.context), options.timeoutMs ?? this.callTimeoutMs, options.signal);
   }
 }

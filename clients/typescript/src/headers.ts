@@ -1,4 +1,4 @@
-// Server-sent wait hints (Retry-After, grpc-retry-pushback-ms), as in
+// Server-sent wait hints (retry-after-ms, Retry-After, grpc-retry-pushback-ms), as in
 // sidecar/core/squawk/policy/headers.py. The HTTP-date parser follows Python's
 // email.utils.parsedate_to_datetime, which the daemon uses.
 import { roundHalfEven } from "./duration";
@@ -25,7 +25,7 @@ function digits(value: string): number | undefined {
 export const MAX_RETRY_AFTER_MS = 86_400_000;
 
 /** The header a server's wait came from. */
-export type HintHeader = "Retry-After" | "grpc-retry-pushback-ms";
+export type HintHeader = "retry-after-ms" | "Retry-After" | "grpc-retry-pushback-ms";
 
 /** A server's wait in milliseconds, capped at a day, and the header that asked for it. */
 export interface WaitHint {
@@ -44,8 +44,9 @@ export function retryAfterMs(headers: HeaderMap, nowMs: number): number | undefi
 
 /**
  * retryAfterMs with the header that gave the wait, named where the choice is
- * made so that an explanation cannot credit the wrong one. Retry-After wins
- * when it parses; a malformed one leaves grpc-retry-pushback-ms to decide.
+ * made so that an explanation cannot credit the wrong one. retry-after-ms
+ * wins when it parses, then Retry-After; a malformed one leaves the next
+ * header to decide.
  */
 export function waitHint(headers: HeaderMap, nowMs: number): WaitHint | undefined {
   const hint = uncappedWaitHint(headers, nowMs);
@@ -53,6 +54,11 @@ export function waitHint(headers: HeaderMap, nowMs: number): WaitHint | undefine
 }
 
 function uncappedWaitHint(headers: HeaderMap, nowMs: number): WaitHint | undefined {
+  const millis = header(headers, "retry-after-ms");
+  if (millis !== undefined) {
+    const ms = retryAfterMsValue(millis);
+    if (ms !== undefined) return { ms, from: "retry-after-ms" };
+  }
   const value = header(headers, "retry-after");
   if (value !== undefined) {
     const seconds = digits(value);
@@ -69,6 +75,21 @@ function uncappedWaitHint(headers: HeaderMap, nowMs: number): WaitHint | undefin
     if (ms !== undefined) return { ms, from: "grpc-retry-pushback-ms" };
   }
   return undefined;
+}
+
+/**
+ * A retry-after-ms value as the daemon reads it (headers.py), the header the
+ * OpenAI and Anthropic SDKs read before Retry-After: a plain non-negative
+ * ASCII decimal of milliseconds, a fraction allowed, within Python's
+ * whitespace, kept to whole microseconds as Python's timedelta keeps it.
+ * undefined for a sign, an exponent, NaN or inf; more than 12 whole digits
+ * already means over the cap.
+ */
+function retryAfterMsValue(value: string): number | undefined {
+  const match = /^(?:([0-9]+)(?:\.[0-9]*)?|\.[0-9]+)$/.exec(pyStrip(value));
+  if (match === null) return undefined;
+  if ((match[1] ?? "").length > 12) return MAX_RETRY_AFTER_MS;
+  return roundHalfEven(Math.min(Number(match[0]), MAX_RETRY_AFTER_MS) * 1000) / 1000;
 }
 
 /**

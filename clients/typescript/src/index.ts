@@ -21,6 +21,7 @@ export {
   type SquawkMethod,
 } from "./options";
 export { MAX_BATCH, type BatchResult } from "./batch";
+export { OUTCOME_BATCH_DELAY_MS, OUTCOME_BATCH_SIZE } from "./client";
 export { SquawkError, SquawkInputError } from "./errors";
 export { fallbackClassify, fallbackDecide, validateDecideRequest, DEFAULT_FALLBACK_PROFILE, type FallbackProfile } from "./fallback";
 export { fallbackProfileFromEnv, parseGoDuration } from "./env";
@@ -37,6 +38,7 @@ export {
   AnalysisSource,
   BreakerState,
   ErrorCategory,
+  PaceSource,
   Reason,
   AdmitRequest,
   AdmitResponse,

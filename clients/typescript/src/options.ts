@@ -94,10 +94,30 @@ export interface SquawkClientOptions {
    * profile with the environment's SQUAWK_STEP_RETRY_* overrides, as the daemon reads them).
    */
   readonly fallbackProfile?: Partial<FallbackProfile>;
-  /** Clock in Unix ms, read by the fallback for an HTTP-date Retry-After (default Date.now). */
+  /** Clock in Unix ms, read by the fallback for an HTTP-date Retry-After and for a lease's end (default Date.now). */
   readonly now?: () => number;
   /** Called each time the client answers for the daemon: a fallback decision (once per batch) or a fail-open. */
   readonly onFallback?: (event: FallbackEvent) => void;
+  /**
+   * Send the runner's success reports in batches (default false): each is
+   * queued and sent with others in one ReportOutcome, at most
+   * OUTCOME_BATCH_SIZE (100) at once and OUTCOME_BATCH_DELAY_MS (50 ms)
+   * after the first was queued; `flush()` and `close()` send the rest. A
+   * busy executor then costs the daemon one report per 100 successes
+   * instead of one per success; the pod hears of them up to 50 ms later.
+   * A half-open probe's success is always reported at once.
+   */
+  readonly batchOutcomes?: boolean;
+  /**
+   * Permits to ask each Admit for, 1 to 100 (default 1: one per call). Above
+   * 1, an answer that grants several (only an upstream nothing limits gets
+   * them) is one admission for this call, and the client keeps the rest for
+   * its next admits of the same (profile, upstream, capability), answering
+   * them without a call until the answer's `lease` ends (at most 5 s) or a
+   * failure of that upstream is sent to decideRetry. Only what the daemon
+   * granted is used, never after the lease.
+   */
+  readonly leasePermits?: number;
 }
 
 export interface CallOptions {

@@ -5,7 +5,15 @@ import { SquawkInputError } from "./errors";
 import type { FallbackProfile } from "./fallback";
 import { Action, DecideRetryRequest } from "./gen/squawk/v1/policy";
 import { override, tierOf, type ErrorInfo, type Tier } from "./hooks";
-import type { Admission, AdmitInput, CallOptions, Decision, DecideRetryInput, ReportOutcomeInput } from "./options";
+import type {
+  Admission,
+  AdmitInput,
+  CallOptions,
+  Decision,
+  DecideRetryInput,
+  OutcomeInput,
+  ReportOutcomeInput,
+} from "./options";
 import { StepError } from "./steperror";
 import { sleep, untilAborted, type Sleep } from "./wait";
 
@@ -17,6 +25,13 @@ export interface DecisionSource {
   decideRetry(input: DecideRetryInput, options?: CallOptions): Promise<Decision>;
   admit(input: AdmitInput, options?: CallOptions): Promise<Admission>;
   reportOutcome(input: ReportOutcomeInput, options?: CallOptions): Promise<number>;
+  /**
+   * Optional: take a success's outcome into a batched report, answering
+   * true; false when the source does not batch (the runner then calls
+   * reportOutcome and waits for it). SquawkClient's batches with its
+   * `batchOutcomes` option.
+   */
+  queueOutcome?(outcome: OutcomeInput): boolean;
   /** Its default profile: the attempt budget and backoff of a forced resend. */
   readonly fallbackProfile: FallbackProfile;
 }
@@ -48,7 +63,7 @@ export interface StepContext {
   readonly signal: AbortSignal | undefined;
 }
 
-export interface RunStepOptions<P> {
+export interface RunStepOptions<P, R = unknown> {
   /** Cancels the step: a cancelled step is never retried, and a wait ends at once. */
   readonly signal?: AbortSignal;
   /** Attempts allowed in all, >= 1; unset = the profile's (3, or the pod's SQUAWK_STEP_RETRY_MAX_ATTEMPTS). */
@@ -63,11 +78,26 @@ export interface RunStepOptions<P> {
   /**
    * The upstream the step calls. When set, the pod admits each dispatch
    * first (a refusal waits its retry_after, or ends the step past the
-   * deadline or after `maxAttempts` refusals in a row) and hears of each
-   * success; unset, neither happens.
+   * deadline or after `maxAttempts` refusals in a row; an admission's paced
+   * `wait` is slept before the dispatch, or ends the step when it passes the
+   * deadline; a REASON_UPSTREAM_SATURATED refusal ends it at once) and
+   * hears of each success; unset, neither happens.
    */
   readonly upstream?: string;
   readonly profile?: string;
+  /**
+   * The step's estimated cost in the upstream's token units (an LLM call's
+   * prompt plus expected completion tokens), for an upstream with a token
+   * rate limit: sent with each Admit and reported with the success. Finite,
+   * 0 to 1e9; unset or 0 = unknown. Used only with `upstream`.
+   */
+  readonly cost?: number;
+  /**
+   * The real cost of a successful call, read from its result, reported
+   * instead of `cost`. An answer that is not a finite number from 0 to 1e9
+   * (or a hook that throws) reports `cost` instead: the step's result stands.
+   */
+  readonly costOf?: (result: R) => number;
   /**
    * Correction hook, called on CORRECT with the failed parameters, the
    * step's error and the decision; its answer is sent next. A correction
@@ -84,8 +114,8 @@ export interface RunStepOptions<P> {
 }
 
 /** Budgets the wire cannot carry, refused before the step runs; named as on the wire. */
-function validate<P>(options: RunStepOptions<P>): void {
-  const { maxAttempts, maxValidationRetries, deadlineMs } = options;
+function validate<P, R>(options: RunStepOptions<P, R>): void {
+  const { maxAttempts, maxValidationRetries, deadlineMs, cost } = options;
   const int32 = (n: number): boolean => Number.isInteger(n) && n <= 2 ** 31 - 1;
   if (maxAttempts !== undefined && !(int32(maxAttempts) && maxAttempts >= 1)) {
     throw new SquawkInputError("max_attempts", `max_attempts: maxAttempts must be an integer >= 1 when set, got ${maxAttempts}`);
@@ -99,11 +129,32 @@ function validate<P>(options: RunStepOptions<P>): void {
   if (deadlineMs !== undefined && !(Number.isFinite(deadlineMs) && deadlineMs >= 0)) {
     throw new SquawkInputError("deadline", `deadline: deadlineMs must be a finite number >= 0 when set, got ${deadlineMs}`);
   }
+  if (cost !== undefined && !validCost(cost)) {
+    throw new SquawkInputError("cost", `cost: must be a finite number from 0 to ${MAX_COST} when set, got ${cost}`);
+  }
   for (const field of ["capability", "upstream", "profile"] as const) {
     const value: unknown = options[field];
     if (value !== undefined && typeof value !== "string") {
       throw new SquawkInputError(field, `${field}: must be a string when set, got ${typeof value}`);
     }
+  }
+}
+
+/** The largest cost Admit and ReportOutcome accept (AdmitRequest.cost, Outcome.cost). */
+const MAX_COST = 1e9;
+
+function validCost(cost: unknown): cost is number {
+  return typeof cost === "number" && Number.isFinite(cost) && cost >= 0 && cost <= MAX_COST;
+}
+
+/** The cost to report for a success: the hook's reading of the result when it gives a valid one, else the estimate. */
+function realCost<R>(costOf: ((result: R) => number) | undefined, result: R, estimated: number): number {
+  if (costOf === undefined) return estimated;
+  try {
+    const cost = costOf(result);
+    return validCost(cost) ? cost : estimated;
+  } catch {
+    return estimated;
   }
 }
 
@@ -131,18 +182,24 @@ async function settle<R>(call: () => Promise<R>): Promise<Settled<R>> {
 }
 
 /**
- * Tell the pod a dispatch to the upstream succeeded. Its errors are ignored:
- * the step's result stands whatever the report does. No signal either: the
- * report is bounded by the call timeout, and a success should be counted
- * even when the caller aborts right after it.
+ * Tell the pod a dispatch to the upstream succeeded: queued into the
+ * source's batch when it batches, except a half-open probe's (the breaker
+ * waits for the probes' results), else reported now. Its errors are
+ * ignored: the step's result stands whatever the report does. No signal
+ * either: the report is bounded by the call timeout, and a success should
+ * be counted even when the caller aborts right after it.
  */
 async function reportSuccess(
   client: DecisionSource,
   names: { upstream: string; capability: string; profile: string },
   latencyMs: number,
+  cost: number,
+  probe: boolean,
 ): Promise<void> {
+  const outcome: OutcomeInput = { ...names, success: true, latency: durationFromMs(Math.max(0, latencyMs)), cost };
   try {
-    await client.reportOutcome({ outcomes: [{ ...names, success: true, latency: durationFromMs(Math.max(0, latencyMs)) }] });
+    if (!probe && client.queueOutcome?.(outcome) === true) return;
+    await client.reportOutcome({ outcomes: [outcome] });
   } catch {
     // Fail open: a lost report only makes the pod's view of the upstream a little older.
   }
@@ -161,14 +218,17 @@ async function reportSuccess(
  * Options out of range are a SquawkInputError before the step runs.
  *
  * With `options.upstream` set, each dispatch (the first, and every resend)
- * waits for the pod's admission first, and each success is reported with
- * the step's latency (see RunStepOptions.upstream).
+ * waits for the pod's admission first (Admit carries the deadline left and
+ * `options.cost`), then the pacer's wait, and each success is reported with
+ * the step's latency and cost (see RunStepOptions.upstream). A saturated
+ * upstream, or a paced start past the deadline, ends the step at once with
+ * REASON_UPSTREAM_SATURATED.
  */
 export async function runStep<P, R>(
   client: DecisionSource,
   params: P,
   step: (params: P, context: StepContext) => Promise<R>,
-  options: RunStepOptions<P> = {},
+  options: RunStepOptions<P, R> = {},
 ): Promise<R> {
   validate(options);
   const { signal, correct, onError } = options;
@@ -181,22 +241,26 @@ export async function runStep<P, R>(
     options.deadlineMs === undefined ? undefined : Math.max(0, startedAt + options.deadlineMs - now());
   const upstream = options.upstream ?? "";
   const names = { upstream, capability: options.capability ?? "", profile: options.profile ?? "" };
+  const cost = options.cost ?? 0;
   const gate: Gate | undefined =
     upstream === ""
       ? undefined
-      : { ...names, admit: (input, o) => client.admit(input, o), budget, deadlineLeftMs, sleep: wait, signal };
+      : { ...names, cost, admit: (input, o) => client.admit(input, o), budget, deadlineLeftMs, sleep: wait, signal };
   let attempt = 1;
   let correctionsUsed = 0;
   let error: unknown;
 
   for (let calls = 1; ; calls++) {
     if (signal?.aborted) throw signal.reason;
-    const refusal = gate === undefined ? undefined : await awaitAdmission(gate);
-    if (refusal !== undefined) throw new StepFailedError(refusal, calls - 1, error);
+    const admitted = gate === undefined ? undefined : await awaitAdmission(gate);
+    if (admitted?.refusal !== undefined) throw new StepFailedError(admitted.refusal, calls - 1, error);
     const dispatchedAt = now();
     const outcome = await settle(() => step(params, { attempt, correctionsUsed, signal }));
     if (outcome.ok) {
-      if (gate !== undefined) await reportSuccess(client, names, now() - dispatchedAt);
+      if (gate !== undefined) {
+        const real = realCost(options.costOf, outcome.value, cost);
+        await reportSuccess(client, names, now() - dispatchedAt, real, admitted?.probe ?? false);
+      }
       return outcome.value;
     }
     error = outcome.error;

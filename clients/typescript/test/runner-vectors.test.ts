@@ -1,12 +1,14 @@
 // Every case of tests/vectors/runner.json, run by runStep twice: against the
 // real daemon, and with the daemon unreachable (the local fallback); a case
-// with daemonAnswers runs once, against a loopback server answering that status.
+// with daemonAnswers runs once, against a loopback server answering that
+// status; a case with admitAnswers runs once, against a loopback server
+// answering Admit from the case's script.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Server, ServerCredentials, status, type ServiceError, type UntypedServiceImplementation } from "@grpc/grpc-js";
-import { PolicyServiceService } from "../src/gen/squawk/v1/policy";
+import { AdmitRequest, AdmitResponse, Outcome as OutcomeMessage, PolicyServiceService, ReportOutcomeRequest } from "../src/gen/squawk/v1/policy";
 import {
   DecideRetryRequest,
   runStep,
@@ -21,7 +23,7 @@ import {
   type Tier,
 } from "../src/index";
 import { Daemon, freePort, repoRoot } from "./support/daemon";
-import { durationMs, parseDuration, type Json, type JsonObject } from "./support/vectors";
+import { assertMatches, durationMs, parseDuration, type Json, type JsonObject } from "./support/vectors";
 
 type Params = Json;
 
@@ -48,6 +50,10 @@ interface Expect {
   readonly waitsMs?: number[];
   readonly requests?: JsonObject[];
   readonly onErrorSeen?: Seen[];
+  /** admitAnswers cases: the Admit requests sent (proto3 JSON subsets; deadlineAtMost bounds the deadline). */
+  readonly admitRequests?: JsonObject[];
+  /** admitAnswers cases: every Outcome reported, in order (proto3 JSON subsets). */
+  readonly reported?: JsonObject[];
   readonly outcome: Outcome;
 }
 
@@ -62,6 +68,8 @@ interface RunnerCase {
   readonly fallback?: Expect;
   /** A gRPC status name: the case runs against a server answering every call with it. */
   readonly daemonAnswers?: string;
+  /** AdmitResponses in proto3 JSON: the case runs against a server answering Admit with them in turn. */
+  readonly admitAnswers?: JsonObject[];
 }
 
 const vectors = JSON.parse(readFileSync(join(repoRoot(), "tests", "vectors", "runner.json"), "utf8")) as {
@@ -81,6 +89,7 @@ function stepOptions(options: JsonObject | undefined): RunStepOptions<Params> {
       case "capability":
       case "upstream":
       case "profile":
+      case "cost":
         out[key] = value;
         break;
       case "deadline":
@@ -138,6 +147,7 @@ async function runCase(c: RunnerCase, client: SquawkClient, fallback: boolean): 
     fallbackProfile: client.fallbackProfile,
     admit: (input, options) => client.admit(input, options),
     reportOutcome: (input, options) => client.reportOutcome(input, options),
+    queueOutcome: (outcome) => client.queueOutcome(outcome),
     async decideRetry(input: DecideRetryInput): Promise<Decision> {
       rec.requests.push(input as DecideRetryRequest);
       const decision = await client.decideRetry(input);
@@ -217,6 +227,9 @@ test("the runner vectors have cases", () => {
   assert.ok(vectors.cases.length > 0);
 });
 
+/** A case for the daemon and the fallback: neither a scripted status nor scripted admissions. */
+const bothModes = (c: RunnerCase): boolean => c.daemonAnswers === undefined && c.admitAnswers === undefined;
+
 describe("runner vectors against the daemon", () => {
   let daemon: Daemon;
   let client: SquawkClient;
@@ -232,7 +245,7 @@ describe("runner vectors against the daemon", () => {
     await daemon?.stop();
   });
 
-  for (const c of vectors.cases.filter((c) => c.daemonAnswers === undefined)) {
+  for (const c of vectors.cases.filter(bothModes)) {
     test(c.name, async () => check(await runCase(c, client, false), c.expect));
   }
 });
@@ -247,7 +260,7 @@ describe("runner vectors in the local fallback", () => {
 
   after(() => client?.close());
 
-  for (const c of vectors.cases.filter((c) => c.daemonAnswers === undefined)) {
+  for (const c of vectors.cases.filter(bothModes)) {
     test(c.name, async () => check(await runCase(c, client, true), c.fallback ?? c.expect));
   }
 });
@@ -281,6 +294,116 @@ describe("runner vectors against a server answering a status", () => {
       } finally {
         client.close();
         server.forceShutdown();
+      }
+    });
+  }
+});
+
+const ADMIT_DURATIONS = ["retryAfter", "wait", "lease"] as const;
+
+/** A proto3 JSON AdmitResponse (Durations as "1.5s") as the message. */
+function admitResponse(json: JsonObject): AdmitResponse {
+  const fields: JsonObject = { ...json };
+  for (const key of ADMIT_DURATIONS) {
+    const value = fields[key];
+    if (typeof value === "string") {
+      const d = parseDuration(value);
+      fields[key] = { seconds: d.seconds, nanos: d.nanos };
+    }
+  }
+  return AdmitResponse.fromJSON(fields);
+}
+
+/** What the scripted server was asked. */
+interface Scripted {
+  readonly target: string;
+  readonly server: Server;
+  readonly admits: AdmitRequest[];
+  readonly reported: OutcomeMessage[];
+  /** Admit was called past the end of the script. */
+  overrun: boolean;
+}
+
+/**
+ * A loopback server answering Admit with `answers` in turn (a call past the
+ * end is UNIMPLEMENTED, and marks the run), DecideRetry with UNAVAILABLE (the
+ * client's fallback decides), ReportOutcome by recording; anything else UNIMPLEMENTED.
+ */
+async function admitting(answers: readonly JsonObject[]): Promise<Scripted> {
+  const script = answers.map(admitResponse);
+  const server = new Server();
+  const impl: UntypedServiceImplementation = {};
+  for (const method of Object.keys(PolicyServiceService)) {
+    impl[method] = (_call: unknown, callback: (error: Partial<ServiceError>) => void) =>
+      callback({ code: status.UNIMPLEMENTED, details: "not scripted" });
+  }
+  const scripted: Omit<Scripted, "target"> = { server, admits: [], reported: [], overrun: false };
+  impl["decideRetry"] = (_call: unknown, callback: (error: Partial<ServiceError>) => void) =>
+    callback({ code: status.UNAVAILABLE, details: "scripted: decide locally" });
+  impl["admit"] = (
+    call: { request: AdmitRequest },
+    callback: (error: Partial<ServiceError> | null, response?: AdmitResponse) => void,
+  ) => {
+    scripted.admits.push(call.request);
+    const next = script.shift();
+    if (next === undefined) {
+      scripted.overrun = true;
+      callback({ code: status.UNIMPLEMENTED, details: "past the script's end" });
+    } else {
+      callback(null, next);
+    }
+  };
+  impl["reportOutcome"] = (
+    call: { request: ReportOutcomeRequest },
+    callback: (error: Partial<ServiceError> | null, response?: { recorded: number }) => void,
+  ) => {
+    scripted.reported.push(...call.request.outcomes);
+    callback(null, { recorded: call.request.outcomes.length });
+  };
+  server.addService(PolicyServiceService, impl);
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (error, p) => (error ? reject(error) : resolve(p))),
+  );
+  return Object.assign(scripted, { target: `127.0.0.1:${port}` });
+}
+
+/** Each Admit request against its expectation: proto3 JSON subsets, with deadlineAtMost a bound. */
+function assertAdmitRequests(actual: AdmitRequest[], expected: JsonObject[]): void {
+  assert.equal(actual.length, expected.length, "Admit requests sent");
+  expected.forEach((want, i) => {
+    const { deadlineAtMost, ...rest } = want;
+    const got = actual[i] as AdmitRequest;
+    if (deadlineAtMost !== undefined) {
+      assert.ok(got.deadline !== undefined, `admitRequests[${i}].deadline: absent`);
+      const ms = durationMs(got.deadline);
+      const bound = durationMs(parseDuration(String(deadlineAtMost)));
+      assert.ok(ms > 0 && ms <= bound, `admitRequests[${i}].deadline: ${ms} ms, expected above 0 and at most ${bound} ms`);
+    }
+    assertMatches(got, rest, `admitRequests[${i}]`);
+  });
+}
+
+describe("runner vectors against a server scripting Admit", () => {
+  for (const c of vectors.cases.filter((c) => c.admitAnswers !== undefined)) {
+    test(c.name, async () => {
+      const scripted = await admitting(c.admitAnswers ?? []);
+      // Successes are reported in batches: closing the client must send them.
+      const client = new SquawkClient(scripted.target, { callTimeoutMs: 5000, batchOutcomes: true });
+      try {
+        // DecideRetry answers UNAVAILABLE: every decision is the fallback's.
+        const rec = await runCase(c, client, true);
+        // Whatever the client still holds is sent before the check.
+        await client.close();
+        assert.equal(scripted.overrun, false, "Admit was called more often than the case lists");
+        check(rec, c.expect);
+        if (c.expect.admitRequests !== undefined) assertAdmitRequests(scripted.admits, c.expect.admitRequests);
+        if (c.expect.reported !== undefined) {
+          assert.equal(scripted.reported.length, c.expect.reported.length, "outcomes reported");
+          c.expect.reported.forEach((want, i) => assertMatches(scripted.reported[i] as OutcomeMessage, want, `reported[${i}]`));
+        }
+      } finally {
+        client.close();
+        scripted.server.forceShutdown();
       }
     });
   }

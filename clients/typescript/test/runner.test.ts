@@ -8,6 +8,7 @@ import {
   BreakerState,
   DEFAULT_FALLBACK_PROFILE,
   durationFromMs,
+  durationToMs,
   Reason,
   runStep,
   SquawkInputError,
@@ -50,11 +51,14 @@ class Script implements DecisionSource {
   readonly requests: DecideRetryInput[] = [];
   readonly admits: AdmitInput[] = [];
   readonly reports: ReportOutcomeInput[] = [];
-  constructor(private readonly answers: Decision[]) {}
+  /** `admissions`: what Admit answers in turn (over an allowed answer); past its end, allowed at once. */
+  constructor(
+    private readonly answers: Decision[],
+    private readonly admissions: Partial<Admission>[] = [],
+  ) {}
   async admit(input: AdmitInput): Promise<Admission> {
     this.admits.push(input);
-    const breakerState = BreakerState.BREAKER_STATE_CLOSED;
-    return { allowed: true, reason: Reason.REASON_ADMITTED, retryAfter: undefined, breakerState, probe: false, fallback: false };
+    return { ...ADMITTED, ...this.admissions.shift() };
   }
   async reportOutcome(input: ReportOutcomeInput): Promise<number> {
     this.reports.push(input);
@@ -68,6 +72,18 @@ class Script implements DecisionSource {
     return next;
   }
 }
+
+const ADMITTED: Admission = {
+  allowed: true,
+  reason: Reason.REASON_ADMITTED,
+  retryAfter: undefined,
+  breakerState: BreakerState.BREAKER_STATE_CLOSED,
+  probe: false,
+  wait: undefined,
+  permits: 1,
+  lease: undefined,
+  fallback: false,
+};
 
 function recordingSleep(): { sleep: Sleep; waits: number[] } {
   const waits: number[] = [];
@@ -378,6 +394,11 @@ describe("runStep", () => {
     ["deadlineMs -1", { deadlineMs: -1 }, "deadline"],
     ["a numeric upstream", { upstream: 7 }, "upstream"],
     ["a numeric capability", { capability: 7 }, "capability"],
+    ["cost -1", { upstream: "llm", cost: -1 }, "cost"],
+    ["cost NaN", { upstream: "llm", cost: Number.NaN }, "cost"],
+    ["cost Infinity", { upstream: "llm", cost: Number.POSITIVE_INFINITY }, "cost"],
+    ["cost over 1e9", { upstream: "llm", cost: 1e9 + 1 }, "cost"],
+    ["a string cost", { upstream: "llm", cost: "7" }, "cost"],
   ];
   for (const [name, options, field] of badOptions) {
     test(`${name} is refused before the step runs, naming ${field}`, async () => {
@@ -409,5 +430,135 @@ describe("runStep", () => {
     assert.equal(error.httpStatus, 503);
     assert.equal(error.headers["retry-after"], "2");
     assert.match(new TextDecoder().decode(error.body as Uint8Array), /"retryable":false/);
+  });
+});
+
+describe("runStep and the pacer", () => {
+  const SATURATED = Reason.REASON_UPSTREAM_SATURATED;
+  const waitOf = (ms: number): Partial<Admission> => ({ wait: durationFromMs(ms) });
+  const saturatedWith = (calls: number, retryAfterMs: number | undefined) => (e: unknown) =>
+    e instanceof StepFailedError &&
+    e.decision.action === Action.ACTION_FAIL &&
+    e.decision.reason === SATURATED &&
+    e.calls === calls &&
+    (retryAfterMs === undefined
+      ? e.decision.retryAfter === undefined
+      : e.decision.retryAfter !== undefined && durationToMs(e.decision.retryAfter) === retryAfterMs);
+
+  test("the deadline sent with Admit is the step's time left, capped at the day Admit accepts", async () => {
+    let clock = 0;
+    const script = new Script([RETRY(0)]);
+    let calls = 0;
+    const step = async (): Promise<string> => {
+      calls += 1;
+      clock += 400;
+      if (calls === 1) throw new StepError("busy", { httpStatus: 503 });
+      return "ok";
+    };
+    await runStep(script, 0, step, { upstream: "llm", deadlineMs: 1500, now: () => clock });
+    assert.deepEqual(
+      script.admits.map((a) => a.deadline),
+      [durationFromMs(1500), durationFromMs(1100)],
+    );
+    const long = new Script([]);
+    await runStep(long, 0, async () => "ok", { upstream: "llm", deadlineMs: 3 * 86_400_000 });
+    assert.deepEqual(long.admits[0]?.deadline, { seconds: 86_400, nanos: 0 });
+  });
+
+  test("a paced start is slept in whole ms, rounded up, before the one dispatch", async () => {
+    const script = new Script([], [waitOf(12.3)]);
+    const { sleep, waits } = recordingSleep();
+    const events: string[] = [];
+    await runStep(script, 0, async () => void events.push(`dispatch after ${waits.length} wait(s)`), { upstream: "llm", sleep });
+    assert.deepEqual(waits, [13]);
+    assert.deepEqual(events, ["dispatch after 1 wait(s)"]);
+    assert.equal(script.admits.length, 1);
+  });
+
+  test("a paced start past the deadline ends the step unslept, saying when a call could start", async () => {
+    const script = new Script([], [waitOf(2000)]);
+    const { sleep, waits } = recordingSleep();
+    await assert.rejects(
+      runStep(script, 0, async () => assert.fail("dispatched"), { upstream: "llm", deadlineMs: 1999, now: () => 0, sleep }),
+      saturatedWith(0, 2000),
+    );
+    assert.deepEqual([waits, script.reports], [[], []]);
+  });
+
+  test("a saturated refusal ends the step at once, even with a retry_after inside the deadline", async () => {
+    const refusal = { allowed: false, reason: SATURATED, retryAfter: durationFromMs(300), permits: 0 };
+    const script = new Script([], [refusal]);
+    const { sleep, waits } = recordingSleep();
+    await assert.rejects(
+      runStep(script, 0, async () => assert.fail("dispatched"), { upstream: "llm", deadlineMs: 10_000, sleep }),
+      saturatedWith(0, 300),
+    );
+    assert.deepEqual([waits, script.requests, script.admits.length], [[], [], 1]);
+  });
+
+  test("a hostile wait is never a stall: a day away without a deadline sheds, a negative one starts now", async () => {
+    const far = new Script([], [waitOf(86_400_001)]);
+    const { sleep, waits } = recordingSleep();
+    await assert.rejects(
+      runStep(far, 0, async () => assert.fail("dispatched"), { upstream: "llm", sleep }),
+      saturatedWith(0, 86_400_001),
+    );
+    assert.deepEqual(waits, []);
+    const negative = new Script([], [{ wait: { seconds: -5, nanos: 0 } }]);
+    assert.equal(await runStep(negative, 0, async () => "ok", { upstream: "llm", sleep }), "ok");
+    assert.deepEqual(waits, []);
+  });
+
+  test("an abort during the paced wait rejects with the signal's reason and never dispatches", async () => {
+    const controller = new AbortController();
+    const script = new Script([], [waitOf(60_000)]);
+    const run = runStep(script, 0, async () => assert.fail("dispatched"), {
+      upstream: "llm",
+      signal: controller.signal,
+      // A seam that ignores the signal: the runner itself must cut the wait.
+      sleep: () => new Promise<void>(() => undefined),
+    });
+    controller.abort(new Error("caller gave up"));
+    await assert.rejects(run, /caller gave up/);
+  });
+
+  test("the estimated cost goes with every Admit and the success; costOf reports the real one", async () => {
+    const script = new Script([RETRY(0)]);
+    let calls = 0;
+    const step = async (): Promise<{ tokens: number }> => {
+      calls += 1;
+      if (calls === 1) throw new StepError("busy", { httpStatus: 503 });
+      return { tokens: 1234 };
+    };
+    await runStep(script, 0, step, { upstream: "llm", cost: 1500, costOf: (r) => r.tokens });
+    assert.deepEqual(
+      script.admits.map((a) => a.cost),
+      [1500, 1500],
+    );
+    assert.deepEqual(
+      script.reports.map((r) => r.outcomes[0]?.cost),
+      [1234],
+    );
+  });
+
+  for (const [name, costOf] of [
+    ["NaN", () => Number.NaN],
+    ["negative", () => -1],
+    ["a throw", () => {
+      throw new Error("no usage in the answer");
+    }],
+  ] as const) {
+    test(`a costOf answering ${name} reports the estimate, and the result stands`, async () => {
+      const script = new Script([]);
+      assert.equal(await runStep(script, 0, async () => "ok", { upstream: "llm", cost: 10, costOf }), "ok");
+      assert.equal(script.reports[0]?.outcomes[0]?.cost, 10);
+    });
+  }
+
+  test("no cost set sends none and reports 0 (unknown)", async () => {
+    const script = new Script([]);
+    await runStep(script, 0, async () => "ok", { upstream: "llm" });
+    assert.equal(script.admits[0]?.cost, undefined);
+    assert.equal(script.reports[0]?.outcomes[0]?.cost, 0);
   });
 });

@@ -9,6 +9,8 @@ export const PUBLIC_VALUES: readonly string[] = [
   "SquawkInputError",
   "DEFAULT_CHANNEL_OPTIONS",
   "MAX_BATCH",
+  "OUTCOME_BATCH_DELAY_MS",
+  "OUTCOME_BATCH_SIZE",
   // the step runner
   "runStep",
   "sleep",
@@ -34,6 +36,7 @@ export const PUBLIC_VALUES: readonly string[] = [
   "AnalysisSource",
   "BreakerState",
   "ErrorCategory",
+  "PaceSource",
   "Reason",
   "AdmitRequest",
   "AdmitResponse",

@@ -11,7 +11,19 @@ from .decide import decide, validate
 from .guard import FleetAnswer, guard_fleet, guard_retry
 from .headers import pushback_refuses, retry_after
 from .outcome import Outcome, counts_as_failure
+from .pacer import (
+    Pace,
+    Pacer,
+    PaceSample,
+    PaceSnapshot,
+    RateLimitConfig,
+    observe,
+    pace,
+    pacer_is_idle,
+    pacer_snapshot,
+)
 from .profiles import Policy, Profile, builtin_policy, builtin_profile
+from .ratelimit import Quota, RateLimitHint, rate_limit_hint
 from .redact import REDACTED, redact
 from .retry_budget import RatioBudgetConfig, RetryBudgetConfig, TokenBucketConfig
 from .types import (
@@ -22,6 +34,7 @@ from .types import (
     Classification,
     Decision,
     Failure,
+    PaceSource,
     PolicyInputError,
     Reason,
 )
@@ -51,9 +64,17 @@ __all__ = [
     "FleetAnswer",
     "Jitter",
     "Outcome",
+    "Pace",
+    "PaceSample",
+    "PaceSnapshot",
+    "PaceSource",
+    "Pacer",
     "Policy",
     "PolicyInputError",
     "Profile",
+    "Quota",
+    "RateLimitConfig",
+    "RateLimitHint",
     "RatioBudgetConfig",
     "Reason",
     "RetryBudgetConfig",
@@ -71,8 +92,13 @@ __all__ = [
     "guard_fleet",
     "guard_retry",
     "is_idle",
+    "observe",
+    "pace",
+    "pacer_is_idle",
+    "pacer_snapshot",
     "parse_duration",
     "pushback_refuses",
+    "rate_limit_hint",
     "record_outcome",
     "redact",
     "retry_after",

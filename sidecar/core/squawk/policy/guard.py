@@ -80,7 +80,7 @@ def guard_retry(
     what = _what(decision)
     breaker = _breaker.advance(state.breaker, config.circuit_breaker, now)
     if breaker is not state.breaker:
-        state = UpstreamState(breaker, state.budget, state.cool_until)
+        state = UpstreamState(breaker, state.budget, state.cool_until, state.pacer)
     if breaker.state is BreakerState.OPEN:
         left = time_left(breaker.until, now)
         return state, _open(decision, what, "circuit breaker", left, rng)
@@ -94,7 +94,7 @@ def guard_retry(
         return state, decision
     if budget is not state.budget:
         # Not dataclasses.replace, which costs twice as much, on every granted retry.
-        state = UpstreamState(state.breaker, budget, state.cool_until)
+        state = UpstreamState(state.breaker, budget, state.cool_until, state.pacer)
     return state, decision
 
 

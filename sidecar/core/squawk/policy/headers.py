@@ -1,4 +1,14 @@
-"""Server-sent wait hints: Retry-After and grpc-retry-pushback-ms.
+"""Server-sent wait hints: retry-after-ms, Retry-After and grpc-retry-pushback-ms.
+
+retry-after-ms (OpenAI, Azure OpenAI, Anthropic) is read first, as the
+OpenAI and Anthropic Python SDKs read it (`_parse_retry_after_header`:
+`float(headers["retry-after-ms"]) / 1000`, then Retry-After): milliseconds,
+a fraction allowed. Unlike float() here only a plain non-negative ASCII
+decimal is read (a sign, an exponent, NaN or inf is ignored, and the other
+headers decide), so the Go and TypeScript fallbacks read the same values;
+and where the SDKs drop a hint over 60 s (`_calculate_retry_timeout`) or of
+zero for their own backoff, Squawk keeps zero as "now" (as Retry-After: 0)
+and caps a long one at MAX_RETRY_AFTER like the other headers.
 
 gRFC A6 "Pushback": grpc-retry-pushback-ms is a signed integer of
 milliseconds, and a value that is negative or does not parse means the server
@@ -36,7 +46,7 @@ __all__ = [
     "wait_hint",
 ]
 
-HintHeader = Literal["Retry-After", "grpc-retry-pushback-ms"]
+HintHeader = Literal["retry-after-ms", "Retry-After", "grpc-retry-pushback-ms"]
 
 MAX_RETRY_AFTER = timedelta(days=1)
 _MAX_SECONDS = MAX_RETRY_AFTER // timedelta(seconds=1)
@@ -51,6 +61,8 @@ _ASCTIME = re.compile(
     r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
     r" [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}"
 )
+# retry-after-ms: a plain non-negative decimal; linear, nothing to backtrack.
+_MILLIS = re.compile(r"([0-9]+)(?:\.[0-9]*)?|\.[0-9]+", re.ASCII)
 # Any Unicode decimal digit but 0-9: the date parser's int() would read it.
 _NON_ASCII_DIGIT = re.compile(r"(?![0-9])\d")
 
@@ -93,6 +105,18 @@ def _pushback_ms(value: str) -> int | None:
     return ms
 
 
+def _millis(value: str) -> float | None:
+    """The milliseconds a retry-after-ms value asks to wait, capped at a
+    day, or None when it is not a plain non-negative decimal."""
+    value = value.strip()
+    match = _MILLIS.fullmatch(value)
+    if match is None:
+        return None
+    whole = match.group(1) or ""
+    cap = _MAX_SECONDS * 1000.0
+    return cap if len(whole) > _MAX_DIGITS else min(float(value), cap)
+
+
 def pushback_refuses(headers: Mapping[str, str]) -> bool:
     """Whether the server's grpc-retry-pushback-ms asks not to retry (gRFC A6)."""
     if not headers:
@@ -133,8 +157,8 @@ def wait_hint(
 ) -> tuple[timedelta, HintHeader] | None:
     """The wait the server asked for and the header that asked for it, or None.
 
-    Retry-After wins when it parses; a malformed one (or a date naming no
-    instant) leaves grpc-retry-pushback-ms to decide. A pushback that asks
+    retry-after-ms wins when it parses, then Retry-After; a malformed one
+    (or a date naming no instant) leaves the next header to decide. A pushback that asks
     not to retry gives no wait (see pushback_refuses). The header is named
     here, where the choice is made, so an explanation cannot credit the
     wrong one. `clock` returns the current Unix time; it is only called for
@@ -142,6 +166,11 @@ def wait_hint(
     """
     if not headers:
         return None
+    millis = header(headers, "retry-after-ms")
+    if millis is not None:
+        ms = _millis(millis)
+        if ms is not None:
+            return timedelta(milliseconds=ms), "retry-after-ms"
     value = header(headers, "retry-after")
     if value is not None:
         seconds = _digits(value)

@@ -21,6 +21,7 @@ from .text import quoted
 from .types import PolicyInputError
 
 __all__ = [
+    "MAX_ADMIT_DEADLINE",
     "MAX_BUCKETS",
     "MAX_DURATION_SECONDS",
     "MAX_ERROR_MESSAGE_CHARS",
@@ -73,6 +74,9 @@ MAX_TOKENS = 1_000
 # would cost less than one of its tokens: a bound of its arithmetic, not of
 # sense, so Squawk refuses past 10 and accepts every ratio Finagle's tests use.
 MAX_RETRY_RATIO = 10.0
+# Admit's deadline: the time left of a step. A step longer than a day is
+# not one the pace can plan for (and a day is MAX_RETRY_AFTER's cap too).
+MAX_ADMIT_DEADLINE = timedelta(days=1)
 
 
 def check_chars(field: str, value: str, limit: int) -> None:

@@ -49,14 +49,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from .limits import check_status
+from .ratelimit import RateLimitHint
 from .types import PolicyInputError
 
 __all__ = [
+    "MAX_COST",
     "STEP_TRANSIENT",
     "THROTTLING_STATUSES",
     "Outcome",
     "Verdict",
     "breaker_verdict",
+    "check_cost",
     "check_outcome",
     "counts_as_failure",
     "is_throttled",
@@ -71,6 +74,9 @@ STEP_TRANSIENT = frozenset({408, 429, *range(500, 600)})
 # The statuses that say "too many requests" whatever else the reply carries;
 # a 503 says it only with a wait hint (see is_throttled).
 THROTTLING_STATUSES = frozenset({429, 529})
+# A call's cost (Admit's estimate, an outcome's real one): finite, 0 to 1e9
+# token units, as squawk.v1 states it.
+MAX_COST = 1e9
 
 
 class Verdict(enum.Enum):
@@ -91,6 +97,10 @@ class Outcome:
     (squawk.policy.pushback_refuses), which gRFC A6 counts against the
     throttle whatever the status (see throttle_verdict). A 429, a 529, a
     503 with `retry_after` and a refused retry are throttled (is_throttled).
+    `latency` (how long the call took), `cost` (its real cost in the
+    upstream's token units, 0 = unknown), `estimated` (the cost Admit was
+    given, 0 = unknown) and `hint` (its rate-limit headers, read by
+    squawk.policy.ratelimit) feed the upstream's pacer (squawk.policy.pacer).
     """
 
     success: bool
@@ -99,6 +109,10 @@ class Outcome:
     retry_after: timedelta | None = None
     cancelled: bool = False
     refused_retry: bool = False
+    latency: timedelta | None = None
+    cost: float = 0.0
+    estimated: float = 0.0
+    hint: RateLimitHint | None = None
 
 
 def verdict(outcome: Outcome, failure_statuses: frozenset[int]) -> Verdict:
@@ -161,3 +175,13 @@ def check_outcome(outcome: Outcome) -> None:
     check_status(outcome.http_status)
     if outcome.retry_after is not None and outcome.retry_after < timedelta(0):
         raise PolicyInputError("retry_after", "must not be negative")
+    if outcome.latency is not None and outcome.latency < timedelta(0):
+        raise PolicyInputError("latency", "must not be negative")
+    check_cost("cost", outcome.cost)
+    check_cost("estimated", outcome.estimated)
+
+
+def check_cost(field: str, value: float) -> None:
+    """A cost in token units: finite, 0 (unknown) to MAX_COST."""
+    if not 0.0 <= value <= MAX_COST:
+        raise PolicyInputError(field, f"must be a number from 0 to {MAX_COST:g}, got {value}")

@@ -22,6 +22,7 @@ from .backoff import BackoffConfig, Jitter
 from .breaker import BreakerConfig
 from .cooldown import DEFAULT_MAX_COOL_DOWN
 from .outcome import STEP_TRANSIENT
+from .pacer import RateLimitConfig
 from .retry_budget import RatioBudgetConfig, RetryBudgetConfig
 from .text import quoted
 from .types import PolicyInputError
@@ -69,9 +70,10 @@ class Profile:
     retry_budget: RetryBudgetConfig = field(default_factory=RatioBudgetConfig)
     share_retry_after: bool = True
     max_cool_down: timedelta = DEFAULT_MAX_COOL_DOWN
-    # Per-upstream settings, already merged over the four above.
+    rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
+    # Per-upstream settings, already merged over the five above.
     upstreams: Mapping[str, UpstreamConfig] = field(default_factory=lambda: _NO_UPSTREAMS)
-    # The four above as one value, built once: for_upstream runs per call.
+    # The five above as one value, built once: for_upstream runs per call.
     _upstream: UpstreamConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +90,7 @@ class Profile:
                 self.share_retry_after,
                 failures,
                 self.max_cool_down,
+                self.rate_limit,
             ),
         )
         if any(c.failure_statuses != failures for c in self.upstreams.values()):

@@ -135,11 +135,11 @@ class Budget:
     spent: int = 0
 
 
-def deposit(budget: Budget, config: RetryBudgetConfig, now: float) -> Budget:
-    """The budget after one admitted first call."""
+def deposit(budget: Budget, config: RetryBudgetConfig, now: float, calls: int = 1) -> Budget:
+    """The budget after `calls` admitted first calls (one grant's permits)."""
     if isinstance(config, TokenBucketConfig):
         return budget
-    window = added(budget.window, now, config._ttl_s, BUDGET_BUCKETS, 1, 0)
+    window = added(budget.window, now, config._ttl_s, BUDGET_BUCKETS, calls, 0)
     # Built directly here and below: dataclasses.replace costs twice as much,
     # and every Admit and every granted retry come this way.
     return Budget(window, budget.spent)

@@ -21,6 +21,7 @@ __all__ = [
     "Classification",
     "Decision",
     "Failure",
+    "PaceSource",
     "PolicyInputError",
     "Reason",
 ]
@@ -73,6 +74,19 @@ class BreakerState(enum.IntEnum):
     CLOSED = 1
     OPEN = 2
     HALF_OPEN = 3
+
+
+class PaceSource(enum.IntEnum):
+    """Where an upstream's pace comes from, numbered as squawk.v1's PACE_SOURCE_*."""
+
+    # Nothing limits the upstream: calls start at once.
+    NONE = 1
+    # The policy's rate_limit.
+    POLICY = 2
+    # The upstream's own rate-limit headers on recent outcomes.
+    HEADERS = 3
+    # Learned from throttling (CUBIC), switched off again after a quiet period.
+    LEARNED = 4
 
 
 class PolicyInputError(ValueError):

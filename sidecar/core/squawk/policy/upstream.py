@@ -33,6 +33,7 @@ from datetime import timedelta
 from typing import NamedTuple
 
 from . import breaker as _breaker
+from . import pacer as _pacer
 from . import retry_budget as _budget
 from .breaker import Breaker, BreakerConfig
 from .cooldown import (
@@ -47,13 +48,16 @@ from .outcome import (
     Outcome,
     Verdict,
     breaker_verdict,
+    check_cost,
     check_outcome,
+    is_throttled,
     throttle_verdict,
     verdict,
 )
+from .pacer import MAX_PERMITS, Pacer, PaceSample, PaceSnapshot, RateLimitConfig
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
 from .timing import time_left
-from .types import BreakerState, Reason
+from .types import BreakerState, PaceSource, PolicyInputError, Reason
 
 __all__ = [
     "Admission",
@@ -80,6 +84,8 @@ class UpstreamConfig:
     failure_statuses: frozenset[int] = STEP_TRANSIENT
     # The longest one shared hint cools the upstream (see cooldown.py).
     max_cool_down: timedelta = DEFAULT_MAX_COOL_DOWN
+    # The pace (squawk.policy.pacer).
+    rate_limit: RateLimitConfig = field(default_factory=RateLimitConfig)
 
     def __post_init__(self) -> None:
         check_max_cool_down(self.max_cool_down)
@@ -105,6 +111,7 @@ class UpstreamState:
     budget: Budget = field(default_factory=Budget)
     # When the shared cool-down ends; NOT_COOLING (-inf) when none began.
     cool_until: float = NOT_COOLING
+    pacer: Pacer = field(default_factory=Pacer)
 
 
 class Admission(NamedTuple):
@@ -118,6 +125,13 @@ class Admission(NamedTuple):
     breaker_state: BreakerState
     # Allowed while HALF_OPEN: this call is one of the round's probes.
     probe: bool
+    # Allowed: wait this long, then start (the pacer's start); zero when
+    # refused or not paced.
+    wait: timedelta = timedelta(0)
+    # Allowed: how many calls this answer starts; 0 when refused.
+    permits: int = 1
+    # permits > 1: how long the permits after the first stay valid.
+    lease: timedelta | None = None
 
 
 class UpstreamSnapshot(NamedTuple):
@@ -134,6 +148,8 @@ class UpstreamSnapshot(NamedTuple):
     cooldown_left: timedelta
     # See squawk.policy.retry_budget.retries_left.
     retries_left: int
+    # The pacer's view (squawk.policy.pacer).
+    pace: PaceSnapshot
 
 
 def admit(
@@ -143,24 +159,58 @@ def admit(
     *,
     retry: bool = False,
     rng: random.Random | None = None,
+    deadline: timedelta | None = None,
+    cost: float = 0.0,
+    permits: int = 1,
 ) -> tuple[UpstreamState, Admission]:
-    """(state, admission): whether one call may go to the upstream now."""
+    """(state, admission): whether (and when) a call may go to the upstream.
+
+    `deadline`: the time left before the step's deadline (None: none); a
+    start the pacer cannot give within it is refused at once. `cost`: the
+    call's estimated token units (0 = unknown). `permits`: how many calls
+    the caller asks to start with this one answer (1..MAX_PERMITS); more
+    than one is granted only when nothing limits the upstream.
+    Raises PolicyInputError naming the field for a value out of bounds.
+    """
+    check_cost("cost", cost)
+    if not 1 <= permits <= MAX_PERMITS:
+        raise PolicyInputError("permits", f"must be in 1..{MAX_PERMITS}, got {permits}")
+    if deadline is not None and deadline < timedelta(0):
+        raise PolicyInputError("deadline", "must not be negative")
     cb = config.circuit_breaker
     cooling = time_left(state.cool_until, now)
     if cooling:
         breaker = _breaker.advance(state.breaker, cb, now)
         wait = spread(cooling, rng)
-        refused = Admission(False, Reason.UPSTREAM_COOLING_DOWN, wait, breaker.state, False)
+        refused = Admission(
+            False, Reason.UPSTREAM_COOLING_DOWN, wait, breaker.state, False, permits=0
+        )
         return _with(state, breaker=breaker), refused
     breaker, allowed, probe = _breaker.admit(state.breaker, cb, now)
     if not allowed:
         left = spread(time_left(breaker.until, now), rng)
-        refused = Admission(False, Reason.CIRCUIT_OPEN, left, breaker.state, False)
+        refused = Admission(False, Reason.CIRCUIT_OPEN, left, breaker.state, False, permits=0)
         return _with(state, breaker=breaker), refused
-    budget = state.budget if retry else _budget.deposit(state.budget, config.retry_budget, now)
+    if breaker.state is not BreakerState.CLOSED:
+        permits = 1
+    pacer, paced = _pacer.pace(
+        state.pacer, config.rate_limit, now, cost=cost, deadline=deadline, permits=permits, rng=rng
+    )
+    if not paced.allowed:
+        # The breaker's probe slot, if one was taken, stays taken: the
+        # round restarts unjudged, as for a probe whose outcome is lost.
+        refused = Admission(
+            False, Reason.UPSTREAM_SATURATED, paced.retry_after, breaker.state, False, permits=0
+        )
+        return _with(state, breaker=breaker, pacer=pacer), refused
+    granted = paced.permits
+    budget = (
+        state.budget if retry else _budget.deposit(state.budget, config.retry_budget, now, granted)
+    )
+    lease = _pacer.LEASE if granted > 1 else None
     return (
-        _with(state, breaker=breaker, budget=budget),
-        Admission(True, None, None, breaker.state, probe),
+        _with(state, breaker=breaker, budget=budget, pacer=pacer),
+        Admission(True, None, None, breaker.state, probe, paced.wait, granted, lease),
     )
 
 
@@ -178,12 +228,32 @@ def record_outcome(
         state.breaker, config.circuit_breaker, now, config.breaker_verdict(outcome)
     )
     budget = _budget.record(state.budget, config.retry_budget, config.throttle_verdict(outcome))
+    throttled = is_throttled(outcome)
+    sample = PaceSample(
+        throttled,
+        counted is Verdict.SUCCESS,
+        counted is not Verdict.IGNORED,
+        outcome.latency,
+        outcome.cost,
+        outcome.estimated,
+        outcome.hint,
+        outcome.retry_after,
+    )
+    # Once the pacer has learned a rate from throttling, its cut answers a
+    # throttle: the Retry-After that each overshoot brings would otherwise
+    # stop the whole pod for its full length every time the pace probes
+    # above the limit. Before that (nothing learned yet), and under a
+    # declared or announced pace that proved wrong, the hint cools the pod.
+    learned = throttled and (
+        _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
+    )
+    pacer = _pacer.observe(state.pacer, config.rate_limit, now, sample)
     until = state.cool_until
-    if counted is Verdict.FAILURE:
+    if counted is Verdict.FAILURE and not learned:
         until = cool_down(
             until, now, outcome.retry_after, config.share_retry_after, config.max_cool_down
         )
-    return _with(state, breaker=breaker, budget=budget, cool_until=until)
+    return _with(state, breaker=breaker, budget=budget, cool_until=until, pacer=pacer)
 
 
 def upstream_snapshot(state: UpstreamState, config: UpstreamConfig, now: float) -> UpstreamSnapshot:
@@ -203,6 +273,7 @@ def upstream_snapshot(state: UpstreamState, config: UpstreamConfig, now: float) 
         wait,
         time_left(state.cool_until, now),
         _budget.retries_left(state.budget, config.retry_budget, now),
+        _pacer.pacer_snapshot(state.pacer, config.rate_limit, now),
     )
 
 
@@ -214,6 +285,7 @@ def is_idle(state: UpstreamState, config: UpstreamConfig, now: float) -> bool:
         and view.calls == 0
         and not view.cooldown_left
         and _budget.is_fresh(state.budget, config.retry_budget, now)
+        and _pacer.pacer_is_idle(state.pacer, config.rate_limit, now)
     )
 
 
@@ -223,11 +295,18 @@ def _with(
     breaker: Breaker | None = None,
     budget: Budget | None = None,
     cool_until: float | None = None,
+    pacer: Pacer | None = None,
 ) -> UpstreamState:
     # The same value back when nothing changed, so a caller can skip a write.
     breaker = state.breaker if breaker is None else breaker
     budget = state.budget if budget is None else budget
     until = state.cool_until if cool_until is None else cool_until
-    if breaker is state.breaker and budget is state.budget and until == state.cool_until:
+    pacer = state.pacer if pacer is None else pacer
+    if (
+        breaker is state.breaker
+        and budget is state.budget
+        and until == state.cool_until
+        and pacer is state.pacer
+    ):
         return state
-    return UpstreamState(breaker, budget, until)
+    return UpstreamState(breaker, budget, until, pacer)

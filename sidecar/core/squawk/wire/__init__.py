@@ -6,7 +6,9 @@ plain int. Nothing here decides anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import NamedTuple
 
 from squawk.policy import (
     Admission,
@@ -16,23 +18,40 @@ from squawk.policy import (
     Decision,
     Failure,
     Outcome,
+    PolicyInputError,
+    RateLimitHint,
     Reason,
     pushback_refuses,
+    rate_limit_hint,
     retry_after,
 )
-from squawk.policy.limits import MAX_NAME_CHARS, check_chars, check_headers, check_status, duration
+from squawk.policy.limits import (
+    MAX_ADMIT_DEADLINE,
+    MAX_NAME_CHARS,
+    check_chars,
+    check_count,
+    check_headers,
+    check_status,
+    duration,
+)
+from squawk.policy.outcome import check_cost
+from squawk.policy.pacer import LEASE, MAX_PERMITS
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = [
     "UNTRACKED",
+    "AdmitArgs",
     "admission_message",
+    "admit_args",
     "attempt_state",
     "classification_message",
     "decision_message",
     "failure",
     "fill_classification",
     "fill_decision",
+    "hint",
     "outcome",
+    "untracked",
 ]
 
 
@@ -110,14 +129,84 @@ def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
     check_chars("upstream", message.upstream, MAX_NAME_CHARS)
     check_chars("capability", message.capability, MAX_NAME_CHARS)
     check_status(message.http_status)
-    check_headers(message.headers)
+    headers = message.headers
+    check_headers(headers)
+    cost = message.cost
+    check_cost("cost", cost)
+    latency = None
+    if message.HasField("latency"):
+        latency = bounded("latency", message.latency.seconds, message.latency.nanos)
+    if not headers:  # the common case: nothing to read
+        return Outcome(
+            message.success,
+            message.http_status,
+            message.transport_failure,
+            latency=latency,
+            cost=cost,
+        )
     return Outcome(
         success=message.success,
         http_status=message.http_status,
         transport_failure=message.transport_failure,
-        retry_after=None if message.success else retry_after(message.headers, clock),
-        refused_retry=not message.success and pushback_refuses(message.headers),
+        retry_after=None if message.success else retry_after(headers, clock),
+        refused_retry=not message.success and pushback_refuses(headers),
+        latency=latency,
+        cost=cost,
+        hint=hint(headers, clock),
     )
+
+
+def hint(headers: Mapping[str, str], clock: Callable[[], float]) -> RateLimitHint | None:
+    """The rate-limit headers' hint (squawk.policy.ratelimit), read only
+    when a header's name says it is one: every name of the forms the
+    parser reads (x-ratelimit-*, x-rate-limit-*, anthropic-ratelimit-*,
+    RateLimit, RateLimit-*) holds "ratelimit" or "rate-limit", and most
+    outcomes carry none, so a scan of the names costs less than a parse."""
+    for name in headers:
+        lower = name.lower()
+        if "ratelimit" in lower or "rate-limit" in lower:
+            return rate_limit_hint(headers, clock())
+    return None
+
+
+class AdmitArgs(NamedTuple):
+    """What an Admit asks beyond its names: the step's deadline (None =
+    none), the estimated cost (0 = unknown) and the permits (1 or more)."""
+
+    deadline: timedelta | None
+    cost: float
+    permits: int
+
+
+# The arguments of an Admit that sends none of them: read without a lookup.
+NO_ADMIT_ARGS = AdmitArgs(None, 0.0, 1)
+
+
+def admit_args(request: pb.AdmitRequest) -> AdmitArgs:
+    """Admit's deadline, cost and permits, checked: a value past its bound
+    (squawk.policy.limits) is refused with a PolicyInputError naming it."""
+    has_deadline = request.HasField("deadline")
+    cost, permits = request.cost, request.permits
+    if not has_deadline and cost == 0.0 and permits <= 1 and permits >= 0:
+        return NO_ADMIT_ARGS
+    deadline = None
+    if has_deadline:
+        deadline = bounded("deadline", request.deadline.seconds, request.deadline.nanos)
+    check_cost("cost", cost)
+    check_count("permits", permits, 0, MAX_PERMITS)
+    return AdmitArgs(deadline, cost, permits or 1)
+
+
+def bounded(field: str, seconds: int, nanos: int) -> timedelta:
+    """A Duration the pace reads: not negative, at most MAX_ADMIT_DEADLINE."""
+    value = duration(field, seconds, nanos)
+    if value > MAX_ADMIT_DEADLINE:
+        raise PolicyInputError(
+            field,
+            f"{value.total_seconds():g}s is over the limit of "
+            f"{MAX_ADMIT_DEADLINE.total_seconds():g}s",
+        )
+    return value
 
 
 def admission_message(a: Admission) -> pb.AdmitResponse:
@@ -126,11 +215,27 @@ def admission_message(a: Admission) -> pb.AdmitResponse:
         reason=a.reason if a.reason is not None else Reason.ADMITTED,  # type: ignore[arg-type]
         breaker_state=a.breaker_state,  # type: ignore[arg-type]
         probe=a.probe,
+        permits=a.permits,
     )
     if a.retry_after is not None:
         out.retry_after.FromTimedelta(a.retry_after)
+    if a.wait:
+        out.wait.FromTimedelta(a.wait)
+    if a.lease is not None:
+        out.lease.FromTimedelta(a.lease)
     return out
 
 
-# An empty upstream is never tracked: every call is admitted as before.
+# An empty upstream is never tracked: every call is admitted at once.
 UNTRACKED = Admission(True, None, None, BreakerState.CLOSED, False)
+# ... and every permit asked for, with the lease any grant of several
+# permits carries (nothing tracks them; a lease keeps the one rule for
+# clients: permits after the first lapse at its end).
+_UNTRACKED = [UNTRACKED] + [
+    UNTRACKED._replace(permits=n, lease=LEASE) for n in range(2, MAX_PERMITS + 1)
+]
+
+
+def untracked(permits: int) -> Admission:
+    """The answer for an Admit that names no upstream, asking `permits` (1..MAX_PERMITS)."""
+    return _UNTRACKED[permits - 1]

@@ -334,7 +334,35 @@ def _request(args: argparse.Namespace) -> Message:
     return request
 
 
-_COLUMNS = ("PROFILE", "UPSTREAM", "BREAKER", "FOR", "CALLS", "FAILURES", "RETRIES", "COOL-DOWN")
+_COLUMNS = (
+    "PROFILE",
+    "UPSTREAM",
+    "BREAKER",
+    "FOR",
+    "CALLS",
+    "FAILURES",
+    "RETRIES",
+    "COOL-DOWN",
+    "PACE",
+    "RATE",
+    "QUEUE",
+    "IN-FLIGHT",
+    "PACED",
+    "SHED",
+)
+
+
+def _pace(s: pb.UpstreamState) -> tuple[str, str, str, str]:
+    """The pace columns: its source, its rate (calls/s, and token units/s
+    when it has one), the queue's delay, and the calls in flight (of the
+    concurrency limit, when one was learned). "-" where there is none."""
+    source = pb.PaceSource.Name(s.pace_source).removeprefix("PACE_SOURCE_").lower()
+    rate = f"{s.rate:.3g}/s" if s.rate else "-"
+    if s.token_rate:
+        rate += f",{s.token_rate:.3g}tok/s"
+    queue = f"{s.queue_delay.ToTimedelta().total_seconds():.3f}s"
+    flight = f"{s.in_flight}/{s.concurrency_limit}" if s.concurrency_limit else str(s.in_flight)
+    return source, rate, queue, flight
 
 
 def upstream_table(states: Sequence[pb.UpstreamState]) -> str:
@@ -350,6 +378,9 @@ def upstream_table(states: Sequence[pb.UpstreamState]) -> str:
             str(s.window_failures),
             f"{s.budget_balance:g}",
             f"{s.cool_down_left.ToTimedelta().total_seconds():.1f}s",
+            *_pace(s),
+            str(s.paced),
+            str(s.shed),
         )
         for s in states
     ]

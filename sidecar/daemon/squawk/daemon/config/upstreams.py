@@ -10,9 +10,12 @@ profiles:
     # or:         {kind: token_bucket, max_tokens: 10, token_ratio: 0.1}
     share_retry_after: true
     max_cool_down: 5m           # the longest one shared Retry-After cools it (1s..24h)
-    upstreams:                  # per-upstream overrides of the four above
+    rate_limit: {rate: 50, burst: 10, token_rate: 30000, token_burst: 60000, learn: true,
+                 quiet: 30s, max_queue_delay: 1s, concurrency: true}   # the pacer
+    upstreams:                  # per-upstream overrides of the five above
       amadeus:
         circuit_breaker: {open_for: 10s}
+        rate_limit: {rate: 5}
 ```
 
 Every field is optional and overrides only itself: an `upstreams` entry
@@ -36,6 +39,7 @@ from squawk.policy import (
     BreakerConfig,
     PolicyInputError,
     Profile,
+    RateLimitConfig,
     RatioBudgetConfig,
     RetryBudgetConfig,
     TokenBucketConfig,
@@ -48,7 +52,13 @@ from ._yaml import ConfigError, boolean, integer, mapping, number, scalar, where
 
 __all__ = ["UPSTREAM_FIELDS", "parse_upstream_settings"]
 
-UPSTREAM_FIELDS = {"circuit_breaker", "retry_budget", "share_retry_after", "max_cool_down"}
+UPSTREAM_FIELDS = {
+    "circuit_breaker",
+    "retry_budget",
+    "share_retry_after",
+    "max_cool_down",
+    "rate_limit",
+}
 
 # (field, parser, what the error says is expected). The field is also the
 # config's attribute, so a bound the core refuses names the same field.
@@ -64,6 +74,16 @@ _BREAKER: tuple[_Scalar, ...] = (
     ("half_open_probes", integer, "an integer"),
     ("close_ratio", number, "a number"),
     ("count_throttling", boolean, "true or false"),
+)
+_RATE_LIMIT: tuple[_Scalar, ...] = (
+    ("rate", number, "a number"),
+    ("burst", integer, "an integer"),
+    ("token_rate", number, "a number"),
+    ("token_burst", number, "a number"),
+    ("learn", boolean, "true or false"),
+    ("quiet", parse_duration, _DURATION),
+    ("max_queue_delay", parse_duration, _DURATION),
+    ("concurrency", boolean, "true or false"),
 )
 _BudgetType = type[RatioBudgetConfig] | type[TokenBucketConfig]
 _BUDGETS: dict[str, tuple[_BudgetType, tuple[_Scalar, ...]]] = {
@@ -82,7 +102,7 @@ _BUDGETS: dict[str, tuple[_BudgetType, tuple[_Scalar, ...]]] = {
 }
 _BUDGET_FIELDS = {"kind"} | {name for _, rows in _BUDGETS.values() for name, _, _ in rows}
 
-C = TypeVar("C", bound=BreakerConfig | RatioBudgetConfig | TokenBucketConfig)
+C = TypeVar("C", bound=BreakerConfig | RatioBudgetConfig | TokenBucketConfig | RateLimitConfig)
 
 
 def _apply(
@@ -107,6 +127,11 @@ def _apply(
 def _breaker(node: yaml.Node, path: str, base: BreakerConfig) -> BreakerConfig:
     fields = mapping(node, path, {name for name, _, _ in _BREAKER})
     return _apply(base, node, fields, path, _BREAKER)
+
+
+def _rate_limit(node: yaml.Node, path: str, base: RateLimitConfig) -> RateLimitConfig:
+    fields = mapping(node, path, {name for name, _, _ in _RATE_LIMIT})
+    return _apply(base, node, fields, path, _RATE_LIMIT)
 
 
 def _budget(node: yaml.Node, path: str, base: RetryBudgetConfig) -> RetryBudgetConfig:
@@ -141,6 +166,10 @@ def _settings(fields: Mapping[str, yaml.Node], path: str, base: UpstreamConfig) 
         updates["retry_budget"] = _budget(
             fields["retry_budget"], f"{path}.retry_budget", base.retry_budget
         )
+    if "rate_limit" in fields:
+        updates["rate_limit"] = _rate_limit(
+            fields["rate_limit"], f"{path}.rate_limit", base.rate_limit
+        )
     if "share_retry_after" in fields:
         updates["share_retry_after"] = scalar(
             fields["share_retry_after"], f"{path}.share_retry_after", boolean, "true or false"
@@ -168,6 +197,7 @@ def parse_upstream_settings(
             retry_budget=own.retry_budget,
             share_retry_after=own.share_retry_after,
             max_cool_down=own.max_cool_down,
+            rate_limit=own.rate_limit,
         )
     if "upstreams" not in fields:
         return profile

@@ -344,6 +344,7 @@ def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodSt
         on_transition=observer.transition,
         on_forget=observer.forget,
         on_untracked=observer.untracked,
+        on_pace=observer.pace_changed,
     )
     if settings.store is Store.MEMORY:
         return PodStore(upstreams)

@@ -56,6 +56,7 @@ from squawk.policy.cooldown import shared_wait, spread
 from squawk.policy.outcome import Verdict
 from squawk.policy.text import shown_text
 from squawk.policy.timing import EMPTY, Window, added, rolled, seconds
+from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 
 from ..config import ConfigError
 from ..config.state import StateSettings
@@ -202,18 +203,26 @@ class FleetStore(PodStore):
     # -- the calls ----------------------------------------------------------
 
     async def admit(
-        self, profile: Profile, upstream: str, until: float | None = None
+        self,
+        profile: Profile,
+        upstream: str,
+        until: float | None = None,
+        args: AdmitArgs = NO_ADMIT_ARGS,
     ) -> tuple[Admission, Source | None]:
         # The pod's own admission is taken only once the fleet has allowed
         # the call: a half-open pod's probe slot taken for a call the fleet
         # then refused would never see an outcome, and would hold the pod's
-        # round shut until it restarts.
-        if not self.upstreams.would_admit(profile, upstream):
-            return self.upstreams.admit(profile, upstream), self._source()
+        # round shut until it restarts. The pace is the pod's own (a
+        # fleet-wide pace is not built yet), taken with the pod's
+        # admission; a lease of several permits is not granted here, as the
+        # fleet counts each call it admits.
+        deadline, cost = args.deadline, args.cost
+        if not self.upstreams.would_admit(profile, upstream, deadline, cost):
+            return self.upstreams.admit(profile, upstream, deadline, cost), self._source()
         config = profile.for_upstream(upstream)
         reply = await self._call(profile, upstream, config, ("admit", 0, -1, 0, -1), until)
         if reply is None:
-            return self.upstreams.admit(profile, upstream), self._local()
+            return self.upstreams.admit(profile, upstream, deadline, cost), self._local()
         self._moved(profile.name, upstream, reply)
         _, after, allowed, reason, wait_ms, probe = reply
         state = BreakerState(after)
@@ -223,16 +232,16 @@ class FleetStore(PodStore):
             else:
                 why, wait = Reason.CIRCUIT_OPEN, _open_left(wait_ms, config)
             return Admission(
-                False, why, spread(wait, self.upstreams.rng), state, False
+                False, why, spread(wait, self.upstreams.rng), state, False, permits=0
             ), Source.FLEET
-        local = self.upstreams.admit(profile, upstream)
+        local = self.upstreams.admit(profile, upstream, deadline, cost)
         if not local.allowed:
             # Another call took the pod's last slot while Redis answered
             # (rare: a half-open pod); the fleet's slot, if it was one, stays
             # taken until the fleet's round restarts.
             return local, Source.FLEET
         worst = max(local.breaker_state, state, key=_SEVERITY.__getitem__)
-        return Admission(True, None, None, worst, local.probe or bool(probe)), Source.FLEET
+        return local._replace(breaker_state=worst, probe=local.probe or bool(probe)), Source.FLEET
 
     async def after_failure(
         self,

@@ -15,19 +15,19 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import IO
+from typing import IO, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from squawk.policy import BreakerState, Decision, Policy
+from squawk.policy import BreakerState, Decision, PaceSource, Policy
 from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
 from .spans import NO_SPAN, SpanRecord, current
-from .upstreams import Key, Transition, pinned_keys
+from .upstreams import Key, PaceChange, Transition, pinned_keys
 
 __all__ = [
     "LOOP_LAG_BUCKETS",
@@ -42,7 +42,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-Field = str | int | bool
+Field = str | int | float | bool
 # Refusals of one cause, and breaker transitions to one state, are logged at
 # most once per this many seconds.
 _LOG_EVERY_S = 10.0
@@ -75,6 +75,8 @@ _CODES = {
 _LATENCY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1)
 # From "on time" (a wake-up costs some 0.1 ms even on an idle loop) to a
 # loop held for seconds.
+# A paced wait: from a slot at 1,000 calls/s to the longest queue delay.
+PACE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 LOOP_LAG_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
@@ -124,8 +126,12 @@ def decision_fields(
 
 
 def admission_fields(
-    request: pb.AdmitRequest, reply: pb.AdmitResponse, state: str | None = None
+    request: pb.AdmitRequest,
+    reply: pb.AdmitResponse,
+    state: str | None = None,
+    pace: tuple[PaceSource, float] = (PaceSource.NONE, 0.0),
 ) -> dict[str, Field]:
+    """`pace`: the upstream's (source, calls/s), as the registry last looked at it."""
     fields: dict[str, Field] = {
         "squawk.profile": request.profile or "default",
         "squawk.capability": request.capability,
@@ -137,6 +143,10 @@ def admission_fields(
         ),
         "squawk.probe": reply.probe,
         "squawk.delay_ms": reply.retry_after.ToMilliseconds(),
+        "squawk.pace.wait_ms": reply.wait.ToMilliseconds(),
+        "squawk.pace.source": pace[0].name,
+        "squawk.pace.rate": round(pace[1], 3),
+        "squawk.admit.permits": reply.permits,
     }
     if state is not None:
         fields["squawk.state"] = str(state)
@@ -254,6 +264,29 @@ class Metrics:
             ["profile", "upstream"],
             registry=self.registry,
         )
+        self.pace_rate = Gauge(
+            "squawk_pace_rate",
+            "The calls per second an upstream's pace allows (0: none), by profile and "
+            "upstream (labelled as squawk_breaker_transitions); set when its source "
+            "changes or the rate moves by over 20 %.",
+            ["profile", "upstream"],
+            registry=self.registry,
+        )
+        self.pace_wait = Histogram(
+            "squawk_pace_wait_seconds",
+            "The paced wait of each Admit granted on a tracked upstream, by profile and "
+            "upstream (labelled as squawk_breaker_transitions); 0 when it starts at once.",
+            ["profile", "upstream"],
+            buckets=PACE_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.admit_shed = Counter(
+            "squawk_admit_shed",
+            "Admit calls refused UPSTREAM_SATURATED: the pace could not start them "
+            "before their deadline, or the queue was kept short. By profile and upstream.",
+            ["profile", "upstream"],
+            registry=self.registry,
+        )
         self.untracked = Counter(
             "squawk_untracked_calls",
             "Calls about an upstream the pod could not track: max_upstreams names were "
@@ -318,6 +351,8 @@ class Observer:
         self._labels: dict[Key, str] = {}
         self._pinned: frozenset[Key] = frozenset()
         self._caller_labels = 0
+        # Each key's squawk_pace_wait_seconds and squawk_admit_shed_total children.
+        self._pace_series: dict[Key, tuple[Any, Any]] = {}
 
     def _safe(self, fields: Mapping[str, Field]) -> dict[str, Field]:
         out = dict(fields)
@@ -352,6 +387,7 @@ class Observer:
     def forget(self, profile: str, upstream: str) -> None:
         """The registry dropped a key: its label and its series go with it."""
         key = (profile, upstream)
+        self._pace_series.pop(key, None)
         label = self._labels.pop(key, None)
         if label is None:
             return
@@ -366,6 +402,8 @@ class Observer:
             return
         m, shown = self.metrics, label_value(profile)
         m.breaker_state.remove(shown, label)
+        for series in (m.pace_rate, m.pace_wait, m.admit_shed):
+            series.remove(shown, label)
         for before, after in _TRANSITIONS:
             m.breaker_transitions.remove(shown, label, before, after)
             m.fleet_breaker_transitions.remove(shown, label, before, after)
@@ -427,6 +465,50 @@ class Observer:
             self.metrics.breaker_transitions.labels(profile, label, before, after).inc()
             if label != OTHER_UPSTREAMS:
                 self.metrics.breaker_state.labels(profile, label).set(int(t.after))
+
+    def pace_changed(self, change: PaceChange) -> None:
+        """A tracked upstream's pace changed: the gauge, and a log line
+        throttled as breaker transitions are (one per source and interval)."""
+        before, after = change.before.name.lower(), change.after.name.lower()
+        if self.metrics is not None:
+            label = self._upstream_label((change.profile, change.upstream))
+            if label != OTHER_UPSTREAMS:
+                profile = label_value(change.profile)
+                self.metrics.pace_rate.labels(profile, label).set(change.rate_after)
+        held = self._throttle.ready(f"pace/{after}")
+        if held is None:
+            return
+        fields = self._safe({"squawk.profile": change.profile, "squawk.upstream": change.upstream})
+        also = f" ({held} more to {after} since the last report)" if held else ""
+        log.info(
+            "pace %s %.3g/s -> %s %.3g/s for upstream %r (profile %r)%s",
+            before,
+            change.rate_before,
+            after,
+            change.rate_after,
+            fields["squawk.upstream"],
+            fields["squawk.profile"],
+            also,
+        )
+
+    def admitted(self, profile: str, upstream: str, reply: pb.AdmitResponse) -> None:
+        """An Admit on a tracked upstream: its paced wait, or its shedding.
+        Each key's two series are looked up once, not per call."""
+        m = self.metrics
+        if m is None:
+            return
+        key = (profile, upstream)
+        series = self._pace_series.get(key)
+        if series is None:
+            labels = (label_value(profile), self._upstream_label(key))
+            series = (m.pace_wait.labels(*labels), m.admit_shed.labels(*labels))
+            if len(self._pace_series) >= _SHOWN_CACHE:
+                self._pace_series.clear()
+            self._pace_series[key] = series
+        if reply.allowed:
+            series[0].observe(reply.wait.ToNanoseconds() / 1e9)
+        elif reply.reason == pb.REASON_UPSTREAM_SATURATED:
+            series[1].inc()
 
     def store_up(self, up: bool) -> None:
         """The fleet state store went away (False) or came back (True)."""

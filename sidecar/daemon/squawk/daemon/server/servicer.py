@@ -32,13 +32,15 @@ from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk.wire import (
-    UNTRACKED,
     admission_message,
+    admit_args,
     attempt_state,
     classification_message,
     decision_message,
     failure,
+    hint,
     outcome,
+    untracked,
 )
 
 from ..analysis import Analyzer, AnalyzerSettings, wire
@@ -48,7 +50,7 @@ from .decisions import StatelessDecisions
 from .observe import Observer, admission_fields, classification_fields, decision_fields
 from .spans import ServerSpans
 from .state_store import PodStore, Source
-from .upstreams import Upstreams, UpstreamView
+from .upstreams import NO_PACE, Upstreams, UpstreamView
 
 __all__ = ["MAX_BATCH", "MAX_OUTCOMES", "PolicyServicer", "register"]
 
@@ -98,6 +100,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 self._observer.transition,
                 self._observer.forget,
                 self._observer.untracked,
+                on_pace=self._observer.pace_changed,
             )
         )
         self._stateless = StatelessDecisions(clock, self._rng, policy.max_body_bytes)
@@ -146,6 +149,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             retry_after=decision.classification.retry_after,
             cancelled=state.cancelled,
             refused_retry=pushback_refuses(state.headers),
+            hint=hint(state.headers, self._clock) if state.headers else None,
         )
         return decision, failed, state.deadline
 
@@ -304,14 +308,22 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         started = time.perf_counter()
         check_chars("upstream", request.upstream, MAX_NAME_CHARS)
         check_chars("capability", request.capability, MAX_NAME_CHARS)
+        args = admit_args(request)
         profile = self._policy.profile(request.profile)
         source = None
         if request.upstream:
-            admission, source = await self.store.admit(profile, request.upstream)
+            admission, source = await self.store.admit(profile, request.upstream, None, args)
+            upstreams = self.store.upstreams
+            pace = upstreams.pace_of(profile.name, request.upstream)
+            reply = admission_message(admission)
+            if self._observer.metrics is not None and upstreams.tracks(
+                profile.name, request.upstream
+            ):
+                self._observer.admitted(profile.name, request.upstream, reply)
         else:
-            admission = UNTRACKED
-        reply = admission_message(admission)
-        self._note("Admit", lambda: admission_fields(request, reply, source), started)
+            reply = admission_message(untracked(args.permits))
+            pace = NO_PACE
+        self._note("Admit", lambda: admission_fields(request, reply, source, pace), started)
         return reply
 
     @boundary
@@ -391,3 +403,12 @@ def _fill_upstream(view: UpstreamView, out: pb.UpstreamState) -> None:
     out.window_failures = s.failures
     out.budget_balance = s.retries_left
     out.cool_down_left.FromTimedelta(s.cooldown_left)
+    p = s.pace
+    out.pace_source = p.source  # type: ignore[assignment]
+    out.rate = p.rate
+    out.token_rate = p.token_rate
+    out.queue_delay.FromTimedelta(p.queue_delay)
+    out.concurrency_limit = p.concurrency_limit
+    out.in_flight = p.in_flight
+    out.paced = view.paced
+    out.shed = view.shed

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from squawk.policy import Admission, Decision, Outcome, Profile
+from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 
 from .upstreams import Upstreams, UpstreamView
 
@@ -52,9 +53,14 @@ class PodStore:
         return "memory"
 
     async def admit(
-        self, profile: Profile, upstream: str, until: float | None = None
+        self,
+        profile: Profile,
+        upstream: str,
+        until: float | None = None,
+        args: AdmitArgs = NO_ADMIT_ARGS,
     ) -> tuple[Admission, Source | None]:
-        return self.upstreams.admit(profile, upstream), None
+        """`args`: the call's deadline, cost and permits (squawk.wire.admit_args)."""
+        return self.upstreams.admit(profile, upstream, *args), None
 
     async def after_failure(
         self,

@@ -53,14 +53,17 @@ from squawk.policy import (
     BreakerState,
     Decision,
     Outcome,
+    PaceSource,
     Policy,
     Profile,
+    Reason,
     UpstreamConfig,
     UpstreamSnapshot,
     UpstreamState,
     admit,
     guard_retry,
     is_idle,
+    pacer_snapshot,
     record_outcome,
     upstream_snapshot,
 )
@@ -69,7 +72,7 @@ from squawk.policy.cooldown import held
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
 
-__all__ = ["Key", "Transition", "UpstreamView", "Upstreams", "pinned_keys"]
+__all__ = ["NO_PACE", "Key", "PaceChange", "Transition", "UpstreamView", "Upstreams", "pinned_keys"]
 
 Key = tuple[str, str]  # (profile name, upstream)
 # How many of the least recently used keys a new name looks through for an
@@ -81,6 +84,27 @@ _EVICTION_SCAN = 16
 # for this long: a flood of new names then costs one dict lookup each.
 _FULL_RECHECK_S = 0.1
 _FRESH = UpstreamState()
+# A key's pace is looked at (pacer_snapshot) at most this often, after an
+# Admit or an outcome: what the span attributes, the rate gauge and the
+# change log read. Every call would cost a snapshot per dispatch; a tenth
+# of a second is well inside what a person or a scrape sees.
+_PACE_LOOK_S = 0.1
+# A learned or announced rate that moves by more than this share since the
+# last change reported is a change (a log line, the gauge): CUBIC moves a
+# little on every bucket, and a line per bucket would be noise.
+PACE_CHANGE_RATIO = 0.2
+NO_PACE = (PaceSource.NONE, 0.0)
+
+
+class PaceChange(NamedTuple):
+    """A key's pace changed source, or its rate moved by over PACE_CHANGE_RATIO."""
+
+    profile: str
+    upstream: str
+    before: PaceSource
+    after: PaceSource
+    rate_before: float
+    rate_after: float
 
 
 class Transition(NamedTuple):
@@ -102,6 +126,10 @@ class UpstreamView(NamedTuple):
     snapshot: UpstreamSnapshot
     # How long the breaker has been in its state.
     state_age: timedelta
+    # Calls admitted with a wait, and refused UPSTREAM_SATURATED, since
+    # tracking began.
+    paced: int = 0
+    shed: int = 0
 
 
 @dataclass(slots=True)
@@ -111,6 +139,13 @@ class _Entry:
     since: float
     # When tracking began, in order: what listings are ordered and paged by.
     seq: int
+    # Calls admitted with a wait, and refused UPSTREAM_SATURATED, since then.
+    paced: int = 0
+    shed: int = 0
+    # The pace as last looked at (source, calls/s), when, and as last reported.
+    pace: tuple[PaceSource, float] = NO_PACE
+    pace_at: float = float("-inf")
+    pace_shown: tuple[PaceSource, float] = NO_PACE
 
 
 def pinned_keys(policy: Policy) -> frozenset[Key]:
@@ -131,17 +166,20 @@ class Upstreams:
         on_forget: Callable[[str, str], None] | None = None,
         on_untracked: Callable[[str], None] | None = None,
         rng: random.Random | None = None,
+        on_pace: Callable[[PaceChange], None] | None = None,
     ) -> None:
         """`on_forget(profile, upstream)`: a key was dropped (its metric
         series may go); `on_untracked(profile)`: a call about a new name
         was answered from a fresh state, for want of an idle key to drop.
-        `rng` jitters every refusal's wait (squawk.policy.cooldown.spread)."""
+        `rng` jitters every refusal's wait (squawk.policy.cooldown.spread);
+        `on_pace(change)`: a tracked key's pace changed (see PaceChange)."""
         self._policy = policy
         self._clock = clock
         self.rng = rng if rng is not None else random.Random()
         self._on_transition = on_transition
         self._on_forget = on_forget
         self._on_untracked = on_untracked
+        self._on_pace = on_pace
         # The policy file's names, and (least recently used first) the rest.
         self._pinned: dict[Key, _Entry] = {}
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
@@ -267,7 +305,17 @@ class Upstreams:
             if self._on_transition is not None:
                 self._on_transition(Transition(key[0], key[1], before, after))
 
-    def admit(self, profile: Profile, upstream: str) -> Admission:
+    def admit(
+        self,
+        profile: Profile,
+        upstream: str,
+        deadline: timedelta | None = None,
+        cost: float = 0.0,
+        permits: int = 1,
+    ) -> Admission:
+        """The core's admit() on the key's state: `deadline` (time left of
+        the step; None = none), `cost` (estimated token units) and `permits`
+        as squawk.policy.upstream.admit reads them."""
         now = self._clock()
         key = (profile.name, upstream)
         config = profile.for_upstream(upstream)
@@ -275,22 +323,60 @@ class Upstreams:
         if entry is None:
             config = _untracked(config)
             state = self._overflow_state(profile.name, config, now)
-            state, admission = admit(state, config, now, rng=self.rng)
+            state, admission = admit(
+                state,
+                config,
+                now,
+                rng=self.rng,
+                deadline=deadline,
+                cost=cost,
+                permits=permits,
+            )
             self._overflow[profile.name] = state
             return admission
-        state, admission = admit(entry.state, config, now, rng=self.rng)
+        state, admission = admit(
+            entry.state, config, now, rng=self.rng, deadline=deadline, cost=cost, permits=permits
+        )
         self._store(key, entry, state, now)
+        if admission.wait:
+            entry.paced += 1
+        elif admission.reason is Reason.UPSTREAM_SATURATED:
+            entry.shed += 1
+        self._look_at_pace(key, entry, config, now)
         return admission
 
-    def would_admit(self, profile: Profile, upstream: str) -> bool:
+    def would_admit(
+        self, profile: Profile, upstream: str, deadline: timedelta | None = None, cost: float = 0.0
+    ) -> bool:
         """Whether admit() would allow a call now; changes nothing, tracks nothing."""
         entry = self._find((profile.name, upstream))
         config = profile.for_upstream(upstream)
         if entry is not None:
-            return admit(entry.state, config, self._clock())[1].allowed
-        config = _untracked(config)
-        state = self._overflow.get(profile.name, _FRESH)
-        return admit(state, config, self._clock())[1].allowed
+            state = entry.state
+        else:
+            config = _untracked(config)
+            state = self._overflow.get(profile.name, _FRESH)
+        return admit(state, config, self._clock(), deadline=deadline, cost=cost)[1].allowed
+
+    def pace_of(self, profile: str, upstream: str) -> tuple[PaceSource, float]:
+        """The key's pace (source, calls/s) as last looked at: at most
+        _PACE_LOOK_S old. An untracked key's reads as none."""
+        entry = self._find((profile, upstream))
+        return NO_PACE if entry is None else entry.pace
+
+    def _look_at_pace(self, key: Key, entry: _Entry, config: UpstreamConfig, now: float) -> None:
+        """Note the key's pace, at most every _PACE_LOOK_S; report a change."""
+        if now - entry.pace_at < _PACE_LOOK_S:
+            return
+        entry.pace_at = now
+        snap = pacer_snapshot(entry.state.pacer, config.rate_limit, now)
+        entry.pace = pace = (snap.source, snap.rate)
+        (before, was), (after, rate) = entry.pace_shown, pace
+        if before is after and abs(rate - was) <= PACE_CHANGE_RATIO * was:
+            return
+        entry.pace_shown = pace
+        if self._on_pace is not None:
+            self._on_pace(PaceChange(key[0], key[1], before, after, was, rate))
 
     def record(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
         now = self._clock()
@@ -303,6 +389,7 @@ class Upstreams:
             self._overflow[profile.name] = record_outcome(state, config, now, outcome)
             return
         self._store(key, entry, record_outcome(entry.state, config, now, outcome), now)
+        self._look_at_pace(key, entry, config, now)
 
     def after_failure(
         self,
@@ -329,6 +416,7 @@ class Upstreams:
             self._overflow[profile.name] = state
         else:
             self._store(key, entry, state, now)
+            self._look_at_pace(key, entry, config, now)
         return decision
 
     def _overflow_state(self, profile: str, config: UpstreamConfig, now: float) -> UpstreamState:
@@ -382,7 +470,9 @@ class Upstreams:
         stored = entry.state.breaker
         # An OPEN breaker whose time is up reads as HALF_OPEN since `until`.
         since = entry.since if snapshot.breaker_state is stored.state else stored.until
-        return UpstreamView(key[0], key[1], snapshot, timedelta(seconds=now - since))
+        return UpstreamView(
+            key[0], key[1], snapshot, timedelta(seconds=now - since), entry.paced, entry.shed
+        )
 
     def views(self, profile: str = "") -> list[UpstreamView]:
         """Every tracked upstream (of `profile`, when given), in tracking order."""

@@ -1,0 +1,177 @@
+package squawk
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct{ t time.Time }
+
+func (f *fakeClock) now() time.Time          { return f.t }
+func (f *fakeClock) advance(d time.Duration) { f.t = f.t.Add(d) }
+
+func leasedClient(t *testing.T, answers ...string) (*Client, *scriptedDaemon, *fakeClock) {
+	t.Helper()
+	c, sd := scriptedClient(t, answers...)
+	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	c.cfg.now = clock.now
+	return c, sd, clock
+}
+
+// dispatch runs one successful step to api.example with capability and
+// fails the test on an error.
+func dispatch(t *testing.T, c *Client, capability string) {
+	t.Helper()
+	if _, err := Run(context.Background(), c, 0, func(context.Context, int) (int, error) { return 0, nil },
+		RunOptions[int]{Upstream: "api.example", Capability: capability}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func (sd *scriptedDaemon) permitsAsked() []int32 {
+	var asked []int32
+	for _, r := range sd.admitted() {
+		asked = append(asked, r.GetPermits())
+	}
+	return asked
+}
+
+// Three permits granted for 200 ms start three dispatches with one Admit;
+// the fourth asks again.
+func TestRunUsesSparePermitsWithinTheLease(t *testing.T) {
+	c, sd, clock := leasedClient(t, `{"allowed": true, "permits": 3, "lease": "0.200s"}`, `{"allowed": true, "permits": 1}`)
+	for range 3 {
+		dispatch(t, c, "")
+		clock.advance(50 * time.Millisecond) // 0, 50 and 100 ms: inside the lease
+	}
+	if n := len(sd.admitted()); n != 1 {
+		t.Fatalf("%d Admits for three dispatches on three permits, want 1", n)
+	}
+	dispatch(t, c, "")
+	if n := len(sd.admitted()); n != 2 {
+		t.Errorf("%d Admits after the permits were used, want 2", n)
+	}
+}
+
+// A spare permit is never used once its lease has ended.
+func TestRunLetsSparePermitsLapse(t *testing.T) {
+	c, sd, clock := leasedClient(t, `{"allowed": true, "permits": 3, "lease": "0.200s"}`, `{"allowed": true, "permits": 1}`)
+	dispatch(t, c, "")
+	clock.advance(200 * time.Millisecond) // the lease's end: lapsed
+	dispatch(t, c, "")
+	if n := len(sd.admitted()); n != 2 {
+		t.Errorf("%d Admits, want 2: the spares lapsed with their lease", n)
+	}
+}
+
+// Run asks for as many permits as it started dispatches to the key in the
+// current or the previous 200 ms window, 1 when idle.
+func TestRunAsksForWhatItStartedInTheLastWindow(t *testing.T) {
+	c, sd, clock := leasedClient(t, allowed(6)...)
+	for range 4 {
+		dispatch(t, c, "") // at 0 ms: the window counts 1, 2, 3, 4
+	}
+	clock.advance(250 * time.Millisecond)
+	dispatch(t, c, "") // the window from 200 ms counts 1, the previous one 4
+	clock.advance(450 * time.Millisecond)
+	dispatch(t, c, "") // at 700 ms, two windows after 200 ms: none before
+	if got, want := sd.permitsAsked(), []int32{1, 2, 3, 4, 4, 1}; !slices.Equal(got, want) {
+		t.Errorf("permits asked %v, want %v", got, want)
+	}
+}
+
+// A paced start and a probe are for one dispatch, whatever permits they
+// state.
+func TestRunKeepsNoSpareOfAPacedOrProbeGrant(t *testing.T) {
+	c, sd, _ := leasedClient(t,
+		`{"allowed": true, "permits": 3, "lease": "1s", "wait": "0.100s"}`,
+		`{"allowed": true, "permits": 3, "lease": "1s", "probe": true}`,
+		`{"allowed": true, "permits": 1}`)
+	for range 3 {
+		dispatch(t, c, "")
+	}
+	if n := len(sd.admitted()); n != 3 {
+		t.Errorf("%d Admits for three dispatches, want 3", n)
+	}
+}
+
+// Spare permits belong to their (profile, upstream, capability).
+func TestRunSparePermitsArePerKey(t *testing.T) {
+	c, sd, _ := leasedClient(t, `{"allowed": true, "permits": 2, "lease": "1s"}`, `{"allowed": true, "permits": 1}`)
+	dispatch(t, c, "search")
+	dispatch(t, c, "book") // another capability asks
+	dispatch(t, c, "search")
+	if n := len(sd.admitted()); n != 2 {
+		t.Errorf("%d Admits, want 2: the spare of search is search's", n)
+	}
+}
+
+// A flood of names fills the table to its bound and no further; a name
+// past it asks for one permit, and names idle for two windows make room.
+func TestLeaseTableIsBounded(t *testing.T) {
+	var l leaseTable
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range maxLeaseKeys {
+		l.start(leaseKey{upstream: fmt.Sprint(i)}, t0)
+	}
+	key := leaseKey{upstream: "one too many"}
+	l.start(key, t0)
+	if spare, ask := l.start(key, t0); spare || ask != 1 {
+		t.Errorf("start past the bound = %v, %d; want false, 1", spare, ask)
+	}
+	if len(l.entries) != maxLeaseKeys {
+		t.Errorf("%d keys tracked, want %d", len(l.entries), maxLeaseKeys)
+	}
+	later := t0.Add(2 * permitWindow)
+	l.start(key, later)
+	if spare, ask := l.start(key, later); spare || ask != 2 || len(l.entries) != 1 {
+		t.Errorf("after the idle keys' windows: start = %v, %d with %d keys; want false, 2 with 1", spare, ask, len(l.entries))
+	}
+}
+
+// Executors' goroutines sharing a client never start more dispatches than
+// the pod granted permits, and every success is reported once.
+func TestRunSharesPermitsAcrossGoroutinesWithinTheGrants(t *testing.T) {
+	const goroutines, each, granted = 8, 25, 5
+	answers := make([]string, goroutines*each)
+	for i := range answers {
+		answers[i] = fmt.Sprintf(`{"allowed": true, "permits": %d, "lease": "10s"}`, granted)
+	}
+	c, sd, _ := leasedClient(t, answers...) // the clock stands still: no lease ends
+	var started atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range each {
+				if _, err := Run(context.Background(), c, 0, func(context.Context, int) (int, error) {
+					started.Add(1)
+					return 0, nil
+				}, RunOptions[int]{Upstream: "api.example"}); err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	admits := len(sd.admitted())
+	if n := started.Load(); n != goroutines*each || int64(admits*granted) < n {
+		t.Errorf("%d dispatches on %d Admits of %d permits each", n, admits, granted)
+	}
+	if admits == goroutines*each {
+		t.Errorf("every dispatch asked Admit: no spare permit was used")
+	}
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	if len(sd.reported) != goroutines*each {
+		t.Errorf("%d successes reported, want %d", len(sd.reported), goroutines*each)
+	}
+}

@@ -1,0 +1,105 @@
+package squawk
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/squawk-dev/squawk/clients/go/squawkv1"
+)
+
+// DefaultOutcomeDelay is how long Run holds a success report to send it
+// with others, when WithOutcomeDelay is not given.
+const DefaultOutcomeDelay = 50 * time.Millisecond
+
+// outcomeBatchSize is the most outcomes Run's reports hold before they are
+// sent, whatever their age: a busy executor sends one ReportOutcome per 100
+// successes instead of one each.
+const outcomeBatchSize = 100
+
+// outcomeQueue holds Run's success reports until they are sent together:
+// DefaultOutcomeDelay after the first one queued, when 100 are queued, or
+// on Close. A report is only a sample for the pod's breaker, budget and
+// pace, so a little lateness costs nothing; the daemon's work per dispatch
+// is what a busy pod pays for.
+type outcomeQueue struct {
+	mu      sync.Mutex
+	pending []*squawkv1.Outcome
+	timer   *time.Timer
+	closed  bool
+	sending sync.WaitGroup
+}
+
+// queueOutcome reports o with the next batch, or at once when batching is
+// off or the client is closed (where the call fails open at once).
+func (c *Client) queueOutcome(o *squawkv1.Outcome) {
+	q := &c.outcomes
+	q.mu.Lock()
+	if c.cfg.outcomeDelay <= 0 || q.closed {
+		q.mu.Unlock()
+		c.sendOutcomes([]*squawkv1.Outcome{o})
+		return
+	}
+	q.pending = append(q.pending, o)
+	if len(q.pending) < outcomeBatchSize {
+		if q.timer == nil {
+			q.timer = time.AfterFunc(c.cfg.outcomeDelay, c.flushDue)
+		}
+		q.mu.Unlock()
+		return
+	}
+	batch := q.take()
+	q.sending.Add(1)
+	q.mu.Unlock()
+	go func() {
+		defer q.sending.Done()
+		c.sendOutcomes(batch)
+	}()
+}
+
+// take empties the queue and stops its timer; q.mu is held.
+func (q *outcomeQueue) take() []*squawkv1.Outcome {
+	batch := q.pending
+	q.pending = nil
+	if q.timer != nil {
+		q.timer.Stop()
+		q.timer = nil
+	}
+	return batch
+}
+
+// flushDue sends the queue when its oldest report is due.
+func (c *Client) flushDue() {
+	q := &c.outcomes
+	q.mu.Lock()
+	if q.closed || len(q.pending) == 0 {
+		q.mu.Unlock()
+		return
+	}
+	batch := q.take()
+	q.sending.Add(1)
+	q.mu.Unlock()
+	defer q.sending.Done()
+	c.sendOutcomes(batch)
+}
+
+// flushOnClose sends what is queued, waits for the batches on their way,
+// and makes later reports go out one by one.
+func (c *Client) flushOnClose() {
+	q := &c.outcomes
+	q.mu.Lock()
+	q.closed = true
+	batch := q.take()
+	q.mu.Unlock()
+	if len(batch) > 0 {
+		c.sendOutcomes(batch)
+	}
+	q.sending.Wait()
+}
+
+// sendOutcomes reports one batch (at most outcomeBatchSize, under the
+// daemon's limit). Its error is ignored, as each report's was: the steps
+// have their results. Failing open, it counts one fallback for the batch.
+func (c *Client) sendOutcomes(batch []*squawkv1.Outcome) {
+	_, _ = c.ReportOutcome(context.Background(), &squawkv1.ReportOutcomeRequest{Outcomes: batch})
+}

@@ -1,0 +1,120 @@
+package squawk
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/squawk-dev/squawk/clients/go/squawkv1"
+)
+
+// succeed runs n successful steps to api.example on c, one after another.
+func succeed(t *testing.T, c *Client, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := Run(context.Background(), c, i, func(context.Context, int) (int, error) { return 0, nil },
+			RunOptions[int]{Upstream: "api.example", Cost: 7}); err != nil {
+			t.Fatalf("Run %d: %v", i, err)
+		}
+	}
+}
+
+// reportBatches is the size of each ReportOutcome the server has seen.
+func (sd *scriptedDaemon) reportBatches() []int {
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	return slices.Clone(sd.batches)
+}
+
+func allowed(n int) []string {
+	answers := make([]string, n)
+	for i := range answers {
+		answers[i] = `{"allowed": true, "permits": 1}`
+	}
+	return answers
+}
+
+// 250 successes are three reports: one per 100 as they fill, and the last
+// 50 on Close. The delay is made too long to fire, so that only the count
+// and Close send.
+func TestRunReportsSuccessesInBatchesOfAHundred(t *testing.T) {
+	c, sd := scriptedClient(t, allowed(250)...)
+	c.cfg.outcomeDelay = time.Hour
+	succeed(t, c, 250)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := sd.reportBatches()
+	slices.Sort(got) // the two full batches go out concurrently
+	if want := []int{50, 100, 100}; !slices.Equal(got, want) {
+		t.Errorf("ReportOutcome batches %v, want %v", got, want)
+	}
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	for _, o := range sd.reported {
+		if o.GetUpstream() != "api.example" || !o.GetSuccess() || o.GetCost() != 7 || o.GetLatency() == nil {
+			t.Fatalf("reported %v, want each success with its cost and latency", o)
+		}
+	}
+	if c.FallbackCount() != 0 {
+		t.Errorf("FallbackCount = %d", c.FallbackCount())
+	}
+}
+
+// A held report goes out when its delay is up, without Close.
+func TestRunSendsAHeldReportAfterTheDelay(t *testing.T) {
+	c, sd := scriptedClient(t, allowed(1)...)
+	c.cfg.outcomeDelay = 10 * time.Millisecond
+	succeed(t, c, 1)
+	// Only a hang is the defect here: the bound is generous.
+	for end := time.Now().Add(10 * time.Second); len(sd.reportBatches()) == 0; {
+		if time.Now().After(end) {
+			t.Fatal("the held report was never sent")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := sd.reportBatches(); !slices.Equal(got, []int{1}) {
+		t.Errorf("ReportOutcome batches %v, want [1]", got)
+	}
+}
+
+// WithOutcomeDelay(0) sends each report before Run returns.
+func TestRunWithoutOutcomeDelayReportsAtOnce(t *testing.T) {
+	c, sd := scriptedClient(t, allowed(2)...)
+	c.cfg.outcomeDelay = 0
+	succeed(t, c, 2)
+	if got := sd.reportBatches(); !slices.Equal(got, []int{1, 1}) {
+		t.Errorf("ReportOutcome batches before Close %v, want [1 1]", got)
+	}
+}
+
+// After Close, a report is not held (nothing would send it): it goes out
+// at once, fails open on the closed connection, and counts its fallback.
+func TestReportAfterCloseFailsOpenAtOnce(t *testing.T) {
+	c, _ := scriptedClient(t)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.reportSuccess(&squawkv1.AdmitRequest{Upstream: "api.example"}, time.Millisecond)
+	if c.FallbackCount() != 1 {
+		t.Errorf("FallbackCount = %d, want 1", c.FallbackCount())
+	}
+}
+
+func TestNewRefusesAnOutcomeDelayOutOfRange(t *testing.T) {
+	for _, d := range []time.Duration{-time.Millisecond, time.Second + 1} {
+		if c, err := New("127.0.0.1:1", WithOutcomeDelay(d)); err == nil {
+			c.Close()
+			t.Errorf("New(WithOutcomeDelay(%v)) = nil error", d)
+		}
+	}
+	for _, d := range []time.Duration{0, time.Second} {
+		c, err := New("127.0.0.1:1", WithOutcomeDelay(d))
+		if err != nil {
+			t.Errorf("New(WithOutcomeDelay(%v)) = %v", d, err)
+			continue
+		}
+		c.Close()
+	}
+}

@@ -1,0 +1,108 @@
+"""Admit's request and answer, bounded on the way out and on the way in.
+
+What the client sends stays within AdmitRequest's bounds (its proto
+comments), and an answer from the daemon (or anything at its address) is
+read safely: a negative wait is none, a grant starts at least its own call,
+and a reason or breaker state this client does not know reads as a grant's
+or a closed breaker's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from squawk.policy import BreakerState, Reason
+from squawk.v1 import policy_pb2 as pb
+
+from ._leases import MAX_PERMITS
+
+__all__ = ["LEASED", "OPEN", "Admission", "admission", "admit_request"]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The pod's answer to "may I call this upstream now?"."""
+
+    allowed: bool
+    # ADMITTED, or why not: CIRCUIT_OPEN, UPSTREAM_COOLING_DOWN,
+    # UPSTREAM_SATURATED (the pace cannot start the call before its deadline).
+    reason: Reason
+    # When refused: how long until a call could be admitted.
+    retry_after: timedelta
+    breaker_state: BreakerState
+    # A half-open probe: its outcome decides whether the breaker closes.
+    probe: bool
+    # True when the daemon could not be asked and the client let the call
+    # through (admission fails open: the pod's state is only in the daemon).
+    fallback: bool = False
+    # When allowed: wait this long, then dispatch (the pacer's start; zero = now).
+    wait: timedelta = timedelta(0)
+    # When allowed: how many dispatches this answer starts (0 when refused).
+    permits: int = 1
+    # When permits > 1: how long the permits after the first stay valid, from
+    # the answer; None otherwise.
+    lease: timedelta | None = None
+
+
+OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
+# A dispatch started on a spare permit of an earlier multi-permit grant.
+LEASED = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False)
+
+# AdmitRequest's bounds (see its proto comments). A step deadline longer than
+# a day is sent as a day: no paced wait comes near it, so the answer is the same.
+_MAX_ADMIT_DEADLINE = timedelta(days=1)
+
+
+def admit_request(
+    upstream: str,
+    capability: str,
+    profile: str,
+    deadline: timedelta | None,
+    cost: float,
+    permits: int,
+) -> pb.AdmitRequest:
+    request = pb.AdmitRequest(
+        upstream=upstream,
+        capability=capability,
+        profile=profile,
+        cost=cost,
+        permits=min(max(permits, 1), MAX_PERMITS),
+    )
+    if deadline is not None:
+        request.deadline.FromTimedelta(min(max(deadline, timedelta(0)), _MAX_ADMIT_DEADLINE))
+    return request
+
+
+def _breaker_state(value: int) -> BreakerState:
+    # An answer that leaves the state unset (or names one this client does
+    # not know, from a newer daemon) says nothing is open.
+    try:
+        return BreakerState(value)
+    except ValueError:
+        return BreakerState.CLOSED
+
+
+def _admit_reason(value: int, allowed: bool) -> Reason:
+    # A reason left unset or unknown to this client: a grant admits, and a
+    # refusal is waited out for its retry_after, as a cool-down is.
+    try:
+        return Reason(value)
+    except ValueError:
+        return Reason.ADMITTED if allowed else Reason.UPSTREAM_COOLING_DOWN
+
+
+def admission(reply: pb.AdmitResponse) -> Admission:
+    # The daemon bounds these; a zero-permit grant still starts this one call.
+    allowed = reply.allowed
+    permits = min(max(reply.permits, 1), MAX_PERMITS) if allowed else 0
+    return Admission(
+        allowed=allowed,
+        reason=_admit_reason(reply.reason, allowed),
+        retry_after=reply.retry_after.ToTimedelta(),
+        breaker_state=_breaker_state(reply.breaker_state),
+        probe=reply.probe,
+        wait=max(reply.wait.ToTimedelta(), timedelta(0)) if allowed else timedelta(0),
+        permits=permits,
+        lease=reply.lease.ToTimedelta() if permits > 1 and reply.HasField("lease") else None,
+    )

@@ -1,0 +1,109 @@
+"""Outcomes waiting to be reported, shared by every step of one client.
+
+A runner's step does not wait for ReportOutcome: it queues its outcome here
+and goes on. The client sends the queue in batches, at most MAX_DELAY after
+the oldest outcome was queued or as soon as MAX_BATCH are waiting, and
+everything left when it closes; so a busy executor costs the daemon one
+ReportOutcome per batch instead of one per dispatch. Envoy's rate-limit
+quota service reports usage the same way, periodically, not per request.
+
+Nothing is lost silently: an outcome the daemon did not take (it was away,
+or refused the batch), one pushed out of a full queue, or one queued after
+close is counted in `dropped`. The queue is bounded (MAX_QUEUED): a daemon
+that is away for long costs the executor a fixed amount of memory.
+
+The bookkeeping is here once; each client only differs in what waits for
+the next batch: a daemon thread (SquawkClient) or a task on the client's
+event loop (AsyncSquawkClient).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+from squawk.v1 import policy_pb2 as pb
+
+__all__ = ["MAX_BATCH", "MAX_DELAY", "MAX_QUEUED", "Outbox"]
+
+# How late an outcome may reach the daemon: its breaker and pace read
+# outcomes, so a batch must stay young next to their windows (seconds).
+MAX_DELAY = 0.05
+# Outcomes per ReportOutcome (the RPC takes up to 1,000).
+MAX_BATCH = 100
+# Outcomes waiting at most; past it the oldest is dropped (and counted).
+MAX_QUEUED = 10 * MAX_BATCH
+
+
+class Outbox:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        # (when queued, on the monotonic clock; the outcome), oldest first.
+        self._items: deque[tuple[float, pb.Outcome]] = deque()
+        self._ready = threading.Condition()
+        self._closing = False
+        self.dropped = 0
+
+    def put(self, outcome: pb.Outcome) -> bool:
+        """Queue `outcome`; True when a batch is full and should go now."""
+        with self._ready:
+            if self._closing:
+                self.dropped += 1
+                return False
+            if len(self._items) >= MAX_QUEUED:
+                self._items.popleft()
+                self.dropped += 1
+            self._items.append((self._clock(), outcome))
+            full = len(self._items) >= MAX_BATCH
+            # A waiting thread needs waking only to start its timer or send now.
+            if full or len(self._items) == 1:
+                self._ready.notify()
+            return full
+
+    def due_in(self) -> float | None:
+        """Seconds until the next batch is due (0 = now); None when empty."""
+        with self._ready:
+            return self._due_in()
+
+    def take(self) -> list[pb.Outcome]:
+        """The next batch (oldest first, at most MAX_BATCH), taken off the queue."""
+        with self._ready:
+            return self._take()
+
+    def next_batch(self) -> list[pb.Outcome] | None:
+        """Block until a batch is due and take it (at once when closing);
+        None once closed and empty. For the sending thread."""
+        with self._ready:
+            while True:
+                due = self._due_in()
+                if due is None:
+                    if self._closing:
+                        return None
+                    self._ready.wait()
+                elif due <= 0:
+                    return self._take()
+                else:
+                    self._ready.wait(due)
+
+    def close(self) -> None:
+        """Send what is queued without waiting; count what comes after."""
+        with self._ready:
+            self._closing = True
+            self._ready.notify_all()
+
+    def lost(self, count: int) -> None:
+        with self._ready:
+            self.dropped += count
+
+    def _due_in(self) -> float | None:
+        if not self._items:
+            return None
+        if len(self._items) >= MAX_BATCH or self._closing:
+            return 0.0
+        return max(0.0, self._items[0][0] + MAX_DELAY - self._clock())
+
+    def _take(self) -> list[pb.Outcome]:
+        count = min(len(self._items), MAX_BATCH)
+        return [self._items.popleft()[1] for _ in range(count)]

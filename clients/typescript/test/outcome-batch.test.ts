@@ -1,0 +1,164 @@
+// Batched success reports (SquawkClientOptions.batchOutcomes) against a
+// loopback server that records every ReportOutcome: how many RPCs a busy
+// executor costs the daemon, and that nothing queued is lost on close.
+import assert from "node:assert/strict";
+import { afterEach, describe, test } from "node:test";
+import { Server, ServerCredentials, status, type ServiceError, type UntypedServiceImplementation } from "@grpc/grpc-js";
+import {
+  AdmitResponse,
+  BreakerState,
+  OUTCOME_BATCH_SIZE,
+  Reason,
+  runStep,
+  SquawkClient,
+  SquawkInputError,
+  type Outcome,
+  type ReportOutcomeRequest,
+} from "../src/index";
+import { PolicyServiceService } from "../src/gen/squawk/v1/policy";
+
+type Callback<T> = (error: Partial<ServiceError> | null, response?: T) => void;
+
+/** A server that admits everything (a probe when `probe`), and records each ReportOutcome's outcomes. */
+class Recorder {
+  readonly reports: Outcome[][] = [];
+  readonly server = new Server();
+  probe = false;
+  /** Resolved by the next report. */
+  private waiting: (() => void) | undefined;
+
+  async start(): Promise<string> {
+    const impl: UntypedServiceImplementation = {};
+    for (const method of Object.keys(PolicyServiceService)) {
+      impl[method] = (_call: unknown, callback: Callback<never>) => callback({ code: status.UNIMPLEMENTED });
+    }
+    impl["admit"] = (_call: unknown, callback: Callback<AdmitResponse>) =>
+      callback(
+        null,
+        AdmitResponse.fromPartial({
+          allowed: true,
+          reason: Reason.REASON_ADMITTED,
+          breakerState: this.probe ? BreakerState.BREAKER_STATE_HALF_OPEN : BreakerState.BREAKER_STATE_CLOSED,
+          probe: this.probe,
+          permits: 1,
+        }),
+      );
+    impl["reportOutcome"] = (call: { request: ReportOutcomeRequest }, callback: Callback<{ recorded: number }>) => {
+      this.reports.push(call.request.outcomes);
+      this.waiting?.();
+      callback(null, { recorded: call.request.outcomes.length });
+    };
+    this.server.addService(PolicyServiceService, impl);
+    const port = await new Promise<number>((resolve, reject) =>
+      this.server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (e, p) => (e ? reject(e) : resolve(p))),
+    );
+    return `127.0.0.1:${port}`;
+  }
+
+  /** Resolves at the next report; rejects after 10 s (only a report that never comes takes that long). */
+  nextReport(): Promise<void> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error("no report within 10 s")), 10_000);
+      this.waiting = () => {
+        clearTimeout(timer);
+        this.waiting = undefined;
+        resolve();
+      };
+    });
+  }
+}
+
+describe("batched success reports", () => {
+  let recorder: Recorder;
+  let client: SquawkClient | undefined;
+
+  async function start(batchOutcomes: boolean): Promise<SquawkClient> {
+    recorder = new Recorder();
+    const target = await recorder.start();
+    client = new SquawkClient(target, { callTimeoutMs: 5000, batchOutcomes });
+    return client;
+  }
+
+  afterEach(async () => {
+    await client?.close();
+    recorder.server.forceShutdown();
+  });
+
+  const run = (c: SquawkClient, i: number): Promise<number> =>
+    runStep(c, i, async (params) => params, { upstream: "llm", capability: `w${i % 4}`, cost: i });
+
+  test("without batchOutcomes every success is one ReportOutcome, sent before the step returns", async () => {
+    const c = await start(false);
+    for (let i = 0; i < 3; i++) {
+      await run(c, i);
+      assert.equal(recorder.reports.length, i + 1);
+    }
+    assert.equal(c.queueOutcome({ upstream: "llm", success: true }), false);
+  });
+
+  test("with batchOutcomes, many steps' successes go in one report, in order, sent on close", async () => {
+    const c = await start(true);
+    await Promise.all([0, 1, 2, 3, 4].map((i) => run(c, i)));
+    assert.equal(recorder.reports.length, 0, "nothing is sent while the batch fills");
+    await c.close();
+    assert.equal(recorder.reports.length, 1);
+    const batch = recorder.reports[0] ?? [];
+    assert.deepEqual(
+      batch.map((o) => [o.upstream, o.capability, o.success, o.cost]),
+      [0, 1, 2, 3, 4].map((i) => ["llm", `w${i % 4}`, true, i]),
+    );
+    assert.ok(batch.every((o) => o.latency !== undefined));
+    assert.throws(() => c.queueOutcome({ upstream: "llm", success: true }), /closed/);
+  });
+
+  test("a full batch is sent at once, and the rest after the batch delay without a flush", async () => {
+    const c = await start(true);
+    const full = recorder.nextReport();
+    for (let i = 0; i < OUTCOME_BATCH_SIZE + 1; i++) assert.equal(c.queueOutcome({ upstream: "llm", success: true }), true);
+    await full;
+    assert.deepEqual(
+      recorder.reports.map((r) => r.length),
+      [OUTCOME_BATCH_SIZE],
+    );
+    // The one left over is sent by the timer: no flush, no close.
+    await recorder.nextReport();
+    assert.deepEqual(
+      recorder.reports.map((r) => r.length),
+      [OUTCOME_BATCH_SIZE, 1],
+    );
+  });
+
+  test("a half-open probe's success is reported at once, batching or not", async () => {
+    const c = await start(true);
+    recorder.probe = true;
+    await run(c, 7);
+    assert.deepEqual(
+      recorder.reports.map((r) => r.map((o) => o.cost)),
+      [[7]],
+    );
+  });
+
+  test("an outcome that cannot be encoded is refused when queued, naming the field", async () => {
+    const c = await start(true);
+    assert.throws(
+      () => c.queueOutcome({ upstream: "llm", httpStatus: 2 ** 31 }),
+      (e: unknown) => e instanceof SquawkInputError && /http_status/.test(e.field),
+    );
+    assert.throws(
+      () => c.queueOutcome({ upstream: "llm", latency: { seconds: 1.5, nanos: 0 } }),
+      (e: unknown) => e instanceof SquawkInputError && /latency/.test(e.field),
+    );
+    await c.flush();
+    assert.equal(recorder.reports.length, 0);
+  });
+});
+
+test("with the daemon away a batch fails open: counted as a fallback, and close still ends", async () => {
+  const recorder = new Recorder();
+  const target = await recorder.start();
+  recorder.server.forceShutdown();
+  const c = new SquawkClient(target, { callTimeoutMs: 2000, batchOutcomes: true });
+  assert.equal(await runStep(c, 1, async (p) => p, { upstream: "llm" }), 1);
+  await c.close();
+  assert.equal(c.fallbackCount, 2, "the fail-open admit and the batch");
+});

@@ -1,0 +1,535 @@
+"""The pacer: when a call to one upstream may start, for the whole pod.
+
+The server keeps one Pacer per (profile, upstream) inside its UpstreamState;
+admit() asks `pace()` after the cool-down and the breaker let a call
+through, and record_outcome() feeds every finished call to `observe()`.
+
+Where the pace comes from, the first that applies (`PaceSource`):
+
+1. POLICY: the policy's `rate_limit` (rate and burst; token_rate and
+   token_burst for an LLM API, whose Admit carries an estimated `cost`).
+2. HEADERS: the upstream's own rate-limit headers (squawk.policy.ratelimit
+   reads them into a RateLimitHint) on any outcome, successes included. A
+   quota's `remaining / reset` is what it still allows until the reset, and
+   `(limit - remaining) / reset` the refill rate of a token-bucket-like
+   upstream; the pace is the larger (the headers do not say which kind of
+   window it is, and the larger is right for both once `remaining` runs
+   low). A quota with nothing remaining holds every start until its reset
+   (at most MAX_HOLD). A header pace lapses after `quiet` without fresh
+   headers.
+3. LEARNED: a CUBIC rate from throttling, as the AWS SDKs' adaptive retry
+   mode learns it (botocore/retries/throttling.py CubicCalculator, BETA 0.7
+   and SCALE_CONSTANT 0.4; adaptive.py's RateClocker, 0.5 s buckets
+   smoothed 0.8; bucket.py's 0.5/s floor; the new rate capped at twice the
+   measured rate). After a cut at W_max, rate(t) = C (t - K)^3 + W_max with
+   K = cbrt(W_max (1 - BETA) / C), so it restarts at BETA W_max. Two
+   deviations, because one pacer serves the whole pod: it cuts at most once
+   per measurement bucket (TCP reacts once per round trip; every 429 of a
+   pod cutting the rate would collapse it to the floor in a second), and
+   W_max is the measured *success* rate -- what the upstream served, which
+   is its capacity while it throttles -- not botocore's send rate capped by
+   the current rate, which compounds BETA on every cut. It switches off
+   (NONE) after `quiet` without a throttle; botocore's stays on for good.
+
+Without any of them the pacer does nothing: pace() grants at once, returns
+the state it was given, and a busy executor may take up to MAX_PERMITS
+permits with one answer (a lease of LEASE; the staleness this allows -- a
+breaker that opens, a pace that begins while permits are out -- is at most
+one lease).
+
+Starts are spaced by GCRA, the generic cell rate algorithm (ITU-T I.371):
+one theoretical arrival time per rate, advanced by 1 / rate per call and
+by cost / token_rate per token unit; a call starts at the later of the two
+(and of a header hold). It is FIFO by arrival, so executors asking together
+are served in turn: fair between them. A grant reserves its slot; a refusal
+reserves nothing.
+
+A call is refused (UPSTREAM_SATURATED) rather than queued when its start
+would be later than the step's `deadline`, or later than the longest wait
+the queue grants: `max_queue_delay`, or, once the queue has stayed
+non-empty for CODEL_INTERVAL, a short one of max(CODEL_TARGET, SHORT_SLOTS
+slots). That is CoDel's target and interval (Nichols & Jacobson, 2012) as
+Facebook's "Fail at Scale" applies them to a server's queue ("if the queue
+has not been empty for the last 100 ms, the time spent in the queue is
+limited to 5 ms"), counted in slots as well because at 50 calls/s one slot
+is already 20 ms. So the backlog of an overload never delays the calls that
+arrive after it. Facebook's adaptive LIFO is not taken: a grant is already
+a reserved start, and the short queue bounds what LIFO would skip.
+A refusal's retry_after is the time until the queue is short again (at
+least CODEL_INTERVAL, so refused callers do not spin), jittered upwards by
+cooldown.spread.
+
+Every input is bounded: the config refuses a rate outside (0, 1e6], a
+burst outside 1..1e6, a token rate outside (0, 1e9] (NaN and infinity
+included) naming the field; header values that are negative, NaN, huge or
+far away are ignored or capped, every rate has a floor and every hold an
+end, so nothing an upstream sends stops the pod for more than MAX_HOLD.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import NamedTuple
+
+from .cooldown import spread
+from .limits import MAX_POLICY_DURATION, check_count, check_number, check_positive
+from .ratelimit import Quota, RateLimitHint
+from .timing import seconds, time_left
+from .types import PaceSource, PolicyInputError
+
+__all__ = [
+    "BETA",
+    "BUCKET",
+    "CODEL_INTERVAL",
+    "CODEL_TARGET",
+    "LEASE",
+    "MAX_BURST",
+    "MAX_HOLD",
+    "MAX_PERMITS",
+    "MAX_RATE",
+    "MAX_TOKEN_RATE",
+    "MIN_RATE",
+    "SCALE",
+    "SHORT_SLOTS",
+    "SMOOTHING",
+    "Pace",
+    "PaceSample",
+    "PaceSnapshot",
+    "Pacer",
+    "RateLimitConfig",
+    "observe",
+    "pace",
+    "pace_source",
+    "pacer_is_idle",
+    "pacer_snapshot",
+]
+
+MAX_RATE = 1e6
+MAX_BURST = 1_000_000
+MAX_TOKEN_RATE = 1e9
+MAX_PERMITS = 100
+# How long the permits after the first of a multi-permit grant stay valid.
+LEASE = timedelta(milliseconds=200)
+# CUBIC, as botocore's CubicCalculator and RateClocker.
+BETA = 0.7
+SCALE = 0.4
+BUCKET = 0.5
+SMOOTHING = 0.8
+MIN_RATE = 0.5
+# The floor of a header pace (one call an hour would still be a pace; a
+# lower one is a header's noise) and the longest a quota with nothing
+# remaining holds every start (the shared cool-down's default cap).
+MIN_HEADER_RATE = 1 / 3600
+MAX_HOLD = timedelta(minutes=5)
+# The queue (see the module docstring).
+CODEL_TARGET = 0.005
+CODEL_INTERVAL = 0.1
+SHORT_SLOTS = 4
+# A real cost's weight in the running mean that stands in for an unknown one.
+_COST_WEIGHT = 0.2
+_ZERO = timedelta(0)
+_MAX_HOLD_S = MAX_HOLD.total_seconds()
+
+
+def _check_duration(name: str, value: timedelta) -> None:
+    check_positive(name, value)
+    if value > MAX_POLICY_DURATION:
+        raise PolicyInputError(name, f"must be at most 7 days, got {value.total_seconds():g}s")
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitConfig:
+    """The policy's `rate_limit:` for a profile or an `upstreams:` entry."""
+
+    # Declared calls/s; None = not declared.
+    rate: float | None = None
+    # Calls that may start together at the declared rate.
+    burst: int = 1
+    # Declared token units/s (Admit's cost); None = none.
+    token_rate: float | None = None
+    # Token units that may start together; 0 = one second of token_rate.
+    token_burst: float = 0.0
+    # Learn a CUBIC rate from throttling when nothing else paces.
+    learn: bool = True
+    # A learned or header pace switches off after this long without throttling.
+    quiet: timedelta = timedelta(seconds=30)
+    # The longest paced wait ever granted (the deadline may cut it shorter).
+    max_queue_delay: timedelta = timedelta(seconds=1)
+    # Learn an AIMD concurrency limit for an upstream that slows down.
+    concurrency: bool = True
+    # Derived once: pace() runs on every Admit.
+    _policy: bool = field(init=False, repr=False, compare=False)
+    _quiet_s: float = field(init=False, repr=False, compare=False)
+    _max_wait_s: float = field(init=False, repr=False, compare=False)
+    _tokens: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Refuse a value out of its bounds (PolicyInputError names the field)."""
+        if self.rate is not None:
+            check_number("rate", self.rate, MAX_RATE)
+        check_count("burst", self.burst, high=MAX_BURST)
+        if self.token_rate is not None:
+            check_number("token_rate", self.token_rate, MAX_TOKEN_RATE)
+        check_number("token_burst", self.token_burst, MAX_TOKEN_RATE, zero=True)
+        _check_duration("quiet", self.quiet)
+        _check_duration("max_queue_delay", self.max_queue_delay)
+        tokens = self.token_burst or (self.token_rate or 0.0)
+        object.__setattr__(self, "_policy", self.rate is not None or self.token_rate is not None)
+        object.__setattr__(self, "_quiet_s", seconds(self.quiet))
+        object.__setattr__(self, "_max_wait_s", seconds(self.max_queue_delay))
+        object.__setattr__(self, "_tokens", tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Pacer:
+    """One upstream's pace; Pacer() is "nothing known"."""
+
+    # GCRA's theoretical arrival times: calls, and token units.
+    tat: float = -math.inf
+    token_tat: float = -math.inf
+    # Since when the queue has been non-empty; +inf while it is empty.
+    busy_since: float = math.inf
+    # The refused queue's end: when the last refused caller was told to
+    # come back; reset whenever the queue is found empty.
+    shed_until: float = -math.inf
+    # The running mean of real costs, for an Admit that sent none.
+    mean_cost: float = 0.0
+    # HEADERS: the rates the last hint allowed, until when they hold, and
+    # the moment before which nothing starts (a quota with nothing left).
+    header_rate: float = 0.0
+    header_token_rate: float = 0.0
+    header_until: float = -math.inf
+    hold_until: float = -math.inf
+    # LEARNED: CUBIC's W_max (0 = never cut), K, the last cut, the last throttle.
+    w_max: float = 0.0
+    k: float = 0.0
+    cut_at: float = -math.inf
+    throttled_at: float = -math.inf
+    # The success rate, measured in BUCKET-second buckets (botocore's RateClocker).
+    bucket_at: float = -math.inf
+    bucket_count: int = 0
+    measured: float = 0.0
+
+
+class Pace(NamedTuple):
+    allowed: bool
+    # Allowed: when to start (zero = now); refused: zero.
+    wait: timedelta
+    # Refused: jittered time until a new call could start without a long wait.
+    retry_after: timedelta | None
+    # Allowed: how many calls this grant starts (>1 only when nothing paces).
+    permits: int
+
+
+class PaceSnapshot(NamedTuple):
+    source: PaceSource
+    # Calls/s in force, 0 = none.
+    rate: float
+    # Token units/s in force, 0 = none.
+    token_rate: float
+    # The wait a call admitted now would get.
+    queue_delay: timedelta
+    # 0 = none.
+    concurrency_limit: int
+    in_flight: int
+
+
+class PaceSample(NamedTuple):
+    """One finished call, as the pacer reads it."""
+
+    # outcome.is_throttled.
+    throttled: bool
+    success: bool
+    # Its verdict is SUCCESS or FAILURE, not IGNORED.
+    counted: bool
+    latency: timedelta | None = None
+    # Real cost; 0 = unknown.
+    cost: float = 0.0
+    # The cost Admit was given; 0 = unknown.
+    estimated: float = 0.0
+    hint: RateLimitHint | None = None
+    retry_after: timedelta | None = None
+
+
+_NOW = Pace(True, _ZERO, None, 1)
+
+
+class _Rates(NamedTuple):
+    source: PaceSource
+    rate: float  # calls/s, 0 = none
+    burst: float  # calls
+    token_rate: float  # units/s, 0 = none
+    tokens: float  # token burst, units
+
+
+_NONE = _Rates(PaceSource.NONE, 0.0, 1.0, 0.0, 0.0)
+
+
+def _learning(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
+    return pacer.w_max > 0.0 and now - pacer.throttled_at < config._quiet_s
+
+
+def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> _Rates:
+    if config._policy:
+        return _Rates(
+            PaceSource.POLICY,
+            config.rate or 0.0,
+            float(config.burst),
+            config.token_rate or 0.0,
+            config._tokens,
+        )
+    if now < pacer.header_until:
+        tokens = pacer.header_token_rate
+        return _Rates(PaceSource.HEADERS, pacer.header_rate, 1.0, tokens, tokens)
+    if _learning(pacer, config, now):
+        return _Rates(PaceSource.LEARNED, _cubic(pacer, now), 1.0, 0.0, 0.0)
+    return _NONE
+
+
+def _cubic(pacer: Pacer, now: float) -> float:
+    """CUBIC's rate at `now` (see the module docstring), floored and capped."""
+    rate = SCALE * (now - pacer.cut_at - pacer.k) ** 3 + pacer.w_max
+    rate = min(rate, 2.0 * _served(pacer), MAX_RATE)
+    return max(rate, MIN_RATE)
+
+
+def _served(pacer: Pacer) -> float:
+    """The success rate: the smoothed one, or the current bucket's so far
+    if more (a lower bound of its rate, which sees a change that began
+    within the bucket); at least MIN_RATE."""
+    return max(pacer.measured, pacer.bucket_count / BUCKET, MIN_RATE)
+
+
+def _start(pacer: Pacer, rates: _Rates, now: float, units: float) -> float:
+    """The earliest start GCRA gives a call of `units` token units at `now`."""
+    start = max(now, pacer.hold_until)
+    if rates.rate:
+        start = max(start, pacer.tat - (rates.burst - 1.0) / rates.rate)
+    if rates.token_rate and units:
+        need = min(units, rates.tokens)
+        start = max(start, pacer.token_tat + (need - rates.tokens) / rates.token_rate)
+    return start
+
+
+def _slot(rates: _Rates, units: float) -> float:
+    slot = 1.0 / rates.rate if rates.rate else 0.0
+    if rates.token_rate and units:
+        slot = max(slot, units / rates.token_rate)
+    return slot
+
+
+def pace(
+    pacer: Pacer,
+    config: RateLimitConfig,
+    now: float,
+    *,
+    cost: float = 0.0,
+    deadline: timedelta | None = None,
+    permits: int = 1,
+    rng: random.Random | None = None,
+) -> tuple[Pacer, Pace]:
+    """(pacer, pace): when one call (or `permits` calls) may start.
+
+    `cost`: the call's estimated token units (0 = unknown: the mean of the
+    real costs seen stands in). `deadline`: the time left before the
+    step's deadline; None = none. `permits` > 1 is granted (up to
+    MAX_PERMITS) only when nothing paces. `rng` jitters a refusal's
+    retry_after (None: the exact time). The caller bounds the inputs
+    (squawk.policy.upstream.admit checks them).
+    """
+    if (
+        not config._policy
+        and now >= pacer.header_until
+        and now >= pacer.hold_until
+        and not _learning(pacer, config, now)
+    ):
+        if permits == 1:
+            return pacer, _NOW
+        return pacer, Pace(True, _ZERO, None, min(permits, MAX_PERMITS))
+    rates = _rates(pacer, config, now)
+    units = cost if cost > 0.0 else pacer.mean_cost
+    start = _start(pacer, rates, now, units)
+    empty = start <= now
+    busy = math.inf if empty else min(pacer.busy_since, now)
+    slot = _slot(rates, units)
+    short = min(max(CODEL_TARGET, SHORT_SLOTS * slot), config._max_wait_s)
+    longest = short if now - busy >= CODEL_INTERVAL else config._max_wait_s
+    wait = time_left(start, now)
+    late = deadline is not None and wait >= deadline
+    if wait and (late or seconds(wait) > longest):
+        # The refused queue: the refused caller's turn if every caller
+        # refused before it came back in order (see the module docstring).
+        shed = max(pacer.shed_until, start) + slot
+        left = min(max(shed - now, CODEL_INTERVAL), _MAX_HOLD_S)
+        refused = Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0)
+        return _replace(pacer, busy_since=busy, shed_until=shed), refused
+    tat = max(pacer.tat, start) + 1.0 / rates.rate if rates.rate else pacer.tat
+    token_tat = pacer.token_tat
+    if rates.token_rate and units:
+        token_tat = _token_debt(
+            max(token_tat, start) + units / rates.token_rate, start, config, rates
+        )
+    shed = -math.inf if empty else pacer.shed_until
+    granted = _replace(pacer, tat=tat, token_tat=token_tat, busy_since=busy, shed_until=shed)
+    return granted, Pace(True, wait, None, 1)
+
+
+def observe(pacer: Pacer, config: RateLimitConfig, now: float, sample: PaceSample) -> Pacer:
+    """The pacer after one finished call (see the module docstring)."""
+    changes: dict[str, float] = {}
+    if sample.cost > 0.0:
+        _correct_cost(pacer, config, now, sample, changes)
+    if sample.hint is not None:
+        _read_hint(pacer, config, now, sample.hint, changes)
+    if config.learn and not config._policy:
+        if sample.success:
+            _measure(pacer, now, changes)
+        elif sample.throttled:
+            _cut(pacer, now, changes)
+    if not changes:
+        return pacer
+    return _replace(pacer, **changes)
+
+
+def _correct_cost(
+    pacer: Pacer, config: RateLimitConfig, now: float, sample: PaceSample, changes: dict[str, float]
+) -> None:
+    # Admit charged the estimate (or the mean, when it had none): charge
+    # the difference now, so the token rate holds for what was really spent.
+    charged = sample.estimated if sample.estimated > 0.0 else pacer.mean_cost
+    mean = pacer.mean_cost
+    changes["mean_cost"] = sample.cost if not mean else mean + _COST_WEIGHT * (sample.cost - mean)
+    rates = _rates(pacer, config, now)
+    if not rates.token_rate or pacer.token_tat == -math.inf:
+        return
+    tat = pacer.token_tat + (sample.cost - charged) / rates.token_rate
+    changes["token_tat"] = _token_debt(tat, now, config, rates)
+
+
+def _token_debt(tat: float, now: float, config: RateLimitConfig, rates: _Rates) -> float:
+    # One call (its estimate, or its real cost over it) holds later starts
+    # for at most the longest wait plus one burst: a cost of 1e9 against a
+    # small token rate must not stop the pod for years.
+    return min(tat, now + config._max_wait_s + rates.tokens / rates.token_rate)
+
+
+def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
+    """(rate, hold) a quota allows: its pace in units/s, and how long
+    nothing may start (0 = no hold); None when it says nothing usable."""
+    if quota is None:
+        return None
+    remaining, limit = quota.remaining, quota.limit
+    if remaining is None or not 0.0 <= remaining < math.inf:
+        return None
+    reset = _bounded_seconds(quota.reset)
+    window = _bounded_seconds(quota.window)
+    rates = []
+    if reset:
+        rates.append(remaining / reset)
+    if limit is not None and remaining <= limit < math.inf:
+        if reset:
+            rates.append((limit - remaining) / reset)
+        if window:
+            rates.append(limit / window)
+    if not rates:
+        return None
+    # Nothing left and no limit to refill to: only the hold, no pace after it.
+    rate = min(max(max(rates), MIN_HEADER_RATE), MAX_TOKEN_RATE) if max(rates) else 0.0
+    hold = min(reset, _MAX_HOLD_S) if remaining < 1.0 else 0.0
+    return rate, hold
+
+
+def _bounded_seconds(value: timedelta | None) -> float:
+    if value is None:
+        return 0.0
+    # The parser keeps them within a day; a value past it is capped, never trusted.
+    return min(max(seconds(value), 0.0), 86_400.0)
+
+
+def _read_hint(
+    pacer: Pacer,
+    config: RateLimitConfig,
+    now: float,
+    hint: RateLimitHint,
+    changes: dict[str, float],
+) -> None:
+    calls = _quota_rate(hint.requests)
+    tokens = _quota_rate(hint.tokens)
+    if calls is None and tokens is None:
+        return
+    hold = max(calls[1] if calls else 0.0, tokens[1] if tokens else 0.0)
+    changes["header_rate"] = min(calls[0], MAX_RATE) if calls else 0.0
+    changes["header_token_rate"] = tokens[0] if tokens else 0.0
+    if hold:
+        changes["hold_until"] = max(pacer.hold_until, now + hold)
+    changes["header_until"] = max(now + config._quiet_s, changes.get("hold_until", -math.inf))
+
+
+def _measure(pacer: Pacer, now: float, changes: dict[str, float]) -> None:
+    # botocore's RateClocker.record: count, and on entering a new bucket
+    # fold count / (buckets elapsed) into the smoothed rate.
+    bucket = math.floor(now / BUCKET) * BUCKET
+    count = pacer.bucket_count + 1
+    if pacer.bucket_at == -math.inf:
+        changes["bucket_at"], changes["bucket_count"] = bucket, count
+    elif bucket > pacer.bucket_at:
+        rate = count / (bucket - pacer.bucket_at)
+        changes["measured"] = SMOOTHING * rate + (1.0 - SMOOTHING) * pacer.measured
+        changes["bucket_at"], changes["bucket_count"] = bucket, 0
+    else:
+        changes["bucket_count"] = count
+
+
+def _cut(pacer: Pacer, now: float, changes: dict[str, float]) -> None:
+    changes["throttled_at"] = now
+    if now - pacer.cut_at < BUCKET:
+        return
+    # W_max: what the upstream served (see the module docstring).
+    w_max = min(_served(pacer), MAX_RATE)
+    changes["w_max"] = w_max
+    changes["k"] = (w_max * (1.0 - BETA) / SCALE) ** (1.0 / 3.0)
+    changes["cut_at"] = now
+
+
+def pace_source(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSource:
+    """Where the pace in force at `now` comes from."""
+    return _rates(pacer, config, now).source
+
+
+def pacer_snapshot(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSnapshot:
+    """What the pacer says at `now`, for display; it changes nothing."""
+    rates = _rates(pacer, config, now)
+    if rates is _NONE and now >= pacer.hold_until:
+        return PaceSnapshot(PaceSource.NONE, 0.0, 0.0, _ZERO, 0, 0)
+    start = _start(pacer, rates, now, pacer.mean_cost)
+    return PaceSnapshot(
+        rates.source if rates is not _NONE else PaceSource.HEADERS,
+        rates.rate,
+        rates.token_rate,
+        time_left(start, now),
+        0,
+        0,
+    )
+
+
+def pacer_is_idle(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
+    """Whether a fresh Pacer() would pace as `pacer` from `now` on: no
+    header or learned pace and a policy pace's bursts refilled. What it
+    only measures is not compared (the success rate, which a fresh pacer
+    measures again within a bucket or two, and the mean cost, which only
+    prices a call that sends none): holding the key for them would keep
+    every upstream ever called."""
+    return (
+        now >= pacer.header_until
+        and now >= pacer.hold_until
+        and not _learning(pacer, config, now)
+        and pacer.tat <= now
+        and pacer.token_tat <= now
+    )
+
+
+def _replace(pacer: Pacer, **changes: float) -> Pacer:
+    return replace(pacer, **changes)  # type: ignore[arg-type]

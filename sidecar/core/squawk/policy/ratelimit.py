@@ -1,0 +1,388 @@
+"""What an upstream says of its own rate limit: the quota headers of the
+major LLM and SaaS APIs, read into one RateLimitHint for the pacer.
+
+Forms read (names are case-insensitive; the first family present wins for
+each quota, in this order):
+
+Requests
+  1. OpenAI (and the OpenAI-compatible APIs that copy it: Azure OpenAI,
+     Groq, Together...): ``x-ratelimit-limit-requests``,
+     ``x-ratelimit-remaining-requests``, ``x-ratelimit-reset-requests``;
+     the reset is a Go duration (``1s``, ``6m0s``, ``20ms``, ``1h2m3.5s``,
+     ``0.5s``); a bare number is read as seconds.
+  2. Anthropic: ``anthropic-ratelimit-requests-limit``, ``-remaining``,
+     ``-reset``; the reset is an RFC 3339 time (``2024-05-01T12:00:30Z``).
+  3. The IETF httpapi draft, structured-field form (draft-07 on):
+     ``RateLimit: "default";r=50;t=30`` with ``RateLimit-Policy:
+     "default";q=100;w=60`` (``r`` remaining, ``t`` seconds to reset, ``q``
+     the quota, ``w`` its window; only policies in requests, i.e. without a
+     ``qu`` or with ``qu="requests"``). With several policies, the one with
+     the fewest remaining; its quota is the policy of the same name.
+  4. The older IETF draft (up to -06): ``RateLimit-Limit`` (``10`` or
+     ``10, 10;w=1``), ``RateLimit-Remaining``, ``RateLimit-Reset`` (delta
+     seconds), ``RateLimit-Policy: 10;w=1``.
+  5. GitHub, Discord, Reddit and many SaaS APIs: ``x-ratelimit-limit``,
+     ``x-ratelimit-remaining`` (Reddit sends a float, ``598.0``),
+     ``x-ratelimit-used``, ``x-ratelimit-reset`` and Discord's
+     ``x-ratelimit-reset-after`` (float seconds, preferred: it needs no
+     clock); Twitter / X's ``x-rate-limit-limit``, ``-remaining``,
+     ``-reset``. Without a limit, ``used + remaining`` is the limit
+     (Reddit); without a remaining, ``limit - used`` is (GitHub sends both).
+
+Tokens
+  1. OpenAI: ``x-ratelimit-limit-tokens``, ``-remaining-tokens``,
+     ``-reset-tokens`` (as for requests).
+  2. Anthropic: ``anthropic-ratelimit-tokens-*``, which Anthropic documents
+     as the most restrictive token limit in force; without it, the tighter of
+     ``anthropic-ratelimit-input-tokens-*`` and ``-output-tokens-*`` (the
+     lower remaining / limit share; else the lower remaining), since Admit's
+     ``cost`` is one estimate and the first limit hit is the one that throttles.
+
+``x-ratelimit-reset`` is epoch seconds at GitHub, Twitter / X and Discord
+and delta seconds at Reddit (and elsewhere), and says nothing of which: by
+magnitude, a value below 1e9 (a delta of 31 years, past the cap anyway) is
+delta seconds, one below 1e11 epoch seconds (2001 to 5138), and a larger one
+epoch milliseconds (which passed 1e11 in 1973).
+
+Hostile input: this never raises. A value it cannot read is ignored (that
+field is None): counts must be plain ASCII decimals, finite, in [0, 1e12];
+a reset is clamped to [0, MAX_RETRY_AFTER] (a date in the past is 0, one far
+ahead the cap); a window must be in (0, MAX_POLICY_DURATION]. A scalar value
+over 64 characters (a structured list over 512) is ignored without being
+scanned, no pattern can backtrack, and the header map was already bounded at
+the server's boundary (limits.check_headers: 64 headers, names of 256 and
+values of 8,192 characters), so the cost is linear in the header bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .headers import MAX_RETRY_AFTER
+from .limits import MAX_POLICY_DURATION
+
+__all__ = ["MAX_COUNT", "Quota", "RateLimitHint", "rate_limit_hint"]
+
+MAX_COUNT = 1e12
+_MAX_RESET = MAX_RETRY_AFTER.total_seconds()
+_MAX_WINDOW = MAX_POLICY_DURATION.total_seconds()
+_MAX_SCALAR_CHARS = 64
+_MAX_LIST_CHARS = 512
+_MAX_LIST_MEMBERS = 16
+# Magnitudes that tell x-ratelimit-reset's forms apart (see the docstring).
+_EPOCH_SECONDS = 1e9
+_EPOCH_MILLIS = 1e11
+_PREFIXES = ("x-ratelimit", "x-rate-limit", "anthropic-ratelimit", "ratelimit")
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+", re.ASCII)
+_GO_UNITS = {
+    "h": 3600.0,
+    "m": 60.0,
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,
+    "\u03bcs": 1e-6,
+    "ns": 1e-9,
+}
+_NUMBER_CHARS = frozenset("0123456789.")
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One window of an upstream's limit, as far as its headers said."""
+
+    limit: float | None
+    remaining: float | None
+    reset: timedelta | None
+    window: timedelta | None
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitHint:
+    """The upstream's own account of its request and token quotas."""
+
+    requests: Quota | None
+    tokens: Quota | None
+
+
+def _decimal(value: str | None) -> float | None:
+    """A plain non-negative ASCII decimal, or None (a sign, an exponent,
+    NaN, inf, non-ASCII digits and anything over 64 characters)."""
+    if value is None or len(value) > _MAX_SCALAR_CHARS:
+        return None
+    value = value.strip()
+    if not _DECIMAL.fullmatch(value):
+        return None
+    return float(value)
+
+
+def _count(value: str | None) -> float | None:
+    number = _decimal(value)
+    return number if number is not None and number <= MAX_COUNT else None
+
+
+def _reset(seconds: float | None) -> timedelta | None:
+    if seconds is None or math.isnan(seconds):
+        return None
+    return timedelta(seconds=min(max(seconds, 0.0), _MAX_RESET))
+
+
+def _window(seconds: float | None) -> timedelta | None:
+    if seconds is None or not 0.0 < seconds <= _MAX_WINDOW:
+        return None
+    return timedelta(seconds=seconds)
+
+
+def _go_duration(value: str | None) -> float | None:
+    """Seconds in a Go duration (time.ParseDuration's grammar without a
+    sign: one or more decimal-and-unit pairs, or a bare 0), or a bare
+    decimal read as seconds; None when it is neither."""
+    if value is None or len(value) > _MAX_SCALAR_CHARS:
+        return None
+    value = value.strip()
+    bare = _decimal(value)
+    if bare is not None:
+        return bare
+    total, i, end = 0.0, 0, len(value)
+    if end == 0:
+        return None
+    while i < end:
+        start = i
+        while i < end and value[i] in _NUMBER_CHARS:
+            i += 1
+        number = _decimal(value[start:i])
+        unit_start = i
+        while i < end and value[i] not in _NUMBER_CHARS:
+            i += 1
+        scale = _GO_UNITS.get(value[unit_start:i])
+        if number is None or scale is None:
+            return None
+        total += number * scale
+    return total
+
+
+def _rfc3339(value: str | None, wall_now: float) -> float | None:
+    """Seconds from wall_now to an RFC 3339 time with an offset, or None."""
+    if value is None or len(value) > _MAX_SCALAR_CHARS or not math.isfinite(wall_now):
+        return None
+    value = value.strip()
+    if not value.isascii() or len(value) < 20 or value[10] not in "Tt":
+        return None
+    if value[-1] in "zZ":
+        value = value[:-1] + "+00:00"
+    try:
+        when = datetime.fromisoformat(value)
+        if when.tzinfo is None:
+            return None
+        return when.timestamp() - wall_now
+    except (ValueError, OverflowError):
+        return None
+
+
+def _epoch_or_delta(value: str | None, wall_now: float) -> float | None:
+    """x-ratelimit-reset's seconds from now, by the magnitude rule."""
+    number = _decimal(value)
+    if number is None or number < _EPOCH_SECONDS:
+        return number
+    if not math.isfinite(wall_now):
+        return None
+    if number >= _EPOCH_MILLIS:
+        number /= 1000.0
+    return number - wall_now
+
+
+def _quota(
+    limit: float | None,
+    remaining: float | None,
+    reset: float | None,
+    window: float | None = None,
+) -> Quota | None:
+    quota = Quota(limit, remaining, _reset(reset), _window(window))
+    if quota == Quota(None, None, None, None):
+        return None
+    return quota
+
+
+def _lowered(headers: Mapping[str, str]) -> dict[str, str]:
+    """The rate-limit headers by lower-case name, in one pass over the
+    names. An exact lower-case name wins over another spelling of it, as
+    in headers.header."""
+    found: dict[str, str] = {}
+    for key in headers:
+        name = key.lower()
+        if name.startswith(_PREFIXES) and (name not in found or key == name):
+            found[name] = headers[key]
+    return found
+
+
+def _family(found: Mapping[str, str], prefix: str, wall_now: float) -> Quota | None:
+    """Anthropic's `<prefix>-limit`, `-remaining` and `-reset` (RFC 3339)."""
+    return _quota(
+        _count(found.get(prefix + "-limit")),
+        _count(found.get(prefix + "-remaining")),
+        _rfc3339(found.get(prefix + "-reset"), wall_now),
+    )
+
+
+def _share(quota: Quota) -> tuple[float, float]:
+    """How tight a quota is, for picking the tighter one: the remaining
+    share of the limit, then the remaining count (lower is tighter)."""
+    remaining = math.inf if quota.remaining is None else quota.remaining
+    if quota.limit:
+        return remaining / quota.limit, remaining
+    return math.inf, remaining
+
+
+def _anthropic_tokens(found: Mapping[str, str], wall_now: float) -> Quota | None:
+    tokens = _family(found, "anthropic-ratelimit-tokens", wall_now)
+    if tokens is not None:
+        return tokens
+    parts = [
+        quota
+        for quota in (
+            _family(found, "anthropic-ratelimit-input-tokens", wall_now),
+            _family(found, "anthropic-ratelimit-output-tokens", wall_now),
+        )
+        if quota is not None
+    ]
+    return min(parts, key=_share) if parts else None
+
+
+def _members(value: str | None) -> list[tuple[str, dict[str, str]]]:
+    """A structured-field list (RFC 8941), read loosely: each member's bare
+    item and its parameters, split on `,` and `;` outside quoted strings.
+    Empty when the value is too long; at most 16 members."""
+    if value is None or len(value) > _MAX_LIST_CHARS:
+        return []
+    members: list[tuple[str, dict[str, str]]] = []
+    parts: list[str] = []
+    piece: list[str] = []
+    quoted = False
+    for char in value + ",":
+        if char == '"':
+            quoted = not quoted
+        elif not quoted and char in ",;":
+            parts.append("".join(piece).strip())
+            piece = []
+            if char == ",":
+                params = {}
+                for param in parts[1:]:
+                    key, _, text = param.partition("=")
+                    params[key.strip()] = text.strip().strip('"')
+                members.append((parts[0].strip('"'), params))
+                parts = []
+                if len(members) == _MAX_LIST_MEMBERS:
+                    break
+            continue
+        piece.append(char)
+    return members
+
+
+def _fewest_remaining(member: tuple[str, dict[str, str]]) -> float:
+    remaining = _count(member[1].get("r"))
+    return math.inf if remaining is None else remaining
+
+
+def _ietf(found: Mapping[str, str]) -> Quota | None:
+    policies: dict[str, dict[str, str]] = {}
+    other_units: set[str] = set()
+    for name, params in _members(found.get("ratelimit-policy")):
+        if params.get("qu", "requests") == "requests":
+            policies.setdefault(name, params)
+        else:
+            other_units.add(name)
+    current = [m for m in _members(found.get("ratelimit")) if m[0] not in other_units]
+    if current:
+        name, params = min(current, key=_fewest_remaining)
+        policy = policies.get(name, {})
+        quota = _quota(
+            _count(policy.get("q")),
+            _count(params.get("r")),
+            _decimal(params.get("t")),
+            _decimal(policy.get("w")),
+        )
+        if quota is not None:
+            return quota
+    named = [(n, p) for n, p in policies.items() if "q" in p]
+    if named:
+        _, policy = named[0]
+        quota = _quota(_count(policy.get("q")), None, None, _decimal(policy.get("w")))
+        if quota is not None:
+            return quota
+    return _ietf_older(found, policies)
+
+
+def _ietf_older(found: Mapping[str, str], policies: Mapping[str, dict[str, str]]) -> Quota | None:
+    limits = _members(found.get("ratelimit-limit"))
+    limit = _count(limits[0][0]) if limits else None
+    window = None
+    for item, params in [*limits[1:], *policies.items()]:
+        if "w" in params and (limit is None or _count(item) == limit):
+            limit = _count(item) if limit is None else limit
+            window = _decimal(params["w"])
+            break
+    return _quota(
+        limit,
+        _count(found.get("ratelimit-remaining")),
+        _decimal(found.get("ratelimit-reset")),
+        window,
+    )
+
+
+def _generic(found: Mapping[str, str], prefix: str, wall_now: float) -> Quota | None:
+    limit = _count(found.get(prefix + "-limit"))
+    remaining = _count(found.get(prefix + "-remaining"))
+    used = _count(found.get(prefix + "-used"))
+    if limit is None and remaining is not None and used is not None:
+        limit = used + remaining
+    if remaining is None and limit is not None and used is not None:
+        remaining = max(limit - used, 0.0)
+    reset = _decimal(found.get(prefix + "-reset-after"))
+    if reset is None:
+        reset = _epoch_or_delta(found.get(prefix + "-reset"), wall_now)
+    return _quota(limit, remaining, reset)
+
+
+def _first(*quotas: Quota | None) -> Quota | None:
+    return next((quota for quota in quotas if quota is not None), None)
+
+
+def rate_limit_hint(headers: Mapping[str, str], wall_now: float) -> RateLimitHint | None:
+    """The upstream's rate-limit headers as a RateLimitHint, or None when
+    none is present (or none parses).
+
+    `wall_now` is the current Unix time (time.time()), read only for the
+    epoch-seconds and RFC 3339 resets. Never raises (see the module's
+    docstring for the bounds).
+    """
+    if not headers:
+        return None
+    found = _lowered(headers)
+    if not found:
+        return None
+    requests = _first(
+        _quota(
+            _count(found.get("x-ratelimit-limit-requests")),
+            _count(found.get("x-ratelimit-remaining-requests")),
+            _go_duration(found.get("x-ratelimit-reset-requests")),
+        ),
+        _family(found, "anthropic-ratelimit-requests", wall_now),
+        _ietf(found),
+        _generic(found, "x-ratelimit", wall_now),
+        _generic(found, "x-rate-limit", wall_now),
+    )
+    tokens = _first(
+        _quota(
+            _count(found.get("x-ratelimit-limit-tokens")),
+            _count(found.get("x-ratelimit-remaining-tokens")),
+            _go_duration(found.get("x-ratelimit-reset-tokens")),
+        ),
+        _anthropic_tokens(found, wall_now),
+    )
+    if requests is None and tokens is None:
+        return None
+    return RateLimitHint(requests, tokens)

@@ -1,0 +1,478 @@
+"""The pacer's rules (squawk.policy.pacer), as tables over a fake clock.
+
+Every expected number is worked out from the rule in the comment beside
+it: GCRA spaces starts by 1 / rate (burst - 1 of them may start early),
+CUBIC is botocore's curve with its constants written out here (beta 0.7,
+scale 0.4), and the queue's short limit is max(5 ms, 4 slots).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from squawk.policy import (
+    BreakerConfig,
+    Outcome,
+    Pacer,
+    PaceSample,
+    PaceSource,
+    PolicyInputError,
+    RateLimitConfig,
+    Reason,
+    UpstreamConfig,
+    UpstreamState,
+    admit,
+    is_idle,
+    observe,
+    pace,
+    pacer_is_idle,
+    pacer_snapshot,
+    record_outcome,
+)
+from squawk.policy.ratelimit import Quota, RateLimitHint
+
+MS = timedelta(milliseconds=1)
+NOTHING = RateLimitConfig()
+OK = PaceSample(throttled=False, success=True, counted=True)
+THROTTLED = PaceSample(throttled=True, success=False, counted=True)
+
+
+def _waits(config: RateLimitConfig, times: list[float], pacer: Pacer | None = None) -> list[int]:
+    """The wait (ms) each call gets, asked at `times`; -1 when refused."""
+    pacer = Pacer() if pacer is None else pacer
+    out = []
+    for now in times:
+        pacer, granted = pace(pacer, config, now)
+        out.append(granted.wait // MS if granted.allowed else -1)
+    return out
+
+
+def test_a_fresh_pacer_starts_every_call_at_once_and_keeps_its_state() -> None:
+    pacer = Pacer()
+    after, granted = pace(pacer, NOTHING, 0.0)
+    assert granted == (True, timedelta(0), None, 1)
+    assert after is pacer  # nothing to write on the hot path
+    assert pacer_snapshot(pacer, NOTHING, 0.0).source is PaceSource.NONE
+
+
+@pytest.mark.parametrize(
+    ("config", "times", "waits"),
+    [
+        # rate 10: one slot is 100 ms; burst 1: only the first starts at once.
+        (RateLimitConfig(rate=10), [0.0] * 4, [0, 100, 200, 300]),
+        # burst 3: three start together, then one per slot (the 4th at
+        # tat 0.3 - tolerance 0.2 = 100 ms).
+        (RateLimitConfig(rate=10, burst=3), [0.0] * 5, [0, 0, 0, 100, 200]),
+        # After a pause the burst is back: tat 0.5 <= 1.0.
+        (RateLimitConfig(rate=10, burst=3), [0.0] * 5 + [1.0] * 3, [0, 0, 0, 100, 200, 0, 0, 0]),
+        # Calls spaced wider than a slot never wait.
+        (RateLimitConfig(rate=10), [0.0, 0.1, 0.2, 0.35], [0, 0, 0, 0]),
+    ],
+    ids=["rate", "burst", "burst refills", "spaced"],
+)
+def test_a_declared_rate_spaces_the_starts(
+    config: RateLimitConfig, times: list[float], waits: list[int]
+) -> None:
+    assert _waits(config, times) == waits
+
+
+def test_a_token_rate_charges_the_estimate_then_the_real_cost() -> None:
+    # 100 units/s, a burst of 100: cost 100 empties it (token tat 1.0).
+    config = RateLimitConfig(token_rate=100, token_burst=100, max_queue_delay=timedelta(seconds=5))
+    p, first = pace(Pacer(), config, 0.0, cost=100)
+    assert first.wait == timedelta(0)
+    # 50 more: start = 1.0 + 50/100 - 100/100 = 0.5 s.
+    p, second = pace(p, config, 0.0, cost=50)
+    assert second.wait == 500 * MS
+    # The first really cost 20: 80 units (0.8 s) come back. tat 1.5 - 0.8 = 0.7,
+    # so another 50 starts at 0.7 + 0.5 - 1.0 = 0.2 s.
+    p = observe(p, config, 0.0, OK._replace(cost=20, estimated=100))
+    p, third = pace(p, config, 0.0, cost=50)
+    assert third.wait == 200 * MS
+    # A call that sends no estimate is charged the mean real cost (20 so
+    # far): tat 1.2 -> start 1.2 + 0.2 - 1.0 = 0.4 s.
+    p, unknown = pace(p, config, 0.0)
+    assert unknown.wait == 400 * MS
+
+
+def test_an_overspend_holds_starts_for_at_most_the_longest_wait_and_one_burst() -> None:
+    config = RateLimitConfig(token_rate=100, token_burst=100)
+    p, _ = pace(Pacer(), config, 0.0, cost=1)
+    p = observe(p, config, 0.0, OK._replace(cost=1e9, estimated=1))
+    # Capped at now + max_queue_delay 1 s + burst 100 / 100 = 2.0; a call
+    # of 1 unit starts at 2.0 + 0.01 - 1.0 = 1.01 s, past the 1 s queue.
+    assert not pace(p, config, 0.0, cost=1)[1].allowed
+    assert pace(p, config, 0.02, cost=1)[1].wait == 990 * MS
+
+
+def _hint(
+    limit: float | None,
+    remaining: float | None,
+    reset: float | None,
+    window: float | None = None,
+    tokens: Quota | None = None,
+) -> RateLimitHint:
+    def td(value: float | None) -> timedelta | None:
+        return None if value is None else timedelta(seconds=value)
+
+    return RateLimitHint(Quota(limit, remaining, td(reset), td(window)), tokens)
+
+
+@pytest.mark.parametrize(
+    ("hint", "rate"),
+    [
+        # Token-bucket-like: (100 - 10) / 10 s = 9/s refill beats 10 / 10 s = 1/s.
+        (_hint(100, 10, 10), 9.0),
+        # A window that resets: 4990 left over 3590 s beats 10 / 3590 s.
+        (_hint(5000, 4990, 3590), 4990 / 3590),
+        # IETF RateLimit-Policy's window: 100 per 60 s, with 50 / 100 s left.
+        (_hint(100, 50, 100, window=60), 100 / 60),
+        # Only remaining and reset (no limit): 30 / 2 s.
+        (_hint(None, 30, 2), 15.0),
+        # Barely anything over a day: the floor of one call an hour.
+        (_hint(None, 1, 86_400 * 5), 1 / 3600),
+    ],
+    ids=["bucket", "fixed window", "ietf window", "no limit", "floor"],
+)
+def test_a_quota_in_the_headers_paces_the_upstream(hint: RateLimitHint, rate: float) -> None:
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=hint))
+    view = pacer_snapshot(p, NOTHING, 0.0)
+    assert view.source is PaceSource.HEADERS
+    assert view.rate == pytest.approx(rate)
+
+
+def test_a_header_pace_spaces_starts_and_lapses_after_quiet() -> None:
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 10, 10)))
+    # 9/s: slots of 111.1 ms, rounded up to whole ms.
+    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 112, 223]
+    assert pacer_snapshot(p, NOTHING, 29.999).source is PaceSource.HEADERS
+    assert pacer_snapshot(p, NOTHING, 30.0).source is PaceSource.NONE
+    assert pacer_is_idle(p, NOTHING, 30.0)
+
+
+def test_nothing_remaining_holds_every_start_until_the_reset() -> None:
+    p = observe(Pacer(), NOTHING, 0.0, THROTTLED._replace(hint=_hint(100, 0, 2)))
+    refused = pace(p, NOTHING, 0.0)[1]
+    assert not refused.allowed  # 2 s is past the 1 s queue
+    assert pace(p, NOTHING, 1.5)[1].wait == 500 * MS
+
+
+def test_a_token_quota_paces_by_cost() -> None:
+    tokens = Quota(limit=60_000, remaining=0, reset=timedelta(seconds=0.5), window=None)
+    hint = RateLimitHint(requests=None, tokens=tokens)
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=hint))
+    view = pacer_snapshot(p, NOTHING, 0.0)
+    # (60000 - 0) / 0.5 s; nothing remaining holds starts for 0.5 s.
+    assert (view.source, view.rate, view.token_rate) == (PaceSource.HEADERS, 0.0, 120_000)
+    assert view.queue_delay == 500 * MS
+
+
+# CUBIC with AWS's constants for W_max = 10: K = cbrt(10 * (1 - 0.7) / 0.4)
+# = cbrt(7.5) = 1.9574 s; rate(t) = 0.4 (t - K)^3 + 10.
+K = 7.5 ** (1 / 3)
+
+
+def _learned() -> Pacer:
+    # Five successes in the bucket [0, 0.5): at least 5 / 0.5 = 10/s served;
+    # the 429 at 0.25 cuts with W_max = 10.
+    p = Pacer()
+    for _ in range(5):
+        p = observe(p, NOTHING, 0.0, OK)
+    return observe(p, NOTHING, 0.25, THROTTLED)
+
+
+@pytest.mark.parametrize(
+    ("after", "rate"),
+    [
+        (0.0, 7.0),  # beta x W_max
+        (1.0, 10 - 0.4 * (K - 1) ** 3),  # 9.649
+        (K, 10.0),  # back at W_max after K
+        (K + 1, 10.4),
+        (K + 2, 13.2),
+    ],
+)
+def test_the_learned_rate_follows_cubic_with_awss_constants(after: float, rate: float) -> None:
+    view = pacer_snapshot(_learned(), NOTHING, 0.25 + after)
+    assert view.source is PaceSource.LEARNED
+    assert view.rate == pytest.approx(rate)
+
+
+def test_the_learned_rate_is_capped_at_twice_the_success_rate() -> None:
+    # K + 3: 0.4 * 27 + 10 = 20.8, over 2 x 10/s served.
+    assert pacer_snapshot(_learned(), NOTHING, 0.25 + K + 3).rate == pytest.approx(20.0)
+
+
+def test_the_pod_cuts_at_most_once_per_bucket() -> None:
+    p = observe(_learned(), NOTHING, 0.5, THROTTLED)  # 0.25 s after the cut: no new cut
+    assert pacer_snapshot(p, NOTHING, 1.25).rate == pytest.approx(10 - 0.4 * (K - 1) ** 3)
+    p = observe(p, NOTHING, 0.8, THROTTLED)  # 0.55 s after: a cut, W_max still 10
+    assert pacer_snapshot(p, NOTHING, 0.8).rate == pytest.approx(7.0)
+
+
+def test_a_cut_reads_what_the_upstream_served_not_the_rate_it_was_sent() -> None:
+    # Cutting again at 7/s would compound beta (botocore's min(measured,
+    # current)); W_max is the 10/s served, so the rate restarts at 7, not 4.9.
+    p = _learned()
+    for at in (0.8, 1.4, 2.0):
+        p = observe(p, NOTHING, at, THROTTLED)
+    assert pacer_snapshot(p, NOTHING, 2.0).rate == pytest.approx(7.0)
+
+
+def test_the_floor_when_nothing_was_served() -> None:
+    # No success ever: W_max is the 0.5/s floor, and so is the rate.
+    p = observe(Pacer(), NOTHING, 0.0, THROTTLED)
+    assert pacer_snapshot(p, NOTHING, 0.0).rate == pytest.approx(0.5)
+
+
+def test_the_learned_rate_switches_off_after_quiet() -> None:
+    p = _learned()
+    assert pacer_snapshot(p, NOTHING, 30.24).source is PaceSource.LEARNED
+    assert not pacer_is_idle(p, NOTHING, 30.24)
+    assert pacer_snapshot(p, NOTHING, 30.25).source is PaceSource.NONE
+    assert pacer_is_idle(p, NOTHING, 30.25)
+    assert pace(p, NOTHING, 30.25)[1] == (True, timedelta(0), None, 1)
+
+
+def test_learning_off_or_a_declared_rate_learns_nothing() -> None:
+    off = RateLimitConfig(learn=False)
+    assert pacer_snapshot(observe(Pacer(), off, 0.0, THROTTLED), off, 0.0).source is (
+        PaceSource.NONE
+    )
+    declared = RateLimitConfig(rate=5)
+    view = pacer_snapshot(observe(Pacer(), declared, 0.0, THROTTLED), declared, 0.0)
+    assert (view.source, view.rate) == (PaceSource.POLICY, 5.0)
+
+
+def test_starts_are_fifo_between_executors() -> None:
+    # rate 10: executor A asks three times at 0, B once at 0.05: B starts
+    # after A's three (at 0.3 s, so it waits 250 ms), and A's fourth after B.
+    config = RateLimitConfig(rate=10)
+    p = Pacer()
+    starts = []
+    for who, now in [("a", 0.0), ("a", 0.0), ("a", 0.0), ("b", 0.05), ("a", 0.05)]:
+        p, granted = pace(p, config, now)
+        starts.append((who, round(now + granted.wait / timedelta(seconds=1), 3)))
+    assert starts == [("a", 0.0), ("a", 0.1), ("a", 0.2), ("b", 0.3), ("a", 0.4)]
+
+
+@pytest.mark.parametrize(
+    ("deadline_ms", "allowed"),
+    [(50, False), (100, False), (101, True), (None, True)],
+)
+def test_a_start_past_the_deadline_is_refused_at_once(
+    deadline_ms: int | None, allowed: bool
+) -> None:
+    config = RateLimitConfig(rate=10)
+    p, _ = pace(Pacer(), config, 0.0)
+    deadline = None if deadline_ms is None else deadline_ms * MS
+    after, answer = pace(p, config, 0.0, deadline=deadline)
+    assert answer.allowed is allowed
+    if not allowed:
+        assert answer.wait == timedelta(0) and answer.permits == 0
+        # No slot reserved: the next call gets the 100 ms the refused one would have.
+        assert pace(after, config, 0.0)[1].wait == 100 * MS
+
+
+def test_the_queue_turns_short_once_it_stays_busy() -> None:
+    config = RateLimitConfig(rate=10)  # max_queue_delay 1 s
+    p = Pacer()
+    # At 0: waits of 0..1000 ms fit the 1 s queue; the 12th (1.1 s) does not.
+    assert _waits(config, [0.0] * 12, p)[-2:] == [1000, -1]
+    for _ in range(10):
+        p, _ = pace(p, config, 0.0)
+    # At 0.05 the queue has been busy 50 ms: still the long limit, and the
+    # start at tat 1.0 (a 950 ms wait) fits it.
+    p, granted = pace(p, config, 0.05)
+    assert granted.wait == 950 * MS
+    # At 0.15, busy for 100 ms: the short limit, max(5 ms, 4 x 100 ms) =
+    # 400 ms, refuses the 950 ms wait (tat 1.1) that the long one would grant.
+    assert not pace(p, config, 0.15)[1].allowed
+    p, granted = pace(p, config, 0.75)
+    assert granted.wait == 350 * MS
+    # Once the queue drained (tat 1.2), the next call starts at once.
+    assert pace(p, config, 1.3)[1].wait == timedelta(0)
+
+
+def test_refused_callers_are_told_their_turn_jittered_upwards() -> None:
+    config = RateLimitConfig(rate=10)
+    p = Pacer()
+    for _ in range(11):
+        p, _ = pace(p, config, 0.0)
+    # The first refused: its start would be 1.1 s; its turn comes a slot
+    # later, 1.2 s; the second refused 1.3 s: refused callers queue too.
+    p1, first = pace(p, config, 0.0)
+    _, second = pace(p1, config, 0.0)
+    assert (first.retry_after, second.retry_after) == (1200 * MS, 1300 * MS)
+    # cooldown.spread: up to a fifth more, never less.
+    waits = {pace(p, config, 0.0, rng=random.Random(seed))[1].retry_after for seed in range(50)}
+    assert all(1200 * MS <= w <= 1440 * MS for w in waits if w is not None)
+    assert len(waits) > 10
+
+
+def test_permits_only_when_nothing_limits() -> None:
+    assert pace(Pacer(), NOTHING, 0.0, permits=5)[1] == (True, timedelta(0), None, 5)
+    assert pace(Pacer(), RateLimitConfig(rate=100), 0.0, permits=5)[1].permits == 1
+    assert pace(_learned(), NOTHING, 0.3, permits=5)[1].permits == 1
+    state, granted = admit(UpstreamState(), UpstreamConfig(), 0.0, permits=100)
+    assert (granted.permits, granted.lease) == (100, 200 * MS)
+    # One ratio-budget deposit per permit: 100 first calls in its window.
+    assert state.budget.window.first == 100
+    with pytest.raises(PolicyInputError, match="permits"):
+        admit(UpstreamState(), UpstreamConfig(), 0.0, permits=101)
+
+
+def test_a_half_open_breaker_grants_one_permit() -> None:
+    config = UpstreamConfig(BreakerConfig(minimum_calls=1, open_for=timedelta(seconds=1)))
+    state = record_outcome(UpstreamState(), config, 0.0, Outcome(False, 503))
+    _, probe = admit(state, config, 1.0, permits=10)
+    assert (probe.probe, probe.permits, probe.lease) == (True, 1, None)
+
+
+def test_admit_refuses_upstream_saturated_after_the_breaker() -> None:
+    config = UpstreamConfig(rate_limit=RateLimitConfig(rate=1))
+    state, _ = admit(UpstreamState(), config, 0.0)
+    state, refused = admit(state, config, 0.0, deadline=500 * MS)
+    assert (refused.allowed, refused.reason, refused.permits) == (
+        False,
+        Reason.UPSTREAM_SATURATED,
+        0,
+    )
+    _, paced = admit(state, config, 0.0, deadline=2000 * MS)
+    assert (paced.allowed, paced.wait) == (True, 1000 * MS)
+
+
+def test_a_throttle_cools_the_pod_only_until_the_pacer_learned() -> None:
+    config = UpstreamConfig()
+    throttled = Outcome(False, 429, retry_after=timedelta(seconds=1))
+    state = record_outcome(UpstreamState(), config, 0.0, throttled)
+    assert admit(state, config, 0.5)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+    # Learned now: the next 429's Retry-After is the pacer's to answer.
+    state = record_outcome(state, config, 1.0, throttled)
+    assert admit(state, config, 1.0)[1].allowed
+    assert not is_idle(state, config, 30.9)
+    # Under a declared rate a 429 says the declaration is wrong: it cools.
+    declared = UpstreamConfig(rate_limit=RateLimitConfig(rate=100))
+    state = record_outcome(UpstreamState(), declared, 0.0, throttled)
+    state = record_outcome(state, declared, 0.5, throttled)
+    assert admit(state, declared, 1.2)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"rate": math.nan}, "rate"),
+        ({"rate": math.inf}, "rate"),
+        ({"rate": 0.0}, "rate"),
+        ({"rate": -1.0}, "rate"),
+        ({"rate": 1e7}, "rate"),
+        ({"burst": 0}, "burst"),
+        ({"burst": 10**7}, "burst"),
+        ({"token_rate": 1e10}, "token_rate"),
+        ({"token_rate": math.nan}, "token_rate"),
+        ({"token_burst": -1.0}, "token_burst"),
+        ({"quiet": timedelta(0)}, "quiet"),
+        ({"max_queue_delay": timedelta(days=8)}, "max_queue_delay"),
+    ],
+)
+def test_a_config_out_of_bounds_names_its_field(fields: dict[str, object], field: str) -> None:
+    with pytest.raises(PolicyInputError) as info:
+        RateLimitConfig(**fields)  # type: ignore[arg-type]
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        Outcome(True, cost=math.nan),
+        Outcome(True, cost=-1.0),
+        Outcome(True, estimated=2e9),
+        Outcome(True, latency=-MS),
+    ],
+)
+def test_an_outcome_out_of_bounds_names_its_field(outcome: Outcome) -> None:
+    with pytest.raises(PolicyInputError):
+        record_outcome(UpstreamState(), UpstreamConfig(), 0.0, outcome)
+
+
+@pytest.mark.parametrize(
+    "quota",
+    [
+        Quota(math.nan, None, timedelta(seconds=1), None),
+        Quota(10, math.nan, timedelta(seconds=1), None),
+        Quota(10, -5, timedelta(seconds=1), None),
+        Quota(10, math.inf, timedelta(seconds=1), None),
+        Quota(math.inf, 0, timedelta(0), None),
+        Quota(None, None, None, None),
+        Quota(-1, 0, timedelta(seconds=-5), timedelta(seconds=-1)),
+    ],
+)
+def test_a_hostile_quota_is_ignored(quota: Quota) -> None:
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=RateLimitHint(quota, quota)))
+    assert pacer_snapshot(p, NOTHING, 0.0).source is PaceSource.NONE
+
+
+def test_a_reset_far_away_holds_for_at_most_five_minutes() -> None:
+    far = Quota(1e300, 0, timedelta(days=10**5), None)
+    p = observe(Pacer(), NOTHING, 0.0, THROTTLED._replace(hint=RateLimitHint(far, far)))
+    assert not pace(p, NOTHING, 298.9)[1].allowed
+    granted = pace(p, NOTHING, 300.0)[1]
+    assert granted.allowed and granted.wait == timedelta(0)
+    assert pacer_snapshot(p, NOTHING, 330.0).source is PaceSource.NONE
+
+
+_EVENTS = st.lists(
+    st.tuples(
+        st.floats(0, 5),  # time step
+        st.sampled_from(["pace", "ok", "throttled", "hint"]),
+        st.floats(0, 1e9),  # cost, or a quota's number
+        st.one_of(st.none(), st.integers(0, 5000)),  # deadline ms
+    ),
+    max_size=60,
+)
+_CONFIGS = st.sampled_from(
+    [
+        NOTHING,
+        RateLimitConfig(rate=50, burst=10),
+        RateLimitConfig(token_rate=1000, rate=5),
+        RateLimitConfig(max_queue_delay=timedelta(milliseconds=100)),
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_CONFIGS, _EVENTS)
+def test_waits_stay_within_their_bounds_and_no_pace_is_stuck(
+    config: RateLimitConfig, events: list[tuple[float, str, float, int | None]]
+) -> None:
+    p, now = Pacer(), 0.0
+    rng = random.Random(0)
+    for step, kind, number, deadline_ms in events:
+        now += step
+        if kind == "pace":
+            deadline = None if deadline_ms is None else deadline_ms * MS
+            p, answer = pace(p, config, now, cost=number, deadline=deadline, rng=rng)
+            if answer.allowed:
+                assert timedelta(0) <= answer.wait <= config.max_queue_delay
+                assert deadline is None or not answer.wait or answer.wait < deadline
+            else:
+                assert answer.retry_after is not None
+                assert timedelta(0) < answer.retry_after <= timedelta(minutes=6)
+        elif kind == "hint":
+            quota = Quota(number, number / 2, timedelta(seconds=number % 100), None)
+            p = observe(p, config, now, OK._replace(hint=RateLimitHint(quota, quota)))
+        else:
+            sample = OK if kind == "ok" else THROTTLED
+            p = observe(p, config, now, sample._replace(cost=number % 1e6))
+        view = pacer_snapshot(p, config, now)
+        assert view.source is PaceSource.NONE or view.rate or view.token_rate or view.queue_delay
+    # Left alone past quiet and the longest hold, only a declared rate paces,
+    # and a call starts within the queue.
+    later = now + 30 + 300 + 2
+    assert pacer_snapshot(p, config, later).source in {PaceSource.NONE, PaceSource.POLICY}
+    assert pace(p, config, later, cost=1)[1].allowed

@@ -1,0 +1,365 @@
+"""The pod's pacer over the wire: Admit's deadline, cost and permits, the
+paced wait, the deadline's refusal, and what GetUpstreams shows of it.
+
+One daemon runs a policy with a declared rate (`rate_limit: {rate: 20,
+burst: 1}`: a call every 50 ms) and an upstream nothing limits. The
+daemon's clock is real, so a wait is asserted against the rule's bound
+(0 < wait <= 50 ms for the second of two quick calls), never against how
+fast this machine is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from conftest import Daemon, free_port, scrape, serving, start_daemon
+from squawk.daemon.server.spans import SERVICE
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+from test_fleet import eventually  # isort: split
+
+from test_telemetry import run_in_process  # isort: split
+
+from bench.redis_server import RedisServer  # on the path once test_fleet is imported
+
+Stub = pb_grpc.PolicyServiceStub
+# The Admit span's pace attributes (README, "Tracing").
+PACE_ATTRIBUTES = (
+    "squawk.pace.wait_ms",
+    "squawk.pace.source",
+    "squawk.pace.rate",
+    "squawk.admit.permits",
+)
+
+
+POLICY = """\
+profiles:
+  default:
+    upstreams:
+      open: {}
+"""
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stub]:
+    with serving(tmp_path_factory, POLICY) as channel:
+        yield Stub(channel)
+
+
+def _seconds(seconds: int, nanos: int = 0) -> Duration:
+    return Duration(seconds=seconds, nanos=nanos)
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"deadline": _seconds(-1)}, "deadline"),
+        ({"deadline": _seconds(0, -5)}, "deadline"),
+        ({"deadline": _seconds(86_401)}, "deadline"),
+        ({"deadline": _seconds(10**12)}, "deadline.seconds"),
+        ({"cost": -1.0}, "cost"),
+        ({"cost": float("nan")}, "cost"),
+        ({"cost": float("inf")}, "cost"),
+        ({"cost": 1e9 + 1}, "cost"),
+        ({"permits": -1}, "permits"),
+        ({"permits": 101}, "permits"),
+    ],
+    ids=[
+        "negative deadline",
+        "negative nanos",
+        "deadline over a day",
+        "deadline past Duration's range",
+        "negative cost",
+        "NaN cost",
+        "infinite cost",
+        "cost over 1e9",
+        "negative permits",
+        "permits over 100",
+    ],
+)
+@pytest.mark.parametrize("upstream", ["open", ""], ids=["tracked", "no upstream"])
+def test_a_bad_admit_is_refused_naming_the_field(
+    stub: Stub, fields: dict[str, Any], field: str, upstream: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.Admit(pb.AdmitRequest(upstream=upstream, **fields), timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (caught.value.details() or "").startswith(f"{field}:")
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"deadline": _seconds(86_400)},
+        {"deadline": _seconds(0)},
+        {"cost": 1e9},
+        {"cost": 0.0},
+        {"permits": 100},
+        {"permits": 0},
+    ],
+    ids=["a day", "zero deadline", "cost 1e9", "cost 0", "100 permits", "0 permits"],
+)
+def test_admit_accepts_every_bound_itself(stub: Stub, fields: dict[str, Any]) -> None:
+    reply = stub.Admit(pb.AdmitRequest(upstream="open", **fields), timeout=5)
+    assert reply.reason in (pb.REASON_ADMITTED, pb.REASON_UPSTREAM_SATURATED)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "field"),
+    [
+        (pb.Outcome(upstream="open", success=True, cost=-1.0), "outcomes[1].cost"),
+        (pb.Outcome(upstream="open", success=True, cost=float("nan")), "outcomes[1].cost"),
+        (pb.Outcome(upstream="open", success=True, cost=2e9), "outcomes[1].cost"),
+        (pb.Outcome(upstream="open", success=True, latency=_seconds(-1)), "outcomes[1].latency"),
+        (
+            pb.Outcome(upstream="open", success=True, latency=_seconds(86_401)),
+            "outcomes[1].latency",
+        ),
+    ],
+    ids=["negative cost", "NaN cost", "cost over 1e9", "negative latency", "latency over a day"],
+)
+def test_a_bad_outcome_cost_or_latency_is_refused_naming_it(
+    stub: Stub, outcome: pb.Outcome, field: str
+) -> None:
+    fine = pb.Outcome(upstream="open", success=True, cost=1e9, latency=_seconds(86_400))
+    with pytest.raises(grpc.RpcError) as caught:
+        stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[fine, outcome]), timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (caught.value.details() or "").startswith(f"{field}:")
+
+
+LEASE_MS = 200  # squawk.policy.pacer.LEASE
+
+
+@pytest.mark.parametrize("upstream", ["open", "a-caller-name", ""])
+def test_an_unlimited_upstream_grants_the_permits_asked_with_a_lease(
+    stub: Stub, upstream: str
+) -> None:
+    reply = stub.Admit(pb.AdmitRequest(upstream=upstream, permits=7), timeout=5)
+    assert (reply.allowed, reply.permits, reply.wait.ToMilliseconds()) == (True, 7, 0)
+    assert reply.HasField("lease")
+    assert reply.lease.ToMilliseconds() == LEASE_MS
+
+
+@pytest.mark.parametrize("permits", [0, 1])
+def test_one_permit_is_granted_without_a_lease(stub: Stub, permits: int) -> None:
+    for upstream in ("open", ""):
+        reply = stub.Admit(pb.AdmitRequest(upstream=upstream, permits=permits), timeout=5)
+        assert (reply.allowed, reply.permits, reply.HasField("lease")) == (True, 1, False)
+
+
+def test_the_admit_span_carries_the_pace() -> None:
+    admits = [
+        ("Admit", pb.AdmitRequest(upstream="api", permits=3)),
+        ("Admit", pb.AdmitRequest(permits=2)),
+    ]
+    spans = run_in_process(calls=admits)
+    assert [s.name for s in spans] == [f"/{SERVICE}/Admit"] * 2
+    for span, permits in zip(spans, (3, 2), strict=True):
+        attributes = dict(span.attributes or {})
+        assert {k: attributes[k] for k in PACE_ATTRIBUTES} == {
+            "squawk.pace.wait_ms": 0,
+            "squawk.pace.source": "NONE",
+            "squawk.pace.rate": 0.0,
+            "squawk.admit.permits": permits,
+        }
+
+
+# Profile "paced": every upstream one call per 50 ms, one at a time; each
+# test takes a name of its own, and so a pacer of its own.
+PACED = """\
+profiles:
+  paced:
+    rate_limit: {rate: 20, burst: 1}
+"""
+SLOT_MS = 50  # 1 / rate
+MS = timedelta(milliseconds=1)
+
+
+@pytest.fixture(scope="module")
+def paced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Stub, int]]:
+    path = tmp_path_factory.mktemp("paced") / "policy.yaml"
+    path.write_text(PACED)
+    port = free_port()
+    daemon = start_daemon("--policy", str(path), "--metrics-listen", f"127.0.0.1:{port}")
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            yield daemon, Stub(channel), port
+    finally:
+        daemon.stop()
+
+
+def _paced_admit(stub: Stub, upstream: str, **fields: Any) -> pb.AdmitResponse:
+    reply: pb.AdmitResponse = stub.Admit(
+        pb.AdmitRequest(profile="paced", upstream=upstream, **fields), timeout=5
+    )
+    return reply
+
+
+def _row(stub: Stub, profile: str, upstream: str) -> pb.UpstreamState:
+    listed = stub.GetUpstreams(
+        pb.GetUpstreamsRequest(profile=profile, upstream=upstream), timeout=5
+    ).upstreams
+    (row,) = listed
+    return row
+
+
+def test_a_declared_rate_paces_the_second_of_two_quick_calls(
+    paced: tuple[Daemon, Stub, int],
+) -> None:
+    _, stub, _ = paced
+    first, second = (_paced_admit(stub, "two-quick") for _ in range(2))
+    # Burst 1: the first starts now; the second one slot after it, less
+    # the time between the two calls (the daemon's clock is real).
+    assert (first.allowed, first.wait.ToMilliseconds(), first.permits) == (True, 0, 1)
+    assert second.allowed and second.permits == 1
+    assert timedelta(0) < second.wait.ToTimedelta() <= SLOT_MS * MS
+    row = _row(stub, "paced", "two-quick")
+    assert row.pace_source == pb.PACE_SOURCE_POLICY
+    assert row.rate == 20
+    assert (row.paced, row.shed) == (1, 0)
+
+
+def test_a_deadline_shorter_than_the_wait_is_refused_at_once(
+    paced: tuple[Daemon, Stub, int],
+) -> None:
+    _, stub, _ = paced
+    queued = [_paced_admit(stub, "short-deadline") for _ in range(4)]
+    assert all(q.allowed for q in queued)
+    # Four calls hold the next start up to four slots away (less the time
+    # they took); one with a millisecond left cannot make it.
+    refused = _paced_admit(stub, "short-deadline", deadline=Duration(nanos=1_000_000))
+    assert not refused.allowed
+    assert refused.reason == pb.REASON_UPSTREAM_SATURATED
+    assert (refused.permits, refused.wait.ToMilliseconds()) == (0, 0)
+    # Its turn after the queue (one slot past the queue's end, at most five
+    # slots away), jittered upwards by at most a fifth
+    # (squawk.policy.cooldown.spread).
+    left = refused.retry_after.ToTimedelta()
+    assert timedelta(0) < left <= (4 + 1) * SLOT_MS * MS * 1.2 + MS
+    # Shedding reserved no slot: a call with time enough still gets one.
+    later = _paced_admit(stub, "short-deadline", deadline=Duration(seconds=5))
+    assert later.allowed
+    row = _row(stub, "paced", "short-deadline")
+    assert row.shed == 1 and row.paced >= 1
+
+
+def test_a_paced_upstream_grants_one_permit_at_a_time(
+    paced: tuple[Daemon, Stub, int],
+) -> None:
+    _, stub, _ = paced
+    reply = _paced_admit(stub, "permits", permits=10)
+    assert (reply.allowed, reply.permits, reply.HasField("lease")) == (True, 1, False)
+
+
+def test_the_pace_is_in_the_metrics_and_the_log(paced: tuple[Daemon, Stub, int]) -> None:
+    daemon, stub, port = paced
+    for _ in range(3):
+        _paced_admit(stub, "watched")
+    _paced_admit(stub, "watched", deadline=Duration(nanos=1_000_000))
+    labels = '{profile="paced",upstream="watched"}'
+    samples = scrape(port)
+    assert samples[f"squawk_pace_rate{labels}"] == 20
+    assert samples[f"squawk_pace_wait_seconds_count{labels}"] == 3
+    assert samples[f"squawk_admit_shed_total{labels}"] == 1
+    # A pace switched on is a log line; one per source every 10 s, so the
+    # line may name another test's upstream of this daemon.
+    eventually(
+        lambda: "pace none 0/s -> policy 20/s for upstream '" in daemon.output(),
+        "the pace's log line",
+    )
+
+
+def test_the_admit_span_carries_a_paced_wait(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(PACED)
+    admit = pb.AdmitRequest(profile="paced", upstream="traced")
+    spans = run_in_process(calls=[("Admit", admit)] * 2, policy=str(path))
+    first, second = (dict(s.attributes or {}) for s in spans)
+    assert (first["squawk.pace.source"], first["squawk.pace.rate"]) == ("POLICY", 20.0)
+    assert first["squawk.pace.wait_ms"] == 0
+    assert second["squawk.pace.wait_ms"] in range(SLOT_MS + 1)
+
+
+LEARNING = """\
+profiles:
+  default:
+    circuit_breaker: {enabled: false}
+"""
+
+
+@pytest.fixture(scope="module")
+def learning(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stub]:
+    with serving(tmp_path_factory, LEARNING) as channel:
+        yield Stub(channel)
+
+
+def test_throttling_outcomes_switch_a_learned_pace_on(learning: Stub) -> None:
+    name = "throttles"
+    assert learning.Admit(pb.AdmitRequest(upstream=name), timeout=5).allowed
+    assert _row(learning, "default", name).pace_source == pb.PACE_SOURCE_NONE
+    outcomes = [pb.Outcome(upstream=name, success=True)] * 20 + [
+        pb.Outcome(upstream=name, http_status=429)
+    ] * 20
+    learning.ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=5)
+    row = _row(learning, "default", name)
+    assert row.pace_source == pb.PACE_SOURCE_LEARNED
+    assert row.rate > 0
+
+
+def test_rate_limit_headers_on_a_success_set_the_pace(learning: Stub) -> None:
+    name = "announces"
+    headers = {
+        "x-ratelimit-limit-requests": "600",
+        "x-ratelimit-remaining-requests": "599",
+        "x-ratelimit-reset-requests": "100ms",
+    }
+    success = pb.Outcome(upstream=name, success=True, headers=headers)
+    learning.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[success]), timeout=5)
+    row = _row(learning, "default", name)
+    assert row.pace_source == pb.PACE_SOURCE_HEADERS
+    assert row.rate > 0
+
+
+FLEET_PACED = """\
+state:
+  store: redis
+  key_prefix: "pace:"
+  deadline: 250ms
+profiles:
+  paced:
+    rate_limit: {rate: 20, burst: 1}
+"""
+
+
+def test_admit_paces_with_the_redis_store(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(FLEET_PACED)
+    redis = RedisServer().start()
+    try:
+        daemon = start_daemon("--policy", str(path), env={"SQUAWK_STATE_URL": redis.url})
+        try:
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = Stub(channel)
+                first, second = (_paced_admit(stub, "fleet-paced") for _ in range(2))
+                assert first.allowed and first.wait.ToMilliseconds() == 0
+                assert second.allowed
+                assert timedelta(0) < second.wait.ToTimedelta() <= SLOT_MS * MS
+                for _ in range(3):
+                    _paced_admit(stub, "fleet-paced")
+                refused = _paced_admit(stub, "fleet-paced", deadline=Duration(nanos=1_000_000))
+                assert refused.reason == pb.REASON_UPSTREAM_SATURATED
+                # The fleet counts each call it admits: one permit at a time.
+                unpaced = stub.Admit(pb.AdmitRequest(upstream="fleet-open", permits=5), timeout=5)
+                assert (unpaced.allowed, unpaced.permits) == (True, 1)
+        finally:
+            daemon.stop()
+    finally:
+        redis.stop()

@@ -1,0 +1,140 @@
+"""The rate-limit header parser: the shared vectors, then properties over
+hostile input (hypothesis): it never raises, and every field it returns is
+within its bound."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT
+from squawk.policy import Quota, RateLimitHint, rate_limit_hint
+from squawk.policy.headers import MAX_RETRY_AFTER
+from squawk.policy.limits import MAX_HEADER_VALUE_CHARS, MAX_HEADERS, MAX_POLICY_DURATION
+from squawk.policy.ratelimit import MAX_COUNT
+
+CASES = json.loads((ROOT / "tests" / "vectors" / "ratelimit_headers.json").read_text())["cases"]
+
+
+def _seconds(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
+
+
+def _quota(expect: dict[str, Any] | None) -> Quota | None:
+    if expect is None:
+        return None
+    return Quota(
+        expect["limit"], expect["remaining"], _seconds(expect["reset"]), _seconds(expect["window"])
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_vector(case: dict[str, Any]) -> None:
+    expect = case["expect"]
+    want = (
+        None
+        if expect is None
+        else RateLimitHint(_quota(expect["requests"]), _quota(expect["tokens"]))
+    )
+    assert rate_limit_hint(case["headers"], case["wall_now"]) == want
+
+
+NAMES = sorted(
+    {name for case in CASES for name in case["headers"]}
+    | {"ratelimit", "ratelimit-policy", "x-ratelimit-reset", "anthropic-ratelimit-tokens-reset"}
+)
+PIECES = [
+    "0",
+    "1",
+    "60",
+    "1e400",
+    "nan",
+    "-inf",
+    "-1",
+    ".",
+    "..",
+    "5.",
+    ".5",
+    "999999999999999999999",
+    "1714564800",
+    "1714564800000",
+    "h",
+    "ms",
+    "\u00b5s",
+    "1h2m",
+    "s1",
+    "T",
+    "Z",
+    "+99:99",
+    "2024-05-01T12:00:00Z",
+    "9999-12-31T23:59:59-23:59",
+    "0001-01-01T00:00:00+23:59",
+    '"',
+    ",",
+    ";",
+    "=",
+    "r=",
+    "q=",
+    "w=",
+    "t=",
+    "qu=",
+    " ",
+    "\x00",
+    "\u0661",
+]
+VALUES = st.one_of(
+    st.text(max_size=80),
+    st.lists(st.sampled_from(PIECES), max_size=12).map("".join),
+    st.text(alphabet='0123456789.;,="rqtwu ', max_size=600),
+)
+HEADERS = st.dictionaries(
+    st.one_of(st.sampled_from(NAMES), st.sampled_from(NAMES).map(str.upper), st.text(max_size=20)),
+    VALUES,
+    max_size=MAX_HEADERS,
+)
+CLOCKS = st.one_of(
+    st.floats(0, 4e11),
+    st.sampled_from([math.nan, math.inf, -math.inf, -1e300, 1e300, 0.0]),
+)
+
+
+def _bounded(quota: Quota | None) -> None:
+    if quota is None:
+        return
+    assert quota != Quota(None, None, None, None)
+    for count in (quota.limit, quota.remaining):
+        assert count is None or 0 <= count <= MAX_COUNT
+    assert quota.reset is None or timedelta(0) <= quota.reset <= MAX_RETRY_AFTER
+    assert quota.window is None or timedelta(0) < quota.window <= MAX_POLICY_DURATION
+
+
+@settings(max_examples=400, deadline=None)
+@given(HEADERS, CLOCKS)
+def test_never_raises_and_stays_in_bounds(headers: dict[str, str], wall_now: float) -> None:
+    hint = rate_limit_hint(headers, wall_now)
+    if hint is not None:
+        assert hint.requests is not None or hint.tokens is not None
+        _bounded(hint.requests)
+        _bounded(hint.tokens)
+
+
+def test_a_flood_of_the_largest_headers_is_read_in_linear_time() -> None:
+    """The server's bound (64 values of 8,192 characters) of the slowest
+    shapes: quoted lists and long digit runs. A generous bound: the defect
+    is a hang (backtracking or a quadratic scan), not a slow machine."""
+    shapes = ['"a";r=1,' * 1024, "9" * MAX_HEADER_VALUE_CHARS, "1h" * 4096, '"' * 8192]
+    headers = {
+        name: shapes[i % len(shapes)][:MAX_HEADER_VALUE_CHARS]
+        for i, name in enumerate(NAMES[:MAX_HEADERS])
+    }
+    started = time.process_time()
+    for _ in range(100):
+        rate_limit_hint(headers, 1714564800.0)
+    assert time.process_time() - started < 10.0
