@@ -10,6 +10,7 @@
 const fs = require("node:fs");
 const http = require("node:http");
 const squawk = require(process.env.SQUAWK_TS_CLIENT);
+const { InterceptingCall } = require(require.resolve("@grpc/grpc-js", { paths: [process.env.SQUAWK_TS_CLIENT] }));
 
 const cfg = JSON.parse(process.argv[2]);
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1024 });
@@ -40,26 +41,47 @@ function counted(second, failed) {
   if (failed) row[1] += 1;
 }
 
-const client = cfg.mode === "none" ? undefined : new squawk.SquawkClient(cfg.daemon);
+// Every RPC the client sends passes here: one that ends in an error is a
+// call the daemon did not decide (the client answered for it).
+function countingInterceptor(options, nextCall) {
+  return new InterceptingCall(nextCall(options), {
+    start(metadata, _listener, next) {
+      next(metadata, {
+        onReceiveStatus(status, nextStatus) {
+          counted(Math.floor(Date.now() / 1000), status.code !== 0);
+          nextStatus(status);
+        },
+      });
+    },
+  });
+}
+// Pod mode: success reports in batches and leased permits, as a busy
+// executor should run (the Go and Python runners do both by themselves).
+const client =
+  cfg.mode === "none"
+    ? undefined
+    : new squawk.SquawkClient(cfg.daemon, {
+        channelOptions: { interceptors: [countingInterceptor] },
+        batchOutcomes: true,
+        leasePermits: 10,
+      });
 
-// The client as one step's runner sees it: every Squawk call passes here,
-// and one during which the client counted a fallback (or a fail-open) is a
-// call the daemon did not decide; `flag.undecided` marks the step.
+// The client as one step's runner sees it: a call during which the client
+// counted a fallback (or a fail-open) marks the step (`flag.undecided`).
 function sourceFor(flag) {
   const wrap = (name) => async (input, options) => {
     const before = client.fallbackCount;
     try {
       return await client[name](input, options);
     } finally {
-      const failed = client.fallbackCount > before;
-      counted(Math.floor(Date.now() / 1000), failed);
-      if (failed) flag.undecided = true;
+      if (client.fallbackCount > before) flag.undecided = true;
     }
   };
   return {
     decideRetry: wrap("decideRetry"),
     admit: wrap("admit"),
     reportOutcome: wrap("reportOutcome"),
+    queueOutcome: (outcome) => client.queueOutcome(outcome),
     get fallbackProfile() {
       return client.fallbackProfile;
     },
@@ -181,7 +203,7 @@ async function main() {
     }
   }
   while (pending.size > 0) await Promise.all([...pending]);
-  client?.close();
+  await client?.close();
   agent.destroy();
   fs.writeFileSync(cfg.out, JSON.stringify({ id: cfg.id, steps, calls }));
 }

@@ -36,33 +36,38 @@ BACKOFF_MAX_S = 10.0
 
 
 class CountingClient(AsyncSquawkClient):
-    """The client, counting its calls per wall second and those the daemon
-    did not decide (answered by the fallback, or failed open)."""
+    """The client, counting per wall second the RPCs it sends and those that
+    ended in an error: a call the daemon did not decide (the client then
+    answered from its fallback, or failed open)."""
 
     def __init__(self, target: str) -> None:
         super().__init__(target)
         self.calls: defaultdict[int, list[int]] = defaultdict(lambda: [0, 0])
+        self._stub = _CountingStub(self._stub, self.calls)  # type: ignore[assignment]
 
-    async def _counted(self, call: Awaitable[Any]) -> Any:
-        before = self.fallback_count
-        try:
-            return await call
-        finally:
-            undecided = self.fallback_count > before
-            row = self.calls[int(time.time())]
-            row[0] += 1
-            row[1] += undecided
-            if undecided and (flag := STEP_UNDECIDED.get(None)) is not None:
-                flag[0] = True
 
-    async def admit(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._counted(super().admit(*args, **kwargs))
+class _CountingStub:
+    def __init__(self, stub: Any, calls: defaultdict[int, list[int]]) -> None:
+        self._stub = stub
+        self._calls = calls
 
-    async def decide_retry(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._counted(super().decide_retry(*args, **kwargs))
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._stub, name)
 
-    async def report_outcome(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._counted(super().report_outcome(*args, **kwargs))
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            failed = True
+            try:
+                reply = await method(*args, **kwargs)
+                failed = False
+                return reply
+            finally:
+                row = self._calls[int(time.time())]
+                row[0] += 1
+                row[1] += failed
+                if failed and (flag := STEP_UNDECIDED.get(None)) is not None:
+                    flag[0] = True
+
+        return counted
 
 
 async def tenacity(
