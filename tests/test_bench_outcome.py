@@ -118,6 +118,7 @@ def test_phase_figures_count_what_is_inside_the_phase() -> None:
     assert f["step_success"] == pytest.approx(2 / 3)
     # Latencies 500, 2000 and 100 ms: p50 is rank 2 (500), p99 rank 3.
     assert (f["p50_ms"], f["p99_ms"]) == (pytest.approx(500), pytest.approx(2000))
+    assert f["p99_ms_by_executor"] == {"a": pytest.approx(2000), "b": pytest.approx(100)}
     # a: 1 success for 2 steps (0.5); b: 2 for 1 (2.0): 2.5^2 / (2 x 4.25).
     assert f["jain"] == pytest.approx(6.25 / 8.5)
     # Seconds 100 and 101 of a; 102 is after, b's 99 before.

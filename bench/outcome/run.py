@@ -27,9 +27,13 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+
+from squawk_client import SquawkClient, SquawkError
 
 from ..procs import Proc, Processes, free_port
 from .stats import Count, Phase, Step, phase_figures, recovery_s, sustained_rate
@@ -202,13 +206,18 @@ def run_one(
     partial = start_file.with_suffix(".partial")
     partial.write_text(repr(t0))
     partial.rename(start_file)
-    # The daemon's CPU at each phase boundary; the capacity switched on time.
+    # The daemon's CPU at each phase boundary; the capacity switched on time;
+    # the pod's view of the upstream (GetUpstreams) in the middle of each phase.
     cpu: list[float | None] = []
+    views: list[list[dict[str, Any]]] = []
     for i, p in enumerate(phases):
         sleep_until(p.start)
         if i and p.capacity != phases[i - 1].capacity:
             get(f"{base}/capacity?c={p.capacity}")
         cpu.append(daemon.cpu_s() if daemon else None)
+        if mode == "pod":
+            sleep_until(p.start + p.seconds / 2)
+            views.append(upstream_view(target))
     sleep_until(phases[-1].end)
     cpu.append(daemon.cpu_s() if daemon else None)
     failed: list[str] = []
@@ -241,7 +250,19 @@ def run_one(
     figures[1]["settled_successes_per_s"] = sustained_rate(counts, settled_from, middle.end)
     whole = Phase("run", phases[0].start, last.end, 0, capacity)
     total = phase_figures(whole, capacity, counts, steps, calls, _delta(cpu[0], cpu[-1]))
+    for f, view in zip(figures, views, strict=False):
+        f["upstreams"] = view
     return {"phases": figures, "run": total, "failed": failed}
+
+
+def upstream_view(target: str) -> list[dict[str, Any]]:
+    """GetUpstreams, as `squawk upstreams` shows it; [] when it fails."""
+    with SquawkClient(target, call_timeout=timedelta(seconds=2)) as client:
+        try:
+            states = client.get_upstreams()
+        except SquawkError as exc:
+            return [{"error": str(exc)}]
+    return [MessageToDict(s, preserving_proto_field_name=True) for s in states]
 
 
 def _delta(a: float | None, b: float | None) -> float | None:

@@ -187,6 +187,10 @@ def phase_figures(
         "step_success": _share(ok, len(started)),
         "p50_ms": percentile(latencies, 50),
         "p99_ms": percentile(latencies, 99),
+        "p99_ms_by_executor": {
+            e: percentile([(s.end - s.start) * 1000 for s in started if s.executor == e], 99)
+            for e in executors
+        },
         "jain": jain([got[e] / offered[e] for e in executors]),
         "squawk_calls": squawk_calls,
         "undecided": undecided,
