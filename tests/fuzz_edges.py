@@ -15,6 +15,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from google.protobuf.duration_pb2 import Duration
+
 from squawk.v1 import policy_pb2 as pb
 from wire_bytes import field_bytes, struct_bytes
 
@@ -27,6 +29,7 @@ EYJ = "eyJ-" * N  # every position starts a JWT-looking token that never ends
 SPACES = " " * N
 HINT_SPACES = "use" + SPACES  # "did you mean/use X" with X never coming
 BACKTRACK = "a" * 40 + "!"
+_RATE_FLOOD = {f"x-ratelimit-reset-{j}": "9" * 8_192 for j in range(64)}
 YEAR_9999 = "Fri, 31 Dec 9999 23:59:59 GMT"  # "^(a+)+$" takes 2^40 steps to reject this
 Edge = Callable[[], tuple[str, bytes]]
 
@@ -213,6 +216,20 @@ EDGES: dict[str, list[Edge]] = {
         _admit("eyJ-upstream", upstream=EYJ),
         _admit("eyJ-capability", upstream="a", capability=EYJ),
         _admit("eyJ-profile", upstream="a", profile=EYJ),
+        # The pace's inputs at and past their bounds.
+        _admit("cost-nan", upstream="a", cost=float("nan")),
+        _admit("cost-max-double", upstream="a", cost=1.7976931348623157e308),
+        _admit("permits-int32-max", upstream="a", permits=2**31 - 1),
+        _admit("permits-int32-min", upstream="a", permits=-(2**31)),
+        _admit("deadline-duration-max", upstream="a", deadline=Duration(seconds=315_576_000_000)),
+        _admit("deadline-negative", upstream="a", deadline=Duration(seconds=-1)),
+        _admit(
+            "deadline-a-day-100-permits",
+            upstream="a",
+            deadline=Duration(seconds=86_400),
+            permits=100,
+            cost=1e9,
+        ),
     ],
     "ReportOutcome": [
         _report("0-outcomes"),
@@ -221,6 +238,9 @@ EDGES: dict[str, list[Edge]] = {
         _report("100000-outcomes", _out("a"), copies=100_000),
         _report("bad-status-at-999", *[_out("a")] * 999, _out("a", 600)),
         _report("status-int32-min", _out("a", -(2**31))),
+        # Rate-limit headers as many and as long as the boundary lets in, on
+        # seven 429s (3.5 MiB): each is parsed for the pace.
+        _report("ratelimit-header-flood", *[_out(f"r{i}", 429, _RATE_FLOOD) for i in range(7)]),
         # Ten failures each open 100 breakers in one call.
         _report("100-breakers-open", *[_out(f"b{i}") for i in range(100) for _ in range(10)]),
         _report(

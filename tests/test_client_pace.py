@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from conftest import start_daemon
+from conftest import Daemon, start_daemon
 from scripted_admit import AdmitServer, admit_servers
+from squawk.v1 import policy_pb2 as pb
 from squawk_client import (
     AsyncSquawkClient,
     Reason,
@@ -207,3 +208,67 @@ def test_a_step_whose_deadline_the_pace_cannot_meet_is_shed_uncalled(paced: str)
 
     shed = asyncio.run(main())
     assert (shed.decision.reason, shed.attempts, calls) == (Reason.UPSTREAM_SATURATED, 0, [])
+
+
+ANNOUNCED = {
+    "x-ratelimit-limit-requests": "600",
+    "x-ratelimit-remaining-requests": "599",
+    "x-ratelimit-reset-requests": "100ms",
+}
+
+
+def test_the_rate_limit_headers_of_a_success_set_the_daemons_pace(daemon: Daemon) -> None:
+    options = StepOptions(upstream="announces")
+    with SquawkClient(daemon.target, call_timeout=TIMEOUT) as client:
+        run_step_sync(client, str, 1, options=options, headers_of=lambda result: ANNOUNCED)
+    # Closed: the batch holding the success has been sent.
+    with SquawkClient(daemon.target, call_timeout=TIMEOUT) as reader:
+        (row,) = reader.get_upstreams(upstream="announces")
+    assert row.pace_source == pb.PACE_SOURCE_HEADERS
+    assert row.rate > 0
+
+
+def _flood(result: str) -> dict[str, str]:
+    return {f"x-ratelimit-{n}": "1" for n in range(10_000)}
+
+
+def _hostile(result: str) -> dict[str, str]:
+    return {
+        "x-ratelimit-remaining-requests": "5",
+        "content-type": "application/json",  # not a rate-limit header
+        "x-ratelimit-" + "n" * 300: "1",  # a name over 256 characters
+        "x-ratelimit-limit-requests": "9" * 9000,  # a value over 8,192
+        "RateLimit": "\udcff",  # not UTF-8
+    }
+
+
+def _raising(result: str) -> dict[str, str]:
+    raise AttributeError("headers")
+
+
+@pytest.mark.parametrize(
+    ("headers_of", "kept"),
+    [
+        (_hostile, {"x-ratelimit-remaining-requests": "5"}),
+        (_raising, {}),
+        (lambda result: {}, {}),
+    ],
+    ids=["hostile", "raises", "none"],
+)
+def test_a_successs_headers_are_bounded_before_they_are_reported(
+    admitting: Start, headers_of: Callable[[str], dict[str, str]], kept: dict[str, str]
+) -> None:
+    target, server = admitting([ADMITTED])
+    with SquawkClient(target, call_timeout=TIMEOUT) as client:
+        assert run_step_sync(
+            client, str, 1, options=StepOptions(upstream="a"), headers_of=headers_of
+        )
+    assert [o.get("headers", {}) for o in server.reported] == [kept]
+
+
+def test_a_header_flood_reports_at_most_the_daemons_limit(admitting: Start) -> None:
+    target, server = admitting([ADMITTED])
+    with SquawkClient(target, call_timeout=TIMEOUT) as client:
+        run_step_sync(client, str, 1, options=StepOptions(upstream="a"), headers_of=_flood)
+    (reported,) = server.reported
+    assert len(reported["headers"]) == 64

@@ -334,6 +334,24 @@ def test_a_half_open_breaker_grants_one_permit() -> None:
     assert (probe.probe, probe.permits, probe.lease) == (True, 1, None)
 
 
+def test_a_probe_the_pacer_refuses_takes_no_probe_slot() -> None:
+    breaker = BreakerConfig(minimum_calls=1, open_for=timedelta(seconds=1), half_open_probes=1)
+    config = UpstreamConfig(breaker, rate_limit=RateLimitConfig(rate=1))
+    state, _ = admit(UpstreamState(), config, 0.0)
+    state = record_outcome(state, config, 0.0, Outcome(False, 503))
+    # Half-open at 1.0; the pace's next start is 1.0 too, then 2.0: the
+    # second call's 1 s wait passes its 500 ms deadline.
+    state, probe = admit(state, config, 1.0)
+    assert probe.probe and probe.wait == timedelta(0)
+    state = record_outcome(state, config, 1.0, Outcome(False, 499))  # not counted: slot back
+    state, refused = admit(state, config, 1.0, deadline=500 * MS)
+    assert refused.reason is Reason.UPSTREAM_SATURATED
+    # The one probe slot is still free for a call the pace can start
+    # (at 1.5, within the round, with the 500 ms left of its slot).
+    _, later = admit(state, config, 1.5)
+    assert (later.allowed, later.probe, later.wait) == (True, True, 500 * MS)
+
+
 def test_admit_refuses_upstream_saturated_after_the_breaker() -> None:
     config = UpstreamConfig(rate_limit=RateLimitConfig(rate=1))
     state, _ = admit(UpstreamState(), config, 0.0)
@@ -476,3 +494,64 @@ def test_waits_stay_within_their_bounds_and_no_pace_is_stuck(
     later = now + 30 + 300 + 2
     assert pacer_snapshot(p, config, later).source in {PaceSource.NONE, PaceSource.POLICY}
     assert pace(p, config, later, cost=1)[1].allowed
+
+
+def _slowing(config: RateLimitConfig = NOTHING) -> Pacer:
+    """Ten 100 ms successes at 0 (baseline = fast mean = 0.1 s; 10 / 0.5 s
+    = 20/s served so far), then two of 1 s. The first: fast mean 0.1 +
+    0.1 x 0.9 = 0.19, not past 2 x baseline 0.1. The second: fast 0.19 +
+    0.1 x 0.81 = 0.271, past 2 x 0.109: the limit switches on at 0.9 x
+    (22/s served x 0.271 s) = 5.366, i.e. 5 calls."""
+    p = Pacer()
+    for _ in range(10):
+        p = observe(p, config, 0.0, OK._replace(latency=100 * MS))
+    p = observe(p, config, 0.1, OK._replace(latency=1000 * MS))
+    assert pacer_snapshot(p, config, 0.1).concurrency_limit == 0
+    return observe(p, config, 0.2, OK._replace(latency=1000 * MS))
+
+
+def test_a_healthy_upstream_gets_no_concurrency_limit() -> None:
+    p = Pacer()
+    for i in range(100):
+        p = observe(p, NOTHING, i / 10, OK._replace(latency=(100 + i % 30) * MS))
+    assert pacer_snapshot(p, NOTHING, 10.0).concurrency_limit == 0
+    assert pacer_is_idle(p, NOTHING, 10.0)
+
+
+def test_aimd_switches_on_when_the_upstream_slows_down() -> None:
+    p = _slowing()
+    view = pacer_snapshot(p, NOTHING, 0.2)
+    assert (view.concurrency_limit, view.in_flight) == (5, 0)
+    for _ in range(5):
+        p, granted = pace(p, NOTHING, 0.3)
+        assert granted.allowed and granted.wait == timedelta(0)
+    p, full = pace(p, NOTHING, 0.3)
+    # A slot frees about every 0.271 / 5.37 = 50 ms: at least 100 ms.
+    assert (full.allowed, full.retry_after) == (False, 100 * MS)
+    # A fast success with 5 in flight (>= half of 5.37): +1, and one fewer in flight.
+    p = observe(p, NOTHING, 0.4, OK._replace(latency=100 * MS))
+    assert pacer_snapshot(p, NOTHING, 0.4)[4:] == (6, 4)
+    # A slow one 0.3 s after the last decrease: not again within a bucket;
+    # at 0.8: x 0.9 -> 5.73, i.e. 5.
+    p = observe(p, NOTHING, 0.5, OK._replace(latency=1000 * MS))
+    assert pacer_snapshot(p, NOTHING, 0.5).concurrency_limit == 6
+    p = observe(p, NOTHING, 0.8, OK._replace(latency=1000 * MS))
+    assert pacer_snapshot(p, NOTHING, 0.8)[4:] == (5, 2)
+    # Switched off after quiet without a slow call.
+    assert pacer_snapshot(p, NOTHING, 30.79).concurrency_limit == 5
+    assert pacer_snapshot(p, NOTHING, 30.8)[4:] == (0, 0)
+    assert pace(p, NOTHING, 30.8)[1].allowed
+
+
+def test_calls_never_reported_leave_the_count_after_two_epochs() -> None:
+    config = RateLimitConfig(quiet=timedelta(hours=1))
+    p = _slowing(config)  # the count's epoch starts at 0.2
+    for _ in range(5):
+        p, _ = pace(p, config, 0.3)
+    assert not pace(p, config, 120.3)[1].allowed  # one epoch on: still counted
+    assert pace(p, config, 240.2)[1].allowed  # two: forgotten
+
+
+def test_concurrency_off_learns_no_limit() -> None:
+    off = RateLimitConfig(concurrency=False)
+    assert pacer_snapshot(_slowing(off), off, 0.2).concurrency_limit == 0

@@ -19,8 +19,11 @@ import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
-from conftest import Daemon, free_port, scrape, serving, start_daemon
+from conftest import Daemon, free_port, scrape, serving, squawk, start_daemon
+from squawk.daemon.config import parse_config
 from squawk.daemon.server.spans import SERVICE
+from squawk.daemon.server.upstreams import Upstreams
+from squawk.policy import Policy, RateLimitConfig, builtin_policy, pacer
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from test_fleet import eventually  # isort: split
@@ -135,7 +138,7 @@ def test_a_bad_outcome_cost_or_latency_is_refused_naming_it(
     assert (caught.value.details() or "").startswith(f"{field}:")
 
 
-LEASE_MS = 200  # squawk.policy.pacer.LEASE
+LEASE_MS = 200  # the README says so (squawk.policy.pacer.LEASE)
 
 
 @pytest.mark.parametrize("upstream", ["open", "a-caller-name", ""])
@@ -363,3 +366,119 @@ def test_admit_paces_with_the_redis_store(tmp_path: Path) -> None:
             daemon.stop()
     finally:
         redis.stop()
+
+
+def test_the_cli_prints_the_pace(paced: tuple[Daemon, Stub, int]) -> None:
+    daemon, stub, _ = paced
+    for _ in range(2):
+        _paced_admit(stub, "cli-paced")
+    table = squawk("upstreams", "--target", daemon.target, "--profile", "paced")
+    assert table.returncode == 0, table.stderr
+    header, *rows = (line.split() for line in table.stdout.splitlines())
+    (row,) = [r for r in rows if r[1] == "cli-paced"]
+    shown = dict(zip(header, row, strict=True))
+    assert (shown["PACE"], shown["RATE"], shown["PACED"], shown["SHED"]) == (
+        "policy",
+        "20/s",
+        "1",
+        "0",
+    )
+    assert 0 <= float(shown["QUEUE"].removesuffix("s")) <= SLOT_MS / 1000
+
+
+def test_rate_limit_headers_on_a_failure_decide_retry_saw_set_the_pace(learning: Stub) -> None:
+    name = "decided"
+    request = pb.DecideRetryRequest(
+        attempt=1,
+        http_status=429,
+        upstream=name,
+        headers={
+            "x-ratelimit-limit-requests": "60",
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": "1s",
+        },
+    )
+    learning.DecideRetry(request, timeout=5)
+    assert _row(learning, "default", name).pace_source == pb.PACE_SOURCE_HEADERS
+
+
+# An upstream's headers are hostile input: each set must leave a pace that
+# answers within its bounds (squawk.policy.pacer: every rate has a floor,
+# every hold an end of at most 5 minutes), never an error or a stall.
+HOSTILE = [
+    {"x-ratelimit-limit-requests": "NaN", "x-ratelimit-remaining-requests": "-1"},
+    {"x-ratelimit-limit-requests": "1e308", "x-ratelimit-reset-requests": "inf"},
+    {"x-ratelimit-limit-requests": "9" * 400, "x-ratelimit-remaining-requests": "0"},
+    {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "99999999h"},
+    {"x-ratelimit-limit": "10", "x-ratelimit-remaining": "0", "x-ratelimit-reset": "99999999999"},
+    {
+        "anthropic-ratelimit-requests-limit": "10",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "9999-12-31T23:59:59Z",
+    },
+    {"ratelimit": '"d";r=0;t=' + "9" * 60, "ratelimit-policy": '"d";q=0;w=0'},
+    # A flood: as many headers as the boundary lets in, each as long as it lets.
+    {f"x-ratelimit-{i}": "9" * 8_192 for i in range(64)},
+]
+MAX_HOLD = pacer.MAX_HOLD
+MAX_QUEUE_DELAY = RateLimitConfig().max_queue_delay
+
+
+@pytest.mark.parametrize("headers", HOSTILE, ids=[f"hostile{i}" for i in range(len(HOSTILE))])
+def test_hostile_rate_limit_headers_leave_a_bounded_pace(
+    learning: Stub, headers: dict[str, str]
+) -> None:
+    name = f"hostile-{HOSTILE.index(headers)}"
+    report = pb.ReportOutcomeRequest(
+        outcomes=[pb.Outcome(upstream=name, success=True, headers=headers)]
+    )
+    assert learning.ReportOutcome(report, timeout=10).recorded == 1
+    row = _row(learning, "default", name)
+    held = row.queue_delay.ToTimedelta()
+    assert held <= MAX_HOLD
+    if row.pace_source != pb.PACE_SOURCE_NONE:
+        # A rate, or a hold ("remaining 0" until a reset) that ends.
+        assert row.rate > 0 or held > timedelta(0)
+    reply = learning.Admit(pb.AdmitRequest(upstream=name, deadline=Duration(seconds=10)), timeout=5)
+    if reply.allowed:
+        assert reply.wait.ToTimedelta() <= MAX_QUEUE_DELAY
+    else:
+        assert reply.reason == pb.REASON_UPSTREAM_SATURATED
+        assert reply.retry_after.ToTimedelta() <= MAX_HOLD * 1.2 + timedelta(seconds=5)
+
+
+def _rated(rate: float) -> Policy:
+    return parse_config(f"profiles:\n  default:\n    rate_limit: {{rate: {rate}}}\n").policy
+
+
+def test_a_pace_change_is_reported_when_its_source_changes_or_its_rate_moves_a_fifth() -> None:
+    """PaceChange: a source change, or a rate off by more than 20 % from the
+    one last reported (not the one last seen, so a slow drift is reported
+    once it adds up); looked at no more than every 0.1 s."""
+    clock = [0.0]
+    policy = [_rated(20)]
+    seen: list[tuple[str, float, str, float]] = []
+    upstreams = Upstreams(
+        policy[0],
+        clock=lambda: clock[0],
+        on_pace=lambda c: seen.append((c.before.name, c.rate_before, c.after.name, c.rate_after)),
+    )
+
+    def admit_at(t: float, reloaded: Policy | None = None) -> None:
+        clock[0] = t
+        if reloaded is not None:
+            policy[0] = reloaded
+            upstreams.use_policy(reloaded)
+        upstreams.admit(policy[0].profile("default"), "api")
+
+    admit_at(0.0)
+    assert seen == [("NONE", 0.0, "POLICY", 20.0)]
+    admit_at(1.0, _rated(23))  # +15 %: not a change
+    admit_at(2.0, _rated(25))  # +25 % from the 20 reported
+    assert seen[1:] == [("POLICY", 20.0, "POLICY", 25.0)]
+    admit_at(2.05, _rated(100))  # within 0.1 s of the last look: not looked at
+    assert len(seen) == 2
+    admit_at(2.2)
+    assert seen[2:] == [("POLICY", 25.0, "POLICY", 100.0)]
+    admit_at(3.0, builtin_policy())  # no rate_limit: nothing paces it
+    assert seen[3:] == [("POLICY", 100.0, "NONE", 0.0)]

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from squawk.policy import BreakerState, Reason
+from squawk.policy.limits import MAX_ADMIT_DEADLINE
+from squawk.policy.pacer import MAX_PERMITS
 from squawk.v1 import policy_pb2 as pb
-
-from ._leases import MAX_PERMITS
 
 __all__ = ["LEASED", "OPEN", "Admission", "admission", "admit_request"]
 
@@ -49,9 +49,9 @@ OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False
 # A dispatch started on a spare permit of an earlier multi-permit grant.
 LEASED = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False)
 
-# AdmitRequest's bounds (see its proto comments). A step deadline longer than
-# a day is sent as a day: no paced wait comes near it, so the answer is the same.
-_MAX_ADMIT_DEADLINE = timedelta(days=1)
+# AdmitRequest's bounds are the core's (see its proto comments). A step
+# deadline longer than a day is sent as a day: no paced wait comes near it,
+# so the answer is the same.
 
 
 def admit_request(
@@ -70,7 +70,7 @@ def admit_request(
         permits=min(max(permits, 1), MAX_PERMITS),
     )
     if deadline is not None:
-        request.deadline.FromTimedelta(min(max(deadline, timedelta(0)), _MAX_ADMIT_DEADLINE))
+        request.deadline.FromTimedelta(min(max(deadline, timedelta(0)), MAX_ADMIT_DEADLINE))
     return request
 
 

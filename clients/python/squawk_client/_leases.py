@@ -25,15 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from squawk.policy.pacer import LEASE, MAX_PERMITS
+
 __all__ = ["DEFAULT_PERIOD", "MAX_LEASE", "Leases"]
 
 # (profile, upstream, capability), as Admit names the state.
 Key = tuple[str, str, str]
 
-MAX_PERMITS = 100
 # The lease period used to size a request until the daemon grants a lease
-# (the core pacer's LEASE), in seconds.
-DEFAULT_PERIOD = 0.2
+# (the core pacer's), in seconds.
+DEFAULT_PERIOD = LEASE.total_seconds()
 # The longest lease honoured, whatever the answer says (seconds).
 MAX_LEASE = 1.0
 # Keys tracked at most; past it, idle keys are forgotten.

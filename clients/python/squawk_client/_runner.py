@@ -11,14 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import NoReturn, TypeVar
 
-from squawk.policy import Action, Profile, Reason, delay
+from squawk.policy import Action, PolicyInputError, Profile, Reason, delay
+from squawk.policy.limits import (
+    MAX_ADMIT_DEADLINE,
+    MAX_HEADER_NAME_CHARS,
+    MAX_HEADER_VALUE_CHARS,
+    MAX_HEADERS,
+)
+from squawk.policy.outcome import MAX_COST, check_cost
 from squawk.v1 import policy_pb2 as pb
 
 from ._admission import Admission
@@ -84,12 +92,14 @@ class StepOptions:
     cost: float = 0.0
 
     def __post_init__(self) -> None:
-        if not (0.0 <= self.cost <= MAX_COST):  # also refuses NaN
-            raise SquawkInputError("cost", f"cost: must be finite, 0 to 1e9; got {self.cost!r}")
+        try:
+            check_cost("cost", self.cost)  # also refuses NaN
+        except PolicyInputError as bad:
+            raise SquawkInputError(bad.field, str(bad)) from None
 
 
-MAX_COST = 1e9
-_MAX_LATENCY = timedelta(days=1)
+# Outcome.latency's bound, as a deadline's.
+_MAX_LATENCY = MAX_ADMIT_DEADLINE
 
 # A forced resend would revive what these reasons ended for good.
 _FINAL = frozenset({Reason.CANCELLED, Reason.ATTEMPTS_EXHAUSTED, Reason.DEADLINE_EXCEEDED})
@@ -111,6 +121,47 @@ def _real_cost(result: T, cost_of: Callable[[T], float] | None, estimated: float
     except Exception:
         return estimated
     return cost if 0.0 <= cost <= MAX_COST else estimated
+
+
+# How many of a result's headers are looked at, at most: a flood is cut here.
+_MAX_HEADERS_SCANNED = 1024
+
+
+def _pace_headers(result: T, headers_of: Callable[[T], Mapping[str, str]] | None) -> dict[str, str]:
+    """The rate-limit headers of a success, as `headers_of` reads them from
+    the result, for the pod's pace (Outcome.headers). Only the names the
+    daemon reads as rate-limit headers on a success (holding "ratelimit" or
+    "rate-limit", as squawk.wire.hint tells them) and within its bounds are
+    kept, so that a header flood or one odd value never gets a batch of
+    outcomes refused; nothing when the hook raises."""
+    if headers_of is None:
+        return {}
+    kept: dict[str, str] = {}
+    try:
+        for name, value in itertools.islice(headers_of(result).items(), _MAX_HEADERS_SCANNED):
+            lower = name.lower()
+            if (
+                ("ratelimit" in lower or "rate-limit" in lower)
+                and len(name) <= MAX_HEADER_NAME_CHARS
+                and len(value) <= MAX_HEADER_VALUE_CHARS
+                and _encodable(name)
+                and _encodable(value)
+            ):
+                kept[name] = value
+                if len(kept) == MAX_HEADERS:
+                    break
+    except Exception:
+        return {}
+    return kept
+
+
+def _encodable(text: str) -> bool:
+    # A protobuf string must be valid UTF-8 (a lone surrogate is not).
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _Attempts:
@@ -250,7 +301,11 @@ class _Attempts:
         return max(left, timedelta(0))
 
     def success(
-        self, latency: float, result: T, cost_of: Callable[[T], float] | None
+        self,
+        latency: float,
+        result: T,
+        cost_of: Callable[[T], float] | None,
+        headers_of: Callable[[T], Mapping[str, str]] | None,
     ) -> pb.Outcome | None:
         """What to report after a successful dispatch (nothing without an upstream)."""
         o = self.options
@@ -262,6 +317,7 @@ class _Attempts:
             profile=o.profile,
             success=True,
             cost=_real_cost(result, cost_of, o.cost),
+            headers=_pace_headers(result, headers_of),
         )
         # Outcome.latency is bounded to a day (a step may run longer).
         done.latency.FromTimedelta(min(timedelta(seconds=latency), _MAX_LATENCY))
@@ -294,6 +350,7 @@ async def run_step(
     options: StepOptions | None = None,
     sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     cost_of: Callable[[T], float] | None = None,
+    headers_of: Callable[[T], Mapping[str, str]] | None = None,
 ) -> T:
     """Run `step(params)` until it succeeds or the policy says FAIL.
 
@@ -307,7 +364,8 @@ async def run_step(
     paced `wait` is slept, and a saturated upstream (or a wait past the
     deadline) ends the step at once with REASON_UPSTREAM_SATURATED. Each
     success is reported (in a batch) with `cost_of(result)` as its real
-    cost, else `options.cost`.
+    cost, else `options.cost`, and the rate-limit headers of
+    `headers_of(result)`, which set the upstream's pace.
     """
     state = _Attempts(options or StepOptions(), correct is not None, client.fallback_profile)
     upstream = state.options.upstream
@@ -329,7 +387,7 @@ async def run_step(
             else:
                 await sleep(decision.delay.total_seconds())
         else:
-            if done := state.success(time.monotonic() - started, result, cost_of):
+            if done := state.success(time.monotonic() - started, result, cost_of, headers_of):
                 client._report_later(done)
             return result
 
@@ -365,6 +423,7 @@ def run_step_sync(
     cancel: threading.Event | None = None,
     sleep: Callable[[float], object] | None = None,
     cost_of: Callable[[T], float] | None = None,
+    headers_of: Callable[[T], Mapping[str, str]] | None = None,
 ) -> T:
     """The blocking twin of `run_step`; setting `cancel` aborts a wait at once.
 
@@ -401,7 +460,7 @@ def run_step_sync(
             if wait(decision.delay.total_seconds()):
                 raise StepCancelled("cancelled while waiting to retry") from exc
         else:
-            if done := state.success(time.monotonic() - started, result, cost_of):
+            if done := state.success(time.monotonic() - started, result, cost_of, headers_of):
                 client._report_later(done)
             return result
 

@@ -81,10 +81,16 @@ function leaseKey(profile: string, upstream: string, capability: string): string
   return JSON.stringify([profile === "" ? "default" : profile, upstream, capability]);
 }
 
-/** Spare permits of one Admit answer: how many are left and until when (the client's clock). */
+/** Spare permits of one Admit answer: how many are left, from when and until when (the client's clock). */
 interface Lease {
   remaining: number;
+  readonly askedAt: number;
   readonly endsAt: number;
+}
+
+/** Whether a lease has ended at `now`; a clock that went back ends it too (the wall clock is not monotonic). */
+function ended(lease: Lease, now: number): boolean {
+  return now >= lease.endsAt || now < lease.askedAt;
 }
 
 /** Each GetUpstreams page's deadline when the call names none (the Python client's too). */
@@ -311,7 +317,7 @@ export class SquawkClient {
   private takeLeased(key: string): boolean {
     const lease = this.leases.get(key);
     if (lease === undefined) return false;
-    if (this.now() >= lease.endsAt || lease.remaining <= 0) {
+    if (ended(lease, this.now()) || lease.remaining <= 0) {
       this.leases.delete(key);
       return false;
     }
@@ -337,7 +343,7 @@ export class SquawkClient {
       leaseMs > 0;
     if (usable) {
       if (this.leases.size >= MAX_LEASES) this.sweepLeases();
-      if (this.leases.size < MAX_LEASES) this.leases.set(key, { remaining: granted - 1, endsAt: askedAt + leaseMs });
+      if (this.leases.size < MAX_LEASES) this.leases.set(key, { remaining: granted - 1, askedAt, endsAt: askedAt + leaseMs });
     }
     return { ...response, permits: response.allowed ? 1 : 0, lease: undefined };
   }
@@ -345,7 +351,7 @@ export class SquawkClient {
   /** Forget the ended leases. */
   private sweepLeases(): void {
     const now = this.now();
-    for (const [key, lease] of this.leases) if (now >= lease.endsAt) this.leases.delete(key);
+    for (const [key, lease] of this.leases) if (ended(lease, now)) this.leases.delete(key);
   }
 
   /** Forget the spare permits of (profile, upstream), of every capability. */

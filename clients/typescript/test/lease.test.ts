@@ -141,6 +141,15 @@ describe("spare permits", () => {
     });
   }
 
+  test("a clock that goes back ends the lease rather than stretching it", async () => {
+    await withLeases(FOUR, async (client, asked, clock) => {
+      await client.admit({ upstream: "api" });
+      clock.ms -= 3_600_000;
+      await client.admit({ upstream: "api" });
+      assert.equal(asked.length, 2);
+    });
+  });
+
   test("a lease of a day is kept 5 s at most", async () => {
     await withLeases({ permits: 4, lease: durationFromMs(86_400_000) }, async (client, asked, clock) => {
       await client.admit({ upstream: "api" });

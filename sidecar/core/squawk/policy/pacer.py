@@ -31,6 +31,22 @@ Where the pace comes from, the first that applies (`PaceSource`):
    the current rate, which compounds BETA on every cut. It switches off
    (NONE) after `quiet` without a throttle; botocore's stays on for good.
 
+Beside the rate, for an upstream that slows down rather than rejects, a
+concurrency limit (`concurrency: true`), as Netflix concurrency-limits'
+AIMDLimit: +1 when a call succeeds with at least half the limit in flight,
+x0.9 on a slow call (at most once per bucket), within 2..1000. It is only
+switched on by evidence, never limiting a healthy upstream: a call is slow
+past twice the baseline latency (a slow mean), and the limit switches on
+when the fast mean passes that too -- the upstream's latency itself
+doubled -- at 0.9 x what the upstream holds then (Little's law: the rate
+served x the latency). It switches off after `quiet` without a slow call.
+A full limit refuses (UPSTREAM_SATURATED) with retry_after about the time
+a slot frees. In-flight calls are counted while the limit is on (the calls
+already out when it switched on report into a count floored at 0), in two
+epochs of FLIGHT_EPOCH, so a call whose outcome never comes leaves the
+count after at most two epochs. AIMDLimit's drop signal is a timeout; the
+outcome says nothing of one, so slowness stands in for it.
+
 Without any of them the pacer does nothing: pace() grants at once, returns
 the state it was given, and a busy executor may take up to MAX_PERMITS
 permits with one answer (a lease of LEASE; the staleness this allows -- a
@@ -70,7 +86,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import NamedTuple
 
@@ -128,6 +144,19 @@ MAX_HOLD = timedelta(minutes=5)
 CODEL_TARGET = 0.005
 CODEL_INTERVAL = 0.1
 SHORT_SLOTS = 4
+# AIMD, as Netflix concurrency-limits' AIMDLimit: +1 on a success while at
+# least half the limit is in flight, x BACKOFF on a slow call, within
+# MIN_LIMIT..MAX_LIMIT. A call is slow past SLOW_FACTOR times the baseline
+# latency (a slow mean, weight LATENCY_BASE_WEIGHT); the limit switches on
+# when the fast mean (weight LATENCY_FAST_WEIGHT) passes that too.
+BACKOFF = 0.9
+MIN_LIMIT = 2
+MAX_LIMIT = 1_000
+SLOW_FACTOR = 2.0
+LATENCY_FAST_WEIGHT = 0.1
+LATENCY_BASE_WEIGHT = 0.01
+# Calls admitted and never reported leave the count after one to two epochs.
+FLIGHT_EPOCH = 120.0
 # A real cost's weight in the running mean that stands in for an unknown one.
 _COST_WEIGHT = 0.2
 _ZERO = timedelta(0)
@@ -183,9 +212,13 @@ class RateLimitConfig:
         object.__setattr__(self, "_tokens", tokens)
 
 
-@dataclass(frozen=True, slots=True)
-class Pacer:
-    """One upstream's pace; Pacer() is "nothing known"."""
+class Pacer(NamedTuple):
+    """One upstream's pace; Pacer() is "nothing known".
+
+    A NamedTuple, not a frozen dataclass: a paced Admit and every outcome
+    build a new one, and a frozen dataclass's __init__ (one
+    object.__setattr__ per field) costs ten times as much for its 16 fields.
+    """
 
     # GCRA's theoretical arrival times: calls, and token units.
     tat: float = -math.inf
@@ -212,6 +245,17 @@ class Pacer:
     bucket_at: float = -math.inf
     bucket_count: int = 0
     measured: float = 0.0
+    # CONCURRENCY (AIMD): the limit (0 = never on), the calls admitted and
+    # not reported in this epoch and the one before, the epoch's start, the
+    # last slow call, the last decrease, and the latency's fast and slow means.
+    limit: float = 0.0
+    flight: int = 0
+    flight_old: int = 0
+    epoch_at: float = -math.inf
+    slow_at: float = -math.inf
+    decreased_at: float = -math.inf
+    latency_fast: float = 0.0
+    latency_base: float = 0.0
 
 
 class Pace(NamedTuple):
@@ -266,6 +310,19 @@ class _Rates(NamedTuple):
 
 
 _NONE = _Rates(PaceSource.NONE, 0.0, 1.0, 0.0, 0.0)
+
+
+def _limited(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
+    return pacer.limit > 0.0 and now - pacer.slow_at < config._quiet_s
+
+
+def _flight(pacer: Pacer, now: float) -> tuple[int, int, float]:
+    """(old, current, epoch start) at `now`: an epoch over rolls the count."""
+    if now - pacer.epoch_at < FLIGHT_EPOCH:
+        return pacer.flight_old, pacer.flight, pacer.epoch_at
+    if now - pacer.epoch_at < 2 * FLIGHT_EPOCH:
+        return pacer.flight, 0, pacer.epoch_at + FLIGHT_EPOCH
+    return 0, 0, now
 
 
 def _learning(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
@@ -345,10 +402,17 @@ def pace(
         and now >= pacer.header_until
         and now >= pacer.hold_until
         and not _learning(pacer, config, now)
+        and not _limited(pacer, config, now)
     ):
         if permits == 1:
             return pacer, _NOW
         return pacer, Pace(True, _ZERO, None, min(permits, MAX_PERMITS))
+    limited = _limited(pacer, config, now)
+    old, current, epoch = _flight(pacer, now)
+    if limited and old + current >= int(pacer.limit):
+        # Full: a slot frees about every latency / limit seconds.
+        left = min(max(pacer.latency_fast / pacer.limit, CODEL_INTERVAL), _MAX_HOLD_S)
+        return pacer, Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0)
     rates = _rates(pacer, config, now)
     units = cost if cost > 0.0 else pacer.mean_cost
     start = _start(pacer, rates, now, units)
@@ -373,7 +437,16 @@ def pace(
             max(token_tat, start) + units / rates.token_rate, start, config, rates
         )
     shed = -math.inf if empty else pacer.shed_until
-    granted = _replace(pacer, tat=tat, token_tat=token_tat, busy_since=busy, shed_until=shed)
+    granted = _replace(
+        pacer,
+        tat=tat,
+        token_tat=token_tat,
+        busy_since=busy,
+        shed_until=shed,
+        flight_old=old if limited else pacer.flight_old,
+        flight=current + 1 if limited else pacer.flight,
+        epoch_at=epoch if limited else pacer.epoch_at,
+    )
     return granted, Pace(True, wait, None, 1)
 
 
@@ -384,6 +457,8 @@ def observe(pacer: Pacer, config: RateLimitConfig, now: float, sample: PaceSampl
         _correct_cost(pacer, config, now, sample, changes)
     if sample.hint is not None:
         _read_hint(pacer, config, now, sample.hint, changes)
+    if config.concurrency and (sample.latency is not None or pacer.limit):
+        _aimd(pacer, config, now, sample, changes)
     if config.learn and not config._policy:
         if sample.success:
             _measure(pacer, now, changes)
@@ -392,6 +467,48 @@ def observe(pacer: Pacer, config: RateLimitConfig, now: float, sample: PaceSampl
     if not changes:
         return pacer
     return _replace(pacer, **changes)
+
+
+def _aimd(
+    pacer: Pacer, config: RateLimitConfig, now: float, sample: PaceSample, changes: dict[str, float]
+) -> None:
+    limited = _limited(pacer, config, now)
+    if limited:
+        # One call fewer in flight: the older epoch's first.
+        old, current, epoch = _flight(pacer, now)
+        if old:
+            old -= 1
+        else:
+            current = max(current - 1, 0)
+        changes["flight_old"], changes["flight"], changes["epoch_at"] = old, current, epoch
+    if sample.latency is None or not sample.counted or sample.throttled:
+        return
+    latency = seconds(sample.latency)
+    base = pacer.latency_base
+    if not base:
+        changes["latency_base"] = changes["latency_fast"] = latency
+        return
+    fast = pacer.latency_fast + LATENCY_FAST_WEIGHT * (latency - pacer.latency_fast)
+    changes["latency_fast"] = fast
+    changes["latency_base"] = base + LATENCY_BASE_WEIGHT * (latency - base)
+    slow = latency > SLOW_FACTOR * base
+    if slow:
+        changes["slow_at"] = now
+    if not limited:
+        if slow and fast > SLOW_FACTOR * base:
+            # Evidence: the mean itself doubled. Start from the calls the
+            # upstream holds now (Little's law: rate served x latency), cut once.
+            held = _served(pacer) * fast
+            changes["limit"] = min(max(BACKOFF * held, MIN_LIMIT), MAX_LIMIT)
+            changes["decreased_at"] = now
+            changes["flight_old"], changes["flight"], changes["epoch_at"] = 0, 0, now
+        return
+    if slow:
+        if now - pacer.decreased_at >= BUCKET:
+            changes["limit"] = max(pacer.limit * BACKOFF, MIN_LIMIT)
+            changes["decreased_at"] = now
+    elif sample.success and 2 * (changes["flight_old"] + changes["flight"] + 1) >= pacer.limit:
+        changes["limit"] = min(pacer.limit + 1.0, MAX_LIMIT)
 
 
 def _correct_cost(
@@ -502,16 +619,20 @@ def pace_source(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSource
 def pacer_snapshot(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSnapshot:
     """What the pacer says at `now`, for display; it changes nothing."""
     rates = _rates(pacer, config, now)
+    limit, in_flight = 0, 0
+    if _limited(pacer, config, now):
+        old, current, _ = _flight(pacer, now)
+        limit, in_flight = int(pacer.limit), old + current
     if rates is _NONE and now >= pacer.hold_until:
-        return PaceSnapshot(PaceSource.NONE, 0.0, 0.0, _ZERO, 0, 0)
+        return PaceSnapshot(PaceSource.NONE, 0.0, 0.0, _ZERO, limit, in_flight)
     start = _start(pacer, rates, now, pacer.mean_cost)
     return PaceSnapshot(
         rates.source if rates is not _NONE else PaceSource.HEADERS,
         rates.rate,
         rates.token_rate,
         time_left(start, now),
-        0,
-        0,
+        limit,
+        in_flight,
     )
 
 
@@ -526,10 +647,11 @@ def pacer_is_idle(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
         now >= pacer.header_until
         and now >= pacer.hold_until
         and not _learning(pacer, config, now)
+        and not _limited(pacer, config, now)
         and pacer.tat <= now
         and pacer.token_tat <= now
     )
 
 
 def _replace(pacer: Pacer, **changes: float) -> Pacer:
-    return replace(pacer, **changes)  # type: ignore[arg-type]
+    return pacer._replace(**changes)  # type: ignore[arg-type]  # counts arrive as ints

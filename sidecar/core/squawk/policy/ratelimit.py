@@ -202,7 +202,7 @@ def _quota(
     window: float | None = None,
 ) -> Quota | None:
     quota = Quota(limit, remaining, _reset(reset), _window(window))
-    if quota == Quota(None, None, None, None):
+    if (quota.limit, quota.remaining, quota.reset, quota.window) == (None, None, None, None):
         return None
     return quota
 
@@ -347,8 +347,23 @@ def _generic(found: Mapping[str, str], prefix: str, wall_now: float) -> Quota | 
     return _quota(limit, remaining, reset)
 
 
-def _first(*quotas: Quota | None) -> Quota | None:
-    return next((quota for quota in quotas if quota is not None), None)
+def _openai(found: Mapping[str, str], kind: str) -> Quota | None:
+    return _quota(
+        _count(found.get("x-ratelimit-limit-" + kind)),
+        _count(found.get("x-ratelimit-remaining-" + kind)),
+        _go_duration(found.get("x-ratelimit-reset-" + kind)),
+    )
+
+
+def _requests(found: Mapping[str, str], wall_now: float) -> Quota | None:
+    # In order, each read only when the ones before it gave nothing.
+    return (
+        _openai(found, "requests")
+        or _family(found, "anthropic-ratelimit-requests", wall_now)
+        or _ietf(found)
+        or _generic(found, "x-ratelimit", wall_now)
+        or _generic(found, "x-rate-limit", wall_now)
+    )
 
 
 def rate_limit_hint(headers: Mapping[str, str], wall_now: float) -> RateLimitHint | None:
@@ -364,25 +379,8 @@ def rate_limit_hint(headers: Mapping[str, str], wall_now: float) -> RateLimitHin
     found = _lowered(headers)
     if not found:
         return None
-    requests = _first(
-        _quota(
-            _count(found.get("x-ratelimit-limit-requests")),
-            _count(found.get("x-ratelimit-remaining-requests")),
-            _go_duration(found.get("x-ratelimit-reset-requests")),
-        ),
-        _family(found, "anthropic-ratelimit-requests", wall_now),
-        _ietf(found),
-        _generic(found, "x-ratelimit", wall_now),
-        _generic(found, "x-rate-limit", wall_now),
-    )
-    tokens = _first(
-        _quota(
-            _count(found.get("x-ratelimit-limit-tokens")),
-            _count(found.get("x-ratelimit-remaining-tokens")),
-            _go_duration(found.get("x-ratelimit-reset-tokens")),
-        ),
-        _anthropic_tokens(found, wall_now),
-    )
+    requests = _requests(found, wall_now)
+    tokens = _openai(found, "tokens") or _anthropic_tokens(found, wall_now)
     if requests is None and tokens is None:
         return None
     return RateLimitHint(requests, tokens)

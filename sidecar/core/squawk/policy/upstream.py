@@ -1,4 +1,4 @@
-"""One upstream's shared state: its breaker, retry budget and cool-down.
+"""One upstream's shared state: its breaker, retry budget, cool-down and pacer.
 
 The server keeps one UpstreamState per (profile, upstream) for every
 executor in the pod (at most Policy.max_upstreams of them), takes the
@@ -9,13 +9,19 @@ config from `profile.for_upstream(upstream)`, and calls:
   with the time left), then the breaker (OPEN: refuse CIRCUIT_OPEN, with
   the time until it half-opens; HALF_OPEN with every probe slot taken:
   refuse CIRCUIT_OPEN, with the time until the round restarts; else admit,
-  as a probe while HALF_OPEN). An admitted first call deposits into a ratio
-  budget; pass `retry=True` for a resend guard_retry() granted, which has
-  already withdrawn. Pass `rng` to jitter a refusal's wait (cooldown.spread).
+  as a probe while HALF_OPEN), then the pacer (squawk.policy.pacer: a
+  start past `deadline` or past the queue refuses UPSTREAM_SATURATED; else
+  the grant's `wait`, and up to `permits` grants with a `lease` when
+  nothing limits the upstream). A grant deposits into a ratio budget, one
+  deposit per permit; pass `retry=True` for a resend guard_retry() granted,
+  which has already withdrawn. Pass `rng` to jitter a refusal's wait
+  (cooldown.spread).
 - `record_outcome(state, config, now, outcome)` after each admitted call:
-  the breaker's window (or its probe tally), the token bucket and the
-  cool-down read it (squawk.policy.outcome says what counts: what the
-  profile retries, as config.failure_statuses holds it).
+  the breaker's window (or its probe tally), the token bucket, the
+  cool-down and the pacer read it (squawk.policy.outcome says what counts:
+  what the profile retries, as config.failure_statuses holds it). A
+  throttle starts the cool-down only while the pacer does not pace by a
+  rate it learned: then its cut answers the throttle.
 - `guard_retry(...)` (squawk.policy.guard) on each decision decide() made.
 - `upstream_snapshot(state, config, now)` to show the state; `is_idle(...)` says a
   fresh UpstreamState would behave the same, so the key may be dropped.
@@ -197,8 +203,10 @@ def admit(
         state.pacer, config.rate_limit, now, cost=cost, deadline=deadline, permits=permits, rng=rng
     )
     if not paced.allowed:
-        # The breaker's probe slot, if one was taken, stays taken: the
-        # round restarts unjudged, as for a probe whose outcome is lost.
+        # A probe the pacer refuses takes no probe slot: the round would
+        # otherwise wait a whole open period for an outcome that never comes.
+        if probe:
+            breaker = _breaker.advance(state.breaker, cb, now)
         refused = Admission(
             False, Reason.UPSTREAM_SATURATED, paced.retry_after, breaker.state, False, permits=0
         )

@@ -39,6 +39,7 @@ from squawk.policy.pacer import LEASE, MAX_PERMITS
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = [
+    "NO_ADMIT_ARGS",
     "UNTRACKED",
     "AdmitArgs",
     "admission_message",
@@ -135,7 +136,7 @@ def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
     check_cost("cost", cost)
     latency = None
     if message.HasField("latency"):
-        latency = bounded("latency", message.latency.seconds, message.latency.nanos)
+        latency = _bounded("latency", message.latency.seconds, message.latency.nanos)
     if not headers:  # the common case: nothing to read
         return Outcome(
             message.success,
@@ -187,17 +188,17 @@ def admit_args(request: pb.AdmitRequest) -> AdmitArgs:
     (squawk.policy.limits) is refused with a PolicyInputError naming it."""
     has_deadline = request.HasField("deadline")
     cost, permits = request.cost, request.permits
-    if not has_deadline and cost == 0.0 and permits <= 1 and permits >= 0:
+    if not has_deadline and cost == 0.0 and 0 <= permits <= 1:
         return NO_ADMIT_ARGS
     deadline = None
     if has_deadline:
-        deadline = bounded("deadline", request.deadline.seconds, request.deadline.nanos)
+        deadline = _bounded("deadline", request.deadline.seconds, request.deadline.nanos)
     check_cost("cost", cost)
     check_count("permits", permits, 0, MAX_PERMITS)
     return AdmitArgs(deadline, cost, permits or 1)
 
 
-def bounded(field: str, seconds: int, nanos: int) -> timedelta:
+def _bounded(field: str, seconds: int, nanos: int) -> timedelta:
     """A Duration the pace reads: not negative, at most MAX_ADMIT_DEADLINE."""
     value = duration(field, seconds, nanos)
     if value > MAX_ADMIT_DEADLINE:

@@ -337,15 +337,15 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             raise PolicyInputError("outcomes", f"{count} outcomes is outside 1..{MAX_OUTCOMES}")
         # Every outcome is checked before any is recorded: a refused report
         # changes nothing.
-        read = []
+        tracked = []
+        policy, clock = self._policy, self._clock
         for i, item in enumerate(request.outcomes):
             try:
-                read.append(
-                    (self._policy.profile(item.profile), item.upstream, outcome(item, self._clock))
-                )
+                profile, result = policy.profile(item.profile), outcome(item, clock)
             except PolicyInputError as exc:
                 raise PolicyInputError(f"outcomes[{i}].{exc.field}", exc.message) from None
-        tracked = [(profile, upstream, result) for profile, upstream, result in read if upstream]
+            if item.upstream:
+                tracked.append((profile, item.upstream, result))
         self.store.record(tracked)
         return pb.ReportOutcomeResponse(recorded=len(tracked))
 
