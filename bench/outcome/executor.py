@@ -71,7 +71,10 @@ class _CountingStub:
 
 
 async def tenacity(
-    attempt: Callable[[], Awaitable[None]], max_attempts: int, deadline_s: float, rng: random.Random
+    attempt: Callable[[], Awaitable[object]],
+    max_attempts: int,
+    deadline_s: float,
+    rng: random.Random,
 ) -> tuple[bool, str]:
     """The loop a team writes without Squawk: full-jitter exponential backoff,
     the Retry-After when the answer has one, the same budget and deadline."""
@@ -121,7 +124,7 @@ async def main(cfg: dict[str, Any]) -> None:
             undecided = [False]
             STEP_UNDECIDED.set(undecided)  # this task's own context
 
-            async def call(sid: str) -> None:
+            async def call(sid: str) -> httpx.Headers:
                 nonlocal attempts
                 attempts += 1
                 try:
@@ -137,6 +140,7 @@ async def main(cfg: dict[str, Any]) -> None:
                         body=r.content,
                         headers=dict(r.headers),
                     )
+                return r.headers
 
             ok, reason = True, ""
             try:
