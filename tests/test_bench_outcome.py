@@ -289,3 +289,23 @@ def test_a_tiny_run_of_every_mode(bin_dir: Path, tmp_path: Path) -> None:
         assert len(r["checks"]) == 5, mode
     assert modes["none"]["run"]["squawk_calls"] == 0
     assert modes["pod"]["run"]["squawk_calls"] > 0
+
+
+def test_the_readme_table_has_a_row_per_variant_and_mode() -> None:
+    r = result(
+        {"attempts_per_c": 1.1, "successes_per_c": 0.95, "jain": 1.0},
+        {"recovery_s": 0.5},
+        {"undecided_share": 0.0},
+    )
+    report = {
+        "variants": {
+            "10x": {"title": "10x overload", "modes": {"none": r | {"failed": []}}},
+            "2x": {"title": "2x overload", "modes": {"pod": {"failed": ["it crashed"]}}},
+        }
+    }
+    lines = run.markdown(report).splitlines()
+    assert len(lines) == 4
+    assert lines[2].startswith("| 10x overload | no Squawk | 1.10 | 0.95 |")
+    assert "| 0.5 s |" in lines[2]
+    assert lines[3].startswith("| 2x overload | Squawk, pod state | failed to run |")
+    assert all(line.count("|") == 12 for line in lines)

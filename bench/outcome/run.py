@@ -392,6 +392,38 @@ def machine() -> str:
     return f"{os.cpu_count()} x {model}, Python {platform.python_version()}"
 
 
+def markdown(report: dict[str, Any]) -> str:
+    """The README's table: per variant and mode, the middle phase (the
+    overload, the halving, the 5xx), the recovery after it and the run's
+    undecided share."""
+    head = (
+        "| variant | mode | attempts ÷ C | successes ÷ C | 429 | step ok | p50 / p99 ms "
+        "| Jain | recovery | undecided | daemon CPU ms / attempt |"
+    )
+    lines = [head, "|" + " --- |" * 11]
+    for v in report["variants"].values():
+        for mode, r in v["modes"].items():
+            if r["failed"]:
+                lines.append(f"| {v['title']} | {MODE_LABEL[mode]} | failed to run |" + " |" * 8)
+                continue
+            mid, last, whole = r["phases"][1], r["phases"][-1], r["run"]
+            cells = (
+                v["title"],
+                MODE_LABEL[mode],
+                fmt(mid["attempts_per_c"]),
+                fmt(mid["successes_per_c"]),
+                pct(mid["share_429"]),
+                pct(mid["step_success"]),
+                f"{fmt(mid['p50_ms'], 0)} / {fmt(mid['p99_ms'], 0)}",
+                fmt(mid["jain"]),
+                recovery_cell(last),
+                pct(whole["undecided_share"]),
+                fmt(mid["cpu_ms_per_dispatch"], 2),
+            )
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.outcome.run", description=__doc__)
     ap.add_argument("--capacity", type=float, default=20.0, help="C, calls/s (default 20)")
@@ -402,7 +434,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
     ap.add_argument("--bin", type=Path, default=ROOT / "build/bench", help="the Go binaries")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/outcome.json")
+    ap.add_argument(
+        "--markdown", type=Path, help="print this results file as the README's table, run nothing"
+    )
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     chosen = [
         v
         for v in variants(args.warm, args.hot, args.after)
