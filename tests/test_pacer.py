@@ -180,10 +180,12 @@ K = 7.5 ** (1 / 3)
 
 def _learned() -> Pacer:
     # Five successes in the bucket [0, 0.5): at least 5 / 0.5 = 10/s served;
-    # the 429 at 0.25 cuts with W_max = 10.
+    # the 429 at 0.2 arms the pacer, the one at 0.25 cuts with W_max = 10.
     p = Pacer()
     for _ in range(5):
         p = observe(p, NOTHING, 0.0, OK)
+    p = observe(p, NOTHING, 0.2, THROTTLED)
+    assert pacer_snapshot(p, NOTHING, 0.2).source is PaceSource.NONE
     return observe(p, NOTHING, 0.25, THROTTLED)
 
 
@@ -226,7 +228,7 @@ def test_a_cut_reads_what_the_upstream_served_not_the_rate_it_was_sent() -> None
 
 def test_the_floor_when_nothing_was_served() -> None:
     # No success ever: W_max is the 0.5/s floor, and so is the rate.
-    p = observe(Pacer(), NOTHING, 0.0, THROTTLED)
+    p = observe(observe(Pacer(), NOTHING, 0.0, THROTTLED), NOTHING, 0.0, THROTTLED)
     assert pacer_snapshot(p, NOTHING, 0.0).rate == pytest.approx(0.5)
 
 
@@ -241,11 +243,11 @@ def test_the_learned_rate_switches_off_after_quiet() -> None:
 
 def test_learning_off_or_a_declared_rate_learns_nothing() -> None:
     off = RateLimitConfig(learn=False)
-    assert pacer_snapshot(observe(Pacer(), off, 0.0, THROTTLED), off, 0.0).source is (
-        PaceSource.NONE
-    )
+    twice = observe(observe(Pacer(), off, 0.0, THROTTLED), off, 0.0, THROTTLED)
+    assert pacer_snapshot(twice, off, 0.0).source is PaceSource.NONE
     declared = RateLimitConfig(rate=5)
-    view = pacer_snapshot(observe(Pacer(), declared, 0.0, THROTTLED), declared, 0.0)
+    twice = observe(observe(Pacer(), declared, 0.0, THROTTLED), declared, 0.0, THROTTLED)
+    view = pacer_snapshot(twice, declared, 0.0)
     assert (view.source, view.rate) == (PaceSource.POLICY, 5.0)
 
 
@@ -370,10 +372,18 @@ def test_a_throttle_cools_the_pod_only_until_the_pacer_learned() -> None:
     throttled = Outcome(False, 429, retry_after=timedelta(seconds=1))
     state = record_outcome(UpstreamState(), config, 0.0, throttled)
     assert admit(state, config, 0.5)[1].reason is Reason.UPSTREAM_COOLING_DOWN
-    # Learned now: the next 429's Retry-After is the pacer's to answer.
-    state = record_outcome(state, config, 1.0, throttled)
+    # One 429 only armed the pacer: after the cool-down nothing paces.
     assert admit(state, config, 1.0)[1].allowed
-    assert not is_idle(state, config, 30.9)
+    assert not is_idle(state, config, 1.0)  # armed until quiet passes
+    assert is_idle(state, config, 30.0)
+    # The second cools once more and teaches a rate (the 0.5/s floor: nothing served).
+    state = record_outcome(state, config, 1.0, throttled)
+    assert admit(state, config, 1.5)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+    # Learned now: the next 429's Retry-After is the pacer's to answer.
+    state = record_outcome(state, config, 2.0, throttled)
+    state, paced = admit(state, config, 2.0)
+    assert paced.allowed
+    assert not is_idle(state, config, 31.9)
     # Under a declared rate a 429 says the declaration is wrong: it cools.
     declared = UpstreamConfig(rate_limit=RateLimitConfig(rate=100))
     state = record_outcome(UpstreamState(), declared, 0.0, throttled)

@@ -21,9 +21,10 @@ from google.protobuf.duration_pb2 import Duration
 
 from conftest import Daemon, free_port, scrape, serving, squawk, start_daemon
 from squawk.daemon.config import parse_config
+from squawk.daemon.server.servicer import _fill_upstream
 from squawk.daemon.server.spans import SERVICE
 from squawk.daemon.server.upstreams import Upstreams
-from squawk.policy import Policy, RateLimitConfig, builtin_policy, pacer
+from squawk.policy import PaceSource, Policy, RateLimitConfig, Reason, builtin_policy, pacer
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from test_fleet import eventually  # isort: split
@@ -482,3 +483,23 @@ def test_a_pace_change_is_reported_when_its_source_changes_or_its_rate_moves_a_f
     assert seen[2:] == [("POLICY", 25.0, "POLICY", 100.0)]
     admit_at(3.0, builtin_policy())  # no rate_limit: nothing paces it
     assert seen[3:] == [("POLICY", 100.0, "NONE", 0.0)]
+
+
+def test_the_registry_counts_paced_and_shed_calls_and_get_upstreams_shows_the_queue() -> None:
+    """With a fake clock the waits are exact: at 20 calls/s and burst 1,
+    three calls at t=0 start at 0, 50 and 100 ms, so the next would wait
+    150 ms; one with 100 ms left is shed, and reserves nothing."""
+    clock = [0.0]
+    upstreams = Upstreams(_rated(20), clock=lambda: clock[0])
+    profile = _rated(20).profile("default")
+    waits = [upstreams.admit(profile, "api").wait for _ in range(3)]
+    assert waits == [timedelta(0), 50 * MS, 100 * MS]
+    shed = upstreams.admit(profile, "api", deadline=100 * MS)
+    assert (shed.allowed, shed.reason, shed.permits) == (False, Reason.UPSTREAM_SATURATED, 0)
+    (view,) = upstreams.views()
+    row = pb.UpstreamState()
+    _fill_upstream(view, row)
+    assert (row.pace_source, row.rate, row.paced, row.shed) == (pb.PACE_SOURCE_POLICY, 20, 2, 1)
+    assert row.queue_delay.ToTimedelta() == 150 * MS
+    assert upstreams.pace_of("default", "api") == (PaceSource.POLICY, 20.0)
+    assert upstreams.pace_of("default", "never-seen") == (PaceSource.NONE, 0.0)

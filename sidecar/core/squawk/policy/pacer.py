@@ -28,8 +28,10 @@ Where the pace comes from, the first that applies (`PaceSource`):
    pod cutting the rate would collapse it to the floor in a second), and
    W_max is the measured *success* rate -- what the upstream served, which
    is its capacity while it throttles -- not botocore's send rate capped by
-   the current rate, which compounds BETA on every cut. It switches off
-   (NONE) after `quiet` without a throttle; botocore's stays on for good.
+   the current rate, which compounds BETA on every cut. The first throttle
+   after a quiet period only arms it (the shared cool-down answers that
+   one); the second within `quiet` cuts. It switches off (NONE) after
+   `quiet` without a throttle; botocore's stays on for good.
 
 Beside the rate, for an upstream that slows down rather than rejects, a
 concurrency limit (`concurrency: true`), as Netflix concurrency-limits'
@@ -463,7 +465,7 @@ def observe(pacer: Pacer, config: RateLimitConfig, now: float, sample: PaceSampl
         if sample.success:
             _measure(pacer, now, changes)
         elif sample.throttled:
-            _cut(pacer, now, changes)
+            _cut(pacer, config, now, changes)
     if not changes:
         return pacer
     return _replace(pacer, **changes)
@@ -600,8 +602,14 @@ def _measure(pacer: Pacer, now: float, changes: dict[str, float]) -> None:
         changes["bucket_count"] = count
 
 
-def _cut(pacer: Pacer, now: float, changes: dict[str, float]) -> None:
+def _cut(pacer: Pacer, config: RateLimitConfig, now: float, changes: dict[str, float]) -> None:
     changes["throttled_at"] = now
+    if now - pacer.throttled_at >= config._quiet_s:
+        # The first throttle after a quiet period only arms the pacer: the
+        # shared cool-down answers it, and one 429 among healthy calls is
+        # no rate to learn from (it would pace the pod at the floor).
+        changes["w_max"] = 0.0
+        return
     if now - pacer.cut_at < BUCKET:
         return
     # W_max: what the upstream served (see the module docstring).
@@ -638,7 +646,8 @@ def pacer_snapshot(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSna
 
 def pacer_is_idle(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
     """Whether a fresh Pacer() would pace as `pacer` from `now` on: no
-    header or learned pace and a policy pace's bursts refilled. What it
+    header or learned pace (nor one armed by a throttle), no concurrency
+    limit, and a policy pace's bursts refilled. What it
     only measures is not compared (the success rate, which a fresh pacer
     measures again within a bucket or two, and the mean cost, which only
     prices a call that sends none): holding the key for them would keep
@@ -646,7 +655,7 @@ def pacer_is_idle(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
     return (
         now >= pacer.header_until
         and now >= pacer.hold_until
-        and not _learning(pacer, config, now)
+        and now - pacer.throttled_at >= config._quiet_s  # neither learning nor armed
         and not _limited(pacer, config, now)
         and pacer.tat <= now
         and pacer.token_tat <= now
