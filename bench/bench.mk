@@ -9,6 +9,7 @@
 #   make bench-profile             flame graphs of the daemon under load (py-spy)
 #   make soak                      10 minutes at half of saturation (not CI)
 #   make fleet-sim                 50 pods against one failing upstream, per state store
+#   make bench-outcome             executors in 3 languages through overloads (about 10 minutes)
 
 BENCH_SECONDS ?= 10
 BENCH_RATES   ?= 1000,5000
@@ -18,15 +19,18 @@ PROFILE_SECONDS ?= 10
 SOAK_SECONDS  ?= 600
 BENCH_BIN     := build/bench
 BENCH_BUILT   := $(BENCH_BIN)/.built
-BENCH_GO      := bench/go.mod bench/go.sum $(shell find bench -name '*.go' 2>/dev/null)
+BENCH_GO      := bench/go.mod bench/go.sum bench/executor-go/go.mod bench/executor-go/go.sum \
+                 $(shell find bench clients/go -name '*.go' 2>/dev/null)
+OUTCOME_ARGS  ?=
 BENCH_RUN      = $(BIN)/python -m bench.run --loadgen $(BENCH_BIN)/loadgen \
                  --echo-go $(BENCH_BIN)/echo-go --jaeger $(JAEGER_BIN)
 
-.PHONY: bench bench-smoke bench-core bench-build bench-profile soak fleet-sim
+.PHONY: bench bench-smoke bench-core bench-build bench-profile soak fleet-sim bench-outcome
 
 # go vet here keeps the Go code vet-clean wherever the smoke run runs.
 $(BENCH_BUILT): $(BENCH_GO)
-	cd bench && go vet ./... && go build -o ../$(BENCH_BIN)/ ./loadgen ./echo-go
+	cd bench && go vet ./... && go build -o ../$(BENCH_BIN)/ ./loadgen ./echo-go ./upstream-go
+	cd bench/executor-go && go vet ./... && go build -o ../../$(BENCH_BIN)/executor-go .
 	touch $@
 
 bench-build: $(BENCH_BUILT)
@@ -37,9 +41,15 @@ bench: setup $(JAEGER_BIN) $(BENCH_BUILT)
 
 # Every row once, for about a second; never touches latest.json; fails
 # when a row fails to run. No timing is asserted: CI machines are too noisy.
-bench-smoke: setup $(JAEGER_BIN) $(BENCH_BUILT)
+bench-smoke: setup $(JAEGER_BIN) $(BENCH_BUILT) ts-build
 	$(BENCH_RUN) --seconds 1 --warmup 0.5 --rates 1000 --rounds 1 --core-min-time 0.02 \
 	  --out bench/results/smoke.json.tmp --summary bench/results/smoke-summary.json.tmp
+	$(BIN)/python -m bench.outcome.run --bin $(BENCH_BIN) --capacity 10 --warm 0.5 --hot 1 --after 0.5 \
+	  --only 10x,halving --out bench/results/outcome-smoke.json.tmp
+
+# Five variants x three modes, 30 s each, back to back (bench/README.md).
+bench-outcome: setup $(BENCH_BUILT) ts-build
+	$(BIN)/python -m bench.outcome.run --bin $(BENCH_BIN) --out bench/results/outcome.json $(OUTCOME_ARGS)
 
 bench-core: setup
 	$(BIN)/python -m bench.core

@@ -1,0 +1,501 @@
+"""`make bench-outcome`: executors in Python, Go and TypeScript against an
+upstream of capacity C, with and without Squawk, through overloads.
+
+For each variant (10x and 2x overload; 10x with rate-limit headers; the
+capacity halved mid-run; 1 % random 5xx) and mode (no Squawk: a
+tenacity-style loop; Squawk stateless: the runner without `upstream`;
+Squawk with the pod's state: the runner with `upstream`), it starts on
+loopback a fresh upstream (`bench/upstream-go`), a fresh daemon (`squawk
+serve` with the built-in policy, Squawk modes only) and four executors
+(Python, Go, TypeScript, Go), each with a quarter of the demand as Poisson
+arrivals, 10 s step deadlines and the default attempt budget (3). Prints one
+table per variant, the issue's goals as pass/fail lines, and writes it all
+as JSON. It reports; a missed goal is not an error. Exit status 1 only when a
+run fails to run (a process that does not start or exits non-zero).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from google.protobuf.json_format import MessageToDict
+
+from squawk_client import SquawkClient, SquawkError
+
+from ..procs import Proc, Processes, free_port
+from .stats import Count, Phase, Step, phase_figures, recovery_s, sustained_rate
+
+ROOT = Path(__file__).resolve().parents[2]
+MODES = ("none", "stateless", "pod")
+MODE_LABEL = {"none": "no Squawk", "stateless": "Squawk stateless", "pod": "Squawk, pod state"}
+# Executors: (id, language). Each offers a quarter of the demand.
+EXECUTORS = (("py-0", "python"), ("go-0", "go"), ("ts-0", "typescript"), ("go-1", "go"))
+UPSTREAM_NAME = "bench-upstream"
+DEADLINE_S = 10.0
+MAX_ATTEMPTS = 3  # the default profile's attempt budget
+# The upstream's bucket holds BURST_S x C calls. At 0.2 s (4 calls at C = 20)
+# the Poisson clumps of a demand of 0.5 x C alone drew 3 % of 429s.
+BURST_S = 0.5
+LEAD_S = 0.3  # the first phase starts this long after every executor is ready
+READY_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    name: str
+    title: str
+    # (phase name, demand x C, capacity x C, seconds) in order.
+    phases: tuple[tuple[str, float, float, float], ...]
+    headers: bool = False
+    error_rate: float = 0.0
+
+
+def variants(warm: float, hot: float, after: float) -> tuple[Variant, ...]:
+    def overload(x: float) -> tuple[tuple[str, float, float, float], ...]:
+        return (("before", 0.5, 1, warm), (f"{x:g}x", x, 1, hot), ("after", 0.5, 1, after))
+
+    return (
+        Variant("10x", "10x overload", overload(10)),
+        Variant("2x", "2x overload", overload(2)),
+        Variant("headers", "10x overload, rate-limit headers", overload(10), headers=True),
+        Variant(
+            "halving",
+            "capacity halved (demand 0.8 x C)",
+            (("before", 0.8, 1, warm), ("halved", 0.8, 0.5, hot), ("after", 0.8, 1, after)),
+        ),
+        Variant(
+            "5xx",
+            "1 % random 5xx, no overload",
+            (("before", 0.5, 1, warm), ("steady", 0.5, 1, hot), ("after", 0.5, 1, after)),
+            error_rate=0.01,
+        ),
+    )
+
+
+def wait_port(proc: Proc, port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            break
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{proc.name} did not listen on {port}; log {proc.log}:\n{proc.tail()}")
+
+
+def get(url: str, timeout_s: float = 10.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+        body: bytes = reply.read()
+        return body
+
+
+def sleep_until(t: float) -> None:
+    if (d := t - time.time()) > 0:
+        time.sleep(d)
+
+
+def executor_argv(language: str, bin_dir: Path, cfg: dict[str, Any]) -> list[str]:
+    arg = json.dumps(cfg)
+    if language == "python":
+        return [sys.executable, "-m", "bench.outcome.executor", arg]
+    if language == "go":
+        return [str(bin_dir / "executor-go"), arg]
+    return ["node", str(ROOT / "bench/outcome/executor.cjs"), arg]
+
+
+def run_one(
+    procs: Processes, variant: Variant, mode: str, capacity: float, bin_dir: Path, tmp: Path
+) -> dict[str, Any]:
+    """One variant in one mode: the figures per phase, and of the whole run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "SQUAWK_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    env["SQUAWK_TS_CLIENT"] = str(ROOT / "clients/typescript/dist/src/index.js")
+    up_port = free_port()
+    upstream = procs.start(
+        f"upstream-{variant.name}-{mode}",
+        [
+            str(bin_dir / "upstream-go"),
+            "-listen",
+            f"127.0.0.1:{up_port}",
+            "-capacity",
+            str(capacity * variant.phases[0][2]),
+            "-burst",
+            str(BURST_S),
+            "-error-rate",
+            str(variant.error_rate),
+            *(["-headers"] if variant.headers else []),
+        ],
+        env,
+    )
+    daemon: Proc | None = None
+    target = ""
+    if mode != "none":
+        port = free_port()
+        target = f"127.0.0.1:{port}"
+        daemon = procs.start(
+            f"squawk-{variant.name}-{mode}",
+            [
+                sys.executable,
+                "-m",
+                "squawk.daemon.cli",
+                "serve",
+                "--listen",
+                target,
+                "--grace",
+                "1",
+            ],
+            env,
+        )
+        wait_port(daemon, port)
+    wait_port(upstream, up_port)
+    base = f"http://127.0.0.1:{up_port}"
+    schedule: list[list[float]] = []
+    t = 0.0
+    for _, demand, _, seconds in variant.phases:
+        schedule.append([t, t + seconds, demand * capacity / len(EXECUTORS)])
+        t += seconds
+    start_file = tmp / f"{variant.name}-{mode}.start"
+    executors: list[tuple[Proc, Path]] = []
+    for i, (ident, language) in enumerate(EXECUTORS):
+        out = tmp / f"{variant.name}-{mode}-{ident}.json"
+        cfg = {
+            "id": ident,
+            "url": f"{base}/call",
+            "daemon": target,
+            "mode": mode,
+            "upstream": UPSTREAM_NAME,
+            "deadline_s": DEADLINE_S,
+            "max_attempts": MAX_ATTEMPTS,
+            "phases": schedule,
+            "seed": 1000 * i + 7,
+            "out": str(out),
+            "ready": str(out.with_suffix(".ready")),
+            "start": str(start_file),
+        }
+        proc = procs.start(
+            f"exec-{variant.name}-{mode}-{ident}", executor_argv(language, bin_dir, cfg), env
+        )
+        executors.append((proc, out))
+    # Every executor starts its first phase at the same wall time, once all
+    # are ready (a late one would otherwise fire its missed arrivals at once).
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    for proc, out in executors:
+        while not out.with_suffix(".ready").exists():
+            if not proc.alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"{proc.name} did not get ready; log {proc.log}:\n{proc.tail()}")
+            time.sleep(0.02)
+    t0 = time.time() + LEAD_S
+    phases: list[Phase] = []
+    for (name, demand, cap, _), (offset, until, _) in zip(variant.phases, schedule, strict=True):
+        phases.append(Phase(name, t0 + offset, t0 + until, demand * capacity, cap * capacity))
+    partial = start_file.with_suffix(".partial")
+    partial.write_text(repr(t0))
+    partial.rename(start_file)
+    # The daemon's CPU at each phase boundary; the capacity switched on time;
+    # the pod's view of the upstream (GetUpstreams) in the middle of each phase.
+    cpu: list[float | None] = []
+    views: list[list[dict[str, Any]]] = []
+    for i, p in enumerate(phases):
+        sleep_until(p.start)
+        if i and p.capacity != phases[i - 1].capacity:
+            get(f"{base}/capacity?c={p.capacity}")
+        cpu.append(daemon.cpu_s() if daemon else None)
+        if mode == "pod":
+            sleep_until(p.start + p.seconds / 2)
+            views.append(upstream_view(target))
+    sleep_until(phases[-1].end)
+    cpu.append(daemon.cpu_s() if daemon else None)
+    failed: list[str] = []
+    steps: list[Step] = []
+    calls: dict[str, dict[int, list[int]]] = {}
+    for proc, out in executors:
+        try:
+            code = proc.popen.wait(timeout=DEADLINE_S + 20)
+        except Exception:
+            code = procs.stop(proc)
+        if code != 0 or not out.exists():
+            failed.append(f"{proc.name} exited {code}; log {proc.log}:\n{proc.tail()}")
+            continue
+        data = json.loads(out.read_text())
+        steps += [Step(data["id"], *row) for row in data["steps"]]
+        calls[data["id"]] = {int(s): row for s, row in data["calls"].items()}
+    rows = json.loads(get(f"{base}/counts"))["rows"]
+    counts = [Count(*row) for row in rows]
+    figures = []
+    for i, p in enumerate(phases):
+        before, after = cpu[i], cpu[i + 1]
+        used = after - before if before is not None and after is not None else None
+        figures.append(phase_figures(p, capacity, counts, steps, calls, used))
+    # Recovery: after the overload (or the halving) ends, in the last phase.
+    last = phases[-1]
+    figures[-1]["recovery_s"] = recovery_s(counts, last.start, last.end, last.demand)
+    middle = phases[1]
+    # Settled service in the middle phase: its rate from 5 s in to its end.
+    settled_from = min(middle.start + 5.0, middle.end - 1.0)
+    figures[1]["settled_successes_per_s"] = sustained_rate(counts, settled_from, middle.end)
+    whole = Phase("run", phases[0].start, last.end, 0, capacity)
+    total = phase_figures(whole, capacity, counts, steps, calls, _delta(cpu[0], cpu[-1]))
+    for f, view in zip(figures, views, strict=False):
+        f["upstreams"] = view
+    return {"phases": figures, "run": total, "failed": failed}
+
+
+def upstream_view(target: str) -> list[dict[str, Any]]:
+    """GetUpstreams, as `squawk upstreams` shows it; [] when it fails."""
+    with SquawkClient(target, call_timeout=timedelta(seconds=2)) as client:
+        try:
+            states = client.get_upstreams()
+        except SquawkError as exc:
+            return [{"error": str(exc)}]
+    return [MessageToDict(s, preserving_proto_field_name=True) for s in states]
+
+
+def _delta(a: float | None, b: float | None) -> float | None:
+    return b - a if a is not None and b is not None else None
+
+
+def checks(variant: Variant, result: dict[str, Any], capacity: float) -> list[tuple[str, bool]]:
+    """The issue's goals for this variant, as (line, holds)."""
+    ph, run = result["phases"], result["run"]
+    mid, last = ph[1], ph[-1]
+
+    def le(v: float | None, bound: float) -> bool:
+        return v is not None and v <= bound
+
+    def ge(v: float | None, bound: float) -> bool:
+        return v is not None and v >= bound
+
+    out: list[tuple[str, bool]] = []
+    if variant.name == "10x":
+        out += [
+            (f"attempts <= 1.2 x C: {fmt(mid['attempts_per_c'])}", le(mid["attempts_per_c"], 1.2)),
+            (
+                f"successes >= 0.9 x C: {fmt(mid['successes_per_c'])}",
+                ge(mid["successes_per_c"], 0.9),
+            ),
+            (f"recovery <= 5 s: {fmt(last.get('recovery_s'))}", le(last.get("recovery_s"), 5)),
+            (f"Jain >= 0.95: {fmt(mid['jain'])}", ge(mid["jain"], 0.95)),
+            (
+                f"<= 0.1 % Squawk calls undecided: {pct(run['undecided_share'])}",
+                le(run["undecided_share"] or 0.0, 0.001),
+            ),
+        ]
+    elif variant.name == "2x":
+        out += [
+            (
+                f"successes >= 0.95 x C: {fmt(mid['successes_per_c'])}",
+                ge(mid["successes_per_c"], 0.95),
+            ),
+            (f"attempts <= 1.1 x C: {fmt(mid['attempts_per_c'])}", le(mid["attempts_per_c"], 1.1)),
+        ]
+    elif variant.name == "headers":
+        rejected = _ratio(run["throttled"], run["attempts"])
+        out.append((f"<= 1 % of attempts rejected: {pct(rejected)}", le(rejected, 0.01)))
+    elif variant.name == "halving":
+        got = mid["settled_successes_per_s"] / (capacity / 2)
+        out.append((f"successes >= 0.9 x new capacity from 5 s in: {fmt(got)}", got >= 0.9))
+    elif variant.name == "5xx":
+        per_step = _ratio(run["step_attempts"], run["steps"])
+        out += [
+            (
+                f">= 99.9 % steps succeed: {pct(run['step_success'])}",
+                ge(run["step_success"], 0.999),
+            ),
+            (f"attempts <= 1.02 x steps: {fmt(per_step)}", le(per_step, 1.02)),
+        ]
+    return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def fmt(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def pct(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:.1f} %"
+
+
+COLUMNS = (
+    ("mode", 17),
+    ("phase", 7),
+    ("att/C", 6),
+    ("succ/C", 6),
+    ("429", 7),
+    ("step ok", 7),
+    ("p50 ms", 7),
+    ("p99 ms", 7),
+    ("Jain", 5),
+    ("recover", 7),
+    ("undecided", 9),
+    ("cpu ms/att", 10),
+)
+
+
+def recovery_cell(f: dict[str, Any]) -> str:
+    if "recovery_s" not in f:
+        return "-"
+    return "never" if f["recovery_s"] is None else f"{f['recovery_s']:.1f} s"
+
+
+def render(variant: Variant, results: dict[str, dict[str, Any]], capacity: float) -> str:
+    spans = " + ".join(f"{s:g} s" for _, _, _, s in variant.phases)
+    lines = [f"{variant.title}: C = {capacity:g}/s, phases {spans}"]
+    lines.append("  ".join(name.ljust(w) for name, w in COLUMNS).rstrip())
+    for mode, result in results.items():
+        for f in result["phases"]:
+            cells = (
+                MODE_LABEL[mode],
+                f["phase"],
+                fmt(f["attempts_per_c"]),
+                fmt(f["successes_per_c"]),
+                pct(f["share_429"]),
+                pct(f["step_success"]),
+                fmt(f["p50_ms"], 0),
+                fmt(f["p99_ms"], 0),
+                fmt(f["jain"]),
+                "-"
+                if "recovery_s" not in f
+                else fmt(f["recovery_s"], 1) + " s"
+                if f["recovery_s"] is not None
+                else "never",
+                pct(f["undecided_share"]),
+                fmt(f["cpu_ms_per_dispatch"], 3),
+            )
+            lines.append(
+                "  ".join(c.ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)).rstrip()
+            )
+        for line, holds in checks(variant, result, capacity):
+            lines.append(f"  {MODE_LABEL[mode]}: {'PASS' if holds else 'miss'}  {line}")
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    return f"{os.cpu_count()} x {model}, Python {platform.python_version()}"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The README's table: per variant and mode, the middle phase (the
+    overload, the halving, the 5xx), the recovery after it and the run's
+    undecided share."""
+    head = (
+        "| variant | mode | attempts ÷ C | successes ÷ C | 429 | step ok | p50 / p99 ms "
+        "| Jain | recovery | undecided | daemon CPU ms / attempt |"
+    )
+    lines = [head, "|" + " --- |" * 11]
+    for v in report["variants"].values():
+        for mode, r in v["modes"].items():
+            if r["failed"]:
+                lines.append(f"| {v['title']} | {MODE_LABEL[mode]} | failed to run |" + " |" * 8)
+                continue
+            mid, last, whole = r["phases"][1], r["phases"][-1], r["run"]
+            cells = (
+                v["title"],
+                MODE_LABEL[mode],
+                fmt(mid["attempts_per_c"]),
+                fmt(mid["successes_per_c"]),
+                pct(mid["share_429"]),
+                pct(mid["step_success"]),
+                f"{fmt(mid['p50_ms'], 0)} / {fmt(mid['p99_ms'], 0)}",
+                fmt(mid["jain"]),
+                recovery_cell(last),
+                pct(whole["undecided_share"]),
+                fmt(mid["cpu_ms_per_dispatch"], 2),
+            )
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.outcome.run", description=__doc__)
+    ap.add_argument("--capacity", type=float, default=20.0, help="C, calls/s (default 20)")
+    ap.add_argument("--warm", type=float, default=3.0, help="seconds at the demand before")
+    ap.add_argument("--hot", type=float, default=20.0, help="seconds of overload (or halving)")
+    ap.add_argument("--after", type=float, default=7.0, help="seconds after the overload")
+    ap.add_argument("--only", default="", help="comma-separated variants (default: all)")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
+    ap.add_argument("--bin", type=Path, default=ROOT / "build/bench", help="the Go binaries")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/outcome.json")
+    ap.add_argument(
+        "--markdown", type=Path, help="print this results file as the README's table, run nothing"
+    )
+    args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
+    chosen = [
+        v
+        for v in variants(args.warm, args.hot, args.after)
+        if not args.only or v.name in args.only.split(",")
+    ]
+    modes = [m for m in MODES if m in args.modes.split(",")]
+    started = datetime.now(UTC)
+    report: dict[str, Any] = {
+        "date": started.isoformat(timespec="seconds"),
+        "machine": machine(),
+        "capacity": args.capacity,
+        "burst_s": BURST_S,
+        "reject_cost": 0.05,
+        "deadline_s": DEADLINE_S,
+        "max_attempts": MAX_ATTEMPTS,
+        "executors": [f"{i} ({lang})" for i, lang in EXECUTORS],
+        "variants": {},
+    }
+    broken = False
+    with tempfile.TemporaryDirectory(prefix="squawk-outcome-") as tmpdir:
+        tmp = Path(tmpdir)
+        for variant in chosen:
+            results: dict[str, dict[str, Any]] = {}
+            for mode in modes:
+                with Processes(tmp) as procs:
+                    try:
+                        results[mode] = run_one(procs, variant, mode, args.capacity, args.bin, tmp)
+                    except RuntimeError as exc:
+                        results[mode] = {"phases": [], "run": {}, "failed": [str(exc)]}
+                if results[mode]["failed"]:
+                    broken = True
+                    print("\n".join(results[mode]["failed"]), file=sys.stderr)
+            ok = {m: r for m, r in results.items() if not r["failed"]}
+            print(render(variant, ok, args.capacity), end="\n\n", flush=True)
+            report["variants"][variant.name] = {
+                "title": variant.title,
+                "phases": [list(p) for p in variant.phases],
+                "modes": {
+                    m: r
+                    | {
+                        "checks": [
+                            [line, holds] for line, holds in checks(variant, r, args.capacity)
+                        ]
+                        if not r["failed"]
+                        else []
+                    }
+                    for m, r in results.items()
+                },
+            }
+    report["seconds"] = round((datetime.now(UTC) - started).total_seconds(), 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {args.out} in {report['seconds']} s")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
