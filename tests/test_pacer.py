@@ -117,28 +117,42 @@ def _hint(
     reset: float | None,
     window: float | None = None,
     tokens: Quota | None = None,
+    *,
+    refills: bool = False,
 ) -> RateLimitHint:
     def td(value: float | None) -> timedelta | None:
         return None if value is None else timedelta(seconds=value)
 
-    return RateLimitHint(Quota(limit, remaining, td(reset), td(window)), tokens)
+    return RateLimitHint(Quota(limit, remaining, td(reset), td(window), refills), tokens)
 
 
+# Every header pace is HEADER_HEADROOM = 0.95 of what the quota allows.
 @pytest.mark.parametrize(
     ("hint", "rate"),
     [
-        # Token-bucket-like: (100 - 10) / 10 s = 9/s refill beats 10 / 10 s = 1/s.
-        (_hint(100, 10, 10), 9.0),
-        # A window that resets: 4990 left over 3590 s beats 10 / 3590 s.
-        (_hint(5000, 4990, 3590), 4990 / 3590),
-        # IETF RateLimit-Policy's window: 100 per 60 s, with 50 / 100 s left.
-        (_hint(100, 50, 100, window=60), 100 / 60),
+        # A bucket that refills: (100 - 10) / 10 s = 9/s, whatever is left.
+        (_hint(100, 10, 10, refills=True), 0.95 * 9.0),
+        (_hint(100, 90, 1, refills=True), 0.95 * 10.0),
+        # The same numbers from a window that starts over: 10 left for 10 s.
+        (_hint(100, 10, 10), 0.95 * 1.0),
+        # A window early on: 4990 left over 3590 s.
+        (_hint(5000, 4990, 3590), 0.95 * 4990 / 3590),
+        # IETF RateLimit-Policy's window: 100 per 60 s beats 50 left for 100 s.
+        (_hint(100, 50, 100, window=60), 0.95 * 100 / 60),
         # Only remaining and reset (no limit): 30 / 2 s.
-        (_hint(None, 30, 2), 15.0),
+        (_hint(None, 30, 2), 0.95 * 15.0),
         # Barely anything over a day: the floor of one call an hour.
         (_hint(None, 1, 86_400 * 5), 1 / 3600),
     ],
-    ids=["bucket", "fixed window", "ietf window", "no limit", "floor"],
+    ids=[
+        "bucket",
+        "bucket nearly full",
+        "window",
+        "fixed window",
+        "ietf window",
+        "no limit",
+        "floor",
+    ],
 )
 def test_a_quota_in_the_headers_paces_the_upstream(hint: RateLimitHint, rate: float) -> None:
     p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=hint))
@@ -148,9 +162,9 @@ def test_a_quota_in_the_headers_paces_the_upstream(hint: RateLimitHint, rate: fl
 
 
 def test_a_header_pace_spaces_starts_and_lapses_after_quiet() -> None:
-    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 10, 10)))
-    # 9/s: slots of 111.1 ms, rounded up to whole ms.
-    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 112, 223]
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 10, 10, refills=True)))
+    # 0.95 x 9/s = 8.55/s: slots of 116.96 ms, rounded up to whole ms.
+    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 117, 234]
     assert pacer_snapshot(p, NOTHING, 29.999).source is PaceSource.HEADERS
     assert pacer_snapshot(p, NOTHING, 30.0).source is PaceSource.NONE
     assert pacer_is_idle(p, NOTHING, 30.0)
@@ -163,14 +177,32 @@ def test_nothing_remaining_holds_every_start_until_the_reset() -> None:
     assert pace(p, NOTHING, 1.5)[1].wait == 500 * MS
 
 
+def test_an_empty_bucket_holds_starts_until_one_call_refills() -> None:
+    # (100 - 0) / 2 s = 50/s: one call is back in 20 ms, not at the full reset.
+    p = observe(Pacer(), NOTHING, 0.0, THROTTLED._replace(hint=_hint(100, 0, 2, refills=True)))
+    assert pace(p, NOTHING, 0.0)[1].wait == 20 * MS
+
+
+def test_a_full_bucket_says_nothing_of_its_rate() -> None:
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 100, 0, refills=True)))
+    assert pacer_snapshot(p, NOTHING, 0.0).source is PaceSource.NONE
+
+
 def test_a_token_quota_paces_by_cost() -> None:
-    tokens = Quota(limit=60_000, remaining=0, reset=timedelta(seconds=0.5), window=None)
+    tokens = Quota(60_000, 0, timedelta(seconds=0.5), None, refills=True)
     hint = RateLimitHint(requests=None, tokens=tokens)
     p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=hint))
     view = pacer_snapshot(p, NOTHING, 0.0)
-    # (60000 - 0) / 0.5 s; nothing remaining holds starts for 0.5 s.
-    assert (view.source, view.rate, view.token_rate) == (PaceSource.HEADERS, 0.0, 120_000)
-    assert view.queue_delay == 500 * MS
+    # 0.95 x (60000 - 0) / 0.5 s; one token is back within a millisecond.
+    assert (view.source, view.rate, view.token_rate) == (PaceSource.HEADERS, 0.0, 114_000)
+    assert view.queue_delay <= MS
+    # A burst of one second of tokens: two calls of 57,000 start at once,
+    # the third when 57,000 more are back, 0.5 s later.
+    waits = []
+    for _ in range(3):
+        p, granted = pace(p, NOTHING, 0.001, cost=57_000)
+        waits.append(granted.wait)
+    assert waits == [timedelta(0), timedelta(0), 500 * MS]
 
 
 # CUBIC with AWS's constants for W_max = 10: K = cbrt(10 * (1 - 0.7) / 0.4)
@@ -389,6 +421,21 @@ def test_a_throttle_cools_the_pod_only_until_the_pacer_learned() -> None:
     state = record_outcome(UpstreamState(), declared, 0.0, throttled)
     state = record_outcome(state, declared, 0.5, throttled)
     assert admit(state, declared, 1.2)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+
+
+def test_a_throttle_that_carries_its_quota_is_answered_by_the_pacer_not_a_cool_down() -> None:
+    config = UpstreamConfig()
+    empty = _hint(20, 0, 0.5, refills=True)  # 40/s refill, nothing left
+    throttled = Outcome(False, 429, retry_after=timedelta(seconds=1), hint=empty)
+    state = record_outcome(UpstreamState(), config, 0.0, throttled)
+    # No 1 s stop for the pod: the next start waits for one call to refill,
+    # 1 / 40 s = 25 ms.
+    state, paced = admit(state, config, 0.0)
+    assert (paced.allowed, paced.wait) == (True, 25 * MS)
+    # The same 429 without its quota, under that header pace, cools the pod.
+    bare = Outcome(False, 429, retry_after=timedelta(seconds=1))
+    state = record_outcome(state, config, 0.1, bare)
+    assert admit(state, config, 0.5)[1].reason is Reason.UPSTREAM_COOLING_DOWN
 
 
 @pytest.mark.parametrize(

@@ -31,7 +31,11 @@ def _quota(expect: dict[str, Any] | None) -> Quota | None:
     if expect is None:
         return None
     return Quota(
-        expect["limit"], expect["remaining"], _seconds(expect["reset"]), _seconds(expect["window"])
+        expect["limit"],
+        expect["remaining"],
+        _seconds(expect["reset"]),
+        _seconds(expect["window"]),
+        expect.get("refills", False),
     )
 
 

@@ -9,14 +9,21 @@ Where the pace comes from, the first that applies (`PaceSource`):
 1. POLICY: the policy's `rate_limit` (rate and burst; token_rate and
    token_burst for an LLM API, whose Admit carries an estimated `cost`).
 2. HEADERS: the upstream's own rate-limit headers (squawk.policy.ratelimit
-   reads them into a RateLimitHint) on any outcome, successes included. A
-   quota's `remaining / reset` is what it still allows until the reset, and
-   `(limit - remaining) / reset` the refill rate of a token-bucket-like
-   upstream; the pace is the larger (the headers do not say which kind of
-   window it is, and the larger is right for both once `remaining` runs
-   low). A quota with nothing remaining holds every start until its reset
-   (at most MAX_HOLD). A header pace lapses after `quiet` without fresh
-   headers.
+   reads them into a RateLimitHint) on any outcome, successes included.
+   The header's family says which kind of quota it is (Quota.refills). A
+   bucket that refills (OpenAI, Anthropic: `reset` is when it is full
+   again) refills `(limit - remaining) / reset` units a second whatever its
+   level: that is its pace, and with nothing remaining a start waits for
+   one unit to come back. A window that starts over (GitHub, X, the IETF
+   fields) allows `remaining / reset` until its reset, or `limit / window`
+   when it names its window (the larger); with nothing remaining every
+   start waits for the reset. Waits are at most MAX_HOLD. The pace is
+   HEADER_HEADROOM of what the headers allow: they were written before the
+   calls now in flight were counted, and pacing at exactly the refill rate
+   would keep a drained bucket drained, each early arrival a 429. A header
+   pace lapses after `quiet` without fresh headers. A throttle that carries
+   its own quota is answered by it, not by the shared cool-down
+   (squawk.policy.upstream).
 3. LEARNED: a CUBIC rate from throttling, as the AWS SDKs' adaptive retry
    mode learns it (botocore/retries/throttling.py CubicCalculator, BETA 0.7
    and SCALE_CONSTANT 0.4; adaptive.py's RateClocker, 0.5 s buckets
@@ -141,6 +148,8 @@ MIN_RATE = 0.5
 # lower one is a header's noise) and the longest a quota with nothing
 # remaining holds every start (the shared cool-down's default cap).
 MIN_HEADER_RATE = 1 / 3600
+# The share of a header quota's pace the pacer uses (see the docstring).
+HEADER_HEADROOM = 0.95
 MAX_HOLD = timedelta(minutes=5)
 # The queue (see the module docstring).
 CODEL_TARGET = 0.005
@@ -559,18 +568,26 @@ def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
         return None
     reset = _bounded_seconds(quota.reset)
     window = _bounded_seconds(quota.window)
+    known = limit is not None and remaining <= limit < math.inf
+    if quota.refills and known and reset:
+        assert limit is not None
+        if remaining >= limit:
+            return None  # full: it says nothing of the refill rate
+        refill = (limit - remaining) / reset
+        rate = min(max(HEADER_HEADROOM * refill, MIN_HEADER_RATE), MAX_TOKEN_RATE)
+        hold = min(1.0 / refill, _MAX_HOLD_S) if remaining < 1.0 else 0.0
+        return rate, hold
     rates = []
     if reset:
         rates.append(remaining / reset)
-    if limit is not None and remaining <= limit < math.inf:
-        if reset:
-            rates.append((limit - remaining) / reset)
-        if window:
-            rates.append(limit / window)
+    if known and window:
+        assert limit is not None
+        rates.append(limit / window)
     if not rates:
         return None
     # Nothing left and no limit to refill to: only the hold, no pace after it.
-    rate = min(max(max(rates), MIN_HEADER_RATE), MAX_TOKEN_RATE) if max(rates) else 0.0
+    best = max(rates)
+    rate = min(max(HEADER_HEADROOM * best, MIN_HEADER_RATE), MAX_TOKEN_RATE) if best else 0.0
     hold = min(reset, _MAX_HOLD_S) if remaining < 1.0 else 0.0
     return rate, hold
 

@@ -38,6 +38,13 @@ Tokens
      lower remaining / limit share; else the lower remaining), since Admit's
      ``cost`` is one estimate and the first limit hit is the one that throttles.
 
+The OpenAI and Anthropic quotas refill continuously, and their reset is
+when the quota is full again (OpenAI: "the time until the rate limit resets
+to its initial state"; Anthropic: a token bucket, "the time when the rate
+limit will be fully replenished"): Quota.refills says so, and the pacer
+reads a refill rate from them. Every other family counts a window that
+starts over at its reset.
+
 ``x-ratelimit-reset`` is epoch seconds at GitHub, Twitter / X and Discord
 and delta seconds at Reddit (and elsewhere), and says nothing of which: by
 magnitude, a value below 1e9 (a delta of 31 years, past the cap anyway) is
@@ -99,6 +106,12 @@ class Quota:
     remaining: float | None
     reset: timedelta | None
     window: timedelta | None
+    # The family says its reset is when the quota is full again, refilled
+    # continuously (a token bucket: OpenAI's "resets to its initial state",
+    # Anthropic's "fully replenished"), not when a window starts over
+    # (GitHub, X, Reddit, Discord, the IETF fields). The pacer reads the two
+    # differently (squawk.policy.pacer).
+    refills: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,8 +213,9 @@ def _quota(
     remaining: float | None,
     reset: float | None,
     window: float | None = None,
+    refills: bool = False,
 ) -> Quota | None:
-    quota = Quota(limit, remaining, _reset(reset), _window(window))
+    quota = Quota(limit, remaining, _reset(reset), _window(window), refills)
     if (quota.limit, quota.remaining, quota.reset, quota.window) == (None, None, None, None):
         return None
     return quota
@@ -225,6 +239,7 @@ def _family(found: Mapping[str, str], prefix: str, wall_now: float) -> Quota | N
         _count(found.get(prefix + "-limit")),
         _count(found.get(prefix + "-remaining")),
         _rfc3339(found.get(prefix + "-reset"), wall_now),
+        refills=True,
     )
 
 
@@ -352,6 +367,7 @@ def _openai(found: Mapping[str, str], kind: str) -> Quota | None:
         _count(found.get("x-ratelimit-limit-" + kind)),
         _count(found.get("x-ratelimit-remaining-" + kind)),
         _go_duration(found.get("x-ratelimit-reset-" + kind)),
+        refills=True,
     )
 
 

@@ -250,12 +250,19 @@ def record_outcome(
     # Once the pacer has learned a rate from throttling, its cut answers a
     # throttle: the Retry-After that each overshoot brings would otherwise
     # stop the whole pod for its full length every time the pace probes
-    # above the limit. Before that (nothing learned yet), and under a
-    # declared or announced pace that proved wrong, the hint cools the pod.
+    # above the limit. Before that (nothing learned yet), under a declared
+    # pace that proved wrong, and under an announced one whose throttle
+    # says nothing of its quota, the hint cools the pod.
+    # A throttle that carries the upstream's own quota is answered by it:
+    # the pacer holds the starts until the quota says a call fits again.
     learned = throttled and (
         _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
     )
     pacer = _pacer.observe(state.pacer, config.rate_limit, now, sample)
+    if throttled and outcome.hint is not None:
+        learned = learned or (
+            _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.HEADERS
+        )
     until = state.cool_until
     if counted is Verdict.FAILURE and not learned:
         until = cool_down(
