@@ -126,13 +126,14 @@ def _hint(
     return RateLimitHint(Quota(limit, remaining, td(reset), td(window), refills), tokens)
 
 
-# Every header pace is HEADER_HEADROOM = 0.95 of what the quota allows.
+# A window is paced at HEADER_HEADROOM = 0.95 of what it allows; a bucket
+# at the least it refills, remaining being rounded down: (used - 1) / reset.
 @pytest.mark.parametrize(
     ("hint", "rate"),
     [
-        # A bucket that refills: (100 - 10) / 10 s = 9/s, whatever is left.
-        (_hint(100, 10, 10, refills=True), 0.95 * 9.0),
-        (_hint(100, 90, 1, refills=True), 0.95 * 10.0),
+        # A bucket that refills: (100 - 10 - 1) / 10 s, whatever is left.
+        (_hint(100, 10, 10, refills=True), 8.9),
+        (_hint(100, 90, 1, refills=True), 9.0),
         # The same numbers from a window that starts over: 10 left for 10 s.
         (_hint(100, 10, 10), 0.95 * 1.0),
         # A window early on: 4990 left over 3590 s.
@@ -163,8 +164,8 @@ def test_a_quota_in_the_headers_paces_the_upstream(hint: RateLimitHint, rate: fl
 
 def test_a_header_pace_spaces_starts_and_lapses_after_quiet() -> None:
     p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 10, 10, refills=True)))
-    # 0.95 x 9/s = 8.55/s: slots of 116.96 ms, rounded up to whole ms.
-    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 117, 234]
+    # (100 - 10 - 1) / 10 s = 8.9/s: slots of 112.36 ms, rounded up to whole ms.
+    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 113, 225]
     assert pacer_snapshot(p, NOTHING, 29.999).source is PaceSource.HEADERS
     assert pacer_snapshot(p, NOTHING, 30.0).source is PaceSource.NONE
     assert pacer_is_idle(p, NOTHING, 30.0)
@@ -178,29 +179,30 @@ def test_nothing_remaining_holds_every_start_until_the_reset() -> None:
 
 
 def test_an_empty_bucket_holds_starts_until_one_call_refills() -> None:
-    # (100 - 0) / 2 s = 50/s: one call is back in 20 ms, not at the full reset.
-    p = observe(Pacer(), NOTHING, 0.0, THROTTLED._replace(hint=_hint(100, 0, 2, refills=True)))
+    # (101 - 0 - 1) / 2 s = 50/s: one call is back in 20 ms, not at the reset.
+    p = observe(Pacer(), NOTHING, 0.0, THROTTLED._replace(hint=_hint(101, 0, 2, refills=True)))
     assert pace(p, NOTHING, 0.0)[1].wait == 20 * MS
 
 
 def test_a_full_bucket_says_nothing_of_its_rate() -> None:
-    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 100, 0, refills=True)))
-    assert pacer_snapshot(p, NOTHING, 0.0).source is PaceSource.NONE
+    for full in (_hint(100, 100, 0, refills=True), _hint(100, 99, 0.01, refills=True)):
+        p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=full))
+        assert pacer_snapshot(p, NOTHING, 0.0).source is PaceSource.NONE
 
 
 def test_a_token_quota_paces_by_cost() -> None:
-    tokens = Quota(60_000, 0, timedelta(seconds=0.5), None, refills=True)
+    tokens = Quota(50_001, 0, timedelta(seconds=0.5), None, refills=True)
     hint = RateLimitHint(requests=None, tokens=tokens)
     p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=hint))
     view = pacer_snapshot(p, NOTHING, 0.0)
-    # 0.95 x (60000 - 0) / 0.5 s; one token is back within a millisecond.
-    assert (view.source, view.rate, view.token_rate) == (PaceSource.HEADERS, 0.0, 114_000)
+    # (50001 - 0 - 1) / 0.5 s; one token is back within a millisecond.
+    assert (view.source, view.rate, view.token_rate) == (PaceSource.HEADERS, 0.0, 100_000)
     assert view.queue_delay <= MS
-    # A burst of one second of tokens: two calls of 57,000 start at once,
-    # the third when 57,000 more are back, 0.5 s later.
+    # A burst of one second of tokens: two calls of 50,000 start at once,
+    # the third when 50,000 more are back, 0.5 s later.
     waits = []
     for _ in range(3):
-        p, granted = pace(p, NOTHING, 0.001, cost=57_000)
+        p, granted = pace(p, NOTHING, 0.001, cost=50_000)
         waits.append(granted.wait)
     assert waits == [timedelta(0), timedelta(0), 500 * MS]
 
@@ -425,7 +427,7 @@ def test_a_throttle_cools_the_pod_only_until_the_pacer_learned() -> None:
 
 def test_a_throttle_that_carries_its_quota_is_answered_by_the_pacer_not_a_cool_down() -> None:
     config = UpstreamConfig()
-    empty = _hint(20, 0, 0.5, refills=True)  # 40/s refill, nothing left
+    empty = _hint(21, 0, 0.5, refills=True)  # (21 - 0 - 1) / 0.5 = 40/s, nothing left
     throttled = Outcome(False, 429, retry_after=timedelta(seconds=1), hint=empty)
     state = record_outcome(UpstreamState(), config, 0.0, throttled)
     # No 1 s stop for the pod: the next start waits for one call to refill,

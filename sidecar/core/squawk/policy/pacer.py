@@ -13,14 +13,15 @@ Where the pace comes from, the first that applies (`PaceSource`):
    The header's family says which kind of quota it is (Quota.refills). A
    bucket that refills (OpenAI, Anthropic: `reset` is when it is full
    again) refills `(limit - remaining) / reset` units a second whatever its
-   level: that is its pace, and with nothing remaining a start waits for
-   one unit to come back. A window that starts over (GitHub, X, the IETF
-   fields) allows `remaining / reset` until its reset, or `limit / window`
-   when it names its window (the larger); with nothing remaining every
-   start waits for the reset. Waits are at most MAX_HOLD. The pace is
-   HEADER_HEADROOM of what the headers allow: they were written before the
-   calls now in flight were counted, and pacing at exactly the refill rate
-   would keep a drained bucket drained, each early arrival a 429. A header
+   level; `remaining` is rounded down, so the pace is the least it can be,
+   `(limit - remaining - 1) / reset` (a reading with at most one unit used
+   says nothing), and with nothing remaining a start waits for one unit to
+   come back. A window that starts over (GitHub, X, the IETF fields)
+   allows `remaining / reset` until its reset, or `limit / window` when it
+   names its window (the larger), paced at HEADER_HEADROOM of it: the
+   headers were written before the calls now in flight were counted. With
+   nothing remaining every start waits for the reset. Waits are at most
+   MAX_HOLD. A header
    pace lapses after `quiet` without fresh headers. A throttle that carries
    its own quota is answered by it, not by the shared cool-down
    (squawk.policy.upstream).
@@ -148,7 +149,7 @@ MIN_RATE = 0.5
 # lower one is a header's noise) and the longest a quota with nothing
 # remaining holds every start (the shared cool-down's default cap).
 MIN_HEADER_RATE = 1 / 3600
-# The share of a header quota's pace the pacer uses (see the docstring).
+# The share of a window's `remaining / reset` the pacer uses (see the docstring).
 HEADER_HEADROOM = 0.95
 MAX_HOLD = timedelta(minutes=5)
 # The queue (see the module docstring).
@@ -571,10 +572,15 @@ def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
     known = limit is not None and remaining <= limit < math.inf
     if quota.refills and known and reset:
         assert limit is not None
-        if remaining >= limit:
-            return None  # full: it says nothing of the refill rate
-        refill = (limit - remaining) / reset
-        rate = min(max(HEADER_HEADROOM * refill, MIN_HEADER_RATE), MAX_TOKEN_RATE)
+        # Every API counts `remaining` in whole calls or tokens, rounded
+        # down: the bucket refills at least (used - 1) / reset and at most
+        # used / reset. The least is the pace (and nearly full, it says
+        # nothing), so the rounding can never pace above the refill rate.
+        used = limit - remaining
+        if used <= 1.0:
+            return None
+        refill = (used - 1.0) / reset
+        rate = min(max(refill, MIN_HEADER_RATE), MAX_TOKEN_RATE)
         hold = min(1.0 / refill, _MAX_HOLD_S) if remaining < 1.0 else 0.0
         return rate, hold
     rates = []
