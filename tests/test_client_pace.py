@@ -93,6 +93,22 @@ def test_cancelling_the_paced_wait_ends_the_step_before_any_dispatch(admitting: 
     assert (calls, len(server.admit_requests)) == ([], 1)
 
 
+def test_a_wait_past_a_day_without_a_deadline_fails_uncalled_rather_than_sleep(
+    admitting: Start,
+) -> None:
+    # No daemon paces that far (Admit's deadline is at most a day); a
+    # hostile answer must not put a step to sleep for years.
+    target, _ = admitting([ADMITTED | {"wait": "86401s"}])
+    calls: list[int] = []
+    slept: list[float] = []
+    with SquawkClient(target, call_timeout=TIMEOUT) as client, pytest.raises(StepFailed) as failed:
+        run_step_sync(
+            client, calls.append, 1, options=StepOptions(upstream="a"), sleep=slept.append
+        )
+    assert (calls, slept) == ([], [])
+    assert failed.value.decision.reason is Reason.UPSTREAM_SATURATED
+
+
 def test_spare_permits_of_a_lease_start_the_next_dispatches_without_asking(
     admitting: Start,
 ) -> None:
@@ -210,9 +226,11 @@ def test_a_step_whose_deadline_the_pace_cannot_meet_is_shed_uncalled(paced: str)
     assert (shed.decision.reason, shed.attempts, calls) == (Reason.UPSTREAM_SATURATED, 0, [])
 
 
+# A bucket of 600 with 10 used, refilled in 100 ms: (10 - 1) / 0.1 s = 90/s
+# at the least (remaining is rounded down).
 ANNOUNCED = {
     "x-ratelimit-limit-requests": "600",
-    "x-ratelimit-remaining-requests": "599",
+    "x-ratelimit-remaining-requests": "590",
     "x-ratelimit-reset-requests": "100ms",
 }
 
@@ -225,7 +243,7 @@ def test_the_rate_limit_headers_of_a_success_set_the_daemons_pace(daemon: Daemon
     with SquawkClient(daemon.target, call_timeout=TIMEOUT) as reader:
         (row,) = reader.get_upstreams(upstream="announces")
     assert row.pace_source == pb.PACE_SOURCE_HEADERS
-    assert row.rate > 0
+    assert row.rate == pytest.approx(90)
 
 
 def _flood(result: str) -> dict[str, str]:

@@ -121,18 +121,31 @@ def test_admit_accepts_every_bound_itself(stub: Stub, fields: dict[str, Any]) ->
         (pb.Outcome(upstream="open", success=True, cost=-1.0), "outcomes[1].cost"),
         (pb.Outcome(upstream="open", success=True, cost=float("nan")), "outcomes[1].cost"),
         (pb.Outcome(upstream="open", success=True, cost=2e9), "outcomes[1].cost"),
+        (
+            pb.Outcome(upstream="open", success=True, estimated_cost=float("inf")),
+            "outcomes[1].estimated_cost",
+        ),
         (pb.Outcome(upstream="open", success=True, latency=_seconds(-1)), "outcomes[1].latency"),
         (
             pb.Outcome(upstream="open", success=True, latency=_seconds(86_401)),
             "outcomes[1].latency",
         ),
     ],
-    ids=["negative cost", "NaN cost", "cost over 1e9", "negative latency", "latency over a day"],
+    ids=[
+        "negative cost",
+        "NaN cost",
+        "cost over 1e9",
+        "infinite estimate",
+        "negative latency",
+        "latency over a day",
+    ],
 )
 def test_a_bad_outcome_cost_or_latency_is_refused_naming_it(
     stub: Stub, outcome: pb.Outcome, field: str
 ) -> None:
-    fine = pb.Outcome(upstream="open", success=True, cost=1e9, latency=_seconds(86_400))
+    fine = pb.Outcome(
+        upstream="open", success=True, cost=1e9, estimated_cost=1e9, latency=_seconds(86_400)
+    )
     with pytest.raises(grpc.RpcError) as caught:
         stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[fine, outcome]), timeout=5)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -182,6 +195,8 @@ PACED = """\
 profiles:
   paced:
     rate_limit: {rate: 20, burst: 1}
+  tokens:
+    rate_limit: {token_rate: 10000, token_burst: 10000}
 """
 SLOT_MS = 50  # 1 / rate
 MS = timedelta(milliseconds=1)
@@ -255,6 +270,34 @@ def test_a_deadline_shorter_than_the_wait_is_refused_at_once(
     assert row.shed == 1 and row.paced >= 1
 
 
+def test_an_outcome_s_estimated_cost_lets_the_token_pace_charge_only_the_real_cost(
+    paced: tuple[Daemon, Stub, int],
+) -> None:
+    _, stub, _ = paced
+
+    def admit(upstream: str) -> pb.AdmitResponse:
+        reply: pb.AdmitResponse = stub.Admit(
+            pb.AdmitRequest(profile="tokens", upstream=upstream, cost=4000), timeout=5
+        )
+        return reply
+
+    for upstream, report in (("tokens-estimated", True), ("tokens-unreported", False)):
+        # 10,000 units/s with a burst of 10,000: two calls of 4,000 start at
+        # once and hold the third 8,000 - 10,000 + 4,000 = 2,000 units, 200 ms.
+        assert all(admit(upstream).wait.ToMilliseconds() == 0 for _ in range(2))
+        if report:
+            # Each used 1,000 of the 4,000 it was charged: 6,000 come back.
+            done = pb.Outcome(
+                profile="tokens", upstream=upstream, success=True, cost=1000, estimated_cost=4000
+            )
+            stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[done, done]), timeout=5)
+        third = admit(upstream).wait.ToTimedelta()
+        if report:
+            assert third == timedelta(0)
+        else:
+            assert timedelta(0) < third <= 200 * MS
+
+
 def test_a_paced_upstream_grants_one_permit_at_a_time(
     paced: tuple[Daemon, Stub, int],
 ) -> None:
@@ -320,16 +363,17 @@ def test_throttling_outcomes_switch_a_learned_pace_on(learning: Stub) -> None:
 
 def test_rate_limit_headers_on_a_success_set_the_pace(learning: Stub) -> None:
     name = "announces"
+    # 10 of 600 used, refilled in 100 ms: at least (10 - 1) / 0.1 s = 90/s.
     headers = {
         "x-ratelimit-limit-requests": "600",
-        "x-ratelimit-remaining-requests": "599",
+        "x-ratelimit-remaining-requests": "590",
         "x-ratelimit-reset-requests": "100ms",
     }
     success = pb.Outcome(upstream=name, success=True, headers=headers)
     learning.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[success]), timeout=5)
     row = _row(learning, "default", name)
     assert row.pace_source == pb.PACE_SOURCE_HEADERS
-    assert row.rate > 0
+    assert row.rate == pytest.approx(90)
 
 
 FLEET_PACED = """\

@@ -2064,7 +2064,11 @@ type Outcome struct {
 	Headers map[string]string `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The call's real cost in the upstream's token units (see
 	// AdmitRequest.cost). Optional; 0 = unknown. Finite, 0 to 1e9.
-	Cost          float64 `protobuf:"fixed64,9,opt,name=cost,proto3" json:"cost,omitempty"`
+	Cost float64 `protobuf:"fixed64,9,opt,name=cost,proto3" json:"cost,omitempty"`
+	// The cost Admit was given for this call (AdmitRequest.cost), so that a
+	// token pace charges the difference between the two; 0 = unknown (the
+	// mean of the real costs seen stands in). Finite, 0 to 1e9.
+	EstimatedCost float64 `protobuf:"fixed64,10,opt,name=estimated_cost,json=estimatedCost,proto3" json:"estimated_cost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2158,6 +2162,13 @@ func (x *Outcome) GetHeaders() map[string]string {
 func (x *Outcome) GetCost() float64 {
 	if x != nil {
 		return x.Cost
+	}
+	return 0
+}
+
+func (x *Outcome) GetEstimatedCost() float64 {
+	if x != nil {
+		return x.EstimatedCost
 	}
 	return 0
 }
@@ -2725,7 +2736,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x05probe\x18\x05 \x01(\bR\x05probe\x12-\n" +
 	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x18\n" +
 	"\apermits\x18\a \x01(\x05R\apermits\x12/\n" +
-	"\x05lease\x18\b \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\x87\x03\n" +
+	"\x05lease\x18\b \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\xae\x03\n" +
 	"\aOutcome\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
 	"\n" +
@@ -2738,7 +2749,9 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x11transport_failure\x18\x06 \x01(\bR\x10transportFailure\x123\n" +
 	"\alatency\x18\a \x01(\v2\x19.google.protobuf.DurationR\alatency\x129\n" +
 	"\aheaders\x18\b \x03(\v2\x1f.squawk.v1.Outcome.HeadersEntryR\aheaders\x12\x12\n" +
-	"\x04cost\x18\t \x01(\x01R\x04cost\x1a:\n" +
+	"\x04cost\x18\t \x01(\x01R\x04cost\x12%\n" +
+	"\x0eestimated_cost\x18\n" +
+	" \x01(\x01R\restimatedCost\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +

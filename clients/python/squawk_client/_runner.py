@@ -100,6 +100,8 @@ class StepOptions:
 
 # Outcome.latency's bound, as a deadline's.
 _MAX_LATENCY = MAX_ADMIT_DEADLINE
+# The longest paced wait a step without a deadline sleeps (Admit's bound).
+_MAX_WAIT = MAX_ADMIT_DEADLINE
 
 # A forced resend would revive what these reasons ended for good.
 _FINAL = frozenset({Reason.CANCELLED, Reason.ATTEMPTS_EXHAUSTED, Reason.DEADLINE_EXCEEDED})
@@ -277,14 +279,18 @@ class _Attempts:
         self.fail_before_call(admission.reason, why)
 
     def paced(self, admission: Admission) -> None:
-        """Raise StepFailed when an allowed dispatch's paced wait passes the deadline."""
+        """Raise StepFailed when an allowed dispatch's paced wait passes the
+        deadline, or, without one, a day (no daemon paces that far: the Go
+        and TypeScript runners refuse it too, rather than sleep on it)."""
         o = self.options
-        if o.deadline is None or admission.wait <= self.deadline_left():
+        limit = _MAX_WAIT if o.deadline is None else self.deadline_left()
+        if admission.wait <= limit:
             return
         ms = round(admission.wait.total_seconds() * 1000)
+        past = "a day" if o.deadline is None else "the step's deadline"
         why = (
-            f"The pod paces the dispatch to {o.upstream} to start in {ms} ms, past the "
-            "step's deadline: REASON_UPSTREAM_SATURATED."
+            f"The pod paces the dispatch to {o.upstream} to start in {ms} ms, past "
+            f"{past}: REASON_UPSTREAM_SATURATED."
         )
         self.fail_before_call(Reason.UPSTREAM_SATURATED, why)
 
@@ -317,6 +323,7 @@ class _Attempts:
             profile=o.profile,
             success=True,
             cost=_real_cost(result, cost_of, o.cost),
+            estimated_cost=o.cost,
             headers=_pace_headers(result, headers_of),
         )
         # Outcome.latency is bounded to a day (a step may run longer).

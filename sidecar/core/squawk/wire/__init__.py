@@ -134,6 +134,8 @@ def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
     check_headers(headers)
     cost = message.cost
     check_cost("cost", cost)
+    estimated = message.estimated_cost
+    check_cost("estimated_cost", estimated)
     latency = None
     if message.HasField("latency"):
         latency = _bounded("latency", message.latency.seconds, message.latency.nanos)
@@ -144,6 +146,7 @@ def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
             message.transport_failure,
             latency=latency,
             cost=cost,
+            estimated=estimated,
         )
     return Outcome(
         success=message.success,
@@ -153,6 +156,7 @@ def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
         refused_retry=not message.success and pushback_refuses(headers),
         latency=latency,
         cost=cost,
+        estimated=estimated,
         hint=hint(headers, clock),
     )
 

@@ -1356,6 +1356,12 @@ export interface Outcome {
    * AdmitRequest.cost). Optional; 0 = unknown. Finite, 0 to 1e9.
    */
   cost: number;
+  /**
+   * The cost Admit was given for this call (AdmitRequest.cost), so that a
+   * token pace charges the difference between the two; 0 = unknown (the
+   * mean of the real costs seen stands in). Finite, 0 to 1e9.
+   */
+  estimatedCost: number;
 }
 
 export interface Outcome_HeadersEntry {
@@ -4233,6 +4239,7 @@ function createBaseOutcome(): Outcome {
     latency: undefined,
     headers: {},
     cost: 0,
+    estimatedCost: 0,
   };
 }
 
@@ -4264,6 +4271,9 @@ export const Outcome: MessageFns<Outcome> = {
     });
     if (message.cost !== 0) {
       writer.uint32(73).double(message.cost);
+    }
+    if (message.estimatedCost !== 0) {
+      writer.uint32(81).double(message.estimatedCost);
     }
     return writer;
   },
@@ -4356,6 +4366,14 @@ export const Outcome: MessageFns<Outcome> = {
             message.cost = reader.double();
             continue;
           }
+          case 10: {
+            if (tag !== 81) {
+              break;
+            }
+
+            message.estimatedCost = reader.double();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4400,6 +4418,11 @@ export const Outcome: MessageFns<Outcome> = {
         )
         : {},
       cost: isSet(object.cost) ? globalThis.Number(object.cost) : 0,
+      estimatedCost: isSet(object.estimatedCost)
+        ? globalThis.Number(object.estimatedCost)
+        : isSet(object.estimated_cost)
+        ? globalThis.Number(object.estimated_cost)
+        : 0,
     };
   },
 
@@ -4438,6 +4461,9 @@ export const Outcome: MessageFns<Outcome> = {
     if (message.cost !== 0) {
       obj.cost = floatToJson(message.cost);
     }
+    if (message.estimatedCost !== 0) {
+      obj.estimatedCost = floatToJson(message.estimatedCost);
+    }
     return obj;
   },
 
@@ -4465,6 +4491,7 @@ export const Outcome: MessageFns<Outcome> = {
       {},
     );
     message.cost = object.cost ?? 0;
+    message.estimatedCost = object.estimatedCost ?? 0;
     return message;
   },
 };
