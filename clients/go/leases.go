@@ -24,6 +24,11 @@ const permitWindow = 200 * time.Millisecond
 // end. A key past the bound asks for one permit, as before leases.
 const maxLeaseKeys = 1024
 
+// maxLease is the longest a spare permit is kept, whatever lease the answer
+// names (the pod's is 200 ms): a spare outliving a change of the upstream's
+// state would start a call the pod now refuses. The same in every client.
+const maxLease = time.Second
+
 type leaseKey struct{ profile, upstream, capability string }
 
 // grant is the spare permits of one answer and when they lapse.
@@ -78,7 +83,17 @@ func (l *leaseTable) keep(key leaseKey, now time.Time, a Admission) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.entry(key, now); e != nil {
-		e.grants = append(e.grants, grant{spare: a.Permits - 1, until: now.Add(a.Lease)})
+		e.grants = append(e.grants, grant{spare: a.Permits - 1, until: now.Add(min(a.Lease, maxLease))})
+	}
+}
+
+// drop gives up key's spare permits: a dispatch to it failed, and the pod
+// may refuse the next one (the Python and TypeScript clients do the same).
+func (l *leaseTable) drop(key leaseKey) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e := l.entries[key]; e != nil {
+		e.grants = nil
 	}
 }
 

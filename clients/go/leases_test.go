@@ -175,3 +175,33 @@ func TestRunSharesPermitsAcrossGoroutinesWithinTheGrants(t *testing.T) {
 		t.Errorf("%d successes reported, want %d", len(sd.reported), goroutines*each)
 	}
 }
+
+// A lease of an hour is kept a second at most, as in every client: a spare
+// outliving a change of the upstream's state would start a call the pod
+// now refuses.
+func TestRunKeepsASparePermitASecondAtMost(t *testing.T) {
+	c, sd, clock := leasedClient(t, `{"allowed": true, "permits": 3, "lease": "3600s"}`, `{"allowed": true, "permits": 1}`)
+	dispatch(t, c, "")
+	clock.advance(999 * time.Millisecond)
+	dispatch(t, c, "") // a spare: 999 ms is inside the second
+	if n := len(sd.admitted()); n != 1 {
+		t.Fatalf("%d Admits within the second, want 1", n)
+	}
+	clock.advance(time.Millisecond)
+	dispatch(t, c, "") // the last spare lapsed at 1 s
+	if n := len(sd.admitted()); n != 2 {
+		t.Errorf("%d Admits after a second, want 2", n)
+	}
+}
+
+// A failed dispatch gives up the key's spare permits: the pod may refuse
+// the next one (its breaker, its cool-down), so the next dispatch asks.
+func TestRunGivesUpTheSparePermitsWhenADispatchFails(t *testing.T) {
+	c, sd, _ := leasedClient(t, `{"allowed": true, "permits": 3, "lease": "0.200s"}`, `{"allowed": true, "permits": 1}`)
+	failed := func(context.Context, int) (int, error) { return 0, &StepError{HTTPStatus: 400} }
+	_, _ = Run(context.Background(), c, 0, failed, RunOptions[int]{Upstream: "api.example"})
+	dispatch(t, c, "")
+	if n := len(sd.admitted()); n != 2 {
+		t.Errorf("%d Admits, want 2: the failure gave up the two spares", n)
+	}
+}

@@ -121,6 +121,9 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 			return result, nil
 		}
 		lastErr = err
+		if admit != nil {
+			c.leases.drop(leaseKey{admit.GetProfile(), admit.GetUpstream(), admit.GetCapability()})
+		}
 		req := opts.request(ctx, err, attempt, corrections)
 		if ctx.Err() != nil {
 			// The daemon cannot be asked on an ended ctx, and the answer is

@@ -71,7 +71,7 @@ const MAX_LEASE_PERMITS = 100;
  * pod's leases are short, and a spare permit outliving a change of the
  * upstream's state would start a call the pod would now refuse.
  */
-const MAX_LEASE_MS = 5000;
+const MAX_LEASE_MS = 1000;
 
 /** The most (profile, upstream, capability) keys holding spare permits; past it, spares are not kept. */
 const MAX_LEASES = 1000;
