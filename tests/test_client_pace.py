@@ -210,9 +210,11 @@ def test_a_step_whose_deadline_the_pace_cannot_meet_is_shed_uncalled(paced: str)
     assert (shed.decision.reason, shed.attempts, calls) == (Reason.UPSTREAM_SATURATED, 0, [])
 
 
+# Ten calls used of a refilling quota: a reading with at most one call used
+# says nothing about its refill rate.
 ANNOUNCED = {
     "x-ratelimit-limit-requests": "600",
-    "x-ratelimit-remaining-requests": "599",
+    "x-ratelimit-remaining-requests": "590",
     "x-ratelimit-reset-requests": "100ms",
 }
 
