@@ -210,8 +210,8 @@ def test_a_step_whose_deadline_the_pace_cannot_meet_is_shed_uncalled(paced: str)
     assert (shed.decision.reason, shed.attempts, calls) == (Reason.UPSTREAM_SATURATED, 0, [])
 
 
-# Ten calls used of a refilling quota: a reading with at most one call used
-# says nothing about its refill rate.
+# A bucket of 600 with 10 used, refilled in 100 ms: (10 - 1) / 0.1 s = 90/s
+# at the least (remaining is rounded down).
 ANNOUNCED = {
     "x-ratelimit-limit-requests": "600",
     "x-ratelimit-remaining-requests": "590",
@@ -227,7 +227,7 @@ def test_the_rate_limit_headers_of_a_success_set_the_daemons_pace(daemon: Daemon
     with SquawkClient(daemon.target, call_timeout=TIMEOUT) as reader:
         (row,) = reader.get_upstreams(upstream="announces")
     assert row.pace_source == pb.PACE_SOURCE_HEADERS
-    assert row.rate > 0
+    assert row.rate == pytest.approx(90)
 
 
 def _flood(result: str) -> dict[str, str]:
