@@ -87,7 +87,7 @@ class Script:
             cost=float(o.get("cost", 0)),
         )
 
-    def step(self, params: Any) -> str:
+    def step(self, params: Any) -> Any:
         self.dispatches.append(copy.deepcopy(params))
         assert self.steps, f"the step was called {len(self.dispatches)} times, more than scripted"
         outcome = self.steps.pop(0)
@@ -102,7 +102,19 @@ class Script:
             )
         if "raise" in outcome:
             raise ConnectionError(outcome["raise"])
+        if "cost" in outcome:
+            # A result carrying its real cost and its response headers.
+            return {"cost": outcome["cost"], "headers": dict(outcome["headers"])}
         return "ok"
+
+    def hooks(self) -> dict[str, Any]:
+        """The runner's cost_of and headers_of, when the results carry them."""
+        if not any("cost" in step for step in self.case["steps"]):
+            return {}
+        return {
+            "cost_of": lambda result: result["cost"],
+            "headers_of": lambda result: result["headers"],
+        }
 
     def correct(self, params: Any, error: BaseException, decision: Decision) -> Any:
         assert self.corrections, "the correction hook was called more often than scripted"
@@ -175,6 +187,13 @@ class Script:
             if len(want_all) != len(got_all):
                 mismatches.append(f"reported: expected {want_all}, got {got_all}")
             for i, (want, got) in enumerate(zip(want_all, got_all, strict=False)):
+                want = dict(want)
+                headers = got.get("headers", {})
+                # 'headers' is compared whole; 'headerCount' counts them.
+                if "headers" in want and (exact := want.pop("headers")) != headers:
+                    mismatches.append(f"reported[{i}].headers: expected {exact}, got {headers}")
+                if "headerCount" in want and (n := want.pop("headerCount")) != len(headers):
+                    mismatches.append(f"reported[{i}]: expected {n} headers, got {len(headers)}")
                 mismatches += subset_mismatches(want, {"success": False} | got, f"reported[{i}]")
         assert mismatches == []
 
@@ -225,6 +244,7 @@ def _run_sync(target: str, script: Script) -> tuple[dict[str, Any], bool]:
                 on_error=script.on_error if script.verdicts is not None else None,
                 options=script.options(),
                 sleep=script.sleep,
+                **script.hooks(),
             )
         except StepFailed as exc:
             return _failed(exc), client.fallback_count > 0
@@ -234,7 +254,7 @@ def _run_sync(target: str, script: Script) -> tuple[dict[str, Any], bool]:
 
 
 def _run_async(target: str, script: Script) -> tuple[dict[str, Any], bool]:
-    async def step(params: Any) -> str:
+    async def step(params: Any) -> Any:
         return script.step(params)
 
     async def correct(params: Any, error: BaseException, decision: Decision) -> Any:
@@ -254,6 +274,7 @@ def _run_async(target: str, script: Script) -> tuple[dict[str, Any], bool]:
                     on_error=script.on_error if script.verdicts is not None else None,
                     options=script.options(),
                     sleep=sleep,
+                    **script.hooks(),
                 )
             except StepFailed as exc:
                 return _failed(exc), client.fallback_count > 0

@@ -150,27 +150,35 @@ func started(cfg *Config) float64 {
 	}
 }
 
-// call is one attempt: nil on 200, else a *squawk.StepError.
-func call(ctx context.Context, cfg *Config, httpc *http.Client, id string) error {
+// reply is a success's response headers: Run reports their rate-limit
+// headers with the success (squawk.RateLimitHeaderer), so the pacer reads
+// the upstream's quota, as the Python executor's headers_of does.
+type reply map[string]string
+
+func (r reply) RateLimitHeaders() map[string]string { return r }
+
+// call is one attempt: the response's headers on 200, else a
+// *squawk.StepError.
+func call(ctx context.Context, cfg *Config, httpc *http.Client, id string) (reply, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cfg.URL+"?step="+id, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("X-Executor", cfg.ID)
 	resp, err := httpc.Do(req)
 	if err != nil {
-		return &squawk.StepError{TransportFailure: true, Err: err}
+		return nil, &squawk.StepError{TransportFailure: true, Err: err}
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	if resp.StatusCode == http.StatusOK {
-		return nil
-	}
 	headers := map[string]string{}
 	for k, v := range resp.Header {
 		headers[strings.ToLower(k)] = strings.Join(v, ", ")
 	}
-	return &squawk.StepError{HTTPStatus: resp.StatusCode, Body: body, Headers: headers}
+	if resp.StatusCode == http.StatusOK {
+		return headers, nil
+	}
+	return nil, &squawk.StepError{HTTPStatus: resp.StatusCode, Body: body, Headers: headers}
 }
 
 func runOne(cfg *Config, httpc *http.Client, client *squawk.Client, rec *recorder, id string, rng *rand.Rand) {
@@ -180,9 +188,9 @@ func runOne(cfg *Config, httpc *http.Client, client *squawk.Client, rec *recorde
 	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), stepKey{}, undecided), deadline)
 	defer cancel()
 	attempts := 0
-	step := func(ctx context.Context, id string) (struct{}, error) {
+	step := func(ctx context.Context, id string) (reply, error) {
 		attempts++
-		return struct{}{}, call(ctx, cfg, httpc, id)
+		return call(ctx, cfg, httpc, id)
 	}
 	if cfg.Mode == "none" {
 		ok, reason := tenacity(ctx, cfg, rng, func() error { _, err := step(ctx, id); return err }, start, deadline)

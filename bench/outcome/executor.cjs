@@ -110,11 +110,13 @@ async function attemptOnce(stepId, signal) {
   } catch (error) {
     throw new squawk.StepError(String(error), { transportFailure: true, cause: error });
   }
+  const headers = {};
+  for (const [k, v] of Object.entries(res.headers)) headers[k] = Array.isArray(v) ? v.join(", ") : String(v);
   if (res.status !== 200) {
-    const headers = {};
-    for (const [k, v] of Object.entries(res.headers)) headers[k] = Array.isArray(v) ? v.join(", ") : String(v);
     throw new squawk.StepError(`HTTP ${res.status}`, { httpStatus: res.status, body: new Uint8Array(res.body), headers });
   }
+  // A success's headers: runStep reports their rate-limit headers (headersOf).
+  return headers;
 }
 
 // The loop a team writes without Squawk: full-jitter exponential backoff,
@@ -146,7 +148,7 @@ async function one(stepId) {
   const signal = AbortSignal.timeout(cfg.deadline_s * 1000);
   const step = async (sid) => {
     attempts += 1;
-    await attemptOnce(sid, signal);
+    return attemptOnce(sid, signal);
   };
   let ok = true;
   let reason = "";
@@ -154,7 +156,7 @@ async function one(stepId) {
     if (client === undefined) {
       [ok, reason] = await tenacity(() => step(stepId), signal);
     } else {
-      const options = { maxAttempts: cfg.max_attempts, deadlineMs: cfg.deadline_s * 1000, signal };
+      const options = { maxAttempts: cfg.max_attempts, deadlineMs: cfg.deadline_s * 1000, signal, headersOf: (headers) => headers };
       if (cfg.mode === "pod") options.upstream = cfg.upstream;
       await squawk.runStep(sourceFor(flag), stepId, step, options);
     }

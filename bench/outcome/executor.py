@@ -155,7 +155,8 @@ async def main(cfg: dict[str, Any]) -> None:
                         upstream=cfg["upstream"] if mode == "pod" else "",
                     )
                     await asyncio.wait_for(
-                        run_step(client, call, step_id, options=options), deadline_s
+                        run_step(client, call, step_id, options=options, headers_of=lambda h: h),
+                        deadline_s,
                     )
             except StepFailed as exc:
                 ok, reason = False, exc.decision.reason.name

@@ -92,6 +92,9 @@
 // out any other refusal (which consumes no attempt) unless it outlasts
 // ctx's deadline or follows as many refusals in a row as the attempt
 // budget, and reports each success with ReportOutcome, in batches flushed
-// by Close (see WithOutcomeDelay). A busy executor asks for several
+// by Close (see WithOutcomeDelay). A result that implements Coster
+// (Cost() float64) is reported with its real cost, and one that implements
+// RateLimitHeaderer (RateLimitHeaders() map[string]string) with its
+// rate-limit headers, which the pod's pacer reads. A busy executor asks for several
 // permits at once and starts its next dispatches on the spares.
 package squawk

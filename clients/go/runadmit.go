@@ -130,19 +130,22 @@ func cancelledAdmission() Decision {
 	}
 }
 
-// reportSuccess tells the pod a dispatch succeeded, with its latency and
-// the step's estimated cost (req's), which feed the pod's pace. The report
+// reportSuccess tells the pod a dispatch succeeded, with its latency, its
+// cost (result's Cost, else the step's estimated cost, req's) and result's
+// rate-limit headers (see Coster and RateLimitHeaderer), which feed the
+// pod's pace. The report
 // goes with the client's next batch (see WithOutcomeDelay), so that a
 // success that lands as ctx ends is still counted; its error is ignored:
 // the step has its result, and a report lost to a slow or absent daemon
 // costs the breaker one sample.
-func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, latency time.Duration) {
+func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, latency time.Duration, result any) {
 	c.queueOutcome(&squawkv1.Outcome{
 		Upstream:   req.GetUpstream(),
 		Capability: req.GetCapability(),
 		Profile:    req.GetProfile(),
 		Success:    true,
 		Latency:    durationpb.New(latency),
-		Cost:       req.GetCost(),
+		Cost:       realCost(result, req.GetCost()),
+		Headers:    paceHeaders(result),
 	})
 }

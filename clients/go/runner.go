@@ -37,7 +37,8 @@ type RunOptions[P any] struct {
 	// Cost is the step's estimated cost in the upstream's token units (an
 	// LLM request's prompt plus expected completion tokens), for a pod that
 	// paces a token rate: sent with each Admit and reported with the
-	// success. 0 = unknown. Finite, 0 to 1e9. Used only with Upstream.
+	// success, unless the result is a Coster. 0 = unknown. Finite, 0 to
+	// 1e9. Used only with Upstream.
 	Cost float64
 	// HITLApproved marks the step's inputs as approved by a human: they
 	// are never corrected.
@@ -81,8 +82,9 @@ type RunOptions[P any] struct {
 // its RetryAfter with opts.Sleep and asks again, but ends the step with a
 // FAIL carrying the refusal's reason when the wait would outlast ctx's
 // deadline, or on the refusal after as many in a row as the attempt budget.
-// After a success it reports the outcome (with the step's latency and
-// opts.Cost) through c.ReportOutcome, batched with the client's other
+// After a success it reports the outcome (with the step's latency, the
+// result's Cost when it is a Coster, else opts.Cost, and the rate-limit
+// headers of a RateLimitHeaderer result) through c.ReportOutcome, batched with the client's other
 // reports (see WithOutcomeDelay); their errors are ignored. Admit and
 // ReportOutcome fail open, so an absent daemon never stops a dispatch.
 func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.Context, P) (R, error), opts RunOptions[P]) (R, error) {
@@ -116,7 +118,7 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 		result, err := step(ctx, params)
 		if err == nil {
 			if admit != nil {
-				c.reportSuccess(admit, time.Since(started))
+				c.reportSuccess(admit, time.Since(started), result)
 			}
 			return result, nil
 		}

@@ -52,8 +52,12 @@ type runnerCase struct {
 type jsonParams = map[string]any
 
 type runnerStep struct {
-	OK   bool `json:"ok"`
-	Fail *struct {
+	OK bool `json:"ok"`
+	// Cost and Headers, on an OK step, are what its result carries: the
+	// runner reads them through Coster and RateLimitHeaderer.
+	Cost    *float64          `json:"cost"`
+	Headers map[string]string `json:"headers"`
+	Fail    *struct {
 		HTTPStatus       int               `json:"httpStatus"`
 		TransportFailure bool              `json:"transportFailure"`
 		Body             string            `json:"body"`
@@ -306,9 +310,62 @@ func (sd *scriptedDaemon) check(t *testing.T, want runnerExpect) {
 			t.Errorf("%d outcomes reported, want %d", len(sd.reported), len(want.Reported))
 		}
 		for i := range min(len(sd.reported), len(want.Reported)) {
-			t.Run(fmt.Sprintf("outcome %d", i+1), func(t *testing.T) { checkExpect(t, want.Reported[i], sd.reported[i]) })
+			t.Run(fmt.Sprintf("outcome %d", i+1), func(t *testing.T) { checkReported(t, want.Reported[i], sd.reported[i]) })
 		}
 	}
+}
+
+// scriptedResult is a step's result that carries its real cost and its
+// response headers, as a case's {"ok": true, "cost": n, "headers": {...}}
+// scripts it.
+type scriptedResult struct {
+	cost    float64
+	headers map[string]string
+}
+
+func (r scriptedResult) Cost() float64                       { return r.cost }
+func (r scriptedResult) RateLimitHeaders() map[string]string { return r.headers }
+
+// checkReported is checkExpect with the vectors' two keys for an
+// Outcome's headers: "headers" is compared whole, "headerCount" counts them.
+func checkReported(t *testing.T, want json.RawMessage, got *squawkv1.Outcome) {
+	t.Helper()
+	var w map[string]json.RawMessage
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatalf("reported entry is not an object: %v", err)
+	}
+	if raw, ok := w["headers"]; ok {
+		delete(w, "headers")
+		var headers map[string]string
+		if err := json.Unmarshal(raw, &headers); err != nil {
+			t.Fatalf("headers: %v", err)
+		}
+		if !reflect.DeepEqual(nonNilMap(got.GetHeaders()), nonNilMap(headers)) {
+			t.Errorf("headers = %v, want %v", got.GetHeaders(), headers)
+		}
+	}
+	if raw, ok := w["headerCount"]; ok {
+		delete(w, "headerCount")
+		var n int
+		if err := json.Unmarshal(raw, &n); err != nil {
+			t.Fatalf("headerCount: %v", err)
+		}
+		if len(got.GetHeaders()) != n {
+			t.Errorf("%d headers reported, want %d", len(got.GetHeaders()), n)
+		}
+	}
+	rest, err := json.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExpect(t, rest, got)
+}
+
+func nonNilMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }
 
 // checkAdmitRequest is checkExpect with the vectors' one extra key:
@@ -366,13 +423,15 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 	var dispatches []jsonParams
 	var waits []int64
 	var seen []seenError
-	step := func(_ context.Context, p jsonParams) (string, error) {
+	step := func(_ context.Context, p jsonParams) (any, error) {
 		dispatches = append(dispatches, p)
 		i := len(dispatches) - 1
 		if i >= len(tc.Steps) {
 			t.Fatalf("step called %d times; the case scripts %d", i+1, len(tc.Steps))
 		}
 		switch s := tc.Steps[i]; {
+		case s.OK && s.Cost != nil:
+			return scriptedResult{cost: *s.Cost, headers: s.Headers}, nil
 		case s.OK:
 			return "done", nil
 		case s.Fail != nil:

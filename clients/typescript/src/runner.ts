@@ -14,7 +14,8 @@ import type {
   OutcomeInput,
   ReportOutcomeInput,
 } from "./options";
-import { StepError } from "./steperror";
+import { paceHeaders } from "./pacehints";
+import { StepError, type HeaderSource } from "./steperror";
 import { sleep, untilAborted, type Sleep } from "./wait";
 
 /**
@@ -98,6 +99,17 @@ export interface RunStepOptions<P, R = unknown> {
    * (or a hook that throws) reports `cost` instead: the step's result stands.
    */
   readonly costOf?: (result: R) => number;
+  /**
+   * The response headers of a successful call, read from its result (a
+   * plain object or a fetch `Headers`), e.g. `(response) => response.headers`:
+   * its rate-limit headers (names holding "ratelimit" or "rate-limit", in
+   * any case) are reported with the success, so the pod's pacer reads the
+   * upstream's quota before the upstream throttles. At most 64 are kept,
+   * of the first 1,024 entries; a name over 256 or a value over 8,192
+   * characters, a non-string or a lone surrogate is left out. A hook that
+   * throws reports none: the step's result stands. Used only with `upstream`.
+   */
+  readonly headersOf?: (result: R) => HeaderSource;
   /**
    * Correction hook, called on CORRECT with the failed parameters, the
    * step's error and the decision; its answer is sent next. A correction
@@ -194,9 +206,11 @@ async function reportSuccess(
   names: { upstream: string; capability: string; profile: string },
   latencyMs: number,
   cost: number,
+  headers: Record<string, string>,
   probe: boolean,
 ): Promise<void> {
-  const outcome: OutcomeInput = { ...names, success: true, latency: durationFromMs(Math.max(0, latencyMs)), cost };
+  const latency = durationFromMs(Math.max(0, latencyMs));
+  const outcome: OutcomeInput = { ...names, success: true, latency, cost, headers };
   try {
     if (!probe && client.queueOutcome?.(outcome) === true) return;
     await client.reportOutcome({ outcomes: [outcome] });
@@ -220,7 +234,8 @@ async function reportSuccess(
  * With `options.upstream` set, each dispatch (the first, and every resend)
  * waits for the pod's admission first (Admit carries the deadline left and
  * `options.cost`), then the pacer's wait, and each success is reported with
- * the step's latency and cost (see RunStepOptions.upstream). A saturated
+ * the step's latency, cost and rate-limit headers (see RunStepOptions:
+ * upstream, costOf, headersOf). A saturated
  * upstream, or a paced start past the deadline, ends the step at once with
  * REASON_UPSTREAM_SATURATED.
  */
@@ -259,7 +274,8 @@ export async function runStep<P, R>(
     if (outcome.ok) {
       if (gate !== undefined) {
         const real = realCost(options.costOf, outcome.value, cost);
-        await reportSuccess(client, names, now() - dispatchedAt, real, admitted?.probe ?? false);
+        const headers = paceHeaders(options.headersOf, outcome.value);
+        await reportSuccess(client, names, now() - dispatchedAt, real, headers, admitted?.probe ?? false);
       }
       return outcome.value;
     }

@@ -26,9 +26,14 @@ import { Daemon, freePort, repoRoot } from "./support/daemon";
 import { assertMatches, durationMs, parseDuration, type Json, type JsonObject } from "./support/vectors";
 
 type Params = Json;
+/** A step's result: "done", or one carrying its real cost and response headers. */
+type Result = string | { readonly cost: number; readonly headers: Record<string, string> };
 
 interface StepScript {
   readonly ok?: true;
+  /** On an ok step: the real cost and response headers its result carries, read by costOf and headersOf. */
+  readonly cost?: number;
+  readonly headers?: Record<string, string>;
   readonly fail?: { httpStatus?: number; transportFailure?: boolean; body?: string; headers?: Record<string, string> };
   readonly raise?: string;
 }
@@ -78,7 +83,7 @@ const vectors = JSON.parse(readFileSync(join(repoRoot(), "tests", "vectors", "ru
 };
 
 /** The case's options as runStep options; an option this test does not know fails the case. */
-function stepOptions(options: JsonObject | undefined): RunStepOptions<Params> {
+function stepOptions(options: JsonObject | undefined): RunStepOptions<Params, Result> {
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(options ?? {})) {
     switch (key) {
@@ -99,7 +104,7 @@ function stepOptions(options: JsonObject | undefined): RunStepOptions<Params> {
         assert.fail(`unknown runner option ${key}`);
     }
   }
-  return out as RunStepOptions<Params>;
+  return out as RunStepOptions<Params, Result>;
 }
 
 /** What a scripted run did. */
@@ -155,8 +160,15 @@ async function runCase(c: RunnerCase, client: SquawkClient, fallback: boolean): 
       return decision;
     },
   };
-  const options: RunStepOptions<Params> = {
+  const carries = c.steps.some((step) => step.cost !== undefined);
+  const options: RunStepOptions<Params, Result> = {
     ...stepOptions(c.options),
+    ...(carries
+      ? {
+          costOf: (result) => (typeof result === "string" ? Number.NaN : result.cost),
+          headersOf: (result) => (typeof result === "string" ? {} : result.headers),
+        }
+      : {}),
     sleep: async (ms) => void rec.waitsMs.push(ms),
     ...(corrections === undefined
       ? {}
@@ -193,6 +205,7 @@ async function runCase(c: RunnerCase, client: SquawkClient, fallback: boolean): 
         if (next === undefined) throw overrun("steps");
         if (next.raise !== undefined) throw new Error(next.raise);
         if (next.fail !== undefined) throw new StepError("scripted failure", next.fail);
+        if (next.cost !== undefined) return { cost: next.cost, headers: { ...next.headers } };
         return "done";
       },
       options,
@@ -367,6 +380,14 @@ async function admitting(answers: readonly JsonObject[]): Promise<Scripted> {
   return Object.assign(scripted, { target: `127.0.0.1:${port}` });
 }
 
+/** An Outcome against its expectation: a proto3 JSON subset, but "headers" is compared whole and "headerCount" counts them. */
+function assertReported(got: OutcomeMessage, want: JsonObject, where: string): void {
+  const { headers, headerCount, ...rest } = want;
+  if (headers !== undefined) assert.deepEqual(got.headers, headers, `${where}: headers`);
+  if (headerCount !== undefined) assert.equal(Object.keys(got.headers).length, headerCount, `${where}: headers reported`);
+  assertMatches(got, rest, where);
+}
+
 /** Each Admit request against its expectation: proto3 JSON subsets, with deadlineAtMost a bound. */
 function assertAdmitRequests(actual: AdmitRequest[], expected: JsonObject[]): void {
   assert.equal(actual.length, expected.length, "Admit requests sent");
@@ -399,7 +420,7 @@ describe("runner vectors against a server scripting Admit", () => {
         if (c.expect.admitRequests !== undefined) assertAdmitRequests(scripted.admits, c.expect.admitRequests);
         if (c.expect.reported !== undefined) {
           assert.equal(scripted.reported.length, c.expect.reported.length, "outcomes reported");
-          c.expect.reported.forEach((want, i) => assertMatches(scripted.reported[i] as OutcomeMessage, want, `reported[${i}]`));
+          c.expect.reported.forEach((want, i) => assertReported(scripted.reported[i] as OutcomeMessage, want, `reported[${i}]`));
         }
       } finally {
         client.close();
