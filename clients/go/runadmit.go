@@ -146,6 +146,8 @@ func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, latency time.Duration
 		Success:    true,
 		Latency:    durationpb.New(latency),
 		Cost:       realCost(result, req.GetCost()),
-		Headers:    paceHeaders(result),
+		// The estimate Admit was charged, so that the pace charges the difference.
+		EstimatedCost: req.GetCost(),
+		Headers:       paceHeaders(result),
 	})
 }

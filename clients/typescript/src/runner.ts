@@ -206,11 +206,13 @@ async function reportSuccess(
   names: { upstream: string; capability: string; profile: string },
   latencyMs: number,
   cost: number,
+  estimatedCost: number,
   headers: Record<string, string>,
   probe: boolean,
 ): Promise<void> {
   const latency = durationFromMs(Math.max(0, latencyMs));
-  const outcome: OutcomeInput = { ...names, success: true, latency, cost, headers };
+  // The estimate Admit was charged goes too, so that the pace charges the difference.
+  const outcome: OutcomeInput = { ...names, success: true, latency, cost, estimatedCost, headers };
   try {
     if (!probe && client.queueOutcome?.(outcome) === true) return;
     await client.reportOutcome({ outcomes: [outcome] });
@@ -275,7 +277,7 @@ export async function runStep<P, R>(
       if (gate !== undefined) {
         const real = realCost(options.costOf, outcome.value, cost);
         const headers = paceHeaders(options.headersOf, outcome.value);
-        await reportSuccess(client, names, now() - dispatchedAt, real, headers, admitted?.probe ?? false);
+        await reportSuccess(client, names, now() - dispatchedAt, real, cost, headers, admitted?.probe ?? false);
       }
       return outcome.value;
     }
