@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from conftest import Daemon, free_port, scrape, squawk, start_daemon
 from health_probe import health_latencies
@@ -634,6 +635,80 @@ def test_untracked_names_share_their_profiles_overflow_state() -> None:
     assert set(untracked) == {"default"} and len(untracked) == 14
     # Each profile has its own: the flood of "default" does not refuse "llm".
     assert upstreams.admit(policy.profile("llm"), "late").allowed
+
+
+# The overflow state paces nothing: one untracked name's quota, throttles or
+# the profile's declared rate would otherwise pace every other untracked
+# name of the profile together. Two callers' names in use fill the registry.
+OVERFLOW = """\
+max_upstreams: 2
+profiles:
+  learning:
+    circuit_breaker: {enabled: false}
+  rated:
+    rate_limit: {rate: 1}
+"""
+_GITHUB_SPENT = {
+    "x-ratelimit-limit": "5000",
+    "x-ratelimit-remaining": "0",
+    "x-ratelimit-reset": "300",
+}
+
+
+def _nothing_left(stub: Stub) -> str:
+    # One untracked name's "nothing left until 5 minutes from now".
+    _report(
+        stub,
+        [pb.Outcome(upstream="spent", profile="learning", success=True, headers=_GITHUB_SPENT)],
+    )
+    return "learning"
+
+
+def _throttled(stub: Stub) -> str:
+    # One untracked name's throttles, enough to learn a rate from.
+    calls = [pb.Outcome(upstream="throttled", profile="learning", success=True)] * 20
+    _report(
+        stub, calls + [pb.Outcome(upstream="throttled", profile="learning", http_status=429)] * 20
+    )
+    return "learning"
+
+
+def _declared(stub: Stub) -> str:
+    # One untracked name's call under the profile's 1 call/s.
+    assert stub.Admit(pb.AdmitRequest(upstream="first", profile="rated"), timeout=5).allowed
+    return "rated"
+
+
+def _slowed(stub: Stub) -> str:
+    # One untracked name's latency doubling: enough for a concurrency limit of 2.
+    fast = pb.Outcome(
+        upstream="slowed", profile="learning", success=True, latency=Duration(nanos=10**7)
+    )
+    slow = pb.Outcome(
+        upstream="slowed", profile="learning", success=True, latency=Duration(seconds=1)
+    )
+    _report(stub, [fast] + [slow] * 30)
+    return "learning"
+
+
+@pytest.mark.parametrize("other", [_nothing_left, _throttled, _slowed, _declared])
+def test_no_untracked_name_paces_another(tmp_path: Path, other: Callable[[Stub], str]) -> None:
+    with _daemon(tmp_path, OVERFLOW) as (stub, port):
+        _report(stub, [pb.Outcome(upstream=f"busy-{i}", success=True) for i in range(2)])
+        profile = other(stub)
+        deadline = Duration(seconds=10)
+        replies = [
+            stub.Admit(
+                pb.AdmitRequest(upstream=f"bystander-{i}", profile=profile, deadline=deadline),
+                timeout=5,
+            )
+            for i in range(3)
+        ]
+        listed = {u.upstream for u in _listed(stub)}
+        untracked = scrape(port)[f'squawk_untracked_calls_total{{profile="{profile}"}}']
+    assert listed == {"busy-0", "busy-1"}
+    assert untracked >= 3
+    assert [(r.allowed, r.wait.ToMilliseconds()) for r in replies] == [(True, 0)] * 3
 
 
 def test_the_policy_files_names_are_tracked_first_and_never_dropped() -> None:
