@@ -376,6 +376,31 @@ def test_rate_limit_headers_on_a_success_set_the_pace(learning: Stub) -> None:
     assert row.rate == pytest.approx(90)
 
 
+def test_a_report_reads_the_rate_limit_headers_of_its_first_100_outcomes_that_carry_any(
+    learning: Stub,
+) -> None:
+    """A runner's report (at most 100 outcomes) is read whole; in a longer
+    one, the outcomes after the first 100 with rate-limit headers count,
+    but their headers are not read (servicer.MAX_HINTS)."""
+    quota = {
+        "x-ratelimit-limit-requests": "600",
+        "x-ratelimit-remaining-requests": "590",
+        "x-ratelimit-reset-requests": "1s",
+    }
+    noise = pb.Outcome(upstream="noise", success=True, headers={"x-ratelimit-noise": "?"})
+    outcomes = [noise] * 99 + [
+        pb.Outcome(upstream=name, success=True, headers=quota)
+        for name in ("hundredth", "hundred-first")
+    ]
+    assert (
+        learning.ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=5).recorded
+        == 101
+    )
+    assert _row(learning, "default", "hundredth").pace_source == pb.PACE_SOURCE_HEADERS
+    # Recorded (the registry tracks it), unread.
+    assert _row(learning, "default", "hundred-first").pace_source == pb.PACE_SOURCE_NONE
+
+
 FLEET_PACED = """\
 state:
   store: redis

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from conftest import Daemon, free_port, scrape, squawk, start_daemon
 from health_probe import health_latencies
@@ -636,6 +638,80 @@ def test_untracked_names_share_their_profiles_overflow_state() -> None:
     assert upstreams.admit(policy.profile("llm"), "late").allowed
 
 
+# The overflow state paces nothing: one untracked name's quota, throttles or
+# the profile's declared rate would otherwise pace every other untracked
+# name of the profile together. Two callers' names in use fill the registry.
+OVERFLOW = """\
+max_upstreams: 2
+profiles:
+  learning:
+    circuit_breaker: {enabled: false}
+  rated:
+    rate_limit: {rate: 1}
+"""
+_GITHUB_SPENT = {
+    "x-ratelimit-limit": "5000",
+    "x-ratelimit-remaining": "0",
+    "x-ratelimit-reset": "300",
+}
+
+
+def _nothing_left(stub: Stub) -> str:
+    # One untracked name's "nothing left until 5 minutes from now".
+    _report(
+        stub,
+        [pb.Outcome(upstream="spent", profile="learning", success=True, headers=_GITHUB_SPENT)],
+    )
+    return "learning"
+
+
+def _throttled(stub: Stub) -> str:
+    # One untracked name's throttles, enough to learn a rate from.
+    calls = [pb.Outcome(upstream="throttled", profile="learning", success=True)] * 20
+    _report(
+        stub, calls + [pb.Outcome(upstream="throttled", profile="learning", http_status=429)] * 20
+    )
+    return "learning"
+
+
+def _declared(stub: Stub) -> str:
+    # One untracked name's call under the profile's 1 call/s.
+    assert stub.Admit(pb.AdmitRequest(upstream="first", profile="rated"), timeout=5).allowed
+    return "rated"
+
+
+def _slowed(stub: Stub) -> str:
+    # One untracked name's latency doubling: enough for a concurrency limit of 2.
+    fast = pb.Outcome(
+        upstream="slowed", profile="learning", success=True, latency=Duration(nanos=10**7)
+    )
+    slow = pb.Outcome(
+        upstream="slowed", profile="learning", success=True, latency=Duration(seconds=1)
+    )
+    _report(stub, [fast] + [slow] * 30)
+    return "learning"
+
+
+@pytest.mark.parametrize("other", [_nothing_left, _throttled, _slowed, _declared])
+def test_no_untracked_name_paces_another(tmp_path: Path, other: Callable[[Stub], str]) -> None:
+    with _daemon(tmp_path, OVERFLOW) as (stub, port):
+        _report(stub, [pb.Outcome(upstream=f"busy-{i}", success=True) for i in range(2)])
+        profile = other(stub)
+        deadline = Duration(seconds=10)
+        replies = [
+            stub.Admit(
+                pb.AdmitRequest(upstream=f"bystander-{i}", profile=profile, deadline=deadline),
+                timeout=5,
+            )
+            for i in range(3)
+        ]
+        listed = {u.upstream for u in _listed(stub)}
+        untracked = scrape(port)[f'squawk_untracked_calls_total{{profile="{profile}"}}']
+    assert listed == {"busy-0", "busy-1"}
+    assert untracked >= 3
+    assert [(r.allowed, r.wait.ToMilliseconds()) for r in replies] == [(True, 0)] * 3
+
+
 def test_the_policy_files_names_are_tracked_first_and_never_dropped() -> None:
     clock = [0.0]
 
@@ -880,3 +956,82 @@ def test_health_answers_while_get_upstreams_is_hammered_on_a_full_registry(
     # fails a listing that holds the loop.
     p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
     assert (p50 < 0.1, p99 < 0.25) == (True, True), latencies[-10:]
+
+
+# A flood of rate-limit headers: as many as the boundary lets in on each
+# outcome, of the forms the parser reads, 3.2 MB a report.
+_FLOOD_NAMES = [
+    f"{family}-{i}"
+    for i in range(4)
+    for family in (
+        "x-ratelimit-limit-requests",
+        "x-ratelimit-remaining-requests",
+        "x-ratelimit-reset-requests",
+        "x-ratelimit-limit-tokens",
+        "x-ratelimit-remaining-tokens",
+        "x-ratelimit-reset-tokens",
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-reset",
+        "ratelimit",
+        "ratelimit-policy",
+        "x-ratelimit-limit",
+        "x-ratelimit-remaining",
+        "x-ratelimit-reset",
+        "x-rate-limit-limit",
+        "x-rate-limit-remaining",
+    )
+]
+
+
+def _flood(marker: str) -> pb.ReportOutcomeRequest:
+    """1,000 outcomes: the first cools `marker` for a minute, the last ten
+    open its breaker (the default one: 10 calls, all failed), and the 988
+    between carry 64 rate-limit headers each. An Admit of `marker` refused
+    for the cool-down with its breaker still closed was answered while the
+    report was being recorded."""
+    headers = {name: "9" * 16 for name in _FLOOD_NAMES}
+    assert len(headers) == 64
+    flooded = pb.Outcome(upstream="flooded", success=True, headers=headers)
+    cooled = pb.Outcome(upstream=marker, http_status=429, headers={"Retry-After": "60"})
+    failed = pb.Outcome(upstream=marker, http_status=503)
+    request = pb.ReportOutcomeRequest(outcomes=[cooled] + [flooded] * 989 + [failed] * 10)
+    assert len(request.outcomes) == 1000 and request.ByteSize() < 4 << 20
+    return request
+
+
+def test_another_callers_admit_is_answered_while_a_header_flood_is_recorded() -> None:
+    daemon = start_daemon()
+    try:
+        with grpc.insecure_channel(daemon.target) as a, grpc.insecure_channel(daemon.target) as b:
+            flooder, caller = Stub(a), Stub(b)
+            seen: set[tuple[bool, int, int]] = set()
+            # A few floods, each with a marker of its own, in case the
+            # caller's Admits all fell outside one flood's recording.
+            for n in range(20):
+                marker, flooding = f"marker-{n}", threading.Event()
+                flooding.set()
+
+                def ask(marker: str = marker, flooding: threading.Event = flooding) -> None:
+                    while flooding.is_set():
+                        reply = caller.Admit(pb.AdmitRequest(upstream=marker), timeout=30)
+                        seen.add((reply.allowed, reply.reason, reply.breaker_state))
+
+                with ThreadPoolExecutor(1) as pool:
+                    asking = pool.submit(ask)
+                    try:
+                        assert flooder.ReportOutcome(_flood(marker), timeout=60).recorded == 1000
+                    finally:
+                        flooding.clear()
+                    asking.result()
+                if (False, pb.REASON_UPSTREAM_COOLING_DOWN, pb.BREAKER_STATE_CLOSED) in seen:
+                    break
+            after = caller.Admit(pb.AdmitRequest(upstream=marker), timeout=5)
+    finally:
+        daemon.stop()
+    # Answered after the flood's first outcome was recorded, before its last.
+    assert (False, pb.REASON_UPSTREAM_COOLING_DOWN, pb.BREAKER_STATE_CLOSED) in seen
+    assert (after.reason, after.breaker_state) == (
+        pb.REASON_UPSTREAM_COOLING_DOWN,
+        pb.BREAKER_STATE_OPEN,
+    )

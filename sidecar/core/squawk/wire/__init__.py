@@ -52,6 +52,7 @@ __all__ = [
     "fill_decision",
     "hint",
     "outcome",
+    "rate_limited",
     "untracked",
 ]
 
@@ -125,8 +126,10 @@ def decision_message(d: Decision) -> pb.DecideRetryResponse:
     return fill_decision(d, pb.DecideRetryResponse())
 
 
-def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
-    """An executor's report, checked; its Retry-After (if any) read as Classify reads it."""
+def outcome(message: pb.Outcome, clock: Callable[[], float], hints: bool = True) -> Outcome:
+    """An executor's report, checked; its Retry-After (if any) read as
+    Classify reads it. `hints`: read its rate-limit headers too (False:
+    leave them unread, no hint)."""
     check_chars("upstream", message.upstream, MAX_NAME_CHARS)
     check_chars("capability", message.capability, MAX_NAME_CHARS)
     check_status(message.http_status)
@@ -157,7 +160,7 @@ def outcome(message: pb.Outcome, clock: Callable[[], float]) -> Outcome:
         latency=latency,
         cost=cost,
         estimated=estimated,
-        hint=hint(headers, clock),
+        hint=hint(headers, clock) if hints else None,
     )
 
 
@@ -167,11 +170,16 @@ def hint(headers: Mapping[str, str], clock: Callable[[], float]) -> RateLimitHin
     parser reads (x-ratelimit-*, x-rate-limit-*, anthropic-ratelimit-*,
     RateLimit, RateLimit-*) holds "ratelimit" or "rate-limit", and most
     outcomes carry none, so a scan of the names costs less than a parse."""
+    return rate_limit_hint(headers, clock()) if rate_limited(headers) else None
+
+
+def rate_limited(headers: Mapping[str, str]) -> bool:
+    """Whether a header's name says it is a rate-limit header (see hint)."""
     for name in headers:
         lower = name.lower()
         if "ratelimit" in lower or "rate-limit" in lower:
-            return rate_limit_hint(headers, clock())
-    return None
+            return True
+    return False
 
 
 class AdmitArgs(NamedTuple):

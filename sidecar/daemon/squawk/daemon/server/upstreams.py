@@ -26,7 +26,14 @@ cautious:
   call, let one batch of junk names a minute switch the breaker, budget
   and cool-down off for every upstream that started failing afterwards.
   The overflow shares no cool-down: one name's Retry-After says nothing of
-  another's (the executor that got it still waits it out).
+  another's (the executor that got it still waits it out). Nor does it
+  pace (`_untracked`): one name's "nothing left until the reset", its
+  throttles or its latency would otherwise hold, pace or limit every
+  untracked name together, for up to five minutes; and the profile's
+  declared rate is each upstream's, not one for all the untracked names.
+  So the overflow learns nothing, has no concurrency limit, reads no
+  rate-limit headers, and a declared rate does not apply to it: each
+  executor still paces its own call by the Retry-After it got.
 
 An empty upstream is never tracked. Each tracked key has a sequence number,
 given when tracking began, that orders listings (`page`): the policy
@@ -56,6 +63,7 @@ from squawk.policy import (
     PaceSource,
     Policy,
     Profile,
+    RateLimitConfig,
     Reason,
     UpstreamConfig,
     UpstreamSnapshot,
@@ -94,6 +102,10 @@ _PACE_LOOK_S = 0.1
 # little on every bucket, and a line per bucket would be noise.
 PACE_CHANGE_RATIO = 0.2
 NO_PACE = (PaceSource.NONE, 0.0)
+# The overflow state's pace settings: nothing declared, nothing learned, no
+# concurrency limit. With the outcomes' rate-limit hints dropped too, its
+# pacer never paces (see the module docstring).
+_NO_PACE = RateLimitConfig(learn=False, concurrency=False)
 
 
 class PaceChange(NamedTuple):
@@ -386,7 +398,7 @@ class Upstreams:
         if entry is None:
             config = _untracked(config)
             state = self._overflow_state(profile.name, config, now)
-            self._overflow[profile.name] = record_outcome(state, config, now, outcome)
+            self._overflow[profile.name] = record_outcome(state, config, now, _unhinted(outcome))
             return
         self._store(key, entry, record_outcome(entry.state, config, now, outcome), now)
         self._look_at_pace(key, entry, config, now)
@@ -408,6 +420,7 @@ class Upstreams:
         if entry is None:
             config = _untracked(config)
             state = self._overflow_state(profile.name, config, now)
+            outcome = _unhinted(outcome)
         else:
             state = entry.state
         state = record_outcome(state, config, now, outcome)
@@ -482,8 +495,14 @@ class Upstreams:
 
 def _untracked(config: UpstreamConfig) -> UpstreamConfig:
     """The config an overflow state is kept by: its profile's, less the
-    shared cool-down (one untracked name's hint is not another's)."""
-    return replace(config, share_retry_after=False)
+    shared cool-down and the pace (one untracked name's hint, quota or
+    throttles are not another's; see the module docstring)."""
+    return replace(config, share_retry_after=False, rate_limit=_NO_PACE)
+
+
+def _unhinted(outcome: Outcome) -> Outcome:
+    """`outcome` as the overflow state reads it: without its rate-limit hint."""
+    return outcome if outcome.hint is None else replace(outcome, hint=None)
 
 
 def _carried(
