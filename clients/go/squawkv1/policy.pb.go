@@ -2452,9 +2452,10 @@ type UpstreamState struct {
 	// Calls admitted and not yet reported, as the concurrency limit counts
 	// them.
 	InFlight int32 `protobuf:"varint,14,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	// Calls admitted with a wait, and calls refused with
-	// REASON_UPSTREAM_SATURATED, since the pod began tracking the upstream.
-	Paced         int64 `protobuf:"varint,15,opt,name=paced,proto3" json:"paced,omitempty"`
+	// Calls admitted with a wait since the pod began tracking the upstream.
+	Paced int64 `protobuf:"varint,15,opt,name=paced,proto3" json:"paced,omitempty"`
+	// Calls refused with REASON_UPSTREAM_SATURATED since the pod began
+	// tracking the upstream.
 	Shed          int64 `protobuf:"varint,16,opt,name=shed,proto3" json:"shed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -1478,11 +1478,12 @@ export interface UpstreamState {
    * them.
    */
   inFlight: number;
-  /**
-   * Calls admitted with a wait, and calls refused with
-   * REASON_UPSTREAM_SATURATED, since the pod began tracking the upstream.
-   */
+  /** Calls admitted with a wait since the pod began tracking the upstream. */
   paced: number;
+  /**
+   * Calls refused with REASON_UPSTREAM_SATURATED since the pod began
+   * tracking the upstream.
+   */
   shed: number;
 }
 
