@@ -448,6 +448,10 @@ def test_a_throttle_that_carries_its_quota_is_answered_by_the_pacer_not_a_cool_d
         ({"rate": 0.0}, "rate"),
         ({"rate": -1.0}, "rate"),
         ({"rate": 1e7}, "rate"),
+        # Below one a day: 1 / rate would overflow every wait.
+        ({"rate": 1e-300}, "rate"),
+        ({"rate": 1 / 86_400 * 0.99}, "rate"),
+        ({"token_rate": 1e-300}, "token_rate"),
         ({"burst": 0}, "burst"),
         ({"burst": 10**7}, "burst"),
         ({"token_rate": 1e10}, "token_rate"),
@@ -461,6 +465,25 @@ def test_a_config_out_of_bounds_names_its_field(fields: dict[str, object], field
     with pytest.raises(PolicyInputError) as info:
         RateLimitConfig(**fields)  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_the_least_rates_pace_without_overflowing_a_wait() -> None:
+    # One call a day, a burst of 1e6: the 1e6 + 1st call's start is a day
+    # away, past the 1 s queue: refused, not a crash.
+    calls = RateLimitConfig(rate=1 / 86_400, burst=1)
+    p, first = pace(Pacer(), calls, 0.0)
+    assert first.wait == timedelta(0)
+    p, second = pace(p, calls, 0.0)
+    assert not second.allowed
+    assert pacer_snapshot(p, calls, 0.0).queue_delay == timedelta(days=1)
+    # One token unit a day and a burst of 1e9: a second call of 1e9 units
+    # would start 1e9 days away, which no timedelta holds (the start is
+    # capped at 14 days: refused).
+    tokens = RateLimitConfig(token_rate=1 / 86_400, token_burst=1e9)
+    p, first = pace(Pacer(), tokens, 0.0, cost=1e9)
+    assert first.allowed
+    p, second = pace(p, tokens, 0.0, cost=1e9)
+    assert not second.allowed
 
 
 @pytest.mark.parametrize(

@@ -85,9 +85,10 @@ A refusal's retry_after is the time until the queue is short again (at
 least CODEL_INTERVAL, so refused callers do not spin), jittered upwards by
 cooldown.spread.
 
-Every input is bounded: the config refuses a rate outside (0, 1e6], a
-burst outside 1..1e6, a token rate outside (0, 1e9] (NaN and infinity
-included) naming the field; header values that are negative, NaN, huge or
+Every input is bounded: the config refuses a rate outside
+[MIN_POLICY_RATE, 1e6] (one a day), a burst outside 1..1e6, a token rate
+outside [MIN_POLICY_RATE, 1e9] (NaN and infinity included) naming the
+field, and no start is computed past two weeks from now; header values that are negative, NaN, huge or
 far away are ignored or capped, every rate has a floor and every hold an
 end, so nothing an upstream sends stops the pod for more than MAX_HOLD.
 """
@@ -117,6 +118,7 @@ __all__ = [
     "MAX_PERMITS",
     "MAX_RATE",
     "MAX_TOKEN_RATE",
+    "MIN_POLICY_RATE",
     "MIN_RATE",
     "SCALE",
     "SHORT_SLOTS",
@@ -136,6 +138,9 @@ __all__ = [
 MAX_RATE = 1e6
 MAX_BURST = 1_000_000
 MAX_TOKEN_RATE = 1e9
+# The least rate and token rate a policy may declare: one a day. A slot of
+# 1 / rate must stay a time the clock and a Duration can hold.
+MIN_POLICY_RATE = 1 / 86_400
 MAX_PERMITS = 100
 # How long the permits after the first of a multi-permit grant stay valid.
 LEASE = timedelta(milliseconds=200)
@@ -182,12 +187,22 @@ FLIGHT_EPOCH = 120.0
 _COST_WEIGHT = 0.2
 _ZERO = timedelta(0)
 _MAX_HOLD_S = MAX_HOLD.total_seconds()
+# No start is ever computed later than this past now: past every wait a
+# grant may get (max_queue_delay is at most 7 days), so it only refuses, and
+# a token burst of 1e9 at one unit a day never overflows a timedelta.
+_FAR = 2 * MAX_POLICY_DURATION.total_seconds()
 
 
 def _check_duration(name: str, value: timedelta) -> None:
     check_positive(name, value)
     if value > MAX_POLICY_DURATION:
         raise PolicyInputError(name, f"must be at most 7 days, got {value.total_seconds():g}s")
+
+
+def _check_rate(name: str, value: float, high: float) -> None:
+    check_number(name, value, high)
+    if value < MIN_POLICY_RATE:
+        raise PolicyInputError(name, f"must be at least one a day (1/86400), got {value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,10 +234,10 @@ class RateLimitConfig:
     def __post_init__(self) -> None:
         """Refuse a value out of its bounds (PolicyInputError names the field)."""
         if self.rate is not None:
-            check_number("rate", self.rate, MAX_RATE)
+            _check_rate("rate", self.rate, MAX_RATE)
         check_count("burst", self.burst, high=MAX_BURST)
         if self.token_rate is not None:
-            check_number("token_rate", self.token_rate, MAX_TOKEN_RATE)
+            _check_rate("token_rate", self.token_rate, MAX_TOKEN_RATE)
         check_number("token_burst", self.token_burst, MAX_TOKEN_RATE, zero=True)
         _check_duration("quiet", self.quiet)
         _check_duration("max_queue_delay", self.max_queue_delay)
@@ -389,7 +404,7 @@ def _start(pacer: Pacer, rates: _Rates, now: float, units: float) -> float:
     if rates.token_rate and units:
         need = min(units, rates.tokens)
         start = max(start, pacer.token_tat + (need - rates.tokens) / rates.token_rate)
-    return start
+    return min(start, now + _FAR)
 
 
 def _slot(rates: _Rates, units: float) -> float:
