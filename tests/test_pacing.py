@@ -322,7 +322,7 @@ def test_rate_limit_headers_on_a_success_set_the_pace(learning: Stub) -> None:
     name = "announces"
     headers = {
         "x-ratelimit-limit-requests": "600",
-        "x-ratelimit-remaining-requests": "599",
+        "x-ratelimit-remaining-requests": "590",
         "x-ratelimit-reset-requests": "100ms",
     }
     success = pb.Outcome(upstream=name, success=True, headers=headers)
