@@ -34,6 +34,7 @@ from squawk.policy import (
     pacer_is_idle,
     pacer_snapshot,
     record_outcome,
+    upstream_snapshot,
 )
 from squawk.policy.ratelimit import Quota, RateLimitHint
 
@@ -357,10 +358,24 @@ def test_permits_only_when_nothing_limits() -> None:
     assert pace(_learned(), NOTHING, 0.3, permits=5)[1].permits == 1
     state, granted = admit(UpstreamState(), UpstreamConfig(), 0.0, permits=100)
     assert (granted.permits, granted.lease) == (100, 200 * MS)
-    # One ratio-budget deposit per permit: 100 first calls in its window.
-    assert state.budget.window.first == 100
+    # One ratio-budget deposit per answer, not per permit: permits not yet
+    # used are no calls, so the window holds one first call.
+    assert state.budget.window.first == 1
     with pytest.raises(PolicyInputError, match="permits"):
         admit(UpstreamState(), UpstreamConfig(), 0.0, permits=101)
+
+
+def test_unused_permits_earn_no_retries() -> None:
+    # The default ratio budget: retries <= 20 % of the first calls in 10 s,
+    # plus a floor of 10 a second (100 over the 10 s window). 10 answers of
+    # 100 permits are 10 deposits: 0.2 x 10 + 100 = 102 retries, not the
+    # 0.2 x 1000 + 100 = 300 a deposit per permit would allow.
+    config = UpstreamConfig()
+    state = UpstreamState()
+    for _ in range(10):
+        state, granted = admit(state, config, 0.0, permits=100)
+        assert granted.permits == 100
+    assert upstream_snapshot(state, config, 0.0).retries_left == 102
 
 
 def test_a_half_open_breaker_grants_one_permit() -> None:

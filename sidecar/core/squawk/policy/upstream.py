@@ -12,9 +12,12 @@ config from `profile.for_upstream(upstream)`, and calls:
   as a probe while HALF_OPEN), then the pacer (squawk.policy.pacer: a
   start past `deadline` or past the queue refuses UPSTREAM_SATURATED; else
   the grant's `wait`, and up to `permits` grants with a `lease` when
-  nothing limits the upstream). A grant deposits into a ratio budget, one
-  deposit per permit; pass `retry=True` for a resend guard_retry() granted,
-  which has already withdrawn. Pass `rng` to jitter a refusal's wait
+  nothing limits the upstream). A grant deposits once into a ratio budget,
+  however many permits it carries: a permit is not a call until it is used,
+  and a caller that asks 100 and uses 3 must not earn 100 calls' worth of
+  retries. A lease can so only make the budget more cautious (its used
+  permits count as one call). Pass `retry=True` for a resend guard_retry()
+  granted, which has already withdrawn. Pass `rng` to jitter a refusal's wait
   (cooldown.spread).
 - `record_outcome(state, config, now, outcome)` after each admitted call:
   the breaker's window (or its probe tally), the token bucket, the
@@ -212,9 +215,8 @@ def admit(
         )
         return _with(state, breaker=breaker, pacer=pacer), refused
     granted = paced.permits
-    budget = (
-        state.budget if retry else _budget.deposit(state.budget, config.retry_budget, now, granted)
-    )
+    # One deposit per answer, not per permit (see the module docstring).
+    budget = state.budget if retry else _budget.deposit(state.budget, config.retry_budget, now)
     lease = _pacer.LEASE if granted > 1 else None
     return (
         _with(state, breaker=breaker, budget=budget, pacer=pacer),
