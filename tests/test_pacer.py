@@ -248,17 +248,38 @@ def test_the_learned_rate_is_capped_at_twice_the_success_rate() -> None:
 def test_the_pod_cuts_at_most_once_per_bucket() -> None:
     p = observe(_learned(), NOTHING, 0.5, THROTTLED)  # 0.25 s after the cut: no new cut
     assert pacer_snapshot(p, NOTHING, 1.25).rate == pytest.approx(10 - 0.4 * (K - 1) ** 3)
-    p = observe(p, NOTHING, 0.8, THROTTLED)  # 0.55 s after: a cut, W_max still 10
-    assert pacer_snapshot(p, NOTHING, 0.8).rate == pytest.approx(7.0)
+    # 0.55 s after: a cut. The 429 at 0.5 folded the bucket [0, 0.5), 5
+    # successes = 10/s, into the smoothed rate: 0.8 x 10 = 8/s, so W_max 8.
+    p = observe(p, NOTHING, 0.8, THROTTLED)
+    assert pacer_snapshot(p, NOTHING, 0.8).rate == pytest.approx(0.7 * 8)
 
 
 def test_a_cut_reads_what_the_upstream_served_not_the_rate_it_was_sent() -> None:
-    # Cutting again at 7/s would compound beta (botocore's min(measured,
-    # current)); W_max is the 10/s served, so the rate restarts at 7, not 4.9.
-    p = _learned()
-    for at in (0.8, 1.4, 2.0):
+    # An upstream serving 10/s (a success every 0.1 s) and throttling the
+    # rest. Each success entering a new bucket folds the last one: 6 / 0.5
+    # = 12/s at 0.5 (it counts itself), then 5 / 0.5 = 10/s at 1.0, 1.5, 2.0:
+    # smoothed 0.8 x 12 = 9.6, 9.92, 9.984, 9.9968. The 429 at 0.85 arms;
+    # those at 1.45 and 2.05 cut from what was served: W_max 9.9968, so the
+    # rate restarts at 0.7 x 9.9968 = 6.998. Cutting from the rate sent
+    # (botocore's min(measured, current)) would compound beta: 4.9.
+    p = Pacer()
+    events = [(i / 10, OK) for i in range(21)] + [(t, THROTTLED) for t in (0.85, 1.45, 2.05)]
+    for at, sample in sorted(events, key=lambda e: e[0]):
+        p = observe(p, NOTHING, at, sample)
+    assert pacer_snapshot(p, NOTHING, 2.05).rate == pytest.approx(0.7 * 9.9968)
+
+
+def test_a_learned_rate_decays_to_the_floor_once_nothing_succeeds() -> None:
+    # 50/s served, then only 429s, one per bucket. Each bucket without a
+    # success folds in as 0/s: measured 50 -> 0.2 x 50 = 10 -> 2 -> 0.4,
+    # and each cut sets W_max to it (floored at 0.5): the rate restarts at
+    # 0.7 x W_max, floored at 0.5/s.
+    p = Pacer(measured=50.0, bucket_at=0.0, w_max=50.0, throttled_at=0.0, cut_at=-1.0)
+    rates = []
+    for at in (0.5, 1.0, 1.5):
         p = observe(p, NOTHING, at, THROTTLED)
-    assert pacer_snapshot(p, NOTHING, 2.0).rate == pytest.approx(7.0)
+        rates.append(pacer_snapshot(p, NOTHING, at).rate)
+    assert rates == pytest.approx([7.0, 1.4, 0.5])
 
 
 def test_the_floor_when_nothing_was_served() -> None:
@@ -438,6 +459,26 @@ def test_a_throttle_cools_the_pod_only_until_the_pacer_learned() -> None:
     state = record_outcome(UpstreamState(), declared, 0.0, throttled)
     state = record_outcome(state, declared, 0.5, throttled)
     assert admit(state, declared, 1.2)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+
+
+@pytest.mark.parametrize(
+    ("retry_after_s", "cools"),
+    # Past 2 s the upstream is closed, not full: the pod cools for it.
+    [(1.0, False), (2.0, False), (2.001, True), (60.0, True)],
+)
+def test_a_long_retry_after_cools_the_pod_even_under_a_learned_pace(
+    retry_after_s: float, cools: bool
+) -> None:
+    config = UpstreamConfig()
+    state = UpstreamState(pacer=_learned())
+    assert upstream_snapshot(state, config, 0.5).pace.source is PaceSource.LEARNED
+    wait = timedelta(seconds=retry_after_s)
+    state = record_outcome(state, config, 0.5, Outcome(False, 429, retry_after=wait))
+    _, answer = admit(state, config, 0.5)
+    if cools:
+        assert (answer.reason, answer.retry_after) == (Reason.UPSTREAM_COOLING_DOWN, wait)
+    else:
+        assert answer.allowed
 
 
 def test_a_throttle_that_carries_its_quota_is_answered_by_the_pacer_not_a_cool_down() -> None:

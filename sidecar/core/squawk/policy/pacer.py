@@ -36,9 +36,14 @@ Where the pace comes from, the first that applies (`PaceSource`):
    pod cutting the rate would collapse it to the floor in a second), and
    W_max is the measured *success* rate -- what the upstream served, which
    is its capacity while it throttles -- not botocore's send rate capped by
-   the current rate, which compounds BETA on every cut. The first throttle
+   the current rate, which compounds BETA on every cut. Every outcome moves
+   the measurement's clock and a bucket without a success folds in as
+   0/s, so an upstream that stops serving decays W_max to the floor within
+   a few buckets, as botocore's min(measured, current) would. The first throttle
    after a quiet period only arms it (the shared cool-down answers that
-   one); the second within `quiet` cuts. It switches off (NONE) after
+   one); the second within `quiet` cuts. A throttle whose Retry-After is
+   past squawk.policy.upstream.CLOSED_AFTER (2 s) still cools the pod: the
+   upstream is closed, not full. It switches off (NONE) after
    `quiet` without a throttle; botocore's stays on for good.
 
 Beside the rate, for an upstream that slows down rather than rejects, a
@@ -88,9 +93,10 @@ cooldown.spread.
 Every input is bounded: the config refuses a rate outside
 [MIN_POLICY_RATE, 1e6] (one a day), a burst outside 1..1e6, a token rate
 outside [MIN_POLICY_RATE, 1e9] (NaN and infinity included) naming the
-field, and no start is computed past two weeks from now; header values that are negative, NaN, huge or
-far away are ignored or capped, every rate has a floor and every hold an
-end, so nothing an upstream sends stops the pod for more than MAX_HOLD.
+field, and no start is computed past two weeks from now; header values
+that are negative, NaN, huge or far away are ignored or capped, every rate
+has a floor and every hold an end, so nothing an upstream sends stops the
+pod for more than MAX_HOLD.
 """
 
 from __future__ import annotations
@@ -393,7 +399,11 @@ def _served(pacer: Pacer) -> float:
     """The success rate: the smoothed one, or the current bucket's so far
     if more (a lower bound of its rate, which sees a change that began
     within the bucket); at least MIN_RATE."""
-    return max(pacer.measured, pacer.bucket_count / BUCKET, MIN_RATE)
+    return _served_rate(pacer.measured, pacer.bucket_count)
+
+
+def _served_rate(measured: float, count: int) -> float:
+    return max(measured, count / BUCKET, MIN_RATE)
 
 
 def _start(pacer: Pacer, rates: _Rates, now: float, units: float) -> float:
@@ -496,9 +506,8 @@ def observe(pacer: Pacer, config: RateLimitConfig, now: float, sample: PaceSampl
     if config.concurrency and (sample.latency is not None or pacer.limit):
         _aimd(pacer, config, now, sample, changes)
     if config.learn and not config._policy:
-        if sample.success:
-            _measure(pacer, now, changes)
-        elif sample.throttled:
+        _measure(pacer, now, changes, 1 if sample.success else 0)
+        if sample.throttled:
             _cut(pacer, config, now, changes)
     if not changes:
         return pacer
@@ -639,18 +648,22 @@ def _read_hint(
     changes["header_until"] = max(now + config._quiet_s, changes.get("hold_until", -math.inf))
 
 
-def _measure(pacer: Pacer, now: float, changes: dict[str, float]) -> None:
+def _measure(pacer: Pacer, now: float, changes: dict[str, float], add: int) -> None:
     # botocore's RateClocker.record: count, and on entering a new bucket
-    # fold count / (buckets elapsed) into the smoothed rate.
+    # fold count / (buckets elapsed) into the smoothed rate. Every outcome
+    # moves the clock, a failure adding 0: buckets without a success fold
+    # in as 0/s, so a closed upstream's rate decays to the floor instead of
+    # keeping the last rate it served (botocore gets there by cutting from
+    # min(measured, current rate)).
     bucket = math.floor(now / BUCKET) * BUCKET
-    count = pacer.bucket_count + 1
+    count = pacer.bucket_count + add
     if pacer.bucket_at == -math.inf:
         changes["bucket_at"], changes["bucket_count"] = bucket, count
     elif bucket > pacer.bucket_at:
         rate = count / (bucket - pacer.bucket_at)
         changes["measured"] = SMOOTHING * rate + (1.0 - SMOOTHING) * pacer.measured
         changes["bucket_at"], changes["bucket_count"] = bucket, 0
-    else:
+    elif add:
         changes["bucket_count"] = count
 
 
@@ -664,8 +677,12 @@ def _cut(pacer: Pacer, config: RateLimitConfig, now: float, changes: dict[str, f
         return
     if now - pacer.cut_at < BUCKET:
         return
-    # W_max: what the upstream served (see the module docstring).
-    w_max = min(_served(pacer), MAX_RATE)
+    # W_max: what the upstream served (see the module docstring), as just measured.
+    served = _served_rate(
+        changes.get("measured", pacer.measured),
+        int(changes.get("bucket_count", pacer.bucket_count)),
+    )
+    w_max = min(served, MAX_RATE)
     changes["w_max"] = w_max
     changes["k"] = (w_max * (1.0 - BETA) / SCALE) ** (1.0 / 3.0)
     changes["cut_at"] = now
