@@ -164,12 +164,46 @@ def test_a_quota_in_the_headers_paces_the_upstream(hint: RateLimitHint, rate: fl
 
 
 def test_a_header_pace_spaces_starts_and_lapses_after_quiet() -> None:
-    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 10, 10, refills=True)))
-    # (100 - 10 - 1) / 10 s = 8.9/s: slots of 112.36 ms, rounded up to whole ms.
-    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 113, 225]
+    # One call left: a burst of 1 (0.95 x 1, at least one), so starts are
+    # spaced from the first (with more left they start together, below).
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 1, 10, refills=True)))
+    # (100 - 1 - 1) / 10 s = 9.8/s: slots of 102.04 ms, rounded up to whole ms.
+    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 103, 205]
     assert pacer_snapshot(p, NOTHING, 29.999).source is PaceSource.HEADERS
     assert pacer_snapshot(p, NOTHING, 30.0).source is PaceSource.NONE
     assert pacer_is_idle(p, NOTHING, 30.0)
+
+
+def test_a_header_pace_starts_what_the_quota_has_left_at_once() -> None:
+    # GitHub: 4,900 of 5,000 left for an hour: 0.95 x 4900 / 3600 = 1.29/s,
+    # and a burst of floor(0.95 x 4900) = 4655. A burst of 100 calls with
+    # 30 s deadlines all start at once (a burst of 1 refused 96 of them).
+    github = _hint(5000, 4900, 3600)
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=github))
+    for _ in range(100):
+        p, granted = pace(p, NOTHING, 0.0, deadline=timedelta(seconds=30))
+        assert (granted.allowed, granted.wait) == (True, timedelta(0))
+    # 3 left for 10 s: 0.285/s (slots of 3.509 s), a burst of floor(2.85) = 2;
+    # the third start is one slot after the burst, past the 1 s queue.
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 3, 10)))
+    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 0, -1]
+
+
+@pytest.mark.parametrize(
+    ("max_cool_down", "held"),
+    # The hold of a quota with nothing left: its 307 s reset, capped at the
+    # upstream's max_cool_down (and at the 5 min the default and MAX_HOLD allow).
+    [(timedelta(seconds=5), 5.0), (timedelta(minutes=5), 300.0), (timedelta(hours=1), 300.0)],
+)
+def test_nothing_remaining_holds_for_at_most_the_max_cool_down(
+    max_cool_down: timedelta, held: float
+) -> None:
+    config = UpstreamConfig(max_cool_down=max_cool_down)
+    spent = Outcome(True, hint=_hint(5000, 0, 307))
+    state = record_outcome(UpstreamState(), config, 0.0, spent)
+    assert admit(state, config, held - 1.001)[1].reason is Reason.UPSTREAM_SATURATED
+    _, granted = admit(state, config, held)
+    assert (granted.allowed, granted.wait) == (True, timedelta(0))
 
 
 def test_nothing_remaining_holds_every_start_until_the_reset() -> None:

@@ -20,8 +20,11 @@ Where the pace comes from, the first that applies (`PaceSource`):
    allows `remaining / reset` until its reset, or `limit / window` when it
    names its window (the larger), paced at HEADER_HEADROOM of it: the
    headers were written before the calls now in flight were counted. With
-   nothing remaining every start waits for the reset. Waits are at most
-   MAX_HOLD. A header
+   nothing remaining every start waits for the reset. Either may start
+   what it has left at once (HEADER_HEADROOM of `remaining`, at least one:
+   the burst), so a quota with thousands left never queues a burst of
+   calls one slot apart. A hold is at most the upstream's max_cool_down
+   (observe's `max_hold`) and never past MAX_HOLD. A header
    pace lapses after `quiet` without fresh headers. A throttle that carries
    its own quota is answered by it, not by the shared cool-down
    (squawk.policy.upstream).
@@ -276,6 +279,8 @@ class Pacer(NamedTuple):
     # the moment before which nothing starts (a quota with nothing left).
     header_rate: float = 0.0
     header_token_rate: float = 0.0
+    # The calls that may start together: what the quota has left.
+    header_burst: float = 1.0
     header_until: float = -math.inf
     hold_until: float = -math.inf
     # LEARNED: CUBIC's W_max (0 = never cut), K, the last cut, the last throttle.
@@ -382,7 +387,7 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> _Rates:
         )
     if now < pacer.header_until:
         tokens = pacer.header_token_rate
-        return _Rates(PaceSource.HEADERS, pacer.header_rate, 1.0, tokens, tokens)
+        return _Rates(PaceSource.HEADERS, pacer.header_rate, pacer.header_burst, tokens, tokens)
     if _learning(pacer, config, now):
         return _Rates(PaceSource.LEARNED, _cubic(pacer, now), 1.0, 0.0, 0.0)
     return _NONE
@@ -496,13 +501,23 @@ def pace(
     return granted, Pace(True, wait, None, 1)
 
 
-def observe(pacer: Pacer, config: RateLimitConfig, now: float, sample: PaceSample) -> Pacer:
-    """The pacer after one finished call (see the module docstring)."""
+def observe(
+    pacer: Pacer,
+    config: RateLimitConfig,
+    now: float,
+    sample: PaceSample,
+    *,
+    max_hold: timedelta = MAX_HOLD,
+) -> Pacer:
+    """The pacer after one finished call (see the module docstring).
+
+    `max_hold`: the longest a quota with nothing left holds every start
+    (the upstream's max_cool_down; at most MAX_HOLD)."""
     changes: dict[str, float] = {}
     if sample.cost > 0.0:
         _correct_cost(pacer, config, now, sample, changes)
     if sample.hint is not None:
-        _read_hint(pacer, config, now, sample.hint, changes)
+        _read_hint(pacer, config, now, sample.hint, changes, seconds(max_hold))
     if config.concurrency and (sample.latency is not None or pacer.limit):
         _aimd(pacer, config, now, sample, changes)
     if config.learn and not config._policy:
@@ -583,14 +598,17 @@ def _token_debt(tat: float, now: float, config: RateLimitConfig, rates: _Rates) 
     return min(tat, now + config._max_wait_s + rates.tokens / rates.token_rate)
 
 
-def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
-    """(rate, hold) a quota allows: its pace in units/s, and how long
-    nothing may start (0 = no hold); None when it says nothing usable."""
+def _quota_rate(quota: Quota | None) -> tuple[float, float, float] | None:
+    """(rate, hold, burst) a quota allows: its pace in units/s, how long
+    nothing may start (0 = no hold), and how many may start together (what
+    is left, at HEADER_HEADROOM, 1..MAX_BURST); None when it says nothing
+    usable."""
     if quota is None:
         return None
     remaining, limit = quota.remaining, quota.limit
     if remaining is None or not 0.0 <= remaining < math.inf:
         return None
+    burst = float(min(max(math.floor(HEADER_HEADROOM * remaining), 1), MAX_BURST))
     reset = _bounded_seconds(quota.reset)
     window = _bounded_seconds(quota.window)
     known = limit is not None and remaining <= limit < math.inf
@@ -606,7 +624,7 @@ def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
         refill = (used - 1.0) / reset
         rate = min(max(refill, MIN_HEADER_RATE), MAX_TOKEN_RATE)
         hold = min(1.0 / refill, _MAX_HOLD_S) if remaining < 1.0 else 0.0
-        return rate, hold
+        return rate, hold, burst
     rates = []
     if reset:
         rates.append(remaining / reset)
@@ -619,7 +637,7 @@ def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
     best = max(rates)
     rate = min(max(HEADER_HEADROOM * best, MIN_HEADER_RATE), MAX_TOKEN_RATE) if best else 0.0
     hold = min(reset, _MAX_HOLD_S) if remaining < 1.0 else 0.0
-    return rate, hold
+    return rate, hold, burst
 
 
 def _bounded_seconds(value: timedelta | None) -> float:
@@ -635,13 +653,15 @@ def _read_hint(
     now: float,
     hint: RateLimitHint,
     changes: dict[str, float],
+    max_hold: float,
 ) -> None:
     calls = _quota_rate(hint.requests)
     tokens = _quota_rate(hint.tokens)
     if calls is None and tokens is None:
         return
-    hold = max(calls[1] if calls else 0.0, tokens[1] if tokens else 0.0)
+    hold = min(max(calls[1] if calls else 0.0, tokens[1] if tokens else 0.0), max_hold)
     changes["header_rate"] = min(calls[0], MAX_RATE) if calls else 0.0
+    changes["header_burst"] = calls[2] if calls else 1.0
     changes["header_token_rate"] = tokens[0] if tokens else 0.0
     if hold:
         changes["hold_until"] = max(pacer.hold_until, now + hold)

@@ -274,7 +274,9 @@ def record_outcome(
         and not _closed(outcome.retry_after)
         and _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
     )
-    pacer = _pacer.observe(state.pacer, config.rate_limit, now, sample)
+    pacer = _pacer.observe(
+        state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
+    )
     if throttled and outcome.hint is not None:
         learned = learned or (
             _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.HEADERS
