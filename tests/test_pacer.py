@@ -391,6 +391,36 @@ def test_the_queue_turns_short_once_it_stays_busy() -> None:
     assert pace(p, config, 1.3)[1].wait == timedelta(0)
 
 
+def test_the_queue_turns_short_only_when_every_call_waited_past_the_target() -> None:
+    # CoDel's rule. rate 10: slots of 100 ms, a short limit of max(5 ms,
+    # 4 x 100 ms) = 400 ms, the long one 1 s.
+    config = RateLimitConfig(rate=10)
+    calls = [
+        # Five at 0 wait 0..400 ms: the queue is busy, but no call waited
+        # past 400 ms, so no interval has begun.
+        *[(0.0, w) for w in (0, 100, 200, 300, 400)],
+        # At 0.15 (busy 150 ms): 350 ms fits; the next, 450 ms, is the first
+        # past the short limit: its interval begins, and the long limit grants it.
+        (0.15, 350),
+        (0.15, 450),
+        (0.2, 500),  # 50 ms into the interval: still the long limit
+        # 150 ms of calls all past 400 ms: the short queue is on; 500 > 400.
+        (0.3, -1),
+        # Waits of 300 and 350 ms fit the short queue, and it stays on: the
+        # 450 ms that follows is refused (it leaves only when empty).
+        (0.5, 300),
+        (0.6, 300),
+        (0.65, 350),
+        (0.65, -1),
+        # At 1.2 the queue is found empty (its last start was 1.0): off, so
+        # a burst waits up to 500 ms again.
+        *[(1.2, w) for w in (0, 100, 200, 300, 400, 500)],
+    ]
+    p = Pacer()
+    waits = _waits(config, [t for t, _ in calls], p)
+    assert waits == [w for _, w in calls]
+
+
 def test_refused_callers_are_told_their_turn_jittered_upwards() -> None:
     config = RateLimitConfig(rate=10)
     p = Pacer()

@@ -80,15 +80,21 @@ reserves nothing.
 
 A call is refused (UPSTREAM_SATURATED) rather than queued when its start
 would be later than the step's `deadline`, or later than the longest wait
-the queue grants: `max_queue_delay`, or, once the queue has stayed
-non-empty for CODEL_INTERVAL, a short one of max(CODEL_TARGET, SHORT_SLOTS
-slots). That is CoDel's target and interval (Nichols & Jacobson, 2012) as
-Facebook's "Fail at Scale" applies them to a server's queue ("if the queue
-has not been empty for the last 100 ms, the time spent in the queue is
-limited to 5 ms"), counted in slots as well because at 50 calls/s one slot
-is already 20 ms. So the backlog of an overload never delays the calls that
-arrive after it. Facebook's adaptive LIFO is not taken: a grant is already
-a reserved start, and the short queue bounds what LIFO would skip.
+the queue grants: `max_queue_delay`, or, while the short queue is on, a
+short one of max(CODEL_TARGET, SHORT_SLOTS slots). The short queue comes
+on once every call for CODEL_INTERVAL would have waited past the short
+limit (one that waited less starts the interval again), and goes off only
+when the queue is found empty. That is CoDel's rule (Nichols & Jacobson,
+2012: it drops once the sojourn time stayed above its target for an
+interval), with its target counted in slots as well because at 50
+calls/s one slot is already 20 ms, and with the hysteresis of Facebook's
+"Fail at Scale" ("if the queue has not been empty for the last 100 ms, the
+time spent in the queue is limited to 5 ms"): leaving the short queue as
+soon as one call fits it would let the backlog form again every interval.
+A queue that is merely non-empty below capacity is not shortened. So the
+backlog of an overload never delays the calls that arrive after it.
+Facebook's adaptive LIFO is not taken: a grant is already a reserved
+start, and the short queue bounds what LIFO would skip.
 A refusal's retry_after is the time until the queue is short again (at
 least CODEL_INTERVAL, so refused callers do not spin), jittered upwards by
 cooldown.spread.
@@ -268,8 +274,11 @@ class Pacer(NamedTuple):
     # GCRA's theoretical arrival times: calls, and token units.
     tat: float = -math.inf
     token_tat: float = -math.inf
-    # Since when the queue has been non-empty; +inf while it is empty.
-    busy_since: float = math.inf
+    # CoDel: since when every call has waited past the short limit (+inf
+    # once one did not), and whether the short queue is on (until the
+    # queue is found empty).
+    above_since: float = math.inf
+    short_on: bool = False
     # The refused queue's end: when the last refused caller was told to
     # come back; reset whenever the queue is found empty.
     shed_until: float = -math.inf
@@ -468,11 +477,18 @@ def pace(
     units = cost if cost > 0.0 else pacer.mean_cost
     start = _start(pacer, rates, now, units)
     empty = start <= now
-    busy = math.inf if empty else min(pacer.busy_since, now)
     slot = _slot(rates, units)
     short = min(max(CODEL_TARGET, SHORT_SLOTS * slot), config._max_wait_s)
-    longest = short if now - busy >= CODEL_INTERVAL else config._max_wait_s
     wait = time_left(start, now)
+    # CoDel: the short queue comes on once every call for an interval
+    # would have waited past the short limit, and goes off only when the
+    # queue is found empty (see the module docstring).
+    if empty:
+        above, short_on = math.inf, False
+    else:
+        above = min(pacer.above_since, now) if seconds(wait) > short else math.inf
+        short_on = pacer.short_on or now - above >= CODEL_INTERVAL
+    longest = short if short_on else config._max_wait_s
     late = deadline is not None and wait >= deadline
     if wait and (late or seconds(wait) > longest):
         # The refused queue: the refused caller's turn if every caller
@@ -480,7 +496,7 @@ def pace(
         shed = max(pacer.shed_until, start) + slot
         left = min(max(shed - now, CODEL_INTERVAL), _MAX_HOLD_S)
         refused = Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0)
-        return _replace(pacer, busy_since=busy, shed_until=shed), refused
+        return pacer._replace(above_since=above, short_on=short_on, shed_until=shed), refused
     tat = max(pacer.tat, start) + 1.0 / rates.rate if rates.rate else pacer.tat
     token_tat = pacer.token_tat
     if rates.token_rate and units:
@@ -492,7 +508,8 @@ def pace(
         pacer,
         tat=tat,
         token_tat=token_tat,
-        busy_since=busy,
+        above_since=above,
+        short_on=short_on,
         shed_until=shed,
         flight_old=old if limited else pacer.flight_old,
         flight=current + 1 if limited else pacer.flight,
