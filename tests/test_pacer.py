@@ -303,6 +303,28 @@ def test_a_cut_reads_what_the_upstream_served_not_the_rate_it_was_sent() -> None
     assert pacer_snapshot(p, NOTHING, 2.05).rate == pytest.approx(0.7 * 9.9968)
 
 
+def test_made_up_successes_do_not_lift_a_learned_pace() -> None:
+    # Cut at 0.25 with W_max 10 (_learned). Grants at 0.5..0.9 count 5 in
+    # the bucket [0.5, 1.0); the one at 1.0 folds 6 / 0.5 = 12/s, smoothed
+    # from 0: 0.8 x 12 = 9.6/s granted.
+    p = _learned()
+    for at in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+        p, granted = pace(p, NOTHING, at)
+        assert granted.allowed
+    # One caller reports 1,000 successes at 1.05: 1998/s in [1.0, 1.5),
+    # smoothed to 1599.36/s, far above what was admitted.
+    for _ in range(1000):
+        p = observe(p, NOTHING, 1.05, OK)
+    # The 429 at 1.5 cuts from the success rate capped at the 9.6/s
+    # granted: 0.7 x 9.6 = 6.72/s, not 0.7 x 1599.36 = 1119.6/s.
+    p = observe(p, NOTHING, 1.5, THROTTLED)
+    assert pacer_snapshot(p, NOTHING, 1.5).rate == pytest.approx(0.7 * 9.6)
+    # And the curve stays within twice the rate granted: at K + 3 after
+    # the cut, 0.4 x 27 + 9.6 = 20.4 is capped at 2 x 9.6 = 19.2.
+    k = (9.6 * 0.3 / 0.4) ** (1 / 3)
+    assert pacer_snapshot(p, NOTHING, 1.5 + k + 3).rate == pytest.approx(19.2)
+
+
 def test_a_learned_rate_decays_to_the_floor_once_nothing_succeeds() -> None:
     # 50/s served, then only 429s, one per bucket. Each bucket without a
     # success folds in as 0/s: measured 50 -> 0.2 x 50 = 10 -> 2 -> 0.4,

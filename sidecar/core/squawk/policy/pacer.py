@@ -42,7 +42,11 @@ Where the pace comes from, the first that applies (`PaceSource`):
    the current rate, which compounds BETA on every cut. Every outcome moves
    the measurement's clock and a bucket without a success folds in as
    0/s, so an upstream that stops serving decays W_max to the floor within
-   a few buckets, as botocore's min(measured, current) would. The first throttle
+   a few buckets, as botocore's min(measured, current) would. Nothing ties
+   a reported success to an admitted call, so once a bucket of the learned
+   pace's own grants is measured (botocore's measured_tx_rate), the
+   success rate it reads is at most that: made-up successes cannot lift
+   the pace. The first throttle
    after a quiet period only arms it (the shared cool-down answers that
    one); the second within `quiet` cuts. A throttle whose Retry-After is
    past squawk.policy.upstream.CLOSED_AFTER (2 s) still cools the pod: the
@@ -301,6 +305,11 @@ class Pacer(NamedTuple):
     bucket_at: float = -math.inf
     bucket_count: int = 0
     measured: float = 0.0
+    # The rate the learned pace granted, measured the same way (botocore's
+    # measured_tx_rate): a success rate above it is made up.
+    sent_at: float = -math.inf
+    sent_count: int = 0
+    sent: float = 0.0
     # CONCURRENCY (AIMD): the limit (0 = never on), the calls admitted and
     # not reported in this epoch and the one before, the epoch's start, the
     # last slow call, the last decrease, and the latency's fast and slow means.
@@ -405,8 +414,18 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> _Rates:
 def _cubic(pacer: Pacer, now: float) -> float:
     """CUBIC's rate at `now` (see the module docstring), floored and capped."""
     rate = SCALE * (now - pacer.cut_at - pacer.k) ** 3 + pacer.w_max
-    rate = min(rate, 2.0 * _served(pacer), MAX_RATE)
+    rate = min(rate, 2.0 * _checked(pacer, _served(pacer)), MAX_RATE)
     return max(rate, MIN_RATE)
+
+
+def _checked(pacer: Pacer, served: float) -> float:
+    """`served`, learning, at most the rate the learned pace granted (once
+    a whole bucket of its grants was measured): nothing ties a reported
+    success to an admitted call, and made-up successes must not lift the
+    pace."""
+    if pacer.sent <= 0.0:
+        return served
+    return max(min(served, max(pacer.sent, pacer.sent_count / BUCKET)), MIN_RATE)
 
 
 def _served(pacer: Pacer) -> float:
@@ -504,8 +523,21 @@ def pace(
             max(token_tat, start) + units / rates.token_rate, start, config, rates
         )
     shed = -math.inf if empty else pacer.shed_until
+    sent_at, sent_count, sent = pacer.sent_at, pacer.sent_count, pacer.sent
+    if rates.source is PaceSource.LEARNED:
+        # RateClocker again, for the grants: fold on entering a new bucket.
+        bucket = math.floor(now / BUCKET) * BUCKET
+        sent_count += 1
+        if bucket > sent_at:
+            if sent_at != -math.inf:
+                sent = SMOOTHING * sent_count / (bucket - sent_at) + (1.0 - SMOOTHING) * sent
+                sent_count = 0
+            sent_at = bucket
     granted = _replace(
         pacer,
+        sent_at=sent_at,
+        sent_count=sent_count,
+        sent=sent,
         tat=tat,
         token_tat=token_tat,
         above_since=above,
@@ -714,11 +746,17 @@ def _cut(pacer: Pacer, config: RateLimitConfig, now: float, changes: dict[str, f
         return
     if now - pacer.cut_at < BUCKET:
         return
-    # W_max: what the upstream served (see the module docstring), as just measured.
+    # W_max: what the upstream served (see the module docstring), as just
+    # measured; while learning, no more than the pace granted.
     served = _served_rate(
         changes.get("measured", pacer.measured),
         int(changes.get("bucket_count", pacer.bucket_count)),
     )
+    if _learning(pacer, config, now):
+        served = _checked(pacer, served)
+    else:
+        # A new episode: grants counted in an old one say nothing now.
+        changes["sent_at"], changes["sent_count"], changes["sent"] = -math.inf, 0, 0.0
     w_max = min(served, MAX_RATE)
     changes["w_max"] = w_max
     changes["k"] = (w_max * (1.0 - BETA) / SCALE) ** (1.0 / 3.0)
