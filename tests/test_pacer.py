@@ -34,6 +34,7 @@ from squawk.policy import (
     pacer_is_idle,
     pacer_snapshot,
     record_outcome,
+    upstream_snapshot,
 )
 from squawk.policy.ratelimit import Quota, RateLimitHint
 
@@ -163,12 +164,46 @@ def test_a_quota_in_the_headers_paces_the_upstream(hint: RateLimitHint, rate: fl
 
 
 def test_a_header_pace_spaces_starts_and_lapses_after_quiet() -> None:
-    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 10, 10, refills=True)))
-    # (100 - 10 - 1) / 10 s = 8.9/s: slots of 112.36 ms, rounded up to whole ms.
-    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 113, 225]
+    # One call left: a burst of 1 (0.95 x 1, at least one), so starts are
+    # spaced from the first (with more left they start together, below).
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 1, 10, refills=True)))
+    # (100 - 1 - 1) / 10 s = 9.8/s: slots of 102.04 ms, rounded up to whole ms.
+    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 103, 205]
     assert pacer_snapshot(p, NOTHING, 29.999).source is PaceSource.HEADERS
     assert pacer_snapshot(p, NOTHING, 30.0).source is PaceSource.NONE
     assert pacer_is_idle(p, NOTHING, 30.0)
+
+
+def test_a_header_pace_starts_what_the_quota_has_left_at_once() -> None:
+    # GitHub: 4,900 of 5,000 left for an hour: 0.95 x 4900 / 3600 = 1.29/s,
+    # and a burst of floor(0.95 x 4900) = 4655. A burst of 100 calls with
+    # 30 s deadlines all start at once (a burst of 1 refused 96 of them).
+    github = _hint(5000, 4900, 3600)
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=github))
+    for _ in range(100):
+        p, granted = pace(p, NOTHING, 0.0, deadline=timedelta(seconds=30))
+        assert (granted.allowed, granted.wait) == (True, timedelta(0))
+    # 3 left for 10 s: 0.285/s (slots of 3.509 s), a burst of floor(2.85) = 2;
+    # the third start is one slot after the burst, past the 1 s queue.
+    p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 3, 10)))
+    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 0, -1]
+
+
+@pytest.mark.parametrize(
+    ("max_cool_down", "held"),
+    # The hold of a quota with nothing left: its 307 s reset, capped at the
+    # upstream's max_cool_down (and at the 5 min the default and MAX_HOLD allow).
+    [(timedelta(seconds=5), 5.0), (timedelta(minutes=5), 300.0), (timedelta(hours=1), 300.0)],
+)
+def test_nothing_remaining_holds_for_at_most_the_max_cool_down(
+    max_cool_down: timedelta, held: float
+) -> None:
+    config = UpstreamConfig(max_cool_down=max_cool_down)
+    spent = Outcome(True, hint=_hint(5000, 0, 307))
+    state = record_outcome(UpstreamState(), config, 0.0, spent)
+    assert admit(state, config, held - 1.001)[1].reason is Reason.UPSTREAM_SATURATED
+    _, granted = admit(state, config, held)
+    assert (granted.allowed, granted.wait) == (True, timedelta(0))
 
 
 def test_nothing_remaining_holds_every_start_until_the_reset() -> None:
@@ -247,17 +282,60 @@ def test_the_learned_rate_is_capped_at_twice_the_success_rate() -> None:
 def test_the_pod_cuts_at_most_once_per_bucket() -> None:
     p = observe(_learned(), NOTHING, 0.5, THROTTLED)  # 0.25 s after the cut: no new cut
     assert pacer_snapshot(p, NOTHING, 1.25).rate == pytest.approx(10 - 0.4 * (K - 1) ** 3)
-    p = observe(p, NOTHING, 0.8, THROTTLED)  # 0.55 s after: a cut, W_max still 10
-    assert pacer_snapshot(p, NOTHING, 0.8).rate == pytest.approx(7.0)
+    # 0.55 s after: a cut. The 429 at 0.5 folded the bucket [0, 0.5), 5
+    # successes = 10/s, into the smoothed rate: 0.8 x 10 = 8/s, so W_max 8.
+    p = observe(p, NOTHING, 0.8, THROTTLED)
+    assert pacer_snapshot(p, NOTHING, 0.8).rate == pytest.approx(0.7 * 8)
 
 
 def test_a_cut_reads_what_the_upstream_served_not_the_rate_it_was_sent() -> None:
-    # Cutting again at 7/s would compound beta (botocore's min(measured,
-    # current)); W_max is the 10/s served, so the rate restarts at 7, not 4.9.
+    # An upstream serving 10/s (a success every 0.1 s) and throttling the
+    # rest. Each success entering a new bucket folds the last one: 6 / 0.5
+    # = 12/s at 0.5 (it counts itself), then 5 / 0.5 = 10/s at 1.0, 1.5, 2.0:
+    # smoothed 0.8 x 12 = 9.6, 9.92, 9.984, 9.9968. The 429 at 0.85 arms;
+    # those at 1.45 and 2.05 cut from what was served: W_max 9.9968, so the
+    # rate restarts at 0.7 x 9.9968 = 6.998. Cutting from the rate sent
+    # (botocore's min(measured, current)) would compound beta: 4.9.
+    p = Pacer()
+    events = [(i / 10, OK) for i in range(21)] + [(t, THROTTLED) for t in (0.85, 1.45, 2.05)]
+    for at, sample in sorted(events, key=lambda e: e[0]):
+        p = observe(p, NOTHING, at, sample)
+    assert pacer_snapshot(p, NOTHING, 2.05).rate == pytest.approx(0.7 * 9.9968)
+
+
+def test_made_up_successes_do_not_lift_a_learned_pace() -> None:
+    # Cut at 0.25 with W_max 10 (_learned). Grants at 0.5..0.9 count 5 in
+    # the bucket [0.5, 1.0); the one at 1.0 folds 6 / 0.5 = 12/s, smoothed
+    # from 0: 0.8 x 12 = 9.6/s granted.
     p = _learned()
-    for at in (0.8, 1.4, 2.0):
+    for at in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+        p, granted = pace(p, NOTHING, at)
+        assert granted.allowed
+    # One caller reports 1,000 successes at 1.05: 1998/s in [1.0, 1.5),
+    # smoothed to 1599.36/s, far above what was admitted.
+    for _ in range(1000):
+        p = observe(p, NOTHING, 1.05, OK)
+    # The 429 at 1.5 cuts from the success rate capped at the 9.6/s
+    # granted: 0.7 x 9.6 = 6.72/s, not 0.7 x 1599.36 = 1119.6/s.
+    p = observe(p, NOTHING, 1.5, THROTTLED)
+    assert pacer_snapshot(p, NOTHING, 1.5).rate == pytest.approx(0.7 * 9.6)
+    # And the curve stays within twice the rate granted: at K + 3 after
+    # the cut, 0.4 x 27 + 9.6 = 20.4 is capped at 2 x 9.6 = 19.2.
+    k = (9.6 * 0.3 / 0.4) ** (1 / 3)
+    assert pacer_snapshot(p, NOTHING, 1.5 + k + 3).rate == pytest.approx(19.2)
+
+
+def test_a_learned_rate_decays_to_the_floor_once_nothing_succeeds() -> None:
+    # 50/s served, then only 429s, one per bucket. Each bucket without a
+    # success folds in as 0/s: measured 50 -> 0.2 x 50 = 10 -> 2 -> 0.4,
+    # and each cut sets W_max to it (floored at 0.5): the rate restarts at
+    # 0.7 x W_max, floored at 0.5/s.
+    p = Pacer(measured=50.0, bucket_at=0.0, w_max=50.0, throttled_at=0.0, cut_at=-1.0)
+    rates = []
+    for at in (0.5, 1.0, 1.5):
         p = observe(p, NOTHING, at, THROTTLED)
-    assert pacer_snapshot(p, NOTHING, 2.0).rate == pytest.approx(7.0)
+        rates.append(pacer_snapshot(p, NOTHING, at).rate)
+    assert rates == pytest.approx([7.0, 1.4, 0.5])
 
 
 def test_the_floor_when_nothing_was_served() -> None:
@@ -335,6 +413,36 @@ def test_the_queue_turns_short_once_it_stays_busy() -> None:
     assert pace(p, config, 1.3)[1].wait == timedelta(0)
 
 
+def test_the_queue_turns_short_only_when_every_call_waited_past_the_target() -> None:
+    # CoDel's rule. rate 10: slots of 100 ms, a short limit of max(5 ms,
+    # 4 x 100 ms) = 400 ms, the long one 1 s.
+    config = RateLimitConfig(rate=10)
+    calls = [
+        # Five at 0 wait 0..400 ms: the queue is busy, but no call waited
+        # past 400 ms, so no interval has begun.
+        *[(0.0, w) for w in (0, 100, 200, 300, 400)],
+        # At 0.15 (busy 150 ms): 350 ms fits; the next, 450 ms, is the first
+        # past the short limit: its interval begins, and the long limit grants it.
+        (0.15, 350),
+        (0.15, 450),
+        (0.2, 500),  # 50 ms into the interval: still the long limit
+        # 150 ms of calls all past 400 ms: the short queue is on; 500 > 400.
+        (0.3, -1),
+        # Waits of 300 and 350 ms fit the short queue, and it stays on: the
+        # 450 ms that follows is refused (it leaves only when empty).
+        (0.5, 300),
+        (0.6, 300),
+        (0.65, 350),
+        (0.65, -1),
+        # At 1.2 the queue is found empty (its last start was 1.0): off, so
+        # a burst waits up to 500 ms again.
+        *[(1.2, w) for w in (0, 100, 200, 300, 400, 500)],
+    ]
+    p = Pacer()
+    waits = _waits(config, [t for t, _ in calls], p)
+    assert waits == [w for _, w in calls]
+
+
 def test_refused_callers_are_told_their_turn_jittered_upwards() -> None:
     config = RateLimitConfig(rate=10)
     p = Pacer()
@@ -357,10 +465,24 @@ def test_permits_only_when_nothing_limits() -> None:
     assert pace(_learned(), NOTHING, 0.3, permits=5)[1].permits == 1
     state, granted = admit(UpstreamState(), UpstreamConfig(), 0.0, permits=100)
     assert (granted.permits, granted.lease) == (100, 200 * MS)
-    # One ratio-budget deposit per permit: 100 first calls in its window.
-    assert state.budget.window.first == 100
+    # One ratio-budget deposit per answer, not per permit: permits not yet
+    # used are no calls, so the window holds one first call.
+    assert state.budget.window.first == 1
     with pytest.raises(PolicyInputError, match="permits"):
         admit(UpstreamState(), UpstreamConfig(), 0.0, permits=101)
+
+
+def test_unused_permits_earn_no_retries() -> None:
+    # The default ratio budget: retries <= 20 % of the first calls in 10 s,
+    # plus a floor of 10 a second (100 over the 10 s window). 10 answers of
+    # 100 permits are 10 deposits: 0.2 x 10 + 100 = 102 retries, not the
+    # 0.2 x 1000 + 100 = 300 a deposit per permit would allow.
+    config = UpstreamConfig()
+    state = UpstreamState()
+    for _ in range(10):
+        state, granted = admit(state, config, 0.0, permits=100)
+        assert granted.permits == 100
+    assert upstream_snapshot(state, config, 0.0).retries_left == 102
 
 
 def test_a_half_open_breaker_grants_one_permit() -> None:
@@ -425,6 +547,26 @@ def test_a_throttle_cools_the_pod_only_until_the_pacer_learned() -> None:
     assert admit(state, declared, 1.2)[1].reason is Reason.UPSTREAM_COOLING_DOWN
 
 
+@pytest.mark.parametrize(
+    ("retry_after_s", "cools"),
+    # Past 2 s the upstream is closed, not full: the pod cools for it.
+    [(1.0, False), (2.0, False), (2.001, True), (60.0, True)],
+)
+def test_a_long_retry_after_cools_the_pod_even_under_a_learned_pace(
+    retry_after_s: float, cools: bool
+) -> None:
+    config = UpstreamConfig()
+    state = UpstreamState(pacer=_learned())
+    assert upstream_snapshot(state, config, 0.5).pace.source is PaceSource.LEARNED
+    wait = timedelta(seconds=retry_after_s)
+    state = record_outcome(state, config, 0.5, Outcome(False, 429, retry_after=wait))
+    _, answer = admit(state, config, 0.5)
+    if cools:
+        assert (answer.reason, answer.retry_after) == (Reason.UPSTREAM_COOLING_DOWN, wait)
+    else:
+        assert answer.allowed
+
+
 def test_a_throttle_that_carries_its_quota_is_answered_by_the_pacer_not_a_cool_down() -> None:
     config = UpstreamConfig()
     empty = _hint(21, 0, 0.5, refills=True)  # (21 - 0 - 1) / 0.5 = 40/s, nothing left
@@ -448,6 +590,10 @@ def test_a_throttle_that_carries_its_quota_is_answered_by_the_pacer_not_a_cool_d
         ({"rate": 0.0}, "rate"),
         ({"rate": -1.0}, "rate"),
         ({"rate": 1e7}, "rate"),
+        # Below one a day: 1 / rate would overflow every wait.
+        ({"rate": 1e-300}, "rate"),
+        ({"rate": 1 / 86_400 * 0.99}, "rate"),
+        ({"token_rate": 1e-300}, "token_rate"),
         ({"burst": 0}, "burst"),
         ({"burst": 10**7}, "burst"),
         ({"token_rate": 1e10}, "token_rate"),
@@ -461,6 +607,25 @@ def test_a_config_out_of_bounds_names_its_field(fields: dict[str, object], field
     with pytest.raises(PolicyInputError) as info:
         RateLimitConfig(**fields)  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_the_least_rates_pace_without_overflowing_a_wait() -> None:
+    # One call a day, a burst of 1e6: the 1e6 + 1st call's start is a day
+    # away, past the 1 s queue: refused, not a crash.
+    calls = RateLimitConfig(rate=1 / 86_400, burst=1)
+    p, first = pace(Pacer(), calls, 0.0)
+    assert first.wait == timedelta(0)
+    p, second = pace(p, calls, 0.0)
+    assert not second.allowed
+    assert pacer_snapshot(p, calls, 0.0).queue_delay == timedelta(days=1)
+    # One token unit a day and a burst of 1e9: a second call of 1e9 units
+    # would start 1e9 days away, which no timedelta holds (the start is
+    # capped at 14 days: refused).
+    tokens = RateLimitConfig(token_rate=1 / 86_400, token_burst=1e9)
+    p, first = pace(Pacer(), tokens, 0.0, cost=1e9)
+    assert first.allowed
+    p, second = pace(p, tokens, 0.0, cost=1e9)
+    assert not second.allowed
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,11 @@ _UP = "profiles:\n  default:\n    upstreams:\n      api.example:\n        rate_l
         (_RL + "      rate: nan\n", "rate_limit.rate (line 4): must be in (0, 1e+06], got nan"),
         (_RL + "      rate: 1e400\n", "rate_limit.rate (line 4): must be in (0, 1e+06], got inf"),
         (_RL + "      rate: -3\n", "rate_limit.rate (line 4): must be in (0, 1e+06]"),
+        (_RL + "      rate: 1.0e-300\n", "rate_limit.rate (line 4): must be at least one a day"),
+        (
+            _RL + "      token_rate: 1.0e-300\n",
+            "rate_limit.token_rate (line 4): must be at least one a day",
+        ),
         (_RL + "      rate: fast\n", "rate_limit.rate (line 4): expected a number"),
         (_RL + "      burst: 0\n", "rate_limit.burst (line 4): must be in 1..1000000"),
         (_RL + "      burst: 2.5\n", "rate_limit.burst (line 4): expected an integer"),

@@ -20,8 +20,11 @@ Where the pace comes from, the first that applies (`PaceSource`):
    allows `remaining / reset` until its reset, or `limit / window` when it
    names its window (the larger), paced at HEADER_HEADROOM of it: the
    headers were written before the calls now in flight were counted. With
-   nothing remaining every start waits for the reset. Waits are at most
-   MAX_HOLD. A header
+   nothing remaining every start waits for the reset. Either may start
+   what it has left at once (HEADER_HEADROOM of `remaining`, at least one:
+   the burst), so a quota with thousands left never queues a burst of
+   calls one slot apart. A hold is at most the upstream's max_cool_down
+   (observe's `max_hold`) and never past MAX_HOLD. A header
    pace lapses after `quiet` without fresh headers. A throttle that carries
    its own quota is answered by it, not by the shared cool-down
    (squawk.policy.upstream).
@@ -36,9 +39,18 @@ Where the pace comes from, the first that applies (`PaceSource`):
    pod cutting the rate would collapse it to the floor in a second), and
    W_max is the measured *success* rate -- what the upstream served, which
    is its capacity while it throttles -- not botocore's send rate capped by
-   the current rate, which compounds BETA on every cut. The first throttle
+   the current rate, which compounds BETA on every cut. Every outcome moves
+   the measurement's clock and a bucket without a success folds in as
+   0/s, so an upstream that stops serving decays W_max to the floor within
+   a few buckets, as botocore's min(measured, current) would. Nothing ties
+   a reported success to an admitted call, so once a bucket of the learned
+   pace's own grants is measured (botocore's measured_tx_rate), the
+   success rate it reads is at most that: made-up successes cannot lift
+   the pace. The first throttle
    after a quiet period only arms it (the shared cool-down answers that
-   one); the second within `quiet` cuts. It switches off (NONE) after
+   one); the second within `quiet` cuts. A throttle whose Retry-After is
+   past squawk.policy.upstream.CLOSED_AFTER (2 s) still cools the pod: the
+   upstream is closed, not full. It switches off (NONE) after
    `quiet` without a throttle; botocore's stays on for good.
 
 Beside the rate, for an upstream that slows down rather than rejects, a
@@ -72,24 +84,32 @@ reserves nothing.
 
 A call is refused (UPSTREAM_SATURATED) rather than queued when its start
 would be later than the step's `deadline`, or later than the longest wait
-the queue grants: `max_queue_delay`, or, once the queue has stayed
-non-empty for CODEL_INTERVAL, a short one of max(CODEL_TARGET, SHORT_SLOTS
-slots). That is CoDel's target and interval (Nichols & Jacobson, 2012) as
-Facebook's "Fail at Scale" applies them to a server's queue ("if the queue
-has not been empty for the last 100 ms, the time spent in the queue is
-limited to 5 ms"), counted in slots as well because at 50 calls/s one slot
-is already 20 ms. So the backlog of an overload never delays the calls that
-arrive after it. Facebook's adaptive LIFO is not taken: a grant is already
-a reserved start, and the short queue bounds what LIFO would skip.
+the queue grants: `max_queue_delay`, or, while the short queue is on, a
+short one of max(CODEL_TARGET, SHORT_SLOTS slots). The short queue comes
+on once every call for CODEL_INTERVAL would have waited past the short
+limit (one that waited less starts the interval again), and goes off only
+when the queue is found empty. That is CoDel's rule (Nichols & Jacobson,
+2012: it drops once the sojourn time stayed above its target for an
+interval), with its target counted in slots as well because at 50
+calls/s one slot is already 20 ms, and with the hysteresis of Facebook's
+"Fail at Scale" ("if the queue has not been empty for the last 100 ms, the
+time spent in the queue is limited to 5 ms"): leaving the short queue as
+soon as one call fits it would let the backlog form again every interval.
+A queue that is merely non-empty below capacity is not shortened. So the
+backlog of an overload never delays the calls that arrive after it.
+Facebook's adaptive LIFO is not taken: a grant is already a reserved
+start, and the short queue bounds what LIFO would skip.
 A refusal's retry_after is the time until the queue is short again (at
 least CODEL_INTERVAL, so refused callers do not spin), jittered upwards by
 cooldown.spread.
 
-Every input is bounded: the config refuses a rate outside (0, 1e6], a
-burst outside 1..1e6, a token rate outside (0, 1e9] (NaN and infinity
-included) naming the field; header values that are negative, NaN, huge or
-far away are ignored or capped, every rate has a floor and every hold an
-end, so nothing an upstream sends stops the pod for more than MAX_HOLD.
+Every input is bounded: the config refuses a rate outside
+[MIN_POLICY_RATE, 1e6] (one a day), a burst outside 1..1e6, a token rate
+outside [MIN_POLICY_RATE, 1e9] (NaN and infinity included) naming the
+field, and no start is computed past two weeks from now; header values
+that are negative, NaN, huge or far away are ignored or capped, every rate
+has a floor and every hold an end, so nothing an upstream sends stops the
+pod for more than MAX_HOLD.
 """
 
 from __future__ import annotations
@@ -117,6 +137,7 @@ __all__ = [
     "MAX_PERMITS",
     "MAX_RATE",
     "MAX_TOKEN_RATE",
+    "MIN_POLICY_RATE",
     "MIN_RATE",
     "SCALE",
     "SHORT_SLOTS",
@@ -136,6 +157,9 @@ __all__ = [
 MAX_RATE = 1e6
 MAX_BURST = 1_000_000
 MAX_TOKEN_RATE = 1e9
+# The least rate and token rate a policy may declare: one a day. A slot of
+# 1 / rate must stay a time the clock and a Duration can hold.
+MIN_POLICY_RATE = 1 / 86_400
 MAX_PERMITS = 100
 # How long the permits after the first of a multi-permit grant stay valid.
 LEASE = timedelta(milliseconds=200)
@@ -182,12 +206,22 @@ FLIGHT_EPOCH = 120.0
 _COST_WEIGHT = 0.2
 _ZERO = timedelta(0)
 _MAX_HOLD_S = MAX_HOLD.total_seconds()
+# No start is ever computed later than this past now: past every wait a
+# grant may get (max_queue_delay is at most 7 days), so it only refuses, and
+# a token burst of 1e9 at one unit a day never overflows a timedelta.
+_FAR = 2 * MAX_POLICY_DURATION.total_seconds()
 
 
 def _check_duration(name: str, value: timedelta) -> None:
     check_positive(name, value)
     if value > MAX_POLICY_DURATION:
         raise PolicyInputError(name, f"must be at most 7 days, got {value.total_seconds():g}s")
+
+
+def _check_rate(name: str, value: float, high: float) -> None:
+    check_number(name, value, high)
+    if value < MIN_POLICY_RATE:
+        raise PolicyInputError(name, f"must be at least one a day (1/86400), got {value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,10 +253,10 @@ class RateLimitConfig:
     def __post_init__(self) -> None:
         """Refuse a value out of its bounds (PolicyInputError names the field)."""
         if self.rate is not None:
-            check_number("rate", self.rate, MAX_RATE)
+            _check_rate("rate", self.rate, MAX_RATE)
         check_count("burst", self.burst, high=MAX_BURST)
         if self.token_rate is not None:
-            check_number("token_rate", self.token_rate, MAX_TOKEN_RATE)
+            _check_rate("token_rate", self.token_rate, MAX_TOKEN_RATE)
         check_number("token_burst", self.token_burst, MAX_TOKEN_RATE, zero=True)
         _check_duration("quiet", self.quiet)
         _check_duration("max_queue_delay", self.max_queue_delay)
@@ -244,8 +278,11 @@ class Pacer(NamedTuple):
     # GCRA's theoretical arrival times: calls, and token units.
     tat: float = -math.inf
     token_tat: float = -math.inf
-    # Since when the queue has been non-empty; +inf while it is empty.
-    busy_since: float = math.inf
+    # CoDel: since when every call has waited past the short limit (+inf
+    # once one did not), and whether the short queue is on (until the
+    # queue is found empty).
+    above_since: float = math.inf
+    short_on: bool = False
     # The refused queue's end: when the last refused caller was told to
     # come back; reset whenever the queue is found empty.
     shed_until: float = -math.inf
@@ -255,6 +292,8 @@ class Pacer(NamedTuple):
     # the moment before which nothing starts (a quota with nothing left).
     header_rate: float = 0.0
     header_token_rate: float = 0.0
+    # The calls that may start together: what the quota has left.
+    header_burst: float = 1.0
     header_until: float = -math.inf
     hold_until: float = -math.inf
     # LEARNED: CUBIC's W_max (0 = never cut), K, the last cut, the last throttle.
@@ -266,6 +305,11 @@ class Pacer(NamedTuple):
     bucket_at: float = -math.inf
     bucket_count: int = 0
     measured: float = 0.0
+    # The rate the learned pace granted, measured the same way (botocore's
+    # measured_tx_rate): a success rate above it is made up.
+    sent_at: float = -math.inf
+    sent_count: int = 0
+    sent: float = 0.0
     # CONCURRENCY (AIMD): the limit (0 = never on), the calls admitted and
     # not reported in this epoch and the one before, the epoch's start, the
     # last slow call, the last decrease, and the latency's fast and slow means.
@@ -361,7 +405,7 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> _Rates:
         )
     if now < pacer.header_until:
         tokens = pacer.header_token_rate
-        return _Rates(PaceSource.HEADERS, pacer.header_rate, 1.0, tokens, tokens)
+        return _Rates(PaceSource.HEADERS, pacer.header_rate, pacer.header_burst, tokens, tokens)
     if _learning(pacer, config, now):
         return _Rates(PaceSource.LEARNED, _cubic(pacer, now), 1.0, 0.0, 0.0)
     return _NONE
@@ -370,15 +414,29 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> _Rates:
 def _cubic(pacer: Pacer, now: float) -> float:
     """CUBIC's rate at `now` (see the module docstring), floored and capped."""
     rate = SCALE * (now - pacer.cut_at - pacer.k) ** 3 + pacer.w_max
-    rate = min(rate, 2.0 * _served(pacer), MAX_RATE)
+    rate = min(rate, 2.0 * _checked(pacer, _served(pacer)), MAX_RATE)
     return max(rate, MIN_RATE)
+
+
+def _checked(pacer: Pacer, served: float) -> float:
+    """`served`, learning, at most the rate the learned pace granted (once
+    a whole bucket of its grants was measured): nothing ties a reported
+    success to an admitted call, and made-up successes must not lift the
+    pace."""
+    if pacer.sent <= 0.0:
+        return served
+    return max(min(served, max(pacer.sent, pacer.sent_count / BUCKET)), MIN_RATE)
 
 
 def _served(pacer: Pacer) -> float:
     """The success rate: the smoothed one, or the current bucket's so far
     if more (a lower bound of its rate, which sees a change that began
     within the bucket); at least MIN_RATE."""
-    return max(pacer.measured, pacer.bucket_count / BUCKET, MIN_RATE)
+    return _served_rate(pacer.measured, pacer.bucket_count)
+
+
+def _served_rate(measured: float, count: int) -> float:
+    return max(measured, count / BUCKET, MIN_RATE)
 
 
 def _start(pacer: Pacer, rates: _Rates, now: float, units: float) -> float:
@@ -389,7 +447,7 @@ def _start(pacer: Pacer, rates: _Rates, now: float, units: float) -> float:
     if rates.token_rate and units:
         need = min(units, rates.tokens)
         start = max(start, pacer.token_tat + (need - rates.tokens) / rates.token_rate)
-    return start
+    return min(start, now + _FAR)
 
 
 def _slot(rates: _Rates, units: float) -> float:
@@ -438,11 +496,18 @@ def pace(
     units = cost if cost > 0.0 else pacer.mean_cost
     start = _start(pacer, rates, now, units)
     empty = start <= now
-    busy = math.inf if empty else min(pacer.busy_since, now)
     slot = _slot(rates, units)
     short = min(max(CODEL_TARGET, SHORT_SLOTS * slot), config._max_wait_s)
-    longest = short if now - busy >= CODEL_INTERVAL else config._max_wait_s
     wait = time_left(start, now)
+    # CoDel: the short queue comes on once every call for an interval
+    # would have waited past the short limit, and goes off only when the
+    # queue is found empty (see the module docstring).
+    if empty:
+        above, short_on = math.inf, False
+    else:
+        above = min(pacer.above_since, now) if seconds(wait) > short else math.inf
+        short_on = pacer.short_on or now - above >= CODEL_INTERVAL
+    longest = short if short_on else config._max_wait_s
     late = deadline is not None and wait >= deadline
     if wait and (late or seconds(wait) > longest):
         # The refused queue: the refused caller's turn if every caller
@@ -450,7 +515,7 @@ def pace(
         shed = max(pacer.shed_until, start) + slot
         left = min(max(shed - now, CODEL_INTERVAL), _MAX_HOLD_S)
         refused = Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0)
-        return _replace(pacer, busy_since=busy, shed_until=shed), refused
+        return pacer._replace(above_since=above, short_on=short_on, shed_until=shed), refused
     tat = max(pacer.tat, start) + 1.0 / rates.rate if rates.rate else pacer.tat
     token_tat = pacer.token_tat
     if rates.token_rate and units:
@@ -458,11 +523,25 @@ def pace(
             max(token_tat, start) + units / rates.token_rate, start, config, rates
         )
     shed = -math.inf if empty else pacer.shed_until
+    sent_at, sent_count, sent = pacer.sent_at, pacer.sent_count, pacer.sent
+    if rates.source is PaceSource.LEARNED:
+        # RateClocker again, for the grants: fold on entering a new bucket.
+        bucket = math.floor(now / BUCKET) * BUCKET
+        sent_count += 1
+        if bucket > sent_at:
+            if sent_at != -math.inf:
+                sent = SMOOTHING * sent_count / (bucket - sent_at) + (1.0 - SMOOTHING) * sent
+                sent_count = 0
+            sent_at = bucket
     granted = _replace(
         pacer,
+        sent_at=sent_at,
+        sent_count=sent_count,
+        sent=sent,
         tat=tat,
         token_tat=token_tat,
-        busy_since=busy,
+        above_since=above,
+        short_on=short_on,
         shed_until=shed,
         flight_old=old if limited else pacer.flight_old,
         flight=current + 1 if limited else pacer.flight,
@@ -471,19 +550,28 @@ def pace(
     return granted, Pace(True, wait, None, 1)
 
 
-def observe(pacer: Pacer, config: RateLimitConfig, now: float, sample: PaceSample) -> Pacer:
-    """The pacer after one finished call (see the module docstring)."""
+def observe(
+    pacer: Pacer,
+    config: RateLimitConfig,
+    now: float,
+    sample: PaceSample,
+    *,
+    max_hold: timedelta = MAX_HOLD,
+) -> Pacer:
+    """The pacer after one finished call (see the module docstring).
+
+    `max_hold`: the longest a quota with nothing left holds every start
+    (the upstream's max_cool_down; at most MAX_HOLD)."""
     changes: dict[str, float] = {}
     if sample.cost > 0.0:
         _correct_cost(pacer, config, now, sample, changes)
     if sample.hint is not None:
-        _read_hint(pacer, config, now, sample.hint, changes)
+        _read_hint(pacer, config, now, sample.hint, changes, seconds(max_hold))
     if config.concurrency and (sample.latency is not None or pacer.limit):
         _aimd(pacer, config, now, sample, changes)
     if config.learn and not config._policy:
-        if sample.success:
-            _measure(pacer, now, changes)
-        elif sample.throttled:
+        _measure(pacer, now, changes, 1 if sample.success else 0)
+        if sample.throttled:
             _cut(pacer, config, now, changes)
     if not changes:
         return pacer
@@ -559,14 +647,17 @@ def _token_debt(tat: float, now: float, config: RateLimitConfig, rates: _Rates) 
     return min(tat, now + config._max_wait_s + rates.tokens / rates.token_rate)
 
 
-def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
-    """(rate, hold) a quota allows: its pace in units/s, and how long
-    nothing may start (0 = no hold); None when it says nothing usable."""
+def _quota_rate(quota: Quota | None) -> tuple[float, float, float] | None:
+    """(rate, hold, burst) a quota allows: its pace in units/s, how long
+    nothing may start (0 = no hold), and how many may start together (what
+    is left, at HEADER_HEADROOM, 1..MAX_BURST); None when it says nothing
+    usable."""
     if quota is None:
         return None
     remaining, limit = quota.remaining, quota.limit
     if remaining is None or not 0.0 <= remaining < math.inf:
         return None
+    burst = float(min(max(math.floor(HEADER_HEADROOM * remaining), 1), MAX_BURST))
     reset = _bounded_seconds(quota.reset)
     window = _bounded_seconds(quota.window)
     known = limit is not None and remaining <= limit < math.inf
@@ -582,7 +673,7 @@ def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
         refill = (used - 1.0) / reset
         rate = min(max(refill, MIN_HEADER_RATE), MAX_TOKEN_RATE)
         hold = min(1.0 / refill, _MAX_HOLD_S) if remaining < 1.0 else 0.0
-        return rate, hold
+        return rate, hold, burst
     rates = []
     if reset:
         rates.append(remaining / reset)
@@ -595,7 +686,7 @@ def _quota_rate(quota: Quota | None) -> tuple[float, float] | None:
     best = max(rates)
     rate = min(max(HEADER_HEADROOM * best, MIN_HEADER_RATE), MAX_TOKEN_RATE) if best else 0.0
     hold = min(reset, _MAX_HOLD_S) if remaining < 1.0 else 0.0
-    return rate, hold
+    return rate, hold, burst
 
 
 def _bounded_seconds(value: timedelta | None) -> float:
@@ -611,31 +702,37 @@ def _read_hint(
     now: float,
     hint: RateLimitHint,
     changes: dict[str, float],
+    max_hold: float,
 ) -> None:
     calls = _quota_rate(hint.requests)
     tokens = _quota_rate(hint.tokens)
     if calls is None and tokens is None:
         return
-    hold = max(calls[1] if calls else 0.0, tokens[1] if tokens else 0.0)
+    hold = min(max(calls[1] if calls else 0.0, tokens[1] if tokens else 0.0), max_hold)
     changes["header_rate"] = min(calls[0], MAX_RATE) if calls else 0.0
+    changes["header_burst"] = calls[2] if calls else 1.0
     changes["header_token_rate"] = tokens[0] if tokens else 0.0
     if hold:
         changes["hold_until"] = max(pacer.hold_until, now + hold)
     changes["header_until"] = max(now + config._quiet_s, changes.get("hold_until", -math.inf))
 
 
-def _measure(pacer: Pacer, now: float, changes: dict[str, float]) -> None:
+def _measure(pacer: Pacer, now: float, changes: dict[str, float], add: int) -> None:
     # botocore's RateClocker.record: count, and on entering a new bucket
-    # fold count / (buckets elapsed) into the smoothed rate.
+    # fold count / (buckets elapsed) into the smoothed rate. Every outcome
+    # moves the clock, a failure adding 0: buckets without a success fold
+    # in as 0/s, so a closed upstream's rate decays to the floor instead of
+    # keeping the last rate it served (botocore gets there by cutting from
+    # min(measured, current rate)).
     bucket = math.floor(now / BUCKET) * BUCKET
-    count = pacer.bucket_count + 1
+    count = pacer.bucket_count + add
     if pacer.bucket_at == -math.inf:
         changes["bucket_at"], changes["bucket_count"] = bucket, count
     elif bucket > pacer.bucket_at:
         rate = count / (bucket - pacer.bucket_at)
         changes["measured"] = SMOOTHING * rate + (1.0 - SMOOTHING) * pacer.measured
         changes["bucket_at"], changes["bucket_count"] = bucket, 0
-    else:
+    elif add:
         changes["bucket_count"] = count
 
 
@@ -649,8 +746,18 @@ def _cut(pacer: Pacer, config: RateLimitConfig, now: float, changes: dict[str, f
         return
     if now - pacer.cut_at < BUCKET:
         return
-    # W_max: what the upstream served (see the module docstring).
-    w_max = min(_served(pacer), MAX_RATE)
+    # W_max: what the upstream served (see the module docstring), as just
+    # measured; while learning, no more than the pace granted.
+    served = _served_rate(
+        changes.get("measured", pacer.measured),
+        int(changes.get("bucket_count", pacer.bucket_count)),
+    )
+    if _learning(pacer, config, now):
+        served = _checked(pacer, served)
+    else:
+        # A new episode: grants counted in an old one say nothing now.
+        changes["sent_at"], changes["sent_count"], changes["sent"] = -math.inf, 0, 0.0
+    w_max = min(served, MAX_RATE)
     changes["w_max"] = w_max
     changes["k"] = (w_max * (1.0 - BETA) / SCALE) ** (1.0 / 3.0)
     changes["cut_at"] = now

@@ -12,16 +12,20 @@ config from `profile.for_upstream(upstream)`, and calls:
   as a probe while HALF_OPEN), then the pacer (squawk.policy.pacer: a
   start past `deadline` or past the queue refuses UPSTREAM_SATURATED; else
   the grant's `wait`, and up to `permits` grants with a `lease` when
-  nothing limits the upstream). A grant deposits into a ratio budget, one
-  deposit per permit; pass `retry=True` for a resend guard_retry() granted,
-  which has already withdrawn. Pass `rng` to jitter a refusal's wait
+  nothing limits the upstream). A grant deposits once into a ratio budget,
+  however many permits it carries: a permit is not a call until it is used,
+  and a caller that asks 100 and uses 3 must not earn 100 calls' worth of
+  retries. A lease can so only make the budget more cautious (its used
+  permits count as one call). Pass `retry=True` for a resend guard_retry()
+  granted, which has already withdrawn. Pass `rng` to jitter a refusal's wait
   (cooldown.spread).
 - `record_outcome(state, config, now, outcome)` after each admitted call:
   the breaker's window (or its probe tally), the token bucket, the
   cool-down and the pacer read it (squawk.policy.outcome says what counts:
   what the profile retries, as config.failure_statuses holds it). A
   throttle starts the cool-down only while the pacer does not pace by a
-  rate it learned: then its cut answers the throttle.
+  rate it learned (then its cut answers the throttle), or when its
+  Retry-After is past CLOSED_AFTER (the upstream is closed, not full).
 - `guard_retry(...)` (squawk.policy.guard) on each decision decide() made.
 - `upstream_snapshot(state, config, now)` to show the state; `is_idle(...)` says a
   fresh UpstreamState would behave the same, so the key may be dropped.
@@ -66,6 +70,7 @@ from .timing import time_left
 from .types import BreakerState, PaceSource, PolicyInputError, Reason
 
 __all__ = [
+    "CLOSED_AFTER",
     "Admission",
     "UpstreamConfig",
     "UpstreamSnapshot",
@@ -75,6 +80,12 @@ __all__ = [
     "record_outcome",
     "upstream_snapshot",
 ]
+
+# A throttle's Retry-After past this says the upstream is closed (a quota
+# spent until its reset), not full: it cools the pod even under a learned
+# pace (see record_outcome). Longer than a pacing reaction (a 0.5 s bucket,
+# a few slots), shorter than any quota window.
+CLOSED_AFTER = timedelta(seconds=2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,9 +223,8 @@ def admit(
         )
         return _with(state, breaker=breaker, pacer=pacer), refused
     granted = paced.permits
-    budget = (
-        state.budget if retry else _budget.deposit(state.budget, config.retry_budget, now, granted)
-    )
+    # One deposit per answer, not per permit (see the module docstring).
+    budget = state.budget if retry else _budget.deposit(state.budget, config.retry_budget, now)
     lease = _pacer.LEASE if granted > 1 else None
     return (
         _with(state, breaker=breaker, budget=budget, pacer=pacer),
@@ -255,10 +265,18 @@ def record_outcome(
     # says nothing of its quota, the hint cools the pod.
     # A throttle that carries the upstream's own quota is answered by it:
     # the pacer holds the starts until the quota says a call fits again.
-    learned = throttled and (
-        _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
+    # A Retry-After longer than CLOSED_AFTER is no pacing signal (the pace
+    # reacts within a bucket): the upstream is closed, not full, and a
+    # learned pace keeps probing it at its rate for the whole length. It
+    # cools the pod, learned or not.
+    learned = (
+        throttled
+        and not _closed(outcome.retry_after)
+        and _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
     )
-    pacer = _pacer.observe(state.pacer, config.rate_limit, now, sample)
+    pacer = _pacer.observe(
+        state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
+    )
     if throttled and outcome.hint is not None:
         learned = learned or (
             _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.HEADERS
@@ -269,6 +287,10 @@ def record_outcome(
             until, now, outcome.retry_after, config.share_retry_after, config.max_cool_down
         )
     return _with(state, breaker=breaker, budget=budget, cool_until=until, pacer=pacer)
+
+
+def _closed(retry_after: timedelta | None) -> bool:
+    return retry_after is not None and retry_after > CLOSED_AFTER
 
 
 def upstream_snapshot(state: UpstreamState, config: UpstreamConfig, now: float) -> UpstreamSnapshot:
