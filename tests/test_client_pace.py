@@ -226,12 +226,12 @@ def test_a_step_whose_deadline_the_pace_cannot_meet_is_shed_uncalled(paced: str)
     assert (shed.decision.reason, shed.attempts, calls) == (Reason.UPSTREAM_SATURATED, 0, [])
 
 
-# A bucket of 600 with 10 used, refilled in 100 ms: (10 - 1) / 0.1 s = 90/s
+# A bucket of 600 with 401 used, refilled in 4 s: (401 - 1) / 4 s = 100/s
 # at the least (remaining is rounded down).
 ANNOUNCED = {
     "x-ratelimit-limit-requests": "600",
-    "x-ratelimit-remaining-requests": "590",
-    "x-ratelimit-reset-requests": "100ms",
+    "x-ratelimit-remaining-requests": "199",
+    "x-ratelimit-reset-requests": "4s",
 }
 
 
@@ -243,7 +243,7 @@ def test_the_rate_limit_headers_of_a_success_set_the_daemons_pace(daemon: Daemon
     with SquawkClient(daemon.target, call_timeout=TIMEOUT) as reader:
         (row,) = reader.get_upstreams(upstream="announces")
     assert row.pace_source == pb.PACE_SOURCE_HEADERS
-    assert row.rate == pytest.approx(90)
+    assert row.rate == pytest.approx(100)
 
 
 def _flood(result: str) -> dict[str, str]:

@@ -134,7 +134,7 @@ def _hint(
     [
         # A bucket that refills: (100 - 10 - 1) / 10 s, whatever is left.
         (_hint(100, 10, 10, refills=True), 8.9),
-        (_hint(100, 90, 1, refills=True), 9.0),
+        (_hint(100, 40, 6, refills=True), 59 / 6),
         # The same numbers from a window that starts over: 10 left for 10 s.
         (_hint(100, 10, 10), 0.95 * 1.0),
         # A window early on: 4990 left over 3590 s.
@@ -148,7 +148,7 @@ def _hint(
     ],
     ids=[
         "bucket",
-        "bucket nearly full",
+        "bucket mostly used",
         "window",
         "fixed window",
         "ietf window",
@@ -219,8 +219,27 @@ def test_an_empty_bucket_holds_starts_until_one_call_refills() -> None:
     assert pace(p, NOTHING, 0.0)[1].wait == 20 * MS
 
 
+def test_a_bucket_is_paced_at_the_largest_bound_read_within_a_second() -> None:
+    def read(p: Pacer, now: float, remaining: float, reset: float) -> tuple[float, Pacer]:
+        hint = _hint(100, remaining, reset, refills=True)
+        p = observe(p, NOTHING, now, OK._replace(hint=hint))
+        return pacer_snapshot(p, NOTHING, now).rate, p
+
+    rate, p = read(Pacer(), 0.0, 40, 6)  # (60 - 1) / 6 s
+    assert rate == pytest.approx(59 / 6)
+    rate, p = read(p, 0.5, 45, 6)  # (55 - 1) / 6 s, lower: the first still holds
+    assert rate == pytest.approx(59 / 6)
+    rate, p = read(p, 1.6, 40, 12)  # 1.1 s after the last: (60 - 1) / 12 s
+    assert rate == pytest.approx(59 / 12)
+
+
 def test_a_full_bucket_says_nothing_of_its_rate() -> None:
-    for full in (_hint(100, 100, 0, refills=True), _hint(100, 99, 0.01, refills=True)):
+    # Full, one used, or half: none of them is what limits the calls now.
+    for full in (
+        _hint(100, 100, 0, refills=True),
+        _hint(100, 99, 0.01, refills=True),
+        _hint(100, 50, 0.5, refills=True),
+    ):
         p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=full))
         assert pacer_snapshot(p, NOTHING, 0.0).source is PaceSource.NONE
 

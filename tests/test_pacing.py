@@ -363,17 +363,17 @@ def test_throttling_outcomes_switch_a_learned_pace_on(learning: Stub) -> None:
 
 def test_rate_limit_headers_on_a_success_set_the_pace(learning: Stub) -> None:
     name = "announces"
-    # 10 of 600 used, refilled in 100 ms: at least (10 - 1) / 0.1 s = 90/s.
+    # 401 of 600 used, refilled in 4 s: at least (401 - 1) / 4 s = 100/s.
     headers = {
         "x-ratelimit-limit-requests": "600",
-        "x-ratelimit-remaining-requests": "590",
-        "x-ratelimit-reset-requests": "100ms",
+        "x-ratelimit-remaining-requests": "199",
+        "x-ratelimit-reset-requests": "4s",
     }
     success = pb.Outcome(upstream=name, success=True, headers=headers)
     learning.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[success]), timeout=5)
     row = _row(learning, "default", name)
     assert row.pace_source == pb.PACE_SOURCE_HEADERS
-    assert row.rate == pytest.approx(90)
+    assert row.rate == pytest.approx(100)
 
 
 def test_a_report_reads_the_rate_limit_headers_of_its_first_100_outcomes_that_carry_any(
@@ -384,7 +384,7 @@ def test_a_report_reads_the_rate_limit_headers_of_its_first_100_outcomes_that_ca
     but their headers are not read (servicer.MAX_HINTS)."""
     quota = {
         "x-ratelimit-limit-requests": "600",
-        "x-ratelimit-remaining-requests": "590",
+        "x-ratelimit-remaining-requests": "199",
         "x-ratelimit-reset-requests": "1s",
     }
     noise = pb.Outcome(upstream="noise", success=True, headers={"x-ratelimit-noise": "?"})

@@ -14,11 +14,13 @@ Where the pace comes from, the first that applies (`PaceSource`):
    bucket that refills (OpenAI, Anthropic: `reset` is when it is full
    again) refills `(limit - remaining) / reset` units a second whatever its
    level; `remaining` is rounded down, so the pace is the least it can be,
-   `(limit - remaining - 1) / reset` (a reading with at most one unit used
-   says nothing), and with nothing remaining a start waits for one unit to
-   come back. A window that starts over (GitHub, X, the IETF fields)
-   allows `remaining / reset` until its reset, or `limit / window` when it
-   names its window (the larger), paced at HEADER_HEADROOM of it: the
+   `(limit - remaining - 1) / reset`, the largest such bound read within
+   HEADER_MEMORY (a reading at least half full says nothing: it is not what
+   limits the calls, and its rounding would pace them far too low), and
+   with nothing remaining a start waits for one unit to come back. A
+   window that starts over (GitHub, X, the IETF fields) allows
+   `remaining / reset` until its reset, or `limit / window` when it names
+   its window (the larger), paced at HEADER_HEADROOM of it: the
    headers were written before the calls now in flight were counted. With
    nothing remaining every start waits for the reset. Either may start
    what it has left at once (HEADER_HEADROOM of `remaining`, at least one:
@@ -173,6 +175,8 @@ MIN_RATE = 0.5
 # lower one is a header's noise) and the longest a quota with nothing
 # remaining holds every start (the shared cool-down's default cap).
 MIN_HEADER_RATE = 1 / 3600
+# How long a header reading's bound on the rate holds (see _read_hint).
+HEADER_MEMORY = 1.0
 # The share of a window's `remaining / reset` the pacer uses (see the docstring).
 HEADER_HEADROOM = 0.95
 MAX_HOLD = timedelta(minutes=5)
@@ -668,7 +672,10 @@ def _quota_rate(quota: Quota | None) -> tuple[float, float, float] | None:
         # used / reset. The least is the pace (and nearly full, it says
         # nothing), so the rounding can never pace above the refill rate.
         used = limit - remaining
-        if used <= 1.0:
+        if used <= max(1.0, limit / 2):
+            # At least half full: it is not what limits the calls now, and
+            # with few calls used the rounding makes the least refill rate
+            # far too low ((2 - 1) / reset for a bucket refilling 2 / reset).
             return None
         refill = (used - 1.0) / reset
         rate = min(max(refill, MIN_HEADER_RATE), MAX_TOKEN_RATE)
@@ -709,6 +716,16 @@ def _read_hint(
     if calls is None and tokens is None:
         return
     hold = min(max(calls[1] if calls else 0.0, tokens[1] if tokens else 0.0), max_hold)
+    # Every reading of a refilling quota bounds its rate from below (see
+    # _quota_rate), and the bounds of the last HEADER_MEMORY hold together:
+    # the pace is the largest of them, which nears the true rate from below
+    # as the readings' rounding differs, and forgets it soon after the
+    # upstream's rate drops.
+    recent = now - (pacer.header_until - config._quiet_s) < HEADER_MEMORY
+    if calls is not None and recent and hint.requests is not None and hint.requests.refills:
+        calls = (max(calls[0], pacer.header_rate), *calls[1:])
+    if tokens is not None and recent and hint.tokens is not None and hint.tokens.refills:
+        tokens = (max(tokens[0], pacer.header_token_rate), *tokens[1:])
     changes["header_rate"] = min(calls[0], MAX_RATE) if calls else 0.0
     changes["header_burst"] = calls[2] if calls else 1.0
     changes["header_token_rate"] = tokens[0] if tokens else 0.0
