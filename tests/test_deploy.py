@@ -4,6 +4,7 @@ can reach it, the policy from a ConfigMap)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -48,6 +49,66 @@ def test_the_image_runs_as_non_root_without_build_tools_or_healthcheck() -> None
     assert "apt-get" not in final and "make " not in final
     instructions = [line.split()[0] for line in text.splitlines() if line and line[0].isalpha()]
     assert "HEALTHCHECK" not in instructions
+
+
+def dockerignore() -> list[tuple[bool, re.Pattern[str]]]:
+    """The .dockerignore rules in order: (an exception?, the pattern).
+
+    Docker's own reading (moby/patternmatcher): a leading "/" is dropped,
+    `*` and `?` stop at "/", `**` crosses folders, and a rule that matches
+    a folder matches everything in it. The last matching rule wins.
+    """
+    rules = []
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        exception = line.startswith("!")
+        glob = line.removeprefix("!").strip("/")
+        parts = re.split(r"(\*\*/?|\*|\?)", glob)
+        wild = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}
+        regex = "".join(wild.get(part, re.escape(part)) for part in parts)
+        rules.append((exception, re.compile(regex)))
+    return rules
+
+
+def ignored(path: str, rules: list[tuple[bool, re.Pattern[str]]]) -> bool:
+    folders = path.split("/")
+    prefixes = ["/".join(folders[:n]) for n in range(1, len(folders) + 1)]
+    verdict = False
+    for exception, pattern in rules:
+        if any(pattern.fullmatch(prefix) for prefix in prefixes):
+            verdict = not exception
+    return verdict
+
+
+def test_the_build_context_carries_what_the_dockerfile_copies_and_no_more() -> None:
+    rules = dockerignore()
+    sources = [
+        source
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith("COPY ") and "--from=" not in line
+        for source in line.split()[1:-1]
+    ]
+    assert "sidecar" in sources
+    tracked = run("git", "ls-files", "-z", "--", *sources).stdout.split("\0")
+    copied = [path for path in tracked if path]
+    assert len(copied) > 50, copied
+    assert [path for path in copied if ignored(path, rules)] == []
+    # What a checkout grows stays out, inside the copied folders too.
+    for path in (
+        ".git/HEAD",
+        ".venv/bin/python",
+        "clients/typescript/node_modules/ts-proto/package.json",
+        "build/bench/loadgen",
+        "bench/results/latest.json",
+        "tests/test_deploy.py",
+        ".mypy_cache/3.11/cache.db",
+        "sidecar/core/squawk/v1/policy_pb2.py",
+        "sidecar/core/squawk_core.egg-info/PKG-INFO",
+        "sidecar/daemon/squawk/daemon/__pycache__/cli.cpython-311.pyc",
+    ):
+        assert ignored(path, rules), path
 
 
 def pod() -> dict[str, Any]:
