@@ -10,12 +10,15 @@ import gc
 import queue
 import threading
 import time
+from datetime import timedelta
 
 import grpc
+import pytest
 
 from conftest import Daemon, free_port
 from squawk.v1 import policy_pb2 as pb
 from squawk_client import Action, AsyncSquawkClient, SquawkClient
+from squawk_client._client import _target
 
 READY = grpc.ChannelConnectivity.READY
 # Generous for a loaded machine: a channel nobody asks to connect stays IDLE.
@@ -84,3 +87,32 @@ def test_without_a_daemon_the_async_client_answers_locally() -> None:
             return decision.action, decision.fallback
 
     assert asyncio.run(decide()) == (Action.RETRY, True)
+
+
+def test_a_client_given_no_target_reads_squawk_address(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    request = pb.DecideRetryRequest(attempt=1, http_status=503)
+    monkeypatch.setenv("SQUAWK_ADDRESS", daemon.target)
+    with SquawkClient(call_timeout=timedelta(seconds=5)) as client:
+        assert not client.decide_retry(request).fallback
+
+    async def decide() -> bool:
+        async with AsyncSquawkClient(call_timeout=timedelta(seconds=5)) as client:
+            return (await client.decide_retry(request)).fallback
+
+    assert not asyncio.run(decide())
+    # An explicit target wins over the variable: nothing listens there.
+    with SquawkClient(f"127.0.0.1:{free_port()}", call_timeout=timedelta(seconds=5)) as client:
+        assert client.decide_retry(request).fallback
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_without_squawk_address_the_default_is_the_daemons(
+    value: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if value is None:
+        monkeypatch.delenv("SQUAWK_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("SQUAWK_ADDRESS", value)
+    assert _target(None) == "127.0.0.1:50051"
