@@ -4,10 +4,12 @@ can reach it, the policy from a ConfigMap)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +174,75 @@ def test_every_probe_dials_the_health_port_and_the_policy_is_the_configmap(
     assert done.returncode == 0, done.stderr
     # The grace fits: the sidecar's drain after the executor's, within the pod's.
     assert float(args["grace"]) < spec["terminationGracePeriodSeconds"]
+
+
+def manifest(kind: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any]
+    (found,) = (
+        d
+        for path in MANIFESTS
+        for d in yaml.safe_load_all(path.read_text())
+        if d["kind"] == kind and d["metadata"]["name"] == name
+    )
+    return found
+
+
+def test_the_executor_dials_the_sidecars_socket_by_squawk_address() -> None:
+    spec = pod()
+    (squawk,) = spec["initContainers"]
+    (executor,) = spec["containers"]
+    env = {e["name"]: e for e in executor["env"]}
+    assert env["SQUAWK_ADDRESS"]["value"] == flags(squawk)["listen"]
+
+
+def test_the_fleet_stores_url_comes_from_a_secret_the_daemon_accepts(tmp_path: Path) -> None:
+    (squawk,) = pod()["initContainers"]
+    env = {e["name"]: e for e in squawk["env"]}
+    assert "value" not in env["SQUAWK_STATE_URL"]
+    ref = env["SQUAWK_STATE_URL"]["valueFrom"]["secretKeyRef"]
+    # Optional: without the Secret the pod runs alone, as before.
+    assert ref["optional"] is True
+    url = manifest("Secret", ref["name"])["stringData"][ref["key"]]
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(manifest("ConfigMap", "squawk-policy")["data"]["policy.yaml"])
+    done = subprocess.run(
+        [sys.executable, "-m", "squawk.daemon.cli", "check-policy", "--env", str(policy)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "SQUAWK_STATE_URL": url},
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_prometheus_finds_and_scrapes_the_metrics_port() -> None:
+    spec = pod()
+    (squawk,) = spec["initContainers"]
+    port = int(flags(squawk)["metrics-listen"].rsplit(":", 1)[1])
+    (named,) = [p for p in squawk["ports"] if p["containerPort"] == port]
+    # The annotations' common kubernetes-pods job, and the annotation-free one.
+    deployment = manifest("Deployment", "executor")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert int(annotations["prometheus.io/port"]) == port
+    data = manifest("ConfigMap", "prometheus-squawk-scrape")["data"]
+    (job,) = yaml.safe_load(data["squawk-scrape.yaml"])["scrape_configs"]
+    assert job["metrics_path"] == annotations["prometheus.io/path"]
+    (keep,) = [r for r in job["relabel_configs"] if r.get("action") == "keep"]
+    assert keep["source_labels"] == [
+        "__meta_kubernetes_pod_container_name",
+        "__meta_kubernetes_pod_container_port_name",
+    ]
+    assert re.fullmatch(keep["regex"], f"{squawk['name']};{named['name']}")
+    # What is scraped there is the daemon's exposition.
+    local = free_port()
+    daemon = start_daemon("--metrics-listen", f"127.0.0.1:{local}")
+    try:
+        url = f"http://127.0.0.1:{local}{job['metrics_path']}"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            assert "squawk_policy_info" in reply.read().decode()
+    finally:
+        daemon.stop()
 
 
 def test_the_health_port_serves_health_and_nothing_else(tmp_path: Path) -> None:
