@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -94,8 +95,11 @@ def run_in_process(
             async with grpc.aio.insecure_channel(target, options=agent) as channel:
                 stub = pb_grpc.PolicyServiceStub(channel)
                 for method, request in secret_calls() if calls is None else calls:
+                    # Bytes go out as they are, to a method of PolicyService
+                    # or to the full path of another service's ("/pkg.Svc/M").
+                    path = method if method.startswith("/") else f"/{SERVICE}/{method}"
                     call = (
-                        channel.unary_unary(f"/{SERVICE}/{method}")
+                        channel.unary_unary(path)
                         if isinstance(request, bytes)
                         else getattr(stub, method)
                     )
@@ -277,8 +281,17 @@ def test_a_failing_tracer_costs_the_span_not_the_call(provider: TracerProvider) 
 
 
 def test_health_checks_are_not_traced() -> None:
-    # Covered by the daemon's filter: only squawk.v1 methods appear.
-    assert all(s.name.startswith("/squawk.v1.") for s in run_in_process())
+    # Probes every few seconds would drown the calls' traces. The checks
+    # carry a sampled parent, so a traced health service would show here.
+    check = "/grpc.health.v1.Health/Check"
+    calls: list[tuple[str, object]] = [
+        (check, health_pb2.HealthCheckRequest().SerializeToString()),
+        (check, health_pb2.HealthCheckRequest(service=SERVICE).SerializeToString()),
+        ("DecideRetry", pb.DecideRetryRequest(attempt=1, http_status=503)),
+        (check, health_pb2.HealthCheckRequest().SerializeToString()),
+    ]
+    spans = run_in_process(calls=calls)
+    assert [s.name for s in spans] == [f"/{SERVICE}/DecideRetry"]
 
 
 def test_metrics_and_decision_log(tmp_path: Path) -> None:
