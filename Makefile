@@ -117,6 +117,10 @@ $(TS)/dist/src/index.js: $(TS)/node_modules/.package-lock.json $(TS)/tsconfig.js
 
 ts-build: $(TS)/dist/src/index.js
 
+# Every test. The core's alone, in well under a minute and with no tool
+# beyond the venv:  .venv/bin/pytest -m "not e2e and not external"
+# (e2e: starts a daemon or another process; external: Go, Node, Jaeger,
+# grpcurl, Redis, hadolint, ...; tests/conftest.py applies both).
 unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) ts-build
 	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) SQUAWK_HEALTH_PROBE_BIN=$(HEALTH_PROBE_BIN) \
 	  SQUAWK_GRPCURL_BIN=$(GRPCURL_BIN) $(BIN)/pytest -q
