@@ -24,6 +24,9 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from squawk.daemon.analysis import analyzer
+from squawk.daemon.analysis.budget import DEFAULT_UNITS, Budget
+
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "decisions.json").read_text())
 
@@ -213,6 +216,21 @@ def _is_duration(text: str) -> bool:
 
 def duration_ms(text: str) -> float:
     return round(float(text[:-1]) * 1000, 3)
+
+
+@pytest.fixture
+def analysis_budgets(monkeypatch: pytest.MonkeyPatch) -> list[Budget]:
+    """Every CPU budget an analysis opens during the test, to read what it
+    spent: counted units, the same on any machine, instead of a clock."""
+    budgets: list[Budget] = []
+
+    class Counted(Budget):
+        def __init__(self, units: int = DEFAULT_UNITS) -> None:
+            super().__init__(units)
+            budgets.append(self)
+
+    monkeypatch.setattr(analyzer, "Budget", Counted)
+    return budgets
 
 
 # The markers (registered in pyproject.toml), in one table so that a module

@@ -22,7 +22,6 @@ from squawk.daemon.analysis import (
     Analyzer,
     AnalyzerSettings,
     Json,
-    analyzer,
     wire,
 )
 from squawk.daemon.analysis.budget import DEFAULT_UNITS, Budget
@@ -130,7 +129,7 @@ def _many_words(length: int) -> pb.AnalyzeErrorRequest:
 
 
 @pytest.mark.parametrize("length", [100, 256, 257, 1_000, 4_000, 8_000])
-def test_what_the_loop_analyses_is_cheap(length: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_what_the_loop_analyses_is_cheap(length: int, analysis_budgets: list[Budget]) -> None:
     # The event loop answers every call and health check meanwhile: a request
     # analysed there must cost little, whatever its text. Indexing the error
     # text's words is linear in it (8,000 characters of such words once took
@@ -142,16 +141,8 @@ def test_what_the_loop_analyses_is_cheap(length: int, monkeypatch: pytest.Monkey
         assert small is None  # the worker's: the loop is not held
         return
     assert small is not None and len(small.error_response) == length
-    budgets: list[Budget] = []
-
-    class Counted(Budget):
-        def __init__(self) -> None:
-            super().__init__()
-            budgets.append(self)
-
-    monkeypatch.setattr(analyzer, "Budget", Counted)
     OFFLINE.analyze_now(small)
-    (budget,) = budgets
+    (budget,) = analysis_budgets
     # A hundredth of an analysis's budget: about 0.2 ms of searching.
     assert DEFAULT_UNITS - budget.left < DEFAULT_UNITS // 100
 
