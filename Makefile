@@ -9,13 +9,13 @@ CORE   := sidecar/core
 # One protoc run writes every generated file and the descriptor set stands
 # for them all, so a checkout generated before the set existed regenerates.
 GEN    := $(CORE)/squawk/v1/descriptors.binpb
-# Built once per machine, outside the repo (see tests/jaeger/build.sh).
+# Built once per machine, outside the repo (see tests/support/jaeger/build.sh).
 JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
-# The kubelet's probe, for the pod rehearsal (tests/test_pod_rehearsal.py);
+# The kubelet's probe, for the pod rehearsal (tests/e2e/test_pod_rehearsal.py);
 # from the Go module proxy, once per machine.
 HEALTH_PROBE_VERSION := v0.4.62
 HEALTH_PROBE_BIN ?= $(HOME)/.cache/squawk/grpc-health-probe-$(HEALTH_PROBE_VERSION)/grpc-health-probe
-# The README's grpcurl examples run with the real grpcurl (tests/test_readme.py);
+# The README's grpcurl examples run with the real grpcurl (tests/e2e/test_readme.py);
 # from the Go module proxy, once per machine.
 GRPCURL_VERSION := v1.9.4
 GRPCURL_BIN ?= $(HOME)/.cache/squawk/grpcurl-$(GRPCURL_VERSION)/grpcurl
@@ -68,7 +68,7 @@ $(GEN): $(PROTOS) $(RUNTIME)
 gen: $(GEN)
 
 # What users install: the three Python wheels (core, client, daemon) and the
-# npm tarball. tests/test_dist.py builds them with this target, installs each
+# npm tarball. tests/e2e/test_dist.py builds them with this target, installs each
 # into an empty environment and calls a daemon started from the daemon wheel.
 DIST ?= dist
 dist: $(GEN)
@@ -96,7 +96,7 @@ typecheck: setup
 	$(BIN)/mypy sidecar clients/python/squawk_client tests bench
 
 $(JAEGER_BIN):
-	tests/jaeger/build.sh $@
+	tests/support/jaeger/build.sh $@
 
 jaeger: $(JAEGER_BIN)
 
@@ -106,7 +106,7 @@ $(HEALTH_PROBE_BIN):
 $(GRPCURL_BIN):
 	GOBIN=$(dir $@) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
-# tests/test_pod.py runs a Node executor on the built TypeScript client.
+# tests/e2e/test_pod.py runs a Node executor on the built TypeScript client.
 TS := clients/typescript
 $(TS)/node_modules/.package-lock.json: $(TS)/package-lock.json
 	cd $(TS) && npm ci --no-audit --no-fund
@@ -137,7 +137,7 @@ ts-test: setup
 
 test: setup lint typecheck buf bench-smoke unit go-test ts-test
 
-# The long wire fuzz: the generator of tests/test_fuzz.py, FUZZ_COUNT cases
+# The long wire fuzz: the generator of tests/e2e/test_fuzz.py, FUZZ_COUNT cases
 # per RPC (about 40 minutes for the default on 2 cores), counts per RPC and
 # status code into bench/results/fuzz.json. Fails on any problem the test
 # would fail on (INTERNAL, UNKNOWN, a stall, a bounded-log breach, ...).
@@ -146,7 +146,7 @@ FUZZ_SEED  ?= 1
 FUZZ_COUNT ?= 100000
 FUZZ_ARGS  ?=
 fuzz: setup
-	$(BIN)/python tests/fuzz_wire.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT) \
+	PYTHONPATH=tests $(BIN)/python tests/support/fuzz_wire.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT) \
 	  --out bench/results/fuzz.json $(FUZZ_ARGS)
 
 clean:

@@ -1,1 +1,0 @@
-"""The harnesses that run the README's client examples (tests/test_readme.py)."""
