@@ -115,4 +115,6 @@ def test_without_squawk_address_the_default_is_the_daemons(
         monkeypatch.delenv("SQUAWK_ADDRESS", raising=False)
     else:
         monkeypatch.setenv("SQUAWK_ADDRESS", value)
-    assert _target(None) == "127.0.0.1:50051"
+    assert _target(None) == _target("") == "127.0.0.1:50051"
+    monkeypatch.setenv("SQUAWK_ADDRESS", "unix:///run/squawk/squawk.sock")
+    assert _target("") == "unix:///run/squawk/squawk.sock"

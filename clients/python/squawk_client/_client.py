@@ -64,16 +64,16 @@ BatchResult = Decision | SquawkInputError
 
 # Where the daemon is when the caller names no target: SQUAWK_ADDRESS (the
 # pod's manifest sets it, as OTel SDKs read OTEL_EXPORTER_OTLP_ENDPOINT),
-# else the daemon's own default listen address. An explicit target wins; an
-# empty variable counts as unset. Read when the client is made, not at import.
+# else the daemon's own default listen address. A target given wins; an
+# empty one, or an empty variable, counts as not given (as in the Go and
+# TypeScript clients, where "" is how Go says "no target"). Read when the
+# client is made, not at import.
 ADDRESS_VARIABLE = "SQUAWK_ADDRESS"
 DEFAULT_TARGET = "127.0.0.1:50051"
 
 
 def _target(target: str | None) -> str:
-    if target is not None:
-        return target
-    return os.environ.get(ADDRESS_VARIABLE) or DEFAULT_TARGET
+    return target or os.environ.get(ADDRESS_VARIABLE) or DEFAULT_TARGET
 
 
 # Reconnect quickly once the daemon is back: the default backoff can grow to
