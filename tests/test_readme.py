@@ -67,8 +67,11 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/deploying.md", "docker build -t squawk:0.1.0 ."): (
         "needs Docker; tests/test_deploy.py lints the Dockerfile"
     ),
-    ("docs/observability.md", "env:"): "a fragment of a Kubernetes container spec, not a policy file",
-    ("docs/configuration.md", "squawk 0.1.0 serving on 127.0.0.1:50051; policy built-in; up"): (
+    (
+        "docs/observability.md",
+        "env:",
+    ): "a fragment of a Kubernetes container spec, not a policy file",
+    ("docs/configuration.md", "squawk 0.1.0 serving on 127.0.0.1:50051; policy built-in"): (
         "a log line, not a command; tests/test_first_run.py checks each of its parts"
     ),
     ("docs/observability.md", "executor  step search_hotels"): (
@@ -297,7 +300,8 @@ def check_console(block: Block, scratch: Path, daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize(
-    ("block", "build"), [pytest.param(b, build, id=f"{b.doc}:{b.lang}") for b, build in client_examples()]
+    ("block", "build"),
+    [pytest.param(b, build, id=f"{b.doc}:{b.lang}") for b, build in client_examples()],
 )
 def test_client_example_takes_the_daemons_correction(
     block: Block, build: Callable[[str, Path], list[str]], tmp_path: Path
