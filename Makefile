@@ -14,7 +14,7 @@ JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
 # from the Go module proxy, once per machine.
 HEALTH_PROBE_VERSION := v0.4.62
 HEALTH_PROBE_BIN ?= $(HOME)/.cache/squawk/grpc-health-probe-$(HEALTH_PROBE_VERSION)/grpc-health-probe
-# The docs' grpcurl examples run with the real grpcurl (tests/test_readme.py);
+# The README's grpcurl examples run with the real grpcurl (tests/test_readme.py);
 # from the Go module proxy, once per machine.
 GRPCURL_VERSION := v1.9.4
 GRPCURL_BIN ?= $(HOME)/.cache/squawk/grpcurl-$(GRPCURL_VERSION)/grpcurl

@@ -1,6 +1,6 @@
 """The bounds on the caller-supplied values the policy core reads.
 
-Each number is stated once, here; the proto comments and docs/security.md quote
+Each number is stated once, here; the proto comments and the README quote
 them. A value past its bound is refused with a PolicyInputError naming the
 field before any other work is done on it, so the cost of a request is
 bounded by these numbers and not by what a caller chose to send. (gRPC's
