@@ -42,6 +42,7 @@ import pytest
 from conftest import ROOT, Daemon, free_port, start_daemon
 from readme_clients.build import build_go, build_python, build_typescript
 from readme_clients.upstream import HOTELS, HotelApi
+from test_readme_links import PENDING
 
 DOCS = (
     "README.md",
@@ -104,6 +105,7 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("docs/analysis.md", "validate the request           -> INVALID_ARGUMENT"): (
         "a picture of AnalyzeError's steps, not a command"
     ),
+    ("docs/fallback.md", "base  = min("): "the backoff formula, not a command",
 }
 
 # (document, first line of the block) -> how to build it into a program.
@@ -221,6 +223,7 @@ def test_every_block_is_run_or_listed_with_its_reason() -> None:
         (doc, first)
         for doc, first in (*NOT_RUN, *CLIENT_EXAMPLES)
         if not any(b.doc == doc and b.first_line.startswith(first) for b in every)
+        and not (doc in PENDING and not (ROOT / doc).exists())  # its page is on its way
     ]
     assert stale == [], "NOT_RUN or CLIENT_EXAMPLES lists blocks the documents no longer have"
 
