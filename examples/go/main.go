@@ -163,7 +163,12 @@ func run() int {
 	}
 	upstream := envOr("UPSTREAM_URL", "http://127.0.0.1:8080/search")
 
-	c, err := squawk.New(envOr("SQUAWK_ADDRESS", "127.0.0.1:50051"))
+	// The daemon is a sidecar on loopback: it answers in about a millisecond.
+	// A call it has not answered within the call timeout (50 ms by default)
+	// is decided by the local fallback instead, so a wedged daemon never
+	// stalls a step; 1 s here, so that a first call on a busy machine still
+	// reaches it.
+	c, err := squawk.New(envOr("SQUAWK_ADDRESS", "127.0.0.1:50051"), squawk.WithCallTimeout(time.Second))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2

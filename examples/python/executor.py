@@ -98,8 +98,12 @@ def corrected(squawk: SquawkClient, params: Params, error: BaseException) -> Par
 
 def main() -> int:
     city = sys.argv[1] if len(sys.argv) > 1 else "PARIS"
+    # The daemon is a sidecar on loopback: it answers in about a millisecond.
+    # A call it has not answered in call_timeout (50 ms by default) is decided
+    # by the local fallback instead, so a wedged daemon never stalls a step;
+    # 1 s here, so that a first call on a busy machine still reaches it.
     # Close the client before exiting: it sends the outcomes still queued.
-    with SquawkClient(TARGET) as squawk:
+    with SquawkClient(TARGET, call_timeout=timedelta(seconds=1)) as squawk:
         try:
             found = run_step_sync(
                 squawk,
