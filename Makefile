@@ -135,6 +135,7 @@ fuzz: setup
 	  --out bench/results/fuzz.json $(FUZZ_ARGS)
 
 clean:
-	rm -rf $(VENV) $(CORE)/squawk/v1 build dist clients/typescript/node_modules clients/typescript/dist
+	rm -rf $(VENV) $(CORE)/squawk/v1 build dist clients/typescript/node_modules clients/typescript/dist \
+	  examples/typescript/node_modules
 
 include bench/bench.mk

@@ -14,7 +14,8 @@ It behaves as real APIs often do:
 - `GET /down?...` always answers 503, an outage: the step runner retries it
   with backoff until the attempt budget is spent, then fails the step.
 
-It prints nothing per request; `HotelApi.seen` keeps each request's query,
+Run as a program, it prints each request and its status, to watch a
+step's retries and corrections; `HotelApi.seen` keeps each request's query,
 in order, for the tests (tests/test_examples.py) that run the examples
 against it.
 """
@@ -54,7 +55,7 @@ def answer(path: str, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
 class HotelApi:
     """The API on a loopback port, served from a thread while in a `with`."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, *, echo: bool = False) -> None:
         self.seen: list[dict[str, str]] = []
         api = self
 
@@ -70,6 +71,8 @@ class HotelApi:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+                if echo:
+                    print(f"GET {self.path} -> {status}", flush=True)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -89,7 +92,7 @@ class HotelApi:
 
 if __name__ == "__main__":
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 8080
-    api = HotelApi(port)
+    api = HotelApi(port, echo=True)
     print(f"hotel API on {api.url}/search (and {api.url}/down, always 503)", flush=True)
     try:
         api.server.serve_forever()

@@ -1,7 +1,9 @@
 """An executor step in Python: search hotels, with Squawk deciding the retries.
 
-    SQUAWK_ADDRESS=127.0.0.1:50051 UPSTREAM_URL=http://127.0.0.1:8080/search \
-        python3 examples/python/executor.py PARIS
+    .venv/bin/python examples/python/executor.py PARIS
+
+The daemon's address is read from SQUAWK_ADDRESS (default 127.0.0.1:50051),
+the API's from UPSTREAM_URL (default http://127.0.0.1:8080/search).
 
 The step is one HTTP call. `run_step_sync` runs it and, after each failure,
 asks the daemon what to do (DecideRetry): resend after a delay (a 503),
@@ -79,7 +81,8 @@ def corrected(squawk: SquawkClient, params: Params, error: BaseException) -> Par
     """The correction hook's work, when the policy answers CORRECT (a 4xx that
     fixed parameters may cure): ask AnalyzeError for a fix and merge its
     suggested_changes (only the changed keys) into the parameters."""
-    assert isinstance(error, StepError)  # CORRECT follows an HTTP answer
+    if not isinstance(error, StepError):
+        raise error  # CORRECT follows an HTTP answer: not reached
     request = AnalyzeErrorRequest(
         http_status=error.http_status,
         error_response=error.body.decode(errors="replace"),
