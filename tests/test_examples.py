@@ -29,6 +29,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,8 @@ class Pod:
     def upstream(self) -> list[tuple[int, int]]:
         """The calls and failures in the window of each state the pod keeps for
         the examples' upstream (GetUpstreams): one, once Admit named it."""
-        with SquawkClient(self.daemon.target) as client:
+        # Not the 50 ms default: a loaded machine must not fail the read.
+        with SquawkClient(self.daemon.target, call_timeout=timedelta(seconds=5)) as client:
             states = client.get_upstreams(upstream="hotel-api")
         return [(state.window_calls, state.window_failures) for state in states]
 
