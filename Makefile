@@ -77,11 +77,11 @@ buf:
 	$(BUF) breaking --against '.git#ref=HEAD~1'
 
 lint: setup
-	$(BIN)/ruff check sidecar clients/python tests bench
-	$(BIN)/ruff format --check sidecar clients/python tests bench
+	$(BIN)/ruff check sidecar clients/python tests bench examples
+	$(BIN)/ruff format --check sidecar clients/python tests bench examples
 
 typecheck: setup
-	$(BIN)/mypy sidecar clients/python/squawk_client tests bench
+	$(BIN)/mypy sidecar clients/python/squawk_client tests bench examples
 
 $(JAEGER_BIN):
 	tests/jaeger/build.sh $@
@@ -113,6 +113,7 @@ unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) ts-build
 go-test: setup
 	clients/go/gen.sh --check
 	cd clients/go && go vet ./... && go test -count=1 ./...
+	cd examples/go && go vet ./...
 
 # Generated code is committed here too: building needs Node alone, and the
 # drift check (it runs the venv's protoc with ts-proto) fails on any drift.
@@ -134,6 +135,7 @@ fuzz: setup
 	  --out bench/results/fuzz.json $(FUZZ_ARGS)
 
 clean:
-	rm -rf $(VENV) $(CORE)/squawk/v1 build dist clients/typescript/node_modules clients/typescript/dist
+	rm -rf $(VENV) $(CORE)/squawk/v1 build dist clients/typescript/node_modules clients/typescript/dist \
+	  examples/typescript/node_modules
 
 include bench/bench.mk
