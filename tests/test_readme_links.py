@@ -35,7 +35,6 @@ PAGES = (
 PENDING: dict[str, str] = {
     "docs/fallback.md": "the written fallback contract",
     "docs/settings.md": "the table of every flag, environment variable and file key",
-    "examples/README.md": "the runnable executor of each language",
 }
 
 # The README names each client's step-failure error as the user writes it;
