@@ -25,23 +25,3 @@ func TestBackoffEdges(t *testing.T) {
 		t.Errorf("flat.Delay(1) = %v, want 1.084s", got)
 	}
 }
-
-func TestParseHTTPDate(t *testing.T) {
-	want := time.Date(2015, 10, 21, 7, 28, 0, 0, time.UTC)
-	for _, value := range []string{
-		"Wed, 21 Oct 2015 07:28:00 GMT",
-		"Wednesday, 21-Oct-15 07:28:00 GMT",
-		"21 Oct 2015 09:28:00 +0200",
-		"Wed, 21 Oct 2015 00:28:00 PDT",
-	} {
-		got, ok := parseHTTPDate(value)
-		if !ok || !got.Equal(want) {
-			t.Errorf("parseHTTPDate(%q) = %v, %v; want %v", value, got, ok, want)
-		}
-	}
-	for _, value := range []string{"soon", "Wed, 21 Oct 2015 07:28:00", "Wed, 21 Oct 2015 07:28:00 -0000", "Wed, 21 Oct 2015 07:28:00 XYZ"} {
-		if got, ok := parseHTTPDate(value); ok {
-			t.Errorf("parseHTTPDate(%q) = %v; want no date", value, got)
-		}
-	}
-}

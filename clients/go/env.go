@@ -17,9 +17,6 @@ type localProfile struct {
 
 var builtinDefault = localProfile{maxAttempts: DefaultMaxAttempts, backoff: DefaultBackoff}
 
-// envPrefixes are read in order; the SQUAWK_ name wins when both are set.
-var envPrefixes = []string{"SQUAWK_STEP_RETRY_", "TRUVAG3_STEP_RETRY_"}
-
 // profileFromEnv is the built-in "default" profile with the pod's
 // SQUAWK_STEP_RETRY_INITIAL_DELAY, _MAX_DELAY and _MAX_ATTEMPTS overrides
 // (or their TRUVAG3_STEP_RETRY_* names), read as the daemon reads them, so the
@@ -81,7 +78,7 @@ var (
 // parseDuration reads a duration the way the daemon's config does ("500ms",
 // "1s", "1m30s"; no sign), to microseconds.
 func parseDuration(text string) (time.Duration, error) {
-	text = strings.TrimFunc(text, isPySpace)
+	text = strings.TrimSpace(text)
 	if !durationFull.MatchString(text) {
 		return 0, fmt.Errorf("%q is not a duration such as 500ms, 1s or 1m30s", text)
 	}

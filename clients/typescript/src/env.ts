@@ -2,8 +2,7 @@
 // sidecar/core/squawk/policy/env.py's apply_env reads them, so the fallback waits as the
 // daemon in the same pod would.
 import { DEFAULT_FALLBACK_PROFILE, type FallbackProfile } from "./fallback";
-
-const PREFIXES = ["SQUAWK_STEP_RETRY_", "TRUVAG3_STEP_RETRY_"] as const;
+import { ENV_PREFIXES } from "./fallback_table";
 
 const UNIT_MS: Readonly<Record<string, number>> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1e3, m: 60e3, h: 3600e3 };
 const DURATION_PART = /([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)/g;
@@ -32,7 +31,7 @@ function positiveInt(text: string): number | undefined {
 
 function lookup(env: Readonly<Record<string, string | undefined>>, suffix: string): [string, string] | undefined {
   // The SQUAWK_ name wins when both are set.
-  for (const prefix of PREFIXES) {
+  for (const prefix of ENV_PREFIXES) {
     const value = env[prefix + suffix];
     if (value !== undefined) return [prefix + suffix, value];
   }
