@@ -35,12 +35,12 @@ def answer(line: str) -> dict[str, Any]:
     except SquawkInputError as bad:
         out["error"] = {"field": bad.field}
         return out
-    except Exception as bad:  # noqa: BLE001 - a testee reports, the runner judges
+    except Exception as bad:
         out["crash"] = f"{type(bad).__name__}: {bad}"
         return out
     message = pb.DecideRetryResponse(
-        action=decision.action.value,
-        reason=decision.reason.value,
+        action=pb.Action.ValueType(decision.action.value),
+        reason=pb.Reason.ValueType(decision.reason.value),
         explanation=decision.explanation,
         consumes_attempt=decision.consumes_attempt,
         classification=decision.classification,

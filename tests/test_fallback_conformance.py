@@ -97,7 +97,7 @@ def all_cases() -> list[Case]:
 
 
 def _is_default(value: Any) -> bool:
-    return value in (False, 0, "", "0s") and not (value is None)
+    return value in (False, 0, "", "0s") and value is not None
 
 
 def _ms(text: str) -> float:
@@ -135,7 +135,11 @@ def judge(case: Case, answer: dict[str, Any] | None) -> list[str]:
         return [f"crashed: {answer['crash']}"]
     if case.field is not None:
         got = answer.get("error", {}).get("field")
-        return [] if got == case.field else [f"expected the input refused on {case.field!r}, got {answer!r}"]
+        return (
+            []
+            if got == case.field
+            else [f"expected the input refused on {case.field!r}, got {answer!r}"]
+        )
     if "error" in answer:
         return [f"refused the input: {answer['error']}"]
     return mismatches(case.expect, answer.get("response"))
@@ -204,7 +208,9 @@ def run_testee(command: list[str], cases: list[Case]) -> dict[str, dict[str, Any
 
 
 @pytest.fixture(scope="module")
-def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[str, dict[str, Any]]]]:
+def answers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, dict[str, dict[str, Any]]]]:
     cases = all_cases()
     commands = {
         "python": [sys.executable, str(ROOT / "tests" / "fallback_testee.py")],
@@ -215,7 +221,9 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict
 
 
 @pytest.mark.parametrize("language", LANGUAGES)
-def test_every_case_passes_or_is_listed(language: str, answers: dict[str, dict[str, dict[str, Any]]]) -> None:
+def test_every_case_passes_or_is_listed(
+    language: str, answers: dict[str, dict[str, dict[str, Any]]]
+) -> None:
     cases = all_cases()
     listed = failure_list(language)
     unknown = sorted(set(listed) - {c.name for c in cases})
@@ -227,7 +235,9 @@ def test_every_case_passes_or_is_listed(language: str, answers: dict[str, dict[s
     assert not unexpected, f"{language} fails cases not in its failure list:\n" + "\n".join(
         f"  {name}: {'; '.join(why)}" for name, why in sorted(unexpected.items())
     )
-    assert not stale, f"{language} passes listed cases; remove them from failure_list_{language}.txt: {stale}"
+    assert not stale, (
+        f"{language} passes listed cases; remove them from failure_list_{language}.txt: {stale}"
+    )
 
 
 def test_the_runner_catches_a_wrong_answer() -> None:

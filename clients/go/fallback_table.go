@@ -23,7 +23,11 @@ const (
 )
 
 // DefaultBackoff is the "default" profile's backoff.
-var DefaultBackoff = Backoff{Initial: 500 * time.Millisecond, Max: 10000 * time.Millisecond, Factor: 2}
+var DefaultBackoff = Backoff{
+	Initial: 500 * time.Millisecond,
+	Max:     10000 * time.Millisecond,
+	Factor:  2,
+}
 
 // transientStatus is the resend-unchanged set.
 func transientStatus(status int32) bool {

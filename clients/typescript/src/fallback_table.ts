@@ -6,7 +6,11 @@ export type StatusRow = readonly [status: number, category: ErrorCategory, code:
 
 export const PROFILE_NAME = "default";
 export const DEFAULT_MAX_ATTEMPTS = 3;
-export const DEFAULT_BACKOFF_MS = { initialMs: 500, maxMs: 10000, factor: 2 } as const;
+export const DEFAULT_BACKOFF_MS = {
+  initialMs: 500,
+  maxMs: 10000,
+  factor: 2,
+} as const;
 export const SINE_JITTER = 0.1;
 export const MAX_BODY_BYTES = 1048576;
 export const MAX_RETRY_AFTER_MS = 86400000;
