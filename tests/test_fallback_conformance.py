@@ -240,6 +240,40 @@ def test_every_case_passes_or_is_listed(
     )
 
 
+# The rules of docs/fallback.md; each has at least one case of its own.
+CLAUSES = {
+    "cancellation",
+    "envelope",
+    "terminal",
+    "transient",
+    "single dispatch",
+    "no correction",
+    "backoff",
+    "retry-after",
+    "pushback",
+    "deadline",
+    "classification",
+    "no text",
+    "limits",
+}
+
+
+def test_every_fallback_vector_is_a_case_or_dropped_with_a_reason() -> None:
+    """A decide vector added to tests/vectors/decisions.json for the
+    fallback must be placed: in the contract, or outside it and why."""
+    applies = [c["name"] for c in VECTORS["decide"] if c.get("fallback") is not False]
+    included, dropped = set(CASES["vectors"]), CASES["droppedVectors"]
+    assert not included & set(dropped), "a vector is both a case and dropped"
+    assert sorted(included | set(dropped)) == sorted(applies)
+    assert all(why.strip() for why in dropped.values())
+
+
+def test_every_rule_has_its_own_case() -> None:
+    clauses = [c["clause"] for c in CASES["cases"]]
+    assert set(clauses) == CLAUSES
+    assert all(c["name"].startswith(f"{c['clause']}: ") for c in CASES["cases"])
+
+
 def test_the_runner_catches_a_wrong_answer() -> None:
     """judge() is what every language is held to: a changed delay, a wrong
     reason, a crash or a missing answer each fail."""
