@@ -24,8 +24,8 @@ function positiveDuration(text: string): number | undefined {
 
 function positiveInt(text: string): number | undefined {
   const t = text.trim();
-  if (!/^[+-]?[0-9]+(?:_[0-9]+)*$/.test(t)) return undefined;
-  const n = Number(t.replace(/_/g, ""));
+  if (!/^[+-]?[0-9]+$/.test(t)) return undefined;
+  const n = Number(t);
   return n >= 1 ? n : undefined;
 }
 
