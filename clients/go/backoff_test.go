@@ -25,3 +25,25 @@ func TestBackoffEdges(t *testing.T) {
 		t.Errorf("flat.Delay(1) = %v, want 1.084s", got)
 	}
 }
+
+// docs/fallback.md: IMF-fixdate alone, as the TypeScript client reads it;
+// time.Parse by itself would take the lenient forms too.
+func TestOnlyAnIMFFixdateIsADate(t *testing.T) {
+	want := time.Date(2015, 10, 21, 7, 28, 0, 0, time.UTC)
+	if got, ok := parseIMFFixdate("Wed, 21 Oct 2015 07:28:00 GMT"); !ok || !got.Equal(want) {
+		t.Errorf("parseIMFFixdate = %v, %v; want %v", got, ok, want)
+	}
+	for _, value := range []string{
+		"wed, 21 oct 2015 07:28:00 GMT",
+		"Wed,  21 Oct 2015 07:28:00 GMT",
+		"Wed, 21 Oct 2015 7:28:00 GMT",
+		"Wed, 21 Oct 2015 07:28:00 gmt",
+		"Wed, 31 Feb 2015 07:28:00 GMT",
+		"Wed, 21 Oct 2015 24:00:00 GMT",
+		"Wednesday, 21-Oct-15 07:28:00 GMT",
+	} {
+		if got, ok := parseIMFFixdate(value); ok {
+			t.Errorf("parseIMFFixdate(%q) = %v; want no date", value, got)
+		}
+	}
+}

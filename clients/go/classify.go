@@ -3,6 +3,7 @@ package squawk
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,8 +126,22 @@ func scaled(n uint64, unit time.Duration) time.Duration {
 }
 
 // imfFixdate is RFC 9110's preferred HTTP-date, the only date form the
-// fallback reads.
+// fallback reads. time.Parse alone is more lenient (lower-case names, runs
+// of spaces, one-digit hours), so the shape is matched first.
 const imfFixdate = "Mon, 02 Jan 2006 15:04:05 GMT"
+
+var imfShape = regexp.MustCompile(`^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), [0-9]{2} ` +
+	`(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [0-9]{4} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT$`)
+
+// parseIMFFixdate reads an IMF-fixdate; ok is false for any other text and
+// for a date that does not exist (31 February, hour 24).
+func parseIMFFixdate(value string) (time.Time, bool) {
+	if !imfShape.MatchString(value) {
+		return time.Time{}, false
+	}
+	when, err := time.Parse(imfFixdate, value)
+	return when, err == nil
+}
 
 // waitHint is the wait the server asked for, capped at maxRetryAfter, and
 // the header that gave it: retry-after-ms when it parses, else Retry-After
@@ -148,7 +163,7 @@ func uncappedWaitHint(headers map[string]string, now time.Time) (time.Duration, 
 		if seconds, ok := digits(value); ok {
 			return scaled(seconds, time.Second), "Retry-After", true
 		}
-		if when, err := time.Parse(imfFixdate, value); err == nil {
+		if when, ok := parseIMFFixdate(value); ok {
 			return max(0, when.Sub(now)).Round(time.Microsecond), "Retry-After", true
 		}
 	}

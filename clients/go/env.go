@@ -1,6 +1,7 @@
 package squawk
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -53,7 +54,12 @@ func profileFromEnv(lookup func(string) (string, bool)) (localProfile, []string)
 				backoff.Max = d
 			}
 		case "MAX_ATTEMPTS":
-			n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 32)
+			n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+			if errors.Is(err, strconv.ErrRange) && n > 0 {
+				err = nil // more digits than int64: as unbounded as MaxInt32
+			}
+			// An attempt is an int32, so a larger budget never runs out.
+			n = min(n, math.MaxInt32)
 			if err != nil || n < 1 {
 				warnings = append(warnings, fmt.Sprintf("ignoring %s=%q: expected an integer >= 1; keeping the default", name, raw))
 				continue

@@ -2,6 +2,7 @@
 // sidecar/core/squawk/policy/env.py's apply_env reads them, so the fallback waits as the
 // daemon in the same pod would.
 import { DEFAULT_FALLBACK_PROFILE, type FallbackProfile } from "./fallback";
+import { roundHalfEven } from "./duration";
 import { ENV_PREFIXES } from "./fallback_table";
 
 const UNIT_MS: Readonly<Record<string, number>> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1e3, m: 60e3, h: 3600e3 };
@@ -14,7 +15,8 @@ export function parseGoDuration(text: string): number | undefined {
   if (!DURATION_FULL.test(t)) return undefined;
   let ms = 0;
   for (const m of t.matchAll(DURATION_PART)) ms += Number(m[1]) * (UNIT_MS[m[2] as string] as number);
-  return ms;
+  // Whole microseconds, as the daemon keeps a duration: 1ns is zero.
+  return roundHalfEven(ms * 1000) / 1000;
 }
 
 function positiveDuration(text: string): number | undefined {

@@ -71,6 +71,22 @@ describe("fallback details", () => {
     assert.deepEqual(d.delay, { seconds: 10, nanos: 0 });
   });
 
+  test("only an IMF-fixdate is a date, as the Go client reads it", () => {
+    const now = Date.UTC(2015, 9, 21, 7, 27, 50);
+    assert.equal(waitHint({ "Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT" }, now)?.ms, 10_000);
+    for (const value of [
+      "wed, 21 oct 2015 07:28:00 GMT",
+      "Wed,  21 Oct 2015 07:28:00 GMT",
+      "Wed, 21 Oct 2015 7:28:00 GMT",
+      "Wed, 21 Oct 2015 07:28:00 gmt",
+      "Wed, 31 Feb 2015 07:28:00 GMT",
+      "Wed, 21 Oct 2015 24:00:00 GMT",
+      "Wednesday, 21-Oct-15 07:28:00 GMT",
+    ]) {
+      assert.equal(waitHint({ "Retry-After": value }, now), undefined, value);
+    }
+  });
+
   test("grpc-retry-pushback-ms is case-insensitive and Retry-After wins", () => {
     assert.equal(waitHint({ "Grpc-Retry-Pushback-Ms": "40" }, NOW)?.ms, 40);
     assert.equal(waitHint({ "grpc-retry-pushback-ms": "40", "Retry-After": "1" }, NOW)?.ms, 1000);
