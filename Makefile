@@ -20,7 +20,7 @@ GRPCURL_VERSION := v1.9.4
 GRPCURL_BIN ?= $(HOME)/.cache/squawk/grpcurl-$(GRPCURL_VERSION)/grpcurl
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
-.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-build ts-test dist fuzz clean
+.PHONY: all setup gen gen-fallback run test lint typecheck unit buf jaeger go-test ts-build ts-test dist fuzz clean
 
 all: test
 
@@ -76,12 +76,18 @@ buf:
 	$(BUF) lint
 	$(BUF) breaking --against '.git#ref=HEAD~1'
 
+# The fallback's tables in Go and TypeScript are generated from one data file
+# (docs/fallback.md); lint fails when a committed table differs from it.
+gen-fallback:
+	$(PYTHON) clients/fallback/generate.py
+
 lint: setup
-	$(BIN)/ruff check sidecar clients/python tests bench examples
-	$(BIN)/ruff format --check sidecar clients/python tests bench examples
+	$(BIN)/ruff check sidecar clients/python clients/fallback tests bench examples
+	$(BIN)/ruff format --check sidecar clients/python clients/fallback tests bench examples
+	$(BIN)/python clients/fallback/generate.py --check
 
 typecheck: setup
-	$(BIN)/mypy sidecar clients/python/squawk_client tests bench examples
+	$(BIN)/mypy sidecar clients/python/squawk_client clients/fallback tests bench examples
 
 $(JAEGER_BIN):
 	tests/jaeger/build.sh $@
