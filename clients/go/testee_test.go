@@ -1,3 +1,5 @@
+//go:build conformance
+
 package squawk
 
 import (
@@ -16,8 +18,9 @@ import (
 )
 
 // The Go testee of the fallback conformance runner (tests/test_fallback_conformance.py):
-// built with `go test -c`, run with -test.run=TestFallbackTestee and
-// SQUAWK_FALLBACK_TESTEE=1, it reads one case per line on stdin,
+// built with `go test -c -tags conformance` (so a plain `go test` has no
+// test here to skip) and run with -test.run=TestFallbackTestee, it reads
+// one case per line on stdin,
 //
 //	{"name": ..., "now": <Unix seconds>, "env": {...}, "request": <DecideRetryRequest JSON>}
 //
@@ -26,9 +29,6 @@ import (
 // "crash"}. It decides as the client's fallback does: the profile from the
 // case's environment, the clock at the case's instant.
 func TestFallbackTestee(t *testing.T) {
-	if os.Getenv("SQUAWK_FALLBACK_TESTEE") != "1" {
-		t.Skip("run by the fallback conformance runner")
-	}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 0, 1<<16), 8<<20)
 	out := json.NewEncoder(os.Stdout)
