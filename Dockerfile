@@ -13,7 +13,8 @@ COPY Makefile pyproject.toml README.md ./
 COPY protos protos
 COPY sidecar sidecar
 COPY clients/python clients/python
-# The same code generation as a checkout's `make gen`, then the wheels of
+# The same code generation as a checkout's `make gen` (which installs the
+# three distributions and the generator, no test tool), then the wheels of
 # the shared core and the daemon (the client is not needed in the image).
 RUN make gen PYTHON=python && \
     .venv/bin/pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ./sidecar/core .

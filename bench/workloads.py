@@ -249,7 +249,7 @@ def _struct(value: dict[str, Any]) -> struct_pb2.Struct:
 
 
 def analyze_request() -> pb.AnalyzeErrorRequest:
-    # The executor's first correction request (tests/executor_trace.py).
+    # The executor's first correction request (tests/support/executor_trace.py).
     return pb.AnalyzeErrorRequest(
         http_status=400,
         error_response="error 400: INVALID CITY CODE: PARIS",

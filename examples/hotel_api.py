@@ -16,7 +16,7 @@ It behaves as real APIs often do:
 
 Run as a program, it prints each request and its status, to watch a
 step's retries and corrections; `HotelApi.seen` keeps each request's query,
-in order, for the tests (tests/test_examples.py) that run the examples
+in order, for the tests (tests/e2e/test_examples.py) that run the examples
 against it.
 """
 

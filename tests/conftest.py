@@ -24,6 +24,9 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from squawk.daemon.analysis import analyzer
+from squawk.daemon.analysis.budget import DEFAULT_UNITS, Budget
+
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "decisions.json").read_text())
 
@@ -213,3 +216,60 @@ def _is_duration(text: str) -> bool:
 
 def duration_ms(text: str) -> float:
     return round(float(text[:-1]) * 1000, 3)
+
+
+@pytest.fixture
+def analysis_budgets(monkeypatch: pytest.MonkeyPatch) -> list[Budget]:
+    """Every CPU budget an analysis opens during the test, to read what it
+    spent: counted units, the same on any machine, instead of a clock."""
+    budgets: list[Budget] = []
+
+    class Counted(Budget):
+        def __init__(self, units: int = DEFAULT_UNITS) -> None:
+            super().__init__(units)
+            budgets.append(self)
+
+    monkeypatch.setattr(analyzer, "Budget", Counted)
+    return budgets
+
+
+# The markers (registered in pyproject.toml), in one table so that a module
+# keeps no marking of its own:
+#   e2e       the test starts the daemon or another server or process, or
+#             uses the session's daemon (the `daemon`, `channel` and
+#             `reflected` fixtures);
+#   external  the test runs a program from outside the Python packages:
+#             the Go or Node toolchain, Jaeger, grpcurl, grpc_health_probe,
+#             openssl, a Redis server, hadolint, kubernetes-validate.
+# `pytest -m "not e2e and not external"` runs the core's tests alone.
+E2E_MODULES = {
+    "test_address_flags", "test_analysis_config", "test_analysis_llm", "test_analysis_model",
+    "test_analysis_stream", "test_bench_dispatch", "test_bench_outcome", "test_canary",
+    "test_cli_tls", "test_client", "test_client_batch", "test_client_connect",
+    "test_client_pace", "test_client_pages", "test_daemon", "test_decision_log", "test_deploy",
+    "test_dist", "test_examples", "test_fallback_conformance", "test_first_run", "test_fleet",
+    "test_fleet_store", "test_fuzz", "test_jaeger",
+    "test_lifecycle", "test_limits", "test_pacing", "test_peer_budget", "test_pod",
+    "test_pod_rehearsal", "test_pushback", "test_rate_limit_config", "test_readme",
+    "test_readme_metrics", "test_reflection", "test_refusal_jitter", "test_reload",
+    "test_runner_vectors", "test_span_encoding", "test_start_errors", "test_telemetry",
+    "test_throttling", "test_tls", "test_upstreams", "test_vectors",
+}  # fmt: skip
+EXTERNAL_MODULES = {
+    "test_bench_outcome", "test_cli_tls", "test_deploy", "test_dist", "test_examples",
+    "test_fallback_conformance", "test_first_run",
+    "test_fleet", "test_fleet_store", "test_jaeger", "test_pacing", "test_peer_budget",
+    "test_pod", "test_pod_rehearsal", "test_readme", "test_readme_metrics",
+    "test_refusal_jitter", "test_throttling", "test_tls", "test_upstreams",
+}  # fmt: skip
+SESSION_DAEMON = {"daemon", "channel", "reflected"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m reads the markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.path.stem
+        if module in E2E_MODULES or SESSION_DAEMON & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+        if module in EXTERNAL_MODULES:
+            item.add_marker(pytest.mark.external)

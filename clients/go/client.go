@@ -44,8 +44,18 @@ type Client struct {
 	leases    leaseTable
 }
 
+// addressVariable names the daemon's address when New is given no target
+// (the pod's manifest sets it, as OTel SDKs read OTEL_EXPORTER_OTLP_ENDPOINT);
+// defaultTarget is the daemon's own default listen address, used when the
+// variable is unset or empty.
+const (
+	addressVariable = "SQUAWK_ADDRESS"
+	defaultTarget   = "127.0.0.1:50051"
+)
+
 // New creates a client for the daemon at target (a gRPC target such as
-// "127.0.0.1:50051" or "unix:///run/squawk.sock"). It starts connecting at
+// "127.0.0.1:50051" or "unix:///run/squawk.sock"); an empty target reads
+// SQUAWK_ADDRESS, else dials 127.0.0.1:50051. It starts connecting at
 // once but does not wait for the daemon, so the first call does not pay for
 // the connection inside its call timeout; a daemon that is down is no error
 // here, and the connection is remade whenever it breaks.
@@ -73,6 +83,12 @@ func New(target string, opts ...Option) (*Client, error) {
 		grpc.WithConnectParams(reconnect),
 		grpc.WithChainUnaryInterceptor(traceInterceptor(cfg.propagator)),
 	}, cfg.dialOptions...)
+	if target == "" {
+		target = os.Getenv(addressVariable)
+	}
+	if target == "" {
+		target = defaultTarget
+	}
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		return nil, fmt.Errorf("squawk: dial %q: %w", target, err)

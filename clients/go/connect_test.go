@@ -38,3 +38,23 @@ func TestNewWithoutADaemonStillAnswersLocally(t *testing.T) {
 		t.Fatalf("got %v (fallback %v), want a fallback RETRY", d.Action, d.Fallback)
 	}
 }
+
+// Given no target, New dials SQUAWK_ADDRESS; a target given wins over it;
+// with neither, the daemon's default address.
+func TestNewWithoutATargetReadsSquawkAddress(t *testing.T) {
+	f := startFake(t, answer(squawkv1.Action_ACTION_FAIL, squawkv1.Reason_REASON_TERMINAL_STATUS, 0))
+	t.Setenv("SQUAWK_ADDRESS", f.addr)
+	req := &squawkv1.DecideRetryRequest{Attempt: 1, HttpStatus: 503}
+	fromEnv := newClient(t, "", WithCallTimeout(5*time.Second))
+	if d, err := fromEnv.DecideRetry(context.Background(), req); err != nil || d.Fallback {
+		t.Fatalf("got %+v, %v; want the daemon's answer from SQUAWK_ADDRESS", d, err)
+	}
+	explicit := newClient(t, mustFreeAddr(t), WithCallTimeout(5*time.Second))
+	if d, err := explicit.DecideRetry(context.Background(), req); err != nil || !d.Fallback {
+		t.Fatalf("got %+v, %v; want a fallback answer: the explicit target has no daemon", d, err)
+	}
+	t.Setenv("SQUAWK_ADDRESS", "")
+	if got := newClient(t, "").conn.Target(); got != "127.0.0.1:50051" {
+		t.Fatalf("target %q, want 127.0.0.1:50051", got)
+	}
+}

@@ -17,7 +17,7 @@ import (
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
 )
 
-// The Go testee of the fallback conformance runner (tests/test_fallback_conformance.py):
+// The Go testee of the fallback conformance runner (tests/client/test_fallback_conformance.py):
 // built with `go test -c -tags conformance` (so a plain `go test` has no
 // test here to skip) and run with -test.run=TestFallbackTestee, it reads
 // one case per line on stdin,

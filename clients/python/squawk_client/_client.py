@@ -62,6 +62,20 @@ _MAX_PAGES = 100
 BatchResult = Decision | SquawkInputError
 
 
+# Where the daemon is when the caller names no target: SQUAWK_ADDRESS (the
+# pod's manifest sets it, as OTel SDKs read OTEL_EXPORTER_OTLP_ENDPOINT),
+# else the daemon's own default listen address. A target given wins; an
+# empty one, or an empty variable, counts as not given (as in the Go and
+# TypeScript clients, where "" is how Go says "no target"). Read when the
+# client is made, not at import.
+ADDRESS_VARIABLE = "SQUAWK_ADDRESS"
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+def _target(target: str | None) -> str:
+    return target or os.environ.get(ADDRESS_VARIABLE) or DEFAULT_TARGET
+
+
 # Reconnect quickly once the daemon is back: the default backoff can grow to
 # two minutes, which would keep the client on its fallback long after.
 _CHANNEL_OPTIONS = [
@@ -224,19 +238,21 @@ class SquawkClient:
 
     def __init__(
         self,
-        target: str = "127.0.0.1:50051",
+        target: str | None = None,
         *,
         call_timeout: timedelta = DEFAULT_CALL_TIMEOUT,
         fallback: bool = True,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        """`credentials`: for a daemon serving TLS, e.g. grpc.ssl_channel_credentials(
-        ca, key, cert) for mutual TLS; None (the default) is plaintext, for a
-        sidecar on loopback or a unix socket."""
+        """`target`: the daemon's address; None (the default) reads
+        SQUAWK_ADDRESS, else 127.0.0.1:50051. `credentials`: for a daemon
+        serving TLS, e.g. grpc.ssl_channel_credentials(ca, key, cert) for
+        mutual TLS; None (the default) is plaintext, for a sidecar on
+        loopback or a unix socket."""
         self._channel = (
-            grpc.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
+            grpc.secure_channel(_target(target), credentials, options=_CHANNEL_OPTIONS)
             if credentials is not None
-            else grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            else grpc.insecure_channel(_target(target), options=_CHANNEL_OPTIONS)
         )
         self._stub = pb_grpc.PolicyServiceStub(self._channel)
         self._policy = _Policy(call_timeout, fallback)
@@ -433,17 +449,17 @@ class AsyncSquawkClient:
 
     def __init__(
         self,
-        target: str = "127.0.0.1:50051",
+        target: str | None = None,
         *,
         call_timeout: timedelta = DEFAULT_CALL_TIMEOUT,
         fallback: bool = True,
         credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
-        """`credentials`: as for SquawkClient."""
+        """`target` and `credentials`: as for SquawkClient."""
         self._channel = (
-            grpc.aio.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
+            grpc.aio.secure_channel(_target(target), credentials, options=_CHANNEL_OPTIONS)
             if credentials is not None
-            else grpc.aio.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            else grpc.aio.insecure_channel(_target(target), options=_CHANNEL_OPTIONS)
         )
         # Starts connecting and returns at once (see _connect_now); nothing
         # is left running for close() to end.

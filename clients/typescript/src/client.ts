@@ -132,7 +132,17 @@ const metadataSetter: TextMapSetter<Metadata> = {
   },
 };
 
+/**
+ * Where the daemon is when the caller names no target: SQUAWK_ADDRESS (the
+ * pod's manifest sets it, as OTel SDKs read OTEL_EXPORTER_OTLP_ENDPOINT),
+ * else the daemon's own default listen address. A target given wins; an
+ * empty one, or an empty variable, counts as not given.
+ */
+const ADDRESS_VARIABLE = "SQUAWK_ADDRESS";
+const DEFAULT_TARGET = "127.0.0.1:50051";
+
 export class SquawkClient {
+  /** The daemon's address the client dials (given, or from SQUAWK_ADDRESS, or the default). */
   readonly target: string;
   /** The fallback's "default" profile; the runner's forced resends wait its backoff. */
   readonly fallbackProfile: FallbackProfile;
@@ -154,8 +164,9 @@ export class SquawkClient {
   /** Batched reports on the wire: flush() and close() wait for them. */
   private readonly sending = new Set<Promise<void>>();
 
-  constructor(target: string, options: SquawkClientOptions = {}) {
-    this.target = target;
+  /** `target`: a gRPC target; left out (or empty), SQUAWK_ADDRESS, else 127.0.0.1:50051. */
+  constructor(target?: string, options: SquawkClientOptions = {}) {
+    this.target = target || process.env[ADDRESS_VARIABLE] || DEFAULT_TARGET;
     this.callTimeoutMs = options.callTimeoutMs ?? 50;
     if (!(this.callTimeoutMs > 0)) throw new RangeError(`callTimeoutMs must be > 0, got ${this.callTimeoutMs}`);
     this.fallbackEnabled = options.fallback ?? true;
@@ -168,7 +179,7 @@ export class SquawkClient {
     if (!(Number.isInteger(this.leasePermits) && this.leasePermits >= 1 && this.leasePermits <= MAX_LEASE_PERMITS)) {
       throw new RangeError(`leasePermits must be an integer from 1 to ${MAX_LEASE_PERMITS}, got ${options.leasePermits}`);
     }
-    this.stub = new PolicyServiceClient(target, options.credentials ?? grpcCredentials.createInsecure(), {
+    this.stub = new PolicyServiceClient(this.target, options.credentials ?? grpcCredentials.createInsecure(), {
       ...DEFAULT_CHANNEL_OPTIONS,
       ...options.channelOptions,
     });

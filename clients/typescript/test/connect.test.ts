@@ -39,3 +39,23 @@ test("without a daemon the client is still built, and the fallback answers", asy
   assert.equal(decision.fallback, true);
   assert.equal(decision.action, Action.ACTION_RETRY);
 });
+
+test("given no target, the client dials SQUAWK_ADDRESS; a target given wins", async (t) => {
+  const saved = process.env.SQUAWK_ADDRESS;
+  t.after(() => {
+    if (saved === undefined) delete process.env.SQUAWK_ADDRESS;
+    else process.env.SQUAWK_ADDRESS = saved;
+  });
+  process.env.SQUAWK_ADDRESS = daemon.target;
+  const fromEnv = new SquawkClient(undefined, { callTimeoutMs: 5_000 });
+  t.after(() => fromEnv.close());
+  assert.equal(fromEnv.target, daemon.target);
+  assert.equal((await fromEnv.decideRetry({ attempt: 1, httpStatus: 503 })).fallback, false);
+  const explicit = new SquawkClient(`127.0.0.1:${await freePort()}`, { callTimeoutMs: 5_000 });
+  t.after(() => explicit.close());
+  assert.equal((await explicit.decideRetry({ attempt: 1, httpStatus: 503 })).fallback, true);
+  process.env.SQUAWK_ADDRESS = "";
+  const byDefault = new SquawkClient();
+  t.after(() => byDefault.close());
+  assert.equal(byDefault.target, "127.0.0.1:50051");
+});

@@ -1,5 +1,5 @@
 // The TypeScript testee of the fallback conformance runner
-// (tests/test_fallback_conformance.py), run with node on the built client:
+// (tests/client/test_fallback_conformance.py), run with node on the built client:
 //
 //   node dist/test/conformance/testee.js < cases.jsonl
 //

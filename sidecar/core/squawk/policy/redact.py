@@ -48,7 +48,7 @@ its runs cannot consume, so no run is entered again from inside; an
 assignment right after a secret name, so a run of separators or a value is
 entered once. Every run is possessive and ends at a character it cannot
 consume, so nothing is rescanned by backtracking, whatever the text holds.
-tests/test_redact.py times every rule on hostile mebibyte inputs.
+tests/core/test_redact.py times every rule on hostile mebibyte inputs.
 
 Redaction runs on every decision that carries text, so it is built for the
 common case, a message with no secret in it: each rule first checks, with

@@ -4,7 +4,7 @@ a Python exception's text) and answers an unknown service with an empty
 message.
 
 It reads the stock servicer's `_server_status`, the one table every status
-change goes through (graceful shutdown included); tests/test_health.py
+change goes through (graceful shutdown included); tests/e2e/test_first_run.py
 fails if that changes.
 """
 

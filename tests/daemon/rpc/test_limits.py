@@ -1,0 +1,353 @@
+"""Every bound on Classify and DecideRetry, as a caller meets it over the wire.
+
+Each case sends one request past a bound to the real daemon and expects
+INVALID_ARGUMENT whose message starts with the field's name; the cases at
+the edge of a bound expect an answer.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from conftest import Daemon, start_daemon
+from health_probe import health_latencies
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+
+def _deadline(seconds: int, nanos: int = 0) -> pb.DecideRetryRequest:
+    request = pb.DecideRetryRequest(attempt=1, http_status=503)
+    request.deadline.seconds = seconds
+    request.deadline.nanos = nanos
+    return request
+
+
+REFUSED: list[tuple[str, str, object, str]] = [
+    # (case, rpc, request, the field the message must start with)
+    (
+        "error_message over 64 KiB",
+        "Classify",
+        pb.ClassifyRequest(error_message="x" * 65_537),
+        "error_message:",
+    ),
+    (
+        "65 headers",
+        "Classify",
+        pb.ClassifyRequest(headers={f"h{i}": "v" for i in range(65)}),
+        "headers:",
+    ),
+    (
+        "a header name over 256",
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, headers={"n" * 257: "v"}),
+        "headers:",
+    ),
+    (
+        "a header value over 8 KiB",
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, headers={"retry-after": "1" * 8_193}),
+        "headers: the value of 'retry-after' is 8193 characters",
+    ),
+    (
+        "capability over 256",
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, capability="c" * 257),
+        "capability:",
+    ),
+    (
+        "upstream over 256",
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, upstream="u" * 257),
+        "upstream:",
+    ),
+    (
+        "response_body over 1 MiB",
+        "DecideRetry",
+        pb.DecideRetryRequest(attempt=1, response_body=b" " * (1 << 20 | 1)),
+        "response_body:",
+    ),
+    ("deadline past Duration's range", "DecideRetry", _deadline(10**14), "deadline.seconds:"),
+    ("deadline nanos past 1s", "DecideRetry", _deadline(0, 1_000_000_000), "deadline.nanos:"),
+    ("deadline of -5 ns", "DecideRetry", _deadline(0, -5), "deadline:"),
+    ("deadline with mixed signs", "DecideRetry", _deadline(1, -5), "deadline:"),
+    ("attempt 0", "DecideRetry", pb.DecideRetryRequest(attempt=0), "attempt:"),
+    (
+        "an unknown profile of 1 MB",
+        "Classify",
+        pb.ClassifyRequest(profile="p" * 1_000_000),
+        "profile:",
+    ),
+    (
+        "over 10,000 items",
+        "DecideRetryBatch",
+        pb.DecideRetryBatchRequest(requests=[pb.DecideRetryRequest(attempt=1)] * 10_001),
+        "requests:",
+    ),
+]
+
+
+def _call(channel: grpc.Channel, rpc: str, request: object) -> object:
+    return getattr(pb_grpc.PolicyServiceStub(channel), rpc)(request, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("rpc", "request_", "field"),
+    [case[1:] for case in REFUSED],
+    ids=[case[0] for case in REFUSED],
+)
+def test_a_value_past_its_bound_is_refused_naming_the_field(
+    channel: grpc.Channel, rpc: str, request_: object, field: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        _call(channel, rpc, request_)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = caught.value.details() or ""
+    assert details.startswith(field), details
+    # An error never echoes more than a bounded prefix of what was sent.
+    assert len(details) <= 1_100
+    # The rich error model names the same field, for clients that read it.
+    assert _violated_fields(caught.value) == [field.partition(":")[0]]
+
+
+def _violated_fields(error: grpc.RpcError) -> list[str]:
+    assert isinstance(error, grpc.Call)
+    raw = [v for k, v in error.trailing_metadata() or () if k == "grpc-status-details-bin"]
+    assert len(raw) == 1 and isinstance(raw[0], bytes)
+    status = status_pb2.Status.FromString(raw[0])
+    assert status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert status.message == error.details()
+    fields = []
+    for detail in status.details:
+        bad = error_details_pb2.BadRequest()
+        assert detail.Unpack(bad)
+        fields += [v.field for v in bad.field_violations]
+    return fields
+
+
+def test_values_at_their_bounds_are_answered(channel: grpc.Channel) -> None:
+    at_limit = pb.DecideRetryRequest(
+        attempt=1,
+        http_status=503,
+        capability="c" * 256,
+        upstream="u" * 256,
+        headers={f"h{i}": "v" * 8_192 for i in range(63)} | {"retry-after": "2"},
+    )
+    at_limit.deadline.seconds = 315_576_000_000
+    reply = _call(channel, "DecideRetry", at_limit)
+    assert isinstance(reply, pb.DecideRetryResponse)
+    assert reply.action == pb.ACTION_RETRY
+    assert reply.delay.ToTimedelta() == timedelta(seconds=2)
+    classified = _call(channel, "Classify", pb.ClassifyRequest(error_message="e" * 65_536))
+    assert isinstance(classified, pb.ClassifyResponse)
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        ("Retry-After", "9" * 20),
+        ("Retry-After", "99999999999"),
+        ("Retry-After", "Fri, 31 Dec 9999 23:59:59 GMT"),
+        ("grpc-retry-pushback-ms", "9" * 15),
+        ("Retry-After", "9" * 5_000),
+    ],
+)
+def test_a_server_hint_is_capped_at_one_day(channel: grpc.Channel, header: str, value: str) -> None:
+    request = pb.DecideRetryRequest(attempt=1, http_status=503, headers={header: value})
+    reply = _call(channel, "DecideRetry", request)
+    assert isinstance(reply, pb.DecideRetryResponse)
+    assert reply.action == pb.ACTION_RETRY
+    assert reply.delay.ToTimedelta() == timedelta(days=1)
+    assert reply.classification.retry_after.ToTimedelta() == timedelta(days=1)
+
+
+def test_a_lone_surrogate_in_an_envelope_comes_back_as_a_replacement_character(
+    channel: grpc.Channel,
+) -> None:
+    body = b'{"success": false, "error": {"message": "bad \\ud800 city", "retryable": true}}'
+    request = pb.DecideRetryRequest(attempt=1, http_status=503, response_body=body)
+    reply = _call(channel, "DecideRetry", request)
+    assert isinstance(reply, pb.DecideRetryResponse)
+    assert reply.classification.redacted_message == "bad \ufffd city"
+
+
+@pytest.mark.parametrize(
+    "rpc", ["Classify", "DecideRetry", "DecideRetryBatch", "AnalyzeError", "CheckDispatch"]
+)
+@pytest.mark.parametrize("body", [b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x08" + b"\xff" * 11])
+def test_a_malformed_body_is_an_invalid_argument_naming_the_request(
+    channel: grpc.Channel, rpc: str, body: bytes
+) -> None:
+    raw = channel.unary_unary(
+        f"/squawk.v1.PolicyService/{rpc}",
+        request_serializer=lambda b: b,
+        response_deserializer=lambda b: b,
+    )
+    with pytest.raises(grpc.RpcError) as caught:
+        raw(body, timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.details() == f"request: not a valid squawk.v1.{rpc}Request message"
+
+
+def test_one_bad_item_answers_alone_and_the_batch_goes_on(channel: grpc.Channel) -> None:
+    bad = pb.DecideRetryRequest(attempt=1, http_status=503)
+    bad.deadline.seconds = 10**14
+    request = pb.DecideRetryBatchRequest(
+        requests=[
+            pb.DecideRetryRequest(attempt=1, http_status=503),
+            bad,
+            pb.DecideRetryRequest(attempt=1, http_status=503, profile="nope password=hunter2"),
+            pb.DecideRetryRequest(attempt=1, http_status=400),
+        ]
+    )
+    reply = _call(channel, "DecideRetryBatch", request)
+    assert isinstance(reply, pb.DecideRetryBatchResponse)
+    kinds = [r.WhichOneof("result") for r in reply.results]
+    assert kinds == ["decision", "error", "error", "decision"]
+    assert reply.results[1].error.startswith("requests[1].deadline.seconds:")
+    assert reply.results[2].error.startswith("requests[2].profile:")
+    assert "hunter2" not in reply.results[2].error
+
+
+@pytest.fixture
+def logged_daemon(tmp_path: Path) -> tuple[Daemon, Path]:
+    log = tmp_path / "decisions.jsonl"
+    return start_daemon("--decision-log", str(log)), log
+
+
+def test_garbage_costs_a_throttled_log_line_not_a_traceback_each(
+    logged_daemon: tuple[Daemon, Path],
+) -> None:
+    daemon, _ = logged_daemon
+    with grpc.insecure_channel(daemon.target) as channel:
+        raw = channel.unary_unary(
+            "/squawk.v1.PolicyService/DecideRetry",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
+        for i in range(300):
+            with pytest.raises(grpc.RpcError):
+                raw(bytes([0xFF, i % 256, 0xFF]), timeout=5)
+    output = daemon.output()
+    daemon.stop()
+    assert "Traceback" not in output
+    assert output.count("not a valid message") == 1, output
+
+
+def test_caller_names_reach_the_decision_log_redacted_and_bounded(
+    logged_daemon: tuple[Daemon, Path],
+) -> None:
+    daemon, log = logged_daemon
+    secrets = ("hunter2", "sk-LEAKLEAK1234567890", "abcdefghijklmnop")
+    with grpc.insecure_channel(daemon.target) as channel:
+        _call(
+            channel,
+            "DecideRetry",
+            pb.DecideRetryRequest(
+                attempt=1,
+                http_status=503,
+                capability="search password=hunter2 sk-LEAKLEAK1234567890",
+                upstream="Bearer abcdefghijklmnop " + "x" * 200,
+            ),
+        )
+    daemon.stop()
+    (line,) = log.read_text().splitlines()
+    assert not [s for s in secrets if s in line]
+    entry = json.loads(line)
+    assert entry["squawk.capability"] == "search password=[REDACTED] [REDACTED]"
+    assert entry["squawk.upstream"].startswith("Bearer [REDACTED] xxx")
+    assert len(entry["squawk.upstream"]) <= 257
+
+
+@pytest.mark.parametrize("char", ["😀", "\x00"], ids=["4-byte", "escaped"])
+def test_a_decision_log_line_stays_within_4_kib_with_both_names_at_their_limit(
+    logged_daemon: tuple[Daemon, Path], char: str
+) -> None:
+    daemon, log = logged_daemon
+    name = char * 256
+    with grpc.insecure_channel(daemon.target) as channel:
+        decide = pb.DecideRetryRequest(attempt=1, http_status=503, capability=name, upstream=name)
+        _call(channel, "DecideRetry", decide)
+        _call(channel, "Admit", pb.AdmitRequest(capability=name, upstream=name))
+    daemon.stop()
+    lines = log.read_bytes().splitlines()
+    assert [json.loads(line)["rpc"] for line in lines] == ["DecideRetry", "Admit"]
+    for line in lines:
+        assert len(line) <= 4096
+        entry = json.loads(line)
+        assert (entry["squawk.capability"], entry["squawk.upstream"]) == (name, name)
+
+
+def test_the_decision_log_on_stdout_is_utf_8_whatever_the_locale() -> None:
+    daemon = start_daemon("--decision-log", "-", env={"PYTHONIOENCODING": "latin-1"})
+    with grpc.insecure_channel(daemon.target) as channel:
+        _call(channel, "Admit", pb.AdmitRequest(upstream="😀"))
+    output = daemon.output()
+    daemon.stop()
+    assert '"squawk.upstream":"😀"' in output
+
+
+def test_breakers_opened_by_one_report_cost_one_log_line_that_no_name_can_break(
+    logged_daemon: tuple[Daemon, Path],
+) -> None:
+    daemon, _ = logged_daemon
+    forged = "\n2026-01-01 00:00:00,000 ERROR squawk: forged"
+    outcomes = [
+        pb.Outcome(upstream=f"u{i}{forged}", http_status=503) for i in range(100) for _ in range(10)
+    ]
+    with grpc.insecure_channel(daemon.target) as channel:
+        stub = pb_grpc.PolicyServiceStub(channel)
+        reply = stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=30)
+        listed = stub.GetUpstreams(pb.GetUpstreamsRequest(), timeout=30).upstreams
+    assert reply.recorded == 1000
+    assert [u.breaker_state for u in listed] == [pb.BREAKER_STATE_OPEN] * 100
+    output = daemon.output()
+    daemon.stop()
+    (line,) = [line for line in output.splitlines() if "circuit breaker" in line]
+    assert "CLOSED -> OPEN for upstream 'u0\\n2026-01-01" in line
+    assert "forged" not in output.replace(line, "")
+
+
+def test_health_answers_while_a_worst_case_batch_is_decided(daemon: Daemon) -> None:
+    # 10,000 items whose bodies each take the JSON parse and a long
+    # redaction, within gRPC's 4 MiB: the longest a batch can keep the
+    # daemon busy. The batch yields between slices, so health keeps answering.
+    message = ("status " * 40 + "password=" + "p" * 40)[:300]
+    body = json.dumps({"success": False, "error": {"message": message}}).encode()
+    # Each item distinct, so none is answered from the kept stateless
+    # decisions: every one is decided afresh, as the worst case would be.
+    items = [
+        pb.DecideRetryRequest(
+            attempt=1, response_body=body, headers={"retry-after": "1"}, capability=f"c{i}"
+        )
+        for i in range(10_000)
+    ]
+    batch = pb.DecideRetryBatchRequest(requests=items)
+    assert batch.ByteSize() < 4 << 20
+
+    # Ten thousand answers with their classifications outgrow gRPC's default
+    # 4 MiB receive limit; a caller of such batches raises it.
+    options = [("grpc.max_receive_message_length", 64 << 20)]
+
+    def load() -> None:
+        with grpc.insecure_channel(daemon.target, options=options) as channel:
+            for _ in range(3):
+                reply = _call(channel, "DecideRetryBatch", batch)
+                assert isinstance(reply, pb.DecideRetryBatchResponse)
+                assert len(reply.results) == 10_000
+
+    # Health is probed from another process (tests/support/health_probe.py).
+    latencies = health_latencies(daemon.target, load)
+    assert len(latencies) >= 20
+    # On a shared 2-core machine a busy process also waits for a core now and
+    # then, which no code of ours can prevent (with other jobs running, a
+    # probe's p95 reached 0.25 s): the bound is on 95 % of the answers, and
+    # none may wait a second. A handler that held the loop for a whole batch
+    # (1-3 s) fails both.
+    assert latencies[int(len(latencies) * 0.95)] < 0.5, latencies[-10:]
+    assert latencies[-1] < 1.0, latencies[-10:]

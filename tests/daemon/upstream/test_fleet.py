@@ -1,0 +1,702 @@
+"""Fleet state on Redis: three daemons ("pods") and one real Redis-compatible
+server on loopback, everything over real sockets.
+
+The fleet's breaker opens only on failures from at least `min_pods` pods;
+its half-open probes, retry budget and Retry-After cool-down are shared; and
+losing Redis never stops an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import redis
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from conftest import Daemon, free_port, scrape, start_daemon
+from squawk.daemon.config import load_policy, parse_config
+from squawk.daemon.config.state import StateSettings, Store
+from squawk.daemon.server.app import Daemon as InProcessDaemon
+from squawk.daemon.server.fleet import FleetStore
+from squawk.daemon.server.upstreams import Upstreams
+from squawk.policy import Outcome
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+# The server helper lives in bench/, which the fleet simulation shares; bench/
+# is a folder at the repository's root, and pytest puts only tests/ on the path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from bench.redis_server import RedisServer
+
+# Small numbers so a test opens a breaker in a few calls and waits seconds,
+# not minutes. The deadline is generous: these tests check what the fleet
+# decides, on a busy 2-core machine; the fault tests check the bound.
+POLICY = """
+state:
+  store: redis
+  key_prefix: "test:"
+  deadline: 250ms
+  min_pods: 2
+profiles:
+  default:
+    circuit_breaker: {minimum_calls: 4, failure_ratio: 0.5, window: 60s,
+                      open_for: 2s, half_open_probes: 2, close_ratio: 0.5}
+    retry_budget: {kind: ratio, ratio: 0.1, min_per_second: 1, ttl: 10s}
+  budget:
+    circuit_breaker: {enabled: false}
+    retry_budget: {kind: ratio, ratio: 0.1, min_per_second: 1, ttl: 10s}
+  steady:   # every Admit and DecideRetry asks the fleet
+    circuit_breaker: {enabled: false}
+    retry_budget: {kind: ratio, ratio: 1, min_per_second: 100000, ttl: 1s}
+"""
+BREAKER_OPEN_FOR_S = 2.0
+HALF_OPEN_PROBES = 2
+# A password in the store's URL: it must never leave the daemon.
+CANARY = "pw0canary0fleet0QZ"
+FLEET_RETRIES = 10  # min_per_second 1 x ttl 10s, with no calls admitted
+
+
+class Pod:
+    def __init__(self, name: str, daemon: Daemon, metrics_port: int) -> None:
+        self.name = name
+        self.daemon = daemon
+        self.metrics_port = metrics_port
+        self.channel = grpc.insecure_channel(daemon.target)
+        self.stub = pb_grpc.PolicyServiceStub(self.channel)
+
+    def admit(self, upstream: str, timeout: float = 5, profile: str = "") -> pb.AdmitResponse:
+        reply: pb.AdmitResponse = self.stub.Admit(
+            pb.AdmitRequest(upstream=upstream, profile=profile), timeout=timeout
+        )
+        return reply
+
+    def report(self, upstream: str, *statuses: int, headers: dict[str, str] | None = None) -> None:
+        outcomes = [
+            pb.Outcome(upstream=upstream, success=s < 400, http_status=s, headers=headers or {})
+            for s in statuses
+        ]
+        reply = self.stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=5)
+        assert reply.recorded == len(statuses)
+
+    def decide(
+        self, upstream: str, status: int = 503, timeout: float = 5, profile: str = ""
+    ) -> pb.DecideRetryResponse:
+        reply: pb.DecideRetryResponse = self.stub.DecideRetry(
+            pb.DecideRetryRequest(
+                upstream=upstream, http_status=status, attempt=1, profile=profile
+            ),
+            timeout=timeout,
+        )
+        return reply
+
+    def metric(self, name: str) -> float:
+        return scrape(self.metrics_port).get(name, 0.0)
+
+
+def start_pods(url: str, policy: Path, count: int = 3) -> list[Pod]:
+    pods = []
+    for i in range(count):
+        port = free_port()
+        name = f"pod-{i}"
+        daemon = start_daemon(
+            "--policy",
+            str(policy),
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+            env={"SQUAWK_STATE_URL": url, "SQUAWK_STATE_POD": name},
+        )
+        pods.append(Pod(name, daemon, port))
+    return pods
+
+
+def stop_pods(pods: list[Pod]) -> None:
+    for pod in pods:
+        pod.channel.close()
+        pod.daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    s = RedisServer().start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("fleet") / "policy.yaml"
+    path.write_text(POLICY)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pods(server: RedisServer, policy_file: Path) -> Iterator[list[Pod]]:
+    started = start_pods(server.url, policy_file)
+    yield started
+    stop_pods(started)
+
+
+def fleet_state(server: RedisServer) -> dict[str, dict[str, Any]]:
+    """Every upstream's fleet state as Redis holds it, by key."""
+    client = redis.Redis(port=server.port)
+    try:
+        out = {}
+        for key in client.scan_iter(match="test:*"):
+            if client.type(key) == b"string":
+                raw = client.get(key)
+                if raw is not None:
+                    out[key.decode()] = json.loads(raw)
+        return out
+    finally:
+        client.close()
+
+
+def window_calls(state: dict[str, Any]) -> int:
+    slots = state["w"] or []
+    return sum(slot[1] for slot in slots)
+
+
+def eventually(check: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
+    """Background writes land within moments; wait for one, bounded."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"not within {timeout_s}s: {what}")
+
+
+def only_state(server: RedisServer, before: set[str]) -> dict[str, Any] | None:
+    new = {k: v for k, v in fleet_state(server).items() if k not in before}
+    return next(iter(new.values())) if len(new) == 1 else None
+
+
+def test_one_pods_failures_open_only_its_own_breaker_two_pods_open_the_fleets(
+    server: RedisServer, pods: list[Pod]
+) -> None:
+    a, b, c = pods
+    known = set(fleet_state(server))
+    a.report("flights", 503, 503, 503, 503)
+    eventually(
+        lambda: (s := only_state(server, known)) is not None and window_calls(s) == 4,
+        "pod-0's four failures reach the fleet's window",
+    )
+    # pod-0's own breaker opened on its own failures ...
+    assert a.admit("flights").reason == pb.REASON_CIRCUIT_OPEN
+    # ... but one pod is no quorum: the others still call.
+    for pod in (b, c):
+        reply = pod.admit("flights")
+        assert reply.allowed, pod.name
+        assert reply.breaker_state == pb.BREAKER_STATE_CLOSED
+    # One failure from a second pod: two pods, 5 of 5 failed, the fleet opens.
+    b.report("flights", 503)
+    eventually(
+        lambda: (s := only_state(server, known)) is not None and s["s"] == 2,
+        "the fleet's breaker opens",
+    )
+    for pod in (b, c):
+        reply = pod.admit("flights")
+        assert not reply.allowed, pod.name
+        assert reply.reason == pb.REASON_CIRCUIT_OPEN
+        assert reply.breaker_state == pb.BREAKER_STATE_OPEN
+        # Up to open_for, plus a jitter of up to a fifth of the time left.
+        assert 0 < reply.retry_after.ToMilliseconds() <= BREAKER_OPEN_FOR_S * 1200
+    # pod-2 never saw a failure, yet its DecideRetry knows the fleet's breaker.
+    decided = c.decide("flights")
+    assert decided.action == pb.ACTION_FAIL
+    assert decided.reason == pb.REASON_CIRCUIT_OPEN
+    assert "fleet-wide circuit breaker is open" in decided.explanation
+
+
+def test_half_open_probes_are_counted_across_the_fleet(
+    server: RedisServer, pods: list[Pod]
+) -> None:
+    a, b, c = pods
+    known = set(fleet_state(server))
+    a.report("hotels", 503, 503)
+    b.report("hotels", 503, 503)
+    eventually(
+        lambda: (s := only_state(server, known)) is not None and s["s"] == 2,
+        "the fleet's breaker opens",
+    )
+    time.sleep(BREAKER_OPEN_FOR_S + 0.1)
+    # Every pod asks at once, many times: the fleet's round has two slots.
+    allowed: list[tuple[str, bool]] = []
+    lock = threading.Lock()
+
+    def ask(pod: Pod) -> None:
+        for _ in range(10):
+            reply = pod.admit("hotels")
+            with lock:
+                allowed.append((pod.name, reply.probe and reply.allowed))
+
+    threads = [threading.Thread(target=ask, args=(pod,)) for pod in pods]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(allowed) == 30
+    probes = [name for name, ok in allowed if ok]
+    assert len(probes) == HALF_OPEN_PROBES, probes
+    # The probes succeed: reported through the third pod, the fleet closes
+    # and every pod calls again.
+    c.report("hotels", 200, 200)
+    eventually(
+        lambda: (s := only_state(server, known)) is not None and s["s"] == 1,
+        "the fleet's breaker closes",
+    )
+    for pod in (b, c):
+        assert pod.admit("hotels").allowed, pod.name
+    # The pods that opened it are forgotten with it: one pod's failures
+    # alone do not open it again.
+    b.report("hotels", 503, 503, 503, 503)
+    eventually(
+        lambda: (s := only_state(server, known)) is not None and window_calls(s) == 4,
+        "pod-1's four failures reach the fleet's window",
+    )
+    state = only_state(server, known)
+    assert state is not None and state["s"] == 1  # still closed
+    assert c.admit("hotels").allowed
+
+
+def cooling(pod: Pod) -> bool:
+    return pod.admit("weather").reason == pb.REASON_UPSTREAM_COOLING_DOWN
+
+
+def test_a_retry_after_seen_by_one_pod_cools_every_pod(pods: list[Pod]) -> None:
+    a, b, c = pods
+    a.report("weather", 429, headers={"Retry-After": "30"})
+    for pod in (b, c):
+        eventually(partial(cooling, pod), f"{pod.name} cools down")
+        reply = pod.admit("weather")
+        assert not reply.allowed
+        assert 25_000 < reply.retry_after.ToMilliseconds() <= 35_000  # jittered by 5 s at most
+    # A resend another pod asks about waits out the fleet's cool-down.
+    decided = c.decide("weather", 503)
+    assert decided.action == pb.ACTION_RETRY
+    assert decided.delay.ToMilliseconds() > 25_000
+    assert "cooling down" in decided.explanation
+
+
+def test_the_retry_budget_is_one_for_the_fleet(pods: list[Pod]) -> None:
+    # No calls admitted: the fleet grants min_per_second x ttl = 10 retries
+    # in all, though each pod's own budget would grant 10 by itself. (The
+    # profile has no breaker, which would end the retries sooner.)
+    answers = [pods[i % 3].decide("trains", 503, profile="budget") for i in range(30)]
+    granted = [a for a in answers if a.action == pb.ACTION_RETRY]
+    assert len(granted) == FLEET_RETRIES
+    refused = answers[FLEET_RETRIES:]
+    assert all(a.reason == pb.REASON_RETRY_BUDGET_EXHAUSTED for a in refused)
+    assert "fleet-wide retry budget is spent" in refused[0].explanation
+
+
+def test_a_batch_past_its_deadline_still_reports_every_failure(
+    server: RedisServer, pods: list[Pod]
+) -> None:
+    # 2,000 items cannot each wait on Redis within one 250 ms deadline; the
+    # ones after it decide locally, and their failures are written behind.
+    known = set(fleet_state(server))
+    items = [
+        pb.DecideRetryRequest(upstream=f"batch-{i}", http_status=503, attempt=1, profile="steady")
+        for i in range(2000)
+    ]
+    reply = pods[0].stub.DecideRetryBatch(pb.DecideRetryBatchRequest(requests=items), timeout=30)
+    assert all(r.decision.action == pb.ACTION_RETRY for r in reply.results)
+    eventually(
+        lambda: len(set(fleet_state(server)) - known) == 2000,
+        "every item's failure reaches the fleet",
+        timeout_s=20,
+    )
+    answered = pods[0].metric('squawk_state_answers_total{rpc="DecideRetryBatch",state="fleet"}')
+    answered += pods[0].metric('squawk_state_answers_total{rpc="DecideRetryBatch",state="local"}')
+    assert answered == 2000
+
+
+def test_answers_are_marked_fleet_when_redis_answers(pods: list[Pod]) -> None:
+    pod = pods[0]
+    before = pod.metric('squawk_state_answers_total{rpc="Admit",state="fleet"}')
+    pod.admit("marked")
+    after = pod.metric('squawk_state_answers_total{rpc="Admit",state="fleet"}')
+    assert after == before + 1
+    assert pod.metric("squawk_state_store_up") == 1
+
+
+def traced_calls(url: str) -> Sequence[ReadableSpan]:
+    """Spans of an Admit and a DecideRetry from an in-process daemon whose
+    store is at `url`."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    target = f"127.0.0.1:{free_port()}"
+    settings = StateSettings(Store.REDIS, url, "test:", timedelta(milliseconds=250))
+
+    async def main() -> None:
+        daemon = InProcessDaemon(
+            load_policy(None, environ={}),
+            [target],
+            tracing=(provider, None),
+            state_settings=settings,
+        )
+        await daemon.start()
+        try:
+            async with grpc.aio.insecure_channel(target) as channel:
+                stub = pb_grpc.PolicyServiceStub(channel)
+                await stub.Admit(pb.AdmitRequest(upstream="spans"), timeout=5)
+                await stub.DecideRetry(
+                    pb.DecideRetryRequest(upstream="spans", http_status=503, attempt=1), timeout=5
+                )
+        finally:
+            await daemon.stop()
+
+    asyncio.run(main())
+    return exporter.get_finished_spans()
+
+
+def test_spans_say_where_the_state_came_from(server: RedisServer) -> None:
+    spans = traced_calls(server.url)
+    assert [s.attributes and s.attributes.get("squawk.state") for s in spans] == ["fleet"] * 2
+    nobody = f"redis://:{CANARY}@127.0.0.1:{free_port()}/0"
+    spans = traced_calls(nobody)
+    assert [s.attributes and s.attributes.get("squawk.state") for s in spans] == ["local"] * 2
+
+
+def test_a_daemon_whose_redis_is_away_starts_and_answers(policy_file: Path) -> None:
+    url = f"redis://:{CANARY}@127.0.0.1:{free_port()}/0"
+    daemon = start_daemon("--policy", str(policy_file), env={"SQUAWK_STATE_URL": url})
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            for _ in range(5):
+                assert stub.Admit(pb.AdmitRequest(upstream="away"), timeout=2).allowed
+    finally:
+        daemon.process.terminate()
+        daemon.process.wait(timeout=15)
+        log = daemon.output()  # start to exit
+        daemon.log.close()
+    assert log.count("unreachable") == 1, log
+    assert "redis://127.0.0.1:" in log  # where, never who
+    assert CANARY not in log
+
+
+def test_a_key_the_daemon_did_not_write_is_no_outage(server: RedisServer, pods: list[Pod]) -> None:
+    pod = pods[0]
+    known = set(fleet_state(server))
+    pod.report("corrupt", 503)
+    eventually(lambda: only_state(server, known) is not None, "the upstream's key is written")
+    (key,) = set(fleet_state(server)) - known
+    client = redis.Redis(port=server.port)
+    fleet = 'squawk_state_answers_total{rpc="Admit",state="fleet"}'
+
+    def answered_by_the_fleet() -> bool:
+        before = pod.metric(fleet)
+        return pod.admit("corrupt").allowed and pod.metric(fleet) == before + 1
+
+    try:
+        # Not JSON: the script starts the upstream afresh and answers.
+        client.set(key, b"{not json")
+        assert answered_by_the_fleet()
+        # Another type of key under the upstream's name, which has no
+        # expiry: overwritten at once, or every call on the upstream would
+        # be refused by Redis (WRONGTYPE) and decided locally for good.
+        client.delete(key)
+        client.hset(key, "someone", "else")
+        client.set(f"{key}:pods", "not a sorted set")
+        assert answered_by_the_fleet()
+        assert client.type(key) == b"string" and client.pttl(key) > 0
+        # (Another pod's failure: this pod's own breaker is kept from opening.)
+        assert pods[1].decide("corrupt", 503).action == pb.ACTION_RETRY
+        assert client.type(f"{key}:pods") == b"zset"
+        assert pod.metric("squawk_state_store_up") == 1
+        # NaN and Infinity, which the store's JSON reader accepts, start the
+        # upstream afresh too: NaN compares false with everything and made
+        # the key's expiry unwritable, so the key stayed broken for good.
+        fresh = {"s": 1, "u": 0, "p": 0, "ok": 0, "bad": 0, "w": [], "b": [], "t": 0, "c": 0}
+        for field in ("u", "t", "c"):
+            for bad in ("NaN", "Infinity", "-Infinity"):
+                client.set(
+                    key,
+                    json.dumps(fresh | {field: 0}).replace(f'"{field}": 0', f'"{field}": {bad}'),
+                )
+                assert answered_by_the_fleet(), (field, bad)
+                healed = json.loads(client.get(key) or b"null")
+                assert healed[field] == 0, (field, bad, healed)
+        client.set(key, json.dumps(fresh).replace('"w": []', '"w": [[0, NaN, 1]]'))
+        assert answered_by_the_fleet()
+        assert not json.loads(client.get(key) or b"null")["w"]  # afresh: an empty window
+        # In the background writer's pipeline too: the key heals, and its
+        # neighbour lands.
+        client.delete(key)
+        client.hset(key, "someone", "else")
+        known = set(fleet_state(server))
+        pod.stub.ReportOutcome(
+            pb.ReportOutcomeRequest(
+                outcomes=[
+                    pb.Outcome(upstream="corrupt", http_status=503),
+                    pb.Outcome(upstream="beside-corrupt", http_status=503),
+                ]
+            ),
+            timeout=5,
+        )
+        eventually(
+            lambda: len(new := set(fleet_state(server)) - known) == 2 and key in new,
+            "both land, the corrupt key overwritten",
+        )
+        assert pod.metric("squawk_state_store_up") == 1
+        # A stored time far beyond what the rules allow is held to them:
+        # refused for open_for at most, not for years.
+        state = {"s": 2, "u": 10**15, "p": 0, "ok": 0, "bad": 0, "w": [], "b": [], "t": 0, "c": 0}
+        client.delete(key)
+        client.set(key, json.dumps(state))
+        refused = pod.admit("corrupt")
+        assert refused.reason == pb.REASON_CIRCUIT_OPEN
+        assert refused.retry_after.ToMilliseconds() <= BREAKER_OPEN_FOR_S * 1200  # jittered
+        # Buckets from the future never roll out: they are dropped, so a
+        # planted billion retries does not refuse every retry for good.
+        seconds, micros = client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        future = [[now_ms + 10**12, 1, 10**9]]
+        state = state | {"s": 1, "u": 0, "w": future, "b": future}
+        client.set(key, json.dumps(state))
+        decided = pod.decide("corrupt", 503)
+        assert decided.action == pb.ACTION_RETRY, decided.explanation
+    finally:
+        client.delete(key, f"{key}:pods")
+        client.close()
+
+
+def test_a_fleet_refusal_leaves_a_half_open_pods_probe_slot_free(server: RedisServer) -> None:
+    # Two pods' stores in-process, as the daemon builds them; the pods' own
+    # breakers run on a clock the test moves, the fleet's on Redis's.
+    policy = parse_config(
+        """
+profiles:
+  default:
+    circuit_breaker: {minimum_calls: 2, failure_ratio: 0.5, open_for: 1s, half_open_probes: 1}
+"""
+    ).policy
+    profile = policy.profile("")
+    now = [1000.0]
+    failed = Outcome(success=False, http_status=503)
+
+    def pod(name: str) -> FleetStore:
+        settings = StateSettings(
+            Store.REDIS, server.url, "test:", timedelta(milliseconds=250), pod=name
+        )
+        return FleetStore(Upstreams(policy, lambda: now[0]), settings)
+
+    async def main() -> tuple[bool, bool, bool]:
+        a, b, c = pod("in-a"), pod("in-b"), pod("in-c")
+        for store in (a, b, c):
+            await store.start()
+        try:
+            for store in (a, b):
+                store.record([(profile, "probe-slot", failed), (profile, "probe-slot", failed)])
+            # Pod c saw nothing: it is refused once the background writes open the fleet.
+            while (await c.admit(profile, "probe-slot"))[0].allowed:
+                await asyncio.sleep(0.01)
+            fleet_opened = time.monotonic()
+            now[0] += 10  # pod a's own breaker is half-open: one probe slot
+            refused = not (await a.admit(profile, "probe-slot"))[0].allowed
+            refused_again = not (await a.admit(profile, "probe-slot"))[0].allowed
+            await asyncio.sleep(max(0.0, fleet_opened + 1.1 - time.monotonic()))
+            # The fleet half-opens: pod a's slot is still free for its probe.
+            probe = (await a.admit(profile, "probe-slot"))[0]
+            return refused, refused_again, probe.allowed and probe.probe
+        finally:
+            for store in (a, b, c):
+                await store.aclose()
+
+    assert asyncio.run(main()) == (True, True, True)
+
+
+# -- faults --------------------------------------------------------------
+
+
+FAULT_POLICY = POLICY.replace("deadline: 250ms", "deadline: 5ms")
+CALL_TIMEOUT_S = 0.5
+
+
+class Traffic:
+    """Admit and DecideRetry in a loop from each pod, every call with a
+    gRPC deadline; every answer and every error kept."""
+
+    def __init__(self, pods: list[Pod], upstream: str) -> None:
+        self.pods = pods
+        self.upstream = upstream
+        self.answers = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(p,)) for p in pods]
+
+    def _run(self, pod: Pod) -> None:
+        while not self._stop.is_set():
+            try:
+                admitted = pod.admit(self.upstream, CALL_TIMEOUT_S, "steady")
+                decided = pod.decide(self.upstream, 503, CALL_TIMEOUT_S, "steady")
+                self.answers += 2
+                # The profile refuses nothing, so every call asks the fleet.
+                if not (admitted.allowed and decided.action == pb.ACTION_RETRY):
+                    self.errors.append(f"{pod.name}: refused: {admitted} {decided}")
+            except grpc.RpcError as exc:
+                self.errors.append(f"{pod.name}: {exc.code().name} {exc.details()}")
+            time.sleep(0.005)
+
+    def __enter__(self) -> Traffic:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=10)
+
+
+def local_answers(pods: list[Pod]) -> float:
+    return sum(
+        pod.metric(f'squawk_state_answers_total{{rpc="{rpc}",state="local"}}')
+        for pod in pods
+        for rpc in ("Admit", "DecideRetry")
+    )
+
+
+@pytest.fixture
+def fault_fleet(tmp_path: Path) -> Iterator[tuple[RedisServer, list[Pod]]]:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(FAULT_POLICY)
+    server = RedisServer().start()
+    started = start_pods(server.url, policy)
+    yield server, started
+    stop_pods(started)
+    server.stop()
+
+
+def test_redis_killed_and_restarted_every_call_is_answered_in_time(
+    fault_fleet: tuple[RedisServer, list[Pod]],
+) -> None:
+    server, pods = fault_fleet
+    with Traffic(pods, "payments") as traffic:
+        time.sleep(0.5)
+        server.kill()
+        eventually(lambda: all(p.metric("squawk_state_store_up") == 0 for p in pods), "outage seen")
+        during = traffic.answers
+        time.sleep(1.0)
+        assert traffic.answers > during, "answers go on during the outage"
+        assert local_answers(pods) > 0
+        # Seen while Redis is away: two pods' failures, kept for the resync.
+        pods[0].report("replayed", 503, 503)
+        pods[1].report("replayed", 503, 503)
+        # And 3,000 upstreams more: the resync must not hold the calls up.
+        for start in range(0, 3000, 1000):
+            outcomes = [
+                pb.Outcome(upstream=f"many-{i}", http_status=503)
+                for i in range(start, start + 1000)
+            ]
+            pods[2].stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=5)
+        server.start()
+        eventually(
+            lambda: all(p.metric("squawk_state_store_up") == 1 for p in pods),
+            "every pod back on the fleet",
+            timeout_s=10,
+        )
+        time.sleep(0.3)
+    assert traffic.errors == []
+    assert traffic.answers > 100
+    # The restarted server started empty; the pods' replay alone opens the
+    # fleet's breaker for the third pod, which saw nothing.
+    eventually(
+        lambda: pods[2].admit("replayed").reason == pb.REASON_CIRCUIT_OPEN,
+        "the failures seen during the outage reach the fleet",
+    )
+    # Each of the 3,000 replayed once: one call in its window.
+    replayed = [s for s in fleet_state(server).values() if s["w"] and window_calls(s) == 1]
+    assert len(replayed) >= 3000
+    # The fleet's state works again on the restarted (empty) server: two
+    # pods' failures open the third pod's breaker.
+    a, b, c = pods
+    a.report("after", 503, 503)
+    b.report("after", 503, 503)
+    eventually(
+        lambda: c.admit("after").reason == pb.REASON_CIRCUIT_OPEN,
+        "the fleet's breaker opens after the restart",
+    )
+    for pod in pods:
+        # The kill is one outage; a busy machine can add one (three late
+        # answers in a row). Either way, one line when each begins and one
+        # when it ends.
+        log = pod.daemon.output()
+        assert 1 <= log.count("unreachable") == log.count("answers again"), log
+
+
+def test_a_hung_redis_costs_each_call_at_most_the_deadline(
+    fault_fleet: tuple[RedisServer, list[Pod]],
+) -> None:
+    server, pods = fault_fleet
+    assert server.process is not None
+    with Traffic(pods, "search") as traffic:
+        time.sleep(0.3)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        try:
+            time.sleep(1.5)
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+        eventually(
+            lambda: all(p.metric("squawk_state_store_up") == 1 for p in pods),
+            "every pod back on the fleet",
+            timeout_s=10,
+        )
+    assert traffic.errors == []
+    assert local_answers(pods) > 0
+
+
+def test_a_slow_redis_is_one_outage_not_a_flood_of_them(
+    fault_fleet: tuple[RedisServer, list[Pod]],
+) -> None:
+    server, pods = fault_fleet
+    stop = threading.Event()
+
+    def hog() -> None:
+        # Redis busy 20 ms at a time, back to back: every answer is late.
+        client = redis.Redis(port=server.port)
+        try:
+            while not stop.is_set():
+                client.execute_command("DEBUG", "SLEEP", "0.02")  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+
+    hogger = threading.Thread(target=hog)
+    with Traffic(pods, "slow") as traffic:
+        time.sleep(0.3)
+        hogger.start()
+        try:
+            time.sleep(3.0)
+        finally:
+            stop.set()
+            hogger.join(timeout=5)
+        eventually(
+            lambda: all(p.metric("squawk_state_store_up") == 1 for p in pods),
+            "every pod back on the fleet",
+            timeout_s=10,
+        )
+    assert traffic.errors == []
+    for pod in pods:
+        log = pod.daemon.output()
+        # Pings get through between two sleeps now and then; a flapping
+        # store would log a line every few tenths of a second.
+        assert 1 <= log.count("unreachable") <= 2, log

@@ -1,1 +1,0 @@
-"""The harnesses that run the docs' client examples (tests/test_readme.py)."""
