@@ -620,6 +620,32 @@ def test_a_throttle_cools_the_pod_only_until_the_pacer_learned() -> None:
     assert admit(state, declared, 1.2)[1].reason is Reason.UPSTREAM_COOLING_DOWN
 
 
+def test_the_pace_takes_over_the_cool_down_its_cut_ends() -> None:
+    # Five successes at 0.0; the 429 at 0.05 (Retry-After 1 s) arms the pace
+    # and cools the pod until 1.05; the one at 0.1 cuts from 5 / 0.5 = 10/s
+    # served: 7/s. The rest of the cool-down becomes the pace's hold, so a
+    # call asking at 0.2 is not refused but told to start when it ends
+    # (0.85 s), the next one slot later (the rate at 0.2, 0.1 s after the
+    # cut: 0.4 (0.1 - K)^3 + 10 = 7.44/s), and the third, past the queue's
+    # 1 s limit, is refused at once as saturated.
+    config = UpstreamConfig()
+    throttled = Outcome(False, 429, retry_after=timedelta(seconds=1))
+    state = UpstreamState()
+    for _ in range(5):
+        state = record_outcome(state, config, 0.0, Outcome(True))
+    state = record_outcome(state, config, 0.05, throttled)
+    assert admit(state, config, 0.07)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+    state = record_outcome(state, config, 0.1, throttled)
+    waits = []
+    for _ in range(3):
+        state, answer = admit(state, config, 0.2, deadline=timedelta(seconds=10))
+        waits.append(answer.wait if answer.allowed else answer.reason)
+    assert waits[0] == 850 * MS
+    rate = 0.4 * (0.1 - K) ** 3 + 10
+    assert waits[1] == pytest.approx(timedelta(seconds=0.85 + 1 / rate), abs=MS)
+    assert waits[2] is Reason.UPSTREAM_SATURATED
+
+
 @pytest.mark.parametrize(
     ("retry_after_s", "cools"),
     # Past 2 s the upstream is closed, not full: the pod cools for it.

@@ -1,8 +1,9 @@
 """Refusals are jittered: executors refused together come back spread out.
 
 A refusal's wait is the time the refusing rule still refuses plus
-U(0, min(left x 0.2, 5 s)) (squawk.policy.cooldown.spread; the fraction is
-gRPC's connection backoff's JITTER = 0.2). The pure rule is checked as a
+U(0, min(left x f, 5 s)) (squawk.policy.cooldown.spread): f = 0.2 for an
+open breaker (gRPC's connection backoff's JITTER), 1 for a cool-down, which
+holds back a whole pod's demand for its length. The pure rule is checked as a
 table with a seeded random.Random and a property; the outcome over a real
 daemon's socket: concurrent Admit calls refused by one cool-down answer
 waits that no single end time explains.
@@ -85,7 +86,9 @@ def _cooling(seconds: int) -> UpstreamState:
 def test_admit_jitters_a_cool_down_refusal() -> None:
     _, refused = admit(_cooling(10), UpstreamConfig(), 2.0, rng=_rng())
     assert (refused.allowed, refused.reason) == (False, Reason.UPSTREAM_COOLING_DOWN)
-    assert refused.retry_after == (8000 + 518) * MS  # 8 s left, up to 1.6 s more
+    # 8 s left, up to 5 s more: the draw that is 518 of 1,600 ms below is
+    # 1,619 of 5,000 here (the same first draw of the seeded generator).
+    assert refused.retry_after == (8000 + 1619) * MS
 
 
 def test_admit_jitters_an_open_breaker_refusal() -> None:
@@ -98,8 +101,8 @@ def test_admit_jitters_an_open_breaker_refusal() -> None:
 
 def test_guard_retry_jitters_the_cool_down_it_waits_and_the_breaker_it_fails_on() -> None:
     _, cooled = guard_retry(_cooling(10), UpstreamConfig(), 2.0, RETRY, None, _rng())
-    assert (cooled.action, cooled.delay) == (Action.RETRY, (8000 + 518) * MS)
-    assert cooled.explanation.endswith("cooling down for 8000 ms more, so wait 8518 ms instead.")
+    assert (cooled.action, cooled.delay) == (Action.RETRY, (8000 + 1619) * MS)
+    assert cooled.explanation.endswith("cooling down for 8000 ms more, so wait 9619 ms instead.")
     config = UpstreamConfig(BreakerConfig(minimum_calls=1, open_for=timedelta(seconds=30)))
     state = record_outcome(UpstreamState(), config, 0.0, OUTAGE)
     _, failed = guard_retry(state, config, 10.0, RETRY, None, _rng())
@@ -109,10 +112,10 @@ def test_guard_retry_jitters_the_cool_down_it_waits_and_the_breaker_it_fails_on(
 @pytest.mark.parametrize(
     ("deadline_ms", "action", "wait_ms"),
     [
-        (9000, Action.RETRY, 8518),  # room for the whole jitter
+        (10_000, Action.RETRY, 9619),  # room for the whole jitter
         (8200, Action.RETRY, 8200),  # the jitter is cut to the deadline, never the time left
         (8000, Action.RETRY, 8000),
-        (7999, Action.FAIL, 8518),  # the time left itself is past it: retry_after is jittered
+        (7999, Action.FAIL, 9619),  # the time left itself is past it: retry_after is jittered
     ],
 )
 def test_the_deadline_cuts_the_jitter_but_never_the_time_left(
@@ -126,7 +129,7 @@ def test_the_deadline_cuts_the_jitter_but_never_the_time_left(
 
 def test_guard_fleet_jitters_the_fleets_waits() -> None:
     cooled = guard_fleet(RETRY, FleetAnswer(cooling=8000 * MS), None, _rng())
-    assert (cooled.action, cooled.delay) == (Action.RETRY, (8000 + 518) * MS)
+    assert (cooled.action, cooled.delay) == (Action.RETRY, (8000 + 1619) * MS)
     opened = guard_fleet(RETRY, FleetAnswer(open_left=20_000 * MS), None, _rng())
     assert (opened.reason, opened.retry_after) == (Reason.CIRCUIT_OPEN, (20_000 + 1295) * MS)
 
@@ -156,13 +159,13 @@ def _refused_together(stub: pb_grpc.PolicyServiceStub, upstream: str) -> list[An
 def _spread_out(answers: list[Answer], before: float, after: float) -> None:
     """Without jitter every refusal answers `until - now`, so each call's
     (its time + retry_after) brackets the one end time: the brackets all
-    overlap. Jittered (up to 2 s of a 10 s cool-down), they cannot."""
+    overlap. Jittered (up to 5 s of a 10 s cool-down), they cannot."""
     waits = [ms for _, _, ms in answers]
     assert len(set(waits)) >= len(waits) // 2
     # No wait ends before the cool-down does (it ends 10 s after the 429
-    # was sent, so no earlier than `before` + 10 s), nor past it plus 2 s.
+    # was sent, so no earlier than `before` + 10 s), nor past it plus 5 s.
     assert all(end + ms / 1000 >= before + 10 - 0.001 for _, end, ms in answers)
-    assert all(start + ms / 1000 <= after + 12 + 0.001 for start, _, ms in answers)
+    assert all(start + ms / 1000 <= after + 15 + 0.001 for start, _, ms in answers)
     # Not one end time: the latest earliest end is well past the earliest latest one.
     latest_start = max(start + ms / 1000 for start, _, ms in answers)
     earliest_end = min(end + ms / 1000 for _, end, ms in answers)

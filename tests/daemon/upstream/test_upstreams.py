@@ -152,12 +152,12 @@ def test_one_executors_retry_after_holds_back_every_executor(executors: list[Stu
     assert (told.action, _ms(told.delay)) == (pb.ACTION_RETRY, 2000)
     refused = _admit(b, "cooling")
     assert (refused.allowed, refused.reason) == (False, pb.REASON_UPSTREAM_COOLING_DOWN)
-    # The time left, plus a jitter of up to a fifth of it.
-    assert 1500 <= _ms(refused.retry_after) <= 2400
+    # The time left, plus a cool-down's jitter of up to all of it.
+    assert 1500 <= _ms(refused.retry_after) <= 4000
     # Another executor's own failure waits out the time left, not its backoff.
     other = _failed(b, "cooling", 503)
     assert other.action == pb.ACTION_RETRY
-    assert 1500 <= _ms(other.delay) <= 2400
+    assert 1500 <= _ms(other.delay) <= 4000
 
 
 def test_retries_across_executors_are_capped_by_the_budget(executors: list[Stub]) -> None:

@@ -61,8 +61,10 @@ DEFAULT_MAX_COOL_DOWN = timedelta(minutes=5)
 # fleet stores; over a day is more than any hint the header parser keeps.
 MIN_COOL_DOWN = timedelta(seconds=1)
 MAX_COOL_DOWN = MAX_RETRY_AFTER
-# A refusal's jitter (see spread()): up to a fifth of the wait, at most 5 s.
+# A refusal's jitter (see spread()): up to a fifth of the wait, at most 5 s;
+# a cool-down's, up to the wait itself.
 SPREAD_FRACTION = 0.2
+COOL_DOWN_SPREAD_FRACTION = 1.0
 MAX_SPREAD = timedelta(seconds=5)
 _ONE_MS = timedelta(milliseconds=1)
 
@@ -98,8 +100,10 @@ def held(until: float, now: float, cap: timedelta) -> float:
     return min(until, now + seconds(min(cap, MAX_RETRY_AFTER)))
 
 
-def spread(left: timedelta, rng: random.Random | None) -> timedelta:
-    """A refusal's wait: `left` plus U(0, min(left x SPREAD_FRACTION,
+def spread(
+    left: timedelta, rng: random.Random | None, fraction: float = SPREAD_FRACTION
+) -> timedelta:
+    """A refusal's wait: `left` plus U(0, min(left x `fraction`,
     MAX_SPREAD)), in whole milliseconds; `left` itself when `rng` is None
     (a display, or a caller that wants the exact time).
 
@@ -108,6 +112,12 @@ def spread(left: timedelta, rng: random.Random | None) -> timedelta:
     backoff's (grpc/grpc doc/connection-backoff.md, JITTER = 0.2; grpc-go
     backoff.DefaultConfig), the same idea as AWS's "Exponential Backoff and
     Jitter" and Polly's jitter: spread the callers a limit refused together.
+    A cool-down (COOL_DOWN_SPREAD_FRACTION) spreads them over up to its own
+    length again: it holds back a whole pod's demand for that long (at 10x
+    overload, hundreds of calls a second), and a fifth of a second's worth
+    coming back at once was a herd the daemon could not answer in time,
+    while callers that come back over a second still keep a full upstream
+    busy. A breaker's half-open round admits only its probes anyway.
     The cap keeps a long wait close to what the rule said (a 5-minute
     cool-down ends within 5 s of its time, not a minute after), and the
     answer never passes MAX_RETRY_AFTER (a day), well within a protobuf
@@ -115,6 +125,6 @@ def spread(left: timedelta, rng: random.Random | None) -> timedelta:
     """
     if rng is None or not left:
         return left
-    most = min(left // _ONE_MS * SPREAD_FRACTION, MAX_SPREAD // _ONE_MS)
+    most = min(left // _ONE_MS * fraction, MAX_SPREAD // _ONE_MS)
     extra = math.floor(rng.uniform(0, most))
     return min(left + extra * _ONE_MS, max(left, MAX_RETRY_AFTER))

@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 from . import breaker as _breaker
 from . import retry_budget as _budget
-from .cooldown import spread
+from .cooldown import COOL_DOWN_SPREAD_FRACTION, spread
 from .decide import deadline_exceeded, resend_phrase
 from .timing import time_left
 from .types import Action, BreakerState, Decision, Reason
@@ -166,8 +166,8 @@ def _cooled(
         decision.declared_retryable,
     )
     if past is not None:
-        return past._replace(retry_after=spread(cooling, rng)), True
-    wait = spread(cooling, rng)
+        return past._replace(retry_after=spread(cooling, rng, COOL_DOWN_SPREAD_FRACTION)), True
+    wait = spread(cooling, rng, COOL_DOWN_SPREAD_FRACTION)
     if deadline is not None:
         wait = min(wait, deadline)
     return decision._replace(

@@ -155,6 +155,7 @@ __all__ = [
     "PaceSnapshot",
     "Pacer",
     "RateLimitConfig",
+    "hold",
     "observe",
     "pace",
     "pace_source",
@@ -538,12 +539,13 @@ def pace(
     shed = -math.inf if empty else pacer.shed_until
     sent_at, sent_count, sent = pacer.sent_at, pacer.sent_count, pacer.sent
     if rates.source is PaceSource.LEARNED:
-        # RateClocker again, for the grants: fold on entering a new bucket.
+        # RateClocker again, for the grants: fold on entering a new bucket,
+        # a stretch without grants (a hold) no reading, as in _measure.
         bucket = math.floor(now / BUCKET) * BUCKET
         sent_count += 1
         if bucket > sent_at:
             if sent_at != -math.inf:
-                sent = SMOOTHING * sent_count / (bucket - sent_at) + (1.0 - SMOOTHING) * sent
+                sent = SMOOTHING * sent_count / BUCKET + (1.0 - SMOOTHING) * sent
                 sent_count = 0
             sent_at = bucket
     granted = _replace(
@@ -807,7 +809,10 @@ def _cut(
 
 
 def _revise(pacer: Pacer, served: float, changes: dict[str, float]) -> None:
-    w_max = min(_checked(pacer, served), MAX_RATE)
+    # Not held to what the pace granted (_checked): the bucket was mostly
+    # served before the pace began, and what a revised W_max allows stays
+    # within twice the rate granted (_cubic's cap), made-up successes or not.
+    w_max = min(served, MAX_RATE)
     if w_max > pacer.w_max:
         _set_w_max(w_max, changes)
 
@@ -815,6 +820,14 @@ def _revise(pacer: Pacer, served: float, changes: dict[str, float]) -> None:
 def _set_w_max(w_max: float, changes: dict[str, float]) -> None:
     changes["w_max"] = w_max
     changes["k"] = (w_max * (1.0 - BETA) / SCALE) ** (1.0 / 3.0)
+
+
+def hold(pacer: Pacer, until: float) -> Pacer:
+    """The pacer holding every start until `until` (then spacing them at
+    its pace): a cool-down handed over to it (squawk.policy.upstream)."""
+    if until <= pacer.hold_until:
+        return pacer
+    return _replace(pacer, hold_until=until)
 
 
 def pace_source(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSource:

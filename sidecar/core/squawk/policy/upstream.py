@@ -47,6 +47,7 @@ from . import pacer as _pacer
 from . import retry_budget as _budget
 from .breaker import Breaker, BreakerConfig
 from .cooldown import (
+    COOL_DOWN_SPREAD_FRACTION,
     DEFAULT_MAX_COOL_DOWN,
     NOT_COOLING,
     check_max_cool_down,
@@ -198,7 +199,7 @@ def admit(
     cooling = time_left(state.cool_until, now)
     if cooling:
         breaker = _breaker.advance(state.breaker, cb, now)
-        wait = spread(cooling, rng)
+        wait = spread(cooling, rng, COOL_DOWN_SPREAD_FRACTION)
         refused = Admission(
             False, Reason.UPSTREAM_COOLING_DOWN, wait, breaker.state, False, permits=0
         )
@@ -269,6 +270,7 @@ def record_outcome(
     # reacts within a bucket): the upstream is closed, not full, and a
     # learned pace keeps probing it at its rate for the whole length. It
     # cools the pod, learned or not.
+    was_learned = _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
     pacer = _pacer.observe(
         state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
     )
@@ -282,6 +284,17 @@ def record_outcome(
             _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.HEADERS
         )
     until = state.cool_until
+    if learned and not was_learned and time_left(until, now):
+        # This throttle's cut taught the pace while the cool-down its arming
+        # throttle started still runs. The pace takes the rest of it over
+        # as a hold: a call admitted meanwhile is told when to start (its
+        # place in the queue after the hold) or shed at once, instead of
+        # every refused call asking again the moment the cool-down ends, a
+        # herd of a second's demand at once (at 10x, hundreds of Admits
+        # within the refusals' jitter, more than the daemon answers in
+        # time).
+        pacer = _pacer.hold(pacer, until)
+        until = NOT_COOLING
     if counted is Verdict.FAILURE and not learned:
         until = cool_down(
             until, now, outcome.retry_after, config.share_retry_after, config.max_cool_down

@@ -52,7 +52,12 @@ from squawk.policy import (
     UpstreamConfig,
     guard_fleet,
 )
-from squawk.policy.cooldown import shared_wait, spread
+from squawk.policy.cooldown import (
+    COOL_DOWN_SPREAD_FRACTION,
+    SPREAD_FRACTION,
+    shared_wait,
+    spread,
+)
 from squawk.policy.outcome import Verdict
 from squawk.policy.text import shown_text
 from squawk.policy.timing import EMPTY, Window, added, rolled, seconds
@@ -229,10 +234,12 @@ class FleetStore(PodStore):
         if not allowed:
             if reason == 1:
                 why, wait = Reason.UPSTREAM_COOLING_DOWN, _cool_left(wait_ms, config)
+                fraction = COOL_DOWN_SPREAD_FRACTION
             else:
                 why, wait = Reason.CIRCUIT_OPEN, _open_left(wait_ms, config)
+                fraction = SPREAD_FRACTION
             return Admission(
-                False, why, spread(wait, self.upstreams.rng), state, False, permits=0
+                False, why, spread(wait, self.upstreams.rng, fraction), state, False, permits=0
             ), Source.FLEET
         local = self.upstreams.admit(profile, upstream, deadline, cost)
         if not local.allowed:
