@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from squawk.daemon.config import load_policy
-from squawk.daemon.server.decisions import MAX_ENTRIES
-from squawk.daemon.server.servicer import PolicyServicer
-from squawk.daemon.server.upstreams import Upstreams
+from squawk.daemon.server.rpc.decisions import MAX_ENTRIES
+from squawk.daemon.server.rpc.servicer import PolicyServicer
+from squawk.daemon.server.tracking.registry import Upstreams
 from squawk.policy import Failure, Outcome, classify, decide
 from squawk.v1 import policy_pb2 as pb
 from squawk.wire import attempt_state, failure

@@ -33,7 +33,7 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from squawk.daemon.config import load_policy
-from squawk.daemon.server.servicer import PolicyServicer
+from squawk.daemon.server.rpc.servicer import PolicyServicer
 from squawk.v1 import policy_pb2 as pb
 
 from .corpus import batches, corpus

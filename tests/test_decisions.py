@@ -10,8 +10,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squawk.daemon.server.decisions import MAX_ENTRIES, MAX_KEY_BYTES, StatelessDecisions
-from squawk.daemon.server.servicer import PolicyServicer
+from squawk.daemon.server.rpc.decisions import MAX_ENTRIES, MAX_KEY_BYTES, StatelessDecisions
+from squawk.daemon.server.rpc.servicer import PolicyServicer
 from squawk.policy import BackoffConfig, Jitter, builtin_policy, decide
 from squawk.v1 import policy_pb2 as pb
 from squawk.wire import attempt_state, decision_message

@@ -31,9 +31,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from conftest import Daemon, free_port, scrape, start_daemon
 from squawk.daemon.config import load_policy, parse_config
 from squawk.daemon.config.state import StateSettings, Store
-from squawk.daemon.server.app import Daemon as InProcessDaemon
-from squawk.daemon.server.fleet import FleetStore
-from squawk.daemon.server.upstreams import Upstreams
+from squawk.daemon.server.lifecycle.app import Daemon as InProcessDaemon
+from squawk.daemon.server.tracking.fleet_store import FleetStore
+from squawk.daemon.server.tracking.registry import Upstreams
 from squawk.policy import Outcome
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc

@@ -26,9 +26,13 @@ from opentelemetry.trace.status import Status, StatusCode
 from conftest import free_port
 from loopback_sinks import OtlpReceiver
 from squawk.daemon.config import load_policy
-from squawk.daemon.server.app import Daemon
-from squawk.daemon.server.span_encoding import GrpcSpanExporter, SpanEncoder
-from squawk.daemon.server.telemetry import _exporter, shutdown_tracing, tracer_provider_from_env
+from squawk.daemon.server.lifecycle.app import Daemon
+from squawk.daemon.server.telemetry.span_encoding import GrpcSpanExporter, SpanEncoder
+from squawk.daemon.server.telemetry.tracing import (
+    _exporter,
+    shutdown_tracing,
+    tracer_provider_from_env,
+)
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 

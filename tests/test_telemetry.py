@@ -22,12 +22,13 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusC
 
 from conftest import Daemon, free_port, scrape, start_daemon
 from squawk.daemon.config import load_policy
-from squawk.daemon.server.app import Daemon as InProcessDaemon
-from squawk.daemon.server.loop_lag import watch_loop_lag
-from squawk.daemon.server.observe import _SERIES_CACHE as SERIES_CACHE
-from squawk.daemon.server.observe import Metrics, Observer
-from squawk.daemon.server.servicer import PolicyServicer
-from squawk.daemon.server.spans import NO_SPAN, SERVICE, CallSpan, ServerSpans
+from squawk.daemon.server.lifecycle.app import Daemon as InProcessDaemon
+from squawk.daemon.server.rpc.servicer import PolicyServicer
+from squawk.daemon.server.telemetry.loop_lag import watch_loop_lag
+from squawk.daemon.server.telemetry.metrics import Metrics
+from squawk.daemon.server.telemetry.observer import _SERIES_CACHE as SERIES_CACHE
+from squawk.daemon.server.telemetry.observer import Observer
+from squawk.daemon.server.telemetry.spans import NO_SPAN, SERVICE, CallSpan, ServerSpans
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 

@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 
 from conftest import VECTORS, Reflected, free_port, subset_mismatches
 from squawk.daemon.config import load_policy
-from squawk.daemon.server.servicer import PolicyServicer
+from squawk.daemon.server.rpc.servicer import PolicyServicer
 from squawk.policy import PolicyInputError
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc

@@ -26,7 +26,7 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from .config import ConfigError, load_config, load_policy, needs, parse_config, read_policy_file
 from .dial import add_target_flags, check_local, hint, open_channel
-from .server.app import (
+from .server.lifecycle.app import (
     DEFAULT_GRACE_S,
     DEFAULT_LISTEN,
     DEFAULT_SOCKET_MODE,
@@ -34,11 +34,11 @@ from .server.app import (
     Daemon,
     default_shutdown_notice,
 )
-from .server.listeners import AddressError, check_address
-from .server.reload import POLL_S, policy_hash
-from .server.servicer import PolicyServicer
-from .server.telemetry import tracer_provider_from_env
-from .server.tls import TlsError, TlsFiles, check_files
+from .server.lifecycle.listeners import AddressError, check_address
+from .server.lifecycle.reload import POLL_S, policy_hash
+from .server.lifecycle.tls import TlsError, TlsFiles, check_files
+from .server.rpc.servicer import PolicyServicer
+from .server.telemetry.tracing import tracer_provider_from_env
 
 __all__ = ["main"]
 

@@ -61,7 +61,7 @@ class Config:
     # the field and its line; the file works all the same.
     warnings: tuple[str, ...] = ()
     # The file held no YAML document (nothing, or only comments and blank
-    # lines): the built-in policy. A reload refuses it (reload.py).
+    # lines): the built-in policy. A reload refuses it (server/lifecycle/reload.py).
     empty: bool = False
 
 

@@ -40,7 +40,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from ..config import Config, ConfigError, load_config, read_policy_file
+from ...config import Config, ConfigError, load_config, read_policy_file
 
 __all__ = ["POLL_S", "SETTLE_S", "PolicyWatch", "policy_hash"]
 

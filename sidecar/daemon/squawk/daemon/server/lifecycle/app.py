@@ -36,11 +36,20 @@ from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
-from ..analysis import Analyzer, AnalyzerSettings
-from ..analysis.worker import lower_switch_interval
-from ..config import Config
-from ..config.state import StateSettings, Store
-from .health import Health
+from ...analysis import Analyzer, AnalyzerSettings
+from ...analysis.worker import lower_switch_interval
+from ...config import Config
+from ...config.state import StateSettings, Store
+from ..rpc.health import Health
+from ..rpc.reflection import enable_reflection
+from ..rpc.servicer import PolicyServicer, register
+from ..telemetry.loop_lag import watch_loop_lag
+from ..telemetry.metrics import Metrics
+from ..telemetry.observer import Observer
+from ..telemetry.spans import ServerSpans
+from ..telemetry.tracing import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
+from ..tracking.pod_store import PodStore
+from ..tracking.registry import Upstreams
 from .listeners import (
     DEFAULT_SOCKET_MODE,
     BindError,
@@ -50,16 +59,8 @@ from .listeners import (
     socket_umask,
     unix_socket_path,
 )
-from .loop_lag import watch_loop_lag
-from .observe import Metrics, Observer
-from .reflection import enable_reflection
 from .reload import POLL_S, PolicyWatch, read_startup
-from .servicer import PolicyServicer, register
-from .spans import ServerSpans
-from .state_store import PodStore
-from .telemetry import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
 from .tls import TlsFiles, server_credentials
-from .upstreams import Upstreams
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -348,7 +349,7 @@ def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodSt
     )
     if settings.store is Store.MEMORY:
         return PodStore(upstreams)
-    from .fleet import FleetStore  # needs the redis client, an optional dependency
+    from ..tracking.fleet_store import FleetStore  # needs the redis client, an optional dependency
 
     observer.store_up(True)
     return FleetStore(

@@ -1,7 +1,7 @@
 """The PolicyService servicer: convert the request, call the core, convert back.
 
 Each method passes `boundary` (boundary.py), which turns refusals and
-failures into statuses; the upstream state lives behind state_store.py.
+failures into statuses; the upstream state lives behind tracking/pod_store.py.
 """
 
 from __future__ import annotations
@@ -44,14 +44,15 @@ from squawk.wire import (
     untracked,
 )
 
-from ..analysis import Analyzer, AnalyzerSettings, wire
-from . import spans
+from ...analysis import Analyzer, AnalyzerSettings, wire
+from ..telemetry import spans
+from ..telemetry.fields import admission_fields, classification_fields, decision_fields
+from ..telemetry.observer import Observer
+from ..telemetry.spans import ServerSpans
+from ..tracking.pod_store import PodStore, Source
+from ..tracking.registry import NO_PACE, Upstreams, UpstreamView
 from .boundary import INTERNAL, MAX_ERROR_CHARS, boundary, register
 from .decisions import StatelessDecisions
-from .observe import Observer, admission_fields, classification_fields, decision_fields
-from .spans import ServerSpans
-from .state_store import PodStore, Source
-from .upstreams import NO_PACE, Upstreams, UpstreamView
 
 __all__ = ["MAX_BATCH", "MAX_HINTS", "MAX_OUTCOMES", "PolicyServicer", "register"]
 
