@@ -25,7 +25,6 @@ from squawk.policy import (
     Profile,
     classify,
     decide,
-    pushback_refuses,
 )
 from squawk.policy.limits import MAX_NAME_CHARS, check_chars
 from squawk.policy.text import shown_text
@@ -37,8 +36,8 @@ from squawk.wire import (
     attempt_state,
     classification_message,
     decision_message,
+    failed_attempt,
     failure,
-    hint,
     outcome,
     rate_limited,
     untracked,
@@ -141,29 +140,15 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         if self._observer.active or span.is_recording():
             self._observer.record(rpc, fields(), started, span)
 
-    def classify(self, request: pb.ClassifyRequest) -> pb.ClassifyResponse:
-        profile = self._policy.profile(request.profile)
-        return classification_message(classify(failure(request), profile, self._clock))
-
     def _attempt(
-        self, request: pb.DecideRetryRequest, profile: Profile, policy: Policy | None = None
+        self, request: pb.DecideRetryRequest, profile: Profile, policy: Policy
     ) -> tuple[Decision, Outcome, timedelta | None]:
         """decide()'s answer for a request with an upstream, the failure it
         reports (it counts for the whole pod; callers need not report it
         again) and the step's deadline."""
         state = attempt_state(request)
-        max_body_bytes = (policy or self._policy).max_body_bytes
-        decision = decide(state, profile, self._clock, self._rng, max_body_bytes)
-        failed = Outcome(
-            success=False,
-            http_status=state.http_status,
-            transport_failure=state.transport_failure,
-            retry_after=decision.classification.retry_after,
-            cancelled=state.cancelled,
-            refused_retry=pushback_refuses(state.headers),
-            hint=hint(state.headers, self._clock) if state.headers else None,
-        )
-        return decision, failed, state.deadline
+        decision = decide(state, profile, self._clock, self._rng, policy.max_body_bytes)
+        return decision, failed_attempt(state, decision, self._clock), state.deadline
 
     async def _decide(
         self,
@@ -184,20 +169,6 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         )
         return after, decision_message(after), source
 
-    def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
-        """The answer from this process's own state, never a fleet's (the
-        CLI's and any in-process caller's entry point); the caller's to change."""
-        profile = self._policy.profile(request.profile)
-        if not request.upstream:
-            mine = pb.DecideRetryResponse()
-            mine.CopyFrom(self._stateless.decide(request, profile)[1])
-            return mine
-        decision, failed, deadline = self._attempt(request, profile)
-        upstreams = self.store.upstreams
-        return decision_message(
-            upstreams.after_failure(profile, request.upstream, failed, decision, deadline)
-        )
-
     @boundary
     async def Classify(
         self,
@@ -205,7 +176,8 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         context: grpc.aio.ServicerContext[pb.ClassifyRequest, pb.ClassifyResponse],
     ) -> pb.ClassifyResponse:
         started = time.perf_counter()
-        reply = self.classify(request)
+        profile = self._policy.profile(request.profile)
+        reply = classification_message(classify(failure(request), profile, self._clock))
         self._note("Classify", lambda: classification_fields(request, reply), started)
         return reply
 
