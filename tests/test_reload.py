@@ -27,9 +27,9 @@ from conftest import free_port, scrape, squawk, start_daemon
 from squawk.daemon.config import Config, load_config, parse_config
 from squawk.daemon.server.lifecycle import reload as reload_module
 from squawk.daemon.server.lifecycle.reload import PolicyWatch, policy_hash
-from squawk.daemon.server.rpc.servicer import MAX_BATCH
 from squawk.daemon.server.tracking.registry import Upstreams
 from squawk.policy import Outcome, Policy
+from squawk.policy.limits import MAX_BATCH
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 

@@ -28,6 +28,7 @@ from squawk.policy import (
 from squawk.policy.limits import (
     MAX_ADMIT_DEADLINE,
     MAX_NAME_CHARS,
+    MAX_PERMITS,
     check_chars,
     check_count,
     check_headers,
@@ -35,7 +36,7 @@ from squawk.policy.limits import (
     duration,
 )
 from squawk.policy.outcome import check_cost
-from squawk.policy.pacer import LEASE, MAX_PERMITS
+from squawk.policy.pacer import LEASE
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = [

@@ -26,7 +26,13 @@ from squawk.policy import (
     classify,
     decide,
 )
-from squawk.policy.limits import MAX_NAME_CHARS, check_chars
+from squawk.policy.limits import (
+    MAX_BATCH,
+    MAX_NAME_CHARS,
+    MAX_OUTCOMES,
+    MAX_UPSTREAMS_PAGE,
+    check_chars,
+)
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
@@ -53,13 +59,10 @@ from ..tracking.registry import NO_PACE, Upstreams, UpstreamView
 from .boundary import INTERNAL, MAX_ERROR_CHARS, boundary, register
 from .decisions import StatelessDecisions
 
-__all__ = ["MAX_BATCH", "MAX_HINTS", "MAX_OUTCOMES", "PolicyServicer", "register"]
+__all__ = ["MAX_HINTS", "PolicyServicer", "register"]
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 10_000
-# Outcomes in one ReportOutcome call.
-MAX_OUTCOMES = 1_000
 # Outcomes of one ReportOutcome call whose rate-limit headers are read: the
 # first this many that carry any (the runners' reports hold at most 100
 # outcomes, so theirs are read whole). A parse of 64 headers costs some
@@ -70,10 +73,6 @@ MAX_OUTCOMES = 1_000
 # the shared cool-down would answer them instead; and a thousand names
 # would still cost a thousand parses.
 MAX_HINTS = 100
-# Upstreams in one GetUpstreams answer: 1,000 of the longest rows (a
-# 128-character profile, a 256-character name, four bytes a character) come
-# to under 2 MiB, within a default client's 4 MiB receive limit.
-MAX_UPSTREAMS_PAGE = 1_000
 # A listing gives the event loop back after this many rows, some 0.3 ms of
 # work (a row's snapshot and its name's redaction cost about 12 µs). With
 # eight callers listing in a loop, health waited 17 ms at the median at 100
