@@ -112,11 +112,13 @@ def run_in_process(
     return exporter.get_finished_spans()
 
 
-def _broken(servicer: PolicyServicer) -> None:
-    def classify(request: object) -> None:
+class _BrokenPolicy:
+    def profile(self, name: str) -> None:
         raise RuntimeError(f"a bug, with a caller's {CANARY}")
 
-    servicer.classify = classify  # type: ignore[method-assign,assignment]
+
+def _broken(servicer: PolicyServicer) -> None:
+    servicer._policy = _BrokenPolicy()  # type: ignore[assignment]
 
 
 def _stalled(servicer: PolicyServicer) -> None:

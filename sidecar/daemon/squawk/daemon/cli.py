@@ -11,9 +11,7 @@ import argparse
 import asyncio
 import logging
 import os
-import random
 import sys
-import time
 from collections.abc import Callable, Sequence
 from typing import IO
 
@@ -21,20 +19,14 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from squawk.policy import Policy, PolicyInputError, classify, decide, parse_duration, redact
+from squawk.policy import PolicyInputError, parse_duration, redact
 from squawk.policy.text import quoted
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
-from squawk.wire import (
-    attempt_state,
-    classification_message,
-    decision_message,
-    failed_attempt,
-    failure,
-)
 
 from .config import ConfigError, load_config, load_policy, needs, parse_config, read_policy_file
 from .dial import add_target_flags, check_local, hint, open_channel
+from .local import classify_locally, decide_locally
 from .server.lifecycle.app import (
     DEFAULT_GRACE_S,
     DEFAULT_LISTEN,
@@ -47,7 +39,6 @@ from .server.lifecycle.listeners import AddressError, check_address
 from .server.lifecycle.reload import POLL_S, policy_hash
 from .server.lifecycle.tls import TlsError, TlsFiles, check_files
 from .server.telemetry.tracing import tracer_provider_from_env
-from .server.tracking.registry import Upstreams
 
 __all__ = ["main"]
 
@@ -455,27 +446,6 @@ def _check_policy(path: str, with_env: bool) -> str:
     return "\n".join([valid, *config.warnings, *notes])
 
 
-def _local(policy: Policy, request: Message) -> Message:
-    """The core's answer, as a daemon just started on `policy` gives it: a
-    named upstream has no state yet, so the failure asked about is its first."""
-    if isinstance(request, pb.ClassifyRequest):
-        profile = policy.profile(request.profile)
-        return classification_message(classify(failure(request), profile, time.time))
-    assert isinstance(request, pb.DecideRetryRequest)
-    profile = policy.profile(request.profile)
-    state = attempt_state(request)
-    decision = decide(state, profile, time.time, random.Random(), policy.max_body_bytes)
-    if request.upstream:
-        decision = Upstreams(policy).after_failure(
-            profile,
-            request.upstream,
-            failed_attempt(state, decision, time.time),
-            decision,
-            state.deadline,
-        )
-    return decision_message(decision)
-
-
 def _ask(args: argparse.Namespace, request: Message) -> Message:
     if args.target:
         with open_channel(args) as channel:
@@ -485,7 +455,11 @@ def _ask(args: argparse.Namespace, request: Message) -> Message:
             assert isinstance(request, pb.DecideRetryRequest)
             return stub.DecideRetry(request, timeout=10)
     check_local(args)
-    return _local(load_policy(args.policy), request)
+    policy = load_policy(args.policy)
+    if isinstance(request, pb.ClassifyRequest):
+        return classify_locally(policy, request)
+    assert isinstance(request, pb.DecideRetryRequest)
+    return decide_locally(policy, request)
 
 
 def _open_decision_log(args: argparse.Namespace) -> IO[str] | None:
