@@ -79,6 +79,7 @@ buf:
 lint: setup
 	$(BIN)/ruff check sidecar clients/python tests bench
 	$(BIN)/ruff format --check sidecar clients/python tests bench
+	$(BIN)/python -m squawk.daemon.settings --check docs/settings.md
 
 typecheck: setup
 	$(BIN)/mypy sidecar clients/python/squawk_client tests bench
