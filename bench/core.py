@@ -5,8 +5,9 @@ from the benchmark's requests (the goal: <= 5 us per decision), and the
 pod's upstream state (the `Upstreams` registry the daemon keeps: its
 `after_failure` for a DecideRetry that names an upstream, `admit`, and
 `record` for a reported success). "servicer" rows time what a call costs
-the daemon outside gRPC: parse the request bytes, convert, decide, build and
-serialize the reply. The gap between the two is conversion and protobuf
+the daemon outside gRPC: parse the request bytes, then the RPC method itself
+(its boundary, the conversion, the decision, the reply), and serialize the
+reply. The gap between the two is conversion and protobuf
 work, which no core change can remove.
 
 The "+upstream" rows rotate through the benchmark's upstream names under
