@@ -357,6 +357,7 @@ async def _serve(args: argparse.Namespace) -> None:
         log.warning("%s", warning)
     log_file = _open_decision_log(args)
     try:
+        tracing = tracer_provider_from_env(os.environ)
         serve = settings.ServeSettings(
             config,
             tuple(listen),
@@ -369,7 +370,7 @@ async def _serve(args: argparse.Namespace) -> None:
             policy_path=args.policy,
             policy_poll_s=args.policy_poll,
         )
-        daemon = Daemon(serve, tracing=tracer_provider_from_env(os.environ), decision_log=log_file)
+        daemon = Daemon(serve, tracing=tracing, decision_log=log_file)
         try:
             await daemon.start()
         except AddressError as exc:
