@@ -20,7 +20,7 @@ GRPCURL_VERSION := v1.9.4
 GRPCURL_BIN ?= $(HOME)/.cache/squawk/grpcurl-$(GRPCURL_VERSION)/grpcurl
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 
-.PHONY: all setup gen run test lint typecheck unit buf jaeger go-test ts-build ts-test dist fuzz clean
+.PHONY: all setup gen gen-fallback run test lint typecheck unit buf jaeger go-test ts-build ts-test dist fuzz clean
 
 all: test
 
@@ -76,13 +76,19 @@ buf:
 	$(BUF) lint
 	$(BUF) breaking --against '.git#ref=HEAD~1'
 
+# The fallback's tables in Go and TypeScript are generated from one data file
+# (docs/fallback.md); lint fails when a committed table differs from it.
+gen-fallback:
+	$(PYTHON) clients/fallback/generate.py
+
 lint: setup
-	$(BIN)/ruff check sidecar clients/python tests bench
-	$(BIN)/ruff format --check sidecar clients/python tests bench
+	$(BIN)/ruff check sidecar clients/python clients/fallback tests bench examples
+	$(BIN)/ruff format --check sidecar clients/python clients/fallback tests bench examples
+	$(BIN)/python clients/fallback/generate.py --check
 	$(BIN)/python -m squawk.daemon.settings --check docs/settings.md
 
 typecheck: setup
-	$(BIN)/mypy sidecar clients/python/squawk_client tests bench
+	$(BIN)/mypy sidecar clients/python/squawk_client clients/fallback tests bench examples
 
 $(JAEGER_BIN):
 	tests/jaeger/build.sh $@
@@ -114,6 +120,7 @@ unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) ts-build
 go-test: setup
 	clients/go/gen.sh --check
 	cd clients/go && go vet ./... && go test -count=1 ./...
+	cd examples/go && go vet ./...
 
 # Generated code is committed here too: building needs Node alone, and the
 # drift check (it runs the venv's protoc with ts-proto) fails on any drift.
@@ -135,6 +142,7 @@ fuzz: setup
 	  --out bench/results/fuzz.json $(FUZZ_ARGS)
 
 clean:
-	rm -rf $(VENV) $(CORE)/squawk/v1 build dist clients/typescript/node_modules clients/typescript/dist
+	rm -rf $(VENV) $(CORE)/squawk/v1 build dist clients/typescript/node_modules clients/typescript/dist \
+	  examples/typescript/node_modules
 
 include bench/bench.mk

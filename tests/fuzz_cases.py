@@ -63,7 +63,7 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "GetUpstreams": pb.GetUpstreamsRequest,
 }
 RPCS = tuple(REQUEST_TYPES)
-MAX_BATCH = 10_000  # the documented limit (README, "The service")
+MAX_BATCH = 10_000  # the documented limit (docs/policy.md, "The service")
 
 
 @dataclass(frozen=True)

@@ -497,7 +497,8 @@ _BOUNDED = "profiles:\n  default:\n"
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        # Every duration in the file has one bound, 7 days (README, "Policy file").
+        # Every duration in the file has one bound, 7 days
+        # (docs/configuration.md, "The policy file").
         (
             _BOUNDED + "    circuit_breaker: {open_for: 2000000000h}\n",
             "profiles.default.circuit_breaker.open_for (line 3): expected a duration such as "

@@ -1,5 +1,5 @@
 """deploy/kubernetes and the Dockerfile: valid for their tools, and saying
-what the README promises (a native sidecar on a shared socket, probes that
+what docs/deploying.md promises (a native sidecar on a shared socket, probes that
 can reach it, the policy from a ConfigMap)."""
 
 from __future__ import annotations

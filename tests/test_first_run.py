@@ -1,4 +1,4 @@
-"""What a newcomer meets in the first hour: the flags where the README lists
+"""What a newcomer meets in the first hour: the flags where the docs list
 them, a start-up line that says what runs, health that answers every
 method, a CLI that behaves in a pipe, refusals counted by code, and a
 first set-up that says what it does."""

@@ -31,7 +31,8 @@ from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 # What the daemon may take beyond --grace to exit: closing the analyzer's
-# client and the interpreter's own teardown (README, "Shutdown").
+# client and the interpreter's own teardown (docs/security.md,
+# "Shutdown and binding").
 TEARDOWN_S = 1.0
 
 SERVING = health_pb2.HealthCheckResponse.SERVING

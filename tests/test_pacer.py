@@ -344,6 +344,56 @@ def test_made_up_successes_do_not_lift_a_learned_pace() -> None:
     assert pacer_snapshot(p, NOTHING, 1.5 + k + 3).rate == pytest.approx(19.2)
 
 
+def test_a_cut_read_mid_bucket_rises_to_the_whole_bucket() -> None:
+    # Three successes at 0.0; a bare 429 at 0.1 arms, the one at 0.2 cuts
+    # from the 3 / 0.5 = 6/s the bucket [0, 0.5) had then. Four more
+    # successes of that moment report after it (0.3..0.45): once the bucket
+    # is complete (the success at 0.5 folds it), W_max rises to its 7 / 0.5
+    # = 14/s, and the curve runs from the cut with K = cbrt(14 x 0.3 / 0.4).
+    p = Pacer()
+    for _ in range(3):
+        p = observe(p, NOTHING, 0.0, OK)
+    p = observe(observe(p, NOTHING, 0.1, THROTTLED), NOTHING, 0.2, THROTTLED)
+    assert pacer_snapshot(p, NOTHING, 0.2).rate == pytest.approx(0.7 * 6)
+    for at in (0.3, 0.35, 0.4, 0.45):
+        p = observe(p, NOTHING, at, OK)
+    p = observe(p, NOTHING, 0.5, OK)
+    k = (14 * 0.3 / 0.4) ** (1 / 3)
+    assert pacer_snapshot(p, NOTHING, 0.5).rate == pytest.approx(0.4 * (0.3 - k) ** 3 + 14)
+    # A later bucket never lowers it: the next, with one success (2/s),
+    # leaves W_max at 14; the rate is capped at twice the success rate,
+    # 2 x (0.8 x 2 + 0.2 x 0.8 x 16) = 8.32.
+    p = observe(p, NOTHING, 1.0, OK)
+    assert p.w_max == pytest.approx(14)
+    assert pacer_snapshot(p, NOTHING, 1.0).rate == pytest.approx(8.32)
+
+
+def test_the_cool_down_of_the_arming_throttle_keeps_its_calls_in_its_bucket() -> None:
+    # Five successes in [0, 0.5); the 429 at 0.45 arms and cools the pod for
+    # its Retry-After, 1 s. Three calls still out succeed at 0.6, then one
+    # throttles at 0.65: they count in the arming bucket (8 / 0.5 = 16/s),
+    # not in a bucket of their own that would read 3 / 0.5 = 6/s beside a
+    # smoothed 0.8 x 6 / 0.5 = 9.6/s (the 429 at 0.6 folding the first).
+    cooling = PaceSample(True, False, True, retry_after=timedelta(seconds=1))
+    p = Pacer()
+    for at in (0.0, 0.1, 0.2, 0.3, 0.4):
+        p = observe(p, NOTHING, at, OK)
+    p = observe(p, NOTHING, 0.45, cooling)
+    for _ in range(3):
+        p = observe(p, NOTHING, 0.6, OK)
+    p = observe(p, NOTHING, 0.65, cooling)
+    assert pacer_snapshot(p, NOTHING, 0.65).rate == pytest.approx(0.7 * 16)
+
+
+def test_a_silent_stretch_is_no_reading() -> None:
+    # 10/s measured and 5 successes in the bucket [0, 0.5); nothing reports
+    # until 2.0 (say, a cool-down). That success folds the bucket as 6 / 0.5
+    # = 12/s (botocore counts the folding call in), smoothed 0.8 x 12 + 0.2
+    # x 10 = 11.6/s, not as 6 over the 2 s since (3/s): no call, no reading.
+    p = Pacer(measured=10.0, bucket_at=0.0, bucket_count=5)
+    assert observe(p, NOTHING, 2.0, OK).measured == pytest.approx(11.6)
+
+
 def test_a_learned_rate_decays_to_the_floor_once_nothing_succeeds() -> None:
     # 50/s served, then only 429s, one per bucket. Each bucket without a
     # success folds in as 0/s: measured 50 -> 0.2 x 50 = 10 -> 2 -> 0.4,
@@ -551,13 +601,17 @@ def test_a_throttle_cools_the_pod_only_until_the_pacer_learned() -> None:
     assert admit(state, config, 1.0)[1].allowed
     assert not is_idle(state, config, 1.0)  # armed until quiet passes
     assert is_idle(state, config, 30.0)
-    # The second cools once more and teaches a rate (the 0.5/s floor: nothing served).
+    # The second teaches a rate (the 0.5/s floor: nothing served), and that
+    # pace, not a second cool-down, answers it: one start now, the next 2 s
+    # later, past the queue's limit, so refused as saturated.
     state = record_outcome(state, config, 1.0, throttled)
-    assert admit(state, config, 1.5)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+    state, first = admit(state, config, 1.5)
+    assert first.allowed and first.wait == timedelta(0)
+    assert admit(state, config, 1.5)[1].reason is Reason.UPSTREAM_SATURATED
     # Learned now: the next 429's Retry-After is the pacer's to answer.
     state = record_outcome(state, config, 2.0, throttled)
     state, paced = admit(state, config, 2.0)
-    assert paced.allowed
+    assert paced.reason is Reason.UPSTREAM_SATURATED  # the pace's answer, not a cool-down
     assert not is_idle(state, config, 31.9)
     # Under a declared rate a 429 says the declaration is wrong: it cools.
     declared = UpstreamConfig(rate_limit=RateLimitConfig(rate=100))

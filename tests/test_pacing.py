@@ -34,7 +34,7 @@ from test_telemetry import run_in_process  # isort: split
 from bench.redis_server import RedisServer  # on the path once test_fleet is imported
 
 Stub = pb_grpc.PolicyServiceStub
-# The Admit span's pace attributes (README, "Tracing").
+# The Admit span's pace attributes (docs/observability.md, "Tracing").
 PACE_ATTRIBUTES = (
     "squawk.pace.wait_ms",
     "squawk.pace.source",
@@ -152,7 +152,7 @@ def test_a_bad_outcome_cost_or_latency_is_refused_naming_it(
     assert (caught.value.details() or "").startswith(f"{field}:")
 
 
-LEASE_MS = 200  # the README says so (squawk.policy.pacer.LEASE)
+LEASE_MS = 200  # docs/upstreams.md says so (squawk.policy.pacer.LEASE)
 
 
 @pytest.mark.parametrize("upstream", ["open", "a-caller-name", ""])

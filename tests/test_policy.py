@@ -1,4 +1,4 @@
-"""Unit tests of the pure core: each table is a rule from the README."""
+"""Unit tests of the pure core: each table is a rule from docs/policy.md."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The documentation's examples, run as a user would run them.
 
-Every fenced block of README.md and docs/analysis.md is one of:
+Every fenced block of README.md, of every page under docs/ (a new page is
+covered as soon as it exists) and of bench/REPORT.md is one of:
 
 - a ```sh block of commands a user runs against the daemon (each starts with
   `.venv/bin/squawk`, `squawk`, `grpcurl`, or sets a variable from
@@ -41,8 +42,13 @@ import pytest
 from conftest import ROOT, Daemon, free_port, start_daemon
 from readme_clients.build import build_go, build_python, build_typescript
 from readme_clients.upstream import HOTELS, HotelApi
+from test_readme_links import PENDING
 
-DOCS = ("README.md", "docs/analysis.md")
+DOCS = (
+    "README.md",
+    *sorted(str(page.relative_to(ROOT)) for page in (ROOT / "docs").rglob("*.md")),
+    "bench/REPORT.md",
+)
 README_TARGET = "127.0.0.1:50051"
 GRPCURL_BIN = Path(
     os.environ.get(
@@ -56,56 +62,64 @@ NOT_RUN: dict[tuple[str, str], str] = {
     ("README.md", "make run    # creates .venv, installs, generates code, serves on"): (
         "`make run` serves until stopped and `make test` runs this very test"
     ),
-    ("README.md", "make bench BENCH_ROUNDS=3 BENCH_ARGS="): (
+    ("docs/fleet.md", "make bench BENCH_ROUNDS=3 BENCH_ARGS="): (
         "a benchmark of minutes that needs both cores"
     ),
-    ("README.md", "docker build -t squawk:0.1.0 ."): (
+    ("docs/deploying.md", "docker build -t squawk:0.1.0 ."): (
         "needs Docker; tests/test_deploy.py lints the Dockerfile"
     ),
-    ("README.md", "env:"): "a fragment of a Kubernetes container spec, not a policy file",
-    ("README.md", "squawk 0.1.0 serving on 127.0.0.1:50051; policy built-in; up"): (
+    (
+        "docs/observability.md",
+        "env:",
+    ): "a fragment of a Kubernetes container spec, not a policy file",
+    ("docs/configuration.md", "squawk 0.1.0 serving on 127.0.0.1:50051; policy built-in"): (
         "a log line, not a command; tests/test_first_run.py checks each of its parts"
     ),
-    ("README.md", "executor  step search_hotels"): (
+    ("docs/observability.md", "executor  step search_hotels"): (
         "a picture of a trace in Jaeger; tests/test_jaeger.py checks the spans"
     ),
-    ("README.md", "pip install dist/python/squawk_core-0.1.0-py3-none-any.whl"): (
+    ("docs/clients/python.md", "pip install dist/python/squawk_core-0.1.0-py3-none-any.whl"): (
         "installs into the user's environment; tests/test_dist.py does it in an empty one"
     ),
-    ("README.md", "go get github.com/squawk-dev/squawk/clients/go"): (
-        "the module is not published yet (the README says so)"
+    ("docs/clients/go.md", "go get github.com/squawk-dev/squawk/clients/go"): (
+        "the module is not published yet (the page says so)"
     ),
-    ("README.md", "require github.com/squawk-dev/squawk/clients/go v0.0.0"): (
+    ("docs/clients/go.md", "require github.com/squawk-dev/squawk/clients/go v0.0.0"): (
         "lines of a user's go.mod"
     ),
-    ("README.md", "npm install ./dist/squawk-client-0.1.0.tgz"): (
+    ("docs/clients/typescript.md", "npm install ./dist/squawk-client-0.1.0.tgz"): (
         "installs into the user's project; tests/test_dist.py installs the tarball"
     ),
-    ("README.md", 'pair, err := tls.LoadX509KeyPair("client.pem"'): (
+    ("docs/clients/go.md", 'pair, err := tls.LoadX509KeyPair("client.pem"'): (
         "a fragment of a Go executor; the Go client's TLS tests cover it"
     ),
-    ("README.md", 'import { credentials } from "@grpc/grpc-js";'): (
+    ("docs/clients/typescript.md", 'import { credentials } from "@grpc/grpc-js";'): (
         "a fragment of a TypeScript executor; the TypeScript client's TLS tests cover it"
     ),
-    ("README.md", "make bench                    # every row, 10 s each"): (
+    ("bench/REPORT.md", "make bench                    # every row, 10 s each"): (
         "benchmarks of minutes; `make test` runs `make bench-smoke` instead"
     ),
-    ("README.md", ".venv/bin/python -m bench.run --loadgen build/bench/loadgen"): (
+    ("bench/REPORT.md", ".venv/bin/python -m bench.run --loadgen build/bench/loadgen"): (
         "the benchmark run the figures came from, with elided output paths"
     ),
     ("docs/analysis.md", "validate the request           -> INVALID_ARGUMENT"): (
         "a picture of AnalyzeError's steps, not a command"
     ),
+    ("docs/fallback.md", "base  = min("): "the backoff formula, not a command",
 }
 
 # (document, first line of the block) -> how to build it into a program.
+# The README shows each client's example, and so does the client's page.
+_PYTHON = "from squawk_client import SquawkClient, StepError"
+_GO = 'c, err := squawk.New("127.0.0.1:50051"'
+_TYPESCRIPT = 'import { Action, SquawkClient, runStep, StepError } from "@squawk/client";'
 CLIENT_EXAMPLES: dict[tuple[str, str], Callable[[str, Path], list[str]]] = {
-    ("README.md", "from squawk_client import SquawkClient, StepError"): build_python,
-    ("README.md", 'c, err := squawk.New("127.0.0.1:50051"'): build_go,
-    (
-        "README.md",
-        'import { Action, SquawkClient, runStep, StepError } from "@squawk/client";',
-    ): build_typescript,
+    ("README.md", _PYTHON): build_python,
+    ("README.md", _GO): build_go,
+    ("README.md", _TYPESCRIPT): build_typescript,
+    ("docs/clients/python.md", _PYTHON): build_python,
+    ("docs/clients/go.md", _GO): build_go,
+    ("docs/clients/typescript.md", _TYPESCRIPT): build_typescript,
 }
 
 RUNNABLE = re.compile(r"(\.venv/bin/squawk|squawk|grpcurl|printf|[A-Z_]+=\$\(printf) ")
@@ -209,13 +223,14 @@ def test_every_block_is_run_or_listed_with_its_reason() -> None:
         (doc, first)
         for doc, first in (*NOT_RUN, *CLIENT_EXAMPLES)
         if not any(b.doc == doc and b.first_line.startswith(first) for b in every)
+        and not (doc in PENDING and not (ROOT / doc).exists())  # its page is on its way
     ]
     assert stale == [], "NOT_RUN or CLIENT_EXAMPLES lists blocks the documents no longer have"
 
 
 @pytest.fixture
 def scratch(tmp_path: Path) -> Path:
-    """A directory where the README's commands resolve as in a checkout."""
+    """A directory where the docs' commands resolve as in a checkout."""
     if not GRPCURL_BIN.exists():
         pytest.fail(f"{GRPCURL_BIN} is missing: run `make test` (it installs grpcurl)")
     (tmp_path / ".venv").symlink_to(VENV)
@@ -288,7 +303,8 @@ def check_console(block: Block, scratch: Path, daemon: Daemon) -> None:
 
 
 @pytest.mark.parametrize(
-    ("block", "build"), [pytest.param(b, build, id=b.lang) for b, build in client_examples()]
+    ("block", "build"),
+    [pytest.param(b, build, id=f"{b.doc}:{b.lang}") for b, build in client_examples()],
 )
 def test_client_example_takes_the_daemons_correction(
     block: Block, build: Callable[[str, Path], list[str]], tmp_path: Path

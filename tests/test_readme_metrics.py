@@ -1,9 +1,11 @@
-"""The README's metrics table lists exactly what a running daemon exports.
+"""The metrics reference (docs/metrics.md) lists exactly what a running daemon
+exports.
 
 A daemon with every optional part that adds a metric turned on (tracing:
 the dropped-spans counter; the Redis store: its up gauge and the fleet's
 breaker) is scraped over HTTP, and the metric names on its /metrics are
-compared with the table's first column, so neither can drift from the other.
+compared with the first column of the page's first table, so neither can
+drift from the other.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ _TABLE_ROW = re.compile(r"^\| `(squawk_[a-z_]+)`")
 _TYPE = re.compile(r"^# TYPE (\S+) \S+$")
 
 
-def readme_metrics() -> set[str]:
-    """The names in the first column of the table under "### Metrics"."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("\n### Metrics\n", 1)[1].split("\n#", 1)[0]
+def documented_metrics() -> set[str]:
+    """The names in the first column of the table before the first section."""
+    text = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    section = text.split("\n## ", 1)[0]
     return {m[1] for line in section.splitlines() if (m := _TABLE_ROW.match(line))}
 
 
@@ -60,4 +62,4 @@ def test_the_metrics_table_names_every_metric_the_daemon_exports() -> None:
         redis.stop()
     names = exported(text)
     assert {"squawk_breaker_state", "squawk_state_store_up"} <= names  # the parts were on
-    assert readme_metrics() == names
+    assert documented_metrics() == names

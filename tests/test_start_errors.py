@@ -150,7 +150,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         ("device", "not a regular file (a character device)"),
         ("fifo", "not a regular file (a FIFO)"),
         ("directory", "not a regular file (a directory)"),
-        # 1 MiB is the policy file's stated bound (README, "Security and limits").
+        # 1 MiB is the policy file's stated bound (docs/configuration.md).
         ("large", "larger than 1048576 bytes"),
     ],
 )

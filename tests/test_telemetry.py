@@ -42,7 +42,8 @@ TRACEPARENT = (
     ("tracestate", f"vendor={CANARY}"),
 )
 
-# The attribute names this project commits to (README, "Tracing"): the RPC
+# The attribute names this project commits to (docs/observability.md,
+# "Tracing"): the RPC
 # conventions as opentelemetry-instrumentation-grpc emits them today (the
 # daemon makes its spans itself, to the same names).
 RPC_ATTRIBUTES = {"rpc.system", "rpc.service", "rpc.method", "rpc.grpc.status_code"}

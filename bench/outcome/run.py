@@ -393,7 +393,7 @@ def machine() -> str:
 
 
 def markdown(report: dict[str, Any]) -> str:
-    """The README's table: per variant and mode, the middle phase (the
+    """bench/REPORT.md's table: per variant and mode, the middle phase (the
     overload, the halving, the 5xx), the recovery after it and the run's
     undecided share."""
     head = (
@@ -435,7 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bin", type=Path, default=ROOT / "build/bench", help="the Go binaries")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/outcome.json")
     ap.add_argument(
-        "--markdown", type=Path, help="print this results file as the README's table, run nothing"
+        "--markdown",
+        type=Path,
+        help="print this results file as bench/REPORT.md's table, run nothing",
     )
     args = ap.parse_args(argv)
     if args.markdown:

@@ -17,9 +17,6 @@ type Backoff struct {
 	Factor float64
 }
 
-// DefaultBackoff is the "default" profile's backoff: 500 ms doubling up to 10 s.
-var DefaultBackoff = Backoff{Initial: 500 * time.Millisecond, Max: 10 * time.Second, Factor: 2}
-
 // Delay is the wait after failed attempt number attempt (1-based), in whole
 // milliseconds:
 //
@@ -37,7 +34,7 @@ func (b Backoff) Delay(attempt int) time.Duration {
 	// which the min turns into Max.
 	exponent := min(attempt-1, 1024)
 	base := min(msFloat(b.Initial)*math.Pow(b.Factor, float64(exponent)), maxMS)
-	ms := min(base*(1+0.1*math.Sin(float64(attempt))), maxMS)
+	ms := min(base*(1+sineJitter*math.Sin(float64(attempt))), maxMS)
 	return time.Duration(math.RoundToEven(ms)) * time.Millisecond
 }
 

@@ -49,10 +49,12 @@
 // timeout, or the call ends with a status that says no decision was made:
 // CANCELLED that is not ctx's, RESOURCE_EXHAUSTED, INTERNAL, UNKNOWN,
 // UNIMPLEMENTED, ABORTED, DATA_LOSS), DecideRetry (and DecideRetryBatch, item
-// by item) answers from a local port of the daemon's built-in "default"
-// profile instead, with corrections disabled
+// by item) answers from the local fallback instead: the small contract
+// written in docs/fallback.md (the built-in "default" profile's status
+// sets, backoff and wait hints; no free-text classification, no redacted
+// message, corrections disabled
 // (a non-transient 4xx fails with REASON_NO_CORRECTION_AVAILABLE, or
-// REASON_HITL_PROTECTED for human-approved inputs). Such a Decision has
+// REASON_HITL_PROTECTED for human-approved inputs)). Such a Decision has
 // Fallback set, and Client.FallbackCount counts them. The daemon is tried
 // again on every call, so decisions come from it again as soon as it is back.
 // Like the daemon, the fallback applies the pod's SQUAWK_STEP_RETRY_INITIAL_DELAY,

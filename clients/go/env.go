@@ -1,6 +1,7 @@
 package squawk
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -16,9 +17,6 @@ type localProfile struct {
 }
 
 var builtinDefault = localProfile{maxAttempts: DefaultMaxAttempts, backoff: DefaultBackoff}
-
-// envPrefixes are read in order; the SQUAWK_ name wins when both are set.
-var envPrefixes = []string{"SQUAWK_STEP_RETRY_", "TRUVAG3_STEP_RETRY_"}
 
 // profileFromEnv is the built-in "default" profile with the pod's
 // SQUAWK_STEP_RETRY_INITIAL_DELAY, _MAX_DELAY and _MAX_ATTEMPTS overrides
@@ -56,7 +54,12 @@ func profileFromEnv(lookup func(string) (string, bool)) (localProfile, []string)
 				backoff.Max = d
 			}
 		case "MAX_ATTEMPTS":
-			n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 32)
+			n, err := strconv.ParseInt(strings.TrimSpace(raw), 10, 64)
+			if errors.Is(err, strconv.ErrRange) && n > 0 {
+				err = nil // more digits than int64: as unbounded as MaxInt32
+			}
+			// An attempt is an int32, so a larger budget never runs out.
+			n = min(n, math.MaxInt32)
 			if err != nil || n < 1 {
 				warnings = append(warnings, fmt.Sprintf("ignoring %s=%q: expected an integer >= 1; keeping the default", name, raw))
 				continue
@@ -81,7 +84,7 @@ var (
 // parseDuration reads a duration the way the daemon's config does ("500ms",
 // "1s", "1m30s"; no sign), to microseconds.
 func parseDuration(text string) (time.Duration, error) {
-	text = strings.TrimFunc(text, isPySpace)
+	text = strings.TrimSpace(text)
 	if !durationFull.MatchString(text) {
 		return 0, fmt.Errorf("%q is not a duration such as 500ms, 1s or 1m30s", text)
 	}

@@ -5,35 +5,14 @@ import (
 	"math"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
 )
 
-// The local fallback is a port of the daemon's built-in "default" profile
-// (sidecar/core/squawk/policy: decide.py, classify.py, envelope.py, headers.py,
-// backoff.py) with corrections disabled. The shared conformance vectors in
-// tests/vectors/decisions.json check both against the same expectations.
-
-const (
-	// DefaultMaxAttempts is the "default" profile's attempt budget (initial
-	// call + retries) when a request leaves max_attempts unset.
-	DefaultMaxAttempts = 3
-	// maxBodyBytes is the daemon's default limit on response_body.
-	maxBodyBytes    = 1 << 20
-	fallbackProfile = "default"
-)
-
-// transientStatus is the "default" profile's resend-unchanged set: 408, 429
-// and every 5xx.
-func transientStatus(status int32) bool {
-	return status == 408 || status == 429 || (status >= 500 && status <= 599)
-}
-
-// terminalStatus is the "default" profile's never-retry set.
-func terminalStatus(status int32) bool {
-	return status == 401 || status == 403 || status == 405
-}
+// The local fallback: what the client decides alone when the daemon did not
+// answer, as docs/fallback.md specifies it. Its numbers and tables are
+// generated into fallback_table.go from clients/fallback/contract.json; the
+// cases in clients/fallback/cases.json check it, through one runner, against
+// the same expectations as the other clients.
 
 func validateRequest(req *squawkv1.DecideRetryRequest) error {
 	if req.GetAttempt() < 1 {
@@ -72,8 +51,7 @@ func decideLocal(req *squawkv1.DecideRetryRequest, p localProfile, now time.Time
 	if err := validateRequest(req); err != nil {
 		return Decision{}, err
 	}
-	env := readEnvelope(req.GetResponseBody())
-	seen := classifyLocal(env.message, req.GetHttpStatus(), req.GetTransportFailure(), req.GetHeaders(), now)
+	seen := classifyLocal(req.GetHttpStatus(), req.GetTransportFailure(), req.GetHeaders(), now)
 	status := req.GetHttpStatus()
 	transport := req.GetTransportFailure() || status == 0
 
@@ -91,7 +69,7 @@ func decideLocal(req *squawkv1.DecideRetryRequest, p localProfile, now time.Time
 	case req.GetCancelled():
 		return fail(squawkv1.Reason_REASON_CANCELLED,
 			"The step was cancelled; nothing is retried after cancellation."), nil
-	case env.declared && !env.retryable:
+	case notRetryable(req.GetResponseBody()):
 		return fail(squawkv1.Reason_REASON_EXPLICIT_NOT_RETRYABLE,
 			"The component declared error.retryable=false, which stops every same-step retry."), nil
 	case !transport && terminalStatus(status):
@@ -147,10 +125,10 @@ func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv
 		_, from, _ := waitHint(req.GetHeaders(), now)
 		wait, source = seen.GetRetryAfter().AsDuration(), "the server's "+from
 	}
-	if dl := req.GetDeadline(); dl != nil && wait > wholeMicros(dl) {
+	if dl := req.GetDeadline(); dl != nil && wait > dl.AsDuration() {
 		return fail(squawkv1.Reason_REASON_DEADLINE_EXCEEDED,
 			fmt.Sprintf("%s, but the %d ms wait would outlast the %d ms left before the step's deadline.",
-				what, roundMS(wait), roundMS(wholeMicros(dl))))
+				what, roundMS(wait), roundMS(dl.AsDuration())))
 	}
 	return Decision{
 		Action: squawkv1.Action_ACTION_RETRY,
@@ -165,15 +143,4 @@ func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv
 
 func roundMS(d time.Duration) int64 {
 	return int64(math.RoundToEven(msFloat(d)))
-}
-
-// wholeMicros is a deadline as the daemon reads it: Python's timedelta
-// keeps whole microseconds, rounding the nanoseconds half to even, so a
-// deadline 0.4 µs short of a wait still allows it.
-func wholeMicros(d *durationpb.Duration) time.Duration {
-	if d.GetSeconds() >= math.MaxInt64/int64(time.Second)-1 {
-		return d.AsDuration() // saturated: longer than any wait
-	}
-	us := math.RoundToEven(float64(d.GetNanos()) / 1e3)
-	return time.Duration(d.GetSeconds())*time.Second + time.Duration(us)*time.Microsecond
 }

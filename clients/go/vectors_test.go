@@ -38,28 +38,9 @@ type vectorCase struct {
 	Name    string          `json:"name"`
 	Request json.RawMessage `json:"request"`
 	Expect  json.RawMessage `json:"expect"`
-	// Absent: the fallback answers Expect. false: the case does not apply to
-	// the fallback. An object: what the fallback answers instead.
-	Fallback json.RawMessage `json:"fallback"`
-	// Now, when set, is the Unix time (seconds) the case is decided at
-	// wherever the test sets the clock: the pure fallback port.
-	Now *int64 `json:"now"`
 	// Live, when set, is the answer at the real clock (the daemon's, and
 	// the client's when it falls back), later than every date in the case.
 	Live json.RawMessage `json:"live"`
-}
-
-// fallbackExpect is what the local fallback must answer at the case's
-// clock, and whether the case applies to it at all.
-func (c vectorCase) fallbackExpect() (json.RawMessage, bool) {
-	switch raw := bytes.TrimSpace(c.Fallback); {
-	case len(raw) == 0:
-		return c.Expect, true
-	case string(raw) == "false":
-		return nil, false
-	default:
-		return raw, true
-	}
 }
 
 // liveExpect is what is answered at the real clock: Live when the case has
@@ -69,14 +50,6 @@ func (c vectorCase) liveExpect(want json.RawMessage) json.RawMessage {
 		return c.Live
 	}
 	return want
-}
-
-// clock is the case's fixed time, or the real one when it has none.
-func (c vectorCase) clock() time.Time {
-	if c.Now != nil {
-		return time.Unix(*c.Now, 0)
-	}
-	return time.Now()
 }
 
 type redactionCase struct {
@@ -105,12 +78,6 @@ func loadVectors(t *testing.T) *vectorFile {
 	}
 	if len(v.Classify) == 0 || len(v.Decide) == 0 || len(v.Invalid) == 0 {
 		t.Fatalf("%s has no classify, decide or invalid cases", vectorPath)
-	}
-	for _, c := range append(v.Classify, v.Decide...) {
-		fallback := bytes.TrimSpace(c.Fallback)
-		if (c.Now != nil || len(c.Live) > 0) && (c.Now == nil || (len(fallback) > 0 && fallback[0] == '{')) {
-			t.Fatalf("%s: case %q has live without now, or now with a fallback object", vectorPath, c.Name)
-		}
 	}
 	return &v
 }
@@ -333,46 +300,6 @@ func deadClient(t *testing.T, opts ...Option) *Client {
 	return c
 }
 
-func TestFallbackVectorsDecide(t *testing.T) {
-	v := loadVectors(t)
-	c := deadClient(t)
-	var ran, notApplicable int
-	for _, tc := range v.Decide {
-		want, ok := tc.fallbackExpect()
-		if !ok {
-			notApplicable++
-			continue
-		}
-		ran++
-		t.Run(tc.Name, func(t *testing.T) {
-			req := &squawkv1.DecideRetryRequest{}
-			parseRequest(t, tc.Request, req)
-			d, err := c.DecideRetry(context.Background(), req)
-			if err != nil {
-				t.Fatalf("DecideRetry: %v", err)
-			}
-			if !d.Fallback {
-				t.Fatal("decision not marked as a fallback decision")
-			}
-			if code := status.Code(d.FallbackCause); code != codes.Unavailable && code != codes.DeadlineExceeded {
-				t.Errorf("FallbackCause %v has code %v", d.FallbackCause, code)
-			}
-			// The client reads the real clock...
-			checkExpect(t, tc.liveExpect(want), d.Proto())
-			// ...and the pure port answers the same at the case's clock.
-			local, err := decideLocal(req, builtinDefault, tc.clock())
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkExpect(t, want, local.Proto())
-		})
-	}
-	if got := c.FallbackCount(); got != int64(ran) {
-		t.Errorf("FallbackCount = %d, want %d", got, ran)
-	}
-	t.Logf("%d decide cases run against the fallback, %d marked not applicable", ran, notApplicable)
-}
-
 func TestFallbackVectorsInvalid(t *testing.T) {
 	v := loadVectors(t)
 	c := deadClient(t)
@@ -396,39 +323,5 @@ func TestFallbackVectorsInvalid(t *testing.T) {
 	}
 	if n := c.FallbackCount(); n != 0 {
 		t.Errorf("refused requests were counted as fallback decisions: %d", n)
-	}
-}
-
-// The fallback's decisions carry a local classification; check it against
-// the classify cases too.
-func TestFallbackVectorsClassify(t *testing.T) {
-	v := loadVectors(t)
-	for _, tc := range v.Classify {
-		want, ok := tc.fallbackExpect()
-		if !ok {
-			continue
-		}
-		t.Run(tc.Name, func(t *testing.T) {
-			req := &squawkv1.ClassifyRequest{}
-			parseRequest(t, tc.Request, req)
-			if err := checkStatus(req.GetHttpStatus()); err != nil {
-				t.Fatal(err)
-			}
-			got := classifyLocal(req.GetErrorMessage(), req.GetHttpStatus(), req.GetTransportFailure(), req.GetHeaders(), tc.clock())
-			checkExpect(t, want, got)
-		})
-	}
-	for _, tc := range v.Redaction {
-		t.Run("redaction/"+tc.Name, func(t *testing.T) {
-			got := classifyLocal(tc.Input, 0, false, nil, time.Now()).GetRedactedMessage()
-			if got != tc.Redacted {
-				t.Errorf("redacted_message\n got %q\nwant %q", got, tc.Redacted)
-			}
-			for _, secret := range tc.Secrets {
-				if strings.Contains(got, secret) {
-					t.Errorf("redact(%q) = %q still holds %q", tc.Input, got, secret)
-				}
-			}
-		})
 	}
 }

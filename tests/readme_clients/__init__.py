@@ -1,1 +1,1 @@
-"""The harnesses that run the README's client examples (tests/test_readme.py)."""
+"""The harnesses that run the docs' client examples (tests/test_readme.py)."""

@@ -36,18 +36,24 @@ def build_go(example: str, work: Path) -> list[str]:
     (work / "main.go").write_text(template.replace("{example}", indented))
     client = ROOT / "clients" / "go"
     lines = (client / "go.mod").read_text().split("\n")
-    go = next(line for line in lines if line.startswith("go "))  # the client's Go version
+    version = next(line for line in lines if line.startswith("go "))  # the client's Go version
     (work / "go.mod").write_text(
-        f"module example.com/readme\n\n{go}\n\n"
+        f"module example.com/readme\n\n{version}\n\n"
         "require github.com/squawk-dev/squawk/clients/go v0.0.0\n\n"
         f"replace github.com/squawk-dev/squawk/clients/go => {client}\n"
     )
     env = {**os.environ, "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -mod=mod".strip()}
-    for argv in (["go", "mod", "tidy"], ["go", "build", "-o", "example", "."]):
-        # A cold module and build cache downloads and compiles gRPC.
-        done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr}"
+    go(["mod", "tidy"], work, env)
+    go(["build", "-o", "example", "."], work, env)
     return [str(work / "example")]
+
+
+def go(args: list[str], module: Path, env: dict[str, str] | None = None) -> None:
+    """Run `go args` in `module`; a cold module and build cache downloads and
+    compiles gRPC, hence the long timeout."""
+    argv = ["go", *args]
+    done = subprocess.run(argv, cwd=module, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{' '.join(argv)}:\n{done.stderr}"
 
 
 TS_CLIENT = ROOT / "clients" / "typescript"
@@ -56,14 +62,27 @@ TS_CLIENT = ROOT / "clients" / "typescript"
 def build_typescript(example: str, work: Path) -> list[str]:
     """An ES module (the example awaits at top level), compiled strict by the
     client's own tsc against its built package."""
-    built = TS_CLIENT / "dist" / "src" / "index.js"
-    if not built.exists():
-        pytest.fail(f"{built.relative_to(ROOT)} is missing: run `make ts-build` first")
+    built_typescript_client()
     template = (HARNESS / "example.ts.tmpl").read_text()
     (work / "example.ts").write_text(template.replace("{example}", example))
     (work / "package.json").write_text(json.dumps({"type": "module", "private": True}))
     (work / "node_modules" / "@squawk").mkdir(parents=True)
     (work / "node_modules" / "@squawk" / "client").symlink_to(TS_CLIENT)
+    tsc(work, ["example.ts"])
+    return ["node", str(work / "example.js")]
+
+
+def built_typescript_client() -> None:
+    """Fail unless clients/typescript is built (`make ts-build`)."""
+    built = TS_CLIENT / "dist" / "src" / "index.js"
+    if not built.exists():
+        pytest.fail(f"{built.relative_to(ROOT)} is missing: run `make ts-build` first")
+
+
+def tsc(work: Path, files: list[str], **options: object) -> None:
+    """Compile `files` strict with the client's own tsc (and its Node types),
+    from a tsconfig.json written in `work`; `options` add compiler options
+    (e.g. checkJs for JavaScript with JSDoc types)."""
     config = {
         "compilerOptions": {
             "target": "ES2022",
@@ -74,11 +93,11 @@ def build_typescript(example: str, work: Path) -> list[str]:
             "skipLibCheck": True,
             "typeRoots": [str(TS_CLIENT / "node_modules" / "@types")],
             "types": ["node"],
+            **options,
         },
-        "files": ["example.ts"],
+        "files": files,
     }
     (work / "tsconfig.json").write_text(json.dumps(config))
-    tsc = [str(TS_CLIENT / "node_modules" / ".bin" / "tsc"), "-p", "tsconfig.json"]
-    done = subprocess.run(tsc, cwd=work, capture_output=True, text=True, timeout=300)
+    command = [str(TS_CLIENT / "node_modules" / ".bin" / "tsc"), "-p", "tsconfig.json"]
+    done = subprocess.run(command, cwd=work, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"tsc:\n{done.stdout}{done.stderr}"
-    return ["node", str(work / "example.js")]

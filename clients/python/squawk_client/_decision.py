@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
@@ -70,14 +70,19 @@ def _from_core(decision: CoreDecision) -> Decision:
     )
 
 
-def fallback_decision(request: pb.DecideRetryRequest, profile: Profile) -> Decision:
+def fallback_decision(
+    request: pb.DecideRetryRequest,
+    profile: Profile,
+    clock: Callable[[], float] = time.time,
+) -> Decision:
     """Answer locally; raises SquawkInputError for input the daemon would refuse.
 
     Corrections are disabled: without the daemon there is no analyzer, and a
-    non-transient 4xx must never be resent unchanged.
+    non-transient 4xx must never be resent unchanged. `clock` (Unix seconds)
+    is read only for a Retry-After date; the conformance runner fixes it.
     """
     try:
         state = replace(attempt_state(request), correction_available=False)
-        return _from_core(decide(state, profile, time.time))
+        return _from_core(decide(state, profile, clock))
     except PolicyInputError as bad:
         raise SquawkInputError(bad.field, str(bad)) from None

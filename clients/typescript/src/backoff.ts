@@ -1,5 +1,7 @@
-// Deterministic sine-jitter backoff, identical to sidecar/core/squawk/policy/backoff.py.
+// Deterministic sine-jitter backoff (docs/fallback.md), the formula of
+// sidecar/core/squawk/policy/backoff.py; the numbers are generated.
 import { roundHalfEven } from "./duration";
+import { DEFAULT_BACKOFF_MS, SINE_JITTER } from "./fallback_table";
 
 export interface BackoffConfig {
   /** First wait, in milliseconds (default 500). */
@@ -10,7 +12,7 @@ export interface BackoffConfig {
   readonly factor: number;
 }
 
-export const DEFAULT_BACKOFF: BackoffConfig = Object.freeze({ initialMs: 500, maxMs: 10_000, factor: 2 });
+export const DEFAULT_BACKOFF: BackoffConfig = Object.freeze({ ...DEFAULT_BACKOFF_MS });
 
 /**
  * The wait after failed attempt `attempt` (1-based), in whole milliseconds:
@@ -23,6 +25,6 @@ export function backoffDelayMs(attempt: number, cfg: BackoffConfig = DEFAULT_BAC
   let base = cfg.initialMs * Math.pow(cfg.factor, exponent);
   if (!Number.isFinite(base)) base = cfg.maxMs;
   base = Math.min(base, cfg.maxMs);
-  const ms = Math.min(base * (1 + 0.1 * Math.sin(attempt)), cfg.maxMs);
+  const ms = Math.min(base * (1 + SINE_JITTER * Math.sin(attempt)), cfg.maxMs);
   return roundHalfEven(ms);
 }

@@ -1,20 +1,31 @@
-// Classification under the built-in "default" profile, as in
-// sidecar/core/squawk/policy/classify.py.
+// The fallback's classification (docs/fallback.md): the status tables alone,
+// generated into fallback_table.ts; no error text is read or copied.
 import { durationFromMs } from "./duration";
-import { ErrorCategory, type ClassifyResponse } from "./gen/squawk/v1/policy";
-import { retryAfterMs, type HeaderMap } from "./headers";
+import type { ClassifyResponse } from "./gen/squawk/v1/policy";
+import { waitHint, type HeaderMap } from "./headers";
 import { SquawkInputError } from "./errors";
-import { S } from "./pyregex";
-import { redact } from "./redact";
+import {
+  NO_STATUS_ROW,
+  OTHER_4XX_ROW,
+  OTHER_5XX_ROW,
+  OTHER_STATUS_ROW,
+  STATUS_TABLE,
+  TERMINAL_STATUSES,
+  TRANSIENT_FROM,
+  TRANSIENT_STATUSES,
+  TRANSIENT_TO,
+  TRANSPORT_CODE,
+  type StatusRow,
+} from "./fallback_table";
 
-/** 408, 429 and every 5xx: resent unchanged by the default profile. */
+/** The resend-unchanged set. */
 export function isTransientStatus(status: number): boolean {
-  return status === 408 || status === 429 || (status >= 500 && status <= 599);
+  return TRANSIENT_STATUSES.includes(status) || (status >= TRANSIENT_FROM && status <= TRANSIENT_TO);
 }
 
-/** 401, 403, 405: retrying cannot help. */
+/** The never-retry set. */
 export function isTerminalStatus(status: number): boolean {
-  return status === 401 || status === 403 || status === 405;
+  return TERMINAL_STATUSES.includes(status);
 }
 
 export function checkStatus(status: number, field = "http_status"): void {
@@ -23,74 +34,29 @@ export function checkStatus(status: number, field = "http_status"): void {
   }
 }
 
-// The digits may not continue ("code: 12345" is no status); only 100..599 counts.
-const STATUS_IN_TEXT = new RegExp(`(?:status|error|code)(?::|${S})+([0-9]{3})(?![0-9])`, "giu");
-
-/** The first real HTTP status named in an error text, or 0. */
-export function statusFromText(message: string): number {
-  for (const match of message.matchAll(STATUS_IN_TEXT)) {
-    const status = Number(match[1]);
-    if (status >= 100 && status <= 599) return status;
-  }
-  return 0;
-}
-
-type Row = readonly [status: number, category: ErrorCategory, code: string];
-
-const TABLE: ReadonlyMap<number, Row> = new Map<number, Row>([
-  [400, [400, ErrorCategory.ERROR_CATEGORY_INPUT_ERROR, "INVALID_INPUT"]],
-  [401, [401, ErrorCategory.ERROR_CATEGORY_AUTH_ERROR, "UNAUTHORIZED"]],
-  [403, [403, ErrorCategory.ERROR_CATEGORY_AUTH_ERROR, "FORBIDDEN"]],
-  [404, [400, ErrorCategory.ERROR_CATEGORY_INPUT_ERROR, "NOT_FOUND"]],
-  [405, [405, ErrorCategory.ERROR_CATEGORY_INPUT_ERROR, "METHOD_NOT_ALLOWED"]],
-  [408, [502, ErrorCategory.ERROR_CATEGORY_SERVICE_ERROR, "UPSTREAM_TIMEOUT"]],
-  [409, [400, ErrorCategory.ERROR_CATEGORY_INPUT_ERROR, "CONFLICT"]],
-  [422, [400, ErrorCategory.ERROR_CATEGORY_INPUT_ERROR, "UNPROCESSABLE"]],
-  [429, [429, ErrorCategory.ERROR_CATEGORY_RATE_LIMIT, "RATE_LIMITED"]],
-]);
-
 /** (status the tool answers with, category, code) for an upstream status (0 = none). */
-export function toolStatus(upstream: number): Row {
-  const row = TABLE.get(upstream);
+export function toolStatus(upstream: number): StatusRow {
+  const row = STATUS_TABLE.get(upstream);
   if (row !== undefined) return row;
-  if (upstream === 0) return [502, ErrorCategory.ERROR_CATEGORY_SERVICE_ERROR, "UPSTREAM_UNAVAILABLE"];
-  if (upstream >= 400 && upstream < 500) return [400, ErrorCategory.ERROR_CATEGORY_INPUT_ERROR, "UPSTREAM_CLIENT_ERROR"];
-  if (upstream >= 500) return [502, ErrorCategory.ERROR_CATEGORY_SERVICE_ERROR, "UPSTREAM_SERVER_ERROR"];
-  // 1xx-3xx reported as a failure: the answer will not change on resend.
-  return [502, ErrorCategory.ERROR_CATEGORY_SERVICE_ERROR, "UNEXPECTED_STATUS"];
+  if (upstream === 0) return NO_STATUS_ROW;
+  if (upstream >= 400 && upstream < 500) return OTHER_4XX_ROW;
+  if (upstream >= 500) return OTHER_5XX_ROW;
+  return OTHER_STATUS_ROW;
 }
 
-export interface Failure {
-  readonly errorMessage: string;
-  readonly httpStatus: number;
-  readonly transportFailure: boolean;
-  readonly headers: HeaderMap;
-}
-
-// With the "u" flag a surrogate pair is one character, so only lone halves match.
-const LONE_SURROGATE = /[\ud800-\udfff]/gu;
-
-/**
- * `text` with each lone surrogate (which a JSON body's escapes can carry)
- * replaced by U+FFFD, as the daemon's text gate replaces it.
- */
-export function wellFormed(text: string): string {
-  return text.replace(LONE_SURROGATE, "\ufffd");
-}
-
-/** Classify one failure under the default profile; `nowMs` is read only for an HTTP-date Retry-After. */
-export function classifyFailure(failure: Failure, nowMs: number): ClassifyResponse {
-  checkStatus(failure.httpStatus);
-  const upstream = failure.transportFailure ? 0 : failure.httpStatus || statusFromText(failure.errorMessage);
-  const [httpStatus, category, tableCode] = toolStatus(upstream);
-  const wait = retryAfterMs(failure.headers, nowMs);
+/** Classify one failure by the status tables; `nowMs` is read only for an HTTP-date Retry-After. */
+export function classifyFailure(httpStatus: number, transportFailure: boolean, headers: HeaderMap, nowMs: number): ClassifyResponse {
+  checkStatus(httpStatus);
+  const upstream = transportFailure ? 0 : httpStatus;
+  const [status, category, code] = toolStatus(upstream);
+  const wait = waitHint(headers, nowMs);
   return {
-    httpStatus,
+    httpStatus: status,
     category,
     retryable: upstream === 0 || isTransientStatus(upstream),
-    code: failure.transportFailure ? "TRANSPORT_FAILURE" : tableCode,
+    code: transportFailure ? TRANSPORT_CODE : code,
     upstreamStatus: upstream,
-    redactedMessage: redact(wellFormed(failure.errorMessage)),
-    retryAfter: wait === undefined ? undefined : durationFromMs(wait),
+    redactedMessage: "",
+    retryAfter: wait === undefined ? undefined : durationFromMs(wait.ms),
   };
 }

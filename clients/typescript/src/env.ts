@@ -2,8 +2,8 @@
 // sidecar/core/squawk/policy/env.py's apply_env reads them, so the fallback waits as the
 // daemon in the same pod would.
 import { DEFAULT_FALLBACK_PROFILE, type FallbackProfile } from "./fallback";
-
-const PREFIXES = ["SQUAWK_STEP_RETRY_", "TRUVAG3_STEP_RETRY_"] as const;
+import { roundHalfEven } from "./duration";
+import { ENV_PREFIXES } from "./fallback_table";
 
 const UNIT_MS: Readonly<Record<string, number>> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, ms: 1, s: 1e3, m: 60e3, h: 3600e3 };
 const DURATION_PART = /([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)/g;
@@ -15,7 +15,8 @@ export function parseGoDuration(text: string): number | undefined {
   if (!DURATION_FULL.test(t)) return undefined;
   let ms = 0;
   for (const m of t.matchAll(DURATION_PART)) ms += Number(m[1]) * (UNIT_MS[m[2] as string] as number);
-  return ms;
+  // Whole microseconds, as the daemon keeps a duration: 1ns is zero.
+  return roundHalfEven(ms * 1000) / 1000;
 }
 
 function positiveDuration(text: string): number | undefined {
@@ -25,14 +26,14 @@ function positiveDuration(text: string): number | undefined {
 
 function positiveInt(text: string): number | undefined {
   const t = text.trim();
-  if (!/^[+-]?[0-9]+(?:_[0-9]+)*$/.test(t)) return undefined;
-  const n = Number(t.replace(/_/g, ""));
+  if (!/^[+-]?[0-9]+$/.test(t)) return undefined;
+  const n = Number(t);
   return n >= 1 ? n : undefined;
 }
 
 function lookup(env: Readonly<Record<string, string | undefined>>, suffix: string): [string, string] | undefined {
   // The SQUAWK_ name wins when both are set.
-  for (const prefix of PREFIXES) {
+  for (const prefix of ENV_PREFIXES) {
     const value = env[prefix + suffix];
     if (value !== undefined) return [prefix + suffix, value];
   }

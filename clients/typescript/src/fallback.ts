@@ -1,19 +1,19 @@
-// The local fallback: the built-in "default" profile's routing, ported from
-// sidecar/core/squawk/policy/decide.py, with corrections disabled (no analyzer runs
-// without the daemon). The requested profile is not consulted: whatever the
-// daemon's policy file says, the fallback routes by the default rules.
+// The local fallback: what the client decides alone when the daemon did not
+// answer, as docs/fallback.md specifies it. Its numbers and tables are
+// generated into fallback_table.ts from clients/fallback/contract.json; the
+// cases in clients/fallback/cases.json check it, through one runner, against
+// the same expectations as the other clients. The requested profile is not
+// consulted: the fallback routes by the default rules.
 import { backoffDelayMs, DEFAULT_BACKOFF, type BackoffConfig } from "./backoff";
 import { checkStatus, classifyFailure, isTerminalStatus, isTransientStatus } from "./classify";
 import { durationFromMs, durationToMs, roundHalfEven } from "./duration";
-import { readEnvelope } from "./envelope";
+import { declaresNotRetryable } from "./envelope";
 import { SquawkInputError } from "./errors";
-import type { Duration } from "./gen/google/protobuf/duration";
+import { DEFAULT_MAX_ATTEMPTS, MAX_BODY_BYTES, PROFILE_NAME } from "./fallback_table";
 import { pushbackRefuses, waitHint } from "./headers";
 import {
   Action,
   Reason,
-  type ClassifyRequest,
-  type ClassifyResponse,
   type DecideRetryRequest,
   type DecideRetryResponse,
 } from "./gen/squawk/v1/policy";
@@ -27,21 +27,10 @@ export interface FallbackProfile {
 }
 
 export const DEFAULT_FALLBACK_PROFILE: FallbackProfile = Object.freeze({
-  maxAttempts: 3,
+  maxAttempts: DEFAULT_MAX_ATTEMPTS,
   backoff: DEFAULT_BACKOFF,
-  maxBodyBytes: 1 << 20,
+  maxBodyBytes: MAX_BODY_BYTES,
 });
-
-const PROFILE_NAME = "default";
-
-/**
- * A deadline in ms as the daemon reads it: Python's timedelta keeps whole
- * microseconds, rounding the nanoseconds half to even, so a deadline 0.4 µs
- * short of a wait still allows it.
- */
-function wholeMicrosMs(d: Duration): number {
-  return d.seconds * 1000 + roundHalfEven(d.nanos / 1000) / 1000;
-}
 
 /** Throw SquawkInputError naming the first field the policy cannot accept. */
 export function validateDecideRequest(req: DecideRetryRequest, maxBodyBytes = DEFAULT_FALLBACK_PROFILE.maxBodyBytes): void {
@@ -65,19 +54,6 @@ export function validateDecideRequest(req: DecideRetryRequest, maxBodyBytes = DE
   }
 }
 
-/** Classify under the default profile (the fallback for the Classify RPC). */
-export function fallbackClassify(req: ClassifyRequest, nowMs: number): ClassifyResponse {
-  return classifyFailure(
-    {
-      errorMessage: req.errorMessage,
-      httpStatus: req.httpStatus,
-      transportFailure: req.transportFailure,
-      headers: req.headers,
-    },
-    nowMs,
-  );
-}
-
 /** Decide one failed attempt under the default profile with corrections disabled. */
 export function fallbackDecide(
   req: DecideRetryRequest,
@@ -85,16 +61,7 @@ export function fallbackDecide(
   profile: FallbackProfile = DEFAULT_FALLBACK_PROFILE,
 ): DecideRetryResponse {
   validateDecideRequest(req, profile.maxBodyBytes);
-  const envelope = readEnvelope(req.responseBody);
-  const seen = classifyFailure(
-    {
-      errorMessage: envelope.message,
-      httpStatus: req.httpStatus,
-      transportFailure: req.transportFailure,
-      headers: req.headers,
-    },
-    nowMs,
-  );
+  const seen = classifyFailure(req.httpStatus, req.transportFailure, req.headers, nowMs);
   const status = req.httpStatus;
   const transport = req.transportFailure || status === 0;
   const answer = (action: Action, reason: Reason, explanation: string, delayMs = 0): DecideRetryResponse => ({
@@ -112,7 +79,7 @@ export function fallbackDecide(
   if (req.cancelled) {
     return fail(Reason.REASON_CANCELLED, "The step was cancelled; nothing is retried after cancellation.");
   }
-  if (envelope.retryable === false) {
+  if (declaresNotRetryable(req.responseBody)) {
     return fail(
       Reason.REASON_EXPLICIT_NOT_RETRYABLE,
       "The component declared error.retryable=false, which stops every same-step retry.",
@@ -148,7 +115,7 @@ export function fallbackDecide(
       );
     }
     const waitMs = seen.retryAfter !== undefined ? durationToMs(seen.retryAfter) : backoffDelayMs(req.attempt, profile.backoff);
-    const deadlineMs = req.deadline === undefined ? undefined : wholeMicrosMs(req.deadline);
+    const deadlineMs = req.deadline === undefined ? undefined : durationToMs(req.deadline);
     if (deadlineMs !== undefined && waitMs > deadlineMs) {
       return fail(
         Reason.REASON_DEADLINE_EXCEEDED,

@@ -23,11 +23,8 @@ export {
 export { MAX_BATCH, type BatchResult } from "./batch";
 export { OUTCOME_BATCH_DELAY_MS, OUTCOME_BATCH_SIZE } from "./client";
 export { SquawkError, SquawkInputError } from "./errors";
-export { fallbackClassify, fallbackDecide, validateDecideRequest, DEFAULT_FALLBACK_PROFILE, type FallbackProfile } from "./fallback";
-export { fallbackProfileFromEnv, parseGoDuration } from "./env";
-export { backoffDelayMs, DEFAULT_BACKOFF, type BackoffConfig } from "./backoff";
-export { retryAfterMs, parseHttpDate } from "./headers";
-export { redact, REDACTED } from "./redact";
+export { type FallbackProfile } from "./fallback";
+export { type BackoffConfig } from "./backoff";
 export { durationFromMs, durationToMs } from "./duration";
 export { StepError, type HeaderSource, type ResponseLike, type StepErrorInit } from "./steperror";
 export { type ErrorInfo, type Tier } from "./hooks";

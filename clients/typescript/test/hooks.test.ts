@@ -5,8 +5,6 @@ import { describe, test } from "node:test";
 import {
   Action,
   ClassifyResponse,
-  DEFAULT_BACKOFF,
-  DEFAULT_FALLBACK_PROFILE,
   durationFromMs,
   Reason,
   runStep,
@@ -16,6 +14,8 @@ import {
   type DecisionSource,
   type FallbackProfile,
 } from "../src/index";
+import { DEFAULT_BACKOFF } from "../src/backoff";
+import { DEFAULT_FALLBACK_PROFILE } from "../src/fallback";
 import { override } from "../src/hooks";
 
 function decision(action: Action, reason: Reason, delayMs = 0, retryAfterMs?: number): Decision {

@@ -2,7 +2,8 @@
 // the same port: decisions come from the daemon again.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
-import { Action, backoffDelayMs, durationToMs, runStep, SquawkClient, StepError, type Decision, type DecideRetryInput, type DecisionSource } from "../src/index";
+import { backoffDelayMs } from "../src/backoff";
+import { Action, durationToMs, runStep, SquawkClient, StepError, type Decision, type DecideRetryInput, type DecisionSource } from "../src/index";
 import { Daemon } from "./support/daemon";
 
 const pause = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));

@@ -6,7 +6,6 @@ import { describe, test } from "node:test";
 import {
   Action,
   BreakerState,
-  DEFAULT_FALLBACK_PROFILE,
   durationFromMs,
   durationToMs,
   Reason,
@@ -24,6 +23,7 @@ import {
   type Sleep,
   type Tier,
 } from "../src/index";
+import { DEFAULT_FALLBACK_PROFILE } from "../src/fallback";
 
 function decision(action: Action, reason: Reason, delayMs = 0, consumesAttempt = true): Decision {
   return {

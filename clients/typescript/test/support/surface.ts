@@ -16,19 +16,8 @@ export const PUBLIC_VALUES: readonly string[] = [
   "sleep",
   "StepError",
   "StepFailedError",
-  // the local fallback and its pieces
-  "fallbackClassify",
-  "fallbackDecide",
-  "validateDecideRequest",
-  "DEFAULT_FALLBACK_PROFILE",
-  "fallbackProfileFromEnv",
-  "parseGoDuration",
-  "backoffDelayMs",
-  "DEFAULT_BACKOFF",
-  "retryAfterMs",
-  "parseHttpDate",
-  "redact",
-  "REDACTED",
+  // google.protobuf.Duration in milliseconds (the local fallback's rules are
+  // internal: docs/fallback.md)
   "durationFromMs",
   "durationToMs",
   // squawk.v1

@@ -53,20 +53,9 @@ export function loadVectors(): Vectors {
   return vectors;
 }
 
-/** What the fallback must answer for a case at its clock, or undefined when the case does not apply to it. */
-export function fallbackExpectation(c: ClassifyCase): JsonObject | undefined {
-  if (c.fallback === false) return undefined;
-  return c.fallback ?? c.expect;
-}
-
 /** What is answered at the real clock (the daemon's, a client's fallback): `live` when the case has it. */
 export function liveExpectation(c: ClassifyCase, atCaseClock: JsonObject): JsonObject {
   return c.live ?? atCaseClock;
-}
-
-/** The case's clock in Unix ms, or `otherwise` when it has none. */
-export function caseNowMs(c: ClassifyCase, otherwise: number): number {
-  return c.now === undefined ? otherwise : c.now * 1000;
 }
 
 /** A proto3 JSON Duration ("1.5s", "-1s") as a Duration message. */

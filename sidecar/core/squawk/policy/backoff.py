@@ -122,7 +122,7 @@ def parse_duration(text: str) -> timedelta:
 
 def format_duration(value: timedelta) -> str:
     """`value` as parse_duration reads it back ("500ms", "10s", "1m30s"), for
-    messages: the README teaches this form, not timedelta's "0:00:10"."""
+    messages: the docs teach this form, not timedelta's "0:00:10"."""
     rest = round(value / timedelta(microseconds=1))
     if rest <= 0:
         return "0s"

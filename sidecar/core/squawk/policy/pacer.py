@@ -44,13 +44,19 @@ Where the pace comes from, the first that applies (`PaceSource`):
    the current rate, which compounds BETA on every cut. Every outcome moves
    the measurement's clock and a bucket without a success folds in as
    0/s, so an upstream that stops serving decays W_max to the floor within
-   a few buckets, as botocore's min(measured, current) would. Nothing ties
+   a few buckets, as botocore's min(measured, current) would; but buckets
+   in which nothing reported are no reading (botocore spreads a bucket's
+   count over them), and the calls still out during the cool-down of the
+   throttle that armed the pace count in that throttle's bucket. A cut
+   reads its bucket before the successes of the same moment have all
+   reported: once that bucket is complete, W_max rises to what it served. Nothing ties
    a reported success to an admitted call, so once a bucket of the learned
    pace's own grants is measured (botocore's measured_tx_rate), the
    success rate it reads is at most that: made-up successes cannot lift
    the pace. The first throttle
    after a quiet period only arms it (the shared cool-down answers that
-   one); the second within `quiet` cuts. A throttle whose Retry-After is
+   one); the second within `quiet` cuts, and the pace answers it (no
+   second cool-down). A throttle whose Retry-After is
    past squawk.policy.upstream.CLOSED_AFTER (2 s) still cools the pod: the
    upstream is closed, not full. It switches off (NONE) after
    `quiet` without a throttle; botocore's stays on for good.
@@ -307,6 +313,9 @@ class Pacer(NamedTuple):
     bucket_at: float = -math.inf
     bucket_count: int = 0
     measured: float = 0.0
+    # Until when outcomes count in the bucket of the throttle that armed
+    # the pace (its cool-down; see _cut).
+    paused_until: float = -math.inf
     # The rate the learned pace granted, measured the same way (botocore's
     # measured_tx_rate): a success rate above it is made up.
     sent_at: float = -math.inf
@@ -574,7 +583,8 @@ def observe(
     if config.learn and not config._policy:
         _measure(pacer, now, changes, 1 if sample.success else 0)
         if sample.throttled:
-            _cut(pacer, config, now, changes)
+            hold = min(_bounded_seconds(sample.retry_after), seconds(max_hold))
+            _cut(pacer, config, now, changes, hold)
     if not changes:
         return pacer
     return _replace(pacer, **changes)
@@ -734,30 +744,48 @@ def _read_hint(
 
 def _measure(pacer: Pacer, now: float, changes: dict[str, float], add: int) -> None:
     # botocore's RateClocker.record: count, and on entering a new bucket
-    # fold count / (buckets elapsed) into the smoothed rate. Every outcome
-    # moves the clock, a failure adding 0: buckets without a success fold
+    # fold the count into the smoothed rate, as a rate over one bucket
+    # (botocore: over every bucket since; see the module docstring). Every
+    # outcome moves the clock, a failure adding 0: buckets without a success fold
     # in as 0/s, so a closed upstream's rate decays to the floor instead of
     # keeping the last rate it served (botocore gets there by cutting from
     # min(measured, current rate)).
     bucket = math.floor(now / BUCKET) * BUCKET
+    if now < pacer.paused_until:
+        bucket = min(bucket, pacer.bucket_at)  # see _cut
     count = pacer.bucket_count + add
     if pacer.bucket_at == -math.inf:
         changes["bucket_at"], changes["bucket_count"] = bucket, count
     elif bucket > pacer.bucket_at:
-        rate = count / (bucket - pacer.bucket_at)
+        rate = count / BUCKET
         changes["measured"] = SMOOTHING * rate + (1.0 - SMOOTHING) * pacer.measured
+        if pacer.w_max > 0.0 and pacer.cut_at >= pacer.bucket_at:
+            # The bucket of the last cut is complete: its successes are what
+            # the upstream served while it throttled, the reading the cut
+            # took only a part of (the throttle came before the successes
+            # of the same moment were reported). W_max rises to it.
+            _revise(pacer, pacer.bucket_count / BUCKET, changes)
         changes["bucket_at"], changes["bucket_count"] = bucket, 0
     elif add:
         changes["bucket_count"] = count
 
 
-def _cut(pacer: Pacer, config: RateLimitConfig, now: float, changes: dict[str, float]) -> None:
+def _cut(
+    pacer: Pacer, config: RateLimitConfig, now: float, changes: dict[str, float], hold: float
+) -> None:
     changes["throttled_at"] = now
     if now - pacer.throttled_at >= config._quiet_s:
         # The first throttle after a quiet period only arms the pacer: the
         # shared cool-down answers it, and one 429 among healthy calls is
         # no rate to learn from (it would pace the pod at the floor).
         changes["w_max"] = 0.0
+        if hold:
+            # The cool-down it starts (`hold`, its Retry-After) stops the
+            # pod's calls: until it ends, only the calls still out report,
+            # and a bucket of theirs would read a fraction of what the
+            # upstream serves, so the first cut after it would pace the
+            # pod far below it for seconds. They count in this bucket.
+            changes["paused_until"] = now + hold
         return
     if now - pacer.cut_at < BUCKET:
         return
@@ -772,10 +800,19 @@ def _cut(pacer: Pacer, config: RateLimitConfig, now: float, changes: dict[str, f
     else:
         # A new episode: grants counted in an old one say nothing now.
         changes["sent_at"], changes["sent_count"], changes["sent"] = -math.inf, 0, 0.0
-    w_max = min(served, MAX_RATE)
+    _set_w_max(min(served, MAX_RATE), changes)
+    changes["cut_at"] = now
+
+
+def _revise(pacer: Pacer, served: float, changes: dict[str, float]) -> None:
+    w_max = min(_checked(pacer, served), MAX_RATE)
+    if w_max > pacer.w_max:
+        _set_w_max(w_max, changes)
+
+
+def _set_w_max(w_max: float, changes: dict[str, float]) -> None:
     changes["w_max"] = w_max
     changes["k"] = (w_max * (1.0 - BETA) / SCALE) ** (1.0 / 3.0)
-    changes["cut_at"] = now
 
 
 def pace_source(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSource:

@@ -22,7 +22,7 @@ Finagle's WindowedAdder does (see squawk.policy.timing), so a deposit stays
 for between 9/10 ttl and ttl. A resend admitted with `retry=True` does not
 deposit. The daemon's Admit cannot tell a resend from a first call (the
 request has no such field), so over the wire every admitted call deposits
-and retries are a share of all admitted calls, as the README states.
+and retries are a share of all admitted calls, as docs/upstreams.md states.
 
 `kind: token_bucket`: gRFC A6's retry throttling.
 

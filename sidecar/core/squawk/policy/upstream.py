@@ -270,13 +270,13 @@ def record_outcome(
     # reacts within a bucket): the upstream is closed, not full, and a
     # learned pace keeps probing it at its rate for the whole length. It
     # cools the pod, learned or not.
+    pacer = _pacer.observe(
+        state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
+    )
     learned = (
         throttled
         and not _closed(outcome.retry_after)
-        and _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
-    )
-    pacer = _pacer.observe(
-        state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
+        and _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.LEARNED
     )
     if throttled and outcome.hint is not None:
         learned = learned or (

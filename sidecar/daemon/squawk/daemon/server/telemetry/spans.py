@@ -15,7 +15,7 @@ provider's span processors as one finished ReadableSpan, as the SDK's own
 and the generic gRPC server interceptor spending per call: a lock and an
 attribute-checking mapping per span, two context managers and a proxy
 around the servicer context (about a third of a traced call's CPU, in a
-py-spy profile of DecideRetry at saturation; README "Performance"). The
+py-spy profile of DecideRetry at saturation; bench/REPORT.md). The
 attributes are the daemon's own fields, already
 bounded and redacted (telemetry/observer.py, `shown_text`), so the SDK's per-value
 checks had nothing to do.

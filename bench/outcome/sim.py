@@ -1,0 +1,188 @@
+"""The outcome benchmark's overloads as an event simulation of the pod's
+own state machines, on a simulated clock: `python -m bench.outcome.sim`.
+
+`make bench-outcome` measures the real thing (processes, sockets, four
+executors in three languages) once per variant, and one run of the learned
+pace is one draw of a noisy process: whether the first throttle falls early
+or late in a measurement bucket moves a 2x run's goodput by 10 %. This runs
+the same shapes through the pure core (squawk.policy.upstream's admit and
+record_outcome, the same functions the daemon calls) many times over, each
+with its own seed, in well under a second a run, so a change to the pacer
+is judged by the spread of its outcomes rather than by one draw.
+
+The model, kept to what the pacer sees: Poisson arrivals of steps (0.5 x C,
+then the overload, then 0.5 x C; or 0.8 x C with the capacity halved), each
+with a 10 s deadline and 3 attempts; Admit with the deadline left (a refusal
+waits its retry_after and asks again, if that fits); a paced wait is slept;
+the upstream is a token bucket of C calls/s holding BURST_S x C (the
+benchmark's upstream) answering 429 with Retry-After: 1 when empty; an
+outcome reaches the daemon within `report_delay` (the runners batch them
+for up to 50 ms); a throttled attempt is retried after its Retry-After plus
+up to 20 % (the jitter every Squawk refusal gets). What it leaves out: the
+retry budget (so it retries more than the runners do), the executors' own
+scheduling, the daemon's latency and CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import random
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from squawk.policy.outcome import Outcome
+from squawk.policy.upstream import UpstreamConfig, UpstreamState, admit, record_outcome
+
+__all__ = ["Result", "main", "simulate"]
+
+BURST_S = 0.5  # as bench.outcome.run
+DEADLINE_S = 10.0
+MAX_ATTEMPTS = 3
+RETRY_AFTER = timedelta(seconds=1)
+LATENCY_S = 0.002
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """The middle phase: successes and attempts per second over C; for the
+    halving, successes from 5 s in over the halved capacity."""
+
+    successes_per_c: float
+    attempts_per_c: float
+
+
+@dataclass(slots=True)
+class _Step:
+    deadline: float
+    attempts: int = 0
+
+
+@dataclass(slots=True)
+class _World:
+    capacity: Callable[[float], float]
+    cap: float
+    tokens: float
+    last: float = 0.0
+    state: UpstreamState = field(default_factory=UpstreamState)
+    served: list[float] = field(default_factory=list)
+    sent: list[float] = field(default_factory=list)
+
+    def call(self, now: float) -> bool:
+        self.tokens = min(self.cap, self.tokens + (now - self.last) * self.capacity(now))
+        self.last = now
+        self.sent.append(now)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            self.served.append(now)
+            return True
+        return False
+
+
+def simulate(
+    variant: str = "2x",
+    seed: int = 0,
+    *,
+    capacity: float = 20.0,
+    warm: float = 3.0,
+    hot: float = 20.0,
+    after: float = 7.0,
+    report_delay: float = 0.05,
+    config: UpstreamConfig | None = None,
+) -> Result:
+    """One run of `variant` ("2x", "10x" or "halving")."""
+    halving = variant == "halving"
+    overload = 0.8 if halving else float(variant.rstrip("x"))
+    low = 0.8 if halving else 0.5
+    cfg = config or UpstreamConfig()
+    rng = random.Random(seed)
+    jitter = random.Random(seed + 1)  # the daemon's own randomness
+
+    def cap_at(now: float) -> float:
+        return capacity / 2 if halving and warm <= now < warm + hot else capacity
+
+    world = _World(cap_at, capacity * BURST_S, capacity * BURST_S)
+    events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+    order = itertools.count()
+
+    def at(when: float, fn: Callable[..., None], *args: Any) -> None:
+        heapq.heappush(events, (when, next(order), fn, args))
+
+    def ask(now: float, step: _Step) -> None:
+        left = step.deadline - now
+        if left <= 0:
+            return
+        world.state, answer = admit(
+            world.state,
+            cfg,
+            now,
+            retry=step.attempts > 0,
+            rng=jitter,
+            deadline=timedelta(seconds=left),
+        )
+        if not answer.allowed:
+            wait = answer.retry_after.total_seconds() if answer.retry_after else 0.05
+            if wait < left:
+                at(now + wait, ask, step)
+            return
+        wait = answer.wait.total_seconds()
+        if wait <= left:
+            at(now + wait, send, step)
+
+    def send(now: float, step: _Step) -> None:
+        step.attempts += 1
+        ok = world.call(now)
+        outcome = Outcome(True) if ok else Outcome(False, 429, retry_after=RETRY_AFTER)
+        at(now + LATENCY_S + rng.uniform(0, report_delay), report, outcome)
+        if not ok and step.attempts < MAX_ATTEMPTS:
+            at(now + RETRY_AFTER.total_seconds() * rng.uniform(1.0, 1.2), ask, step)
+
+    def report(now: float, outcome: Outcome) -> None:
+        world.state = record_outcome(world.state, cfg, now, outcome)
+
+    start = 0.0
+    for seconds, demand in ((warm, low), (hot, overload), (after, low)):
+        t = start
+        while (t := t + rng.expovariate(demand * capacity)) < start + seconds:
+            at(t, ask, _Step(t + DEADLINE_S))
+        start += seconds
+    while events:
+        now, _, fn, args = heapq.heappop(events)
+        fn(now, *args)
+
+    def inside(times: list[float], since: float) -> int:
+        return sum(1 for x in times if since <= x < warm + hot)
+
+    attempts = inside(world.sent, warm) / (hot * capacity)
+    if halving:
+        return Result(inside(world.served, warm + 5.0) / ((hot - 5.0) * capacity / 2), attempts)
+    return Result(inside(world.served, warm) / (hot * capacity), attempts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.outcome.sim", description=__doc__)
+    ap.add_argument("--seeds", type=int, default=100, help="runs per variant (default 100)")
+    ap.add_argument("--variants", default="2x,10x,halving")
+    ap.add_argument("--report-delay", type=float, default=0.05, help="seconds (default 0.05)")
+    args = ap.parse_args(argv)
+    print("variant   successes / C: mean  p10   min   attempts / C: mean  max")
+    for variant in args.variants.split(","):
+        runs = [
+            simulate(variant, seed, report_delay=args.report_delay) for seed in range(args.seeds)
+        ]
+        ok = sorted(r.successes_per_c for r in runs)
+        sent = [r.attempts_per_c for r in runs]
+        print(
+            f"{variant:9} {statistics.fmean(ok):19.3f} {ok[len(ok) // 10]:5.3f} {ok[0]:5.3f}"
+            f" {statistics.fmean(sent):18.3f} {max(sent):5.3f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
