@@ -97,6 +97,7 @@ lint: setup
 	$(BIN)/ruff check sidecar clients/python clients/fallback tests bench examples
 	$(BIN)/ruff format --check sidecar clients/python clients/fallback tests bench examples
 	$(BIN)/python clients/fallback/generate.py --check
+	$(BIN)/python -m squawk.daemon.settings --check docs/settings.md
 
 typecheck: setup
 	$(BIN)/mypy sidecar clients/python/squawk_client clients/fallback tests bench examples

@@ -5,8 +5,9 @@ from the benchmark's requests (the goal: <= 5 us per decision), and the
 pod's upstream state (the `Upstreams` registry the daemon keeps: its
 `after_failure` for a DecideRetry that names an upstream, `admit`, and
 `record` for a reported success). "servicer" rows time what a call costs
-the daemon outside gRPC: parse the request bytes, convert, decide, build and
-serialize the reply. The gap between the two is conversion and protobuf
+the daemon outside gRPC: parse the request bytes, then the RPC method itself
+(its boundary, the conversion, the decision, the reply), and serialize the
+reply. The gap between the two is conversion and protobuf
 work, which no core change can remove.
 
 The "+upstream" rows rotate through the benchmark's upstream names under
@@ -35,9 +36,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from squawk.daemon.config import load_policy
-from squawk.daemon.server.decisions import MAX_ENTRIES
-from squawk.daemon.server.servicer import PolicyServicer
-from squawk.daemon.server.upstreams import Upstreams
+from squawk.daemon.server.rpc.decisions import MAX_ENTRIES
+from squawk.daemon.server.rpc.servicer import PolicyServicer
+from squawk.daemon.server.tracking.registry import Upstreams
 from squawk.policy import Failure, Outcome, classify, decide
 from squawk.v1 import policy_pb2 as pb
 from squawk.wire import attempt_state, failure
@@ -84,8 +85,8 @@ def _cycle(items: Iterable[T]) -> Callable[[], T]:
 
 
 def _finish(call: Coroutine[Any, Any, T]) -> T:
-    """Run a servicer method that awaits nothing on its success path (Admit,
-    ReportOutcome) to its end in one step: an event loop's scheduling would
+    """Run a servicer method that awaits nothing on its success path (Classify,
+    DecideRetry, Admit, ReportOutcome) to its end in one step: an event loop's scheduling would
     cost more than the call."""
     try:
         call.send(None)
@@ -172,38 +173,40 @@ def _cases() -> list[tuple[str, str, Callable[[], object], int]]:
         (
             "servicer",
             "Classify (bench request)",
-            lambda: servicer.classify(
-                pb.ClassifyRequest.FromString(wire["classify"])
+            lambda: _finish(
+                servicer.Classify(pb.ClassifyRequest.FromString(wire["classify"]), None)  # type: ignore[arg-type]
             ).SerializeToString(),
             1,
         ),
         (
             "servicer",
             "DecideRetry transient",
-            lambda: servicer.decide(
-                pb.DecideRetryRequest.FromString(wire["transient"])
+            lambda: _finish(
+                servicer.DecideRetry(pb.DecideRetryRequest.FromString(wire["transient"]), None)  # type: ignore[arg-type]
             ).SerializeToString(),
             1,
         ),
         (
             "servicer",
             "DecideRetry envelope",
-            lambda: servicer.decide(
-                pb.DecideRetryRequest.FromString(wire["envelope"])
+            lambda: _finish(
+                servicer.DecideRetry(pb.DecideRetryRequest.FromString(wire["envelope"]), None)  # type: ignore[arg-type]
             ).SerializeToString(),
             1,
         ),
         (
             "servicer",
             "DecideRetry, a request not seen before",
-            lambda: servicer.decide(pb.DecideRetryRequest.FromString(unseen())).SerializeToString(),
+            lambda: _finish(
+                servicer.DecideRetry(pb.DecideRetryRequest.FromString(unseen()), None)  # type: ignore[arg-type]
+            ).SerializeToString(),
             1,
         ),
         (
             "servicer",
             "DecideRetry distinct (the corpus)",
-            lambda: servicer.decide(
-                pb.DecideRetryRequest.FromString(distinct())
+            lambda: _finish(
+                servicer.DecideRetry(pb.DecideRetryRequest.FromString(distinct()), None)  # type: ignore[arg-type]
             ).SerializeToString(),
             1,
         ),
@@ -211,8 +214,8 @@ def _cases() -> list[tuple[str, str, Callable[[], object], int]]:
         (
             "servicer",
             "DecideRetry transient +upstream",
-            lambda: servicer.decide(
-                pb.DecideRetryRequest.FromString(stateful())
+            lambda: _finish(
+                servicer.DecideRetry(pb.DecideRetryRequest.FromString(stateful()), None)  # type: ignore[arg-type]
             ).SerializeToString(),
             1,
         ),

@@ -1,7 +1,7 @@
 """Distinct DecideRetry requests, as a pod's executors send them.
 
 The daemon keeps the answers of stateless DecideRetry requests by their
-bytes (server/decisions.py, an LRU of MAX_ENTRIES), so a row that sends the
+bytes (server/rpc/decisions.py, an LRU of MAX_ENTRIES), so a row that sends the
 same bytes on every call measures a dictionary lookup, not a decision.
 Real executors' requests differ: the attempt, the deadline left, the status,
 the body's text (ids, numbers, timings) and headers such as x-request-id
@@ -23,7 +23,7 @@ import functools
 import random
 from datetime import timedelta
 
-from squawk.daemon.server.decisions import MAX_ENTRIES, MAX_KEY_BYTES
+from squawk.daemon.server.rpc.decisions import MAX_ENTRIES, MAX_KEY_BYTES
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = ["CORPUS_FACTOR", "CORPUS_SEED", "batches", "corpus"]

@@ -2,8 +2,8 @@
 every call with the request's bytes.
 
 It runs with the daemon's own server options, read from
-squawk/daemon/server/app.py's source rather than imported: importing the daemon
-would load OpenTelemetry, Prometheus and the policy, and the floor's RSS
+squawk/daemon/server/lifecycle/app.py's source rather than imported:
+importing the daemon would load OpenTelemetry, Prometheus and the policy, and the floor's RSS
 would then be the daemon's. The method takes and returns raw bytes (no
 protobuf), so the floor is the gRPC transport and the event loop alone.
 
@@ -31,6 +31,7 @@ APP = (
     / "squawk"
     / "daemon"
     / "server"
+    / "lifecycle"
     / "app.py"
 )
 SERVICE, METHOD = "squawk.bench.v1.Echo", "Echo"

@@ -1,8 +1,8 @@
 """`make fleet-sim`: how many calls does a failing upstream get from 50 pods?
 
 50 pods, each an asyncio task with its own store built as the daemon builds
-it (server/app.py's `_store`), call one simulated upstream: healthy for 3 s,
-then every call fails with HTTP 503 (no Retry-After) for 12 s, then healthy
+it (server/lifecycle/app.py's `_store`), call one simulated upstream:
+healthy for 3 s, then every call fails with HTTP 503 (no Retry-After) for 12 s, then healthy
 for 10 s. Each pod, 10 times a second at a fixed phase (seeded), asks its
 store's `admit`; when allowed, it calls the upstream and passes the outcome
 to the store's `record`, as a runner's ReportOutcome would. The same pods,
@@ -49,9 +49,9 @@ from typing import Any
 
 from squawk.daemon.config import Config, parse_config
 from squawk.daemon.config.state import StateSettings, Store
-from squawk.daemon.server.fleet import FleetStore
-from squawk.daemon.server.state_store import PodStore, Source
-from squawk.daemon.server.upstreams import Transition, Upstreams
+from squawk.daemon.server.tracking.fleet_store import FleetStore
+from squawk.daemon.server.tracking.pod_store import PodStore, Source
+from squawk.daemon.server.tracking.registry import Transition, Upstreams
 from squawk.policy import BreakerState, Outcome, Profile
 
 from .fleet_tally import ModeSummary, Phase, PodTally, Timeline, render_table, summarize

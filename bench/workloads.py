@@ -24,6 +24,8 @@ Redis-store daemon says what the wait on Redis adds to a decision
 from __future__ import annotations
 
 import functools
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -33,8 +35,9 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from squawk.daemon.config import load_policy
-from squawk.daemon.server.servicer import PolicyServicer
+from squawk.policy import decide
 from squawk.v1 import policy_pb2 as pb
+from squawk.wire import attempt_state, decision_message
 
 from .corpus import batches, corpus
 from .echo_server import ECHO_METHOD
@@ -140,10 +143,16 @@ def _expect_one_of(replies: frozenset[bytes], what: str) -> Check:
 def _decided(payloads: tuple[bytes, ...]) -> frozenset[bytes]:
     """The answers the bench policy gives these requests, decided in-process:
     the daemon must give the same bytes (none reads a clock or random jitter)."""
-    servicer = PolicyServicer(load_policy(str(POLICY), environ={}))
-    return frozenset(
-        servicer.decide(pb.DecideRetryRequest.FromString(p)).SerializeToString() for p in payloads
-    )
+    policy = load_policy(str(POLICY), environ={})
+
+    def answer(payload: bytes) -> bytes:
+        request = pb.DecideRetryRequest.FromString(payload)
+        state = attempt_state(request)
+        profile = policy.profile(request.profile)
+        decision = decide(state, profile, time.time, random.Random(), policy.max_body_bytes)
+        return decision_message(decision).SerializeToString()
+
+    return frozenset(answer(p) for p in payloads)
 
 
 def _expect_decided_batch(size: int) -> Check:

@@ -18,7 +18,7 @@ from bench.drive import write_payloads
 from bench.targets import SQUAWK, servers
 from bench.workloads import POLICY, Workload, squawk_workloads
 from squawk.daemon.config import load_policy
-from squawk.daemon.server.decisions import MAX_ENTRIES, MAX_KEY_BYTES, StatelessDecisions
+from squawk.daemon.server.rpc.decisions import MAX_ENTRIES, MAX_KEY_BYTES, StatelessDecisions
 from squawk.policy import Decision, Profile
 from squawk.v1 import policy_pb2 as pb
 

@@ -18,7 +18,7 @@ from conftest import ROOT
 from squawk.policy import BackoffConfig, Category, builtin_policy, delay
 from squawk.policy.classify import tool_status
 from squawk.policy.env import apply_env
-from squawk.policy.headers import MAX_RETRY_AFTER
+from squawk.policy.limits import MAX_RETRY_AFTER
 from squawk.policy.profiles import DEFAULT_MAX_BODY_BYTES, STEP_TRANSIENT, TERMINAL
 
 CONTRACT: dict[str, Any] = json.loads(
@@ -84,10 +84,10 @@ def test_the_limits() -> None:
 
 def test_each_environment_prefix_overrides_the_default_profile() -> None:
     for prefix in CONTRACT["envPrefixes"]:
-        policy = apply_env(builtin_policy(), {f"{prefix}MAX_ATTEMPTS": "7"})
+        policy, _ = apply_env(builtin_policy(), {f"{prefix}MAX_ATTEMPTS": "7"})
         assert policy.profile("default").max_attempts == 7, prefix
     first, second = CONTRACT["envPrefixes"]
     both = {f"{first}MAX_ATTEMPTS": "5", f"{second}MAX_ATTEMPTS": "7"}
-    assert apply_env(builtin_policy(), both).profile("default").max_attempts == 5
-    unknown = apply_env(builtin_policy(), {"OTHER_STEP_RETRY_MAX_ATTEMPTS": "7"})
+    assert apply_env(builtin_policy(), both)[0].profile("default").max_attempts == 5
+    unknown, _ = apply_env(builtin_policy(), {"OTHER_STEP_RETRY_MAX_ATTEMPTS": "7"})
     assert unknown.profile("default").max_attempts == CONTRACT["profile"]["maxAttempts"]

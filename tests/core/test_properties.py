@@ -26,7 +26,7 @@ from squawk.policy import (
     builtin_policy,
     decide,
 )
-from squawk.policy.headers import MAX_RETRY_AFTER
+from squawk.policy.limits import MAX_RETRY_AFTER
 from squawk.policy.text import shown_text
 
 NOW = 1_700_000_000.0

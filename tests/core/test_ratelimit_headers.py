@@ -16,8 +16,12 @@ from hypothesis import strategies as st
 
 from conftest import ROOT
 from squawk.policy import Quota, RateLimitHint, rate_limit_hint
-from squawk.policy.headers import MAX_RETRY_AFTER
-from squawk.policy.limits import MAX_HEADER_VALUE_CHARS, MAX_HEADERS, MAX_POLICY_DURATION
+from squawk.policy.limits import (
+    MAX_HEADER_VALUE_CHARS,
+    MAX_HEADERS,
+    MAX_POLICY_DURATION,
+    MAX_RETRY_AFTER,
+)
 from squawk.policy.ratelimit import MAX_COUNT
 
 CASES = json.loads((ROOT / "tests" / "vectors" / "ratelimit_headers.json").read_text())["cases"]

@@ -32,7 +32,7 @@ from squawk.policy import (
     is_idle,
     record_outcome,
 )
-from squawk.policy.headers import MAX_RETRY_AFTER
+from squawk.policy.limits import MAX_RETRY_AFTER
 from squawk.policy.timing import seconds
 from upstream_pod import (
     BAD_INPUT,

@@ -10,7 +10,8 @@ clock and answer the case's "live" expectation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -20,7 +21,7 @@ from google.protobuf.message import Message
 
 from conftest import VECTORS, Reflected, free_port, subset_mismatches
 from squawk.daemon.config import load_policy
-from squawk.daemon.server.servicer import PolicyServicer
+from squawk.daemon.local import classify_locally, decide_locally
 from squawk.policy import PolicyInputError
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
@@ -34,15 +35,12 @@ FALLBACK = [
     pytest.param(c, id=c["name"]) for c in VECTORS["decide"] if c.get("fallback") is not False
 ]
 POLICY = load_policy(None, environ={})
-LOCAL = PolicyServicer(POLICY)
 
 
-def local(case: dict[str, Any]) -> PolicyServicer:
-    """The in-process servicer, reading the case's fixed clock when it has one."""
+def clock(case: dict[str, Any]) -> Callable[[], float]:
+    """The case's fixed clock when it has one, else the real one."""
     now = case.get("now")
-    if now is None:
-        return LOCAL
-    return PolicyServicer(POLICY, clock=lambda: float(now))
+    return time.time if now is None else lambda: float(now)
 
 
 def expected(case: dict[str, Any], *, live: bool, fallback: bool = False) -> dict[str, Any]:
@@ -92,23 +90,25 @@ def test_clocked_cases_are_well_formed() -> None:
 @pytest.mark.parametrize("case", CLASSIFY)
 def test_classify_in_process(case: dict[str, Any]) -> None:
     request = json_format.ParseDict(case["request"], pb.ClassifyRequest())
-    reply = as_dict(local(case).classify(request))
+    reply = as_dict(classify_locally(POLICY, request, clock(case)))
     assert mismatches(expected(case, live="now" not in case), reply) == []
 
 
 @pytest.mark.parametrize("case", DECIDE)
 def test_decide_in_process(case: dict[str, Any]) -> None:
     request = json_format.ParseDict(case["request"], pb.DecideRetryRequest())
-    reply = as_dict(local(case).decide(request))
+    reply = as_dict(decide_locally(POLICY, request, clock(case)))
     assert mismatches(expected(case, live="now" not in case), reply) == []
 
 
 @pytest.mark.parametrize("case", INVALID)
 def test_invalid_in_process(case: dict[str, Any]) -> None:
-    rpc = LOCAL.classify if case["rpc"] == "Classify" else LOCAL.decide
-    request_type = pb.ClassifyRequest if case["rpc"] == "Classify" else pb.DecideRetryRequest
     with pytest.raises(PolicyInputError) as info:
-        rpc(json_format.ParseDict(case["request"], request_type()))  # type: ignore[arg-type]
+        if case["rpc"] == "Classify":
+            classify_locally(POLICY, json_format.ParseDict(case["request"], pb.ClassifyRequest()))
+        else:
+            request = json_format.ParseDict(case["request"], pb.DecideRetryRequest())
+            decide_locally(POLICY, request)
     assert info.value.field == case["field"]
 
 

@@ -53,7 +53,8 @@ def test_debug_logs_the_daemon_not_a_line_per_call_from_grpc_or_httpx() -> None:
     assert model.seen, "the analyzer never asked the model, so httpx was not exercised"
     assert "Loaded running loop" not in output
     assert "HTTP Request:" not in output
-    assert f" INFO squawk.daemon.server.app: squawk 0.1.0 serving on {daemon.target};" in output
+    serving = f"squawk 0.1.0 serving on {daemon.target};"
+    assert f" INFO squawk.daemon.server.lifecycle.app: {serving}" in output
 
 
 def test_the_startup_line_says_what_runs_and_never_a_secret() -> None:

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from squawk.policy import BreakerState, Reason
-from squawk.policy.limits import MAX_ADMIT_DEADLINE
-from squawk.policy.pacer import MAX_PERMITS
+from squawk.policy.limits import MAX_ADMIT_DEADLINE, MAX_PERMITS
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = ["LEASED", "OPEN", "Admission", "admission", "admit_request"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -17,11 +18,16 @@ from ._errors import SquawkInputError
 
 __all__ = ["Decision", "fallback_decision", "fallback_profile", "from_message"]
 
+log = logging.getLogger("squawk_client")
+
 
 def fallback_profile(environ: Mapping[str, str]) -> Profile:
     """The built-in "default" profile with the pod's SQUAWK_STEP_RETRY_* overrides,
     so the fallback waits as the daemon in the same pod would."""
-    return apply_env(builtin_policy(), environ).profile("default")
+    policy, warnings = apply_env(builtin_policy(), environ)
+    for warning in warnings:
+        log.warning("%s", warning)
+    return policy.profile("default")
 
 
 @dataclass(frozen=True, slots=True)

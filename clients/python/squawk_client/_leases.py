@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from squawk.policy.pacer import LEASE, MAX_PERMITS
+from squawk.policy.limits import MAX_PERMITS
+from squawk.policy.pacer import LEASE
 
 __all__ = ["DEFAULT_PERIOD", "MAX_LEASE", "Leases"]
 

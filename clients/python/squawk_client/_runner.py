@@ -22,11 +22,12 @@ from typing import NoReturn, TypeVar
 from squawk.policy import Action, PolicyInputError, Profile, Reason, delay
 from squawk.policy.limits import (
     MAX_ADMIT_DEADLINE,
+    MAX_COST,
     MAX_HEADER_NAME_CHARS,
     MAX_HEADER_VALUE_CHARS,
     MAX_HEADERS,
 )
-from squawk.policy.outcome import MAX_COST, check_cost
+from squawk.policy.outcome import check_cost
 from squawk.v1 import policy_pb2 as pb
 
 from ._admission import Admission

@@ -248,7 +248,7 @@ def test_load_policy_names_the_file(tmp_path: Path) -> None:
 
 
 def test_env_overrides_the_default_profile() -> None:
-    policy = apply_env(
+    policy, warnings = apply_env(
         builtin_policy(),
         {
             "SQUAWK_STEP_RETRY_INITIAL_DELAY": "1s",
@@ -256,6 +256,7 @@ def test_env_overrides_the_default_profile() -> None:
             "SQUAWK_STEP_RETRY_MAX_ATTEMPTS": "5",
         },
     )
+    assert warnings == ()
     default = policy.profile("default")
     assert default.backoff.initial == timedelta(seconds=1)
     assert default.backoff.max == timedelta(seconds=90)
@@ -265,9 +266,9 @@ def test_env_overrides_the_default_profile() -> None:
 
 def test_guide_names_are_accepted_and_squawk_names_win() -> None:
     env = {"TRUVAG3_STEP_RETRY_MAX_ATTEMPTS": "7", "TRUVAG3_STEP_RETRY_INITIAL_DELAY": "2s"}
-    assert apply_env(builtin_policy(), env).profile("default").max_attempts == 7
+    assert apply_env(builtin_policy(), env)[0].profile("default").max_attempts == 7
     env["SQUAWK_STEP_RETRY_MAX_ATTEMPTS"] = "4"
-    default = apply_env(builtin_policy(), env).profile("default")
+    default = apply_env(builtin_policy(), env)[0].profile("default")
     assert default.max_attempts == 4
     assert default.backoff.initial == timedelta(seconds=2)
 
@@ -286,24 +287,31 @@ def test_guide_names_are_accepted_and_squawk_names_win() -> None:
         ("SQUAWK_STEP_RETRY_MAX_ATTEMPTS", "three"),
     ],
 )
-def test_bad_env_values_warn_and_keep_the_default(
-    name: str, value: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    with caplog.at_level(logging.WARNING):
-        policy = apply_env(builtin_policy(), {name: value})
+def test_bad_env_values_warn_and_keep_the_default(name: str, value: str) -> None:
+    policy, warnings = apply_env(builtin_policy(), {name: value})
     assert policy.profile("default") == builtin_policy().profile("default")
-    assert name in caplog.text
+    assert [name in w for w in warnings] == [True]
 
 
-def test_env_max_below_initial_is_refused(caplog: pytest.LogCaptureFixture) -> None:
+def test_env_max_below_initial_is_refused() -> None:
     env = {"SQUAWK_STEP_RETRY_INITIAL_DELAY": "20s", "SQUAWK_STEP_RETRY_MAX_DELAY": "1s"}
-    with caplog.at_level(logging.WARNING):
-        default = apply_env(builtin_policy(), env).profile("default")
-    assert default.backoff == builtin_policy().profile("default").backoff
-    assert caplog.messages == [
+    policy, warnings = apply_env(builtin_policy(), env)
+    assert policy.profile("default").backoff == builtin_policy().profile("default").backoff
+    assert warnings == (
         "ignoring SQUAWK_STEP_RETRY_INITIAL_DELAY=20s and SQUAWK_STEP_RETRY_MAX_DELAY=1s: "
         "the max delay 1s would be below the initial delay 20s; "
-        "keeping initial delay 500ms, max delay 10s"
+        "keeping initial delay 500ms, max delay 10s",
+    )
+
+
+def test_the_config_loader_logs_what_the_env_overlay_warns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        load_policy(None, environ={"SQUAWK_STEP_RETRY_MAX_ATTEMPTS": "three"})
+    assert caplog.messages == [
+        "ignoring SQUAWK_STEP_RETRY_MAX_ATTEMPTS='three': expected an integer >= 1; "
+        "keeping the default"
     ]
 
 
@@ -312,19 +320,14 @@ def test_a_duration_is_shown_as_it_is_written(text: str) -> None:
     assert format_duration(parse_duration(text)) == text
 
 
-def test_env_initial_above_the_policys_max_names_the_variable(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    with caplog.at_level(logging.WARNING):
-        default = apply_env(builtin_policy(), {"SQUAWK_STEP_RETRY_INITIAL_DELAY": "20s"}).profile(
-            "default"
-        )
-    assert default.backoff == builtin_policy().profile("default").backoff
-    assert caplog.messages == [
+def test_env_initial_above_the_policys_max_names_the_variable() -> None:
+    policy, warnings = apply_env(builtin_policy(), {"SQUAWK_STEP_RETRY_INITIAL_DELAY": "20s"})
+    assert policy.profile("default").backoff == builtin_policy().profile("default").backoff
+    assert warnings == (
         "ignoring SQUAWK_STEP_RETRY_INITIAL_DELAY=20s: "
         "the max delay 10s would be below the initial delay 20s; "
-        "keeping initial delay 500ms, max delay 10s"
-    ]
+        "keeping initial delay 500ms, max delay 10s",
+    )
 
 
 UPSTREAMS = """

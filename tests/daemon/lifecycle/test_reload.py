@@ -25,11 +25,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from configmap import ConfigMap
 from conftest import free_port, scrape, squawk, start_daemon
 from squawk.daemon.config import Config, load_config, parse_config
-from squawk.daemon.server import reload as reload_module
-from squawk.daemon.server.reload import PolicyWatch, policy_hash
-from squawk.daemon.server.servicer import MAX_BATCH
-from squawk.daemon.server.upstreams import Upstreams
+from squawk.daemon.server.lifecycle import reload as reload_module
+from squawk.daemon.server.lifecycle.reload import PolicyWatch, policy_hash
+from squawk.daemon.server.tracking.registry import Upstreams
 from squawk.policy import Outcome, Policy
+from squawk.policy.limits import MAX_BATCH
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -327,8 +327,8 @@ def test_serve_logs_each_warning_at_start_and_on_reload(tmp_path: Path) -> None:
     warnings = [line for line in log.splitlines() if " WARNING " in line]
     assert [line.split(" WARNING ", 1)[1] for line in warnings] == [
         f"squawk: {policy}: profiles.default.retryable_statuses (line 4): 401 {NEVER_RETRIED}",
-        f"squawk.daemon.server.reload: {policy}: profiles.default.retryable_statuses (line 5): "
-        f"403 {NEVER_RETRIED}",
+        f"squawk.daemon.server.lifecycle.reload: {policy}: "
+        f"profiles.default.retryable_statuses (line 5): 403 {NEVER_RETRIED}",
     ]
 
 

@@ -293,8 +293,8 @@ def test_a_certificate_outside_its_dates_is_served_with_a_warning(
         pass
     log = (tmp_path / "squawk.log").read_text()
     assert (
-        f"WARNING squawk.daemon.server.tls: TLS: the certificate in --tls-cert {dated.cert} "
-        f"{warning}" in log
+        "WARNING squawk.daemon.server.lifecycle.tls: TLS: the certificate in "
+        f"--tls-cert {dated.cert} {warning}" in log
     )
 
 

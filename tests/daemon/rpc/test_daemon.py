@@ -210,3 +210,28 @@ def test_cli_bad_input_names_the_field(daemon: Daemon) -> None:
         result = squawk("decide", "--attempt", "0", *target)
         assert result.returncode == 2
         assert "attempt" in result.stderr
+
+
+def test_cli_decides_a_named_upstream_as_a_fresh_daemon(tmp_path: Path) -> None:
+    # A breaker that opens on the first failure: the upstream's state, not
+    # decide() alone, turns the retry of this 503 into a failure.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "profiles:\n  default:\n"
+        "    circuit_breaker: {minimum_calls: 1, failure_ratio: 0.5, open_for: 60s}\n"
+    )
+    args = ["decide", "--status", "503", "--attempt", "1", "--policy", str(policy)]
+    alone = json.loads(squawk(*args).stdout)
+    local = squawk(*args, "--upstream", "api.example")
+    daemon = start_daemon("--policy", str(policy))
+    try:
+        remote = squawk(*args, "--upstream", "api.example", "--target", daemon.target)
+    finally:
+        daemon.stop()
+    assert local.returncode == remote.returncode == 0
+    # The breaker's open time is spread at random: the rest must agree.
+    answers = [json.loads(result.stdout) for result in (local, remote)]
+    assert all(a.pop("retryAfter").endswith("s") for a in answers)
+    assert answers[0] == answers[1]
+    assert alone["action"] == "ACTION_RETRY"
+    assert answers[0]["action"] != "ACTION_RETRY"

@@ -10,8 +10,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squawk.daemon.server.decisions import MAX_ENTRIES, MAX_KEY_BYTES, StatelessDecisions
-from squawk.daemon.server.servicer import PolicyServicer
+from squawk.daemon.server.rpc.decisions import MAX_ENTRIES, MAX_KEY_BYTES, StatelessDecisions
 from squawk.policy import BackoffConfig, Jitter, builtin_policy, decide
 from squawk.v1 import policy_pb2 as pb
 from squawk.wire import attempt_state, decision_message
@@ -85,13 +84,3 @@ def test_kept_answers_are_bounded() -> None:
     stateless.decide(large, DEFAULT)
     assert len(stateless) == MAX_ENTRIES
     assert large.SerializeToString(deterministic=True) not in stateless._answers
-
-
-def test_changing_an_answer_handed_out_does_not_change_the_next() -> None:
-    # servicer.decide is the CLI's and any in-process caller's entry point.
-    servicer = PolicyServicer(POLICY)
-    request = pb.DecideRetryRequest(attempt=1, http_status=503)
-    first = servicer.decide(request)
-    first.explanation = "changed by the caller"
-    first.delay.seconds = 99
-    assert servicer.decide(request) == fresh(request)

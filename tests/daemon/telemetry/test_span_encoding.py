@@ -25,10 +25,15 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from conftest import free_port
 from loopback_sinks import OtlpReceiver
-from squawk.daemon.config import load_policy
-from squawk.daemon.server.app import Daemon
-from squawk.daemon.server.span_encoding import GrpcSpanExporter, SpanEncoder
-from squawk.daemon.server.telemetry import _exporter, shutdown_tracing, tracer_provider_from_env
+from squawk.daemon.config import Config, load_policy
+from squawk.daemon.server.lifecycle.app import Daemon
+from squawk.daemon.server.telemetry.span_encoding import GrpcSpanExporter, SpanEncoder
+from squawk.daemon.server.telemetry.tracing import (
+    _exporter,
+    shutdown_tracing,
+    tracer_provider_from_env,
+)
+from squawk.daemon.settings import ServeSettings
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -228,7 +233,10 @@ def daemon_spans() -> Sequence[ReadableSpan]:
     traceparent = (("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),)
 
     async def main() -> None:
-        daemon = Daemon(load_policy(None, environ={}), [target], tracing=(provider, None))
+        daemon = Daemon(
+            ServeSettings(Config(load_policy(None, environ={})), (target,)),
+            tracing=(provider, None),
+        )
         await daemon.start()
         try:
             async with grpc.aio.insecure_channel(target) as channel:

@@ -22,13 +22,15 @@ from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 
 from conftest import Daemon, free_port, scrape, start_daemon
-from squawk.daemon.config import load_policy
-from squawk.daemon.server.app import Daemon as InProcessDaemon
-from squawk.daemon.server.loop_lag import watch_loop_lag
-from squawk.daemon.server.observe import _SERIES_CACHE as SERIES_CACHE
-from squawk.daemon.server.observe import Metrics, Observer
-from squawk.daemon.server.servicer import PolicyServicer
-from squawk.daemon.server.spans import NO_SPAN, SERVICE, CallSpan, ServerSpans
+from squawk.daemon.config import Config, load_policy
+from squawk.daemon.server.lifecycle.app import Daemon as InProcessDaemon
+from squawk.daemon.server.rpc.servicer import PolicyServicer
+from squawk.daemon.server.telemetry.loop_lag import watch_loop_lag
+from squawk.daemon.server.telemetry.metrics import Metrics
+from squawk.daemon.server.telemetry.observer import _SERIES_CACHE as SERIES_CACHE
+from squawk.daemon.server.telemetry.observer import Observer
+from squawk.daemon.server.telemetry.spans import NO_SPAN, SERVICE, CallSpan, ServerSpans
+from squawk.daemon.settings import ServeSettings
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -85,7 +87,9 @@ def run_in_process(
 
     async def main() -> None:
         daemon = InProcessDaemon(
-            load_policy(policy, environ={}), [target], tracing=(provider, None), decision_log=log
+            ServeSettings(Config(load_policy(policy, environ={})), (target,)),
+            tracing=(provider, None),
+            decision_log=log,
         )
         if change is not None:
             change(daemon.servicer)
@@ -116,11 +120,13 @@ def run_in_process(
     return exporter.get_finished_spans()
 
 
-def _broken(servicer: PolicyServicer) -> None:
-    def classify(request: object) -> None:
+class _BrokenPolicy:
+    def profile(self, name: str) -> None:
         raise RuntimeError(f"a bug, with a caller's {CANARY}")
 
-    servicer.classify = classify  # type: ignore[method-assign,assignment]
+
+def _broken(servicer: PolicyServicer) -> None:
+    servicer._policy = _BrokenPolicy()  # type: ignore[assignment]
 
 
 def _stalled(servicer: PolicyServicer) -> None:
@@ -264,7 +270,10 @@ def test_a_failing_tracer_costs_the_span_not_the_call(provider: TracerProvider) 
     target = f"127.0.0.1:{free_port()}"
 
     async def main() -> list[pb.DecideRetryResponse]:
-        daemon = InProcessDaemon(load_policy(None, environ={}), [target], tracing=(provider, None))
+        daemon = InProcessDaemon(
+            ServeSettings(Config(load_policy(None, environ={})), (target,)),
+            tracing=(provider, None),
+        )
         await daemon.start()
         try:
             async with grpc.aio.insecure_channel(target) as channel:
@@ -420,7 +429,10 @@ def test_a_breaker_transition_is_an_event_on_the_call_that_caused_it() -> None:
     failed = pb.DecideRetryRequest(attempt=1, http_status=503, upstream="flaky")
 
     async def main() -> None:
-        daemon = InProcessDaemon(load_policy(None, environ={}), [target], tracing=(provider, None))
+        daemon = InProcessDaemon(
+            ServeSettings(Config(load_policy(None, environ={})), (target,)),
+            tracing=(provider, None),
+        )
         await daemon.start()
         try:
             async with grpc.aio.insecure_channel(target) as channel:
@@ -507,7 +519,9 @@ def test_a_large_batch_writes_its_log_without_holding_the_loop() -> None:
             await asyncio.sleep(0)
 
     async def main() -> None:
-        daemon = InProcessDaemon(load_policy(None, environ={}), [target], decision_log=log)
+        daemon = InProcessDaemon(
+            ServeSettings(Config(load_policy(None, environ={})), (target,)), decision_log=log
+        )
         await daemon.start()
         ticker = asyncio.create_task(tick())
         try:
@@ -563,7 +577,10 @@ def test_a_callers_baggage_is_not_read(caplog: pytest.LogCaptureFixture) -> None
     target = f"127.0.0.1:{free_port()}"
 
     async def main() -> None:
-        daemon = InProcessDaemon(load_policy(None, environ={}), [target], tracing=(provider, None))
+        daemon = InProcessDaemon(
+            ServeSettings(Config(load_policy(None, environ={})), (target,)),
+            tracing=(provider, None),
+        )
         await daemon.start()
         try:
             async with grpc.aio.insecure_channel(target) as channel:

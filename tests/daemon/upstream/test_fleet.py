@@ -29,11 +29,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from conftest import Daemon, free_port, scrape, start_daemon
-from squawk.daemon.config import load_policy, parse_config
+from squawk.daemon.config import Config, load_policy, parse_config
 from squawk.daemon.config.state import StateSettings, Store
-from squawk.daemon.server.app import Daemon as InProcessDaemon
-from squawk.daemon.server.fleet import FleetStore
-from squawk.daemon.server.upstreams import Upstreams
+from squawk.daemon.server.lifecycle.app import Daemon as InProcessDaemon
+from squawk.daemon.server.tracking.fleet_store import FleetStore
+from squawk.daemon.server.tracking.registry import Upstreams
+from squawk.daemon.settings import ServeSettings
 from squawk.policy import Outcome
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
@@ -347,12 +348,8 @@ def traced_calls(url: str) -> Sequence[ReadableSpan]:
     settings = StateSettings(Store.REDIS, url, "test:", timedelta(milliseconds=250))
 
     async def main() -> None:
-        daemon = InProcessDaemon(
-            load_policy(None, environ={}),
-            [target],
-            tracing=(provider, None),
-            state_settings=settings,
-        )
+        config = Config(load_policy(None, environ={}), state=settings)
+        daemon = InProcessDaemon(ServeSettings(config, (target,)), tracing=(provider, None))
         await daemon.start()
         try:
             async with grpc.aio.insecure_channel(target) as channel:

@@ -30,9 +30,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from conftest import scrape
 from squawk.daemon.config import parse_config
 from squawk.daemon.config.state import StateSettings, Store
-from squawk.daemon.server.fleet import FleetStore
-from squawk.daemon.server.state_store import Source
-from squawk.daemon.server.upstreams import Upstreams
+from squawk.daemon.server.tracking.fleet_store import FleetStore
+from squawk.daemon.server.tracking.pod_store import Source
+from squawk.daemon.server.tracking.registry import Upstreams
 from squawk.policy import Outcome
 from squawk.v1 import policy_pb2 as pb
 from test_fleet import Pod, eventually, start_pods, stop_pods, window_calls  # isort: split
@@ -55,7 +55,7 @@ LOCAL = 'squawk_state_answers_total{{rpc="{}",state="local"}}'
 
 
 def key_of(profile: str, upstream: str, prefix: str = "store:") -> str:
-    """The upstream's key, as fleet.py names it (a digest of the names)."""
+    """The upstream's key, as fleet_store.py names it (a digest of the names)."""
     name = f"{profile}\0{upstream}".encode()
     return f"{prefix}{{{hashlib.blake2b(name, digest_size=12).hexdigest()}}}"
 

@@ -21,9 +21,9 @@ from google.protobuf.duration_pb2 import Duration
 
 from conftest import Daemon, free_port, scrape, serving, squawk, start_daemon
 from squawk.daemon.config import parse_config
-from squawk.daemon.server.servicer import _fill_upstream
-from squawk.daemon.server.spans import SERVICE
-from squawk.daemon.server.upstreams import Upstreams
+from squawk.daemon.server.rpc.servicer import _fill_upstream
+from squawk.daemon.server.telemetry.spans import SERVICE
+from squawk.daemon.server.tracking.registry import Upstreams
 from squawk.policy import PaceSource, Policy, RateLimitConfig, Reason, builtin_policy, pacer
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc

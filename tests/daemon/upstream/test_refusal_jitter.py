@@ -37,7 +37,7 @@ from squawk.policy import (
 )
 from squawk.policy.cooldown import MAX_SPREAD, spread
 from squawk.policy.guard import FleetAnswer
-from squawk.policy.headers import MAX_RETRY_AFTER
+from squawk.policy.limits import MAX_RETRY_AFTER
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from test_fleet import POLICY as FLEET_POLICY  # isort: split

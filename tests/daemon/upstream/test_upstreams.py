@@ -29,7 +29,7 @@ from google.protobuf.duration_pb2 import Duration
 from conftest import Daemon, free_port, scrape, squawk, start_daemon
 from health_probe import health_latencies
 from squawk.daemon.config import parse_config
-from squawk.daemon.server.upstreams import Key, Upstreams, UpstreamView
+from squawk.daemon.server.tracking.registry import Key, Upstreams, UpstreamView
 from squawk.policy import BreakerState, Outcome, Policy, TokenBucketConfig, builtin_policy
 from squawk.policy import Reason as PolicyReason
 from squawk.v1 import policy_pb2 as pb

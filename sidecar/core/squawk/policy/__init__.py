@@ -2,6 +2,11 @@
 
 The server, the CLI and the clients' local fallback all call these functions,
 so there is exactly one place for each rule.
+
+The public surface is `__all__` below. Each module's own `__all__` lists
+what the rest of the project (the daemon, `squawk.wire`, the Python
+client) may import from it; every other name is private to the core.
+tests/test_core_surface.py pins both.
 """
 
 from .backoff import BackoffConfig, Jitter, delay, parse_duration

@@ -36,7 +36,7 @@ import math
 import random
 from datetime import timedelta
 
-from .headers import MAX_RETRY_AFTER
+from .limits import MAX_RETRY_AFTER
 from .timing import seconds
 from .types import PolicyInputError
 

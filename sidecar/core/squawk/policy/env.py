@@ -1,24 +1,31 @@
 """SQUAWK_STEP_RETRY_* (and the guide's TRUVAG3_STEP_RETRY_*) overrides.
 
-Forgiving, as in the executor guide: a bad value is logged as a warning
-and the default is kept.
+Forgiving, as in the executor guide: a bad value is kept out, with a
+warning, and the default is kept. The core logs nothing: `apply_env`
+returns the warnings, and its caller (the daemon's config loader, the
+Python client) logs them.
+
+`OVERRIDES` is the one list of these variables: the daemon's settings table
+(squawk.daemon.settings) and its configuration reference are made from it.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from .backoff import format_duration, parse_duration
 from .limits import MAX_POLICY_DURATION
 from .profiles import Policy
 
 __all__ = [
+    "ENV_PREFIXES",
+    "OVERRIDES",
     "Malformed",
+    "Override",
     "apply_env",
     "check_policy_duration",
     "integer",
@@ -26,9 +33,8 @@ __all__ = [
     "positive_int",
 ]
 
-log = logging.getLogger(__name__)
-
-_ENV_PREFIXES = ("SQUAWK_STEP_RETRY_", "TRUVAG3_STEP_RETRY_")
+# The SQUAWK_ name wins when both are set; TRUVAG3_ is the executor guide's.
+ENV_PREFIXES = ("SQUAWK_STEP_RETRY_", "TRUVAG3_STEP_RETRY_")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
@@ -70,26 +76,50 @@ def positive_duration(text: str) -> timedelta:
     return check_policy_duration(value)
 
 
+class Override(NamedTuple):
+    """One SQUAWK_STEP_RETRY_<suffix> variable."""
+
+    suffix: str
+    parse: Callable[[str], Any]
+    # What a value must be, as the warning about a bad one says it.
+    expected: str
+    # The "default" profile's field it overrides, as the policy file names it.
+    file_key: str
+
+
+OVERRIDES = (
+    Override(
+        "INITIAL_DELAY",
+        positive_duration,
+        "a positive duration such as 500ms",
+        "profiles.default.backoff.initial_delay",
+    ),
+    Override(
+        "MAX_DELAY",
+        positive_duration,
+        "a positive duration such as 10s",
+        "profiles.default.backoff.max_delay",
+    ),
+    Override("MAX_ATTEMPTS", positive_int, "an integer >= 1", "profiles.default.max_attempts"),
+)
+
+
 def _env(environ: Mapping[str, str], suffix: str) -> tuple[str, str] | None:
-    # The SQUAWK_ name wins when both are set.
-    for prefix in _ENV_PREFIXES:
+    for prefix in ENV_PREFIXES:
         value = environ.get(prefix + suffix)
         if value is not None:
             return prefix + suffix, value
     return None
 
 
-def apply_env(policy: Policy, environ: Mapping[str, str]) -> Policy:
-    """Apply SQUAWK_STEP_RETRY_* (or TRUVAG3_STEP_RETRY_*) to the "default" profile."""
+def apply_env(policy: Policy, environ: Mapping[str, str]) -> tuple[Policy, tuple[str, ...]]:
+    """Apply SQUAWK_STEP_RETRY_* (or TRUVAG3_STEP_RETRY_*) to the "default"
+    profile: the policy, and a warning for each value kept out."""
     profile = policy.profile("default")
     backoff = profile.backoff
-    parsers: list[tuple[str, Callable[[str], Any], str]] = [
-        ("INITIAL_DELAY", positive_duration, "a positive duration such as 500ms"),
-        ("MAX_DELAY", positive_duration, "a positive duration such as 10s"),
-        ("MAX_ATTEMPTS", positive_int, "an integer >= 1"),
-    ]
+    warnings: list[str] = []
     delays_set = []
-    for suffix, parse, what in parsers:
+    for suffix, parse, what, _ in OVERRIDES:
         found = _env(environ, suffix)
         if found is None:
             continue
@@ -97,7 +127,7 @@ def apply_env(policy: Policy, environ: Mapping[str, str]) -> Policy:
         try:
             value = parse(raw)
         except ValueError:
-            log.warning("ignoring %s=%r: expected %s; keeping the default", name, raw, what)
+            warnings.append(f"ignoring {name}={raw!r}: expected {what}; keeping the default")
             continue
         if suffix == "MAX_ATTEMPTS":
             profile = replace(profile, max_attempts=value)
@@ -109,14 +139,11 @@ def apply_env(policy: Policy, environ: Mapping[str, str]) -> Policy:
             backoff = replace(backoff, max=value)
     if backoff.max < backoff.initial:
         kept = profile.backoff
-        log.warning(
-            "ignoring %s: the max delay %s would be below the initial delay %s; "
-            "keeping initial delay %s, max delay %s",
-            " and ".join(delays_set),
-            format_duration(backoff.max),
-            format_duration(backoff.initial),
-            format_duration(kept.initial),
-            format_duration(kept.max),
+        warnings.append(
+            f"ignoring {' and '.join(delays_set)}: the max delay {format_duration(backoff.max)} "
+            f"would be below the initial delay {format_duration(backoff.initial)}; "
+            f"keeping initial delay {format_duration(kept.initial)}, "
+            f"max delay {format_duration(kept.max)}"
         )
         backoff = kept
-    return policy.with_profile(replace(profile, backoff=backoff))
+    return policy.with_profile(replace(profile, backoff=backoff)), tuple(warnings)

@@ -37,8 +37,9 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
+from .limits import MAX_RETRY_AFTER
+
 __all__ = [
-    "MAX_RETRY_AFTER",
     "HintHeader",
     "header",
     "pushback_refuses",
@@ -48,7 +49,6 @@ __all__ = [
 
 HintHeader = Literal["retry-after-ms", "Retry-After", "grpc-retry-pushback-ms"]
 
-MAX_RETRY_AFTER = timedelta(days=1)
 _MAX_SECONDS = MAX_RETRY_AFTER // timedelta(seconds=1)
 # More digits than this already mean "over the cap"; int() of thousands of
 # digits would raise.

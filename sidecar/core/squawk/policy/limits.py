@@ -1,7 +1,9 @@
-"""The bounds on the caller-supplied values the policy core reads.
+"""The bounds on the caller-supplied values the policy core reads, and on
+the sizes of the calls that carry them (a batch, a report, a page).
 
-Each number is stated once, here; the proto comments and the README quote
-them. A value past its bound is refused with a PolicyInputError naming the
+Each number is stated once, here: the core, squawk.wire, the daemon's
+servicer and the Python client read it from here; the proto comments and
+the docs quote it. A value past its bound is refused with a PolicyInputError naming the
 field before any other work is done on it, so the cost of a request is
 bounded by these numbers and not by what a caller chose to send. (gRPC's
 own 4 MiB message limit bounds the rest, e.g. the size of a batch.)
@@ -22,17 +24,23 @@ from .types import PolicyInputError
 
 __all__ = [
     "MAX_ADMIT_DEADLINE",
+    "MAX_BATCH",
     "MAX_BUCKETS",
+    "MAX_COST",
     "MAX_DURATION_SECONDS",
     "MAX_ERROR_MESSAGE_CHARS",
     "MAX_HEADERS",
     "MAX_HEADER_NAME_CHARS",
     "MAX_HEADER_VALUE_CHARS",
     "MAX_NAME_CHARS",
+    "MAX_OUTCOMES",
+    "MAX_PERMITS",
     "MAX_POLICY_DURATION",
     "MAX_PROFILE_CHARS",
+    "MAX_RETRY_AFTER",
     "MAX_RETRY_RATIO",
     "MAX_TOKENS",
+    "MAX_UPSTREAMS_PAGE",
     "check_chars",
     "check_count",
     "check_headers",
@@ -74,9 +82,24 @@ MAX_TOKENS = 1_000
 # would cost less than one of its tokens: a bound of its arithmetic, not of
 # sense, so Squawk refuses past 10 and accepts every ratio Finagle's tests use.
 MAX_RETRY_RATIO = 10.0
+# The longest wait a Retry-After (or any wait hint) is read as.
+MAX_RETRY_AFTER = timedelta(days=1)
 # Admit's deadline: the time left of a step. A step longer than a day is
 # not one the pace can plan for (and a day is MAX_RETRY_AFTER's cap too).
 MAX_ADMIT_DEADLINE = timedelta(days=1)
+# Permits one Admit may ask for (the first and those leased after it).
+MAX_PERMITS = 100
+# A call's cost (Admit's estimate, an outcome's real one): finite, 0 to 1e9
+# token units, as squawk.v1 states it.
+MAX_COST = 1e9
+# Requests in one DecideRetryBatch call.
+MAX_BATCH = 10_000
+# Outcomes in one ReportOutcome call.
+MAX_OUTCOMES = 1_000
+# Upstreams in one GetUpstreams answer: 1,000 of the longest rows (a
+# 128-character profile, a 256-character name, four bytes a character) come
+# to under 2 MiB, within a default client's 4 MiB receive limit.
+MAX_UPSTREAMS_PAGE = 1_000
 
 
 def check_chars(field: str, value: str, limit: int) -> None:

@@ -48,12 +48,11 @@ import enum
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .limits import check_status
+from .limits import MAX_COST, check_status
 from .ratelimit import RateLimitHint
 from .types import PolicyInputError
 
 __all__ = [
-    "MAX_COST",
     "STEP_TRANSIENT",
     "THROTTLING_STATUSES",
     "Outcome",
@@ -74,9 +73,6 @@ STEP_TRANSIENT = frozenset({408, 429, *range(500, 600)})
 # The statuses that say "too many requests" whatever else the reply carries;
 # a 503 says it only with a wait hint (see is_throttled).
 THROTTLING_STATUSES = frozenset({429, 529})
-# A call's cost (Admit's estimate, an outcome's real one): finite, 0 to 1e9
-# token units, as squawk.v1 states it.
-MAX_COST = 1e9
 
 
 class Verdict(enum.Enum):

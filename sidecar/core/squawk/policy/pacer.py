@@ -129,7 +129,7 @@ from datetime import timedelta
 from typing import NamedTuple
 
 from .cooldown import spread
-from .limits import MAX_POLICY_DURATION, check_count, check_number, check_positive
+from .limits import MAX_PERMITS, MAX_POLICY_DURATION, check_count, check_number, check_positive
 from .ratelimit import Quota, RateLimitHint
 from .timing import seconds, time_left
 from .types import PaceSource, PolicyInputError
@@ -142,7 +142,6 @@ __all__ = [
     "LEASE",
     "MAX_BURST",
     "MAX_HOLD",
-    "MAX_PERMITS",
     "MAX_RATE",
     "MAX_TOKEN_RATE",
     "MIN_POLICY_RATE",
@@ -169,7 +168,6 @@ MAX_TOKEN_RATE = 1e9
 # The least rate and token rate a policy may declare: one a day. A slot of
 # 1 / rate must stay a time the clock and a Duration can hold.
 MIN_POLICY_RATE = 1 / 86_400
-MAX_PERMITS = 100
 # How long the permits after the first of a multi-permit grant stay valid.
 LEASE = timedelta(milliseconds=200)
 # CUBIC, as botocore's CubicCalculator and RateClocker.

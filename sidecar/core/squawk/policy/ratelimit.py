@@ -69,8 +69,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .headers import MAX_RETRY_AFTER
-from .limits import MAX_POLICY_DURATION
+from .limits import MAX_POLICY_DURATION, MAX_RETRY_AFTER
 
 __all__ = ["MAX_COUNT", "Quota", "RateLimitHint", "rate_limit_hint"]
 

@@ -54,6 +54,7 @@ from .cooldown import (
     cool_down,
     spread,
 )
+from .limits import MAX_PERMITS
 from .outcome import (
     STEP_TRANSIENT,
     Outcome,
@@ -65,7 +66,7 @@ from .outcome import (
     throttle_verdict,
     verdict,
 )
-from .pacer import MAX_PERMITS, Pacer, PaceSample, PaceSnapshot, RateLimitConfig
+from .pacer import Pacer, PaceSample, PaceSnapshot, RateLimitConfig
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
 from .timing import time_left
 from .types import BreakerState, PaceSource, PolicyInputError, Reason

@@ -28,6 +28,7 @@ from squawk.policy import (
 from squawk.policy.limits import (
     MAX_ADMIT_DEADLINE,
     MAX_NAME_CHARS,
+    MAX_PERMITS,
     check_chars,
     check_count,
     check_headers,
@@ -35,7 +36,7 @@ from squawk.policy.limits import (
     duration,
 )
 from squawk.policy.outcome import check_cost
-from squawk.policy.pacer import LEASE, MAX_PERMITS
+from squawk.policy.pacer import LEASE
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "attempt_state",
     "classification_message",
     "decision_message",
+    "failed_attempt",
     "failure",
     "fill_classification",
     "fill_decision",
@@ -161,6 +163,21 @@ def outcome(message: pb.Outcome, clock: Callable[[], float], hints: bool = True)
         cost=cost,
         estimated=estimated,
         hint=hint(headers, clock) if hints else None,
+    )
+
+
+def failed_attempt(state: AttemptState, decision: Decision, clock: Callable[[], float]) -> Outcome:
+    """The failure a DecideRetry that names an upstream reports: it counts
+    for the upstream's state as a ReportOutcome of it would (callers need
+    not report it again)."""
+    return Outcome(
+        success=False,
+        http_status=state.http_status,
+        transport_failure=state.transport_failure,
+        retry_after=decision.classification.retry_after,
+        cancelled=state.cancelled,
+        refused_retry=pushback_refuses(state.headers),
+        hint=hint(state.headers, clock) if state.headers else None,
     )
 
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import IO
 
 import grpc
@@ -24,29 +24,21 @@ from squawk.policy.text import quoted
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
+from . import settings
 from .config import ConfigError, load_config, load_policy, needs, parse_config, read_policy_file
 from .dial import add_target_flags, check_local, hint, open_channel
-from .server.app import (
-    DEFAULT_GRACE_S,
-    DEFAULT_LISTEN,
-    DEFAULT_SOCKET_MODE,
-    BindError,
-    Daemon,
-    default_shutdown_notice,
-)
-from .server.listeners import AddressError, check_address
-from .server.reload import POLL_S, policy_hash
-from .server.servicer import PolicyServicer
-from .server.telemetry import tracer_provider_from_env
-from .server.tls import TlsError, TlsFiles, check_files
+from .local import classify_locally, decide_locally
+from .server.lifecycle.app import BindError, Daemon, default_shutdown_notice
+from .server.lifecycle.listeners import AddressError, check_address
+from .server.lifecycle.reload import policy_hash
+from .server.lifecycle.tls import TlsError, TlsFiles, check_files
+from .server.telemetry.tracing import tracer_provider_from_env
 
 __all__ = ["main"]
 
 log = logging.getLogger("squawk")
 
-# What --log-level and SQUAWK_LOG_LEVEL accept, in any case.
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-_LEVELS_TEXT = "DEBUG, INFO, WARNING or ERROR"
+LISTEN_ENV = settings.LISTEN.variable
 
 
 class RedactingFormatter(logging.Formatter):
@@ -66,58 +58,18 @@ def _headers(values: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
-    return value
-
-
-def _octal_mode(text: str) -> int:
-    try:
-        mode = int(text, 8)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an octal mode like 660") from None
-    if not 0 <= mode <= 0o777:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a mode between 0 and 777")
-    return mode
-
-
-def _log_level(text: str) -> str:
-    level = text.strip().upper()
-    if level not in LOG_LEVELS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a log level: expected {_LEVELS_TEXT}")
-    return level
-
-
 def _env_log_level() -> tuple[str, str | None]:
     """SQUAWK_LOG_LEVEL's level, and the value to warn about if it is not one.
 
     Forgiving, like the other environment overrides: a wrong log level
     changes no decision, so INFO is kept rather than the daemon stopped."""
-    value = os.environ.get("SQUAWK_LOG_LEVEL", "")
+    value = os.environ.get(settings.LOG_LEVEL.variable, "")
     if not value.strip():
         return "INFO", None
     try:
-        return _log_level(value), None
+        return settings.log_level(value), None
     except argparse.ArgumentTypeError:
         return "INFO", value
-
-
-def _address(*, unix: bool) -> Callable[[str], str]:
-    """An argparse type for a listen address (see `check_address`)."""
-
-    def parse(text: str) -> str:
-        try:
-            check_address(text, unix=unix)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return text
-
-    return parse
 
 
 class StartError(ValueError):
@@ -151,97 +103,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="squawk", description=__doc__)
     log_level = argparse.ArgumentParser(add_help=False)
     # Before or after the subcommand alike; the subcommand's wins.
-    log_level.add_argument(
-        "--log-level",
-        type=_log_level,
-        default=argparse.SUPPRESS,
-        metavar="LEVEL",
-        help="DEBUG, INFO (the default; $SQUAWK_LOG_LEVEL), WARNING or ERROR",
-    )
-    parser.add_argument(
-        "--log-level",
-        type=_log_level,
-        # Unset: SQUAWK_LOG_LEVEL, read in _main, so that a bad value is named
-        # as the variable rather than as this flag.
-        default=None,
-        metavar="LEVEL",
-        help="DEBUG, INFO (the default; $SQUAWK_LOG_LEVEL), WARNING or ERROR",
-    )
+    settings.LOG_LEVEL.add_flag(log_level, default=argparse.SUPPRESS)
+    # Unset: SQUAWK_LOG_LEVEL, read in _main, so that a bad value is named
+    # as the variable rather than as this flag.
+    settings.LOG_LEVEL.add_flag(parser, default=None)
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the policy daemon", parents=[log_level])
-    serve.add_argument(
-        "--listen",
-        action="append",
-        type=_address(unix=True),
-        metavar="ADDR",
-        help="address to listen on: HOST:PORT, unix:PATH (unix:///absolute/path too) or "
-        f"unix-abstract:NAME; repeatable (default: $SQUAWK_LISTEN, comma-separated, or "
-        f"{DEFAULT_LISTEN})",
-    )
-    serve.add_argument(
-        "--grace",
-        type=_seconds,
-        default=DEFAULT_GRACE_S,
-        metavar="SECONDS",
-        help="on SIGTERM or SIGINT, exit within this many seconds: the notice, the drain "
-        "of calls in flight and the span flush all fit in it; keep it below the "
-        f"platform's own limit (default: {DEFAULT_GRACE_S:g})",
-    )
-    serve.add_argument(
-        "--shutdown-notice",
-        type=_seconds,
-        metavar="SECONDS",
-        help="the first part of --grace, during which health reports NOT_SERVING but "
-        "every call is still answered (default: 2, or half of --grace if that is shorter)",
-    )
-    serve.add_argument(
-        "--socket-mode",
-        type=_octal_mode,
-        default=DEFAULT_SOCKET_MODE,
-        metavar="OCTAL",
-        help=f"permissions of unix:// socket files (default: {DEFAULT_SOCKET_MODE:o}, "
-        "owner and group)",
-    )
-    serve.add_argument(
-        "--metrics-listen",
-        type=_address(unix=False),
-        metavar="HOST:PORT",
-        help="serve Prometheus metrics over HTTP here (default: off; $SQUAWK_METRICS_LISTEN)",
-    )
-    serve.add_argument(
-        "--health-listen",
-        type=_address(unix=False),
-        metavar="HOST:PORT",
-        help="also serve grpc.health.v1, and nothing else, here: for probes that cannot "
-        "reach a unix socket (default: off; $SQUAWK_HEALTH_LISTEN)",
-    )
-    for name, what in (
-        ("cert", "the server's certificate chain (PEM) for TCP listeners: turns TLS on"),
-        ("key", "the server's private key (PEM), with --tls-cert"),
-        ("client-ca", "require client certificates signed by this CA (PEM): mutual TLS"),
-    ):
-        serve.add_argument(
-            f"--tls-{name}",
-            default=os.environ.get(f"SQUAWK_TLS_{name.upper().replace('-', '_')}"),
-            metavar="FILE",
-            help=f"{what}; re-read when it changes (default: off; "
-            f"$SQUAWK_TLS_{name.upper().replace('-', '_')})",
-        )
-    serve.add_argument(
-        "--policy-poll",
-        type=_seconds,
-        default=POLL_S,
-        metavar="SECONDS",
-        help="how often to look for a changed policy file, which is then reloaded "
-        f"(SIGHUP reloads at once) (default: {POLL_S:g})",
-    )
-    serve.add_argument(
-        "--decision-log",
-        metavar="PATH",
-        help="write one JSON line per decision to PATH, or - for stdout "
-        "(default: off; $SQUAWK_DECISION_LOG)",
-    )
+    for setting in settings.SETTINGS:
+        if setting.flag and setting.commands == ("serve",):
+            setting.add_flag(serve)
 
     for name in ("classify", "decide"):
         cmd = sub.add_parser(name, help=f"print the {name} answer as JSON", parents=[log_level])
@@ -288,12 +159,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_target_flags(upstreams, required=True, help="the running daemon's address")
     upstreams.add_argument("--profile", default="", help="only this profile's upstreams")
-    for cmd in (serve, *(sub.choices[n] for n in ("classify", "decide"))):
-        cmd.add_argument(
-            "--policy",
-            default=os.environ.get("SQUAWK_POLICY"),
-            help="policy file (YAML); default: $SQUAWK_POLICY, else the built-in policy",
-        )
+    for name in settings.POLICY.commands:
+        settings.POLICY.add_flag(sub.choices[name])
     return parser
 
 
@@ -455,17 +322,18 @@ def _ask(args: argparse.Namespace, request: Message) -> Message:
             assert isinstance(request, pb.DecideRetryRequest)
             return stub.DecideRetry(request, timeout=10)
     check_local(args)
-    servicer = PolicyServicer(load_policy(args.policy))
+    policy = load_policy(args.policy)
     if isinstance(request, pb.ClassifyRequest):
-        return servicer.classify(request)
+        return classify_locally(policy, request)
     assert isinstance(request, pb.DecideRetryRequest)
-    return servicer.decide(request)
+    return decide_locally(policy, request)
 
 
 def _open_decision_log(args: argparse.Namespace) -> IO[str] | None:
     path, name = args.decision_log, "--decision-log"
     if path is None:
-        path, name = os.environ.get("SQUAWK_DECISION_LOG") or None, "SQUAWK_DECISION_LOG"
+        name = settings.DECISION_LOG.variable
+        path = os.environ.get(name) or None
     if path is None:
         return None
     if path == "-":
@@ -481,35 +349,32 @@ def _open_decision_log(args: argparse.Namespace) -> IO[str] | None:
 
 async def _serve(args: argparse.Namespace) -> None:
     # A flag wins over its variable; argparse has checked the flags.
-    listen = args.listen or _env_addresses("SQUAWK_LISTEN", unix=True) or [DEFAULT_LISTEN]
-    metrics_listen = args.metrics_listen or _env_address("SQUAWK_METRICS_LISTEN")
-    health_listen = args.health_listen or _env_address("SQUAWK_HEALTH_LISTEN")
+    listen = args.listen or _env_addresses(LISTEN_ENV, unix=True) or [settings.DEFAULT_LISTEN]
+    metrics_listen = args.metrics_listen or _env_address(settings.METRICS_LISTEN.variable)
+    health_listen = args.health_listen or _env_address(settings.HEALTH_LISTEN.variable)
     config = load_config(args.policy)
     for warning in config.warnings:
         log.warning("%s", warning)
     log_file = _open_decision_log(args)
     try:
-        daemon = Daemon(
-            config.policy,
-            listen,
+        tracing = tracer_provider_from_env(os.environ)
+        serve = settings.ServeSettings(
+            config,
+            tuple(listen),
             grace_s=args.grace,
             shutdown_notice_s=args.shutdown_notice,
             socket_mode=args.socket_mode,
-            tracing=tracer_provider_from_env(os.environ),
             metrics_listen=metrics_listen,
-            decision_log=log_file,
-            analyzer_settings=config.analyzer,
-            state_settings=config.state,
-            policy_path=args.policy,
-            policy_empty=config.empty,
-            policy_poll_s=args.policy_poll,
             health_listen=health_listen,
             tls=_tls(args),
+            policy_path=args.policy,
+            policy_poll_s=args.policy_poll,
         )
+        daemon = Daemon(serve, tracing=tracing, decision_log=log_file)
         try:
             await daemon.start()
         except AddressError as exc:
-            raise StartError(f"{'--listen' if args.listen else 'SQUAWK_LISTEN'}: {exc}") from None
+            raise StartError(f"{'--listen' if args.listen else LISTEN_ENV}: {exc}") from None
         await daemon.run_until_stopped()
     finally:
         if log_file is not None:
@@ -548,9 +413,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     if ignored is not None:
         log.warning(
-            "ignoring SQUAWK_LOG_LEVEL=%s: expected %s; logging at INFO",
+            "ignoring %s=%s: expected %s; logging at INFO",
+            settings.LOG_LEVEL.env,
             quoted(ignored),
-            _LEVELS_TEXT,
+            settings.LEVELS_TEXT,
         )
     try:
         if args.command == "serve":

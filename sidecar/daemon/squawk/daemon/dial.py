@@ -13,7 +13,7 @@ import argparse
 
 import grpc
 
-from .server.tls import TlsError, read_pem
+from .server.lifecycle.tls import TlsError, read_pem
 
 __all__ = ["add_target_flags", "check_local", "hint", "open_channel"]
 

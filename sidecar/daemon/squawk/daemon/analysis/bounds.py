@@ -23,6 +23,7 @@ import math
 
 from squawk.policy import PolicyInputError
 from squawk.policy.classify import check_status
+from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.profiles import DEFAULT_MAX_BODY_BYTES
 
 from .types import AnalysisRequest
@@ -60,9 +61,9 @@ MAX_STRING_CHARS = 1 << 20
 # policy file's max_body_bytes, 1 MiB by default).
 MAX_TEXT_CHARS = {
     "user_query": 16_384,
-    "capability_name": 256,
+    "capability_name": MAX_NAME_CHARS,
     "capability_description": 16_384,
-    "step_id": 256,
+    "step_id": MAX_NAME_CHARS,
 }
 MAX_PROTECTED = 256
 MAX_PROTECTED_CHARS = 1_024

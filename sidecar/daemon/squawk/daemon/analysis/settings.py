@@ -11,9 +11,12 @@ import enum
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from ..settings import ANALYZER_API_KEY
+
 __all__ = ["DEFAULT_API_KEY_ENV", "AnalyzerSettings", "Backend"]
 
-DEFAULT_API_KEY_ENV = "SQUAWK_ANALYZER_API_KEY"
+# The variable the key is read from unless the file names another (api_key_env).
+DEFAULT_API_KEY_ENV = ANALYZER_API_KEY.variable
 
 
 class Backend(enum.Enum):

@@ -4,11 +4,13 @@ The file is YAML. Every error names the field's path and line, and stops the
 daemon (exit code 2). An entry that can never take effect is a warning,
 with its path and line too: `Config.warnings`, which check-policy prints and
 the daemon logs at start and on reload. Environment overrides are forgiving
-instead: a bad value is logged as a warning and the default is kept.
+instead: a bad value is logged as a warning (here, for the core's overlay,
+which returns its warnings rather than log them) and the default is kept.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -42,6 +44,8 @@ __all__ = [
     "read_policy_file",
 ]
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class Config:
@@ -61,7 +65,7 @@ class Config:
     # the field and its line; the file works all the same.
     warnings: tuple[str, ...] = ()
     # The file held no YAML document (nothing, or only comments and blank
-    # lines): the built-in policy. A reload refuses it (reload.py).
+    # lines): the built-in policy. A reload refuses it (server/lifecycle/reload.py).
     empty: bool = False
 
 
@@ -154,8 +158,11 @@ def load_config(
             text = read_policy_file(path)[1]
         config = parse_config(text, path)
     environ = os.environ if environ is None else environ
+    policy, warnings = apply_env(config.policy, environ)
+    for warning in warnings:
+        log.warning("%s", warning)
     config = Config(
-        apply_env(config.policy, environ),
+        policy,
         apply_analyzer_env(config.analyzer, environ),
         apply_state_env(config.state, environ),
         config.lines,

@@ -13,6 +13,7 @@ import yaml
 from squawk.policy.backoff import parse_duration
 
 from ..analysis.settings import DEFAULT_API_KEY_ENV, AnalyzerSettings, Backend
+from ..settings import ANALYZER_BACKEND, ANALYZER_BASE_URL, ANALYZER_MODEL
 from ._yaml import (
     ConfigError,
     boolean,
@@ -30,6 +31,10 @@ from .needs import Need
 __all__ = ["analyzer_needs", "apply_analyzer_env", "parse_analyzer"]
 
 log = logging.getLogger(__name__)
+
+_BACKEND, _BASE_URL, _MODEL = (
+    s.variable for s in (ANALYZER_BACKEND, ANALYZER_BASE_URL, ANALYZER_MODEL)
+)
 
 T = TypeVar("T")
 
@@ -97,8 +102,8 @@ def analyzer_needs(settings: AnalyzerSettings) -> list[Need]:
     if settings.backend is not Backend.OPENAI:
         return []
     return [
-        Need(f"analyzer.{name}", f"SQUAWK_ANALYZER_{name.upper()}", "analyzer.backend", "openai")
-        for name in ("base_url", "model")
+        Need(f"analyzer.{name}", setting.variable, "analyzer.backend", "openai")
+        for setting, name in ((ANALYZER_BASE_URL, "base_url"), (ANALYZER_MODEL, "model"))
         if not getattr(settings, name)
     ]
 
@@ -110,21 +115,19 @@ def apply_analyzer_env(settings: AnalyzerSettings, environ: Mapping[str, str]) -
     in api_key_env, else the file's own api_key. A bad value is logged (by
     name, never the key) and ignored, like every other environment override.
     """
-    backend = environ.get("SQUAWK_ANALYZER_BACKEND")
+    backend = environ.get(_BACKEND)
     if backend is not None:
         try:
             settings = replace(settings, backend=Backend(backend.strip().lower()))
         except ValueError:
-            log.warning(
-                "ignoring SQUAWK_ANALYZER_BACKEND=%r: expected %s", backend, one_of(Backend)
-            )
-    base_url = environ.get("SQUAWK_ANALYZER_BASE_URL")
+            log.warning("ignoring %s=%r: expected %s", _BACKEND, backend, one_of(Backend))
+    base_url = environ.get(_BASE_URL)
     if base_url is not None:
         try:
             settings = replace(settings, base_url=_base_url(base_url.strip()))
         except ValueError as exc:
-            log.warning("ignoring SQUAWK_ANALYZER_BASE_URL: %s", exc)
-    model = environ.get("SQUAWK_ANALYZER_MODEL")
+            log.warning("ignoring %s: %s", _BASE_URL, exc)
+    model = environ.get(_MODEL)
     if model is not None and model.strip():
         settings = replace(settings, model=model.strip())
     for name in dict.fromkeys((DEFAULT_API_KEY_ENV, settings.api_key_env)):
@@ -134,8 +137,9 @@ def apply_analyzer_env(settings: AnalyzerSettings, environ: Mapping[str, str]) -
             break
     if backend is not None and settings.backend is Backend.OPENAI and not settings.uses_model:
         log.warning(
-            "ignoring SQUAWK_ANALYZER_BACKEND=openai: a base URL and a model are both needed; "
-            "keeping the offline analyzer"
+            "ignoring %s=openai: a base URL and a model are both needed; "
+            "keeping the offline analyzer",
+            _BACKEND,
         )
         settings = replace(settings, backend=Backend.OFFLINE)
     return settings

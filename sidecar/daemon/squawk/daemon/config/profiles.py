@@ -1,4 +1,4 @@
-"""The `profiles:` part of the policy file (the upstream settings: upstreams.py)."""
+"""The `profiles:` part of the policy file (the upstream settings: upstreams.py here)."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ import yaml
 
 from squawk.policy import parse_duration
 
+from ..settings import STATE_POD, STATE_URL
 from ._yaml import ConfigError, choice, integer, mapping, one_of, scalar, where
 from .needs import Need
 
@@ -171,22 +172,22 @@ def apply_state_env(settings: StateSettings, environ: Mapping[str, str]) -> Stat
     (ConfigError, naming the variable and never the URL): an operator who
     set it asked for the fleet, and a pod quietly alone is worse than one
     that does not start."""
-    url = environ.get("SQUAWK_STATE_URL", "").strip()
+    url = environ.get(STATE_URL.variable, "").strip()
     if url:
         try:
             settings = replace(settings, store=Store.REDIS, url=_url(url, credentials=True))
         except ValueError as exc:
-            raise ConfigError(f"SQUAWK_STATE_URL: {exc}") from None
-    pod = environ.get("SQUAWK_STATE_POD", "").strip()
+            raise ConfigError(f"{STATE_URL.variable}: {exc}") from None
+    pod = environ.get(STATE_POD.variable, "").strip()
     if pod:
         try:
             settings = replace(settings, pod=_name(MAX_POD_CHARS)(pod))
         except ValueError as exc:
-            raise ConfigError(f"SQUAWK_STATE_POD: {exc}") from None
+            raise ConfigError(f"{STATE_POD.variable}: {exc}") from None
     return settings
 
 
 def state_needs(settings: StateSettings) -> list[Need]:
     if settings.store is Store.REDIS and not settings.url:
-        return [Need("state.url", "SQUAWK_STATE_URL", "state.store", "redis")]
+        return [Need("state.url", STATE_URL.variable, "state.store", "redis")]
     return []

@@ -31,8 +31,8 @@ from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
-from .observe import Observer
-from .spans import CallSpan, ServerSpans
+from ..telemetry.observer import Observer
+from ..telemetry.spans import CallSpan, ServerSpans
 
 __all__ = ["INTERNAL", "MAX_ERROR_CHARS", "Malformed", "boundary", "register"]
 

@@ -40,7 +40,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 __all__ = [
-    "DEFAULT_SOCKET_MODE",
     "AddressError",
     "BindError",
     "BoundSocket",
@@ -52,10 +51,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# Owner and group may connect: the executor runs as the daemon's user or in
-# its group; nobody else on the host can.
-DEFAULT_SOCKET_MODE = 0o660
 
 # How long a connect may take to tell "someone answers" from "stale".
 _PROBE_TIMEOUT_S = 1.0

@@ -1,7 +1,7 @@
 """The PolicyService servicer: convert the request, call the core, convert back.
 
 Each method passes `boundary` (boundary.py), which turns refusals and
-failures into statuses; the upstream state lives behind state_store.py.
+failures into statuses; the upstream state lives behind tracking/pod_store.py.
 """
 
 from __future__ import annotations
@@ -25,9 +25,14 @@ from squawk.policy import (
     Profile,
     classify,
     decide,
-    pushback_refuses,
 )
-from squawk.policy.limits import MAX_NAME_CHARS, check_chars
+from squawk.policy.limits import (
+    MAX_BATCH,
+    MAX_NAME_CHARS,
+    MAX_OUTCOMES,
+    MAX_UPSTREAMS_PAGE,
+    check_chars,
+)
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
@@ -37,29 +42,27 @@ from squawk.wire import (
     attempt_state,
     classification_message,
     decision_message,
+    failed_attempt,
     failure,
-    hint,
     outcome,
     rate_limited,
     untracked,
 )
 
-from ..analysis import Analyzer, AnalyzerSettings, wire
-from . import spans
+from ...analysis import Analyzer, AnalyzerSettings, wire
+from ..telemetry import spans
+from ..telemetry.fields import admission_fields, classification_fields, decision_fields
+from ..telemetry.observer import Observer
+from ..telemetry.spans import ServerSpans
+from ..tracking.pod_store import PodStore, Source
+from ..tracking.registry import NO_PACE, Upstreams, UpstreamView
 from .boundary import INTERNAL, MAX_ERROR_CHARS, boundary, register
 from .decisions import StatelessDecisions
-from .observe import Observer, admission_fields, classification_fields, decision_fields
-from .spans import ServerSpans
-from .state_store import PodStore, Source
-from .upstreams import NO_PACE, Upstreams, UpstreamView
 
-__all__ = ["MAX_BATCH", "MAX_HINTS", "MAX_OUTCOMES", "PolicyServicer", "register"]
+__all__ = ["MAX_HINTS", "PolicyServicer", "register"]
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 10_000
-# Outcomes in one ReportOutcome call.
-MAX_OUTCOMES = 1_000
 # Outcomes of one ReportOutcome call whose rate-limit headers are read: the
 # first this many that carry any (the runners' reports hold at most 100
 # outcomes, so theirs are read whole). A parse of 64 headers costs some
@@ -70,10 +73,6 @@ MAX_OUTCOMES = 1_000
 # the shared cool-down would answer them instead; and a thousand names
 # would still cost a thousand parses.
 MAX_HINTS = 100
-# Upstreams in one GetUpstreams answer: 1,000 of the longest rows (a
-# 128-character profile, a 256-character name, four bytes a character) come
-# to under 2 MiB, within a default client's 4 MiB receive limit.
-MAX_UPSTREAMS_PAGE = 1_000
 # A listing gives the event loop back after this many rows, some 0.3 ms of
 # work (a row's snapshot and its name's redaction cost about 12 µs). With
 # eight callers listing in a loop, health waited 17 ms at the median at 100
@@ -140,29 +139,15 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         if self._observer.active or span.is_recording():
             self._observer.record(rpc, fields(), started, span)
 
-    def classify(self, request: pb.ClassifyRequest) -> pb.ClassifyResponse:
-        profile = self._policy.profile(request.profile)
-        return classification_message(classify(failure(request), profile, self._clock))
-
     def _attempt(
-        self, request: pb.DecideRetryRequest, profile: Profile, policy: Policy | None = None
+        self, request: pb.DecideRetryRequest, profile: Profile, policy: Policy
     ) -> tuple[Decision, Outcome, timedelta | None]:
         """decide()'s answer for a request with an upstream, the failure it
         reports (it counts for the whole pod; callers need not report it
         again) and the step's deadline."""
         state = attempt_state(request)
-        max_body_bytes = (policy or self._policy).max_body_bytes
-        decision = decide(state, profile, self._clock, self._rng, max_body_bytes)
-        failed = Outcome(
-            success=False,
-            http_status=state.http_status,
-            transport_failure=state.transport_failure,
-            retry_after=decision.classification.retry_after,
-            cancelled=state.cancelled,
-            refused_retry=pushback_refuses(state.headers),
-            hint=hint(state.headers, self._clock) if state.headers else None,
-        )
-        return decision, failed, state.deadline
+        decision = decide(state, profile, self._clock, self._rng, policy.max_body_bytes)
+        return decision, failed_attempt(state, decision, self._clock), state.deadline
 
     async def _decide(
         self,
@@ -183,20 +168,6 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         )
         return after, decision_message(after), source
 
-    def decide(self, request: pb.DecideRetryRequest) -> pb.DecideRetryResponse:
-        """The answer from this process's own state, never a fleet's (the
-        CLI's and any in-process caller's entry point); the caller's to change."""
-        profile = self._policy.profile(request.profile)
-        if not request.upstream:
-            mine = pb.DecideRetryResponse()
-            mine.CopyFrom(self._stateless.decide(request, profile)[1])
-            return mine
-        decision, failed, deadline = self._attempt(request, profile)
-        upstreams = self.store.upstreams
-        return decision_message(
-            upstreams.after_failure(profile, request.upstream, failed, decision, deadline)
-        )
-
     @boundary
     async def Classify(
         self,
@@ -204,7 +175,8 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         context: grpc.aio.ServicerContext[pb.ClassifyRequest, pb.ClassifyResponse],
     ) -> pb.ClassifyResponse:
         started = time.perf_counter()
-        reply = self.classify(request)
+        profile = self._policy.profile(request.profile)
+        reply = classification_message(classify(failure(request), profile, self._clock))
         self._note("Classify", lambda: classification_fields(request, reply), started)
         return reply
 

@@ -2,9 +2,9 @@
 
 Two stores, chosen by the policy file's `state.store`:
 
-- `PodStore` (memory, the default): the pod's own state (upstreams.py), in
+- `PodStore` (memory, the default): the pod's own state (registry.py), in
   this process. Nothing here waits.
-- `FleetStore` (redis, fleet.py): the pod's own state first, then the
+- `FleetStore` (redis, fleet_store.py): the pod's own state first, then the
   fleet's, shared with every pod on Redis, which can only make an answer
   more cautious. When Redis cannot answer within the deadline, the pod's own
   answer stands and is marked `local`.
@@ -22,7 +22,7 @@ from datetime import timedelta
 from squawk.policy import Admission, Decision, Outcome, Profile
 from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 
-from .upstreams import Upstreams, UpstreamView
+from .registry import Upstreams, UpstreamView
 
 __all__ = ["PodStore", "Source"]
 

@@ -63,11 +63,11 @@ from squawk.policy.text import shown_text
 from squawk.policy.timing import EMPTY, Window, added, rolled, seconds
 from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 
-from ..config import ConfigError
-from ..config.state import StateSettings
-from .observe import Throttle
-from .state_store import PodStore, Source
-from .upstreams import Transition, Upstreams
+from ...config import ConfigError
+from ...config.state import StateSettings
+from ..telemetry.throttle import LOG_EVERY_S, Throttle
+from .pod_store import PodStore, Source
+from .registry import Transition, Upstreams
 
 __all__ = ["FleetStore"]
 
@@ -98,8 +98,6 @@ _PING_FIRST_S, _PING_MAX_S = 0.1, 2.0
 _REPLAY_MAX = 100
 _MAX_CONNECTIONS = 32
 _KEY_CACHE = 4096
-# Answers the daemon cannot use are logged at most once per this many seconds.
-_LOG_EVERY_S = 10.0
 
 Key = tuple[str, str]
 
@@ -178,7 +176,7 @@ class FleetStore(PodStore):
         self._args: dict[UpstreamConfig, str] = {}
         self._closing = False
         self._outage_logged = False
-        self._throttle = Throttle(_LOG_EVERY_S)
+        self._throttle = Throttle(LOG_EVERY_S)
         self._refusal = ResponseError
 
     def describe(self) -> str:
@@ -491,7 +489,7 @@ class FleetStore(PodStore):
         self._down_since = time.monotonic()
         self._local_answers = 0
         # One line when an outage begins and one when it ends; a store that
-        # keeps coming and going says so at most once per _LOG_EVERY_S.
+        # keeps coming and going says so at most once per LOG_EVERY_S.
         held = self._throttle.ready("outage")
         self._outage_logged = held is not None
         if held is not None:
@@ -512,7 +510,7 @@ class FleetStore(PodStore):
         """An outage whose first line the throttle held back, still going
         after the throttle's interval, is logged after all: an outage that
         never ends must not go unsaid."""
-        if self._outage_logged or time.monotonic() - self._down_since < _LOG_EVERY_S:
+        if self._outage_logged or time.monotonic() - self._down_since < LOG_EVERY_S:
             return
         self._outage_logged = True
         log.warning(

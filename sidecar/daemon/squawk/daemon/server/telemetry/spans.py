@@ -17,7 +17,7 @@ attribute-checking mapping per span, two context managers and a proxy
 around the servicer context (about a third of a traced call's CPU, in a
 py-spy profile of DecideRetry at saturation; bench/REPORT.md). The
 attributes are the daemon's own fields, already
-bounded and redacted (observe.py, `shown_text`), so the SDK's per-value
+bounded and redacted (telemetry/observer.py, `shown_text`), so the SDK's per-value
 checks had nothing to do.
 
 Health checks and reflection are never traced: they would drown the

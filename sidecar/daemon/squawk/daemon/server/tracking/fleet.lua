@@ -9,7 +9,7 @@
 -- KEYS[1]  the state, a JSON object (fields below)
 -- KEYS[2]  the pods with a counted failure: a sorted set, score = its time
 -- ARGV[1]  op, pod, verdict, hint, delay, deadline, then the config (see
---          fleet.py's _config_args), separated by spaces
+--          fleet_store.py's _config_args), separated by spaces
 --   op       admit | record | retry (record, then guard a RETRY) | replay
 --   verdict  retry: 0 not counted, 1 success, 2 failure, 3 throttled failure
 --            (the token bucket and the cool-down count it, the breaker does

@@ -40,13 +40,13 @@ import logging
 import os
 from collections.abc import Callable
 
-from ..config import Config, ConfigError, load_config, read_policy_file
+from ...config import Config, ConfigError, load_config, read_policy_file
+from ...settings import POLL_S
 
-__all__ = ["POLL_S", "SETTLE_S", "PolicyWatch", "policy_hash"]
+__all__ = ["SETTLE_S", "PolicyWatch", "policy_hash"]
 
 log = logging.getLogger(__name__)
 
-POLL_S = 1.0
 # Two reads of the file this far apart must agree before it is parsed; a
 # file still changing after SETTLE_TRIES reads is refused until it changes again.
 SETTLE_S = 0.25

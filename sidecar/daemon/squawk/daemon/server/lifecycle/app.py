@@ -36,13 +36,22 @@ from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
-from ..analysis import Analyzer, AnalyzerSettings
-from ..analysis.worker import lower_switch_interval
-from ..config import Config
-from ..config.state import StateSettings, Store
-from .health import Health
+from ...analysis import Analyzer
+from ...analysis.worker import lower_switch_interval
+from ...config import Config
+from ...config.state import StateSettings, Store
+from ...settings import ServeSettings
+from ..rpc.health import Health
+from ..rpc.reflection import enable_reflection
+from ..rpc.servicer import PolicyServicer, register
+from ..telemetry.loop_lag import watch_loop_lag
+from ..telemetry.metrics import Metrics
+from ..telemetry.observer import Observer
+from ..telemetry.spans import ServerSpans
+from ..telemetry.tracing import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
+from ..tracking.pod_store import PodStore
+from ..tracking.registry import Upstreams
 from .listeners import (
-    DEFAULT_SOCKET_MODE,
     BindError,
     BoundSocket,
     check_unix_socket,
@@ -50,21 +59,10 @@ from .listeners import (
     socket_umask,
     unix_socket_path,
 )
-from .loop_lag import watch_loop_lag
-from .observe import Metrics, Observer
-from .reflection import enable_reflection
-from .reload import POLL_S, PolicyWatch, read_startup
-from .servicer import PolicyServicer, register
-from .spans import ServerSpans
-from .state_store import PodStore
-from .telemetry import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
-from .tls import TlsFiles, server_credentials
-from .upstreams import Upstreams
+from .reload import PolicyWatch, read_startup
+from .tls import server_credentials
 
 __all__ = [
-    "DEFAULT_GRACE_S",
-    "DEFAULT_LISTEN",
-    "DEFAULT_SOCKET_MODE",
     "BindError",
     "Daemon",
     "default_shutdown_notice",
@@ -72,10 +70,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DEFAULT_LISTEN = "127.0.0.1:50051"
-# The whole shutdown, from the signal to the exit; well inside Kubernetes'
-# default terminationGracePeriodSeconds (30).
-DEFAULT_GRACE_S = 5.0
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
 
 # gRPC turns SO_REUSEPORT on by default, which would let a second daemon bind
@@ -94,23 +88,22 @@ def default_shutdown_notice(grace_s: float) -> float:
 class Daemon:
     def __init__(
         self,
-        policy: Policy,
-        listen: list[str],
-        grace_s: float = DEFAULT_GRACE_S,
+        settings: ServeSettings,
         *,
-        shutdown_notice_s: float = 0.0,
-        socket_mode: int = DEFAULT_SOCKET_MODE,
         tracing: tuple[TracerProvider, CountingBatchSpanProcessor | None] | None = None,
-        metrics_listen: str | None = None,
         decision_log: IO[str] | None = None,
-        analyzer_settings: AnalyzerSettings | None = None,
-        state_settings: StateSettings | None = None,
-        policy_path: str | None = None,
-        policy_empty: bool = False,
-        policy_poll_s: float = POLL_S,
-        health_listen: str | None = None,
-        tls: TlsFiles | None = None,
     ) -> None:
+        """The daemon `settings` describe (squawk.daemon.settings). Besides
+        them, two things the caller owns: the tracer provider (with its
+        counting span processor, when it made one) and the open decision log."""
+        config = settings.config
+        policy, metrics_listen, health_listen = (
+            config.policy,
+            settings.metrics_listen,
+            settings.health_listen,
+        )
+        grace_s, shutdown_notice_s = settings.grace_s, settings.shutdown_notice_s
+        tls, policy_path = settings.tls, settings.policy_path
         if not 0 <= shutdown_notice_s <= grace_s:
             raise ValueError(
                 f"shutdown_notice_s: {shutdown_notice_s} is not between 0 and grace_s ({grace_s})"
@@ -119,11 +112,10 @@ class Daemon:
         self._span_processor = tracing[1] if tracing else None
         self.metrics = Metrics(tracing[1] if tracing else None) if metrics_listen else None
         self.metrics_listen = metrics_listen
-        # Unset = the offline analyzer; the CLI passes the file's and env's settings.
-        self.analyzer = Analyzer(analyzer_settings or AnalyzerSettings(), policy)
+        self.analyzer = Analyzer(config.analyzer, policy)
         observer = Observer(self.metrics, decision_log)
         self._decision_log = decision_log
-        self.store = _store(policy, state_settings or StateSettings(), observer)
+        self.store = _store(policy, config.state, observer)
         self.servicer = PolicyServicer(
             policy,
             observer=observer,
@@ -132,10 +124,10 @@ class Daemon:
             store=self.store,
         )
         self.health = Health()
-        self.listen = listen
+        self.listen = list(settings.listen)
         self.grace_s = grace_s
         self.shutdown_notice_s = shutdown_notice_s
-        self.socket_mode = socket_mode
+        self.socket_mode = settings.socket_mode
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
         # Health alone, for probes that cannot reach a unix socket (the
         # kubelet's gRPC probe dials the pod's IP): nothing else is served there.
@@ -157,20 +149,15 @@ class Daemon:
         if self.metrics is not None:
             self.metrics.policy_info.labels(self.policy_hash).set(1)
         if policy_path:
-            # policy_empty: the file held no policy at start (see reload.py).
-            running = Config(
-                policy,
-                analyzer_settings or AnalyzerSettings(),
-                state_settings or StateSettings(),
-                empty=policy_empty,
-            )
+            # config.empty: the file held no policy at start (see reload.py).
+            running = Config(config.policy, config.analyzer, config.state, empty=config.empty)
             self._policy_watch = PolicyWatch(
                 policy_path,
                 running,
                 self.policy_hash,
                 self.use_policy,
                 self._count_reload,
-                policy_poll_s,
+                settings.policy_poll_s,
             )
 
     async def start(self) -> None:
@@ -348,7 +335,7 @@ def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodSt
     )
     if settings.store is Store.MEMORY:
         return PodStore(upstreams)
-    from .fleet import FleetStore  # needs the redis client, an optional dependency
+    from ..tracking.fleet_store import FleetStore  # needs the redis client, an optional dependency
 
     observer.store_up(True)
     return FleetStore(

@@ -1,0 +1,3 @@
+"""The process: building and running the daemon (`app.py`), its listeners
+(`listeners.py`), TLS files (`tls.py`) and policy reloads (`reload.py`).
+"""
