@@ -161,4 +161,5 @@ clean:
 	rm -rf $(VENV) $(CORE)/squawk/v1 build dist clients/typescript/node_modules clients/typescript/dist \
 	  examples/typescript/node_modules
 
-include bench/bench.mk
+# The image builds from a context without bench/ (.dockerignore): optional.
+-include bench/bench.mk

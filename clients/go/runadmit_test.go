@@ -116,8 +116,8 @@ func TestRunWaitsOutACoolDown(t *testing.T) {
 	if _, err := Run(context.Background(), c, "PAR", step, RunOptions[string]{Upstream: u, Sleep: sleep}); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	// The daemon jitters a refusal's wait by up to a fifth of the time left.
-	if len(waits) != 1 || waits[0] <= time.Second || waits[0] > 2400*time.Millisecond {
+	// The daemon jitters a cool-down's refusal by up to its time left (5 s at most).
+	if len(waits) != 1 || waits[0] <= time.Second || waits[0] > 4000*time.Millisecond {
 		t.Fatalf("waits %v, want one wait for the rest of the 2 s Retry-After", waits)
 	}
 	if len(dispatched) != 1 || dispatched[0] < waits[0] {
@@ -152,8 +152,8 @@ func TestRunRefusedPastTheDeadlineFailsAtOnce(t *testing.T) {
 	if !strings.HasPrefix(d.Explanation, prefix) || !strings.HasSuffix(d.Explanation, " ms, past the step's deadline.") {
 		t.Errorf("explanation %q", d.Explanation)
 	}
-	// The daemon jitters a refusal's wait by up to a fifth of the time left.
-	if d.RetryAfter <= time.Second || d.RetryAfter > 2400*time.Millisecond {
+	// The daemon jitters a cool-down's refusal by up to its time left (5 s at most).
+	if d.RetryAfter <= time.Second || d.RetryAfter > 4000*time.Millisecond {
 		t.Errorf("RetryAfter = %v, want the rest of the 2 s Retry-After, jittered", d.RetryAfter)
 	}
 	if calls != 0 || re.Calls != 0 || re.Err != nil || re.Cause != nil || len(rec.waits) != 0 {

@@ -148,8 +148,8 @@ func TestAdmitRefusesWhileCoolingDown(t *testing.T) {
 	if a.Allowed || a.Reason != squawkv1.Reason_REASON_UPSTREAM_COOLING_DOWN || a.Fallback {
 		t.Errorf("Admit during the cool-down = %v", a)
 	}
-	// The daemon jitters a refusal's wait by up to a fifth of the time left.
-	if a.RetryAfter <= time.Second || a.RetryAfter > 2400*time.Millisecond {
+	// The daemon jitters a cool-down's refusal by up to its time left (5 s at most).
+	if a.RetryAfter <= time.Second || a.RetryAfter > 4000*time.Millisecond {
 		t.Errorf("RetryAfter = %v, want the rest of the 2 s Retry-After, jittered", a.RetryAfter)
 	}
 	if left := upstreamState(t, c, "default", u).GetCoolDownLeft().AsDuration(); left <= time.Second || left > 2*time.Second {

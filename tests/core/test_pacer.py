@@ -36,6 +36,7 @@ from squawk.policy import (
     record_outcome,
     upstream_snapshot,
 )
+from squawk.policy.pacer import hold, hold_at_most
 from squawk.policy.ratelimit import Quota, RateLimitHint
 
 MS = timedelta(milliseconds=1)
@@ -644,6 +645,26 @@ def test_the_pace_takes_over_the_cool_down_its_cut_ends() -> None:
     rate = 0.4 * (0.1 - K) ** 3 + 10
     assert waits[1] == pytest.approx(timedelta(seconds=0.85 + 1 / rate), abs=MS)
     assert waits[2] is Reason.UPSTREAM_SATURATED
+
+
+def test_a_closed_upstreams_cool_down_stays_a_cool_down_when_a_cut_follows() -> None:
+    # Retry-After 300 s arms the pace and closes the upstream; a 1 s one cuts.
+    # Past CLOSED_AFTER the cool-down is not handed to the pace: still refused.
+    config = UpstreamConfig()
+    state = record_outcome(
+        UpstreamState(), config, 0.0, Outcome(False, 429, retry_after=timedelta(seconds=300))
+    )
+    state = record_outcome(
+        state, config, 0.1, Outcome(False, 429, retry_after=timedelta(seconds=1))
+    )
+    assert admit(state, config, 10.0)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+
+
+def test_a_hold_is_shortened_to_a_lower_cap_and_never_lengthened() -> None:
+    p = hold(Pacer(), 100.0)
+    assert hold_at_most(p, 10.0).hold_until == 10.0
+    assert hold_at_most(p, 200.0) is p
+    assert hold(p, 50.0) is p
 
 
 @pytest.mark.parametrize(

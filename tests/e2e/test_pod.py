@@ -382,6 +382,6 @@ def test_one_executors_retry_after_holds_back_every_executor(
     for worker in set(ALL_WORKERS) - {first}:
         its = [e for e in events if e["w"] == worker]
         assert its[0]["ev"] == "wait" and its[0]["kind"] == "admission", (worker, its)
-        assert 0 < its[0]["ms"] <= RETRY_AFTER_S * 1200  # the time left, jittered
+        assert 0 < its[0]["ms"] <= RETRY_AFTER_S * 2000  # the time left, jittered by up to as much
         assert [e["status"] for e in _of(events, "dispatch", worker)] == [200]
         assert not _of(events, "decision", worker)

@@ -117,10 +117,10 @@ describe("runStep with an upstream, against the daemon", () => {
     );
     assert.equal(result, "ok");
     const first = waits[0] ?? 0;
-    // The pod jitters a refusal's wait by up to a fifth of the time left.
-    assert.ok(first >= 1000 && first <= 2400, `first wait ${first} ms`);
+    // The pod jitters a cool-down's refusal by up to its time left (5 s at most).
+    assert.ok(first >= 1000 && first <= 4000, `first wait ${first} ms`);
     // A timer may fire a hair early; the pod then asks for the rest, never for more.
-    assert.ok(waits.reduce((a, b) => a + b, 0) <= 2450, `waits ${waits.join(", ")}`);
+    assert.ok(waits.reduce((a, b) => a + b, 0) <= 4050, `waits ${waits.join(", ")}`);
     const refusals = asked.events.slice(0, -3);
     assert.deepEqual(refusals, waits.flatMap(() => [`admit ${COOLING}`, "wait"]));
     assert.deepEqual(asked.events.slice(-3), ["admit allowed", "dispatch", "report"]);
@@ -141,7 +141,7 @@ describe("runStep with an upstream, against the daemon", () => {
     );
     assert.ok(refusedWith(COOLING, explanation, 0)(failure), String(failure));
     const waitMs = Number(explanation.exec((failure as StepFailedError).decision.explanation)?.[1]);
-    assert.ok(waitMs > 1000 && waitMs <= 2400, `admits again in ${waitMs} ms`); // jittered
+    assert.ok(waitMs > 1000 && waitMs <= 4000, `admits again in ${waitMs} ms`); // jittered
     assert.equal(ran, false);
     assert.deepEqual(waits, []);
     assert.ok(Date.now() - started < 1000, "the step waited");

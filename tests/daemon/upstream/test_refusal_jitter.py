@@ -91,6 +91,16 @@ def test_admit_jitters_a_cool_down_refusal() -> None:
     assert refused.retry_after == (8000 + 1619) * MS
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_a_cool_down_refusals_jitter_never_passes_a_deadline_it_fits(seed: int) -> None:
+    # 8 s of cool-down left and 9 s of deadline: the wait is 8 s plus a
+    # jitter cut to the deadline, so the step waits instead of failing.
+    _, refused = admit(
+        _cooling(10), UpstreamConfig(), 2.0, rng=random.Random(seed), deadline=9000 * MS
+    )
+    assert 8000 * MS <= refused.retry_after <= 9000 * MS
+
+
 def test_admit_jitters_an_open_breaker_refusal() -> None:
     config = UpstreamConfig(BreakerConfig(minimum_calls=1, open_for=timedelta(seconds=30)))
     state = record_outcome(UpstreamState(), config, 0.0, OUTAGE)

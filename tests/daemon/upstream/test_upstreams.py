@@ -355,7 +355,7 @@ def test_the_runner_waits_out_another_executors_retry_after(
             client, calls.append, 1, options=StepOptions(upstream="runner-cool"), sleep=sleep
         )
     assert calls == [1]
-    assert len(waits) == 1 and 1.0 < waits[0] <= 2.4  # the time left, jittered
+    assert len(waits) == 1 and 1.0 < waits[0] <= 4.0  # the time left, jittered by up to as much
 
 
 def test_the_runner_fails_open_without_the_daemon() -> None:

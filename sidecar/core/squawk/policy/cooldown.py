@@ -41,6 +41,7 @@ from .timing import seconds
 from .types import PolicyInputError
 
 __all__ = [
+    "COOL_DOWN_SPREAD_FRACTION",
     "DEFAULT_MAX_COOL_DOWN",
     "MAX_COOL_DOWN",
     "MAX_SPREAD",
@@ -52,6 +53,7 @@ __all__ = [
     "held",
     "shared_wait",
     "spread",
+    "within",
 ]
 
 # The end of a cool-down that never began.
@@ -128,3 +130,12 @@ def spread(
     most = min(left // _ONE_MS * fraction, MAX_SPREAD // _ONE_MS)
     extra = math.floor(rng.uniform(0, most))
     return min(left + extra * _ONE_MS, max(left, MAX_RETRY_AFTER))
+
+
+def within(wait: timedelta, left: timedelta, deadline: timedelta | None) -> timedelta:
+    """A jittered `wait` cut to the step's `deadline`, never below `left`
+    (the time the rule still refuses): the jitter must not fail a step
+    that could wait the refusal out (as guard_retry does for a RETRY)."""
+    if deadline is None or deadline < left:
+        return wait
+    return min(wait, deadline)

@@ -155,6 +155,7 @@ __all__ = [
     "Pacer",
     "RateLimitConfig",
     "hold",
+    "hold_at_most",
     "observe",
     "pace",
     "pace_source",
@@ -807,10 +808,10 @@ def _cut(
 
 
 def _revise(pacer: Pacer, served: float, changes: dict[str, float]) -> None:
-    # Not held to what the pace granted (_checked): the bucket was mostly
-    # served before the pace began, and what a revised W_max allows stays
-    # within twice the rate granted (_cubic's cap), made-up successes or not.
-    w_max = min(served, MAX_RATE)
+    # Held to what the pace granted (_checked), as a cut is: otherwise
+    # successes no Admit granted, reported into the cut's bucket, would
+    # lift W_max without bound, and the 2x-grants cap compound with it.
+    w_max = min(_checked(pacer, served), MAX_RATE)
     if w_max > pacer.w_max:
         _set_w_max(w_max, changes)
 
@@ -826,6 +827,14 @@ def hold(pacer: Pacer, until: float) -> Pacer:
     if until <= pacer.hold_until:
         return pacer
     return _replace(pacer, hold_until=until)
+
+
+def hold_at_most(pacer: Pacer, latest: float) -> Pacer:
+    """The pacer with no hold past `latest` (a reload that lowers
+    max_cool_down shortens a hold as it does a cool-down)."""
+    if pacer.hold_until <= latest:
+        return pacer
+    return _replace(pacer, hold_until=latest)
 
 
 def pace_source(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSource:

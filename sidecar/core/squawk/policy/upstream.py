@@ -53,6 +53,7 @@ from .cooldown import (
     check_max_cool_down,
     cool_down,
     spread,
+    within,
 )
 from .limits import MAX_PERMITS
 from .outcome import (
@@ -200,14 +201,15 @@ def admit(
     cooling = time_left(state.cool_until, now)
     if cooling:
         breaker = _breaker.advance(state.breaker, cb, now)
-        wait = spread(cooling, rng, COOL_DOWN_SPREAD_FRACTION)
+        wait = within(spread(cooling, rng, COOL_DOWN_SPREAD_FRACTION), cooling, deadline)
         refused = Admission(
             False, Reason.UPSTREAM_COOLING_DOWN, wait, breaker.state, False, permits=0
         )
         return _with(state, breaker=breaker), refused
     breaker, allowed, probe = _breaker.admit(state.breaker, cb, now)
     if not allowed:
-        left = spread(time_left(breaker.until, now), rng)
+        open_left = time_left(breaker.until, now)
+        left = within(spread(open_left, rng), open_left, deadline)
         refused = Admission(False, Reason.CIRCUIT_OPEN, left, breaker.state, False, permits=0)
         return _with(state, breaker=breaker), refused
     if breaker.state is not BreakerState.CLOSED:
@@ -285,9 +287,10 @@ def record_outcome(
             _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.HEADERS
         )
     until = state.cool_until
-    if learned and not was_learned and time_left(until, now):
+    if learned and not was_learned and timedelta(0) < time_left(until, now) <= CLOSED_AFTER:
         # This throttle's cut taught the pace while the cool-down its arming
-        # throttle started still runs. The pace takes the rest of it over
+        # throttle started still runs (a short one: past CLOSED_AFTER the
+        # upstream is closed, and stays a cool-down). The pace takes the rest of it over
         # as a hold: a call admitted meanwhile is told when to start (its
         # place in the queue after the hold) or shed at once, instead of
         # every refused call asking again the moment the cool-down ends, a

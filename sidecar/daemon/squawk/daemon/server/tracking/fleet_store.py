@@ -57,6 +57,7 @@ from squawk.policy.cooldown import (
     SPREAD_FRACTION,
     shared_wait,
     spread,
+    within,
 )
 from squawk.policy.outcome import Verdict
 from squawk.policy.text import shown_text
@@ -236,9 +237,8 @@ class FleetStore(PodStore):
             else:
                 why, wait = Reason.CIRCUIT_OPEN, _open_left(wait_ms, config)
                 fraction = SPREAD_FRACTION
-            return Admission(
-                False, why, spread(wait, self.upstreams.rng, fraction), state, False, permits=0
-            ), Source.FLEET
+            jittered = within(spread(wait, self.upstreams.rng, fraction), wait, deadline)
+            return Admission(False, why, jittered, state, False, permits=0), Source.FLEET
         local = self.upstreams.admit(profile, upstream, deadline, cost)
         if not local.allowed:
             # Another call took the pod's last slot while Redis answered

@@ -77,6 +77,7 @@ from squawk.policy import (
 )
 from squawk.policy.breaker import advance
 from squawk.policy.cooldown import held
+from squawk.policy.pacer import hold_at_most
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
 
@@ -520,5 +521,9 @@ def _carried(
     if was.retry_budget != now.retry_budget:
         state = replace(state, budget=carried(state.budget, was.retry_budget, now.retry_budget))
     if now.max_cool_down < was.max_cool_down:
-        state = replace(state, cool_until=held(state.cool_until, clock, now.max_cool_down))
+        state = replace(
+            state,
+            cool_until=held(state.cool_until, clock, now.max_cool_down),
+            pacer=hold_at_most(state.pacer, held(state.pacer.hold_until, clock, now.max_cool_down)),
+        )
     return state
