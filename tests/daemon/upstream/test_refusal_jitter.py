@@ -98,6 +98,7 @@ def test_a_cool_down_refusals_jitter_never_passes_a_deadline_it_fits(seed: int) 
     _, refused = admit(
         _cooling(10), UpstreamConfig(), 2.0, rng=random.Random(seed), deadline=9000 * MS
     )
+    assert refused.retry_after is not None
     assert 8000 * MS <= refused.retry_after <= 9000 * MS
 
 
