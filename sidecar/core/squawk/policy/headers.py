@@ -86,7 +86,9 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
 def _unsigned(value: str) -> int | None:
     # Only plain ASCII digits: a fraction, a sign or a word is malformed.
     if value and value.isascii() and value.isdigit():
-        return int(value) if len(value) <= _MAX_DIGITS else 10**_MAX_DIGITS
+        # Leading zeros are no digits of the bound: "000...07" is 7.
+        significant = value.lstrip("0") or "0"
+        return int(significant) if len(significant) <= _MAX_DIGITS else 10**_MAX_DIGITS
     return None
 
 
