@@ -32,6 +32,7 @@ import hashlib
 import itertools
 import logging
 import math
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,6 +66,8 @@ from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 
 from ...config import ConfigError
 from ...config.state import StateSettings
+from ...settings import STATE_TLS_CA, STATE_TLS_CERT, STATE_TLS_KEY
+from ..lifecycle.tls import read_pem
 from ..telemetry.throttle import LOG_EVERY_S, Throttle
 from .pod_store import PodStore, Source
 from .registry import Transition, Upstreams
@@ -136,9 +139,6 @@ class FleetStore(PodStore):
     ) -> None:
         super().__init__(upstreams)
         try:
-            from redis.asyncio import BlockingConnectionPool, Redis
-            from redis.asyncio.retry import Retry
-            from redis.backoff import NoBackoff
             from redis.exceptions import ResponseError
         except ImportError:  # pragma: no cover - tested in a subprocess (test_start_errors.py)
             # A configuration error (exit code 2), not a crash: the policy or
@@ -152,15 +152,7 @@ class FleetStore(PodStore):
         self._on_transition = on_transition
         self._on_up = on_up
         self._on_dropped = on_dropped
-        pool = BlockingConnectionPool.from_url(
-            settings.url,
-            max_connections=_MAX_CONNECTIONS,
-            # Our own deadlines bound every wait; these only end a hung socket.
-            socket_connect_timeout=_BACKGROUND_TIMEOUT_S,
-            socket_timeout=_BACKGROUND_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 0),
-        )
-        self._redis = Redis.from_pool(pool)  # owns the pool: aclose() closes its connections
+        self._redis, self._sentinels = _connect(settings)
         self._script = self._redis.register_script(_SCRIPT)
         self._up = True
         self._late = 0
@@ -197,6 +189,8 @@ class FleetStore(PodStore):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._redis.aclose()
+        for sentinel in self._sentinels:
+            await sentinel.aclose()
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -743,3 +737,93 @@ def _fleet_verdict(config: UpstreamConfig, outcome: Outcome) -> int:
     if counted is Verdict.FAILURE and config.breaker_verdict(outcome) is Verdict.IGNORED:
         return _THROTTLED
     return _VERDICT[counted]
+
+
+# -- the connection -----------------------------------------------------------
+
+
+def _connect(settings: StateSettings) -> tuple[Any, list[Any]]:
+    """The Redis client, by URL or through Redis Sentinel, and the sentinels'
+    own clients (closed with it). Settings that cannot work stop the start
+    (ConfigError, exit code 2), naming the setting and the file."""
+    from redis.asyncio import BlockingConnectionPool, Redis
+    from redis.asyncio.retry import Retry
+    from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+    from redis.backoff import NoBackoff
+
+    options: dict[str, Any] = {
+        "max_connections": _MAX_CONNECTIONS,
+        # Our own deadlines bound every wait; these only end a hung socket.
+        "socket_connect_timeout": _BACKGROUND_TIMEOUT_S,
+        "socket_timeout": _BACKGROUND_TIMEOUT_S,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    tls = _tls_options(settings)
+    if not settings.sentinels:
+        pool = BlockingConnectionPool.from_url(settings.url, **options, **tls)
+        return Redis.from_pool(pool), []  # owns the pool: aclose() closes its connections
+    if settings.url:
+        raise ConfigError("state.sentinels and state.url are both set: give one of them")
+
+    class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+        """The master's connections, found through the sentinels, at most
+        max_connections of them (a caller waits for one, as with a URL)."""
+
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(settings.sentinels),
+        sentinel_kwargs={
+            "socket_connect_timeout": _BACKGROUND_TIMEOUT_S,
+            "socket_timeout": _BACKGROUND_TIMEOUT_S,
+        },
+    )
+    client = sentinel.master_for(
+        settings.service_name, connection_pool_class=BlockingSentinelPool, **options
+    )
+    return client, list(sentinel.sentinels)
+
+
+def _tls_options(settings: StateSettings) -> dict[str, str]:
+    """redis-py's own TLS keywords for a rediss:// URL: the CA to trust
+    (unset: the system's), and the client's certificate and key. Each file
+    is checked as Python's ssl loads it, so a bad one is named at start
+    rather than found at the first handshake as an outage."""
+    given = [
+        (f"{setting.file_key} ({setting.env})", keyword, path)
+        for setting, keyword, path in (
+            (STATE_TLS_CA, "ssl_ca_certs", settings.tls_ca),
+            (STATE_TLS_CERT, "ssl_certfile", settings.tls_cert),
+            (STATE_TLS_KEY, "ssl_keyfile", settings.tls_key),
+        )
+        if path
+    ]
+    if not given:
+        return {}
+    if settings.sentinels or not settings.url.startswith("rediss://"):
+        raise ConfigError(f"{given[0][0]}: needs a rediss:// state.url")
+    if bool(settings.tls_cert) != bool(settings.tls_key):
+        raise ConfigError(
+            f"{STATE_TLS_CERT.file_key} and {STATE_TLS_KEY.file_key} go together: "
+            "a client certificate needs its key"
+        )
+    for name, _, path in given:
+        try:
+            read_pem(name, path)
+        except OSError as exc:
+            raise ConfigError(f"{name} {path}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    context = ssl.create_default_context()
+    for name, keyword, path in given:
+        try:
+            if keyword == "ssl_ca_certs":
+                context.load_verify_locations(cafile=path)
+            elif keyword == "ssl_certfile":
+                context.load_cert_chain(path, settings.tls_key)
+        except ssl.SSLError:
+            what = (
+                "holds no CA certificate"
+                if keyword == "ssl_ca_certs"
+                else (f"not a certificate, or not the one whose key is {settings.tls_key}")
+            )
+            raise ConfigError(f"{name} {path}: {what}") from None
+    return {keyword: path for _, keyword, path in given}
