@@ -278,6 +278,31 @@ def test_tls_files_that_cannot_work_stop_the_start(
     assert expected in done.stderr.strip().splitlines()[-1], done.stderr
 
 
+def test_sentinels_and_a_url_together_stop_the_start() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "squawk.daemon.cli",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+        ],
+        cwd=ROOT,
+        env={
+            **_environ(),
+            "SQUAWK_STATE_URL": f"redis://127.0.0.1:{free_port()}/0",
+            "SQUAWK_STATE_SENTINELS": f"127.0.0.1:{free_port()}",
+            "SQUAWK_STATE_SERVICE_NAME": "m",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "state.sentinels and state.url are both set" in done.stderr, done.stderr
+
+
 def _environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SQUAWK_")}
 

@@ -189,7 +189,7 @@ def _name(limit: int) -> Any:
 
 def _path(text: str) -> str:
     if not text or len(text) > MAX_PATH_CHARS or not text.isprintable():
-        raise ValueError(f"a file's path, at most {MAX_PATH_CHARS} printable characters")
+        raise ValueError(f"empty, or not {MAX_PATH_CHARS} printable characters at most")
     return text
 
 
@@ -200,7 +200,7 @@ def _sentinels(text: str) -> tuple[tuple[str, int], ...]:
         if not host:
             host, port = port, str(DEFAULT_SENTINEL_PORT)
         if not host or not port.isdigit() or not 0 < int(port) < 65536 or " " in host:
-            raise ValueError("host:port pairs, separated by commas")
+            raise ValueError(f"{item.strip()!r} is not a host and a port 1..65535")
         out.append((host.strip("[]"), int(port)))
     if len(out) > MAX_SENTINELS:
         raise ValueError(f"at most {MAX_SENTINELS} sentinels")
