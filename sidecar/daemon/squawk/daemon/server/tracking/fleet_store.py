@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
 from typing import Any
+from urllib.parse import urlsplit
 
 from squawk.policy import (
     Action,
@@ -798,7 +799,7 @@ def _tls_options(settings: StateSettings) -> dict[str, str]:
     ]
     if not given:
         return {}
-    if settings.sentinels or not settings.url.startswith("rediss://"):
+    if settings.sentinels or urlsplit(settings.url).scheme != "rediss":
         raise ConfigError(f"{given[0][0]}: needs a rediss:// state.url")
     if bool(settings.tls_cert) != bool(settings.tls_key):
         raise ConfigError(
