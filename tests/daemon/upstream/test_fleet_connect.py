@@ -386,3 +386,39 @@ def test_a_pod_whose_sentinel_is_away_decides_locally_and_says_so(policy_file: P
         {"SQUAWK_STATE_SENTINELS": f"127.0.0.1:{port}", "SQUAWK_STATE_SERVICE_NAME": "gone"},
     )
     assert_local(pod, "sentinel-hotels", f"sentinel 'gone' via 127.0.0.1:{port}")
+
+
+# -- settings that differ ------------------------------------------------------
+
+
+def test_a_pod_whose_thresholds_differ_from_the_fleets_says_so_once_per_upstream(
+    tmp_path: Path,
+) -> None:
+    server = RedisServer().start()
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(POLICY)
+    second.write_text(POLICY.replace("failure_ratio: 0.5", "failure_ratio: 0.9"))
+    pods = [
+        start_pod("same-0", first, {"SQUAWK_STATE_URL": server.url}),
+        start_pod("same-1", first, {"SQUAWK_STATE_URL": server.url}),
+    ]
+    try:
+        for pod in pods:
+            for _ in range(3):
+                assert pod.admit("trains?api_key=QZcanaryQZk3yv4lue").allowed
+        odd = start_pod("odd", second, {"SQUAWK_STATE_URL": server.url})
+        pods.append(odd)
+        for _ in range(3):
+            assert odd.admit("trains?api_key=QZcanaryQZk3yv4lue").allowed
+            assert odd.admit("buses").allowed  # its own key: its settings are the fleet's
+            odd.report("trains?api_key=QZcanaryQZk3yv4lue", 200)
+        eventually(lambda: "differ" in odd.daemon.output(), "the odd pod says so")
+        logs = [pod.daemon.output() for pod in pods]
+    finally:
+        stop_pods(pods)
+        server.stop()
+    *same, odd_log = logs
+    assert all("differ" not in log for log in same), same
+    (line,) = [line for line in odd_log.splitlines() if "differ" in line]
+    assert "WARNING" in line and "trains?api_key=" in line, line
+    assert "QZcanaryQZ" not in line, line

@@ -167,6 +167,8 @@ class FleetStore(PodStore):
         self._tasks: set[asyncio.Task[None]] = set()
         self._keys: dict[Key, list[str]] = {}
         self._args: dict[UpstreamConfig, str] = {}
+        # Upstreams whose settings differ from the fleet's, already logged.
+        self._differ: set[Key] = set()
         self._closing = False
         self._outage_logged = False
         self._throttle = Throttle(LOG_EVERY_S)
@@ -222,7 +224,7 @@ class FleetStore(PodStore):
         if reply is None:
             return self.upstreams.admit(profile, upstream, deadline, cost), self._local()
         self._moved(profile.name, upstream, reply)
-        _, after, allowed, reason, wait_ms, probe = reply
+        _, after, allowed, reason, wait_ms, probe, _ = reply
         state = BreakerState(after)
         if not allowed:
             if reason == 1:
@@ -315,9 +317,9 @@ class FleetStore(PodStore):
             keys = self._keys[(profile, upstream)] = [base, base + ":pods"]
         tail = self._args.get(config)
         if tail is None:
-            tail = self._args[config] = " ".join(
-                map(str, _config_args(config, self.settings.min_pods))
-            )
+            words = " ".join(map(str, _config_args(config, self.settings.min_pods)))
+            fingerprint = hashlib.blake2b(words.encode(), digest_size=6).hexdigest()
+            tail = self._args[config] = f"{words} {fingerprint}"
         name, a, b, c, d = op
         return keys, [f"{name} {self._pod} {a} {b} {c} {d} {tail}"]
 
@@ -384,6 +386,18 @@ class FleetStore(PodStore):
         return reply
 
     def _moved(self, profile: str, upstream: str, reply: Sequence[int]) -> None:
+        """What a reply tells: a fleet breaker's transition, and (its last
+        field) settings that differ from those the fleet's key was first
+        written with, logged once per upstream."""
+        if reply[-1] and (profile, upstream) not in self._differ and len(self._differ) < _KEY_CACHE:
+            self._differ.add((profile, upstream))
+            log.warning(
+                "upstream %s (profile %s): this pod's breaker or budget settings differ "
+                "from those the fleet's state was written with; the fleet reads its state "
+                "with each caller's own, so pods may disagree (run the same policy on every pod)",
+                shown_text(upstream, 200),
+                shown_text(profile, 200),
+            )
         before, after = reply[0], reply[1]
         if before != after and self._on_transition is not None:
             tracked = self.upstreams.tracks(profile, upstream)
@@ -661,7 +675,8 @@ class FleetStore(PodStore):
         return replies
 
 
-_REPLY_LENGTH = {"admit": 6, "record": 2, "retry": 5, "replay": 2}
+# Each with the "settings differ" flag last.
+_REPLY_LENGTH = {"admit": 7, "record": 3, "retry": 6, "replay": 3}
 # A hostile or broken store's numbers stay within what timedelta holds.
 _MAX_REPLY_MS = 10**12
 
