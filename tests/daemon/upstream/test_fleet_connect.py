@@ -1,6 +1,7 @@
 """How a daemon reaches the fleet's Redis beyond a plain redis:// URL, against
 real servers on loopback: `rediss://` with a private CA (and a client
-certificate, for mutual TLS), and Redis Sentinel, which names the master.
+certificate, for mutual TLS), and Redis Sentinel, which names the master;
+and what a pod says when its settings differ from the fleet's.
 
 The TLS server is a real Redis with TLS built in (Debian's redis-server);
 the valkey-server the dev set-up ships has none, and without one the TLS
