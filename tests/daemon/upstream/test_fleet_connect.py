@@ -3,19 +3,19 @@ real servers on loopback: `rediss://` with a private CA (and a client
 certificate, for mutual TLS), and Redis Sentinel, which names the master;
 and what a pod says when its settings differ from the fleet's.
 
-The TLS server is a real Redis with TLS built in (Debian's redis-server);
-the valkey-server the dev set-up ships has none, and without one the TLS
-tests are skipped, saying why. Sentinel is the same server binary, started
-with --sentinel.
+The `rediss://` server is the dev set-up's Redis (bench/redis_server.py),
+which has no TLS built in, behind a real TLS terminator
+(tests/support/tls_proxy.py) with a certificate from the test's CA that
+requires a client certificate from the same CA; so these tests run on every
+machine, and the state they write is read back from the Redis behind it.
+Sentinel is the same server binary, started with --sentinel.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from conftest import ROOT, free_port, start_daemon
 from squawk.v1 import policy_pb2 as pb
 from test_fleet import Pod, eventually, stop_pods
 from test_tls import Pair, issue, make_ca
+from tls_proxy import TlsProxy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
@@ -95,40 +96,12 @@ def assert_local(pod: Pod, upstream: str, where: str) -> str:
 # -- rediss:// -----------------------------------------------------------------
 
 
-def tls_binary() -> str | None:
-    """A Redis server binary with TLS built in, or None."""
-    for found in (shutil.which("redis-server"), shutil.which("valkey-server"), server_binary()):
-        if found and _starts_with_tls(found):
-            return found
-    return None
-
-
-def _starts_with_tls(binary: str) -> bool:
-    """A server without TLS support exits at once when given --tls-port."""
-    with tempfile.TemporaryDirectory() as folder:
-        ca = make_ca(Path(folder), "probe-ca")
-        probe = subprocess.Popen(
-            [binary, "--port", "0", "--tls-port", str(free_port()), "--save", "",
-             "--tls-cert-file", str(ca.cert), "--tls-key-file", str(ca.key),
-             "--tls-ca-cert-file", str(ca.cert), "--dir", folder],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            probe.wait(timeout=1)
-            return False
-        except subprocess.TimeoutExpired:
-            return True
-        finally:
-            probe.kill()
-            probe.wait(timeout=10)
-
-
 @dataclass
 class TlsRedis:
-    port: int
+    port: int  # the TLS proxy's
     ca: Pair
     client: Pair  # signed by `ca`
-    process: subprocess.Popen[bytes]
+    redis: RedisServer  # behind the proxy
 
     @property
     def url(self) -> str:
@@ -162,27 +135,20 @@ class TlsRedis:
 
 @pytest.fixture(scope="module")
 def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
-    binary = tls_binary()
-    if binary is None:
-        pytest.skip("no Redis server with TLS built in (Debian: apt-get install redis-server)")
     folder = tmp_path_factory.mktemp("redis-pki")
     ca = make_ca(folder, "redis-ca")
     server = issue(folder, ca, "redis", "serverAuth")
-    port = free_port()
-    process = subprocess.Popen(
-        [binary, "--port", "0", "--bind", "127.0.0.1", "--tls-port", str(port),
-         "--tls-cert-file", str(server.cert), "--tls-key-file", str(server.key),
-         "--tls-ca-cert-file", str(ca.cert), "--tls-auth-clients", "yes",
-         "--save", "", "--appendonly", "no", "--dir", str(folder)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    served = TlsRedis(port, ca, issue(folder, ca, "squawk", "clientAuth"), process)
+    behind = RedisServer().start()
     try:
-        eventually(served.answers, "the TLS Redis answers", timeout_s=10)
-        yield served
+        proxy = TlsProxy(behind.port, server.cert, server.key, client_ca=ca.cert).start()
+        try:
+            served = TlsRedis(proxy.port, ca, issue(folder, ca, "squawk", "clientAuth"), behind)
+            eventually(served.answers, "the TLS Redis answers", timeout_s=10)
+            yield served
+        finally:
+            proxy.stop()
     finally:
-        process.kill()
-        process.wait(timeout=10)
+        behind.stop()
 
 
 def test_pods_with_the_ca_share_state_through_a_tls_redis(
@@ -194,6 +160,12 @@ def test_pods_with_the_ca_share_state_through_a_tls_redis(
         assert all(p.metric("squawk_state_store_up") == 1 for p in pods)
     finally:
         stop_pods(pods)
+    # The state is in the Redis behind the TLS proxy (the keys' names are digests).
+    client = redis.Redis(port=tls_redis.redis.port)
+    try:
+        assert any(client.scan_iter(match="connect:*"))
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize(
