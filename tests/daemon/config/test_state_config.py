@@ -137,3 +137,75 @@ def test_a_host_name_with_spaces_still_makes_one_word(monkeypatch: pytest.Monkey
     # The store reads the pod's name as one word of its script's argument.
     monkeypatch.setattr("socket.gethostname", lambda: "a b\tc")
     assert StateSettings().pod_name() == f"a-b-c/{os.getpid()}"
+
+
+def test_the_tls_files_and_the_sentinels_are_read_from_the_file() -> None:
+    state = parse_config(
+        """
+state:
+  store: redis
+  tls_ca: /etc/squawk/ca.pem
+  tls_cert: /etc/squawk/client.pem
+  tls_key: /etc/squawk/client.key
+  sentinels: "sentinel-0:26380, sentinel-1, [::1]:26381"
+  service_name: squawk-master
+"""
+    ).state
+    assert (state.tls_ca, state.tls_cert, state.tls_key) == (
+        "/etc/squawk/ca.pem",
+        "/etc/squawk/client.pem",
+        "/etc/squawk/client.key",
+    )
+    assert state.sentinels == (("sentinel-0", 26380), ("sentinel-1", 26379), ("::1", 26381))
+    assert state.service_name == "squawk-master"
+    assert state.where == (
+        "sentinel 'squawk-master' via sentinel-0:26380,sentinel-1:26379,::1:26381"
+    )
+
+
+def test_the_environment_gives_the_tls_files_and_the_sentinels() -> None:
+    env = {
+        "SQUAWK_STATE_TLS_CA": "/run/ca.pem",
+        "SQUAWK_STATE_TLS_CERT": "/run/c.pem",
+        "SQUAWK_STATE_TLS_KEY": "/run/c.key",
+    }
+    state = load_config(None, environ=env).state
+    assert (state.tls_ca, state.tls_cert, state.tls_key) == (
+        "/run/ca.pem",
+        "/run/c.pem",
+        "/run/c.key",
+    )
+    # The sentinels, like a URL, turn the Redis store on.
+    env = {"SQUAWK_STATE_SENTINELS": "10.0.0.7:26379", "SQUAWK_STATE_SERVICE_NAME": "m"}
+    state = load_config(None, environ=env).state
+    assert state.store is Store.REDIS
+    assert (state.sentinels, state.service_name, state.url) == ((("10.0.0.7", 26379),), "m", "")
+
+
+def test_sentinels_without_the_masters_name_stop_the_daemon() -> None:
+    with pytest.raises(
+        ConfigError, match=r"state\.service_name: required when state\.sentinels is set"
+    ):
+        load_config(None, environ={"SQUAWK_STATE_SENTINELS": "10.0.0.7:26379"})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("state: {sentinels: 'h:0'}", "state.sentinels (line 1): expected host:port pairs"),
+        ("state: {sentinels: 'h:x'}", "'h:x' is not a host and a port"),
+        ("state: {sentinels: ','}", "'' is not a host and a port"),
+        ("state: {sentinels: '" + ",".join(["h:1"] * 17) + "'}", "at most 16 sentinels"),
+        ("state: {service_name: 'a b'}", "state.service_name (line 1)"),
+        ("state: {tls_ca: ''}", "state.tls_ca (line 1): expected a PEM file's path"),
+    ],
+)
+def test_a_bad_tls_or_sentinel_field_is_named_with_its_line(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text)
+    assert message in str(caught.value)
+
+
+def test_a_bad_sentinels_variable_stops_the_daemon() -> None:
+    with pytest.raises(ConfigError, match="SQUAWK_STATE_SENTINELS: 'h:99999' is not a host"):
+        load_config(None, environ={"SQUAWK_STATE_SENTINELS": "h:99999"})

@@ -23,7 +23,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -407,6 +407,52 @@ STATE_POD = Setting(
     note="A bad value stops the daemon.",
 )
 
+
+def _state_file(name: str, what: str) -> Setting:
+    return Setting(
+        f"state_{name}",
+        "a PEM file's path",
+        f"the file's state.{name}; unset: {what}",
+        _RESTART,
+        commands=_ANALYZER,
+        env=f"SQUAWK_STATE_{name.upper()}",
+        file_key=f"state.{name}",
+        note="",
+    )
+
+
+STATE_TLS_CA = replace(
+    _state_file("tls_ca", "the system's trusted CAs"),
+    note="For a rediss:// URL: the CA that signed the Redis server's certificate. A "
+    "missing, unreadable or non-PEM file stops the daemon at start, naming the "
+    "setting and the file.",
+)
+STATE_TLS_CERT = replace(
+    _state_file("tls_cert", "no client certificate"),
+    note="With state_tls_key, for a rediss:// URL: the client's certificate (mutual TLS).",
+)
+STATE_TLS_KEY = _state_file("tls_key", "no client certificate")
+STATE_SENTINELS = Setting(
+    "state_sentinels",
+    "host:port pairs, separated by commas",
+    "the file's state.sentinels; unset: state_url says where Redis is",
+    _RESTART,
+    commands=_ANALYZER,
+    env="SQUAWK_STATE_SENTINELS",
+    file_key="state.sentinels",
+    note="Turns the Redis store on, through Redis Sentinel: the sentinels name the "
+    "master of state_service_name (instead of state_url).",
+)
+STATE_SERVICE_NAME = Setting(
+    "state_service_name",
+    "the master's name, as the sentinels know it",
+    "the file's state.service_name",
+    _RESTART,
+    commands=_ANALYZER,
+    env="SQUAWK_STATE_SERVICE_NAME",
+    file_key="state.service_name",
+)
+
 SETTINGS: tuple[Setting, ...] = (
     LOG_LEVEL,
     LISTEN,
@@ -428,6 +474,11 @@ SETTINGS: tuple[Setting, ...] = (
     ANALYZER_API_KEY,
     STATE_URL,
     STATE_POD,
+    STATE_TLS_CA,
+    STATE_TLS_CERT,
+    STATE_TLS_KEY,
+    STATE_SENTINELS,
+    STATE_SERVICE_NAME,
 )
 
 

@@ -7,7 +7,26 @@ state:
   key_prefix: "squawk:"
   deadline: 5ms           # the longest any call waits on the store
   min_pods: 2             # distinct failing pods before the fleet breaker opens
+  tls_ca: /etc/squawk/redis-ca.pem     # rediss:// only: trust this CA, not the system's
+  tls_cert: /etc/squawk/redis-client.pem   # with tls_key: mutual TLS
+  tls_key: /etc/squawk/redis-client.key
 ```
+
+Or, instead of `url`, Redis Sentinel finds the master (redis-py's
+`redis.asyncio.sentinel.Sentinel(...).master_for(service)`):
+
+```yaml
+state:
+  store: redis
+  sentinels: "sentinel-0.squawk:26379,sentinel-1.squawk:26379"
+  service_name: mymaster
+```
+
+Each of these may also come from the environment (SQUAWK_STATE_TLS_CA,
+SQUAWK_STATE_TLS_CERT, SQUAWK_STATE_TLS_KEY, SQUAWK_STATE_SENTINELS,
+SQUAWK_STATE_SERVICE_NAME; the variable wins). The files are checked when
+the store is made, at start (squawk.daemon.server.tracking.fleet_store),
+not here: `check-policy` may run where they are not.
 
 `SQUAWK_STATE_URL` in the environment turns the Redis store on with that
 URL, and is the only place a password may be given (`redis://:pw@host`, from
@@ -23,7 +42,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
@@ -33,13 +52,25 @@ import yaml
 
 from squawk.policy import parse_duration
 
-from ..settings import STATE_POD, STATE_URL
+from ..settings import (
+    STATE_POD,
+    STATE_SENTINELS,
+    STATE_SERVICE_NAME,
+    STATE_TLS_CA,
+    STATE_TLS_CERT,
+    STATE_TLS_KEY,
+    STATE_URL,
+    Setting,
+)
 from ._yaml import ConfigError, choice, integer, mapping, one_of, scalar, where
 from .needs import Need
 
 __all__ = ["StateSettings", "Store", "apply_state_env", "parse_state", "state_needs"]
 
-_FIELDS = {"store", "url", "key_prefix", "deadline", "min_pods", "pod"}
+_FIELDS = {
+    "store", "url", "key_prefix", "deadline", "min_pods", "pod",
+    "tls_ca", "tls_cert", "tls_key", "sentinels", "service_name",
+}  # fmt: skip
 # redis-py reads other query parameters as connection settings; the URL may
 # choose the database, nothing else.
 _QUERY = {"db"}
@@ -51,6 +82,9 @@ MAX_PREFIX_CHARS = 64
 MAX_POD_CHARS = 253  # a Kubernetes pod name's limit
 # Redis's databases are numbered from 0; its default config has 16.
 MAX_DB = 1_000_000
+MAX_PATH_CHARS = 4096
+MAX_SENTINELS = 16
+DEFAULT_SENTINEL_PORT = 26379
 
 
 class Store(enum.StrEnum):
@@ -67,10 +101,22 @@ class StateSettings:
     deadline: timedelta = timedelta(milliseconds=5)
     min_pods: int = 2
     pod: str = ""
+    # PEM files for a rediss:// URL: the CA to trust instead of the system's,
+    # and the client's certificate and key for mutual TLS; "" is unset.
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    # Redis Sentinel, instead of `url`: (host, port) of each sentinel, and
+    # the name of the master they watch.
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service_name: str = ""
 
     @property
     def where(self) -> str:
         """The store's address without credentials, for logs."""
+        if self.sentinels:
+            hosts = ",".join(f"{h}:{p}" for h, p in self.sentinels)
+            return f"sentinel {self.service_name!r} via {hosts}"
         parts = urlsplit(self.url)
         if parts.scheme == "unix":
             return f"unix:{parts.path}"
@@ -141,6 +187,26 @@ def _name(limit: int) -> Any:
     return parse
 
 
+def _path(text: str) -> str:
+    if not text or len(text) > MAX_PATH_CHARS or not text.isprintable():
+        raise ValueError(f"empty, or not {MAX_PATH_CHARS} printable characters at most")
+    return text
+
+
+def _sentinels(text: str) -> tuple[tuple[str, int], ...]:
+    out = []
+    for item in text.split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host:
+            host, port = port, str(DEFAULT_SENTINEL_PORT)
+        if not host or not port.isdigit() or not 0 < int(port) < 65536 or " " in host:
+            raise ValueError(f"{item.strip()!r} is not a host and a port 1..65535")
+        out.append((host.strip("[]"), int(port)))
+    if len(out) > MAX_SENTINELS:
+        raise ValueError(f"at most {MAX_SENTINELS} sentinels")
+    return tuple(out)
+
+
 def parse_state(node: yaml.Node) -> StateSettings:
     path = "state"
     fields = mapping(node, path, _FIELDS)
@@ -150,6 +216,11 @@ def parse_state(node: yaml.Node) -> StateSettings:
         "key_prefix": (_name(MAX_PREFIX_CHARS), "a key prefix"),
         "deadline": (_deadline, "a duration such as 5ms"),
         "min_pods": (_min_pods, "an integer"),
+        "tls_ca": (_path, "a PEM file's path"),
+        "tls_cert": (_path, "a PEM file's path"),
+        "tls_key": (_path, "a PEM file's path"),
+        "sentinels": (_sentinels, "host:port pairs, separated by commas"),
+        "service_name": (_name(MAX_PREFIX_CHARS), "the master's name"),
     }
     if "pod" in fields:
         raise ConfigError(
@@ -178,6 +249,23 @@ def apply_state_env(settings: StateSettings, environ: Mapping[str, str]) -> Stat
             settings = replace(settings, store=Store.REDIS, url=_url(url, credentials=True))
         except ValueError as exc:
             raise ConfigError(f"{STATE_URL.variable}: {exc}") from None
+    overrides: tuple[tuple[Setting, str, Callable[[str], Any]], ...] = (
+        (STATE_TLS_CA, "tls_ca", _path),
+        (STATE_TLS_CERT, "tls_cert", _path),
+        (STATE_TLS_KEY, "tls_key", _path),
+        (STATE_SENTINELS, "sentinels", _sentinels),
+        (STATE_SERVICE_NAME, "service_name", _name(MAX_PREFIX_CHARS)),
+    )
+    for setting, name, parse in overrides:
+        text = environ.get(setting.variable, "").strip()
+        if text:
+            try:
+                value: Any = parse(text)
+                settings = replace(settings, **{name: value})
+            except ValueError as exc:
+                raise ConfigError(f"{setting.variable}: {exc}") from None
+    if environ.get(STATE_SENTINELS.variable, "").strip():
+        settings = replace(settings, store=Store.REDIS)
     pod = environ.get(STATE_POD.variable, "").strip()
     if pod:
         try:
@@ -188,6 +276,10 @@ def apply_state_env(settings: StateSettings, environ: Mapping[str, str]) -> Stat
 
 
 def state_needs(settings: StateSettings) -> list[Need]:
-    if settings.store is Store.REDIS and not settings.url:
+    if settings.store is not Store.REDIS:
+        return []
+    if settings.sentinels and not settings.service_name:
+        return [Need("state.service_name", STATE_SERVICE_NAME.variable, "state.sentinels", "set")]
+    if not settings.url and not settings.sentinels:
         return [Need("state.url", STATE_URL.variable, "state.store", "redis")]
     return []

@@ -9,7 +9,8 @@
 -- KEYS[1]  the state, a JSON object (fields below)
 -- KEYS[2]  the pods with a counted failure: a sorted set, score = its time
 -- ARGV[1]  op, pod, verdict, hint, delay, deadline, then the config (see
---          fleet_store.py's _config_args), separated by spaces
+--          fleet_store.py's _config_args) and its fingerprint, separated by
+--          spaces
 --   op       admit | record | retry (record, then guard a RETRY) | replay
 --   verdict  retry: 0 not counted, 1 success, 2 failure, 3 throttled failure
 --            (the token bucket and the cool-down count it, the breaker does
@@ -21,8 +22,11 @@
 --
 -- Every pod should run the same breaker and budget settings for an
 -- upstream: each call brings its own, and the state is read with them.
+-- The state keeps the fingerprint of the settings it was last written
+-- with (f), and every reply ends with 1 when the call's differ, else 0.
 --
 -- Replies (ms are whole milliseconds):
+-- (each reply below, then that 1 or 0)
 --   admit   {before, after, allowed, reason, wait, probe}
 --           reason 0 none, 1 cooling down, 2 circuit open
 --   record, replay  {before, after}
@@ -61,13 +65,15 @@ local ratio, floor, ttl = tonumber(arg[17]), tonumber(arg[18]), tonumber(arg[19]
 local max_milli, refill = tonumber(arg[20]), tonumber(arg[21])
 -- The profile's max_cool_down: the longest one hint cools the fleet.
 local max_cool = tonumber(arg[22])
+local fingerprint = arg[23]
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
 -- s: breaker state, u: OPEN until / HALF_OPEN round end, p: probe slots
 -- taken, ok/bad: probe outcomes, w: breaker window, b: ratio budget window,
--- t: tokens spent (thousandths), c: cool-down end. A window is a list of
+-- t: tokens spent (thousandths), c: cool-down end, f: the settings'
+-- fingerprint it was last written with. A window is a list of
 -- {bucket start (ms), first count, second count}, oldest first: start times,
 -- not bucket numbers, so pods whose windows differ (a rollout) still agree
 -- on what is old.
@@ -119,6 +125,7 @@ local function read(raw)
   return {
     s = v.s, u = math.min(v.u, now + open_for), p = count(v.p), ok = count(v.ok), bad = count(v.bad),
     w = w, b = b, t = math.min(math.max(v.t, 0), max_milli), c = math.min(v.c, now + max_cool),
+    f = type(v.f) == 'string' and #v.f <= 32 and v.f or nil,
   }
 end
 
@@ -296,6 +303,8 @@ local keep = math.max(window, 2 * open_for, ttl, st.c - now) + 60000
 -- or every pod would admit again when it expired.
 local cautious = st.s ~= CLOSED or st.c > now or (token_bucket and st.t > 0)
 if not raw and not cautious then keep = math.min(keep, NEW_KEY_MS) end
+reply[#reply + 1] = (st.f and st.f ~= fingerprint) and 1 or 0
+st.f = fingerprint
 redis.call('SET', KEYS[1], cjson.encode(st), 'PX', math.floor(keep))
 redis.call('PEXPIRE', KEYS[2], math.floor(math.min(window + 60000, keep)))
 return reply

@@ -32,12 +32,14 @@ import hashlib
 import itertools
 import logging
 import math
+import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
 from typing import Any
+from urllib.parse import urlsplit
 
 from squawk.policy import (
     Action,
@@ -66,6 +68,8 @@ from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 
 from ...config import ConfigError
 from ...config.state import StateSettings
+from ...settings import STATE_TLS_CA, STATE_TLS_CERT, STATE_TLS_KEY
+from ..lifecycle.tls import read_pem
 from ..telemetry.throttle import LOG_EVERY_S, Throttle
 from .pod_store import PodStore, Source
 from .registry import Transition, Upstreams
@@ -137,9 +141,6 @@ class FleetStore(PodStore):
     ) -> None:
         super().__init__(upstreams)
         try:
-            from redis.asyncio import BlockingConnectionPool, Redis
-            from redis.asyncio.retry import Retry
-            from redis.backoff import NoBackoff
             from redis.exceptions import ResponseError
         except ImportError:  # pragma: no cover - tested in a subprocess (test_start_errors.py)
             # A configuration error (exit code 2), not a crash: the policy or
@@ -153,15 +154,7 @@ class FleetStore(PodStore):
         self._on_transition = on_transition
         self._on_up = on_up
         self._on_dropped = on_dropped
-        pool = BlockingConnectionPool.from_url(
-            settings.url,
-            max_connections=_MAX_CONNECTIONS,
-            # Our own deadlines bound every wait; these only end a hung socket.
-            socket_connect_timeout=_BACKGROUND_TIMEOUT_S,
-            socket_timeout=_BACKGROUND_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 0),
-        )
-        self._redis = Redis.from_pool(pool)  # owns the pool: aclose() closes its connections
+        self._redis, self._sentinels = _connect(settings)
         self._script = self._redis.register_script(_SCRIPT)
         self._up = True
         self._late = 0
@@ -175,6 +168,8 @@ class FleetStore(PodStore):
         self._tasks: set[asyncio.Task[None]] = set()
         self._keys: dict[Key, list[str]] = {}
         self._args: dict[UpstreamConfig, str] = {}
+        # Upstreams whose settings differ from the fleet's, already logged.
+        self._differ: set[Key] = set()
         self._closing = False
         self._outage_logged = False
         self._throttle = Throttle(LOG_EVERY_S)
@@ -198,6 +193,8 @@ class FleetStore(PodStore):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._redis.aclose()
+        for sentinel in self._sentinels:
+            await sentinel.aclose()
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -228,7 +225,7 @@ class FleetStore(PodStore):
         if reply is None:
             return self.upstreams.admit(profile, upstream, deadline, cost), self._local()
         self._moved(profile.name, upstream, reply)
-        _, after, allowed, reason, wait_ms, probe = reply
+        _, after, allowed, reason, wait_ms, probe, _ = reply
         state = BreakerState(after)
         if not allowed:
             if reason == 1:
@@ -320,9 +317,9 @@ class FleetStore(PodStore):
             keys = self._keys[(profile, upstream)] = [base, base + ":pods"]
         tail = self._args.get(config)
         if tail is None:
-            tail = self._args[config] = " ".join(
-                map(str, _config_args(config, self.settings.min_pods))
-            )
+            words = " ".join(map(str, _config_args(config, self.settings.min_pods)))
+            fingerprint = hashlib.blake2b(words.encode(), digest_size=6).hexdigest()
+            tail = self._args[config] = f"{words} {fingerprint}"
         name, a, b, c, d = op
         return keys, [f"{name} {self._pod} {a} {b} {c} {d} {tail}"]
 
@@ -389,6 +386,18 @@ class FleetStore(PodStore):
         return reply
 
     def _moved(self, profile: str, upstream: str, reply: Sequence[int]) -> None:
+        """What a reply tells: a fleet breaker's transition, and (its last
+        field) settings that differ from those the fleet's key was first
+        written with, logged once per upstream."""
+        if reply[-1] and (profile, upstream) not in self._differ and len(self._differ) < _KEY_CACHE:
+            self._differ.add((profile, upstream))
+            log.warning(
+                "upstream %s (profile %s): this pod's breaker or budget settings differ "
+                "from those the fleet's state was written with; the fleet reads its state "
+                "with each caller's own, so pods may disagree (run the same policy on every pod)",
+                shown_text(upstream, 200),
+                shown_text(profile, 200),
+            )
         before, after = reply[0], reply[1]
         if before != after and self._on_transition is not None:
             tracked = self.upstreams.tracks(profile, upstream)
@@ -666,7 +675,8 @@ class FleetStore(PodStore):
         return replies
 
 
-_REPLY_LENGTH = {"admit": 6, "record": 2, "retry": 5, "replay": 2}
+# Each with the "settings differ" flag last.
+_REPLY_LENGTH = {"admit": 7, "record": 3, "retry": 6, "replay": 3}
 # A hostile or broken store's numbers stay within what timedelta holds.
 _MAX_REPLY_MS = 10**12
 
@@ -743,3 +753,93 @@ def _fleet_verdict(config: UpstreamConfig, outcome: Outcome) -> int:
     if counted is Verdict.FAILURE and config.breaker_verdict(outcome) is Verdict.IGNORED:
         return _THROTTLED
     return _VERDICT[counted]
+
+
+# -- the connection -----------------------------------------------------------
+
+
+def _connect(settings: StateSettings) -> tuple[Any, list[Any]]:
+    """The Redis client, by URL or through Redis Sentinel, and the sentinels'
+    own clients (closed with it). Settings that cannot work stop the start
+    (ConfigError, exit code 2), naming the setting and the file."""
+    from redis.asyncio import BlockingConnectionPool, Redis
+    from redis.asyncio.retry import Retry
+    from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+    from redis.backoff import NoBackoff
+
+    options: dict[str, Any] = {
+        "max_connections": _MAX_CONNECTIONS,
+        # Our own deadlines bound every wait; these only end a hung socket.
+        "socket_connect_timeout": _BACKGROUND_TIMEOUT_S,
+        "socket_timeout": _BACKGROUND_TIMEOUT_S,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    tls = _tls_options(settings)
+    if not settings.sentinels:
+        pool = BlockingConnectionPool.from_url(settings.url, **options, **tls)
+        return Redis.from_pool(pool), []  # owns the pool: aclose() closes its connections
+    if settings.url:
+        raise ConfigError("state.sentinels and state.url are both set: give one of them")
+
+    class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+        """The master's connections, found through the sentinels, at most
+        max_connections of them (a caller waits for one, as with a URL)."""
+
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(settings.sentinels),
+        sentinel_kwargs={
+            "socket_connect_timeout": _BACKGROUND_TIMEOUT_S,
+            "socket_timeout": _BACKGROUND_TIMEOUT_S,
+        },
+    )
+    client = sentinel.master_for(
+        settings.service_name, connection_pool_class=BlockingSentinelPool, **options
+    )
+    return client, list(sentinel.sentinels)
+
+
+def _tls_options(settings: StateSettings) -> dict[str, str]:
+    """redis-py's own TLS keywords for a rediss:// URL: the CA to trust
+    (unset: the system's), and the client's certificate and key. Each file
+    is checked as Python's ssl loads it, so a bad one is named at start
+    rather than found at the first handshake as an outage."""
+    given = [
+        (f"{setting.file_key} ({setting.env})", keyword, path)
+        for setting, keyword, path in (
+            (STATE_TLS_CA, "ssl_ca_certs", settings.tls_ca),
+            (STATE_TLS_CERT, "ssl_certfile", settings.tls_cert),
+            (STATE_TLS_KEY, "ssl_keyfile", settings.tls_key),
+        )
+        if path
+    ]
+    if not given:
+        return {}
+    if settings.sentinels or urlsplit(settings.url).scheme != "rediss":
+        raise ConfigError(f"{given[0][0]}: needs a rediss:// state.url")
+    if bool(settings.tls_cert) != bool(settings.tls_key):
+        raise ConfigError(
+            f"{STATE_TLS_CERT.file_key} and {STATE_TLS_KEY.file_key} go together: "
+            "a client certificate needs its key"
+        )
+    for name, _, path in given:
+        try:
+            read_pem(name, path)
+        except OSError as exc:
+            raise ConfigError(f"{name} {path}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    context = ssl.create_default_context()
+    for name, keyword, path in given:
+        try:
+            if keyword == "ssl_ca_certs":
+                context.load_verify_locations(cafile=path)
+            elif keyword == "ssl_certfile":
+                context.load_cert_chain(path, settings.tls_key)
+        except ssl.SSLError:
+            what = (
+                "holds no CA certificate"
+                if keyword == "ssl_ca_certs"
+                else (f"not a certificate, or not the one whose key is {settings.tls_key}")
+            )
+            raise ConfigError(f"{name} {path}: {what}") from None
+    return {keyword: path for _, keyword, path in given}
