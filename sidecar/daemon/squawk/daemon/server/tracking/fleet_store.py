@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from squawk.policy import (
@@ -70,7 +70,7 @@ from ..telemetry.throttle import LOG_EVERY_S, Throttle
 from .pod_store import PodStore, Source
 from .registry import Transition, Upstreams
 
-__all__ = ["FleetStore", "reading"]
+__all__ = ["Call", "FleetStore", "reading"]
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,17 @@ class _Tracked:
     # When the last sync that landed was sent, and the demand it reported.
     synced_at: float = -math.inf
     demand: float = 0.0
+
+
+class Call(NamedTuple):
+    """One script call of a sync (or of a move) and what it was made of."""
+
+    tracked: _Tracked
+    keys: list[str]
+    words: str
+    delta: Delta = NO_DELTA
+    demand: float = 0.0
+    made: Move | None = None
 
 
 class FleetStore(PodStore):
@@ -403,80 +414,104 @@ class FleetStore(PodStore):
     async def sync(self) -> int:
         """One sync of every upstream touched lately: the number synced."""
         now = self._clock()
-        self._forget(now)
-        due = [(k, t) for k, t in self._tracked.items() if now - t.touched <= _ACTIVE_S]
+        due = self.due(now)
         for start in range(0, len(due), _SYNC_BATCH):
             if not await self._sync_batch(due[start : start + _SYNC_BATCH], now):
                 return start
             await asyncio.sleep(0)
         return len(due)
 
-    async def _sync_batch(self, batch: Sequence[tuple[Key, _Tracked]], now: float) -> bool:
-        loop = asyncio.get_running_loop()
-        sending: list[tuple[Key, _Tracked, Delta, float]] = []
-        # The context closes the pipeline on every path: one left holding a
-        # connection is an asyncio "Unclosed Pipeline client" at each outage.
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for key, tracked in batch:
-                # Taken out before the wait: what comes meanwhile starts a new delta.
-                delta, tracked.delta = tracked.delta, NO_DELTA
-                words, demand = self._sync_args(tracked, delta, now)
-                await self._script(keys=tracked.keys, args=[words], client=pipe)  # queued
-                sending.append((key, tracked, delta, demand))
-            started = loop.time()
-            try:
-                async with asyncio.timeout(max(_BACKGROUND_TIMEOUT_S, self._late_s)):
-                    replies = await pipe.execute(raise_on_error=False)
-            except Exception as exc:
-                # Whether they landed is unknown: counted again at the next
-                # sync, the cautious error for a breaker.
-                for _, tracked, delta, _ in sending:
-                    tracked.delta = _fleet.merged(delta, tracked.delta)
-                self._lost(exc)
-                return False
-        self._timed(loop.time() - started)
-        moves: list[tuple[Key, _Tracked, Move]] = []
-        for (key, tracked, _, demand), raw in zip(sending, replies, strict=True):
+    def due(self, now: float) -> list[_Tracked]:
+        """The upstreams a sync at `now` sends: those touched in the last _ACTIVE_S."""
+        self._forget(now)
+        return [t for t in self._tracked.values() if now - t.touched <= _ACTIVE_S]
+
+    # A sync in four steps, so that a simulation of many pods can put many
+    # pods' calls in one pipeline: sync_calls (what to send), then
+    # sync_replies (what came back) or unsent (nothing did), then
+    # move_calls and move_replies for the transitions the sums call for.
+
+    def sync_calls(self, due: Sequence[_Tracked], now: float) -> list[Call]:
+        """The script calls of one sync of `due`, each upstream's delta taken
+        out (what comes meanwhile starts a new one)."""
+        calls = []
+        for tracked in due:
+            delta, tracked.delta = tracked.delta, NO_DELTA
+            words, demand = self._sync_args(tracked, delta, now)
+            calls.append(Call(tracked, tracked.keys, words, delta, demand))
+        return calls
+
+    def unsent(self, calls: Sequence[Call]) -> None:
+        """A sync whose answer never came: whether it landed is unknown, so
+        its deltas go out again with the next (the cautious error for a breaker)."""
+        for call in calls:
+            call.tracked.delta = _fleet.merged(call.delta, call.tracked.delta)
+
+    def sync_replies(
+        self, calls: Sequence[Call], replies: Sequence[object], now: float
+    ) -> list[Call]:
+        """Keep what a sync read; the move calls its sums call for."""
+        moves = []
+        for call, raw in zip(calls, replies, strict=True):
             got = self._usable(raw)
             if got is None:
                 continue
-            config = tracked.profile.for_upstream(key[1])
+            tracked = call.tracked
+            config = tracked.profile.for_upstream(tracked.upstream)
             before = tracked.view
             lease = _LEASE_SYNCS * self.interval_s
             tracked.view = _fleet.viewed(
-                got, config, self._clock(), before, demand, lease, self.interval_s
+                got, config, self._clock(), before, call.demand, lease, self.interval_s
             )
             tracked.synced_at = now
-            tracked.demand = demand
-            self._differs(key, got)
-            self._moved(key, before, tracked.view)
+            self._differs(tracked, got)
+            self._moved(tracked, before, tracked.view)
             made = _fleet.move(got, config, self.settings.min_pods)
             if made is not None:
-                moves.append((key, tracked, made))
-        self.syncs += 1
-        if moves:
-            await self._move(moves)
-        return True
-
-    async def _move(self, moves: Sequence[tuple[Key, _Tracked, Move]]) -> None:
-        """Ask for the transitions the sums call for; each is made once."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for _, tracked, made in moves:
-                config = tracked.profile.for_upstream(tracked.upstream)
                 words = f"move {self._pod} {made.epoch} {int(made.to)} {self._tail(config)}"
-                await self._script(keys=tracked.keys, args=[words], client=pipe)  # queued
+                moves.append(Call(tracked, tracked.keys, words, made=made))
+        self.syncs += 1
+        return moves
+
+    def move_replies(self, moves: Sequence[Call], replies: Sequence[object]) -> None:
+        """The transitions made: the view says so at once, as the next sync would."""
+        for call, raw in zip(moves, replies, strict=True):
+            tracked, made = call.tracked, call.made
+            if raw == [1] and tracked.view is not None and made is not None:
+                before = tracked.view
+                config = tracked.profile.for_upstream(tracked.upstream)
+                tracked.view = _fleet.moved(before, made, config, self._clock())
+                self._moved(tracked, before, tracked.view)
+
+    async def _sync_batch(self, batch: Sequence[_Tracked], now: float) -> bool:
+        loop = asyncio.get_running_loop()
+        calls = self.sync_calls(batch, now)
+        started = loop.time()
+        try:
+            replies = await self._execute(calls)
+        except Exception as exc:
+            self.unsent(calls)
+            self._lost(exc)
+            return False
+        self._timed(loop.time() - started)
+        moves = self.sync_replies(calls, replies, now)
+        if moves:
             try:
-                async with asyncio.timeout(max(_BACKGROUND_TIMEOUT_S, self._late_s)):
-                    replies = await pipe.execute(raise_on_error=False)
+                self.move_replies(moves, await self._execute(moves))
             except Exception as exc:
                 self._lost(exc)
-                return
-        for (key, tracked, made), raw in zip(moves, replies, strict=True):
-            if raw == [1] and tracked.view is not None:
-                before = tracked.view
-                config = tracked.profile.for_upstream(key[1])
-                tracked.view = _fleet.moved(before, made, config, self._clock())
-                self._moved(key, before, tracked.view)
+        return True
+
+    async def _execute(self, calls: Sequence[Call]) -> list[object]:
+        """The calls' replies, in one round trip (an item's error is its reply)."""
+        # The context closes the pipeline on every path: one left holding a
+        # connection is an asyncio "Unclosed Pipeline client" at each outage.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for call in calls:
+                await self._script(keys=call.keys, args=[call.words], client=pipe)  # queued
+            async with asyncio.timeout(max(_BACKGROUND_TIMEOUT_S, self._late_s)):
+                replies: list[object] = await pipe.execute(raise_on_error=False)
+        return replies
 
     def _timed(self, took: float) -> None:
         if took <= self._late_s:
@@ -497,9 +532,10 @@ class FleetStore(PodStore):
             self._odd(ValueError("a script reply of the wrong shape"))
         return got
 
-    def _differs(self, key: Key, got: Reading) -> None:
+    def _differs(self, tracked: _Tracked, got: Reading) -> None:
         """Settings that differ from those the fleet's key was last written
         with, logged once per upstream."""
+        key = (tracked.profile.name, tracked.upstream)
         if not got.differ or key in self._differ or len(self._differ) >= _KEY_CACHE:
             return
         self._differ.add(key)
@@ -511,13 +547,14 @@ class FleetStore(PodStore):
             shown_text(key[0], 200),
         )
 
-    def _moved(self, key: Key, before: FleetView | None, after: FleetView) -> None:
+    def _moved(self, tracked: _Tracked, before: FleetView | None, after: FleetView) -> None:
         """A fleet breaker's transition, as this pod saw it."""
+        key = (tracked.profile.name, tracked.upstream)
         was = BreakerState.CLOSED if before is None else before.reading.state
         now = after.reading.state
         if was is not now and self._on_transition is not None:
-            tracked = self.upstreams.tracks(*key)
-            self._on_transition(Transition(key[0], key[1], was, now, True, tracked))
+            kept = self.upstreams.tracks(*key)
+            self._on_transition(Transition(key[0], key[1], was, now, True, kept))
 
     # -- outages ------------------------------------------------------------
 
