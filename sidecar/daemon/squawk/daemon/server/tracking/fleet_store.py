@@ -264,6 +264,13 @@ class FleetStore(PodStore):
                 config = profile.for_upstream(upstream)
                 tracked.delta = _fleet.outcome(tracked.delta, config, now, outcome)
 
+    def add(self, profile: Profile, upstream: str, delta: Delta) -> None:
+        """Counts gathered elsewhere, sent with the next sync: how the fleet
+        simulation stands for a pod's calls without making each one."""
+        tracked = self._track(profile, upstream, self._clock())
+        if tracked is not None:
+            tracked.delta = _fleet.merged(tracked.delta, delta)
+
     def fleet_views(self, profile: str = "") -> dict[Key, FleetSnapshot]:
         now = self._clock()
         return {
