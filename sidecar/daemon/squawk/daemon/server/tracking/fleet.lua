@@ -84,6 +84,17 @@ end
 
 local keep = math.max(window, 2 * open_for, ttl, cool - now) + 60000
 
+-- A lease lives no longer than the rules allow, whoever wrote it: an OPEN
+-- lease or a round without an expiry (another program's, a mistake) would
+-- otherwise hold the upstream shut for good.
+local function held(key, most)
+  local left = redis.call('PTTL', key)
+  if left == -1 or left > most then redis.call('PEXPIRE', key, math.floor(most)) end
+end
+if state == OPEN then held(KEYS[4], open_for) end
+if state ~= CLOSED then held(KEYS[5], keep) end
+held(KEYS[6], open_for)
+
 -- Drop the breaker window's buckets (a new state starts a new count).
 local function clear_window()
   local all = redis.call('HKEYS', KEYS[2])
@@ -143,9 +154,17 @@ end
 local granted = 0
 if state == HALF then
   if calls > 0 then
+    -- A round tallies at most `probes` outcomes, the failures first: the
+    -- order a summed delta lost, taken the cautious way (successes first
+    -- could close a round on outcomes it never held, which a probe's
+    -- failure reported with later successes would have reopened).
     round()
-    redis.call('HINCRBY', KEYS[6], 'o', calls - failures)
-    redis.call('HINCRBY', KEYS[6], 'x', failures)
+    local r = redis.call('HMGET', KEYS[6], 'o', 'x')
+    local room = math.max(probes - bounded(r[1], 0, probes) - bounded(r[2], 0, probes), 0)
+    local bad = math.min(failures, room)
+    local good = math.min(calls - failures, room - bad)
+    if bad > 0 then redis.call('HINCRBY', KEYS[6], 'x', bad) end
+    if good > 0 then redis.call('HINCRBY', KEYS[6], 'o', good) end
   end
   if returned > 0 and round_exists then
     if redis.call('HINCRBY', KEYS[6], 't', -returned) < 0 then redis.call('HSET', KEYS[6], 't', 0) end

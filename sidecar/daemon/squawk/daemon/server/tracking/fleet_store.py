@@ -429,9 +429,15 @@ class FleetStore(PodStore):
         return len(due)
 
     def due(self, now: float) -> list[_Tracked]:
-        """The upstreams a sync at `now` sends: those touched in the last _ACTIVE_S."""
+        """The upstreams a sync at `now` sends: those touched in the last
+        _ACTIVE_S, and those whose counts have not reached the fleet yet
+        (gathered while Redis was away)."""
         self._forget(now)
-        return [t for t in self._tracked.values() if now - t.touched <= _ACTIVE_S]
+        return [
+            t
+            for t in self._tracked.values()
+            if now - t.touched <= _ACTIVE_S or t.delta is not NO_DELTA
+        ]
 
     # A sync in four steps, so that a simulation of many pods can put many
     # pods' calls in one pipeline: sync_calls (what to send), then
