@@ -247,6 +247,7 @@ redis.call('HSET', KEYS[1], 'e', epoch, 'c', cool, 't', spent, 'f', fingerprint)
 -- A key made by this sync lives briefly unless it holds caution: a fleet
 -- breaker not closed, a cool-down or spent tokens must outlive a quiet
 -- spell, or every pod would admit again when it expired.
+keep = math.max(window, 2 * open_for, ttl, cool - now) + 60000
 local cautious = state ~= CLOSED or cool > now or spent > 0
 if not stored[1] and not cautious then keep = math.min(keep, NEW_KEY_MS) end
 redis.call('PEXPIRE', KEYS[1], math.floor(keep))

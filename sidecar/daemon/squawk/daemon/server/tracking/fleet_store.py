@@ -79,7 +79,7 @@ _SCRIPT = resources.files(__package__).joinpath("fleet.lua").read_text(encoding=
 _LATE_IN_A_ROW = 3
 # Upstreams per pipeline (one round trip); a pod touching more syncs them in
 # several, giving the event loop back between.
-_SYNC_BATCH = 256
+_SYNC_BATCH = 64
 # An upstream untouched this long is not synced, and its view is dropped.
 _ACTIVE_S = 5.0
 # A pace share holds for this many sync intervals without a new reading.
@@ -283,9 +283,9 @@ class FleetStore(PodStore):
         key = (profile.name, upstream)
         tracked = self._tracked.get(key)
         if tracked is None:
-            if len(self._tracked) >= min(_KEY_CACHE, self.upstreams.max_upstreams):
+            if len(self._tracked) >= self.upstreams.max_upstreams:
                 self._forget(now)
-                if len(self._tracked) >= min(_KEY_CACHE, self.upstreams.max_upstreams):
+                if len(self._tracked) >= self.upstreams.max_upstreams:
                     self._drop(1, f"more than {len(self._tracked)} upstreams are being synced")
                     return None
             tracked = self._tracked[key] = _Tracked(profile, upstream, self._keys(key), now)
