@@ -66,6 +66,7 @@ __all__ = [
     "retry_answer",
     "sent",
     "share",
+    "state_at",
     "take_probe",
     "token_change",
     "viewed",
