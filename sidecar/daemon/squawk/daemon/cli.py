@@ -31,7 +31,7 @@ from .local import classify_locally, decide_locally
 from .server.lifecycle.app import BindError, Daemon, default_shutdown_notice
 from .server.lifecycle.listeners import AddressError, check_address
 from .server.lifecycle.reload import policy_hash
-from .server.lifecycle.tls import TlsError, TlsFiles, check_files
+from .server.lifecycle.tls import TlsError, TlsFiles, check_files, shown_path
 from .server.telemetry.tracing import tracer_provider_from_env
 
 __all__ = ["main"]
@@ -291,7 +291,7 @@ def _tls(args: argparse.Namespace) -> TlsFiles | None:
     try:
         check_files(files)  # fails here, with the file named, not at the bind
     except OSError as exc:
-        raise TlsError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        raise TlsError(f"cannot read {shown_path(str(exc.filename))}: {exc.strerror}") from None
     except ValueError as exc:
         raise TlsError(str(exc)) from None
     return files
@@ -344,7 +344,7 @@ def _open_decision_log(args: argparse.Namespace) -> IO[str] | None:
     try:
         return open(path, "a", buffering=1, encoding="utf-8")
     except OSError as exc:
-        raise StartError(f"{name}: cannot open {path}: {exc.strerror}") from None
+        raise StartError(f"{name}: cannot open {shown_path(path)}: {exc.strerror}") from None
 
 
 async def _serve(args: argparse.Namespace) -> None:

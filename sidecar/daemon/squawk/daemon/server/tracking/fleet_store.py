@@ -89,7 +89,7 @@ from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 from ...config import ConfigError
 from ...config.state import StateSettings
 from ...settings import STATE_TLS_CA, STATE_TLS_CERT, STATE_TLS_KEY
-from ..lifecycle.tls import read_pem
+from ..lifecycle.tls import read_pem, shown_path
 from ..telemetry.throttle import LOG_EVERY_S, Throttle
 from .pod_store import PodStore, Source
 from .registry import Transition, Upstreams
@@ -801,7 +801,7 @@ def _tls_options(settings: StateSettings) -> dict[str, str]:
         try:
             read_pem(name, path)
         except OSError as exc:
-            raise ConfigError(f"{name} {path}: {exc.strerror or exc}") from None
+            raise ConfigError(f"{name} {shown_path(path)}: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     context = ssl.create_default_context()
@@ -815,7 +815,8 @@ def _tls_options(settings: StateSettings) -> dict[str, str]:
             what = (
                 "holds no CA certificate"
                 if keyword == "ssl_ca_certs"
-                else (f"not a certificate, or not the one whose key is {settings.tls_key}")
+                else "not a certificate, or not the one whose key is "
+                + shown_path(settings.tls_key)
             )
-            raise ConfigError(f"{name} {path}: {what}") from None
+            raise ConfigError(f"{name} {shown_path(path)}: {what}") from None
     return {keyword: path for _, keyword, path in given}
