@@ -31,7 +31,7 @@ from squawk.policy.fleet import FleetSnapshot
 from squawk.policy.limits import MAX_NAME_CHARS, MAX_PROFILE_CHARS, MAX_UPSTREAMS_PAGE
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
-from squawk_client import SquawkClient
+from squawk_client import AsyncSquawkClient, SquawkClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
@@ -207,9 +207,15 @@ def test_the_fleets_view_is_sent_only_when_asked_and_shown_beside_the_pods(
         with SquawkClient(target, fallback=False) as client:
             assert [s.HasField("fleet") for s in client.get_upstreams()] == [False, False]
             states = client.get_upstreams(include_fleet=True)
-        assert {s.upstream: s.fleet for s in states if s.HasField("fleet")} == {
-            "flights": SEEN_WIRE
-        }
+
+        async def listed_async() -> list[pb.UpstreamState]:
+            async with AsyncSquawkClient(target, fallback=False) as client:
+                return await client.get_upstreams(include_fleet=True)
+
+        for got in (states, asyncio.run(listed_async())):
+            assert {s.upstream: s.fleet for s in got if s.HasField("fleet")} == {
+                "flights": SEEN_WIRE
+            }
         with grpc.insecure_channel(target) as channel:
             pb_grpc.PolicyServiceStub(channel).GetUpstreams(
                 pb.GetUpstreamsRequest(profile="llm", include_fleet=True), timeout=5
