@@ -260,7 +260,6 @@ def fleet_of(target: str, upstream: str, until: Callable[[pb.FleetState], bool])
         time.sleep(0.05)
 
 
-@pytest.mark.xfail(strict=True, reason="needs the sync store")
 def test_two_pods_failures_show_in_the_fleets_view_and_each_pod_keeps_its_own(
     tmp_path: Path,
 ) -> None:

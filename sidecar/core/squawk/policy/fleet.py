@@ -382,7 +382,7 @@ def moved(view: FleetView, made: Move, config: UpstreamConfig, now: float) -> Fl
         epoch=made.epoch + 1,
         calls=0,
         failures=0,
-        pods=0,
+        pods=0 if made.to is BreakerState.CLOSED else view.reading.pods,
         taken=0,
         successes=0,
         probe_failures=0,
@@ -462,7 +462,8 @@ class FleetSnapshot(NamedTuple):
     # HALF_OPEN: the round's probe outcomes tallied, and the failures among them.
     calls: int
     failures: int
-    # CLOSED: the distinct pods with a failure in the window (the quorum's count).
+    # The distinct pods with a failure in the window: CLOSED, the quorum's
+    # count; OPEN and HALF_OPEN, those that opened it, as they age out.
     failing_pods: int
     # HALF_OPEN: probe slots taken fleet-wide this round.
     probes: int

@@ -96,13 +96,14 @@ if state ~= CLOSED then held(KEYS[5], keep) end
 held(KEYS[6], open_for)
 
 -- Drop the breaker window's buckets (a new state starts a new count).
+-- The failing pods stay until the breaker closes (they age out of the
+-- window meanwhile): while it is not CLOSED they only say who opened it.
 local function clear_window()
   local all = redis.call('HKEYS', KEYS[2])
   for _, field in ipairs(all) do
     local kind = string.sub(field, 1, 1)
     if kind == 'w' or kind == 'x' then redis.call('HDEL', KEYS[2], field) end
   end
-  redis.call('DEL', KEYS[3])
 end
 
 if op == 'move' then
@@ -114,7 +115,7 @@ if op == 'move' then
     redis.call('DEL', KEYS[6])
     clear_window()
   elseif to == CLOSED and state == HALF then
-    redis.call('DEL', KEYS[5], KEYS[6])
+    redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
     clear_window()
   else
     return {0}
