@@ -551,6 +551,9 @@ class FleetStore(PodStore):
         moves = []
         for call, raw in zip(calls, replies, strict=True):
             got = self._usable(raw)
+            # Synced either way: an upstream Redis refuses is not sent again
+            # at once (its next regular sync tries it).
+            call.tracked.synced_at = now
             if got is None:
                 continue
             tracked = call.tracked
@@ -560,7 +563,6 @@ class FleetStore(PodStore):
             tracked.view = viewed(
                 got, config, self._clock(), before, call.demand, lease, self.interval_s
             )
-            tracked.synced_at = now
             self._differs(tracked, got)
             self._moved(tracked, before, tracked.view)
             made = move(got, config, self.settings.min_pods)
