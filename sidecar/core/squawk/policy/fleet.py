@@ -293,14 +293,22 @@ def viewed(
         cooling=min(reading.cooling, seconds(config.max_cool_down)),
         granted=min(reading.granted, cb.half_open_probes),
     )
-    # Slots are held for one interval: every sync gives back those unused
-    # (see wanted_probes), so the view holds only what this one leased.
+    # Slots leased before stay this pod's until used or their round ends (a
+    # round that restarted is another, whose id differs): a pod whose next
+    # call comes a second later still has the slot it asked for then.
+    held = 0
+    if (
+        previous is not None
+        and reading.state is BreakerState.HALF_OPEN
+        and previous.reading.round == reading.round
+    ):
+        held = previous.probes
     return FleetView(
         reading,
         now,
         now + reading.left,
         now + reading.cooling if reading.cooling > 0 else -math.inf,
-        reading.granted,
+        min(held + reading.granted, cb.half_open_probes),
         share(reading, demand),
         now + lease,
         now + interval,
@@ -379,17 +387,16 @@ def take_probe(view: FleetView, now: float) -> tuple[FleetView, bool]:
 
 def wanted_probes(view: FleetView | None, config: UpstreamConfig, now: float, asked: int) -> int:
     """Probe slots to ask the next sync for: while the fleet is (or is about
-    to be) HALF_OPEN, not cooling, and this pod had calls asked since its
-    last sync, as many as it asked for, at most the round's probes. The
-    sync gives back every slot the pod still holds first, so a slot is
-    never held past one interval (a pod whose calls were refused by its
-    own breaker or pacer, or that stopped calling, holds the round up for
-    one interval at most)."""
+    to be) HALF_OPEN, not cooling (a call would be refused anyway), and
+    this pod had calls asked since its last sync, as many as it asked for,
+    at most the round's probes, less those it holds. A slot is held until
+    used or until its round ends (open_for without a verdict), as a pod's
+    own round holds a probe whose outcome never comes."""
     if view is None or asked <= 0 or view.cool_until > now:
         return 0
     if state_at(view, now) is BreakerState.CLOSED:
         return 0
-    return min(asked, config.circuit_breaker.half_open_probes)
+    return max(0, min(asked, config.circuit_breaker.half_open_probes) - view.probes)
 
 
 def move(reading: Reading, config: UpstreamConfig, min_pods: int) -> Move | None:

@@ -449,20 +449,13 @@ class FleetStore(PodStore):
             hint = math.ceil((delta.cool_until - now) * 1000)
         view = tracked.view
         want = wanted_probes(view, config, now, delta.asked)
-        returned, round_id = 0, 0
-        if view is not None and view.probes:
-            # Slots leased and not used: given back to their round (and no
-            # longer this pod's from now, not from the reply), whether or
-            # not it asks again, so no slot is held past one interval.
-            returned, round_id = view.probes, view.reading.round
-            tracked.view = view._replace(probes=0)
         # The demand over the time since the last sync that landed: after an
         # outage, what was asked meanwhile is spread over all of it.
         elapsed = min(max(now - tracked.synced_at, self.interval_s), _MAX_DEMAND_SPAN_S)
         demand = delta.wanted / elapsed
         words = (
-            f"sync {self._pod} {round_id} {calls} {failures} {deposits} {retries} {taken} "
-            f"{refilled} {hint} {want} {returned} {demand:.3f} {self._tail(config)}"
+            f"sync {self._pod} {calls} {failures} {deposits} {retries} {taken} "
+            f"{refilled} {hint} {want} {demand:.3f} {self._tail(config)}"
         )
         return words, demand
 
