@@ -258,7 +258,8 @@ E2E_MODULES = {
 EXTERNAL_MODULES = {
     "test_bench_outcome", "test_cli_tls", "test_deploy", "test_dist", "test_examples",
     "test_fallback_conformance", "test_first_run", "test_fleet_view",
-    "test_fleet", "test_fleet_connect", "test_fleet_store", "test_jaeger", "test_pacing",
+    "test_fleet", "test_fleet_connect", "test_fleet_store", "test_fleet_tables", "test_jaeger",
+    "test_pacing",
     "test_peer_budget", "test_pod", "test_pod_rehearsal", "test_readme", "test_readme_metrics",
     "test_refusal_jitter", "test_throttling", "test_tls", "test_upstreams",
 }  # fmt: skip
