@@ -476,3 +476,43 @@ def test_a_newcomer_knows_the_fleet_from_its_first_sync(
                 await store.aclose()
 
     assert asyncio.run(main()) == ["allowed CLOSED", "refused UPSTREAM_COOLING_DOWN CLOSED"]
+
+
+def test_a_probe_slot_is_leased_for_a_call_that_waits_not_for_one_admitted(
+    policy: Policy, server: RedisServer
+) -> None:
+    # A sync asked for a slot per Admit since the last, the admitted probe's
+    # own included: one call on pod B leased the round's second slot as
+    # well, and held it unused for an interval, while pod A found the round
+    # full and was refused until the round restarted (open_for), not for a
+    # sync.
+    async def main() -> tuple[str, bool, str]:
+        a, b = fleet_store(server.url, policy, "a"), fleet_store(server.url, policy, "b")
+        pods = [Asker(store, policy, "breaker", "probe slots") for store in (a, b)]
+        try:
+            for pod in pods:
+                for _ in range(4):
+                    pod.report(503, None)
+            await a.sync()
+            await b.sync()  # 8 failures: B's sync opens the fleet's breaker
+            await asyncio.sleep(1.1)  # open_for
+            await a.sync()
+            await b.sync()  # half-open: two probe slots, none leased yet
+            assert not (await pods[1].admit()).allowed  # ask again after the next sync
+            await b.sync()
+            assert admit_answer(await pods[1].admit()) == "probe HALF_OPEN"
+            await b.sync()  # B's call has its slot: it asks for none
+            await a.sync()
+            refused = await pods[0].admit()
+            assert refused.retry_after is not None
+            await a.sync()
+            return (
+                admit_answer(refused),
+                refused.retry_after <= SYNC * 2,
+                admit_answer(await pods[0].admit()),
+            )
+        finally:
+            for store in (a, b):
+                await store.aclose()
+
+    assert asyncio.run(main()) == ("refused CIRCUIT_OPEN HALF_OPEN", True, "probe HALF_OPEN")
