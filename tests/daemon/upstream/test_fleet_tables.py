@@ -16,20 +16,25 @@ alone (memory stores, no Redis), must not: every case asks something that
 only the fleet's counts answer.
 
 The staleness the fleet allows is one sync interval (plus a round trip): a
-pod knows what the others saw at its next sync, and acts on no count it
-has not read. The table accounts for it in the fleet runner's syncs, each
-sync of both pods standing for one interval: before every question both
-pods sync, the asked pod last, so it has read everything the steps before
-sent; after every question and before every wait both sync again, as the
-interval after a call or during a pause would. Two answers show the
-staleness itself: an Admit with `stale` is asked once more before its
-sync, and must give the answer of a pod that has not yet heard of the
-steps before it; and a question the fleet answers "ask again after the
-next sync" (a half-open fleet whose probe slots this pod does not hold
-yet: a CIRCUIT_OPEN refusal of at most two sync intervals) is asked again
-after one more sync of both pods, as an executor that waits out the
-refusal asks again. Nothing else is asked twice: any other answer that
-differs is a disagreement.
+pod learns what the others saw at its next sync. The table accounts for it
+in the fleet runner's syncs, each sync of both pods standing for one
+interval: before every question both pods sync, the asked pod last, so it
+has read everything the steps before sent; after every question and
+before every wait both sync again, as the interval after a call or during
+a pause would. Where the staleness shows, the table says so:
+
+- an Admit with `stale` is asked once more before its sync, and must give
+  the answer of a pod that has not heard yet of the steps before it;
+- a DecideRetry with `fleet` must give that answer on the fleet path: the
+  failure it reports is the one that trips a breaker, which one pod's own
+  state counts at once and the fleet's at the next sync;
+- an Admit the fleet refuses "ask again after the next sync" (a half-open
+  fleet whose probe slots this pod does not hold yet: CIRCUIT_OPEN, at
+  most two sync intervals) is asked again after one more sync of both
+  pods, as an executor that waits out the refusal asks again.
+
+Nothing else is asked twice: any other answer that differs is a
+disagreement.
 """
 
 from __future__ import annotations
@@ -104,12 +109,15 @@ class Admit(NamedTuple):
 class Decide(NamedTuple):
     """A DecideRetry of a first attempt that failed with `status`, and its
     answer: "<action> <reason>", with " after>=<s>s" (or "after<<s>s") when
-    `at_least` asks whether the RETRY waits at least that long."""
+    `at_least` asks whether the RETRY waits at least that long. `fleet`:
+    the fleet's answer, where the failure this DecideRetry reports is what
+    would change it (the fleet counts it at the next sync)."""
 
     status: int
     expect: str
     deadline: float | None = None
     at_least: float | None = None
+    fleet: str | None = None
 
 
 Step = Report | Wait | Admit | Decide
@@ -143,6 +151,18 @@ CASES = (
             Decide(503, "RETRY TRANSIENT_STATUS"),  # 9 calls, 3 failures: 0.33 < 0.5
             Admit("allowed CLOSED"),
             Report(3, 503),  # 6 of 12
+            Admit("refused CIRCUIT_OPEN OPEN"),
+        ),
+    ),
+    Case(
+        "a DecideRetry's own failure opens one pod's breaker at once, the fleet's at its sync",
+        "breaker",
+        (
+            Report(4, 200),
+            Report(3, 503),
+            # The 8th call, the 4th failure: a pod's own breaker opens on it
+            # and refuses its RETRY; the fleet's counts it at the next sync.
+            Decide(503, "FAIL CIRCUIT_OPEN", fleet="RETRY TRANSIENT_STATUS"),
             Admit("refused CIRCUIT_OPEN OPEN"),
         ),
     ),
@@ -225,6 +245,16 @@ CASES = (
 
 def answers(case: Case) -> list[str]:
     return [s.expect for s in case.steps if isinstance(s, Admit | Decide)]
+
+
+def fleet_answers(case: Case) -> tuple[list[str], list[str]]:
+    """The fleet path's answers, and its stale ones (see fleet_path)."""
+    got = [
+        s.fleet or s.expect if isinstance(s, Decide) else s.expect
+        for s in case.steps
+        if isinstance(s, Admit | Decide)
+    ]
+    return got, [s.stale for s in case.steps if isinstance(s, Admit) and s.stale is not None]
 
 
 # -- what a pod is asked, on either path ---------------------------------------
@@ -450,8 +480,7 @@ def test_each_pod_alone_answers_otherwise(case: Case, policy: Policy) -> None:
 def test_two_pods_syncing_through_redis_give_the_same_answers(
     case: Case, policy: Policy, server: RedisServer
 ) -> None:
-    stale = [s.stale for s in case.steps if isinstance(s, Admit) and s.stale is not None]
-    assert asyncio.run(fleet_path(case, policy, server.url)) == (answers(case), stale)
+    assert asyncio.run(fleet_path(case, policy, server.url)) == fleet_answers(case)
     assert not OUTAGES
 
 
