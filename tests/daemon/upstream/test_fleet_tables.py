@@ -6,9 +6,9 @@ Admits and DecideRetries whose answers the table expects, as the servicer
 makes them (squawk.wire's conversions, the core's decide(), the store).
 The pod path runs them through one memory store (one `Upstreams` registry)
 on a clock the test moves. The fleet path runs them through two
-FleetStores, pods A and B, with min_pods 1, in real time (Redis's clock is
-real, so the windows are short and every time in the table is large next
-to a sync): each outcome goes to the pod that has seen fewer events so far
+FleetStores, pods A and B (min_pods 1, then 2), in real time (Redis's
+clock is real, so the windows are short and every time in the table is
+large next to a sync): each outcome goes to the pod that has seen fewer events so far
 (A on a tie) and each question to the pod that has seen fewer (B on a
 tie), so no answer comes from a pod that saw most of what it is about. The
 fleet path must give the single pod's answers. A third run, the two pods
@@ -376,24 +376,26 @@ async def alone_path(case: Case, policy: Policy) -> list[str]:
     return got
 
 
-def fleet_store(url: str, policy: Policy, name: str) -> FleetStore:
+def fleet_store(url: str, policy: Policy, name: str, min_pods: int = 1) -> FleetStore:
     settings = StateSettings(
         Store.REDIS,
         url,
-        "tables:",
+        f"tables{min_pods}:",
         # Generous: the syncs here are the test's own, on a busy machine.
         deadline=timedelta(seconds=1),
         sync=SYNC,
-        min_pods=1,
+        min_pods=min_pods,
         pod=name,
     )
     return FleetStore(Upstreams(policy), settings, on_up=OUTAGES.append)
 
 
-async def fleet_path(case: Case, policy: Policy, url: str) -> tuple[list[str], list[str]]:
+async def fleet_path(
+    case: Case, policy: Policy, url: str, min_pods: int
+) -> tuple[list[str], list[str]]:
     """Two pods, each seeing half, syncing through Redis (see the module
     docstring): the answers, and the stale answers asked before a sync."""
-    a, b = fleet_store(url, policy, "a"), fleet_store(url, policy, "b")
+    a, b = (fleet_store(url, policy, name, min_pods) for name in "ab")
     pods = Pods(*(Asker(store, policy, case.profile, case.name) for store in (a, b)))
 
     async def synced(last: Asker = pods.b) -> None:
@@ -476,11 +478,15 @@ def test_each_pod_alone_answers_otherwise(case: Case, policy: Policy) -> None:
     assert asyncio.run(alone_path(case, policy)) != answers(case)
 
 
+# min_pods 2 too: every case's failures reach both pods, so the quorum is
+# met wherever one pod's breaker would open.
+@pytest.mark.parametrize("min_pods", [1, 2], ids=["min_pods=1", "min_pods=2"])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_two_pods_syncing_through_redis_give_the_same_answers(
-    case: Case, policy: Policy, server: RedisServer
+    case: Case, min_pods: int, policy: Policy, server: RedisServer
 ) -> None:
-    assert asyncio.run(fleet_path(case, policy, server.url)) == fleet_answers(case)
+    got = asyncio.run(fleet_path(case, policy, server.url, min_pods))
+    assert got == fleet_answers(case)
     assert not OUTAGES
 
 
