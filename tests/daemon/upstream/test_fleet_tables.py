@@ -34,7 +34,7 @@ a pause would. Where the staleness shows, the table says so:
   pods, as an executor that waits out the refusal asks again.
 
 Nothing else is asked twice: any other answer that differs is a
-disagreement.
+disagreement (KNOWN lists those the store has today).
 """
 
 from __future__ import annotations
@@ -241,6 +241,19 @@ CASES = (
         ),
     ),
 )
+
+
+# Disagreements the table finds in the fleet store as it is, by case, with
+# why: each runs as a strict xfail, so the fix of one fails the run until
+# it leaves this list (the conformance suite's failure list).
+KNOWN = {
+    "the ratio budget grants ratio x calls + min_per_second x ttl, over the last ttl": (
+        "an upstream a pod has not called since its last sync, with a plain CLOSED view, "
+        "syncs only every _QUIET_SYNCS (5) intervals, so the pod's next call is answered "
+        "from a view up to 5 intervals old, not one: the 4th and 6th DecideRetry each "
+        "overdraw the fleet's budget by the retry the other pod spent meanwhile"
+    ),
+}
 
 
 def answers(case: Case) -> list[str]:
@@ -481,7 +494,16 @@ def test_each_pod_alone_answers_otherwise(case: Case, policy: Policy) -> None:
 # min_pods 2 too: every case's failures reach both pods, so the quorum is
 # met wherever one pod's breaker would open.
 @pytest.mark.parametrize("min_pods", [1, 2], ids=["min_pods=1", "min_pods=2"])
-@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=KNOWN[c.name]))
+        if c.name in KNOWN
+        else c
+        for c in CASES
+    ],
+    ids=IDS,
+)
 def test_two_pods_syncing_through_redis_give_the_same_answers(
     case: Case, min_pods: int, policy: Policy, server: RedisServer
 ) -> None:
