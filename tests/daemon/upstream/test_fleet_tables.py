@@ -41,15 +41,15 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
-import test_fleet  # noqa: F401  (puts bench/, at the repository's root, on the path)
-from bench.redis_server import RedisServer
 from squawk.daemon.config import parse_config
 from squawk.daemon.config.state import StateSettings, Store
 from squawk.daemon.server.tracking.fleet_store import FleetStore
@@ -59,6 +59,11 @@ from squawk.policy import Action, Admission, BreakerState, Decision, Policy, Rea
 from squawk.policy.fleet import NO_DELTA
 from squawk.v1 import policy_pb2 as pb
 from squawk.wire import AdmitArgs, attempt_state, failed_attempt, outcome
+
+# The server helper lives in bench/, at the repository's root (see test_fleet.py).
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from bench.redis_server import RedisServer
 
 POLICY = """
 profiles:
