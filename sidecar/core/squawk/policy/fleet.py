@@ -96,7 +96,11 @@ class Delta(NamedTuple):
     token_successes: int = 0
     # The latest end of a cool-down this pod's failures shared; -inf none.
     cool_until: float = -math.inf
-    # Admits asked (allowed or not): what a half-open round's slots are asked for.
+    # Admits refused: the calls that come back, for which a half-open
+    # round's slots are asked. Not the Admits allowed: a call that got its
+    # slot wants no other, and one leased for it would keep the round
+    # full for an interval while other pods' calls are refused until the
+    # round restarts.
     asked: int = 0
     # Calls admitted, or refused by the pace (UPSTREAM_SATURATED): the
     # pod's demand for its pace share. Not the other refusals: a caller
@@ -175,8 +179,10 @@ class Move(NamedTuple):
 
 def asked(delta: Delta, admission: Admission) -> Delta:
     """One Admit's answer, allowed or not."""
+    if admission.allowed:
+        return delta._replace(wanted=min(delta.wanted + 1, MAX_DELTA))
     wanted = delta.wanted
-    if admission.allowed or admission.reason is Reason.UPSTREAM_SATURATED:
+    if admission.reason is Reason.UPSTREAM_SATURATED:
         wanted = min(wanted + 1, MAX_DELTA)
     return delta._replace(asked=min(delta.asked + 1, MAX_DELTA), wanted=wanted)
 
@@ -388,7 +394,7 @@ def take_probe(view: FleetView, now: float) -> tuple[FleetView, bool]:
 def wanted_probes(view: FleetView | None, config: UpstreamConfig, now: float, asked: int) -> int:
     """Probe slots to ask the next sync for: while the fleet is (or is about
     to be) HALF_OPEN, not cooling (a call would be refused anyway), and
-    this pod had calls asked since its last sync, as many as it asked for,
+    this pod refused calls since its last sync (Delta.asked), one for each,
     at most the round's probes, less those it holds. A slot is held until
     used or until its round ends (open_for without a verdict), as a pod's
     own round holds a probe whose outcome never comes."""
