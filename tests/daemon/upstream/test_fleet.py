@@ -169,7 +169,9 @@ def fleet_of(
     keys = keys_of(upstream, profile, prefix)
     client = redis.Redis(port=server.port)
     try:
-        counts = client.hgetall(keys["c"]) if client.type(keys["c"]) == b"hash" else {}
+        counts: dict[bytes, bytes] = {}
+        if client.type(keys["c"]) == b"hash":
+            counts = client.hgetall(keys["c"])  # type: ignore[assignment]
         state = "closed"
         if client.exists(keys["o"]):
             state = "open"
@@ -282,7 +284,7 @@ def test_half_open_probes_are_counted_across_the_fleet(
     c.report("hotels", 200, 200)
     eventually(lambda: fleet_of(server, "hotels")["state"] == "closed", "the fleet closes")
     for pod in (b, c):
-        eventually(lambda pod=pod: pod.admit("hotels").allowed, f"{pod.name} calls again")
+        eventually(partial(calls_again, pod, "hotels"), f"{pod.name} calls again")
     # The pods that opened it are forgotten with it: one pod's failures
     # alone do not open it again.
     b.report("hotels", 503, 503, 503, 503)
@@ -293,6 +295,10 @@ def test_half_open_probes_are_counted_across_the_fleet(
     time.sleep(0.3)  # a few syncs: none moves it
     assert fleet_of(server, "hotels")["state"] == "closed"
     assert c.admit("hotels").allowed
+
+
+def calls_again(pod: Pod, upstream: str) -> bool:
+    return bool(pod.admit(upstream).allowed)
 
 
 def cooling(pod: Pod) -> bool:

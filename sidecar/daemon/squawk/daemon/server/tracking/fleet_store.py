@@ -3,7 +3,7 @@
 No call waits on Redis. Every pod decides each Admit and DecideRetry from
 its own state and its last copy of the fleet's (squawk.policy.fleet); every
 `state.sync` interval (100 ms by default) a background task sends, for each
-upstream the pod touched in the last _ACTIVE_S, what it saw since its last
+upstream the pod touched lately (see `due`), what it saw since its last
 sync (a Delta: the breaker window's outcomes, the budget's calls and
 retries, a token bucket's failures and successes, the cool-down it was
 told, its demand and the probe slots it wants), one script call per
@@ -15,10 +15,12 @@ epoch the pod read, so two pods seeing the same sums move it once.
 
 So Redis does one script per upstream per pod per interval, whatever the
 calls, and a pod learns what the others saw within one interval (plus a
-round trip): that is the staleness of every fleet-wide answer. An upstream
-not touched for _ACTIVE_S is not synced, and its view is dropped: its next
-call decides from the pod's own state, and the sync after it brings the
-fleet's view again.
+round trip): that is the staleness of every fleet-wide answer for an
+upstream the pod called within the last _HOT_S. One quiet for longer is
+synced every _QUIET_SYNCS intervals until _ACTIVE_S, and then forgotten
+unless its view holds caution (an OPEN fleet breaker, a cool-down, kept to
+their end): the first call after that decides from the pod's own state,
+and syncs the name at once.
 
 An outage (a connection error, or _LATE_IN_A_ROW syncs in a row later than
 `state.deadline`) stops the syncs; it is logged once, and a background task
@@ -111,9 +113,14 @@ _ACTIVE_S = 5.0
 _LEASE_SYNCS = 10
 # A view no sync renewed for this many intervals is stale (see _view).
 _STALE_SYNCS = 10
-# A quiet upstream (nothing to send, a CLOSED view) is synced this seldom,
-# in intervals, while it was touched within _ACTIVE_S.
+# An upstream touched within _HOT_S is synced every interval, so a call's
+# view is at most one interval old; one touched before that, within
+# _ACTIVE_S, with nothing to send and a plain view, every _QUIET_SYNCS
+# intervals (its next call reads a view at most that many old).
+_HOT_S = 1.0
 _QUIET_SYNCS = 5
+# A pod that asked within this long asks for a probe slot ahead of its next call.
+_PROBE_WANT_S = 2.0
 # The longest stretch a reported demand is averaged over (after an outage).
 _MAX_DEMAND_SPAN_S = 60.0
 # Early syncs (of names never synced) are at least this far apart.
@@ -142,6 +149,9 @@ class _Tracked:
     touched: float
     delta: Delta = NO_DELTA
     view: FleetView | None = None
+    # When an Admit last asked for it (a half-open round's slots go to pods
+    # with calls, before their next call is refused for want of one).
+    asked_at: float = -math.inf
     # When the last sync that landed was sent, and the demand it reported.
     synced_at: float = -math.inf
     demand: float = 0.0
@@ -253,6 +263,8 @@ class FleetStore(PodStore):
         tracked = self._track(profile, upstream, now)
         config = profile.for_upstream(upstream)
         view = None if tracked is None else self._view(tracked, now)
+        if tracked is not None:
+            tracked.asked_at = now
         refused = refusal(view, config, now, args.deadline, self.upstreams.rng)
         if refused is not None:
             if tracked is not None:
@@ -448,7 +460,11 @@ class FleetStore(PodStore):
         if delta.cool_until > now:
             hint = math.ceil((delta.cool_until - now) * 1000)
         view = tracked.view
-        want = wanted_probes(view, config, now, delta.asked)
+        # Calls refused since the last sync ask for slots; a pod that asked
+        # lately asks for one ahead of its next call, so a pod calling once
+        # a second does not spend a call on learning it needs a slot.
+        asking = delta.asked or int(now - tracked.asked_at <= _PROBE_WANT_S)
+        want = wanted_probes(view, config, now, asking)
         # The demand over the time since the last sync that landed: after an
         # outage, what was asked meanwhile is spread over all of it.
         elapsed = min(max(now - tracked.synced_at, self.interval_s), _MAX_DEMAND_SPAN_S)
@@ -500,9 +516,9 @@ class FleetStore(PodStore):
         """The upstreams a sync at `now` sends: those with counts to send
         (touched since their last sync, or gathered while Redis was away),
         those whose view is not plain (a fleet breaker not CLOSED, a
-        cool-down, probe slots held), and every _QUIET_SYNCS intervals the
-        others touched within _ACTIVE_S, so their views stay fresh without
-        a script per quiet upstream per interval."""
+        cool-down, probe slots held), those touched within _HOT_S, and
+        every _QUIET_SYNCS intervals the others touched within _ACTIVE_S:
+        a name a caller used once costs a second of syncs, then one in five."""
         if new_only:
             return [t for t in self._tracked.values() if t.synced_at == -math.inf]
         self._forget(now)
@@ -512,6 +528,7 @@ class FleetStore(PodStore):
             for t in self._tracked.values()
             if t.delta is not NO_DELTA
             or _busy(t.view, now)
+            or now - t.touched <= _HOT_S
             or (now - t.touched <= _ACTIVE_S and now - t.synced_at >= quiet)
         ]
 

@@ -1,6 +1,7 @@
 """The fleet's rules in the core (squawk.policy.fleet), on readings worked
 by hand: what a pod does with the fleet's sums. The store that carries
-them to and from Redis is tested in tests/daemon/upstream/test_fleet*.py."""
+them to and from Redis is tested in tests/daemon/upstream/test_fleet.py
+and the modules beside it."""
 
 from __future__ import annotations
 
