@@ -165,6 +165,8 @@ class FleetView(NamedTuple):
     # When the next sync is due: what a HALF_OPEN fleet's refusal waits for
     # while the round has slots left (the next sync may lease one).
     next_at: float
+    # When the slots held were leased (the oldest still held).
+    leased_at: float
 
 
 class Move(NamedTuple):
@@ -302,13 +304,14 @@ def viewed(
     # Slots leased before stay this pod's until used or their round ends (a
     # round that restarted is another, whose id differs): a pod whose next
     # call comes a second later still has the slot it asked for then.
-    held = 0
+    held, since = 0, now
     if (
         previous is not None
         and reading.state is BreakerState.HALF_OPEN
         and previous.reading.round == reading.round
+        and previous.probes
     ):
-        held = previous.probes
+        held, since = previous.probes, previous.leased_at
     return FleetView(
         reading,
         now,
@@ -318,6 +321,7 @@ def viewed(
         share(reading, demand),
         now + lease,
         now + interval,
+        since if held else now,
     )
 
 
@@ -396,8 +400,9 @@ def wanted_probes(view: FleetView | None, config: UpstreamConfig, now: float, as
     to be) HALF_OPEN, not cooling (a call would be refused anyway), and
     this pod refused calls since its last sync (Delta.asked), one for each,
     at most the round's probes, less those it holds. A slot is held until
-    used or until its round ends (open_for without a verdict), as a pod's
-    own round holds a probe whose outcome never comes."""
+    used, its round ends (open_for without a verdict), or a second passed
+    unused (the store gives it back then): a pod whose next call comes a
+    second later still has the slot its refused call asked for."""
     if view is None or asked <= 0 or view.cool_until > now:
         return 0
     if state_at(view, now) is BreakerState.CLOSED:

@@ -20,8 +20,8 @@
 --       d the pace's demand (hash: D<slot> calls/s, N<slot> pods, and each
 --         pod's "slot demand" last written)
 -- ARGV[1] words separated by spaces:
---   sync pod calls failures deposits retries taken refilled hint want
---        demand  window buckets ttl open_for probes max_cool
+--   sync pod round calls failures deposits retries taken refilled hint want
+--        returned demand  window buckets ttl open_for probes max_cool
 --        max_tokens interval fingerprint
 --   move pod epoch to  window buckets ttl open_for probes max_cool
 --        max_tokens interval fingerprint
@@ -31,7 +31,8 @@
 --   (thousandths of calls/s), wanting, differ}; state 1 CLOSED, 2 OPEN,
 --   3 HALF_OPEN; left: OPEN, ms until it half-opens, HALF_OPEN, until the
 --   round restarts; round: the half-open round's id (slots leased in a
---   round are void once it restarted).
+--   round are void once it restarted, and `returned` slots go back only to
+--   the round of the id sent).
 -- move replies {1} when made, {0} when the fleet left that epoch first.
 
 local CLOSED, OPEN, HALF = 1, 2, 3
@@ -51,7 +52,7 @@ local function bounded(x, low, high)
   return math.min(math.max(x, low), high)
 end
 
-local i = op == 'sync' and 12 or 5
+local i = op == 'sync' and 14 or 5
 local window, buckets = bounded(arg[i], 1, 1e12), bounded(arg[i + 1], 1, 1000)
 local ttl, open_for = bounded(arg[i + 2], 1, 1e12), bounded(arg[i + 3], 1, 1e12)
 local probes, max_cool = bounded(arg[i + 4], 1, 1e9), bounded(arg[i + 5], 0, 1e12)
@@ -157,13 +158,13 @@ for k = 1, #counts, 2 do
   end
 end
 
-local calls, failures = bounded(arg[3], 0, MAX_ADD), bounded(arg[4], 0, MAX_ADD)
+local calls, failures = bounded(arg[4], 0, MAX_ADD), bounded(arg[5], 0, MAX_ADD)
 failures = math.min(failures, calls)
-local deposits, retries = bounded(arg[5], 0, MAX_ADD), bounded(arg[6], 0, MAX_ADD)
-local taken, refilled = bounded(arg[7], 0, MAX_ADD), bounded(arg[8], 0, MAX_ADD)
-local hint = bounded(arg[9], -1, 1e12)
-local want = bounded(arg[10], 0, probes)
-local demand = bounded(arg[11], 0, 1e9)
+local deposits, retries = bounded(arg[6], 0, MAX_ADD), bounded(arg[7], 0, MAX_ADD)
+local taken, refilled = bounded(arg[8], 0, MAX_ADD), bounded(arg[9], 0, MAX_ADD)
+local hint = bounded(arg[10], -1, 1e12)
+local want, returned = bounded(arg[11], 0, probes), bounded(arg[12], 0, probes)
+local demand = bounded(arg[13], 0, 1e9)
 
 -- The breaker's counts, by the fleet's state: a CLOSED window, a half-open
 -- round's tally (every counted outcome is a probe's, as in the core), or
@@ -178,7 +179,8 @@ if state == CLOSED and calls > 0 then
   end
 end
 local round_exists = redis.call('EXISTS', KEYS[6]) == 1
--- Each round has an id: slots leased in a round that restarted since are void.
+-- Each round has an id: slots leased in a round that restarted since are
+-- void, and given back only to the round they were leased in.
 local function round()
   if not round_exists then
     rounds = (rounds + 1) % MAX_EPOCH
@@ -205,6 +207,9 @@ if state == HALF then
     local good = math.min(calls - failures, room - bad)
     if bad > 0 then redis.call('HINCRBY', KEYS[6], 'x', bad) end
     if good > 0 then redis.call('HINCRBY', KEYS[6], 'o', good) end
+  end
+  if returned > 0 and round_exists and round_id() == bounded(arg[3], 0, MAX_EPOCH) then
+    if redis.call('HINCRBY', KEYS[6], 't', -returned) < 0 then redis.call('HSET', KEYS[6], 't', 0) end
   end
   if want > 0 then
     round()

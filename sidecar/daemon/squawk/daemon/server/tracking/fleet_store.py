@@ -119,8 +119,8 @@ _STALE_SYNCS = 10
 # intervals (its next call reads a view at most that many old).
 _HOT_S = 1.0
 _QUIET_SYNCS = 5
-# A pod that asked within this long asks for a probe slot ahead of its next call.
-_PROBE_WANT_S = 2.0
+# Probe slots a pod leased and has not used for this long are given back.
+_PROBE_HOLD_S = 1.0
 # The longest stretch a reported demand is averaged over (after an outage).
 _MAX_DEMAND_SPAN_S = 60.0
 # Early syncs (of names never synced) are at least this far apart.
@@ -149,9 +149,6 @@ class _Tracked:
     touched: float
     delta: Delta = NO_DELTA
     view: FleetView | None = None
-    # When an Admit last asked for it (a half-open round's slots go to pods
-    # with calls, before their next call is refused for want of one).
-    asked_at: float = -math.inf
     # When the last sync that landed was sent, and the demand it reported.
     synced_at: float = -math.inf
     demand: float = 0.0
@@ -263,8 +260,6 @@ class FleetStore(PodStore):
         tracked = self._track(profile, upstream, now)
         config = profile.for_upstream(upstream)
         view = None if tracked is None else self._view(tracked, now)
-        if tracked is not None:
-            tracked.asked_at = now
         refused = refusal(view, config, now, args.deadline, self.upstreams.rng)
         if refused is not None:
             if tracked is not None:
@@ -460,18 +455,22 @@ class FleetStore(PodStore):
         if delta.cool_until > now:
             hint = math.ceil((delta.cool_until - now) * 1000)
         view = tracked.view
-        # Calls refused since the last sync ask for slots; a pod that asked
-        # lately asks for one ahead of its next call, so a pod calling once
-        # a second does not spend a call on learning it needs a slot.
-        asking = delta.asked or int(now - tracked.asked_at <= _PROBE_WANT_S)
-        want = wanted_probes(view, config, now, asking)
+        want = wanted_probes(view, config, now, delta.asked)
+        returned, round_id = 0, 0
+        if view is not None and view.probes and now - view.leased_at > _PROBE_HOLD_S:
+            # Slots leased over a second ago and still unused (the calls
+            # that asked for them went elsewhere, or stopped): given back to
+            # their round, so another pod's calls may probe instead. From
+            # now, not from the reply: no call spends them meanwhile.
+            returned, round_id = view.probes, view.reading.round
+            tracked.view = view._replace(probes=0)
         # The demand over the time since the last sync that landed: after an
         # outage, what was asked meanwhile is spread over all of it.
         elapsed = min(max(now - tracked.synced_at, self.interval_s), _MAX_DEMAND_SPAN_S)
         demand = delta.wanted / elapsed
         words = (
-            f"sync {self._pod} {calls} {failures} {deposits} {retries} {taken} "
-            f"{refilled} {hint} {want} {demand:.3f} {self._tail(config)}"
+            f"sync {self._pod} {round_id} {calls} {failures} {deposits} {retries} {taken} "
+            f"{refilled} {hint} {want} {returned} {demand:.3f} {self._tail(config)}"
         )
         return words, demand
 
