@@ -82,7 +82,8 @@ def test_the_demand_a_sync_reports(
 
 def test_a_reading_leases_its_share_until_the_lease_ends() -> None:
     view = f.viewed(reading(90.0, 3, 30.0), CONFIG, 5.0, None, LEASE, INTERVAL)
-    assert (view.share, view.share_until) == (pytest.approx(1 / 3), 5.0 + LEASE)
+    assert view.share == pytest.approx(1 / 3)
+    assert view.share_until == 5.0 + LEASE
 
 
 @pytest.mark.parametrize(
