@@ -18,7 +18,8 @@
 --       r the half-open round (hash: i its id, t slots taken, o successes, x failures;
 --         expires open_for after it began: a round without a verdict restarts)
 --       d the pace's demand (hash: D<slot> calls/s, N<slot> pods, and each
---         pod's "slot demand" last written)
+--         pod's "slot demand previous-slot previous-demand" last written;
+--         a slot is two sync intervals)
 -- ARGV[1] words separated by spaces:
 --   sync pod round calls failures deposits retries taken refilled hint want
 --        returned demand  window buckets ttl open_for probes max_cool
@@ -28,11 +29,12 @@
 --
 -- sync replies {state, epoch, left, calls, failures, pods, taken, successes,
 --   probe failures, granted, round, deposits, retries, spent, cooling, demand
---   (thousandths of calls/s), wanting, differ}; state 1 CLOSED, 2 OPEN,
---   3 HALF_OPEN; left: OPEN, ms until it half-opens, HALF_OPEN, until the
---   round restarts; round: the half-open round's id (slots leased in a
---   round are void once it restarted, and `returned` slots go back only to
---   the round of the id sent).
+--   (thousandths of calls/s), wanting, differ, own (this pod's part of
+--   demand, thousandths)}; state 1 CLOSED, 2 OPEN, 3 HALF_OPEN; left: OPEN,
+--   ms until it half-opens, HALF_OPEN, until the round restarts; round: the
+--   half-open round's id (slots leased in a round are void once it
+--   restarted, and `returned` slots go back only to the round of the id
+--   sent).
 -- move replies {1} when made, {0} when the fleet left that epoch first.
 
 local CLOSED, OPEN, HALF = 1, 2, 3
@@ -231,16 +233,32 @@ end
 spent = math.min(math.max(spent - refilled, 0) + taken, max_tokens)
 if hint >= 0 then cool = math.max(cool, now + math.min(hint, max_cool)) end
 
--- The pace's demand, per sync interval (slot): each pod's latest report
--- for the slot counted once, whatever how often it synced in it.
-local slot = math.floor(now / interval)
+-- The pace's demand, per slot of two sync intervals: each pod's latest
+-- report in a slot counted once, however often it synced in it. Two
+-- intervals, so that a pod syncing every interval lands in every slot
+-- even when a sync comes late: a pod missing from a slot it was asking in
+-- would let the others' parts add up to the whole rate without its own.
+-- The reply is the last whole slot's sums, and this pod's part of them.
+-- Each pod's field holds "slot demand previous-slot previous-demand".
+local slot = math.floor(now / (2 * interval))
+local prev = redis.call('HMGET', KEYS[7], 'D' .. (slot - 1), 'N' .. (slot - 1))
+local total, wanting = bounded(prev[1], 0, 1e12), bounded(prev[2], 0, 1e9)
+local last_slot, last_demand, before_slot, before_demand = -1, 0, -1, 0
+-- (An upstream nobody asks Admit for, only reports on, costs no more.)
+local last = (demand > 0 or total > 0) and redis.call('HGET', KEYS[7], pod)
+if last then
+  local a, b, c, d = string.match(last, '^(%d+) ([%d.e+-]+) (-?%d+) ([%d.e+-]+)$')
+  last_slot, last_demand = tonumber(a) or -1, bounded(b, 0, 1e9)
+  before_slot, before_demand = tonumber(c) or -1, bounded(d, 0, 1e9)
+end
+local own = 0
+if last_slot == slot - 1 then
+  own = last_demand
+elseif last_slot == slot and before_slot == slot - 1 then
+  own = before_demand
+end
+own = math.min(own, total)
 if demand > 0 then
-  local last = redis.call('HGET', KEYS[7], pod)
-  local last_slot, last_demand = -1, 0
-  if last then
-    local a, b = string.match(last, '^(%d+) ([%d.e+-]+)$')
-    last_slot, last_demand = tonumber(a) or -1, tonumber(b) or 0
-  end
   for _, field in ipairs({'D' .. slot, 'N' .. slot}) do
     if redis.call('HEXISTS', KEYS[7], field) == 1 and not tonumber(redis.call('HGET', KEYS[7], field)) then
       redis.call('HDEL', KEYS[7], field)
@@ -251,13 +269,12 @@ if demand > 0 then
   else
     redis.call('HINCRBYFLOAT', KEYS[7], 'D' .. slot, demand)
     redis.call('HINCRBY', KEYS[7], 'N' .. slot, 1)
+    before_slot, before_demand = last_slot, last_demand
   end
-  redis.call('HSET', KEYS[7], pod, slot .. ' ' .. demand)
+  redis.call('HSET', KEYS[7], pod, slot .. ' ' .. demand .. ' ' .. before_slot .. ' ' .. before_demand)
   redis.call('HDEL', KEYS[7], 'D' .. (slot - 2), 'N' .. (slot - 2))
-  redis.call('PEXPIRE', KEYS[7], math.floor(10 * interval + 60000))
+  redis.call('PEXPIRE', KEYS[7], math.floor(20 * interval + 60000))
 end
-local prev = redis.call('HMGET', KEYS[7], 'D' .. (slot - 1), 'N' .. (slot - 1))
-local total, wanting = bounded(prev[1], 0, 1e12), bounded(prev[2], 0, 1e9)
 
 -- Aged out, and none from the future (a planted score of +inf never would be).
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
@@ -294,5 +311,5 @@ if state ~= CLOSED then redis.call('PEXPIRE', KEYS[5], math.floor(keep)) end
 return {
   state, epoch, left, sums.w, math.min(sums.x, sums.w), pods, tally[1], tally[2], tally[3],
   granted, round_id(), sums.d, sums.r, spent, math.max(cool - now, 0), math.floor(total * 1000), wanting,
-  differ,
+  differ, math.floor(own * 1000),
 }
