@@ -251,14 +251,7 @@ CASES = (
 # Disagreements the table finds in the fleet store as it is, by case, with
 # why: each runs as a strict xfail, so the fix of one fails the run until
 # it leaves this list (the conformance suite's failure list).
-KNOWN = {
-    "the ratio budget grants ratio x calls + min_per_second x ttl, over the last ttl": (
-        "an upstream a pod has not called since its last sync, with a plain CLOSED view, "
-        "syncs only every _QUIET_SYNCS (5) intervals, so the pod's next call is answered "
-        "from a view up to 5 intervals old, not one: the 4th and 6th DecideRetry each "
-        "overdraw the fleet's budget by the retry the other pod spent meanwhile"
-    ),
-}
+KNOWN: dict[str, str] = {}
 
 
 def answers(case: Case) -> list[str]:

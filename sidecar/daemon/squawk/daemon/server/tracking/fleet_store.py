@@ -16,11 +16,10 @@ epoch the pod read, so two pods seeing the same sums move it once.
 So Redis does one script per upstream per pod per interval, whatever the
 calls, and a pod learns what the others saw within one interval (plus a
 round trip): that is the staleness of every fleet-wide answer for an
-upstream the pod called within the last _HOT_S. One quiet for longer is
-synced every _QUIET_SYNCS intervals until _ACTIVE_S, and then forgotten
-unless its view holds caution (an OPEN fleet breaker, a cool-down, kept to
-their end): the first call after that decides from the pod's own state,
-and syncs the name at once.
+upstream the pod called within the last _ACTIVE_S. One quiet for longer is
+not synced, and forgotten unless its view holds caution (an OPEN fleet
+breaker, a cool-down, kept to their end): the first call after that
+decides from the pod's own state, and syncs the name at once.
 
 An outage (a connection error, or _LATE_IN_A_ROW syncs in a row later than
 `state.deadline`) stops the syncs; it is logged once, and a background task
@@ -111,18 +110,14 @@ _LATE_IN_A_ROW = 3
 # Upstreams per pipeline (one round trip); a pod touching more syncs them in
 # several, giving the event loop back between.
 _SYNC_BATCH = 64
-# An upstream untouched this long is not synced, and its view is dropped.
-_ACTIVE_S = 5.0
+# An upstream touched within this long is synced every interval; one
+# untouched for longer is not, and is forgotten unless its view holds
+# caution. A name a caller used once costs this long of syncs.
+_ACTIVE_S = 2.0
 # A pace share holds for this many sync intervals without a new reading.
 _LEASE_SYNCS = 10
 # A view no sync renewed for this many intervals is stale (see _view).
 _STALE_SYNCS = 10
-# An upstream touched within _HOT_S is synced every interval, so a call's
-# view is at most one interval old; one touched before that, within
-# _ACTIVE_S, with nothing to send and a plain view, every _QUIET_SYNCS
-# intervals (its next call reads a view at most that many old).
-_HOT_S = 1.0
-_QUIET_SYNCS = 5
 # Probe slots a pod leased and has not used for this long are given back.
 _PROBE_HOLD_S = 1.0
 # The longest stretch a reported demand is averaged over (after an outage).
@@ -528,20 +523,14 @@ class FleetStore(PodStore):
         """The upstreams a sync at `now` sends: those with counts to send
         (touched since their last sync, or gathered while Redis was away),
         those whose view is not plain (a fleet breaker not CLOSED, a
-        cool-down, probe slots held), those touched within _HOT_S, and
-        every _QUIET_SYNCS intervals the others touched within _ACTIVE_S:
-        a name a caller used once costs a second of syncs, then one in five."""
+        cool-down, probe slots held), and those touched within _ACTIVE_S."""
         if new_only:
             return [t for t in self._tracked.values() if t.synced_at == -math.inf]
         self._forget(now)
-        quiet = _QUIET_SYNCS * self.interval_s
         return [
             t
             for t in self._tracked.values()
-            if t.delta is not NO_DELTA
-            or _busy(t.view, now)
-            or now - t.touched <= _HOT_S
-            or (now - t.touched <= _ACTIVE_S and now - t.synced_at >= quiet)
+            if t.delta is not NO_DELTA or _busy(t.view, now) or now - t.touched <= _ACTIVE_S
         ]
 
     # A sync in four steps, so that a simulation of many pods can put many
