@@ -1,0 +1,536 @@
+"""`make fleet-sim-scale`: 1,000 pods, each syncing through one real Redis.
+
+Each simulated pod is the daemon's own `Upstreams` + `FleetStore`, built
+as server/lifecycle/app.py's `_store` builds them (a pod name of its own).
+Its executors' calls are not made one by one: they are the counts each
+sync carries. Every `state.sync` interval (100 ms) a pod adds what its
+executors asked and started since its last sync (`FleetStore.add` with a
+core `Delta`: breaker-window calls and failures, the ratio budget's first
+calls, the Admits asked), and its own sync code runs: `due`, `sync_calls`,
+the script calls on the server, `sync_replies`, then `move_replies` for the
+transitions its reading calls for. The pods are in GROUPS groups, one
+group's syncs every interval / GROUPS, so each pod syncs once per interval
+and the fleet's syncs are spread over it, as the pods' random start phases
+spread them; one group's script calls share one pipeline (the server does
+the same work per script; a pod's own round trip is measured apart, one
+pod synced alone).
+
+The pods' demand differs (seeded, 0.5x to 1.5x the call rate); the
+upstream's declared rate R (`rate_limit: {rate: R}`) is half the fleet's
+demand. A pod starts min(its demand, its share x R) calls per second (its
+pacer's rate at the share its last view holds), so the fleet's calls are
+the sum; the most it started in any 1 s is compared with 1.05 R + one
+interval's worth. Timeline, seconds from the start:
+
+- 0: every pod starts at once (the cold start: no pod has a share yet);
+- WARM_S to SHIFT_S: the steady state, where the server's and the pods'
+  costs are read;
+- SHIFT_S: a quarter of the pods stop calling, another quarter triple
+  their demand: the shares rebalance;
+- OUTAGE_S: every call fails. The calls as made (`Truth`, in the script's
+  own buckets of the server's clock) show when the breaker's rule and the
+  quorum are met; each pod's view shows when it reads OPEN. The run ends
+  when every calling pod's does.
+
+Then the per-call design (bench/fleet_per_call.py) on the same server.
+Prints two Markdown tables (bench/fleet_scale_table.py) and writes every
+figure to --out. About two minutes.
+
+Usage: python -m bench.fleet_scale [--out FILE] [--runs PODSxRATE,...] [--seed N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from squawk.daemon.config import Config, parse_config
+from squawk.daemon.server.tracking.fleet_store import Call, FleetStore
+from squawk.daemon.server.tracking.registry import Transition, Upstreams
+from squawk.policy import BreakerState, Profile
+from squawk.policy.fleet import Delta
+from squawk.policy.retry_budget import BUDGET_BUCKETS, RatioBudgetConfig
+from squawk.policy.timing import EMPTY, added, seconds
+
+from .fleet_per_call import measure_per_call, sample
+from .fleet_scale_table import render
+from .fleet_scale_tally import Truth, most_in_any, pace_limit, percentile, server_work, whole
+from .redis_server import RedisServer, server_binary
+
+__all__ = ["policy_yaml"]
+
+UPSTREAM = "llm-api"
+GROUPS = 10
+WARM_S, SHIFT_S, OUTAGE_S = 2.0, 6.0, 9.0
+# The outage runs at most this long when some pod never reads OPEN.
+MAX_OUTAGE_S = 12.0
+# The pace is judged from here: before it, the cold start (reported apart).
+PACE_FROM_S = 1.0
+MIN_PODS = 2
+BREAKER = (
+    "{enabled: true, failure_ratio: 0.5, minimum_calls: 100, window: 10s, buckets: 10,"
+    " open_for: 60s, half_open_probes: 5, close_ratio: 0.6}"
+)
+RUNS = ((1000, 100.0), (1000, 1000.0), (500, 1000.0))
+
+
+def policy_yaml(url: str, prefix: str, rate: float) -> str:
+    return (
+        f'state: {{store: redis, url: "{url}", key_prefix: "{prefix}", min_pods: {MIN_PODS}}}\n'
+        f"profiles:\n  default:\n    circuit_breaker: {BREAKER}\n"
+        f"    rate_limit: {{rate: {rate:g}}}\n"
+    )
+
+
+@dataclass(slots=True)
+class Pod:
+    """One simulated pod: its store, and its executors as rates and counts."""
+
+    store: FleetStore
+    # Admits asked per second, and calls started per second (the pacer's).
+    demand: float
+    started: float = 0.0
+    # Running totals (fractions of calls) up to `at`, and the whole calls sent.
+    at: float = 0.0
+    asked: float = 0.0
+    calls: float = 0.0
+    failures: float = 0.0
+    sent: tuple[int, int, int] = (0, 0, 0)
+    open_at: float = math.nan
+
+
+class Fleet:
+    """The pods, the calls they make as rates, and the calls made as they
+    were made (`truth`, `series`), on this process's monotonic clock."""
+
+    def __init__(self, config: Config, demands: Sequence[float], rate: float) -> None:
+        self.profile: Profile = config.policy.profile("default")
+        self.upstream = self.profile.for_upstream(UPSTREAM)
+        self.rate = rate
+        self.pods = [
+            Pod(self._store(config, i), demand, demand) for i, demand in enumerate(demands)
+        ]
+        self.by_store = {id(pod.store): pod for pod in self.pods}
+        self.interval = seconds(config.state.sync)
+        self.truth = Truth(self.upstream.circuit_breaker)
+        # The fleet's calls started per second, and what it started when.
+        self.started = sum(p.started for p in self.pods)
+        # The Admits every pod asks per second before the shift.
+        self.demand = sum(demands)
+        self.start = self.at = 0.0
+        self.series: list[tuple[float, float]] = []
+        self.outage_at = math.inf
+        self.offset_ms = 0.0
+
+    def begin(self, now: float) -> float:
+        """Every pod starts calling at `now`, before it has a share."""
+        self.start = self.at = now
+        for pod in self.pods:
+            pod.at = now
+        self.outage_at = now + OUTAGE_S
+        return now
+
+    def shift(self, now: float) -> None:
+        """A quarter of the pods stop calling, another quarter triple their demand."""
+        self.advance(now)
+        for i, pod in enumerate(self.pods):
+            self.integrate(pod, now)
+            pod.demand *= (0.0, 3.0, 1.0, 1.0)[i % 4]
+            self.pace(pod, now)
+
+    def _store(self, config: Config, i: int) -> FleetStore:
+        upstreams = Upstreams(config.policy)
+        settings = replace(config.state, pod=f"scale-pod-{i:04d}")
+        return FleetStore(upstreams, settings, on_transition=lambda t: self._seen(i, t))
+
+    def _seen(self, i: int, transition: Transition) -> None:
+        pod = self.pods[i]
+        if transition.after is BreakerState.OPEN and math.isnan(pod.open_at):
+            pod.open_at = time.monotonic()
+
+    def advance(self, now: float) -> None:
+        """The fleet's calls up to `now`, as made: into the truth and the series."""
+        span = now - self.at
+        if span <= 0:
+            return
+        made = self.started * span
+        failed = self.started * max(now - max(self.at, self.outage_at), 0.0)
+        self.truth.add(now * 1000 + self.offset_ms, made, failed)
+        self.series.append((now, made))
+        self.at = now
+
+    def integrate(self, pod: Pod, now: float) -> None:
+        span = now - pod.at
+        if span > 0:
+            pod.asked += pod.demand * span
+            pod.calls += pod.started * span
+            pod.failures += pod.started * max(now - max(pod.at, self.outage_at), 0.0)
+            pod.at = now
+
+    def delta(self, pod: Pod, now: float) -> Delta | None:
+        """What the pod's executors did since its last sync, as counts; None: nothing."""
+        self.integrate(pod, now)
+        asked, calls, failures = (whole(t, s) for t, s in zip(
+            (pod.asked, pod.calls, pod.failures), pod.sent, strict=True))  # fmt: skip
+        failures = min(failures, calls)
+        pod.sent = (pod.sent[0] + asked, pod.sent[1] + calls, pod.sent[2] + failures)
+        if not asked:
+            return None
+        cb, budget = self.upstream.circuit_breaker, self.upstream.retry_budget
+        breaker = added(EMPTY, now, seconds(cb.window), cb.buckets, calls, failures)
+        deposits = EMPTY
+        if isinstance(budget, RatioBudgetConfig):
+            deposits = added(EMPTY, now, seconds(budget.ttl), BUDGET_BUCKETS, calls, 0)
+        return Delta(breaker=breaker, budget=deposits, asked=asked)
+
+    def pace(self, pod: Pod, now: float) -> None:
+        """The pod's pacer at the share its view holds now (nothing once the
+        fleet's breaker is OPEN)."""
+        self.integrate(pod, now)
+        view = pod.store.fleet_views().get((self.profile.name, UPSTREAM))
+        share = 1.0 if view is None else view.pace_share
+        started = min(pod.demand, share * self.rate)
+        if view is not None and view.breaker_state is BreakerState.OPEN:
+            started = 0.0
+        self.started += started - pod.started
+        pod.started = started
+
+
+@dataclass
+class Costs:
+    """What the pods' side of the syncs cost."""
+
+    pod_syncs: int = 0
+    # CPU in the pods' own sync code (the deltas, sync_calls, sync_replies,
+    # move_replies), not in the Redis client's encoding and parsing.
+    code_cpu_s: float = 0.0
+    # One pod's sync alone, sent and read at once: a daemon's round trip.
+    solo_rtt_ms: list[float] = field(default_factory=list)
+    # How late each tick began, and how long a group's replies were waited
+    # for when the next tick read them (0: the server was done by then).
+    late_ms: list[float] = field(default_factory=list)
+    wait_ms: list[float] = field(default_factory=list)
+
+
+class Wire:
+    """Script calls on one connection of a synchronous client, sent and
+    read apart, so the server runs one group's scripts while this process
+    does the rest (the replies as redis-py's pipeline gives them with
+    raise_on_error=False: an error reply is its exception)."""
+
+    def __init__(self, client: Any, sha: str) -> None:
+        self.connection = client.connection_pool.get_connection()
+        self.sha = sha
+
+    def send(self, calls: Sequence[Call]) -> None:
+        commands = [("EVALSHA", self.sha, len(c.keys), *c.keys, c.words) for c in calls]
+        self.connection.send_packed_command(self.connection.pack_commands(commands))
+
+    def read(self, count: int) -> list[object]:
+        replies: list[object] = []
+        for _ in range(count):
+            try:
+                replies.append(self.connection.read_response())
+            except redis.ResponseError as exc:
+                replies.append(exc)
+        return replies
+
+    def call(self, calls: Sequence[Call]) -> list[object]:
+        self.send(calls)
+        return self.read(len(calls))
+
+
+Batch = list[tuple[FleetStore, list[Call]]]
+
+
+class Driver:
+    """Each group's syncs, each pod's by its own store's code, the group's
+    script calls in one pipeline. The calls of a group are made (`prepare`)
+    while the server still runs the previous group's scripts, whose replies
+    are read next (`finish`), and then the new group's are sent (`send`):
+    the server and this process work at the same time instead of taking
+    turns, as separate pods would. So a pod reads its view up to one tick
+    (interval / GROUPS) later than the round trip would bring it: the
+    breaker's figures are that much late, never early."""
+
+    def __init__(self, fleet: Fleet, client: Any, sha: str) -> None:
+        self.fleet = fleet
+        self.wire = Wire(client, sha)
+        # Pod 0's syncs, alone on a connection of their own.
+        self.solo = Wire(client, sha)
+        self.costs = Costs()
+        self._prepared: tuple[Batch, float] | None = None
+        self._sent: tuple[Batch, float, int] | None = None
+
+    def prepare(self, group: Sequence[Pod]) -> None:
+        fleet = self.fleet
+        cpu = time.process_time()
+        now = time.monotonic()
+        batches: Batch = []
+        for pod in group:
+            delta = fleet.delta(pod, now)
+            if delta is not None:
+                pod.store.add(fleet.profile, UPSTREAM, delta)
+            batches.append((pod.store, pod.store.sync_calls(pod.store.due(now), now)))
+        self.costs.code_cpu_s += time.process_time() - cpu
+        if group[0] is fleet.pods[0]:
+            # One pod's sync alone, sent and read at once: a daemon's round trip.
+            sent = time.monotonic()
+            replies = self.solo.call(batches[0][1])
+            self.costs.solo_rtt_ms.append((time.monotonic() - sent) * 1000)
+            self._replied(self.solo, batches[:1], replies, now)
+            self._paced(batches[:1])
+            batches = batches[1:]
+        self._prepared = (batches, now)
+        self.costs.pod_syncs += len(group)
+
+    def send(self) -> None:
+        if self._prepared is None:
+            return
+        (batches, now), self._prepared = self._prepared, None
+        calls = [call for _, batch in batches for call in batch]
+        self.wire.send(calls)
+        self._sent = (batches, now, len(calls))
+
+    def finish(self) -> None:
+        """Read the group sent last, and act on its replies."""
+        if self._sent is None:
+            return
+        (batches, now, count), self._sent = self._sent, None
+        waited = time.monotonic()
+        replies = self.wire.read(count)
+        self.costs.wait_ms.append((time.monotonic() - waited) * 1000)
+        self._replied(self.wire, batches, replies, now)
+        self._paced(batches)
+
+    def _paced(self, batches: Batch) -> None:
+        after = time.monotonic()
+        self.fleet.advance(after)
+        for store, _ in batches:
+            self.fleet.pace(self.fleet.by_store[id(store)], after)
+
+    def _replied(self, wire: Wire, batches: Batch, replies: Sequence[object], now: float) -> None:
+        cpu = time.process_time()
+        moves: Batch = []
+        first = 0
+        for store, calls in batches:
+            got = replies[first : first + len(calls)]
+            moves.append((store, store.sync_replies(calls, got, now)))
+            first += len(calls)
+        made = [call for _, batch in moves for call in batch]
+        if made:
+            answers = wire.call(made)
+            first = 0
+            for store, calls in moves:
+                store.move_replies(calls, answers[first : first + len(calls)])
+                first += len(calls)
+        self.costs.code_cpu_s += time.process_time() - cpu
+
+
+def _server_offset_ms(client: Any) -> float:
+    """The server's clock (which numbers the window's buckets) minus ours, in ms."""
+    before = time.monotonic()
+    secs, micros = client.time()
+    after = time.monotonic()
+    return float(secs * 1000 + micros / 1000 - (before + after) / 2 * 1000)
+
+
+def run(server: RedisServer, client: Any, pods: int, rate: float, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    demands = [rate * rng.uniform(0.5, 1.5) for _ in range(pods)]
+    fleet_rate = round(sum(demands) / 2)
+    client.flushall()
+    prefix = f"scale-{pods}x{rate:g}:"
+    config = parse_config(policy_yaml(server.url, prefix, fleet_rate), "<fleet-scale policy>")
+    fleet = Fleet(config, demands, fleet_rate)
+    sha = client.script_load(fleet.pods[0].store._script.script)
+    fleet.offset_ms = _server_offset_ms(client)
+    driver = Driver(fleet, client, sha)
+    # The stores live through the run: the collector need not walk them.
+    gc.collect()
+    gc.freeze()
+    try:
+        quorum_at, steady = _drive(fleet, driver, server, client)
+    finally:
+        gc.unfreeze()
+    figures = _figures(fleet, driver.costs, steady, quorum_at, pods, rate)
+    figures["policy"] = policy_yaml("redis://127.0.0.1:PORT/0", prefix, fleet_rate)
+    return figures
+
+
+def _drive(
+    fleet: Fleet, driver: Driver, server: RedisServer, client: Any
+) -> tuple[float, dict[str, Any]]:
+    """The timeline (the module's docstring): (the moment the quorum was
+    met in the calls made, the steady state's totals)."""
+    groups = [fleet.pods[g::GROUPS] for g in range(GROUPS)]
+    tick = fleet.interval / GROUPS
+    costs = driver.costs
+    steady: dict[str, Any] = {}
+    quorum_at, calling = math.nan, 0
+    start = fleet.begin(time.monotonic())
+    k = 0
+    while True:
+        lag = time.monotonic() - (start + k * tick)
+        if lag < 0:
+            time.sleep(-lag)
+        costs.late_ms.append(max(lag, 0.0) * 1000)
+        t = time.monotonic() - start
+        if t >= WARM_S and "warm" not in steady:
+            steady["warm"] = (sample(client, server), costs.pod_syncs, costs.code_cpu_s)
+        if t >= SHIFT_S and "shift" not in steady:
+            steady["shift"] = (sample(client, server), costs.pod_syncs, costs.code_cpu_s)
+            fleet.shift(time.monotonic())
+        if t >= OUTAGE_S:
+            calling = calling or sum(p.started > 0 for p in fleet.pods)
+            now_ms = time.monotonic() * 1000 + fleet.offset_ms
+            if math.isnan(quorum_at) and fleet.truth.trips(now_ms, calling, MIN_PODS):
+                quorum_at = time.monotonic()
+            waiting = [p for p in fleet.pods if p.demand > 0 and math.isnan(p.open_at)]
+            if not waiting or t >= OUTAGE_S + MAX_OUTAGE_S:
+                break
+        driver.prepare(groups[k % GROUPS])
+        driver.finish()
+        driver.send()
+        k += 1
+    driver.finish()
+    fleet.advance(time.monotonic())
+    return quorum_at, steady
+
+
+def _figures(
+    fleet: Fleet,
+    costs: Costs,
+    steady: dict[str, Any],
+    quorum_at: float,
+    pods: int,
+    rate: float,
+) -> dict[str, Any]:
+    warm, syncs_warm, code_warm = steady["warm"]
+    shift, syncs_shift, code_shift = steady["shift"]
+    work = server_work(warm, shift)
+    syncs = syncs_shift - syncs_warm
+    start = fleet.start
+    interval = fleet.interval
+    calling = [p for p in fleet.pods if p.demand > 0]
+    opened = [p.open_at for p in calling if not math.isnan(p.open_at)]
+    judged = [(t, m) for t, m in fleet.series if t >= start + PACE_FROM_S]
+    cold = [(t, m) for t, m in fleet.series if t < start + PACE_FROM_S + 1.0]
+    end, most = most_in_any(judged, 1.0)
+    _, cold_most = most_in_any(cold, 1.0)
+    _, most_interval = most_in_any(judged, interval)
+    steady_started = sum(m for t, m in fleet.series if start + WARM_S < t <= start + SHIFT_S)
+    shifted_started = sum(m for t, m in fleet.series if start + SHIFT_S + 1 < t <= start + OUTAGE_S)
+    return {
+        "pods": pods,
+        "rate_per_pod": rate,
+        "demand_per_s": round(fleet.demand, 1),
+        "fleet_rate": fleet.rate,
+        "interval_s": interval,
+        "steady": work._asdict(),
+        "pod_syncs_per_s": syncs / work.seconds,
+        # The pods' own sync code, and all of the simulator's CPU (the Redis
+        # client, the simulation's bookkeeping), per pod-sync.
+        "pod_sync_code_us": (code_shift - code_warm) / syncs * 1e6,
+        "simulator_us_per_sync": work.own_cores * work.seconds / syncs * 1e6,
+        "group_size": len(fleet.pods) // GROUPS,
+        "wait_ms": {"p50": percentile(costs.wait_ms, 50), "p99": percentile(costs.wait_ms, 99)},
+        "solo_rtt_ms": {"p50": percentile(costs.solo_rtt_ms, 50),
+                        "p99": percentile(costs.solo_rtt_ms, 99)},
+        "late_ms": {"p50": percentile(costs.late_ms, 50), "p99": percentile(costs.late_ms, 99),
+                    "max": max(costs.late_ms)},
+        "pace": {
+            "most_in_1s": most,
+            "most_in_1s_ends_s": end - start,
+            "limit_1s": pace_limit(fleet.rate, 1.0, interval),
+            "most_in_interval": most_interval,
+            "cold_start_most_in_1s": cold_most,
+            # The mean calls started per second, steady and once the shares rebalanced.
+            "steady_per_s": steady_started / (SHIFT_S - WARM_S),
+            "shifted_per_s": shifted_started / (OUTAGE_S - SHIFT_S - 1),
+        },
+        "breaker": {
+            "quorum_after_outage_s": quorum_at - start - OUTAGE_S,
+            "first_open_after_quorum_intervals": (min(opened) - quorum_at) / interval
+            if opened else math.nan,
+            "all_open_after_quorum_intervals": (max(opened) - quorum_at) / interval
+            if len(opened) == len(calling) else math.nan,
+            "calling_pods": len(calling),
+            "open_pods": len(opened),
+        },
+    }  # fmt: skip
+
+
+def _runs(text: str) -> list[tuple[int, float]]:
+    out = []
+    for part in text.split(","):
+        pods, _, rate = part.partition("x")
+        out.append((int(pods), float(rate)))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=Path("bench/results/fleet_scale.json"))
+    p.add_argument(
+        "--runs",
+        type=_runs,
+        default=list(RUNS),
+        help="PODSxRATE,... (calls/s per pod); default 1000x100,1000x1000,500x1000",
+    )
+    p.add_argument("--per-call-seconds", type=float, default=4.0)
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    date = datetime.now(UTC).isoformat(timespec="seconds")
+    load_before = os.getloadavg()
+    began = time.monotonic()
+    server = RedisServer().start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        results = []
+        for pods, rate in args.runs:
+            print(f"fleet-scale: {pods} pods x {rate:g} calls/s ...", file=sys.stderr, flush=True)
+            results.append(run(server, client, pods, rate, args.seed))
+        print("fleet-scale: the per-call design ...", file=sys.stderr, flush=True)
+        config = parse_config(policy_yaml(server.url, "x:", 1000), "<per-call policy>")
+        upstream = config.policy.profile("default").for_upstream(UPSTREAM)
+        per_call = measure_per_call(client, server, upstream, MIN_PODS, args.per_call_seconds)
+        client.close()
+    finally:
+        server.stop()
+    runtime = time.monotonic() - began
+    table = render(results, per_call)
+    doc: dict[str, Any] = {
+        "date": date,
+        "runtime_s": round(runtime, 1),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "server": Path(server_binary()).name,
+        "seed": args.seed,
+        "runs": results,
+        "per_call": per_call._asdict(),
+        "table": table,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(table)
+    print(f"\n{runtime:.0f} s in all; {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
