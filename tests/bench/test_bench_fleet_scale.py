@@ -1,0 +1,148 @@
+"""The scale simulation's arithmetic, from hand-worked numbers; the
+simulation itself runs only in `make fleet-sim-scale`."""
+
+from __future__ import annotations
+
+import math
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+# bench/ is a folder at the repository's root, not an installed package,
+# and pytest puts only tests/ on the import path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.fleet_scale import Fleet, policy_yaml
+from bench.fleet_scale_table import largest_fleet, per_call_cores
+from bench.fleet_scale_tally import (
+    Sample,
+    Truth,
+    most_in_any,
+    pace_limit,
+    percentile,
+    server_work,
+    whole,
+)
+from squawk.daemon.config import parse_config
+from squawk.policy.breaker import BreakerConfig
+
+# 10 s in 10 buckets of 1 s; open at >= 100 calls with >= half failed.
+BREAKER = BreakerConfig(minimum_calls=100, window=timedelta(seconds=10), buckets=10)
+
+
+def test_a_fraction_of_a_call_waits_for_the_next_delta() -> None:
+    # 2.5 calls per interval: 2, then 3 (5 in all), never a half call.
+    assert whole(2.5, 0) == 2
+    assert whole(5.0, 2) == 3
+    # A total that float arithmetic left a hair under a whole call counts it.
+    assert whole(sum([0.1] * 10), 0) == 1
+
+
+def test_the_truth_drops_a_bucket_when_the_window_passes_it() -> None:
+    truth = Truth(BREAKER)
+    truth.add(500, 100, 0)  # bucket 0
+    truth.add(9_500, 100, 100)  # bucket 9
+    assert truth.sums(9_999) == (200, 100)
+    # At 10 s the window is buckets 1..10: bucket 0's successes are gone.
+    assert truth.sums(10_000) == (100, 100)
+
+
+@pytest.mark.parametrize(
+    ("at_ms", "failing_pods", "trips"),
+    [(9_999, 2, True), (9_999, 1, False), (8_999, 2, False)],
+)
+def test_the_truth_trips_on_the_breakers_rule_and_the_quorum(
+    at_ms: int, failing_pods: int, trips: bool
+) -> None:
+    truth = Truth(BREAKER)
+    truth.add(500, 100, 0)
+    truth.add(9_500, 100, 100)
+    # 100 of 200 failed at 9.999 s; at 8.999 s the failures are not made yet.
+    assert truth.trips(at_ms, failing_pods, min_pods=2) is trips
+
+
+def test_the_most_in_any_span_counts_the_points_inside_it() -> None:
+    points = [(0.5, 10.0), (1.0, 10.0), (1.5, 30.0), (2.0, 10.0)]
+    # Spans ending at 0.5, 1.0, 1.5, 2.0 hold 10, 20, 40 (0.5 is out), 40.
+    assert most_in_any(points, 1.0) == (1.5, 40.0)
+    assert most_in_any(points, 0.5) == (1.5, 30.0)
+
+
+def test_the_pace_limit_is_five_percent_over_plus_one_interval() -> None:
+    # 1,000 calls/s over 1 s with a 100 ms sync: 1,050 + 100.
+    assert pace_limit(1000.0, 1.0, 0.1) == pytest.approx(1150.0)
+
+
+def test_percentile_is_the_nearest_rank() -> None:
+    assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 50) == 3.0
+    assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 99) == 5.0
+    assert math.isnan(percentile([], 50))
+
+
+def test_server_work_is_per_second_and_per_script() -> None:
+    a = Sample(wall_s=0.0, server_cpu_s=1.0, own_cpu_s=2.0, scripts=100, script_us=5_000,
+               commands=1_000)  # fmt: skip
+    b = Sample(wall_s=2.0, server_cpu_s=1.5, own_cpu_s=2.5, scripts=1_100, script_us=55_000,
+               commands=31_000)  # fmt: skip
+    work = server_work(a, b)
+    # 1,000 scripts and 30,000 commands in 2 s, with 0.5 s of the server's CPU.
+    assert work.scripts_per_s == 500
+    assert work.commands_per_s == 15_000
+    assert work.server_cores == 0.25
+    assert work.own_cores == 0.25
+    assert work.server_us_per_script == pytest.approx(500.0)
+    assert work.script_us == pytest.approx(50.0)
+
+
+def test_the_per_call_extrapolation() -> None:
+    # A million calls/s at 30 µs of the server's CPU each: 30 cores; one
+    # core's 33,333 scripts/s are 33 pods at 1,000 calls/s.
+    assert per_call_cores(1e6, 30.0) == pytest.approx(30.0)
+    assert largest_fleet(30.0) == pytest.approx(33.33, abs=0.01)
+
+
+def fleet(demands: list[float]) -> Fleet:
+    # A URL nothing listens on: the stores never connect here.
+    config = parse_config(policy_yaml("redis://127.0.0.1:9/0", "t:", 100), "<test policy>")
+    return Fleet(config, demands, rate=100.0)
+
+
+def test_a_pods_delta_holds_its_executors_counts_since_its_last_sync() -> None:
+    f = fleet([25.0])
+    pod = f.pods[0]
+    f.begin(0.0)
+    # 25 calls/s for 0.1 s: 2.5, so 2 now and 3 the next time.
+    first = f.delta(pod, 0.1)
+    second = f.delta(pod, 0.2)
+    assert first is not None and second is not None
+    assert (first.asked, first.breaker.first, first.breaker.second) == (2, 2, 0)
+    assert (second.asked, second.breaker.first, second.budget.first) == (3, 3, 3)
+
+
+def test_only_the_calls_after_the_outage_began_fail() -> None:
+    f = fleet([100.0])
+    pod = f.pods[0]
+    f.begin(0.0)  # the outage begins at 9 s
+    f.delta(pod, 8.95)
+    # 10 calls from 8.95 s to 9.05 s; the 5 after 9 s failed.
+    delta = f.delta(pod, 9.05)
+    assert delta is not None
+    assert (delta.breaker.first, delta.breaker.second) == (10, 5)
+
+
+def test_a_pod_that_asks_nothing_sends_no_delta() -> None:
+    f = fleet([0.0])
+    f.begin(0.0)
+    assert f.delta(f.pods[0], 0.1) is None
+
+
+def test_the_fleets_calls_as_made_fail_from_the_outage_on() -> None:
+    f = fleet([100.0, 100.0])
+    f.begin(0.0)
+    for t in (8.95, 9.05, 9.15):
+        f.advance(t)
+    # 200 calls/s: 1,790 by 8.95 s, then 20 per 0.1 s, of which 10 and 20 failed.
+    assert [round(made) for _, made in f.series] == [1790, 20, 20]
+    assert f.truth.sums(9_150) == (1830, 30)
