@@ -67,7 +67,7 @@ from squawk.policy.timing import EMPTY, added, seconds
 
 from .fleet_per_call import measure_per_call, sample
 from .fleet_scale_table import render
-from .fleet_scale_tally import Truth, most_in_any, pace_limit, percentile, server_work, whole
+from .fleet_scale_tally import Made, Truth, held, pace_limit, percentile, server_work, whole
 from .redis_server import RedisServer, server_binary
 
 __all__ = ["policy_yaml"]
@@ -138,6 +138,7 @@ class Fleet:
     def begin(self, now: float) -> float:
         """Every pod starts calling at `now`, before it has a share."""
         self.start = self.at = now
+        self.series.append((now, 0.0))
         for pod in self.pods:
             pod.at = now
         self.outage_at = now + OUTAGE_S
@@ -427,14 +428,16 @@ def _figures(
     interval = fleet.interval
     calling = [p for p in fleet.pods if p.demand > 0]
     opened = [p.open_at for p in calling if not math.isnan(p.open_at)]
-    judged = [(t, m) for t, m in fleet.series if t >= start + PACE_FROM_S]
-    cold = [(t, m) for t, m in fleet.series if t < start + PACE_FROM_S + 1.0]
-    end, most = most_in_any(judged, 1.0)
-    _, cold_most = most_in_any(cold, 1.0)
-    _, most_interval = most_in_any(judged, interval)
-    steady_started = sum(m for t, m in fleet.series if start + WARM_S < t <= start + SHIFT_S)
-    shifted_started = sum(m for t, m in fleet.series if start + SHIFT_S + 1 < t <= start + OUTAGE_S)
+    made = Made(fleet.series)
+    end, most = made.most(1.0, since=start + PACE_FROM_S)
+    _, most_interval = made.most(interval, since=start + PACE_FROM_S)
+    cold = Made([(t, m) for t, m in fleet.series if t <= start + PACE_FROM_S + 1.0])
+    _, cold_most = cold.most(1.0)
+    steady_started = made.between(start + WARM_S, start + SHIFT_S)
+    shifted_started = made.between(start + SHIFT_S + 1, start + OUTAGE_S)
+    late_p99 = percentile(costs.late_ms, 99)
     return {
+        "held": held(syncs / work.seconds, pods, interval, late_p99),
         "pods": pods,
         "rate_per_pod": rate,
         "demand_per_s": round(fleet.demand, 1),
@@ -450,7 +453,7 @@ def _figures(
         "wait_ms": {"p50": percentile(costs.wait_ms, 50), "p99": percentile(costs.wait_ms, 99)},
         "solo_rtt_ms": {"p50": percentile(costs.solo_rtt_ms, 50),
                         "p99": percentile(costs.solo_rtt_ms, 99)},
-        "late_ms": {"p50": percentile(costs.late_ms, 50), "p99": percentile(costs.late_ms, 99),
+        "late_ms": {"p50": percentile(costs.late_ms, 50), "p99": late_p99,
                     "max": max(costs.late_ms)},
         "pace": {
             "most_in_1s": most,

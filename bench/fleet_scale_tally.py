@@ -8,6 +8,8 @@ prints what they give.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -16,10 +18,11 @@ from squawk.policy.breaker import BreakerConfig, trips
 
 __all__ = [
     "PACE_SLACK",
+    "Made",
     "Sample",
     "ServerWork",
     "Truth",
-    "most_in_any",
+    "held",
     "pace_limit",
     "percentile",
     "server_work",
@@ -75,21 +78,50 @@ class Truth:
         return failing_pods >= min_pods and trips(calls, failures, self.config)
 
 
-def most_in_any(points: Sequence[tuple[float, float]], span: float) -> tuple[float, float]:
-    """(end, amount): the most of `points` in any `span` of time, and when
-    that span ended. Each point is (t, amount made in (previous t, t]),
-    in order of t; a span ends at a point and holds the points after
-    `end - span`."""
-    best, best_end = 0.0, math.nan
-    total, first = 0.0, 0
-    for t, amount in points:
-        total += amount
-        while points[first][0] <= t - span:
-            total -= points[first][1]
-            first += 1
-        if total > best:
-            best, best_end = total, t
-    return best_end, best
+class Made:
+    """Calls made over time, at a rate constant between two points: each
+    point is (t, calls made in (the previous t, t]), in order of t, the
+    first one (start, 0). So the calls made in any span are exact, a
+    point's calls spread over its own span."""
+
+    def __init__(self, points: Sequence[tuple[float, float]]) -> None:
+        self.times = [t for t, _ in points]
+        self.totals = list(itertools.accumulate(m for _, m in points))
+
+    def by(self, t: float) -> float:
+        """The calls made by `t`."""
+        times, totals = self.times, self.totals
+        i = bisect.bisect_left(times, t)
+        if i == 0:
+            return 0.0
+        if i == len(times):
+            return totals[-1]
+        fraction = (t - times[i - 1]) / (times[i] - times[i - 1])
+        return totals[i - 1] + fraction * (totals[i] - totals[i - 1])
+
+    def between(self, a: float, b: float) -> float:
+        return self.by(b) - self.by(a)
+
+    def most(self, span: float, since: float = -math.inf) -> tuple[float, float]:
+        """(end, calls): the most made in any `span` that starts at `since`
+        or later, and when it ended. The most is where a span's start or its
+        end meets a point, so those are the spans tried."""
+        starts = {since, *self.times, *(t - span for t in self.times)}
+        tried = [x for x in starts if x >= since and x + span <= self.times[-1]]
+        best_end, best = math.nan, 0.0
+        for x in sorted(tried):
+            made = self.between(x, x + span)
+            if made > best + 1e-9:
+                best_end, best = x + span, made
+        return best_end, best
+
+
+def held(syncs_per_s: float, pods: int, interval_s: float, late_p99_ms: float) -> bool:
+    """Whether a run held its schedule: at least 98 % of the syncs due (each
+    pod once per interval), and 99 % of the ticks less than a tenth of an
+    interval late. A run that did not measured the simulator's lag as much
+    as the design: a pod whose sync is late misses an interval's demand sum."""
+    return syncs_per_s >= 0.98 * pods / interval_s and late_p99_ms < interval_s * 100
 
 
 def pace_limit(rate: float, span_s: float, interval_s: float) -> float:

@@ -17,9 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.fleet_scale import Fleet, policy_yaml
 from bench.fleet_scale_table import largest_fleet, per_call_cores
 from bench.fleet_scale_tally import (
+    Made,
     Sample,
     Truth,
-    most_in_any,
+    held,
     pace_limit,
     percentile,
     server_work,
@@ -63,11 +64,29 @@ def test_the_truth_trips_on_the_breakers_rule_and_the_quorum(
     assert truth.trips(at_ms, failing_pods, min_pods=2) is trips
 
 
-def test_the_most_in_any_span_counts_the_points_inside_it() -> None:
-    points = [(0.5, 10.0), (1.0, 10.0), (1.5, 30.0), (2.0, 10.0)]
-    # Spans ending at 0.5, 1.0, 1.5, 2.0 hold 10, 20, 40 (0.5 is out), 40.
-    assert most_in_any(points, 1.0) == (1.5, 40.0)
-    assert most_in_any(points, 0.5) == (1.5, 30.0)
+# 10 calls/s for 2 s, 30 calls/s for 1 s, then 10 calls/s for 1 s.
+MADE = Made([(0.0, 0.0), (1.0, 10.0), (2.0, 10.0), (3.0, 30.0), (4.0, 10.0)])
+
+
+def test_calls_made_spread_over_their_points_span() -> None:
+    assert MADE.by(2.5) == pytest.approx(35.0)
+    assert MADE.between(0.5, 3.5) == pytest.approx(5 + 10 + 30 + 5)
+    assert MADE.by(-1.0) == 0.0
+    assert MADE.by(9.0) == 60.0
+
+
+@pytest.mark.parametrize(
+    ("span", "since", "most"),
+    [
+        (1.0, -math.inf, 30.0),  # [2, 3]
+        (0.5, -math.inf, 15.0),  # inside [2, 3]
+        (1.5, -math.inf, 35.0),  # [1.5, 3]: 5 + 30, or [2, 3.5]: 30 + 5
+        (1.0, 3.0, 10.0),  # only [3, 4] starts at 3 or later
+        (1.0, 2.5, 20.0),  # [2.5, 3.5]: 15 + 5
+    ],
+)
+def test_the_most_made_in_any_span(span: float, since: float, most: float) -> None:
+    assert MADE.most(span, since)[1] == pytest.approx(most)
 
 
 def test_the_pace_limit_is_five_percent_over_plus_one_interval() -> None:
@@ -144,5 +163,23 @@ def test_the_fleets_calls_as_made_fail_from_the_outage_on() -> None:
     for t in (8.95, 9.05, 9.15):
         f.advance(t)
     # 200 calls/s: 1,790 by 8.95 s, then 20 per 0.1 s, of which 10 and 20 failed.
-    assert [round(made) for _, made in f.series] == [1790, 20, 20]
+    assert [round(made) for _, made in f.series] == [0, 1790, 20, 20]
     assert f.truth.sums(9_150) == (1830, 30)
+
+
+def test_the_most_may_be_a_span_that_ends_at_a_point() -> None:
+    # 10 calls/s, then 30: the most in 1.5 s is the span ending at 2 s.
+    made = Made([(0.0, 0.0), (1.0, 10.0), (2.0, 30.0)])
+    end, most = made.most(1.5)
+    assert (end, most) == (2.0, pytest.approx(35.0))
+
+
+@pytest.mark.parametrize(
+    ("syncs_per_s", "late_p99_ms", "held_"),
+    [(9_800.0, 9.9, True), (9_799.0, 9.9, False), (10_000.0, 10.0, False)],
+)
+def test_a_run_held_its_schedule_with_98_percent_of_its_syncs_on_time(
+    syncs_per_s: float, late_p99_ms: float, held_: bool
+) -> None:
+    # 1,000 pods every 100 ms: 10,000 syncs/s due, ticks under 10 ms late.
+    assert held(syncs_per_s, 1000, 0.1, late_p99_ms) is held_
