@@ -32,11 +32,14 @@ interval's worth. Timeline, seconds from the start:
   quorum are met; each pod's view shows when it reads OPEN. The run ends
   when every calling pod's does.
 
-Then the per-call design (bench/fleet_per_call.py) on the same server.
-Prints two Markdown tables (bench/fleet_scale_table.py) and writes every
-figure to --out. About two minutes.
+A run that fell behind its schedule (`held`: the machine was busy, and a
+pod whose sync comes late misses an interval's demand sum) is run again,
+up to --attempts times. Then the per-call design (bench/fleet_per_call.py)
+on the same server. Prints two Markdown tables (bench/fleet_scale_table.py)
+and writes every figure to --out. About a minute.
 
-Usage: python -m bench.fleet_scale [--out FILE] [--runs PODSxRATE,...] [--seed N]
+Usage: python -m bench.fleet_scale [--out FILE] [--runs PODSxRATE,...] [--attempts N]
+       [--seed N]
 """
 
 from __future__ import annotations
@@ -74,14 +77,14 @@ __all__ = ["policy_yaml"]
 
 UPSTREAM = "llm-api"
 GROUPS = 10
-WARM_S, SHIFT_S, OUTAGE_S = 2.0, 6.0, 9.0
+WARM_S, SHIFT_S, OUTAGE_S = 1.5, 4.5, 6.5
 # The outage runs at most this long when some pod never reads OPEN.
-MAX_OUTAGE_S = 12.0
+MAX_OUTAGE_S = 8.0
 # The pace is judged from here: before it, the cold start (reported apart).
 PACE_FROM_S = 1.0
 MIN_PODS = 2
 BREAKER = (
-    "{enabled: true, failure_ratio: 0.5, minimum_calls: 100, window: 10s, buckets: 10,"
+    "{enabled: true, failure_ratio: 0.5, minimum_calls: 100, window: 5s, buckets: 10,"
     " open_for: 60s, half_open_probes: 5, close_ratio: 0.6}"
 )
 RUNS = ((1000, 100.0), (1000, 1000.0), (500, 1000.0))
@@ -494,6 +497,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=list(RUNS),
         help="PODSxRATE,... (calls/s per pod); default 1000x100,1000x1000,500x1000",
     )
+    p.add_argument(
+        "--attempts",
+        type=int,
+        default=3,
+        help="runs of each that fall behind their schedule (a busy machine) before the last counts",
+    )
     p.add_argument("--per-call-seconds", type=float, default=4.0)
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
@@ -505,8 +514,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         client = redis.Redis.from_url(server.url)
         results = []
         for pods, rate in args.runs:
-            print(f"fleet-scale: {pods} pods x {rate:g} calls/s ...", file=sys.stderr, flush=True)
-            results.append(run(server, client, pods, rate, args.seed))
+            for attempt in range(1, args.attempts + 1):
+                print(f"fleet-scale: {pods} pods x {rate:g} calls/s ...", file=sys.stderr)
+                result = run(server, client, pods, rate, args.seed)
+                result["attempt"] = attempt
+                if result["held"]:
+                    break
+                print("fleet-scale: it fell behind its schedule", file=sys.stderr)
+            results.append(result)
         print("fleet-scale: the per-call design ...", file=sys.stderr, flush=True)
         config = parse_config(policy_yaml(server.url, "x:", 1000), "<per-call policy>")
         upstream = config.policy.profile("default").for_upstream(UPSTREAM)

@@ -14,7 +14,7 @@ import pytest
 # and pytest puts only tests/ on the import path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.fleet_scale import Fleet, policy_yaml
+from bench.fleet_scale import OUTAGE_S, Fleet, policy_yaml
 from bench.fleet_scale_table import largest_fleet, per_call_cores
 from bench.fleet_scale_tally import (
     Made,
@@ -143,10 +143,10 @@ def test_a_pods_delta_holds_its_executors_counts_since_its_last_sync() -> None:
 def test_only_the_calls_after_the_outage_began_fail() -> None:
     f = fleet([100.0])
     pod = f.pods[0]
-    f.begin(0.0)  # the outage begins at 9 s
-    f.delta(pod, 8.95)
-    # 10 calls from 8.95 s to 9.05 s; the 5 after 9 s failed.
-    delta = f.delta(pod, 9.05)
+    f.begin(0.0)
+    f.delta(pod, OUTAGE_S - 0.05)
+    # 10 calls in the 0.1 s around the outage's start; the 5 after it failed.
+    delta = f.delta(pod, OUTAGE_S + 0.05)
     assert delta is not None
     assert (delta.breaker.first, delta.breaker.second) == (10, 5)
 
@@ -160,11 +160,13 @@ def test_a_pod_that_asks_nothing_sends_no_delta() -> None:
 def test_the_fleets_calls_as_made_fail_from_the_outage_on() -> None:
     f = fleet([100.0, 100.0])
     f.begin(0.0)
-    for t in (8.95, 9.05, 9.15):
+    for t in (OUTAGE_S - 0.05, OUTAGE_S + 0.05, OUTAGE_S + 0.15):
         f.advance(t)
-    # 200 calls/s: 1,790 by 8.95 s, then 20 per 0.1 s, of which 10 and 20 failed.
-    assert [round(made) for _, made in f.series] == [0, 1790, 20, 20]
-    assert f.truth.sums(9_150) == (1830, 30)
+    # 200 calls/s: 20 per 0.1 s, of which 10 and then 20 failed. The calls
+    # made before count in the bucket their span ended in, in the window.
+    before = round(200 * (OUTAGE_S - 0.05))
+    assert [round(made) for _, made in f.series] == [0, before, 20, 20]
+    assert f.truth.sums((OUTAGE_S + 0.15) * 1000) == (before + 40, 30)
 
 
 def test_the_most_may_be_a_span_that_ends_at_a_point() -> None:
