@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -186,3 +187,34 @@ def test_a_run_held_its_schedule_with_98_percent_of_its_syncs_on_time(
 ) -> None:
     # 1,000 pods every 100 ms: 10,000 syncs/s due, ticks under 10 ms late.
     assert held(syncs_per_s, 1000, 0.1, late_p99_ms) is held_
+
+
+def reply(state: int, demand_thousandths: int, wanting: int) -> list[int]:
+    """A sync's reply as fleet.lua writes it (see fleet_store.reading)."""
+    left = 60_000 if state == 2 else 0
+    return [state, 0, left, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, demand_thousandths, wanting, 0]
+
+
+def test_a_pod_starts_what_its_share_of_the_rate_allows() -> None:
+    # R = 100 calls/s; the pod asks 150/s.
+    f = fleet([150.0])
+    pod, now = f.pods[0], time.monotonic()
+    f.begin(now)
+    # No view yet: the pod's pacer has the whole rate.
+    assert pod.started == 150.0
+    f.pace(pod, now)
+    assert pod.started == 100.0
+    delta = f.delta(pod, now + 0.1)
+    assert delta is not None
+    pod.store.add(f.profile, "llm-api", delta)
+    calls = pod.store.sync_calls(pod.store.due(now + 0.1), now + 0.1)
+    # The fleet asked four times this pod's demand: its share is a quarter.
+    fleet_demand = round(4 * calls[0].demand * 1000)
+    pod.store.sync_replies(calls, [reply(1, fleet_demand, 4)], now + 0.1)
+    f.pace(pod, time.monotonic())
+    assert pod.started == pytest.approx(25.0)
+    # The fleet's breaker OPEN: nothing starts.
+    calls = pod.store.sync_calls(pod.store.due(now + 0.2), now + 0.2)
+    pod.store.sync_replies(calls, [reply(2, fleet_demand, 4)], now + 0.2)
+    f.pace(pod, time.monotonic())
+    assert pod.started == 0.0
