@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 from . import breaker as _breaker
 from . import retry_budget as _budget
-from .cooldown import COOL_DOWN_SPREAD_FRACTION, shared_wait, spread, within
+from .cooldown import COOL_DOWN_SPREAD_FRACTION, held, shared_wait, spread, within
 from .guard import FleetAnswer
 from .outcome import Outcome, Verdict
 from .retry_budget import BUDGET_BUCKETS, RatioBudgetConfig, TokenBucketConfig
@@ -66,6 +66,7 @@ __all__ = [
     "retry_answer",
     "sent",
     "share",
+    "state_at",
     "take_probe",
     "token_change",
     "viewed",
@@ -312,7 +313,9 @@ def refusal(
     if view is None:
         return None
     state = state_at(view, now)
-    cooling = time_left(view.cool_until, now)
+    # Held to the config's cap at once: a reload that lowers max_cool_down
+    # shortens a cool-down the view read before it (the next sync's does too).
+    cooling = time_left(held(view.cool_until, now, config.max_cool_down), now)
     if cooling:
         wait = within(spread(cooling, rng, COOL_DOWN_SPREAD_FRACTION), cooling, deadline)
         return Admission(False, Reason.UPSTREAM_COOLING_DOWN, wait, state, False, permits=0)
@@ -379,7 +382,7 @@ def moved(view: FleetView, made: Move, config: UpstreamConfig, now: float) -> Fl
         epoch=made.epoch + 1,
         calls=0,
         failures=0,
-        pods=0,
+        pods=0 if made.to is BreakerState.CLOSED else view.reading.pods,
         taken=0,
         successes=0,
         probe_failures=0,
@@ -416,7 +419,7 @@ def retry_answer(
                 budget_spent=f"{spent_retries} retries across the pods against {calls} calls "
                 f"in the last {seconds(budget.ttl):g} s"
             )
-    return FleetAnswer(cooling=time_left(view.cool_until, now))
+    return FleetAnswer(cooling=time_left(held(view.cool_until, now, config.max_cool_down), now))
 
 
 def fleet_snapshot(view: FleetView, config: UpstreamConfig, now: float) -> FleetSnapshot:
@@ -459,7 +462,8 @@ class FleetSnapshot(NamedTuple):
     # HALF_OPEN: the round's probe outcomes tallied, and the failures among them.
     calls: int
     failures: int
-    # CLOSED: the distinct pods with a failure in the window (the quorum's count).
+    # The distinct pods with a failure in the window: CLOSED, the quorum's
+    # count; OPEN and HALF_OPEN, those that opened it, as they age out.
     failing_pods: int
     # HALF_OPEN: probe slots taken fleet-wide this round.
     probes: int

@@ -104,13 +104,7 @@ class StateSettings:
     key_prefix: str = "squawk:"
     # No call waits on the store: a sync round trip later than this is late.
     deadline: timedelta = timedelta(milliseconds=100)
-    # How often a pod sends what it saw and reads the fleet's sums back.
-    sync: timedelta = timedelta(milliseconds=100)
     min_pods: int = 2
-    # The part of an upstream's declared or announced rate a pod paces by
-    # once its fleet share's lease ran out without Redis; None: the whole
-    # rate (its own pacer, as without the fleet).
-    fallback_share: float | None = None
     pod: str = ""
     # PEM files for a rediss:// URL: the CA to trust instead of the system's,
     # and the client's certificate and key for mutual TLS; "" is unset.
@@ -121,6 +115,12 @@ class StateSettings:
     # the name of the master they watch.
     sentinels: tuple[tuple[str, int], ...] = ()
     service_name: str = ""
+    # How often a pod sends what it saw and reads the fleet's sums back.
+    sync: timedelta = timedelta(milliseconds=100)
+    # The part of an upstream's declared or announced rate a pod paces by
+    # once its fleet share's lease ran out without Redis; None: the whole
+    # rate (its own pacer, as without the fleet).
+    fallback_share: float | None = None
 
     @property
     def where(self) -> str:

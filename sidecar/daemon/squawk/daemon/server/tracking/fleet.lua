@@ -84,14 +84,26 @@ end
 
 local keep = math.max(window, 2 * open_for, ttl, cool - now) + 60000
 
+-- A lease lives no longer than the rules allow, whoever wrote it: an OPEN
+-- lease or a round without an expiry (another program's, a mistake) would
+-- otherwise hold the upstream shut for good.
+local function held(key, most)
+  local left = redis.call('PTTL', key)
+  if left == -1 or left > most then redis.call('PEXPIRE', key, math.floor(most)) end
+end
+if state == OPEN then held(KEYS[4], open_for) end
+if state ~= CLOSED then held(KEYS[5], keep) end
+held(KEYS[6], open_for)
+
 -- Drop the breaker window's buckets (a new state starts a new count).
+-- The failing pods stay until the breaker closes (they age out of the
+-- window meanwhile): while it is not CLOSED they only say who opened it.
 local function clear_window()
   local all = redis.call('HKEYS', KEYS[2])
   for _, field in ipairs(all) do
     local kind = string.sub(field, 1, 1)
     if kind == 'w' or kind == 'x' then redis.call('HDEL', KEYS[2], field) end
   end
-  redis.call('DEL', KEYS[3])
 end
 
 if op == 'move' then
@@ -103,7 +115,7 @@ if op == 'move' then
     redis.call('DEL', KEYS[6])
     clear_window()
   elseif to == CLOSED and state == HALF then
-    redis.call('DEL', KEYS[5], KEYS[6])
+    redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
     clear_window()
   else
     return {0}
@@ -143,9 +155,17 @@ end
 local granted = 0
 if state == HALF then
   if calls > 0 then
+    -- A round tallies at most `probes` outcomes, the failures first: the
+    -- order a summed delta lost, taken the cautious way (successes first
+    -- could close a round on outcomes it never held, which a probe's
+    -- failure reported with later successes would have reopened).
     round()
-    redis.call('HINCRBY', KEYS[6], 'o', calls - failures)
-    redis.call('HINCRBY', KEYS[6], 'x', failures)
+    local r = redis.call('HMGET', KEYS[6], 'o', 'x')
+    local room = math.max(probes - bounded(r[1], 0, probes) - bounded(r[2], 0, probes), 0)
+    local bad = math.min(failures, room)
+    local good = math.min(calls - failures, room - bad)
+    if bad > 0 then redis.call('HINCRBY', KEYS[6], 'x', bad) end
+    if good > 0 then redis.call('HINCRBY', KEYS[6], 'o', good) end
   end
   if returned > 0 and round_exists then
     if redis.call('HINCRBY', KEYS[6], 't', -returned) < 0 then redis.call('HSET', KEYS[6], 't', 0) end
@@ -228,6 +248,7 @@ redis.call('HSET', KEYS[1], 'e', epoch, 'c', cool, 't', spent, 'f', fingerprint)
 -- A key made by this sync lives briefly unless it holds caution: a fleet
 -- breaker not closed, a cool-down or spent tokens must outlive a quiet
 -- spell, or every pod would admit again when it expired.
+keep = math.max(window, 2 * open_for, ttl, cool - now) + 60000
 local cautious = state ~= CLOSED or cool > now or spent > 0
 if not stored[1] and not cautious then keep = math.min(keep, NEW_KEY_MS) end
 redis.call('PEXPIRE', KEYS[1], math.floor(keep))

@@ -56,8 +56,32 @@ from squawk.policy import (
     UpstreamConfig,
     guard_fleet,
 )
-from squawk.policy import fleet as _fleet
-from squawk.policy.fleet import NO_DELTA, Delta, FleetSnapshot, FleetView, Move, Reading
+from squawk.policy.fleet import (
+    NO_DELTA,
+    Delta,
+    FleetSnapshot,
+    FleetView,
+    Move,
+    Reading,
+    admitted,
+    asked,
+    fleet_snapshot,
+    merged,
+    move,
+    moved,
+    refusal,
+    retried,
+    retry_answer,
+    sent,
+    state_at,
+    take_probe,
+    token_change,
+    viewed,
+    wanted_probes,
+)
+from squawk.policy.fleet import (
+    outcome as with_outcome,
+)
 from squawk.policy.text import shown_text
 from squawk.policy.timing import seconds
 from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
@@ -65,7 +89,7 @@ from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 from ...config import ConfigError
 from ...config.state import StateSettings
 from ...settings import STATE_TLS_CA, STATE_TLS_CERT, STATE_TLS_KEY
-from ..lifecycle.tls import read_pem
+from ..lifecycle.tls import read_pem, shown_path
 from ..telemetry.throttle import LOG_EVERY_S, Throttle
 from .pod_store import PodStore, Source
 from .registry import Transition, Upstreams
@@ -79,7 +103,7 @@ _SCRIPT = resources.files(__package__).joinpath("fleet.lua").read_text(encoding=
 _LATE_IN_A_ROW = 3
 # Upstreams per pipeline (one round trip); a pod touching more syncs them in
 # several, giving the event loop back between.
-_SYNC_BATCH = 256
+_SYNC_BATCH = 64
 # An upstream untouched this long is not synced, and its view is dropped.
 _ACTIVE_S = 5.0
 # A pace share holds for this many sync intervals without a new reading.
@@ -158,6 +182,10 @@ class FleetStore(PodStore):
         self._down_since = 0.0
         self._local_answers = 0
         self._tracked: dict[Key, _Tracked] = {}
+        # The upstreams it syncs at most: as many as the pod tracks, and a
+        # pipeline's worth beside, so the fleet still hears of names the
+        # pod's own state could not track (its metrics label them "other").
+        self._most = max(upstreams.max_upstreams, _SYNC_BATCH)
         self._args: dict[UpstreamConfig, str] = {}
         # Writes the fleet never got, since start (the metric's value).
         self.dropped = 0
@@ -211,22 +239,22 @@ class FleetStore(PodStore):
         config = profile.for_upstream(upstream)
         view = None if tracked is None else self._view(tracked, now)
         if tracked is not None:
-            tracked.delta = _fleet.asked(tracked.delta)
-        refused = _fleet.refusal(view, config, now, args.deadline, self.upstreams.rng)
+            tracked.delta = asked(tracked.delta)
+        refused = refusal(view, config, now, args.deadline, self.upstreams.rng)
         if refused is not None:
             return refused, self._source()
         permits = args.permits
-        if view is not None and _fleet.state_at(view, now) is not BreakerState.CLOSED:
+        if view is not None and state_at(view, now) is not BreakerState.CLOSED:
             permits = 1
         share = self._share(view, now)
         local = self.upstreams.admit(profile, upstream, args.deadline, args.cost, permits, share)
         if not local.allowed or tracked is None:
             return local, self._source()
-        tracked.delta = _fleet.admitted(tracked.delta, config, now)
+        tracked.delta = admitted(tracked.delta, config, now)
         if view is None:
             return local, self._source()
-        tracked.view, probe = _fleet.take_probe(view, now)
-        state = _fleet.state_at(view, now)
+        tracked.view, probe = take_probe(view, now)
+        state = state_at(view, now)
         worst = max(local.breaker_state, state, key=_SEVERITY.__getitem__)
         return local._replace(breaker_state=worst, probe=local.probe or probe), self._source()
 
@@ -245,14 +273,14 @@ class FleetStore(PodStore):
         if tracked is None:
             return local, self._source()
         config = profile.for_upstream(upstream)
-        tracked.delta = _fleet.outcome(tracked.delta, config, now, outcome)
+        tracked.delta = with_outcome(tracked.delta, config, now, outcome)
         if local.action is not Action.RETRY:
             return local, self._source()
-        answer = _fleet.retry_answer(self._view(tracked, now), config, now, tracked.delta)
+        answer = retry_answer(self._view(tracked, now), config, now, tracked.delta)
         if answer is not None:
             local = guard_fleet(local, answer, deadline, self.upstreams.rng)
         if local.action is Action.RETRY:
-            tracked.delta = _fleet.retried(tracked.delta, config, now)
+            tracked.delta = retried(tracked.delta, config, now)
         return local, self._source()
 
     def record(self, outcomes: Sequence[tuple[Profile, str, Outcome]]) -> None:
@@ -262,19 +290,19 @@ class FleetStore(PodStore):
             tracked = self._track(profile, upstream, now)
             if tracked is not None:
                 config = profile.for_upstream(upstream)
-                tracked.delta = _fleet.outcome(tracked.delta, config, now, outcome)
+                tracked.delta = with_outcome(tracked.delta, config, now, outcome)
 
     def add(self, profile: Profile, upstream: str, delta: Delta) -> None:
         """Counts gathered elsewhere, sent with the next sync: how the fleet
         simulation stands for a pod's calls without making each one."""
         tracked = self._track(profile, upstream, self._clock())
         if tracked is not None:
-            tracked.delta = _fleet.merged(tracked.delta, delta)
+            tracked.delta = merged(tracked.delta, delta)
 
     def fleet_views(self, profile: str = "") -> dict[Key, FleetSnapshot]:
         now = self._clock()
         return {
-            key: _fleet.fleet_snapshot(t.view, t.profile.for_upstream(key[1]), now)
+            key: fleet_snapshot(t.view, t.profile.for_upstream(key[1]), now)
             for key, t in self._tracked.items()
             if t.view is not None and (not profile or key[0] == profile)
         }
@@ -283,9 +311,9 @@ class FleetStore(PodStore):
         key = (profile.name, upstream)
         tracked = self._tracked.get(key)
         if tracked is None:
-            if len(self._tracked) >= min(_KEY_CACHE, self.upstreams.max_upstreams):
+            if len(self._tracked) >= self._most:
                 self._forget(now)
-                if len(self._tracked) >= min(_KEY_CACHE, self.upstreams.max_upstreams):
+                if len(self._tracked) >= self._most:
                     self._drop(1, f"more than {len(self._tracked)} upstreams are being synced")
                     return None
             tracked = self._tracked[key] = _Tracked(profile, upstream, self._keys(key), now)
@@ -383,13 +411,13 @@ class FleetStore(PodStore):
     def _sync_args(self, tracked: _Tracked, delta: Delta, now: float) -> tuple[str, float]:
         """One upstream's sync words, and the demand they report."""
         config = tracked.profile.for_upstream(tracked.upstream)
-        calls, failures, deposits, retries = _fleet.sent(delta, config, now)
-        taken, refilled = _fleet.token_change(delta, config)
+        calls, failures, deposits, retries = sent(delta, config, now)
+        taken, refilled = token_change(delta, config)
         hint = -1
         if delta.cool_until > now:
             hint = math.ceil((delta.cool_until - now) * 1000)
         view = tracked.view
-        want = _fleet.wanted_probes(view, config, now, delta.asked)
+        want = wanted_probes(view, config, now, delta.asked)
         returned = 0
         if view is not None and view.probes and not delta.asked:
             # Slots leased and not wanted since: given back to the round (and
@@ -429,9 +457,15 @@ class FleetStore(PodStore):
         return len(due)
 
     def due(self, now: float) -> list[_Tracked]:
-        """The upstreams a sync at `now` sends: those touched in the last _ACTIVE_S."""
+        """The upstreams a sync at `now` sends: those touched in the last
+        _ACTIVE_S, and those whose counts have not reached the fleet yet
+        (gathered while Redis was away)."""
         self._forget(now)
-        return [t for t in self._tracked.values() if now - t.touched <= _ACTIVE_S]
+        return [
+            t
+            for t in self._tracked.values()
+            if now - t.touched <= _ACTIVE_S or t.delta is not NO_DELTA
+        ]
 
     # A sync in four steps, so that a simulation of many pods can put many
     # pods' calls in one pipeline: sync_calls (what to send), then
@@ -452,7 +486,7 @@ class FleetStore(PodStore):
         """A sync whose answer never came: whether it landed is unknown, so
         its deltas go out again with the next (the cautious error for a breaker)."""
         for call in calls:
-            call.tracked.delta = _fleet.merged(call.delta, call.tracked.delta)
+            call.tracked.delta = merged(call.delta, call.tracked.delta)
 
     def sync_replies(
         self, calls: Sequence[Call], replies: Sequence[object], now: float
@@ -467,13 +501,13 @@ class FleetStore(PodStore):
             config = tracked.profile.for_upstream(tracked.upstream)
             before = tracked.view
             lease = _LEASE_SYNCS * self.interval_s
-            tracked.view = _fleet.viewed(
+            tracked.view = viewed(
                 got, config, self._clock(), before, call.demand, lease, self.interval_s
             )
             tracked.synced_at = now
             self._differs(tracked, got)
             self._moved(tracked, before, tracked.view)
-            made = _fleet.move(got, config, self.settings.min_pods)
+            made = move(got, config, self.settings.min_pods)
             if made is not None:
                 words = f"move {self._pod} {made.epoch} {int(made.to)} {self._tail(config)}"
                 moves.append(Call(tracked, tracked.keys, words, made=made))
@@ -487,7 +521,7 @@ class FleetStore(PodStore):
             if raw == [1] and tracked.view is not None and made is not None:
                 before = tracked.view
                 config = tracked.profile.for_upstream(tracked.upstream)
-                tracked.view = _fleet.moved(before, made, config, self._clock())
+                tracked.view = moved(before, made, config, self._clock())
                 self._moved(tracked, before, tracked.view)
 
     async def _sync_batch(self, batch: Sequence[_Tracked], now: float) -> bool:
@@ -767,7 +801,7 @@ def _tls_options(settings: StateSettings) -> dict[str, str]:
         try:
             read_pem(name, path)
         except OSError as exc:
-            raise ConfigError(f"{name} {path}: {exc.strerror or exc}") from None
+            raise ConfigError(f"{name} {shown_path(path)}: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     context = ssl.create_default_context()
@@ -781,7 +815,8 @@ def _tls_options(settings: StateSettings) -> dict[str, str]:
             what = (
                 "holds no CA certificate"
                 if keyword == "ssl_ca_certs"
-                else (f"not a certificate, or not the one whose key is {settings.tls_key}")
+                else "not a certificate, or not the one whose key is "
+                + shown_path(settings.tls_key)
             )
-            raise ConfigError(f"{name} {path}: {what}") from None
+            raise ConfigError(f"{name} {shown_path(path)}: {what}") from None
     return {keyword: path for _, keyword, path in given}
