@@ -138,6 +138,8 @@ class Fleet:
         self.series: list[tuple[float, float]] = []
         self.outage_at = math.inf
         self.offset_ms = 0.0
+        # Pods still calling whose view has said OPEN.
+        self.opened = 0
 
     def begin(self, now: float) -> float:
         """Every pod starts calling at `now`, before it has a share."""
@@ -165,6 +167,7 @@ class Fleet:
         pod = self.pods[i]
         if transition.after is BreakerState.OPEN and math.isnan(pod.open_at):
             pod.open_at = time.monotonic()
+            self.opened += pod.demand > 0
 
     def advance(self, now: float) -> None:
         """The fleet's calls up to `now`, as made: into the truth and the series."""
@@ -294,14 +297,6 @@ class Driver:
                 pod.store.add(fleet.profile, UPSTREAM, delta)
             batches.append((pod.store, pod.store.sync_calls(pod.store.due(now), now)))
         self.costs.code_cpu_s += time.process_time() - cpu
-        if group[0] is fleet.pods[0]:
-            # One pod's sync alone, sent and read at once: a daemon's round trip.
-            sent = time.monotonic()
-            replies = self.solo.call(batches[0][1])
-            self.costs.solo_rtt_ms.append((time.monotonic() - sent) * 1000)
-            self._replied(self.solo, batches[:1], replies, now)
-            self._paced(batches[:1])
-            batches = batches[1:]
         self._prepared = (batches, now)
         self.costs.pod_syncs += len(group)
 
@@ -309,6 +304,15 @@ class Driver:
         if self._prepared is None:
             return
         (batches, now), self._prepared = self._prepared, None
+        if batches[0][0] is self.fleet.pods[0].store:
+            # Pod 0's sync alone, sent and read at once while the server is
+            # idle (the group before is read): a daemon's own round trip.
+            sent = time.monotonic()
+            replies = self.solo.call(batches[0][1])
+            self.costs.solo_rtt_ms.append((time.monotonic() - sent) * 1000)
+            self._replied(self.solo, batches[:1], replies, now)
+            self._paced(batches[:1])
+            batches = batches[1:]
         calls = [call for _, batch in batches for call in batch]
         self.wire.send(calls)
         self._sent = (batches, now, len(calls))
@@ -407,8 +411,7 @@ def _drive(
             now_ms = time.monotonic() * 1000 + fleet.offset_ms
             if math.isnan(quorum_at) and fleet.truth.trips(now_ms, calling, MIN_PODS):
                 quorum_at = time.monotonic()
-            waiting = [p for p in fleet.pods if p.demand > 0 and math.isnan(p.open_at)]
-            if not waiting or t >= OUTAGE_S + MAX_OUTAGE_S:
+            if fleet.opened >= calling or t >= OUTAGE_S + MAX_OUTAGE_S:
                 break
         driver.prepare(groups[k % GROUPS])
         driver.finish()
