@@ -138,8 +138,10 @@ class Fleet:
         self.series: list[tuple[float, float]] = []
         self.outage_at = math.inf
         self.offset_ms = 0.0
-        # Pods still calling whose view has said OPEN.
+        # Pods still calling whose view has said OPEN, and when the first
+        # sync whose reading called for OPEN was read.
         self.opened = 0
+        self.read_at = math.nan
 
     def begin(self, now: float) -> float:
         """Every pod starts calling at `now`, before it has a share."""
@@ -343,6 +345,8 @@ class Driver:
             moves.append((store, store.sync_replies(calls, got, now)))
             first += len(calls)
         made = [call for _, batch in moves for call in batch]
+        if made and math.isnan(self.fleet.read_at):
+            self.fleet.read_at = time.monotonic()
         if made:
             answers = wire.call(made)
             first = 0
@@ -438,6 +442,7 @@ def _figures(
     interval = fleet.interval
     calling = [p for p in fleet.pods if p.demand > 0]
     opened = [p.open_at for p in calling if not math.isnan(p.open_at)]
+    last = max(opened) if len(opened) == len(calling) else math.nan
     made = Made(fleet.series)
     end, most = made.most(1.0, since=start + PACE_FROM_S)
     _, most_interval = made.most(interval, since=start + PACE_FROM_S)
@@ -476,11 +481,15 @@ def _figures(
             "shifted_per_s": shifted_started / (OUTAGE_S - SHIFT_S - 1),
         },
         "breaker": {
+            # The calls as made met the rule and the quorum this long after
+            # the outage began; the first sync whose reading met them (and
+            # asked for the move) came so many intervals later; every
+            # calling pod's view said OPEN so many intervals after that sync,
+            # and after the calls met them.
             "quorum_after_outage_s": quorum_at - start - OUTAGE_S,
-            "first_open_after_quorum_intervals": (min(opened) - quorum_at) / interval
-            if opened else math.nan,
-            "all_open_after_quorum_intervals": (max(opened) - quorum_at) / interval
-            if len(opened) == len(calling) else math.nan,
+            "read_after_quorum_intervals": (fleet.read_at - quorum_at) / interval,
+            "all_open_after_read_intervals": (last - fleet.read_at) / interval,
+            "all_open_after_quorum_intervals": (last - quorum_at) / interval,
             "calling_pods": len(calling),
             "open_pods": len(opened),
         },
