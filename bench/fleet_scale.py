@@ -142,6 +142,10 @@ class Fleet:
         # sync whose reading called for OPEN was read.
         self.opened = 0
         self.read_at = math.nan
+        # The steady state's readings: how many, and the pods their demand
+        # sums held (a reading's `wanting`).
+        self.readings = 0
+        self.reported = 0
 
     def begin(self, now: float) -> float:
         """Every pod starts calling at `now`, before it has a share."""
@@ -216,6 +220,9 @@ class Fleet:
         tracked = pod.store._tracked.get(self.key)
         view = None if tracked is None else tracked.view
         started = min(pod.demand, pod.store._share(view, now) * self.rate)
+        if view is not None and WARM_S <= now - self.start < SHIFT_S:
+            self.readings += 1
+            self.reported += view.reading.wanting
         if view is not None and state_at(view, now) is BreakerState.OPEN:
             started = 0.0
         self.started += started - pod.started
@@ -451,8 +458,10 @@ def _figures(
     steady_started = made.between(start + WARM_S, start + SHIFT_S)
     shifted_started = made.between(start + SHIFT_S + 1, start + OUTAGE_S)
     late_p99 = percentile(costs.late_ms, 99)
+    reported = fleet.reported / fleet.readings / pods if fleet.readings else 0.0
     return {
-        "held": held(syncs / work.seconds, pods, interval, late_p99),
+        "held": held(syncs / work.seconds, pods, interval, reported),
+        "reported": reported,
         "pods": pods,
         "rate_per_pod": rate,
         "demand_per_s": round(fleet.demand, 1),

@@ -62,19 +62,20 @@ def render(runs: Sequence[Mapping[str, Any]], per_call: ServerWork) -> str:
         f"| {p.server_us_per_script:.1f} | {p.script_us:.1f} | - | {p.own_cores:.2f} | - |"
     )
     pace = [
-        "| pods | calls/s per pod | fleet rate R | ticks late p50 / p99 (ms), held "
+        "| pods | calls/s per pod | fleet rate R | ticks late p50 / p99 (ms) "
+        "| pods in the demand sums, held "
         "| most started in any 1 s | limit: 1.05 R + R x interval "
         "| most in any interval, per R x interval | mean, steady / after the shift "
         "| cold start: most in 1 s | outage to the calls' quorum (s) "
         "| calls' quorum to the sync that read it | that sync to every pod's OPEN "
         "| calls' quorum to every pod's OPEN (intervals) |",
-        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in runs:
         a, b, rate = r["pace"], r["breaker"], r["fleet_rate"]
         pace.append(
             f"| {r['pods']:,} | {r['rate_per_pod']:,.0f} | {rate:,.0f} "
-            f"| {_ms(r['late_ms'])}, {'yes' if r['held'] else 'NO'} "
+            f"| {_ms(r['late_ms'])} | {r['reported']:.1%}, {'yes' if r['held'] else 'NO'} "
             f"| {a['most_in_1s']:,.0f} ({a['most_in_1s'] / rate:.3f} R) | {a['limit_1s']:,.0f} "
             f"| {a['most_in_interval'] / (rate * r['interval_s']):.2f} "
             f"| {a['steady_per_s'] / rate:.3f} R / {a['shifted_per_s'] / rate:.3f} R "
