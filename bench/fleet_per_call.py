@@ -11,8 +11,9 @@ writes (batched per upstream by the old store's writer) and the retries are
 left out, so the figure is a lower bound on what the per-call design asked
 of Redis.
 
-`sample` reads the server's and this process's running totals, for this
-and for bench/fleet_scale.py.
+`drive` calls a script flat out, pipelined or one call per round trip;
+`sample` reads the server's and this process's running totals; both serve
+bench/fleet_scale.py too.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,7 @@ from squawk.policy.timing import seconds
 from .fleet_scale_tally import Sample, ServerWork, server_work
 from .redis_server import RedisServer
 
-__all__ = ["measure_per_call", "sample"]
+__all__ = ["drive", "measure_per_call", "sample"]
 
 SCRIPT = (Path(__file__).parent / "fleet_per_call.lua").read_text(encoding="utf-8")
 
@@ -71,6 +73,33 @@ def _config_args(config: UpstreamConfig, min_pods: int) -> list[Any]:
     return [*head, "ratio", repr(budget.ratio), repr(floor), ttl, 0, 0, cool]
 
 
+def drive(
+    client: Any,
+    server: RedisServer,
+    sha: str,
+    keys: Sequence[str],
+    args: Sequence[str],
+    seconds_: float,
+    batch: int,
+) -> ServerWork:
+    """The server's work with the script `sha` called flat out for
+    `seconds_`, `args` in turn, `batch` calls per round trip (1: each call
+    its own, as a daemon sends it)."""
+    client.evalsha(sha, len(keys), *keys, args[0])  # the state exists, as in a running fleet
+    before = sample(client, server)
+    sent = 0
+    while time.monotonic() - before.wall_s < seconds_:
+        if batch == 1:
+            client.evalsha(sha, len(keys), *keys, args[sent % len(args)])
+        else:
+            pipe = client.pipeline(transaction=False)
+            for i in range(batch):
+                pipe.evalsha(sha, len(keys), *keys, args[(sent + i) % len(args)])
+            pipe.execute()
+        sent += batch
+    return server_work(before, sample(client, server))
+
+
 def measure_per_call(
     client: Any,
     server: RedisServer,
@@ -86,13 +115,4 @@ def measure_per_call(
     tail = f"{words} {hashlib.blake2b(words.encode(), digest_size=6).hexdigest()}"
     keys = ["per-call:{upstream}", "per-call:{upstream}:pods"]
     args = [f"admit per-call-pod-{i} 0 -1 0 -1 {tail}" for i in range(pods)]
-    client.evalsha(sha, 2, *keys, args[0])  # the state exists, as in a running fleet
-    before = sample(client, server)
-    sent = 0
-    while time.monotonic() - before.wall_s < seconds_:
-        pipe = client.pipeline(transaction=False)
-        for i in range(batch):
-            pipe.evalsha(sha, 2, *keys, args[(sent + i) % pods])
-        pipe.execute()
-        sent += batch
-    return server_work(before, sample(client, server))
+    return drive(client, server, sha, keys, args, seconds_, batch)

@@ -68,9 +68,18 @@ from squawk.policy.fleet import Delta, state_at
 from squawk.policy.retry_budget import BUDGET_BUCKETS, RatioBudgetConfig
 from squawk.policy.timing import EMPTY, added, seconds
 
-from .fleet_per_call import measure_per_call, sample
+from .fleet_per_call import drive, measure_per_call, sample
 from .fleet_scale_table import render
-from .fleet_scale_tally import Made, Truth, held, pace_limit, percentile, server_work, whole
+from .fleet_scale_tally import (
+    Made,
+    ServerWork,
+    Truth,
+    held,
+    pace_limit,
+    percentile,
+    server_work,
+    whole,
+)
 from .redis_server import RedisServer, server_binary
 
 __all__ = ["policy_yaml"]
@@ -505,6 +514,23 @@ def _figures(
     }  # fmt: skip
 
 
+def each_alone(server: RedisServer, client: Any, config: Config, batch: int) -> ServerWork:
+    """One pod's sync script (with a healthy interval's counts), called flat
+    out for 1.5 s, `batch` per round trip: 1 is how a daemon sends it, and
+    costs the server its reads and writes per call, which the runs' pipelines
+    share."""
+    client.flushall()
+    store = Fleet(config, [1000.0], 1000.0).pods[0].store
+    profile = config.policy.profile("default")
+    cb = profile.for_upstream(UPSTREAM).circuit_breaker
+    now = time.monotonic()
+    window = added(EMPTY, now, seconds(cb.window), cb.buckets, 100, 0)
+    store.add(profile, UPSTREAM, Delta(breaker=window, asked=100))
+    call = store.sync_calls(store.due(now), now)[0]
+    sha = client.script_load(store._script.script)
+    return drive(client, server, sha, call.keys, [call.words], 1.5, batch)
+
+
 def _runs(text: str) -> list[tuple[int, float]]:
     out = []
     for part in text.split(","):
@@ -550,11 +576,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = parse_config(policy_yaml(server.url, "x:", 1000), "<per-call policy>")
         upstream = config.policy.profile("default").for_upstream(UPSTREAM)
         per_call = measure_per_call(client, server, upstream, MIN_PODS, args.per_call_seconds)
+        scripts = {
+            "sync, x100": each_alone(server, client, config, 100),
+            "sync, alone": each_alone(server, client, config, 1),
+            "per call, x200": per_call,
+            "per call, alone": measure_per_call(client, server, upstream, MIN_PODS, 1.5, batch=1),
+        }
         client.close()
     finally:
         server.stop()
     runtime = time.monotonic() - began
-    table = render(results, per_call)
+    table = render(results, scripts)
     doc: dict[str, Any] = {
         "date": date,
         "runtime_s": round(runtime, 1),
@@ -564,7 +596,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "server": Path(server_binary()).name,
         "seed": args.seed,
         "runs": results,
-        "per_call": per_call._asdict(),
+        "scripts": {name: work._asdict() for name, work in scripts.items()},
         "table": table,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

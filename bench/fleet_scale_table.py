@@ -38,7 +38,10 @@ def _ms(d: Mapping[str, float]) -> str:
     return f"{d['p50']:.1f} / {d['p99']:.1f}"
 
 
-def render(runs: Sequence[Mapping[str, Any]], per_call: ServerWork) -> str:
+def render(runs: Sequence[Mapping[str, Any]], scripts: Mapping[str, ServerWork]) -> str:
+    """The tables; `scripts`: each script driven flat out, as
+    bench/fleet_scale.py names them ("per call, x200" is the per-call design)."""
+    per_call, alone = scripts["per call, x200"], scripts["per call, alone"]
     cost = [
         "| design | pods | calls/s per pod | fleet calls asked/s | pod syncs/s | scripts/s "
         "| server commands/s | server CPU (cores) | server CPU per script (µs) "
@@ -85,21 +88,39 @@ def render(runs: Sequence[Mapping[str, Any]], per_call: ServerWork) -> str:
             f"| {b['all_open_after_quorum_intervals']:.2f} "
             f"({b['open_pods']:,} of {b['calling_pods']:,} pods) |"
         )
+    each = [
+        "| script, calls per round trip | scripts/s | server CPU (cores) "
+        "| server CPU per script (µs) | script time (µs) |",
+        "|---|--:|--:|--:|--:|",
+        *(
+            f"| {name} | {_n(w.scripts_per_s)} | {w.server_cores:.2f} "
+            f"| {w.server_us_per_script:.1f} | {w.script_us:.1f} |"
+            for name, w in scripts.items()
+        ),
+    ]
     scale = SCALE_PODS * SCALE_RATE
     sync_line = ""
     big = [r for r in runs if r["pods"] == SCALE_PODS and r["rate_per_pod"] == SCALE_RATE]
     if big:
+        syncs = SCALE_PODS / big[0]["interval_s"]
         sync_line = (
             f"Sync design at {SCALE_PODS:,} pods x {SCALE_RATE:,.0f} calls/s: measured, "
-            f"{big[0]['steady']['server_cores']:.2f} of a server core; the server's work "
-            "is one script per pod per upstream per sync interval, whatever the calls.\n"
+            f"{big[0]['steady']['server_cores']:.2f} of a server core with the syncs "
+            f"pipelined by group; each pod sending its own ({syncs:,.0f} round trips/s), "
+            f"{per_call_cores(syncs, scripts['sync, alone'].server_us_per_script):.2f} "
+            "cores at the cost of a script alone. One script per pod per upstream per "
+            "sync interval, whatever the calls.\n"
         )
+    p = per_call
     words = (
-        f"{sync_line}Per-call design: {_n(p.scripts_per_s)} scripts/s here at "
+        f"{sync_line}Per-call design: {_n(p.scripts_per_s)} scripts/s here, pipelined, at "
         f"{p.server_cores:.2f} server cores ({p.server_us_per_script:.1f} µs of server CPU "
-        f"per script); {SCALE_PODS:,} pods x {SCALE_RATE:,.0f} calls/s would be "
-        f"{scale:,.0f} scripts/s, {per_call_cores(scale, p.server_us_per_script):.0f} "
-        f"server cores' work, which one single-threaded server cannot do: one core holds "
+        f"per script; {alone.server_us_per_script:.1f} µs sent one per round trip, as a "
+        f"pod did); {SCALE_PODS:,} pods x {SCALE_RATE:,.0f} calls/s would be "
+        f"{scale:,.0f} scripts/s, {per_call_cores(scale, p.server_us_per_script):.0f} to "
+        f"{per_call_cores(scale, alone.server_us_per_script):.0f} server cores' work, which "
+        "one single-threaded server cannot do: one core holds "
+        f"{largest_fleet(alone.server_us_per_script):.0f} to "
         f"{largest_fleet(p.server_us_per_script):.0f} pods at {SCALE_RATE:,.0f} calls/s "
         "(Admits only; the outcome writes and retries come on top)."
     )
@@ -108,4 +129,4 @@ def render(runs: Sequence[Mapping[str, Any]], per_call: ServerWork) -> str:
             "\nA run marked NO fell behind its schedule (the machine was busy): its pace and "
             "breaker figures are the simulator's lag as much as the design's."
         )
-    return "\n".join([*cost, "", *pace, "", words])
+    return "\n".join([*cost, "", *pace, "", *each, "", words])

@@ -119,11 +119,13 @@ class Made:
 def held(syncs_per_s: float, pods: int, interval_s: float, reported: float) -> bool:
     """Whether a run held its schedule: at least 98 % of the syncs due (each
     pod once per interval), and the readings' demand sums holding at least
-    99 % of the pods (`reported`: the mean share of the calling pods whose
+    97 % of the pods (`reported`: the mean share of the calling pods whose
     demand the previous interval's sum held). A pod whose sync comes late
     misses an interval's sum, and the others' shares grow by its part: a run
-    that fell behind measured the simulator's lag as much as the design."""
-    return syncs_per_s >= 0.98 * pods / interval_s and reported >= 0.99
+    that fell behind measured the simulator's lag as much as the design.
+    (Not 100 %: a pod that syncs a few ms from an interval's edge crosses it
+    now and then even on time, as a daemon's would.)"""
+    return syncs_per_s >= 0.98 * pods / interval_s and reported >= 0.97
 
 
 def pace_limit(rate: float, span_s: float, interval_s: float) -> float:

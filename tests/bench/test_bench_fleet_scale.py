@@ -180,13 +180,13 @@ def test_the_most_may_be_a_span_that_ends_at_a_point() -> None:
 
 @pytest.mark.parametrize(
     ("syncs_per_s", "reported", "held_"),
-    [(9_800.0, 0.99, True), (9_799.0, 0.99, False), (10_000.0, 0.989, False)],
+    [(9_800.0, 0.97, True), (9_799.0, 0.97, False), (10_000.0, 0.969, False)],
 )
 def test_a_run_held_its_schedule_with_its_syncs_and_its_demand_sums(
     syncs_per_s: float, reported: float, held_: bool
 ) -> None:
     # 1,000 pods every 100 ms: 10,000 syncs/s due, 98 % of them at least,
-    # and sums holding 99 % of the pods' demand.
+    # and sums holding 97 % of the pods' demand.
     assert held(syncs_per_s, 1000, 0.1, reported) is held_
 
 
