@@ -151,10 +151,11 @@ class Fleet:
         # sync whose reading called for OPEN was read.
         self.opened = 0
         self.read_at = math.nan
-        # The steady state's readings: how many, and the pods their demand
-        # sums held (a reading's `wanting`).
+        # The readings the pace is judged over, how many, and the sum of the
+        # share of the calling pods their demand sums held (`wanting`).
         self.readings = 0
-        self.reported = 0
+        self.reported = 0.0
+        self.calling = len(self.pods)
 
     def begin(self, now: float) -> float:
         """Every pod starts calling at `now`, before it has a share."""
@@ -172,6 +173,7 @@ class Fleet:
             self.integrate(pod, now)
             pod.demand *= (0.0, 3.0, 1.0, 1.0)[i % 4]
             self.pace(pod, now)
+        self.calling = sum(pod.demand > 0 for pod in self.pods)
 
     def _store(self, config: Config, i: int) -> FleetStore:
         upstreams = Upstreams(config.policy)
@@ -229,9 +231,12 @@ class Fleet:
         tracked = pod.store._tracked.get(self.key)
         view = None if tracked is None else tracked.view
         started = min(pod.demand, pod.store._share(view, now) * self.rate)
-        if view is not None and WARM_S <= now - self.start < SHIFT_S:
+        t = now - self.start
+        # The sums read just after the shift still hold the pods that stopped.
+        shifting = SHIFT_S <= t < SHIFT_S + 2 * self.interval
+        if view is not None and pod.demand > 0 and t >= PACE_FROM_S and not shifting:
             self.readings += 1
-            self.reported += view.reading.wanting
+            self.reported += view.reading.wanting / self.calling
         if view is not None and state_at(view, now) is BreakerState.OPEN:
             started = 0.0
         self.started += started - pod.started
@@ -467,7 +472,7 @@ def _figures(
     steady_started = made.between(start + WARM_S, start + SHIFT_S)
     shifted_started = made.between(start + SHIFT_S + 1, start + OUTAGE_S)
     late_p99 = percentile(costs.late_ms, 99)
-    reported = fleet.reported / fleet.readings / pods if fleet.readings else 0.0
+    reported = fleet.reported / fleet.readings if fleet.readings else 0.0
     return {
         "held": held(syncs / work.seconds, pods, interval, reported),
         "reported": reported,
