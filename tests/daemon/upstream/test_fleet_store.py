@@ -69,8 +69,8 @@ def stored(
     OPEN, 3 HALF_OPEN, from the leases), its window's counts, its tokens
     spent (thousandths) and its cool-down's end (the server's ms)."""
     key = key_of(profile, upstream, prefix)
-    state = client.hgetall(f"{key}:s")
-    counts = client.hgetall(f"{key}:c")
+    state: dict[bytes, bytes] = client.hgetall(f"{key}:s")  # type: ignore[assignment]
+    counts: dict[bytes, bytes] = client.hgetall(f"{key}:c")  # type: ignore[assignment]
     phase = 2 if client.exists(f"{key}:o") else 3 if client.exists(f"{key}:h") else 1
     return {
         "exists": bool(state),

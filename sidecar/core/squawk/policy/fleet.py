@@ -56,6 +56,7 @@ __all__ = [
     "Reading",
     "admitted",
     "asked",
+    "cautious",
     "fleet_snapshot",
     "merged",
     "move",
@@ -95,8 +96,17 @@ class Delta(NamedTuple):
     token_successes: int = 0
     # The latest end of a cool-down this pod's failures shared; -inf none.
     cool_until: float = -math.inf
-    # Admits asked (allowed or not): the pod's demand for the pace share.
+    # Admits refused: the calls that come back, for which a half-open
+    # round's slots are asked. Not the Admits allowed: a call that got its
+    # slot wants no other, and one leased for it would keep the round
+    # full for an interval while other pods' calls are refused until the
+    # round restarts.
     asked: int = 0
+    # Calls admitted, or refused by the pace (UPSTREAM_SATURATED): the
+    # pod's demand for its pace share. Not the other refusals: a caller
+    # that asks again and again while the breaker or a cool-down refuses
+    # must not win the rate.
+    wanted: int = 0
 
 
 NO_DELTA = Delta()
@@ -119,8 +129,10 @@ class Reading(NamedTuple):
     taken: int
     successes: int
     probe_failures: int
-    # Probe slots this sync leased to this pod.
+    # Probe slots this sync leased to this pod, and the round they are of
+    # (a round that restarts is another: slots held of the old one are void).
     granted: int
+    round: int
     # A ratio budget: first calls and retries over its ttl, every pod's.
     deposits: int
     retries: int
@@ -165,8 +177,14 @@ class Move(NamedTuple):
 # -- what a pod adds to its delta -------------------------------------------
 
 
-def asked(delta: Delta) -> Delta:
-    return delta._replace(asked=min(delta.asked + 1, MAX_DELTA))
+def asked(delta: Delta, admission: Admission) -> Delta:
+    """One Admit's answer, allowed or not."""
+    if admission.allowed:
+        return delta._replace(wanted=min(delta.wanted + 1, MAX_DELTA))
+    wanted = delta.wanted
+    if admission.reason is Reason.UPSTREAM_SATURATED:
+        wanted = min(wanted + 1, MAX_DELTA)
+    return delta._replace(asked=min(delta.asked + 1, MAX_DELTA), wanted=wanted)
 
 
 def admitted(delta: Delta, config: UpstreamConfig, now: float) -> Delta:
@@ -217,7 +235,25 @@ def merged(a: Delta, b: Delta) -> Delta:
         min(a.token_successes + b.token_successes, MAX_DELTA),
         max(a.cool_until, b.cool_until),
         min(a.asked + b.asked, MAX_DELTA),
+        min(a.wanted + b.wanted, MAX_DELTA),
     )
+
+
+def cautious(delta: Delta) -> Delta:
+    """What of a delta whose sync got no answer is sent again: only what
+    errs on the cautious side if the sync did land and it counts twice (a
+    breaker's failures, a budget's retries, a token bucket's failures, the
+    cool-down); its successes, deposits, refills and demand are dropped,
+    which errs the same way if it did not."""
+    failures = Window(
+        tuple((n, f, f) for n, _, f in delta.breaker.slots if f),
+        delta.breaker.second,
+        delta.breaker.second,
+    )
+    retries = Window(
+        tuple((n, 0, r) for n, _, r in delta.budget.slots if r), 0, delta.budget.second
+    )
+    return Delta(failures, retries, delta.token_failures, 0, delta.cool_until)
 
 
 def sent(delta: Delta, config: UpstreamConfig, now: float) -> tuple[int, int, int, int]:
@@ -263,16 +299,22 @@ def viewed(
         cooling=min(reading.cooling, seconds(config.max_cool_down)),
         granted=min(reading.granted, cb.half_open_probes),
     )
+    # Slots leased before stay this pod's until used or their round ends (a
+    # round that restarted is another, whose id differs): a pod whose next
+    # call comes a second later still has the slot it asked for then.
     held = 0
-    if previous is not None and reading.state is BreakerState.HALF_OPEN:
-        # Slots leased before stay this pod's until used or the round ends.
-        held = previous.probes if previous.reading.epoch == reading.epoch else 0
+    if (
+        previous is not None
+        and reading.state is BreakerState.HALF_OPEN
+        and previous.reading.round == reading.round
+    ):
+        held = previous.probes
     return FleetView(
         reading,
         now,
         now + reading.left,
         now + reading.cooling if reading.cooling > 0 else -math.inf,
-        held + reading.granted,
+        min(held + reading.granted, cb.half_open_probes),
         share(reading, demand),
         now + lease,
         now + interval,
@@ -327,8 +369,10 @@ def refusal(
     free = view.reading.taken < config.circuit_breaker.half_open_probes
     if state is BreakerState.HALF_OPEN and (free or not left):
         # Half-open with no slot here but some left in the round (or a
-        # round just begun): the next sync may lease one.
-        left = max(time_left(view.next_at, now), _ONE_MS)
+        # round just begun): the next sync may lease one. At least one
+        # interval, so callers of a view no sync renews do not spin.
+        interval = view.next_at - view.at
+        left = time_left(max(view.next_at, now + interval), now)
     return Admission(
         False,
         Reason.CIRCUIT_OPEN,
@@ -349,14 +393,16 @@ def take_probe(view: FleetView, now: float) -> tuple[FleetView, bool]:
 
 def wanted_probes(view: FleetView | None, config: UpstreamConfig, now: float, asked: int) -> int:
     """Probe slots to ask the next sync for: while the fleet is (or is about
-    to be) HALF_OPEN and this pod has calls waiting, as many as it asked
-    for, at most the round's probes, less those it holds."""
-    if view is None or asked <= 0:
+    to be) HALF_OPEN, not cooling (a call would be refused anyway), and
+    this pod refused calls since its last sync (Delta.asked), one for each,
+    at most the round's probes, less those it holds. A slot is held until
+    used or until its round ends (open_for without a verdict), as a pod's
+    own round holds a probe whose outcome never comes."""
+    if view is None or asked <= 0 or view.cool_until > now:
         return 0
     if state_at(view, now) is BreakerState.CLOSED:
         return 0
-    probes = config.circuit_breaker.half_open_probes
-    return max(0, min(asked, probes) - view.probes)
+    return max(0, min(asked, config.circuit_breaker.half_open_probes) - view.probes)
 
 
 def move(reading: Reading, config: UpstreamConfig, min_pods: int) -> Move | None:
@@ -422,8 +468,11 @@ def retry_answer(
     return FleetAnswer(cooling=time_left(held(view.cool_until, now, config.max_cool_down), now))
 
 
-def fleet_snapshot(view: FleetView, config: UpstreamConfig, now: float) -> FleetSnapshot:
-    """What the view says at `now`, for display."""
+def fleet_snapshot(
+    view: FleetView, config: UpstreamConfig, now: float, pace_share: float
+) -> FleetSnapshot:
+    """What the view says at `now`, for display; `pace_share`: the share the
+    pod paces by now (its lease's, or its fallback once the lease ran out)."""
     reading = view.reading
     state = state_at(view, now)
     if reading.state is BreakerState.CLOSED:
@@ -444,7 +493,7 @@ def fleet_snapshot(view: FleetView, config: UpstreamConfig, now: float) -> Fleet
         None if state is BreakerState.CLOSED else time_left(view.until, now),
         time_left(view.cool_until, now),
         left,
-        view.share if now < view.share_until else 1.0,
+        pace_share,
         reading.wanting,
         timedelta(seconds=max(now - view.at, 0.0)),
     )

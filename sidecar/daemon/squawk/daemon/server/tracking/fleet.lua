@@ -15,22 +15,23 @@
 --       p the pods with a failure in the window (sorted set, score = ms)
 --       o the fleet breaker's OPEN lease (expires when it half-opens)
 --       h the fleet breaker is not CLOSED (OPEN or HALF_OPEN)
---       r the half-open round (hash: t slots taken, o successes, x failures;
+--       r the half-open round (hash: i its id, t slots taken, o successes, x failures;
 --         expires open_for after it began: a round without a verdict restarts)
 --       d the pace's demand (hash: D<slot> calls/s, N<slot> pods, and each
 --         pod's "slot demand" last written)
 -- ARGV[1] words separated by spaces:
---   sync pod epoch calls failures deposits retries taken refilled hint want
---        returned demand  window buckets ttl open_for probes max_cool
+--   sync pod calls failures deposits retries taken refilled hint want
+--        demand  window buckets ttl open_for probes max_cool
 --        max_tokens interval fingerprint
 --   move pod epoch to  window buckets ttl open_for probes max_cool
 --        max_tokens interval fingerprint
 --
 -- sync replies {state, epoch, left, calls, failures, pods, taken, successes,
---   probe failures, granted, deposits, retries, spent, cooling, demand
+--   probe failures, granted, round, deposits, retries, spent, cooling, demand
 --   (thousandths of calls/s), wanting, differ}; state 1 CLOSED, 2 OPEN,
 --   3 HALF_OPEN; left: OPEN, ms until it half-opens, HALF_OPEN, until the
---   round restarts.
+--   round restarts; round: the half-open round's id (slots leased in a
+--   round are void once it restarted).
 -- move replies {1} when made, {0} when the fleet left that epoch first.
 
 local CLOSED, OPEN, HALF = 1, 2, 3
@@ -50,7 +51,7 @@ local function bounded(x, low, high)
   return math.min(math.max(x, low), high)
 end
 
-local i = op == 'sync' and 14 or 5
+local i = op == 'sync' and 12 or 5
 local window, buckets = bounded(arg[i], 1, 1e12), bounded(arg[i + 1], 1, 1000)
 local ttl, open_for = bounded(arg[i + 2], 1, 1e12), bounded(arg[i + 3], 1, 1e12)
 local probes, max_cool = bounded(arg[i + 4], 1, 1e9), bounded(arg[i + 5], 0, 1e12)
@@ -68,8 +69,11 @@ for k = 1, 7 do
   if t ~= 'none' and t ~= types[k] then redis.call('DEL', KEYS[k]) end
 end
 
-local stored = redis.call('HMGET', KEYS[1], 'e', 'c', 't', 'f')
-local epoch = bounded(stored[1], 0, 1e15)
+local stored = redis.call('HMGET', KEYS[1], 'e', 'c', 't', 'f', 'n')
+-- The epoch wraps well within what a reply carries exactly.
+local MAX_EPOCH = 1e9
+local epoch = bounded(stored[1], 0, MAX_EPOCH)
+local rounds = bounded(stored[5], 0, MAX_EPOCH)
 -- Held to what the rules allow: no stored value (nor a clock that jumped
 -- back) cools longer than max_cool, and a reload that lowers it ends a
 -- longer cool-down already stored.
@@ -120,37 +124,72 @@ if op == 'move' then
   else
     return {0}
   end
-  redis.call('HSET', KEYS[1], 'e', epoch + 1)
+  redis.call('HSET', KEYS[1], 'e', (epoch + 1) % MAX_EPOCH)
   redis.call('PEXPIRE', KEYS[1], math.floor(keep))
   return {1}
 end
 
-local calls, failures = bounded(arg[4], 0, MAX_ADD), bounded(arg[5], 0, MAX_ADD)
+-- The windows' sums, their old buckets and anything not a count dropped
+-- first, so the additions below always meet a count (HINCRBY fails on a
+-- field that is not one) and a planted hash of countless fields costs one
+-- DEL, not a scan at every sync.
+local wb = math.floor(now * buckets / window)
+local bb = math.floor(now * BUDGET_BUCKETS / ttl)
+local sums = {w = 0, x = 0, d = 0, r = 0}
+if redis.call('HLEN', KEYS[2]) > 2 * buckets + 2 * BUDGET_BUCKETS + 8 then
+  redis.call('DEL', KEYS[2])
+end
+local counts = redis.call('HGETALL', KEYS[2])
+for k = 1, #counts, 2 do
+  local field, value = counts[k], counts[k + 1]
+  local kind, n = string.sub(field, 1, 1), tonumber(string.sub(field, 2))
+  local live = false
+  if n and (kind == 'w' or kind == 'x') then
+    live = n > wb - buckets and n <= wb
+  elseif n and (kind == 'd' or kind == 'r') then
+    live = n > bb - BUDGET_BUCKETS and n <= bb
+  end
+  local v = tonumber(value)
+  if live and v and v == math.floor(v) and v >= 0 and v <= MAX_SLOT then
+    sums[kind] = sums[kind] + v
+  else
+    redis.call('HDEL', KEYS[2], field)
+  end
+end
+
+local calls, failures = bounded(arg[3], 0, MAX_ADD), bounded(arg[4], 0, MAX_ADD)
 failures = math.min(failures, calls)
-local deposits, retries = bounded(arg[6], 0, MAX_ADD), bounded(arg[7], 0, MAX_ADD)
-local taken, refilled = bounded(arg[8], 0, MAX_ADD), bounded(arg[9], 0, MAX_ADD)
-local hint = bounded(arg[10], -1, 1e12)
-local want, returned = bounded(arg[11], 0, probes), bounded(arg[12], 0, probes)
-local demand = bounded(arg[13], 0, 1e9)
+local deposits, retries = bounded(arg[5], 0, MAX_ADD), bounded(arg[6], 0, MAX_ADD)
+local taken, refilled = bounded(arg[7], 0, MAX_ADD), bounded(arg[8], 0, MAX_ADD)
+local hint = bounded(arg[9], -1, 1e12)
+local want = bounded(arg[10], 0, probes)
+local demand = bounded(arg[11], 0, 1e9)
 
 -- The breaker's counts, by the fleet's state: a CLOSED window, a half-open
 -- round's tally (every counted outcome is a probe's, as in the core), or
 -- nothing while OPEN (they describe the upstream before the break).
-local wb = math.floor(now * buckets / window)
 if state == CLOSED and calls > 0 then
   redis.call('HINCRBY', KEYS[2], 'w' .. wb, calls)
+  sums.w = sums.w + calls
   if failures > 0 then
     redis.call('HINCRBY', KEYS[2], 'x' .. wb, failures)
+    sums.x = sums.x + failures
     redis.call('ZADD', KEYS[3], now, pod)
   end
 end
 local round_exists = redis.call('EXISTS', KEYS[6]) == 1
+-- Each round has an id: slots leased in a round that restarted since are void.
 local function round()
   if not round_exists then
-    redis.call('HSET', KEYS[6], 't', 0)
+    rounds = (rounds + 1) % MAX_EPOCH
+    redis.call('HSET', KEYS[6], 't', 0, 'i', rounds)
     redis.call('PEXPIRE', KEYS[6], math.floor(open_for))
     round_exists = true
   end
+end
+local function round_id()
+  if not round_exists then return 0 end
+  return bounded(redis.call('HGET', KEYS[6], 'i'), 0, MAX_EPOCH)
 end
 local granted = 0
 if state == HALF then
@@ -167,9 +206,6 @@ if state == HALF then
     if bad > 0 then redis.call('HINCRBY', KEYS[6], 'x', bad) end
     if good > 0 then redis.call('HINCRBY', KEYS[6], 'o', good) end
   end
-  if returned > 0 and round_exists then
-    if redis.call('HINCRBY', KEYS[6], 't', -returned) < 0 then redis.call('HSET', KEYS[6], 't', 0) end
-  end
   if want > 0 then
     round()
     local now_taken = redis.call('HINCRBY', KEYS[6], 't', want)
@@ -179,9 +215,14 @@ if state == HALF then
   end
 end
 
-local bb = math.floor(now * BUDGET_BUCKETS / ttl)
-if deposits > 0 then redis.call('HINCRBY', KEYS[2], 'd' .. bb, deposits) end
-if retries > 0 then redis.call('HINCRBY', KEYS[2], 'r' .. bb, retries) end
+if deposits > 0 then
+  redis.call('HINCRBY', KEYS[2], 'd' .. bb, deposits)
+  sums.d = sums.d + deposits
+end
+if retries > 0 then
+  redis.call('HINCRBY', KEYS[2], 'r' .. bb, retries)
+  sums.r = sums.r + retries
+end
 spent = math.min(math.max(spent - refilled, 0) + taken, max_tokens)
 if hint >= 0 then cool = math.max(cool, now + math.min(hint, max_cool)) end
 
@@ -194,6 +235,11 @@ if demand > 0 then
   if last then
     local a, b = string.match(last, '^(%d+) ([%d.e+-]+)$')
     last_slot, last_demand = tonumber(a) or -1, tonumber(b) or 0
+  end
+  for _, field in ipairs({'D' .. slot, 'N' .. slot}) do
+    if redis.call('HEXISTS', KEYS[7], field) == 1 and not tonumber(redis.call('HGET', KEYS[7], field)) then
+      redis.call('HDEL', KEYS[7], field)
+    end
   end
   if last_slot == slot then
     redis.call('HINCRBYFLOAT', KEYS[7], 'D' .. slot, demand - last_demand)
@@ -208,25 +254,9 @@ end
 local prev = redis.call('HMGET', KEYS[7], 'D' .. (slot - 1), 'N' .. (slot - 1))
 local total, wanting = bounded(prev[1], 0, 1e12), bounded(prev[2], 0, 1e9)
 
--- The windows' sums, and their old buckets dropped.
-local sums = {w = 0, x = 0, d = 0, r = 0}
-local counts = redis.call('HGETALL', KEYS[2])
-for k = 1, #counts, 2 do
-  local field, value = counts[k], counts[k + 1]
-  local kind, n = string.sub(field, 1, 1), tonumber(string.sub(field, 2))
-  local live = false
-  if n and (kind == 'w' or kind == 'x') then
-    live = n > wb - buckets and n <= wb
-  elseif n and (kind == 'd' or kind == 'r') then
-    live = n > bb - BUDGET_BUCKETS and n <= bb
-  end
-  if live then
-    sums[kind] = sums[kind] + bounded(value, 0, MAX_SLOT)
-  else
-    redis.call('HDEL', KEYS[2], field)
-  end
-end
+-- Aged out, and none from the future (a planted score of +inf never would be).
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '(' .. now, '+inf')
 local pods = redis.call('ZCARD', KEYS[3])
 
 local left = 0
@@ -244,7 +274,7 @@ if round_exists then
 end
 
 local differ = (stored[4] and stored[4] ~= fingerprint) and 1 or 0
-redis.call('HSET', KEYS[1], 'e', epoch, 'c', cool, 't', spent, 'f', fingerprint)
+redis.call('HSET', KEYS[1], 'e', epoch, 'c', cool, 't', spent, 'f', fingerprint, 'n', rounds)
 -- A key made by this sync lives briefly unless it holds caution: a fleet
 -- breaker not closed, a cool-down or spent tokens must outlive a quiet
 -- spell, or every pod would admit again when it expired.
@@ -258,6 +288,6 @@ if state ~= CLOSED then redis.call('PEXPIRE', KEYS[5], math.floor(keep)) end
 
 return {
   state, epoch, left, sums.w, math.min(sums.x, sums.w), pods, tally[1], tally[2], tally[3],
-  granted, sums.d, sums.r, spent, math.max(cool - now, 0), math.floor(total * 1000), wanting,
+  granted, round_id(), sums.d, sums.r, spent, math.max(cool - now, 0), math.floor(total * 1000), wanting,
   differ,
 }

@@ -3,7 +3,7 @@
 No call waits on Redis. Every pod decides each Admit and DecideRetry from
 its own state and its last copy of the fleet's (squawk.policy.fleet); every
 `state.sync` interval (100 ms by default) a background task sends, for each
-upstream the pod touched in the last _ACTIVE_S, what it saw since its last
+upstream the pod touched lately (see `due`), what it saw since its last
 sync (a Delta: the breaker window's outcomes, the budget's calls and
 retries, a token bucket's failures and successes, the cool-down it was
 told, its demand and the probe slots it wants), one script call per
@@ -15,10 +15,12 @@ epoch the pod read, so two pods seeing the same sums move it once.
 
 So Redis does one script per upstream per pod per interval, whatever the
 calls, and a pod learns what the others saw within one interval (plus a
-round trip): that is the staleness of every fleet-wide answer. An upstream
-not touched for _ACTIVE_S is not synced, and its view is dropped: its next
-call decides from the pod's own state, and the sync after it brings the
-fleet's view again.
+round trip): that is the staleness of every fleet-wide answer for an
+upstream the pod called within the last _HOT_S. One quiet for longer is
+synced every _QUIET_SYNCS intervals until _ACTIVE_S, and then forgotten
+unless its view holds caution (an OPEN fleet breaker, a cool-down, kept to
+their end): the first call after that decides from the pod's own state,
+and syncs the name at once.
 
 An outage (a connection error, or _LATE_IN_A_ROW syncs in a row later than
 `state.deadline`) stops the syncs; it is logged once, and a background task
@@ -65,6 +67,7 @@ from squawk.policy.fleet import (
     Reading,
     admitted,
     asked,
+    cautious,
     fleet_snapshot,
     merged,
     move,
@@ -108,6 +111,20 @@ _SYNC_BATCH = 64
 _ACTIVE_S = 5.0
 # A pace share holds for this many sync intervals without a new reading.
 _LEASE_SYNCS = 10
+# A view no sync renewed for this many intervals is stale (see _view).
+_STALE_SYNCS = 10
+# An upstream touched within _HOT_S is synced every interval, so a call's
+# view is at most one interval old; one touched before that, within
+# _ACTIVE_S, with nothing to send and a plain view, every _QUIET_SYNCS
+# intervals (its next call reads a view at most that many old).
+_HOT_S = 1.0
+_QUIET_SYNCS = 5
+# A pod that asked within this long asks for a probe slot ahead of its next call.
+_PROBE_WANT_S = 2.0
+# The longest stretch a reported demand is averaged over (after an outage).
+_MAX_DEMAND_SPAN_S = 60.0
+# Early syncs (of names never synced) are at least this far apart.
+_EARLY_GAP_S = 0.01
 # A ping waits this long (nobody waits on it).
 _BACKGROUND_TIMEOUT_S = 1.0
 # The reconnect pings' backoff.
@@ -115,7 +132,7 @@ _PING_FIRST_S, _PING_MAX_S = 0.1, 2.0
 _MAX_CONNECTIONS = 32
 _KEY_CACHE = 4096
 _STATES = {1: BreakerState.CLOSED, 2: BreakerState.OPEN, 3: BreakerState.HALF_OPEN}
-_REPLY_LENGTH = 17
+_REPLY_LENGTH = 18
 # A hostile or broken store's numbers stay within what timedelta holds.
 _MAX_REPLY = 10**12
 
@@ -132,6 +149,9 @@ class _Tracked:
     touched: float
     delta: Delta = NO_DELTA
     view: FleetView | None = None
+    # When an Admit last asked for it (a half-open round's slots go to pods
+    # with calls, before their next call is refused for want of one).
+    asked_at: float = -math.inf
     # When the last sync that landed was sent, and the demand it reported.
     synced_at: float = -math.inf
     demand: float = 0.0
@@ -160,7 +180,7 @@ class FleetStore(PodStore):
     ) -> None:
         super().__init__(upstreams)
         try:
-            from redis.exceptions import ResponseError
+            from redis.exceptions import NoScriptError, ResponseError
         except ImportError:  # pragma: no cover - tested in a subprocess (test_start_errors.py)
             # A configuration error (exit code 2), not a crash: the policy or
             # SQUAWK_STATE_URL asked for a store this installation cannot run.
@@ -169,14 +189,17 @@ class FleetStore(PodStore):
             ) from None
         self.settings = settings
         self.interval_s = seconds(settings.sync)
-        self._late_s = seconds(settings.deadline)
+        # A round trip slower than the deadline, or than a sync interval, is
+        # late: a pipeline of many upstreams may take longer than a deadline
+        # meant for one call (the old meaning of the setting).
+        self._late_s = max(seconds(settings.deadline), self.interval_s)
         self._pod = settings.pod_name()
         self._clock = clock
         self._on_transition = on_transition
         self._on_up = on_up
         self._on_dropped = on_dropped
         self._redis, self._sentinels = _connect(settings)
-        self._script = self._redis.register_script(_SCRIPT)
+        self._sha = hashlib.sha1(_SCRIPT.encode()).hexdigest()
         self._up = True
         self._late = 0
         self._down_since = 0.0
@@ -191,12 +214,14 @@ class FleetStore(PodStore):
         self.dropped = 0
         self.syncs = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._soon = asyncio.Event()
         # Upstreams whose settings differ from the fleet's, already logged.
         self._differ: set[Key] = set()
         self._closing = False
         self._outage_logged = False
         self._throttle = Throttle(LOG_EVERY_S)
         self._refusal = ResponseError
+        self._no_script = NoScriptError
 
     def describe(self) -> str:
         return f"redis at {self.settings.where} as pod {self._pod!r}"
@@ -239,15 +264,19 @@ class FleetStore(PodStore):
         config = profile.for_upstream(upstream)
         view = None if tracked is None else self._view(tracked, now)
         if tracked is not None:
-            tracked.delta = asked(tracked.delta)
+            tracked.asked_at = now
         refused = refusal(view, config, now, args.deadline, self.upstreams.rng)
         if refused is not None:
+            if tracked is not None:
+                tracked.delta = asked(tracked.delta, refused)
             return refused, self._source()
         permits = args.permits
         if view is not None and state_at(view, now) is not BreakerState.CLOSED:
             permits = 1
         share = self._share(view, now)
         local = self.upstreams.admit(profile, upstream, args.deadline, args.cost, permits, share)
+        if tracked is not None:
+            tracked.delta = asked(tracked.delta, local)
         if not local.allowed or tracked is None:
             return local, self._source()
         tracked.delta = admitted(tracked.delta, config, now)
@@ -302,9 +331,9 @@ class FleetStore(PodStore):
     def fleet_views(self, profile: str = "") -> dict[Key, FleetSnapshot]:
         now = self._clock()
         return {
-            key: fleet_snapshot(t.view, t.profile.for_upstream(key[1]), now)
+            key: fleet_snapshot(view, t.profile.for_upstream(key[1]), now, self._share(view, now))
             for key, t in self._tracked.items()
-            if t.view is not None and (not profile or key[0] == profile)
+            if (view := self._view(t, now)) is not None and (not profile or key[0] == profile)
         }
 
     def _track(self, profile: Profile, upstream: str, now: float) -> _Tracked | None:
@@ -312,33 +341,47 @@ class FleetStore(PodStore):
         tracked = self._tracked.get(key)
         if tracked is None:
             if len(self._tracked) >= self._most:
-                self._forget(now)
-                if len(self._tracked) >= self._most:
-                    self._drop(1, f"more than {len(self._tracked)} upstreams are being synced")
-                    return None
+                # The idle ones are forgotten once a sync, not here: a scan
+                # per new name would cost every call the whole table.
+                self._drop(1, f"more than {len(self._tracked)} upstreams are being synced")
+                return None
             tracked = self._tracked[key] = _Tracked(profile, upstream, self._keys(key), now)
+            # A name this pod has not synced decides without the fleet's
+            # view until a sync reads it: that sync comes at once.
+            self._soon.set()
         tracked.profile = profile  # a reload's, if one came meanwhile
         tracked.touched = now
         return tracked
 
     def _forget(self, now: float) -> None:
-        """Drop the upstreams nobody touched for _ACTIVE_S whose counts are all sent."""
+        """Drop the upstreams nobody touched for _ACTIVE_S whose counts are
+        all sent and whose view holds no caution (an OPEN fleet breaker or a
+        cool-down is kept until its own end, so a pod that calls an upstream
+        rarely still meets them)."""
         for key, t in list(self._tracked.items()):
-            if now - t.touched > _ACTIVE_S and t.delta is NO_DELTA:
+            if now - t.touched > _ACTIVE_S and t.delta is NO_DELTA and not _holds(t.view, now):
                 del self._tracked[key]
 
     def _view(self, tracked: _Tracked, now: float) -> FleetView | None:
+        """The view a call may decide by: one no sync renews (Redis away, or
+        the upstream quiet) keeps only its caution until that ends on its
+        own time; a stale CLOSED or HALF_OPEN view says nothing of the fleet
+        now, and the pod's own state decides (its half-open round included)."""
         view = tracked.view
-        if view is not None and now - view.at > _ACTIVE_S:
-            # Too old to say anything of the fleet now: the next sync reads it.
+        if view is None:
+            return None
+        stale = not self._up or now - view.at > _STALE_SYNCS * self.interval_s
+        if stale and not _holds(view, now):
             tracked.view = view = None
         return view
 
     def _share(self, view: FleetView | None, now: float) -> float:
+        """The part of a shared rate this pod paces by: its lease's while it
+        holds; past it, without a reading (Redis away), `fallback_share`
+        for as long as the store is away (or the whole rate when unset)."""
         if view is not None and now < view.share_until:
             return view.share
-        if view is not None and self.settings.fallback_share is not None:
-            # A lease that ran out without a new reading: Redis is away.
+        if self.settings.fallback_share is not None and (view is not None or not self._up):
             return self.settings.fallback_share
         return 1.0
 
@@ -417,17 +460,18 @@ class FleetStore(PodStore):
         if delta.cool_until > now:
             hint = math.ceil((delta.cool_until - now) * 1000)
         view = tracked.view
-        want = wanted_probes(view, config, now, delta.asked)
-        returned = 0
-        if view is not None and view.probes and not delta.asked:
-            # Slots leased and not wanted since: given back to the round (and
-            # no longer this pod's from now, not from the reply).
-            returned, tracked.view = view.probes, view._replace(probes=0)
-        elapsed = min(max(now - tracked.synced_at, self.interval_s), 10 * self.interval_s)
-        demand = delta.asked / elapsed
+        # Calls refused since the last sync ask for slots; a pod that asked
+        # lately asks for one ahead of its next call, so a pod calling once
+        # a second does not spend a call on learning it needs a slot.
+        asking = delta.asked or int(now - tracked.asked_at <= _PROBE_WANT_S)
+        want = wanted_probes(view, config, now, asking)
+        # The demand over the time since the last sync that landed: after an
+        # outage, what was asked meanwhile is spread over all of it.
+        elapsed = min(max(now - tracked.synced_at, self.interval_s), _MAX_DEMAND_SPAN_S)
+        demand = delta.wanted / elapsed
         words = (
-            f"sync {self._pod} 0 {calls} {failures} {deposits} {retries} {taken} {refilled} "
-            f"{hint} {want} {returned} {demand:.3f} {self._tail(config)}"
+            f"sync {self._pod} {calls} {failures} {deposits} {retries} {taken} "
+            f"{refilled} {hint} {want} {demand:.3f} {self._tail(config)}"
         )
         return words, demand
 
@@ -438,33 +482,54 @@ class FleetStore(PodStore):
         loop = asyncio.get_running_loop()
         next_at = loop.time()
         while not self._closing:
-            next_at += self.interval_s
+            wait = next_at - loop.time()
+            if wait > 0:
+                # Woken early by a name not synced yet: it alone is synced then.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._soon.wait()
+            self._soon.clear()
+            early = loop.time() < next_at
+            if not early:
+                # A sync that overran starts the next at once, never a backlog.
+                next_at = max(next_at + self.interval_s, loop.time())
             if self._up:
                 with contextlib.suppress(Exception):
-                    await self.sync()
-            # A sync that overran starts the next at once, never a backlog.
-            next_at = max(next_at, loop.time())
-            await asyncio.sleep(next_at - loop.time())
+                    await self.sync(early)
+            if early:
+                # At most one early sync per _EARLY_GAP_S: a flood of new
+                # names costs one round trip per gap, not one per name.
+                await asyncio.sleep(_EARLY_GAP_S)
 
-    async def sync(self) -> int:
-        """One sync of every upstream touched lately: the number synced."""
+    async def sync(self, new_only: bool = False) -> int:
+        """One sync of every upstream due (`new_only`: of those never synced
+        yet): the number synced."""
         now = self._clock()
-        due = self.due(now)
+        due = self.due(now, new_only)
         for start in range(0, len(due), _SYNC_BATCH):
             if not await self._sync_batch(due[start : start + _SYNC_BATCH], now):
                 return start
             await asyncio.sleep(0)
         return len(due)
 
-    def due(self, now: float) -> list[_Tracked]:
-        """The upstreams a sync at `now` sends: those touched in the last
-        _ACTIVE_S, and those whose counts have not reached the fleet yet
-        (gathered while Redis was away)."""
+    def due(self, now: float, new_only: bool = False) -> list[_Tracked]:
+        """The upstreams a sync at `now` sends: those with counts to send
+        (touched since their last sync, or gathered while Redis was away),
+        those whose view is not plain (a fleet breaker not CLOSED, a
+        cool-down, probe slots held), those touched within _HOT_S, and
+        every _QUIET_SYNCS intervals the others touched within _ACTIVE_S:
+        a name a caller used once costs a second of syncs, then one in five."""
+        if new_only:
+            return [t for t in self._tracked.values() if t.synced_at == -math.inf]
         self._forget(now)
+        quiet = _QUIET_SYNCS * self.interval_s
         return [
             t
             for t in self._tracked.values()
-            if now - t.touched <= _ACTIVE_S or t.delta is not NO_DELTA
+            if t.delta is not NO_DELTA
+            or _busy(t.view, now)
+            or now - t.touched <= _HOT_S
+            or (now - t.touched <= _ACTIVE_S and now - t.synced_at >= quiet)
         ]
 
     # A sync in four steps, so that a simulation of many pods can put many
@@ -484,9 +549,10 @@ class FleetStore(PodStore):
 
     def unsent(self, calls: Sequence[Call]) -> None:
         """A sync whose answer never came: whether it landed is unknown, so
-        its deltas go out again with the next (the cautious error for a breaker)."""
+        what of its deltas errs on the cautious side if counted twice goes
+        out again with the next (squawk.policy.fleet.cautious)."""
         for call in calls:
-            call.tracked.delta = merged(call.delta, call.tracked.delta)
+            call.tracked.delta = merged(cautious(call.delta), call.tracked.delta)
 
     def sync_replies(
         self, calls: Sequence[Call], replies: Sequence[object], now: float
@@ -495,6 +561,9 @@ class FleetStore(PodStore):
         moves = []
         for call, raw in zip(calls, replies, strict=True):
             got = self._usable(raw)
+            # Synced either way: an upstream Redis refuses is not sent again
+            # at once (its next regular sync tries it).
+            call.tracked.synced_at = now
             if got is None:
                 continue
             tracked = call.tracked
@@ -504,7 +573,6 @@ class FleetStore(PodStore):
             tracked.view = viewed(
                 got, config, self._clock(), before, call.demand, lease, self.interval_s
             )
-            tracked.synced_at = now
             self._differs(tracked, got)
             self._moved(tracked, before, tracked.view)
             made = move(got, config, self.settings.min_pods)
@@ -547,9 +615,24 @@ class FleetStore(PodStore):
         """The calls' replies, in one round trip (an item's error is its reply)."""
         # The context closes the pipeline on every path: one left holding a
         # connection is an asyncio "Unclosed Pipeline client" at each outage.
+        replies = await self._round_trip(calls)
+        missing = [i for i, r in enumerate(replies) if isinstance(r, self._no_script)]
+        if missing:
+            # A server that restarted (or flushed its scripts) has lost the
+            # script: load it once and send those calls again (they did not run).
+            async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+                await self._redis.script_load(_SCRIPT)
+            again = await self._round_trip([calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _round_trip(self, calls: Sequence[Call]) -> list[object]:
+        # EVALSHA itself: a registered script would ask SCRIPT EXISTS first,
+        # a second round trip per pipeline.
         async with self._redis.pipeline(transaction=False) as pipe:
             for call in calls:
-                await self._script(keys=call.keys, args=[call.words], client=pipe)  # queued
+                pipe.evalsha(self._sha, len(call.keys), *call.keys, call.words)
             async with asyncio.timeout(max(_BACKGROUND_TIMEOUT_S, self._late_s)):
                 replies: list[object] = await pipe.execute(raise_on_error=False)
         return replies
@@ -590,9 +673,13 @@ class FleetStore(PodStore):
 
     def _moved(self, tracked: _Tracked, before: FleetView | None, after: FleetView) -> None:
         """A fleet breaker's transition, as this pod saw it."""
+        if before is None:
+            # The first view of an upstream: news to this pod, not a move of
+            # the fleet's breaker (a pod that calls rarely would say the same
+            # move again at every return).
+            return
         key = (tracked.profile.name, tracked.upstream)
-        was = BreakerState.CLOSED if before is None else before.reading.state
-        now = after.reading.state
+        was, now = before.reading.state, after.reading.state
         if was is not now and self._on_transition is not None:
             kept = self.upstreams.tracks(*key)
             self._on_transition(Transition(key[0], key[1], was, now, True, kept))
@@ -702,6 +789,22 @@ class FleetStore(PodStore):
 _SEVERITY = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
+def _busy(view: FleetView | None, now: float) -> bool:
+    """Whether a view needs every sync: anything but a plain CLOSED fleet."""
+    if view is None:
+        return False
+    return view.reading.state is not BreakerState.CLOSED or view.probes > 0 or _holds(view, now)
+
+
+def _holds(view: FleetView | None, now: float) -> bool:
+    """Whether a view still holds caution of its own: an OPEN fleet breaker
+    (until it half-opens) or a cool-down, each bounded by its rule."""
+    if view is None:
+        return False
+    opened = view.reading.state is BreakerState.OPEN and now < view.until
+    return opened or now < view.cool_until
+
+
 def reading(raw: object) -> Reading | None:
     """A sync reply as a Reading, or None when it is not one: a store's
     answer is input too. Times come in ms and leave as seconds."""
@@ -724,10 +827,11 @@ def reading(raw: object) -> Reading | None:
         v[10],
         v[11],
         v[12],
-        v[13] / 1000,
+        v[13],
         v[14] / 1000,
-        v[15],
-        bool(v[16]),
+        v[15] / 1000,
+        v[16],
+        bool(v[17]),
     )
 
 
