@@ -55,6 +55,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,10 @@ from .redis_server import RedisServer, server_binary
 __all__ = ["policy_yaml"]
 
 UPSTREAM = "llm-api"
+# The fleet store's script, as the daemon loads it.
+SYNC_SCRIPT = (
+    resources.files("squawk.daemon.server.tracking").joinpath("fleet.lua").read_text("utf-8")
+)
 GROUPS = 10
 WARM_S, SHIFT_S, OUTAGE_S = 1.5, 4.5, 6.5
 # The outage runs at most this long when some pod never reads OPEN.
@@ -122,6 +127,8 @@ class Pod:
     failures: float = 0.0
     sent: tuple[int, int, int] = (0, 0, 0)
     open_at: float = math.nan
+    # Its view says the fleet's breaker is OPEN: its calls are refused.
+    refused: bool = False
 
 
 class Fleet:
@@ -151,8 +158,9 @@ class Fleet:
         # sync whose reading called for OPEN was read.
         self.opened = 0
         self.read_at = math.nan
-        # The readings the pace is judged over, how many, and the sum of the
-        # share of the calling pods their demand sums held (`wanting`).
+        # The readings from PACE_FROM_S to the outage (once the breaker
+        # refuses, the demand goes), how many, and the sum of the share of
+        # the calling pods their demand sums held (`wanting`).
         self.readings = 0
         self.reported = 0.0
         self.calling = len(self.pods)
@@ -219,7 +227,10 @@ class Fleet:
         deposits = EMPTY
         if isinstance(budget, RatioBudgetConfig):
             deposits = added(EMPTY, now, seconds(budget.ttl), BUDGET_BUCKETS, calls, 0)
-        return Delta(breaker=breaker, budget=deposits, asked=asked)
+        if pod.refused:
+            # The fleet's breaker refuses them: asked, and no demand for the pace.
+            return Delta(breaker=breaker, budget=deposits, asked=asked)
+        return Delta(breaker=breaker, budget=deposits, wanted=asked)
 
     def pace(self, pod: Pod, now: float) -> None:
         """The pod's pacer at the share its store's admit would give it now
@@ -234,10 +245,12 @@ class Fleet:
         t = now - self.start
         # The sums read just after the shift still hold the pods that stopped.
         shifting = SHIFT_S <= t < SHIFT_S + 2 * self.interval
-        if view is not None and pod.demand > 0 and t >= PACE_FROM_S and not shifting:
+        judged = PACE_FROM_S <= t < OUTAGE_S and not shifting
+        if view is not None and pod.demand > 0 and judged:
             self.readings += 1
             self.reported += view.reading.wanting / self.calling
-        if view is not None and state_at(view, now) is BreakerState.OPEN:
+        pod.refused = view is not None and state_at(view, now) is BreakerState.OPEN
+        if pod.refused:
             started = 0.0
         self.started += started - pod.started
         pod.started = started
@@ -327,7 +340,7 @@ class Driver:
         if self._prepared is None:
             return
         (batches, now), self._prepared = self._prepared, None
-        if batches[0][0] is self.fleet.pods[0].store:
+        if batches[0][0] is self.fleet.pods[0].store and batches[0][1]:
             # Pod 0's sync alone, sent and read at once while the server is
             # idle (the group before is read): a daemon's own round trip.
             sent = time.monotonic()
@@ -337,7 +350,8 @@ class Driver:
             self._paced(batches[:1])
             batches = batches[1:]
         calls = [call for _, batch in batches for call in batch]
-        self.wire.send(calls)
+        if calls:
+            self.wire.send(calls)
         self._sent = (batches, now, len(calls))
 
     def finish(self) -> None:
@@ -393,7 +407,7 @@ def run(server: RedisServer, client: Any, pods: int, rate: float, seed: int) -> 
     prefix = f"scale-{pods}x{rate:g}:"
     config = parse_config(policy_yaml(server.url, prefix, fleet_rate), "<fleet-scale policy>")
     fleet = Fleet(config, demands, fleet_rate)
-    sha = client.script_load(fleet.pods[0].store._script.script)
+    sha = client.script_load(SYNC_SCRIPT)
     fleet.offset_ms = _server_offset_ms(client)
     driver = Driver(fleet, client, sha)
     # The stores live through the run: the collector need not walk them.
@@ -530,9 +544,9 @@ def each_alone(server: RedisServer, client: Any, config: Config, batch: int) -> 
     cb = profile.for_upstream(UPSTREAM).circuit_breaker
     now = time.monotonic()
     window = added(EMPTY, now, seconds(cb.window), cb.buckets, 100, 0)
-    store.add(profile, UPSTREAM, Delta(breaker=window, asked=100))
+    store.add(profile, UPSTREAM, Delta(breaker=window, wanted=100))
     call = store.sync_calls(store.due(now), now)[0]
-    sha = client.script_load(store._script.script)
+    sha = client.script_load(SYNC_SCRIPT)
     return drive(client, server, sha, call.keys, [call.words], 1.5, batch)
 
 

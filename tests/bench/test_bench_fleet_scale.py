@@ -137,8 +137,8 @@ def test_a_pods_delta_holds_its_executors_counts_since_its_last_sync() -> None:
     first = f.delta(pod, 0.1)
     second = f.delta(pod, 0.2)
     assert first is not None and second is not None
-    assert (first.asked, first.breaker.first, first.breaker.second) == (2, 2, 0)
-    assert (second.asked, second.breaker.first, second.budget.first) == (3, 3, 3)
+    assert (first.wanted, first.breaker.first, first.breaker.second) == (2, 2, 0)
+    assert (second.wanted, second.breaker.first, second.budget.first) == (3, 3, 3)
 
 
 def test_only_the_calls_after_the_outage_began_fail() -> None:
@@ -191,9 +191,11 @@ def test_a_run_held_its_schedule_with_its_syncs_and_its_demand_sums(
 
 
 def reply(state: int, demand_thousandths: int, wanting: int) -> list[int]:
-    """A sync's reply as fleet.lua writes it (see fleet_store.reading)."""
+    """A sync's reply as fleet.lua writes it (see fleet_store.reading): the
+    state, its epoch and time left, then zeros up to the demand and the
+    pods that reported it, and `differ`."""
     left = 60_000 if state == 2 else 0
-    return [state, 0, left, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, demand_thousandths, wanting, 0]
+    return [state, 0, left, *[0] * 12, demand_thousandths, wanting, 0]
 
 
 def test_a_pod_starts_what_its_share_of_the_rate_allows() -> None:
@@ -219,3 +221,8 @@ def test_a_pod_starts_what_its_share_of_the_rate_allows() -> None:
     pod.store.sync_replies(calls, [reply(2, fleet_demand, 4)], now + 0.2)
     f.pace(pod, time.monotonic())
     assert pod.started == 0.0
+    # Its Admits since the first delta (0.2 s at 150/s) are refused now:
+    # asked, and no demand for the pace.
+    refused = f.delta(pod, now + 0.3)
+    assert refused is not None
+    assert (refused.asked, refused.wanted) == (30, 0)
