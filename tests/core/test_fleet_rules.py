@@ -50,8 +50,8 @@ NOW = 1000.0
 INTERVAL = 0.1
 
 
-def view_of(reading: Reading, config: UpstreamConfig = CONFIG, demand: float = 0.0) -> FleetView:
-    return viewed(reading, config, NOW, None, demand, 1.0, INTERVAL)
+def view_of(reading: Reading, config: UpstreamConfig = CONFIG) -> FleetView:
+    return viewed(reading, config, NOW, None, 1.0, INTERVAL)
 
 
 # -- the quorum and the half-open round: the breaker's own rules -----------

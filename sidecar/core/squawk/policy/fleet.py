@@ -22,7 +22,9 @@ with the sums, each a rule of the core applied to the fleet's counts:
   deploy, opens only its own breaker); CLOSED or OPEN when the half-open
   round is judged (the breaker's own rule again).
 - `share`: this pod's lease of the upstream's rate, a fraction in (0, 1]
-  of it, in proportion to the demand each pod reported.
+  of it, in proportion to the demand each pod reported (`demand`: its
+  calls asked per second, smoothed); `pace_share`: the fraction in force,
+  the lease's or, once it ran out without a new reading, the fallback.
 
 The staleness this allows is one sync interval (plus a round trip): a
 pod learns of another's failures, of the fleet's breaker opening, of a
@@ -57,11 +59,13 @@ __all__ = [
     "admitted",
     "asked",
     "cautious",
+    "demand",
     "fleet_snapshot",
     "merged",
     "move",
     "moved",
     "outcome",
+    "pace_share",
     "refusal",
     "retried",
     "retry_answer",
@@ -77,6 +81,12 @@ __all__ = [
 # Outcomes of one kind a delta carries at most: a pod's real counts over one
 # sync interval are far below; the bound is for the store's arithmetic.
 MAX_DELTA = 10**9
+# The least pace share: a pod with almost no part of the demand still paces.
+MIN_SHARE = 1e-6
+# The demand's running mean spans about this many sync intervals, and a
+# smaller demand (calls/s) is none.
+DEMAND_SYNCS = 2
+MIN_DEMAND = 0.01
 
 
 class Delta(NamedTuple):
@@ -140,12 +150,14 @@ class Reading(NamedTuple):
     spent: int
     # The shared cool-down left.
     cooling: float
-    # The pace share: the demand every pod reported for the previous sync
-    # interval (calls/s), and how many pods reported it.
+    # The pace share: the demand every pod reported for the last whole
+    # slot (calls/s), and how many pods reported it.
     demand: float
     wanting: int
     # The pod's settings differ from those the fleet's state was written with.
     differ: bool
+    # This pod's own part of `demand` (0: it was not among the `wanting`).
+    own: float = 0.0
 
 
 class FleetView(NamedTuple):
@@ -165,6 +177,8 @@ class FleetView(NamedTuple):
     # When the next sync is due: what a HALF_OPEN fleet's refusal waits for
     # while the round has slots left (the next sync may lease one).
     next_at: float
+    # When the slots held were leased (the oldest still held).
+    leased_at: float
 
 
 class Move(NamedTuple):
@@ -283,13 +297,11 @@ def viewed(
     config: UpstreamConfig,
     now: float,
     previous: FleetView | None,
-    demand: float,
     lease: float,
     interval: float,
 ) -> FleetView:
-    """The view a reading makes at `now`. `demand`: the calls/s this pod
-    reported in the reading's interval; `lease`: how long its share holds;
-    `interval`: the time to the next sync.
+    """The view a reading makes at `now`. `lease`: how long its share
+    holds; `interval`: the time to the next sync.
     The store's numbers are held to what the rules allow: no reading keeps
     a breaker OPEN past open_for, cools past max_cool_down, or leases more
     than the round's probes."""
@@ -302,35 +314,72 @@ def viewed(
     # Slots leased before stay this pod's until used or their round ends (a
     # round that restarted is another, whose id differs): a pod whose next
     # call comes a second later still has the slot it asked for then.
-    held = 0
+    held, since = 0, now
     if (
         previous is not None
         and reading.state is BreakerState.HALF_OPEN
         and previous.reading.round == reading.round
+        and previous.probes
     ):
-        held = previous.probes
+        held, since = previous.probes, previous.leased_at
     return FleetView(
         reading,
         now,
         now + reading.left,
         now + reading.cooling if reading.cooling > 0 else -math.inf,
         min(held + reading.granted, cb.half_open_probes),
-        share(reading, demand),
+        share(reading),
         now + lease,
         now + interval,
+        since if held else now,
     )
 
 
-def share(reading: Reading, demand: float) -> float:
-    """This pod's fraction of the upstream's rate: its demand over every
-    pod's; a pod that reported none (a newcomer) gets an equal part.
+def share(reading: Reading) -> float:
+    """This pod's fraction of the upstream's rate: its part of the demand
+    every pod reported for the same slot, so the fractions the pods read
+    from one slot add up to 1. A pod that was not among them (a newcomer,
+    or one idle then) takes an equal part, 1 / (wanting + 1): the others do
+    not leave it room until its own demand is summed, so the fleet runs
+    over by that part for at most two slots (see docs/fleet.md).
     Fractions, not rates: every pod reads the rate itself (its policy or the
-    upstream's headers), so a pod need not trust another's number."""
-    if reading.wanting <= 1:
-        return 1.0
-    if demand <= 0.0 or reading.demand <= 0.0:
-        return 1.0 / (reading.wanting + (demand <= 0.0))
-    return min(1.0, max(demand / reading.demand, 1e-6))
+    upstream's headers), so a pod need not trust another's number.
+
+    In proportion to demand, not max-min fair ("water-filling"): the
+    fractions always add up to the whole rate, so no capacity is left over
+    whichever way the demand splits (below the rate, every pod's part is
+    more than it asks; above, every pod is short by the same factor); and
+    two sums per slot are all Redis keeps. Max-min would give a pod asking
+    less than an equal part all it asks while the others are short, at the
+    price of every pod's demand (or a second sum and a level each pod
+    iterates toward)."""
+    if reading.own <= 0.0 or reading.demand <= 0.0:
+        return 1.0 / (reading.wanting + 1)
+    return min(1.0, max(reading.own / reading.demand, MIN_SHARE))
+
+
+def demand(previous: float, wanted: int, elapsed: float, interval: float) -> float:
+    """The demand a sync reports: calls wanted per second (Delta.wanted), a
+    running mean over about DEMAND_SYNCS intervals (`wanted` over `elapsed`
+    seconds since the last sync), so a pod asking a few calls a second is
+    not absent from every other slot (and an equal-part newcomer at the
+    next); below MIN_DEMAND it is none. The first reading of a pod without
+    one is taken whole: a newcomer's demand is not halved."""
+    rate = wanted / max(elapsed, interval)
+    weight = 1.0 if previous <= 0.0 else min(1.0, elapsed / (DEMAND_SYNCS * interval))
+    mean = previous + weight * (rate - previous)
+    return mean if mean >= MIN_DEMAND else 0.0
+
+
+def pace_share(view: FleetView | None, now: float, fallback: float | None) -> float:
+    """The fraction of a shared rate this pod paces by at `now`: the share
+    its last reading leased while the lease holds; after that (or with no
+    reading) `fallback` (state.fallback_share, when the store says it
+    applies), or the whole rate when it is None (the pod's own pacer, as
+    without the fleet)."""
+    if view is not None and now < view.share_until:
+        return view.share
+    return 1.0 if fallback is None else fallback
 
 
 def state_at(view: FleetView, now: float) -> BreakerState:
@@ -396,8 +445,9 @@ def wanted_probes(view: FleetView | None, config: UpstreamConfig, now: float, as
     to be) HALF_OPEN, not cooling (a call would be refused anyway), and
     this pod refused calls since its last sync (Delta.asked), one for each,
     at most the round's probes, less those it holds. A slot is held until
-    used or until its round ends (open_for without a verdict), as a pod's
-    own round holds a probe whose outcome never comes."""
+    used, its round ends (open_for without a verdict), or a second passed
+    unused (the store gives it back then): a pod whose next call comes a
+    second later still has the slot its refused call asked for."""
     if view is None or asked <= 0 or view.cool_until > now:
         return 0
     if state_at(view, now) is BreakerState.CLOSED:

@@ -18,20 +18,23 @@
 --       r the half-open round (hash: i its id, t slots taken, o successes, x failures;
 --         expires open_for after it began: a round without a verdict restarts)
 --       d the pace's demand (hash: D<slot> calls/s, N<slot> pods, and each
---         pod's "slot demand" last written)
+--         pod's "slot demand previous-slot previous-demand" last written;
+--         a slot is two sync intervals)
 -- ARGV[1] words separated by spaces:
---   sync pod calls failures deposits retries taken refilled hint want
---        demand  window buckets ttl open_for probes max_cool
+--   sync pod round calls failures deposits retries taken refilled hint want
+--        returned demand  window buckets ttl open_for probes max_cool
 --        max_tokens interval fingerprint
 --   move pod epoch to  window buckets ttl open_for probes max_cool
 --        max_tokens interval fingerprint
 --
 -- sync replies {state, epoch, left, calls, failures, pods, taken, successes,
 --   probe failures, granted, round, deposits, retries, spent, cooling, demand
---   (thousandths of calls/s), wanting, differ}; state 1 CLOSED, 2 OPEN,
---   3 HALF_OPEN; left: OPEN, ms until it half-opens, HALF_OPEN, until the
---   round restarts; round: the half-open round's id (slots leased in a
---   round are void once it restarted).
+--   (thousandths of calls/s), wanting, differ, own (this pod's part of
+--   demand, thousandths)}; state 1 CLOSED, 2 OPEN, 3 HALF_OPEN; left: OPEN,
+--   ms until it half-opens, HALF_OPEN, until the round restarts; round: the
+--   half-open round's id (slots leased in a round are void once it
+--   restarted, and `returned` slots go back only to the round of the id
+--   sent).
 -- move replies {1} when made, {0} when the fleet left that epoch first.
 
 local CLOSED, OPEN, HALF = 1, 2, 3
@@ -51,7 +54,7 @@ local function bounded(x, low, high)
   return math.min(math.max(x, low), high)
 end
 
-local i = op == 'sync' and 12 or 5
+local i = op == 'sync' and 14 or 5
 local window, buckets = bounded(arg[i], 1, 1e12), bounded(arg[i + 1], 1, 1000)
 local ttl, open_for = bounded(arg[i + 2], 1, 1e12), bounded(arg[i + 3], 1, 1e12)
 local probes, max_cool = bounded(arg[i + 4], 1, 1e9), bounded(arg[i + 5], 0, 1e12)
@@ -157,13 +160,13 @@ for k = 1, #counts, 2 do
   end
 end
 
-local calls, failures = bounded(arg[3], 0, MAX_ADD), bounded(arg[4], 0, MAX_ADD)
+local calls, failures = bounded(arg[4], 0, MAX_ADD), bounded(arg[5], 0, MAX_ADD)
 failures = math.min(failures, calls)
-local deposits, retries = bounded(arg[5], 0, MAX_ADD), bounded(arg[6], 0, MAX_ADD)
-local taken, refilled = bounded(arg[7], 0, MAX_ADD), bounded(arg[8], 0, MAX_ADD)
-local hint = bounded(arg[9], -1, 1e12)
-local want = bounded(arg[10], 0, probes)
-local demand = bounded(arg[11], 0, 1e9)
+local deposits, retries = bounded(arg[6], 0, MAX_ADD), bounded(arg[7], 0, MAX_ADD)
+local taken, refilled = bounded(arg[8], 0, MAX_ADD), bounded(arg[9], 0, MAX_ADD)
+local hint = bounded(arg[10], -1, 1e12)
+local want, returned = bounded(arg[11], 0, probes), bounded(arg[12], 0, probes)
+local demand = bounded(arg[13], 0, 1e9)
 
 -- The breaker's counts, by the fleet's state: a CLOSED window, a half-open
 -- round's tally (every counted outcome is a probe's, as in the core), or
@@ -178,7 +181,8 @@ if state == CLOSED and calls > 0 then
   end
 end
 local round_exists = redis.call('EXISTS', KEYS[6]) == 1
--- Each round has an id: slots leased in a round that restarted since are void.
+-- Each round has an id: slots leased in a round that restarted since are
+-- void, and given back only to the round they were leased in.
 local function round()
   if not round_exists then
     rounds = (rounds + 1) % MAX_EPOCH
@@ -206,6 +210,9 @@ if state == HALF then
     if bad > 0 then redis.call('HINCRBY', KEYS[6], 'x', bad) end
     if good > 0 then redis.call('HINCRBY', KEYS[6], 'o', good) end
   end
+  if returned > 0 and round_exists and round_id() == bounded(arg[3], 0, MAX_EPOCH) then
+    if redis.call('HINCRBY', KEYS[6], 't', -returned) < 0 then redis.call('HSET', KEYS[6], 't', 0) end
+  end
   if want > 0 then
     round()
     local now_taken = redis.call('HINCRBY', KEYS[6], 't', want)
@@ -226,16 +233,32 @@ end
 spent = math.min(math.max(spent - refilled, 0) + taken, max_tokens)
 if hint >= 0 then cool = math.max(cool, now + math.min(hint, max_cool)) end
 
--- The pace's demand, per sync interval (slot): each pod's latest report
--- for the slot counted once, whatever how often it synced in it.
-local slot = math.floor(now / interval)
+-- The pace's demand, per slot of two sync intervals: each pod's latest
+-- report in a slot counted once, however often it synced in it. Two
+-- intervals, so that a pod syncing every interval lands in every slot
+-- even when a sync comes late: a pod missing from a slot it was asking in
+-- would let the others' parts add up to the whole rate without its own.
+-- The reply is the last whole slot's sums, and this pod's part of them.
+-- Each pod's field holds "slot demand previous-slot previous-demand".
+local slot = math.floor(now / (2 * interval))
+local prev = redis.call('HMGET', KEYS[7], 'D' .. (slot - 1), 'N' .. (slot - 1))
+local total, wanting = bounded(prev[1], 0, 1e12), bounded(prev[2], 0, 1e9)
+local last_slot, last_demand, before_slot, before_demand = -1, 0, -1, 0
+-- (An upstream nobody asks Admit for, only reports on, costs no more.)
+local last = (demand > 0 or total > 0) and redis.call('HGET', KEYS[7], pod)
+if last then
+  local a, b, c, d = string.match(last, '^(%d+) ([%d.e+-]+) (-?%d+) ([%d.e+-]+)$')
+  last_slot, last_demand = tonumber(a) or -1, bounded(b, 0, 1e9)
+  before_slot, before_demand = tonumber(c) or -1, bounded(d, 0, 1e9)
+end
+local own = 0
+if last_slot == slot - 1 then
+  own = last_demand
+elseif last_slot == slot and before_slot == slot - 1 then
+  own = before_demand
+end
+own = math.min(own, total)
 if demand > 0 then
-  local last = redis.call('HGET', KEYS[7], pod)
-  local last_slot, last_demand = -1, 0
-  if last then
-    local a, b = string.match(last, '^(%d+) ([%d.e+-]+)$')
-    last_slot, last_demand = tonumber(a) or -1, tonumber(b) or 0
-  end
   for _, field in ipairs({'D' .. slot, 'N' .. slot}) do
     if redis.call('HEXISTS', KEYS[7], field) == 1 and not tonumber(redis.call('HGET', KEYS[7], field)) then
       redis.call('HDEL', KEYS[7], field)
@@ -246,13 +269,12 @@ if demand > 0 then
   else
     redis.call('HINCRBYFLOAT', KEYS[7], 'D' .. slot, demand)
     redis.call('HINCRBY', KEYS[7], 'N' .. slot, 1)
+    before_slot, before_demand = last_slot, last_demand
   end
-  redis.call('HSET', KEYS[7], pod, slot .. ' ' .. demand)
+  redis.call('HSET', KEYS[7], pod, slot .. ' ' .. demand .. ' ' .. before_slot .. ' ' .. before_demand)
   redis.call('HDEL', KEYS[7], 'D' .. (slot - 2), 'N' .. (slot - 2))
-  redis.call('PEXPIRE', KEYS[7], math.floor(10 * interval + 60000))
+  redis.call('PEXPIRE', KEYS[7], math.floor(20 * interval + 60000))
 end
-local prev = redis.call('HMGET', KEYS[7], 'D' .. (slot - 1), 'N' .. (slot - 1))
-local total, wanting = bounded(prev[1], 0, 1e12), bounded(prev[2], 0, 1e9)
 
 -- Aged out, and none from the future (a planted score of +inf never would be).
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
@@ -289,5 +311,5 @@ if state ~= CLOSED then redis.call('PEXPIRE', KEYS[5], math.floor(keep)) end
 return {
   state, epoch, left, sums.w, math.min(sums.x, sums.w), pods, tally[1], tally[2], tally[3],
   granted, round_id(), sums.d, sums.r, spent, math.max(cool - now, 0), math.floor(total * 1000), wanting,
-  differ,
+  differ, math.floor(own * 1000),
 }

@@ -72,6 +72,7 @@ from squawk.policy.fleet import (
     merged,
     move,
     moved,
+    pace_share,
     refusal,
     retried,
     retry_answer,
@@ -81,6 +82,9 @@ from squawk.policy.fleet import (
     token_change,
     viewed,
     wanted_probes,
+)
+from squawk.policy.fleet import (
+    demand as mean_demand,
 )
 from squawk.policy.fleet import (
     outcome as with_outcome,
@@ -119,8 +123,8 @@ _STALE_SYNCS = 10
 # intervals (its next call reads a view at most that many old).
 _HOT_S = 1.0
 _QUIET_SYNCS = 5
-# A pod that asked within this long asks for a probe slot ahead of its next call.
-_PROBE_WANT_S = 2.0
+# Probe slots a pod leased and has not used for this long are given back.
+_PROBE_HOLD_S = 1.0
 # The longest stretch a reported demand is averaged over (after an outage).
 _MAX_DEMAND_SPAN_S = 60.0
 # Early syncs (of names never synced) are at least this far apart.
@@ -132,7 +136,7 @@ _PING_FIRST_S, _PING_MAX_S = 0.1, 2.0
 _MAX_CONNECTIONS = 32
 _KEY_CACHE = 4096
 _STATES = {1: BreakerState.CLOSED, 2: BreakerState.OPEN, 3: BreakerState.HALF_OPEN}
-_REPLY_LENGTH = 18
+_REPLY_LENGTH = 19
 # A hostile or broken store's numbers stay within what timedelta holds.
 _MAX_REPLY = 10**12
 
@@ -149,12 +153,15 @@ class _Tracked:
     touched: float
     delta: Delta = NO_DELTA
     view: FleetView | None = None
-    # When an Admit last asked for it (a half-open round's slots go to pods
-    # with calls, before their next call is refused for want of one).
-    asked_at: float = -math.inf
-    # When the last sync that landed was sent, and the demand it reported.
+    # The last view a sync read, kept for its pace share's lease when the
+    # view itself is dropped (see _view and _share).
+    leased: FleetView | None = None
+    # When the last sync that landed was sent.
     synced_at: float = -math.inf
+    # The pace's demand: the running mean the last sync reported
+    # (squawk.policy.fleet.demand), and when that sync was made.
     demand: float = 0.0
+    measured_at: float = -math.inf
 
 
 class Call(NamedTuple):
@@ -263,8 +270,6 @@ class FleetStore(PodStore):
         tracked = self._track(profile, upstream, now)
         config = profile.for_upstream(upstream)
         view = None if tracked is None else self._view(tracked, now)
-        if tracked is not None:
-            tracked.asked_at = now
         refused = refusal(view, config, now, args.deadline, self.upstreams.rng)
         if refused is not None:
             if tracked is not None:
@@ -273,7 +278,7 @@ class FleetStore(PodStore):
         permits = args.permits
         if view is not None and state_at(view, now) is not BreakerState.CLOSED:
             permits = 1
-        share = self._share(view, now)
+        share = self._share(tracked, now)
         local = self.upstreams.admit(profile, upstream, args.deadline, args.cost, permits, share)
         if tracked is not None:
             tracked.delta = asked(tracked.delta, local)
@@ -331,7 +336,7 @@ class FleetStore(PodStore):
     def fleet_views(self, profile: str = "") -> dict[Key, FleetSnapshot]:
         now = self._clock()
         return {
-            key: fleet_snapshot(view, t.profile.for_upstream(key[1]), now, self._share(view, now))
+            key: fleet_snapshot(view, t.profile.for_upstream(key[1]), now, self._share(t, now))
             for key, t in self._tracked.items()
             if (view := self._view(t, now)) is not None and (not profile or key[0] == profile)
         }
@@ -345,7 +350,8 @@ class FleetStore(PodStore):
                 # per new name would cost every call the whole table.
                 self._drop(1, f"more than {len(self._tracked)} upstreams are being synced")
                 return None
-            tracked = self._tracked[key] = _Tracked(profile, upstream, self._keys(key), now)
+            tracked = _Tracked(profile, upstream, self._keys(key), now, measured_at=now)
+            self._tracked[key] = tracked
             # A name this pod has not synced decides without the fleet's
             # view until a sync reads it: that sync comes at once.
             self._soon.set()
@@ -375,15 +381,15 @@ class FleetStore(PodStore):
             tracked.view = view = None
         return view
 
-    def _share(self, view: FleetView | None, now: float) -> float:
+    def _share(self, tracked: _Tracked | None, now: float) -> float:
         """The part of a shared rate this pod paces by: its lease's while it
-        holds; past it, without a reading (Redis away), `fallback_share`
-        for as long as the store is away (or the whole rate when unset)."""
-        if view is not None and now < view.share_until:
-            return view.share
-        if self.settings.fallback_share is not None and (view is not None or not self._up):
-            return self.settings.fallback_share
-        return 1.0
+        holds, even once the view it came with is dropped (Redis away);
+        past it, without a reading, `fallback_share` (or the whole rate
+        when unset). A name not read yet while Redis answers paces by the
+        whole rate: its first sync comes at once."""
+        leased = None if tracked is None else tracked.leased
+        fallback = self.settings.fallback_share
+        return pace_share(leased, now, fallback if leased is not None or not self._up else None)
 
     def _source(self) -> Source:
         return Source.FLEET if self._up else self._local()
@@ -460,18 +466,24 @@ class FleetStore(PodStore):
         if delta.cool_until > now:
             hint = math.ceil((delta.cool_until - now) * 1000)
         view = tracked.view
-        # Calls refused since the last sync ask for slots; a pod that asked
-        # lately asks for one ahead of its next call, so a pod calling once
-        # a second does not spend a call on learning it needs a slot.
-        asking = delta.asked or int(now - tracked.asked_at <= _PROBE_WANT_S)
-        want = wanted_probes(view, config, now, asking)
-        # The demand over the time since the last sync that landed: after an
-        # outage, what was asked meanwhile is spread over all of it.
-        elapsed = min(max(now - tracked.synced_at, self.interval_s), _MAX_DEMAND_SPAN_S)
-        demand = delta.wanted / elapsed
+        want = wanted_probes(view, config, now, delta.asked)
+        returned, round_id = 0, 0
+        if view is not None and view.probes and now - view.leased_at > _PROBE_HOLD_S:
+            # Slots leased over a second ago and still unused (the calls
+            # that asked for them went elsewhere, or stopped): given back to
+            # their round, so another pod's calls may probe instead. From
+            # now, not from the reply: no call spends them meanwhile.
+            returned, round_id = view.probes, view.reading.round
+            tracked.view = view._replace(probes=0)
+        # The demand over the time since the last sync was made (landed or
+        # not: an unsent sync's demand is not sent again); after an outage,
+        # what was asked meanwhile is spread over all of it.
+        elapsed = min(max(now - tracked.measured_at, self.interval_s), _MAX_DEMAND_SPAN_S)
+        demand = mean_demand(tracked.demand, delta.wanted, elapsed, self.interval_s)
+        tracked.demand, tracked.measured_at = demand, now
         words = (
-            f"sync {self._pod} {calls} {failures} {deposits} {retries} {taken} "
-            f"{refilled} {hint} {want} {demand:.3f} {self._tail(config)}"
+            f"sync {self._pod} {round_id} {calls} {failures} {deposits} {retries} {taken} "
+            f"{refilled} {hint} {want} {returned} {demand:.3f} {self._tail(config)}"
         )
         return words, demand
 
@@ -570,8 +582,8 @@ class FleetStore(PodStore):
             config = tracked.profile.for_upstream(tracked.upstream)
             before = tracked.view
             lease = _LEASE_SYNCS * self.interval_s
-            tracked.view = viewed(
-                got, config, self._clock(), before, call.demand, lease, self.interval_s
+            tracked.view = tracked.leased = viewed(
+                got, config, self._clock(), before, lease, self.interval_s
             )
             self._differs(tracked, got)
             self._moved(tracked, before, tracked.view)
@@ -832,6 +844,7 @@ def reading(raw: object) -> Reading | None:
         v[15] / 1000,
         v[16],
         bool(v[17]),
+        v[18] / 1000,
     )
 
 
