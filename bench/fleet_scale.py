@@ -158,9 +158,9 @@ class Fleet:
         # sync whose reading called for OPEN was read.
         self.opened = 0
         self.read_at = math.nan
-        # The readings from PACE_FROM_S to the outage (once the breaker
-        # refuses, the demand goes), how many, and the sum of the share of
-        # the calling pods their demand sums held (`wanting`).
+        # The readings from PACE_FROM_S to the shift (the sums read after it
+        # still hold the pods that stopped), how many, and the sum of the
+        # share of the calling pods their demand sums held (`wanting`).
         self.readings = 0
         self.reported = 0.0
         self.calling = len(self.pods)
@@ -234,19 +234,15 @@ class Fleet:
 
     def pace(self, pod: Pod, now: float) -> None:
         """The pod's pacer at the share its store's admit would give it now
-        (FleetStore._share: the view's share while its lease holds), and
+        (FleetStore._share: the lease's share while it holds), and
         nothing once the fleet's breaker is OPEN. Read from the store's
         own record of the upstream: fleet_views() would build every field
         of a snapshot for display, a fifth of the simulator's CPU."""
         self.integrate(pod, now)
         tracked = pod.store._tracked.get(self.key)
         view = None if tracked is None else tracked.view
-        started = min(pod.demand, pod.store._share(view, now) * self.rate)
-        t = now - self.start
-        # The sums read just after the shift still hold the pods that stopped.
-        shifting = SHIFT_S <= t < SHIFT_S + 2 * self.interval
-        judged = PACE_FROM_S <= t < OUTAGE_S and not shifting
-        if view is not None and pod.demand > 0 and judged:
+        started = min(pod.demand, pod.store._share(tracked, now) * self.rate)
+        if view is not None and PACE_FROM_S <= now - self.start < SHIFT_S:
             self.readings += 1
             self.reported += view.reading.wanting / self.calling
         pod.refused = view is not None and state_at(view, now) is BreakerState.OPEN
@@ -488,7 +484,7 @@ def _figures(
     late_p99 = percentile(costs.late_ms, 99)
     reported = fleet.reported / fleet.readings if fleet.readings else 0.0
     return {
-        "held": held(syncs / work.seconds, pods, interval, reported),
+        "held": held(syncs / work.seconds, pods, interval, reported, late_p99),
         "reported": reported,
         "pods": pods,
         "rate_per_pod": rate,

@@ -116,16 +116,19 @@ class Made:
         return best_end, best
 
 
-def held(syncs_per_s: float, pods: int, interval_s: float, reported: float) -> bool:
+def held(
+    syncs_per_s: float, pods: int, interval_s: float, reported: float, late_p99_ms: float
+) -> bool:
     """Whether a run held its schedule: at least 98 % of the syncs due (each
-    pod once per interval), and the readings' demand sums holding at least
-    97 % of the pods (`reported`: the mean share of the calling pods whose
-    demand the previous interval's sum held). A pod whose sync comes late
-    misses an interval's sum, and the others' shares grow by its part: a run
-    that fell behind measured the simulator's lag as much as the design.
-    (Not 100 %: a pod that syncs a few ms from an interval's edge crosses it
-    now and then even on time, as a daemon's would.)"""
-    return syncs_per_s >= 0.98 * pods / interval_s and reported >= 0.97
+    pod once per interval), readings whose demand sums held at least 97 % of
+    the pods (`reported`: the mean share of the calling pods the last slot's
+    sum held), and 99 % of the ticks less than an interval late. A pod
+    whose sync comes late may miss a slot's sum, and the others' shares grow
+    by its part: a run that fell behind measured the simulator's lag as much
+    as the design. (Not 100 %: a pod that syncs a few ms from a slot's edge
+    crosses it now and then even on time, as a daemon's would.)"""
+    on_time = late_p99_ms < interval_s * 1000
+    return syncs_per_s >= 0.98 * pods / interval_s and reported >= 0.97 and on_time
 
 
 def pace_limit(rate: float, span_s: float, interval_s: float) -> float:

@@ -179,23 +179,29 @@ def test_the_most_may_be_a_span_that_ends_at_a_point() -> None:
 
 
 @pytest.mark.parametrize(
-    ("syncs_per_s", "reported", "held_"),
-    [(9_800.0, 0.97, True), (9_799.0, 0.97, False), (10_000.0, 0.969, False)],
+    ("syncs_per_s", "reported", "late_p99_ms", "held_"),
+    [
+        (9_800.0, 0.97, 99.9, True),
+        (9_799.0, 0.97, 0.0, False),
+        (10_000.0, 0.969, 0.0, False),
+        (10_000.0, 1.0, 100.0, False),
+    ],
 )
-def test_a_run_held_its_schedule_with_its_syncs_and_its_demand_sums(
-    syncs_per_s: float, reported: float, held_: bool
+def test_a_run_held_its_schedule_with_its_syncs_its_demand_sums_and_its_ticks(
+    syncs_per_s: float, reported: float, late_p99_ms: float, held_: bool
 ) -> None:
     # 1,000 pods every 100 ms: 10,000 syncs/s due, 98 % of them at least,
-    # and sums holding 97 % of the pods' demand.
-    assert held(syncs_per_s, 1000, 0.1, reported) is held_
+    # sums holding 97 % of the pods' demand, ticks less than 100 ms late.
+    assert held(syncs_per_s, 1000, 0.1, reported, late_p99_ms) is held_
 
 
-def reply(state: int, demand_thousandths: int, wanting: int) -> list[int]:
+def reply(state: int, demand: int, wanting: int, own: int) -> list[int]:
     """A sync's reply as fleet.lua writes it (see fleet_store.reading): the
-    state, its epoch and time left, then zeros up to the demand and the
-    pods that reported it, and `differ`."""
+    state, its epoch and time left, zeros up to the slot's demand and the
+    pods that reported it, `differ`, and this pod's part of the demand
+    (demands in thousandths of calls/s)."""
     left = 60_000 if state == 2 else 0
-    return [state, 0, left, *[0] * 12, demand_thousandths, wanting, 0]
+    return [state, 0, left, *[0] * 12, demand, wanting, 0, own]
 
 
 def test_a_pod_starts_what_its_share_of_the_rate_allows() -> None:
@@ -211,14 +217,13 @@ def test_a_pod_starts_what_its_share_of_the_rate_allows() -> None:
     assert delta is not None
     pod.store.add(f.profile, "llm-api", delta)
     calls = pod.store.sync_calls(pod.store.due(now + 0.1), now + 0.1)
-    # The fleet asked four times this pod's demand: its share is a quarter.
-    fleet_demand = round(4 * calls[0].demand * 1000)
-    pod.store.sync_replies(calls, [reply(1, fleet_demand, 4)], now + 0.1)
+    # The fleet asked four times this pod's part: its share is a quarter.
+    pod.store.sync_replies(calls, [reply(1, 400_000, 4, 100_000)], now + 0.1)
     f.pace(pod, time.monotonic())
     assert pod.started == pytest.approx(25.0)
     # The fleet's breaker OPEN: nothing starts.
     calls = pod.store.sync_calls(pod.store.due(now + 0.2), now + 0.2)
-    pod.store.sync_replies(calls, [reply(2, fleet_demand, 4)], now + 0.2)
+    pod.store.sync_replies(calls, [reply(2, 400_000, 4, 100_000)], now + 0.2)
     f.pace(pod, time.monotonic())
     assert pod.started == 0.0
     # Its Admits since the first delta (0.2 s at 150/s) are refused now:
