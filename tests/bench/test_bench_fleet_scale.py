@@ -15,7 +15,8 @@ import pytest
 # and pytest puts only tests/ on the import path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.fleet_scale import OUTAGE_S, Fleet, policy_yaml
+from bench.fleet_scale import policy_yaml
+from bench.fleet_scale_pods import OUTAGE_S, Fleet
 from bench.fleet_scale_table import largest_fleet, per_call_cores
 from bench.fleet_scale_tally import (
     Made,
