@@ -356,11 +356,12 @@ class FleetStore(PodStore):
 
     def _forget(self, now: float) -> None:
         """Drop the upstreams nobody touched for _ACTIVE_S whose counts are
-        all sent and whose view holds no caution (an OPEN fleet breaker or a
-        cool-down is kept until its own end, so a pod that calls an upstream
-        rarely still meets them)."""
+        all sent and whose view is a plain CLOSED fleet: one not CLOSED (its
+        key expires when nobody calls), cooling or holding probe slots is
+        kept and synced, so a pod that calls an upstream rarely still meets
+        the fleet's breaker, its half-open round and its cool-down."""
         for key, t in list(self._tracked.items()):
-            if now - t.touched > _ACTIVE_S and t.delta is NO_DELTA and not _holds(t.view, now):
+            if now - t.touched > _ACTIVE_S and t.delta is NO_DELTA and not _busy(t.view, now):
                 del self._tracked[key]
 
     def _view(self, tracked: _Tracked, now: float) -> FleetView | None:
