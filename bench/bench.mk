@@ -9,6 +9,7 @@
 #   make bench-profile             flame graphs of the daemon under load (py-spy)
 #   make soak                      10 minutes at half of saturation (not CI)
 #   make fleet-sim                 50 pods against one failing upstream, per state store
+#   make fleet-sim-scale           1,000 pods' syncs against one Redis, beside the per-call design
 #   make bench-outcome             executors in 3 languages through overloads (about 10 minutes)
 
 BENCH_SECONDS ?= 10
@@ -25,7 +26,8 @@ OUTCOME_ARGS  ?=
 BENCH_RUN      = $(BIN)/python -m bench.run --loadgen $(BENCH_BIN)/loadgen \
                  --echo-go $(BENCH_BIN)/echo-go --jaeger $(JAEGER_BIN)
 
-.PHONY: bench bench-smoke bench-core bench-build bench-profile soak fleet-sim bench-outcome
+.PHONY: bench bench-smoke bench-core bench-build bench-profile soak fleet-sim fleet-sim-scale \
+        bench-outcome
 
 # go vet here keeps the Go code vet-clean wherever the smoke run runs.
 $(BENCH_BUILT): $(BENCH_GO)
@@ -70,3 +72,10 @@ soak: setup $(BENCH_BUILT)
 fleet-sim: setup
 	$(BIN)/python -m bench.fleet_sim --rate 10 --out bench/results/fleet_sim.json
 	$(BIN)/python -m bench.fleet_sim --rate 1 --out bench/results/fleet_sim_thin.json
+
+# The scale mode, about a minute: 1,000 pods (their calls as the counts each
+# sync carries) at two call rates, and 500 pods, then the per-call design
+# flat out (bench/README.md). Pass `--runs PODSxRATE,...` with FLEET_SCALE_ARGS.
+FLEET_SCALE_ARGS ?=
+fleet-sim-scale: setup
+	$(BIN)/python -m bench.fleet_scale --out bench/results/fleet_scale.json $(FLEET_SCALE_ARGS)

@@ -10,7 +10,7 @@ seed and timeline run in three modes:
 
 - fleet store: `Upstreams` + `FleetStore` on one real Redis-compatible
   server on loopback (bench/redis_server.py), each pod with its own
-  connection pool and pod name; the store's deadline is the default 5 ms.
+  connection pool and pod name; the store syncs every 100 ms (the default).
 - pod-local: `Upstreams` + `PodStore`, the memory store: each pod alone.
 - no breaker: the memory store with `circuit_breaker: {enabled: false}`.
 
@@ -22,7 +22,7 @@ probe successes; the fleet's breaker opens only on failures from >= 2 pods.
 The upstream answers at once: a call is counted when made, and its outcome
 recorded right after. All 50 pods share this process's event loop, so an
 Admit that waits on Redis also waits behind the other pods' work; a fleet
-answer later than the deadline is the pod's own (LOCAL), and is counted.
+answer while the store is away is the pod's own (LOCAL), and is counted.
 
 Prints a Markdown table (bench/fleet_tally.py) and writes every count to
 --out. About 80 s in all.

@@ -91,6 +91,15 @@ class RedisServer:
     def ping(self) -> bool:
         return answers_ping(self.port)
 
+    def cpu_s(self) -> float:
+        """The CPU the server process has used (user + system), in seconds."""
+        if self.process is None:
+            return 0.0
+        with open(f"/proc/{self.process.pid}/stat") as stat:
+            # Fields after the command's name, which is in parentheses.
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()

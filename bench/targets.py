@@ -149,7 +149,7 @@ def servers(
     if redis_url:
         # Only the store rows, in each round right after the memory store's,
         # so that a round's two rows are seconds apart. The same command and
-        # policy; `state:` keeps its defaults (a 5 ms deadline, ...).
+        # policy; `state:` keeps its defaults (a sync every 100 ms, ...).
         redis_env = env | {"SQUAWK_STATE_URL": redis_url}
         found.append(
             Server(

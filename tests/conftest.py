@@ -248,8 +248,9 @@ E2E_MODULES = {
     "test_cli_tls", "test_client", "test_client_batch", "test_client_connect",
     "test_client_pace", "test_client_pages", "test_daemon", "test_decision_log", "test_deploy",
     "test_dist", "test_examples", "test_fallback_conformance", "test_first_run", "test_fleet",
-    "test_fleet_connect", "test_fleet_store", "test_fuzz", "test_jaeger",
-    "test_lifecycle", "test_limits", "test_pacing", "test_peer_budget", "test_pod",
+    "test_fleet_connect", "test_fleet_pace", "test_fleet_store", "test_fleet_tables",
+    "test_fleet_view", "test_fuzz", "test_jaeger", "test_lifecycle", "test_limits", "test_pacing",
+    "test_peer_budget", "test_pod",
     "test_pod_rehearsal", "test_pushback", "test_rate_limit_config", "test_readme",
     "test_readme_metrics", "test_reflection", "test_refusal_jitter", "test_reload",
     "test_runner_vectors", "test_span_encoding", "test_start_errors", "test_telemetry",
@@ -257,8 +258,10 @@ E2E_MODULES = {
 }  # fmt: skip
 EXTERNAL_MODULES = {
     "test_bench_outcome", "test_cli_tls", "test_deploy", "test_dist", "test_examples",
-    "test_fallback_conformance", "test_first_run",
-    "test_fleet", "test_fleet_connect", "test_fleet_store", "test_jaeger", "test_pacing",
+    "test_fallback_conformance", "test_first_run", "test_fleet_view",
+    "test_fleet", "test_fleet_connect", "test_fleet_pace", "test_fleet_store", "test_fleet_tables",
+    "test_jaeger",
+    "test_pacing",
     "test_peer_budget", "test_pod", "test_pod_rehearsal", "test_readme", "test_readme_metrics",
     "test_refusal_jitter", "test_throttling", "test_tls", "test_upstreams",
 }  # fmt: skip

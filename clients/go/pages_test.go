@@ -172,7 +172,8 @@ func TestGetUpstreamsStopsAtThePageBound(t *testing.T) {
 	t.Cleanup(srv.Stop)
 	c := newClient(t, l.Addr().String(), WithFallbackDisabled())
 
-	states, err := c.GetUpstreams(context.Background(), &squawkv1.GetUpstreamsRequest{Profile: "llm", Upstream: "u"})
+	req := &squawkv1.GetUpstreamsRequest{Profile: "llm", Upstream: "u", IncludeFleet: true}
+	states, err := c.GetUpstreams(context.Background(), req)
 	if status.Code(err) != codes.Aborted || states != nil {
 		t.Fatalf("GetUpstreams of an endless listing = %d states, %v; want none and ABORTED", len(states), err)
 	}
@@ -182,8 +183,9 @@ func TestGetUpstreamsStopsAtThePageBound(t *testing.T) {
 		t.Errorf("GetUpstreams asked for %d pages, want the bound of %d", len(e.requests), maxUpstreamPages)
 	}
 	for i, r := range e.requests {
-		if r.GetProfile() != "llm" || r.GetUpstream() != "u" {
-			t.Errorf("page %d was asked for profile %q, upstream %q; want the filters on every page", i, r.GetProfile(), r.GetUpstream())
+		if r.GetProfile() != "llm" || r.GetUpstream() != "u" || !r.GetIncludeFleet() {
+			t.Errorf("page %d was asked for profile %q, upstream %q, include_fleet %v; want the request's on every page",
+				i, r.GetProfile(), r.GetUpstream(), r.GetIncludeFleet())
 		}
 	}
 }

@@ -197,7 +197,8 @@ const maxUpstreamPages = 100
 
 // GetUpstreams lists the pod's state of every tracked upstream (of
 // req.Profile, and named exactly req.Upstream, when set), in the order the
-// pod began tracking them. It reads page after page (each of at most
+// pod began tracking them; with req.IncludeFleet each state's Fleet also
+// holds the fleet's view, where the pod has one (the Redis store). It reads page after page (each of at most
 // req.PageSize, 1,000 when unset, starting after req.PageToken when set)
 // until the daemon answers an empty next_page_token; req itself is not
 // changed. After 100 pages it stops with an ABORTED error rather than read

@@ -86,7 +86,7 @@ def test_each_mode_runs_the_policy_the_simulation_states() -> None:
     configs = {mode: parse_config(policy_yaml(mode, "redis://127.0.0.1:6379/0")) for mode in Mode}
     fleet = configs[Mode.FLEET]
     assert (fleet.state.store, fleet.state.min_pods) == (Store.REDIS, 2)
-    assert fleet.state.deadline == timedelta(milliseconds=5)
+    assert (fleet.state.sync, fleet.state.deadline) == (timedelta(milliseconds=100),) * 2
     assert configs[Mode.POD_LOCAL].state.store is Store.MEMORY
     assert configs[Mode.NO_BREAKER].state.store is Store.MEMORY
     cb = fleet.policy.profile("default").circuit_breaker

@@ -358,6 +358,7 @@ def test_the_public_names_are_pinned() -> None:
             "DecideRetryResponse",
             "Decision",
             "ErrorInfo",
+            "FleetState",
             "GetUpstreamsRequest",
             "GetUpstreamsResponse",
             "Outcome",

@@ -2280,7 +2280,11 @@ type GetUpstreamsRequest struct {
 	// Optional. The previous answer's next_page_token, to go on after it;
 	// empty starts from the first. Opaque, and valid only with the daemon
 	// process that gave it.
-	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Optional; default false. When true, each UpstreamState also carries the
+	// fleet's view of it (UpstreamState.fleet), as this pod last read it from
+	// the Redis store. With the memory store it changes nothing.
+	IncludeFleet  bool `protobuf:"varint,5,opt,name=include_fleet,json=includeFleet,proto3" json:"include_fleet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2341,6 +2345,13 @@ func (x *GetUpstreamsRequest) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *GetUpstreamsRequest) GetIncludeFleet() bool {
+	if x != nil {
+		return x.IncludeFleet
+	}
+	return false
 }
 
 // GetUpstreamsResponse is one page of the tracked upstreams.
@@ -2456,7 +2467,12 @@ type UpstreamState struct {
 	Paced int64 `protobuf:"varint,15,opt,name=paced,proto3" json:"paced,omitempty"`
 	// Calls refused with REASON_UPSTREAM_SATURATED since the pod began
 	// tracking the upstream.
-	Shed          int64 `protobuf:"varint,16,opt,name=shed,proto3" json:"shed,omitempty"`
+	Shed int64 `protobuf:"varint,16,opt,name=shed,proto3" json:"shed,omitempty"`
+	// The fleet's view of this (profile, upstream), beside the pod's own
+	// fields above. Set only when the request's include_fleet is true and this
+	// pod has synced the upstream with the fleet; unset with the memory store,
+	// and with the Redis store before the pod's first sync of the upstream.
+	Fleet         *FleetState `protobuf:"bytes,17,opt,name=fleet,proto3" json:"fleet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2601,6 +2617,163 @@ func (x *UpstreamState) GetShed() int64 {
 		return x.Shed
 	}
 	return 0
+}
+
+func (x *UpstreamState) GetFleet() *FleetState {
+	if x != nil {
+		return x.Fleet
+	}
+	return nil
+}
+
+// FleetState is the fleet's view of one (profile, upstream): the counts of
+// every pod that shares the Redis store, as this pod last read them at a
+// sync. It is as old as age says (about one sync interval at most while
+// Redis answers; older during an outage), and it is what this pod's
+// decisions read besides its own state.
+type FleetState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fleet-wide breaker's state.
+	BreakerState BreakerState `protobuf:"varint,1,opt,name=breaker_state,json=breakerState,proto3,enum=squawk.v1.BreakerState" json:"breaker_state,omitempty"`
+	// CLOSED: the calls recorded in the fleet's window, across every pod.
+	// HALF_OPEN: the outcomes of this round's probes, fleet-wide. 0 when OPEN.
+	WindowCalls int64 `protobuf:"varint,2,opt,name=window_calls,json=windowCalls,proto3" json:"window_calls,omitempty"`
+	// CLOSED: the failures among window_calls (as UpstreamState's
+	// window_failures counts them). HALF_OPEN: the failed probes.
+	WindowFailures int64 `protobuf:"varint,3,opt,name=window_failures,json=windowFailures,proto3" json:"window_failures,omitempty"`
+	// CLOSED: the distinct pods with a failure in the window, the count the
+	// breaker's quorum (the policy's min_pods) is held to.
+	FailingPods int32 `protobuf:"varint,4,opt,name=failing_pods,json=failingPods,proto3" json:"failing_pods,omitempty"`
+	// HALF_OPEN: the probe slots taken fleet-wide this round, of the profile's
+	// half_open_probes. 0 otherwise.
+	Probes int32 `protobuf:"varint,5,opt,name=probes,proto3" json:"probes,omitempty"`
+	// OPEN: the time until the fleet's breaker half-opens. HALF_OPEN: until
+	// its round of probes restarts. Unset when CLOSED.
+	BreakerRetryAfter *durationpb.Duration `protobuf:"bytes,6,opt,name=breaker_retry_after,json=breakerRetryAfter,proto3" json:"breaker_retry_after,omitempty"`
+	// Time left of the fleet's shared Retry-After cool-down; zero when none.
+	CoolDownLeft *durationpb.Duration `protobuf:"bytes,7,opt,name=cool_down_left,json=coolDownLeft,proto3" json:"cool_down_left,omitempty"`
+	// The retries the fleet's budget would grant now, as UpstreamState's
+	// budget_balance counts them but over every pod's calls and retries; never
+	// negative.
+	RetriesLeft int64 `protobuf:"varint,8,opt,name=retries_left,json=retriesLeft,proto3" json:"retries_left,omitempty"`
+	// This pod's share of the upstream's fleet-wide rate, a fraction in
+	// (0, 1], in proportion to its demand. 1 when the fleet does not divide
+	// the rate (no rate to share, or this pod the only one asking).
+	PaceShare float64 `protobuf:"fixed64,9,opt,name=pace_share,json=paceShare,proto3" json:"pace_share,omitempty"`
+	// The pods that asked for the upstream in the last sync interval, this
+	// one included.
+	Pods int32 `protobuf:"varint,10,opt,name=pods,proto3" json:"pods,omitempty"`
+	// The time since the sync that read this view.
+	Age           *durationpb.Duration `protobuf:"bytes,11,opt,name=age,proto3" json:"age,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FleetState) Reset() {
+	*x = FleetState{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetState) ProtoMessage() {}
+
+func (x *FleetState) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetState.ProtoReflect.Descriptor instead.
+func (*FleetState) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *FleetState) GetBreakerState() BreakerState {
+	if x != nil {
+		return x.BreakerState
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *FleetState) GetWindowCalls() int64 {
+	if x != nil {
+		return x.WindowCalls
+	}
+	return 0
+}
+
+func (x *FleetState) GetWindowFailures() int64 {
+	if x != nil {
+		return x.WindowFailures
+	}
+	return 0
+}
+
+func (x *FleetState) GetFailingPods() int32 {
+	if x != nil {
+		return x.FailingPods
+	}
+	return 0
+}
+
+func (x *FleetState) GetProbes() int32 {
+	if x != nil {
+		return x.Probes
+	}
+	return 0
+}
+
+func (x *FleetState) GetBreakerRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.BreakerRetryAfter
+	}
+	return nil
+}
+
+func (x *FleetState) GetCoolDownLeft() *durationpb.Duration {
+	if x != nil {
+		return x.CoolDownLeft
+	}
+	return nil
+}
+
+func (x *FleetState) GetRetriesLeft() int64 {
+	if x != nil {
+		return x.RetriesLeft
+	}
+	return 0
+}
+
+func (x *FleetState) GetPaceShare() float64 {
+	if x != nil {
+		return x.PaceShare
+	}
+	return 0
+}
+
+func (x *FleetState) GetPods() int32 {
+	if x != nil {
+		return x.Pods
+	}
+	return 0
+}
+
+func (x *FleetState) GetAge() *durationpb.Duration {
+	if x != nil {
+		return x.Age
+	}
+	return nil
 }
 
 var File_squawk_v1_policy_proto protoreflect.FileDescriptor
@@ -2759,17 +2932,18 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x14ReportOutcomeRequest\x12.\n" +
 	"\boutcomes\x18\x01 \x03(\v2\x12.squawk.v1.OutcomeR\boutcomes\"3\n" +
 	"\x15ReportOutcomeResponse\x12\x1a\n" +
-	"\brecorded\x18\x01 \x01(\x05R\brecorded\"\x87\x01\n" +
+	"\brecorded\x18\x01 \x01(\x05R\brecorded\"\xac\x01\n" +
 	"\x13GetUpstreamsRequest\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\x94\x01\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\x12#\n" +
+	"\rinclude_fleet\x18\x05 \x01(\bR\fincludeFleet\"\x94\x01\n" +
 	"\x14GetUpstreamsResponse\x126\n" +
 	"\tupstreams\x18\x01 \x03(\v2\x18.squawk.v1.UpstreamStateR\tupstreams\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12&\n" +
-	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\x99\x05\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xc6\x05\n" +
 	"\rUpstreamState\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12<\n" +
@@ -2790,7 +2964,23 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x11concurrency_limit\x18\r \x01(\x05R\x10concurrencyLimit\x12\x1b\n" +
 	"\tin_flight\x18\x0e \x01(\x05R\binFlight\x12\x14\n" +
 	"\x05paced\x18\x0f \x01(\x03R\x05paced\x12\x12\n" +
-	"\x04shed\x18\x10 \x01(\x03R\x04shed*\xcd\x01\n" +
+	"\x04shed\x18\x10 \x01(\x03R\x04shed\x12+\n" +
+	"\x05fleet\x18\x11 \x01(\v2\x15.squawk.v1.FleetStateR\x05fleet\"\xe0\x03\n" +
+	"\n" +
+	"FleetState\x12<\n" +
+	"\rbreaker_state\x18\x01 \x01(\x0e2\x17.squawk.v1.BreakerStateR\fbreakerState\x12!\n" +
+	"\fwindow_calls\x18\x02 \x01(\x03R\vwindowCalls\x12'\n" +
+	"\x0fwindow_failures\x18\x03 \x01(\x03R\x0ewindowFailures\x12!\n" +
+	"\ffailing_pods\x18\x04 \x01(\x05R\vfailingPods\x12\x16\n" +
+	"\x06probes\x18\x05 \x01(\x05R\x06probes\x12I\n" +
+	"\x13breaker_retry_after\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x11breakerRetryAfter\x12?\n" +
+	"\x0ecool_down_left\x18\a \x01(\v2\x19.google.protobuf.DurationR\fcoolDownLeft\x12!\n" +
+	"\fretries_left\x18\b \x01(\x03R\vretriesLeft\x12\x1d\n" +
+	"\n" +
+	"pace_share\x18\t \x01(\x01R\tpaceShare\x12\x12\n" +
+	"\x04pods\x18\n" +
+	" \x01(\x05R\x04pods\x12+\n" +
+	"\x03age\x18\v \x01(\v2\x19.google.protobuf.DurationR\x03age*\xcd\x01\n" +
 	"\rErrorCategory\x12\x1e\n" +
 	"\x1aERROR_CATEGORY_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_CATEGORY_INPUT_ERROR\x10\x01\x12\x1c\n" +
@@ -2866,7 +3056,7 @@ func file_squawk_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_squawk_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_squawk_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_squawk_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_squawk_v1_policy_proto_goTypes = []any{
 	(ErrorCategory)(0),               // 0: squawk.v1.ErrorCategory
 	(Action)(0),                      // 1: squawk.v1.Action
@@ -2895,75 +3085,81 @@ var file_squawk_v1_policy_proto_goTypes = []any{
 	(*GetUpstreamsRequest)(nil),      // 24: squawk.v1.GetUpstreamsRequest
 	(*GetUpstreamsResponse)(nil),     // 25: squawk.v1.GetUpstreamsResponse
 	(*UpstreamState)(nil),            // 26: squawk.v1.UpstreamState
-	nil,                              // 27: squawk.v1.ClassifyRequest.HeadersEntry
-	nil,                              // 28: squawk.v1.DecideRetryRequest.HeadersEntry
-	nil,                              // 29: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	nil,                              // 30: squawk.v1.Outcome.HeadersEntry
-	(*durationpb.Duration)(nil),      // 31: google.protobuf.Duration
-	(*structpb.Struct)(nil),          // 32: google.protobuf.Struct
-	(*structpb.Value)(nil),           // 33: google.protobuf.Value
+	(*FleetState)(nil),               // 27: squawk.v1.FleetState
+	nil,                              // 28: squawk.v1.ClassifyRequest.HeadersEntry
+	nil,                              // 29: squawk.v1.DecideRetryRequest.HeadersEntry
+	nil,                              // 30: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	nil,                              // 31: squawk.v1.Outcome.HeadersEntry
+	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
+	(*structpb.Struct)(nil),          // 33: google.protobuf.Struct
+	(*structpb.Value)(nil),           // 34: google.protobuf.Value
 }
 var file_squawk_v1_policy_proto_depIdxs = []int32{
-	27, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
+	28, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
 	0,  // 1: squawk.v1.ClassifyResponse.category:type_name -> squawk.v1.ErrorCategory
-	31, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
-	28, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
-	31, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
+	32, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
+	29, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
+	32, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
 	1,  // 5: squawk.v1.DecideRetryResponse.action:type_name -> squawk.v1.Action
-	31, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
+	32, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
 	2,  // 7: squawk.v1.DecideRetryResponse.reason:type_name -> squawk.v1.Reason
 	7,  // 8: squawk.v1.DecideRetryResponse.classification:type_name -> squawk.v1.ClassifyResponse
-	31, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
+	32, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
 	8,  // 10: squawk.v1.DecideRetryBatchRequest.requests:type_name -> squawk.v1.DecideRetryRequest
 	12, // 11: squawk.v1.DecideRetryBatchResponse.results:type_name -> squawk.v1.DecideRetryBatchResult
 	9,  // 12: squawk.v1.DecideRetryBatchResult.decision:type_name -> squawk.v1.DecideRetryResponse
-	32, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
-	32, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
-	29, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	33, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
-	32, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
+	33, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
+	33, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
+	30, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	34, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
+	33, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
 	5,  // 18: squawk.v1.AnalyzeErrorResponse.source:type_name -> squawk.v1.AnalysisSource
 	14, // 19: squawk.v1.AnalyzeErrorResponse.rejected_changes:type_name -> squawk.v1.RejectedChange
-	32, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
-	32, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
+	33, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
+	33, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
 	17, // 22: squawk.v1.CheckDispatchResponse.violations:type_name -> squawk.v1.Violation
-	31, // 23: squawk.v1.AdmitRequest.deadline:type_name -> google.protobuf.Duration
+	32, // 23: squawk.v1.AdmitRequest.deadline:type_name -> google.protobuf.Duration
 	2,  // 24: squawk.v1.AdmitResponse.reason:type_name -> squawk.v1.Reason
-	31, // 25: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	32, // 25: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
 	4,  // 26: squawk.v1.AdmitResponse.breaker_state:type_name -> squawk.v1.BreakerState
-	31, // 27: squawk.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
-	31, // 28: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
-	31, // 29: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
-	30, // 30: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
+	32, // 27: squawk.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	32, // 28: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
+	32, // 29: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
+	31, // 30: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
 	21, // 31: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
 	26, // 32: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
 	4,  // 33: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
-	31, // 34: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
-	31, // 35: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
+	32, // 34: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
+	32, // 35: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
 	3,  // 36: squawk.v1.UpstreamState.pace_source:type_name -> squawk.v1.PaceSource
-	31, // 37: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
-	32, // 38: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
-	6,  // 39: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
-	8,  // 40: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
-	10, // 41: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
-	13, // 42: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
-	16, // 43: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
-	19, // 44: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
-	22, // 45: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
-	24, // 46: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
-	7,  // 47: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
-	9,  // 48: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
-	11, // 49: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
-	15, // 50: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
-	18, // 51: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
-	20, // 52: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
-	23, // 53: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
-	25, // 54: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
-	47, // [47:55] is the sub-list for method output_type
-	39, // [39:47] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	32, // 37: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
+	27, // 38: squawk.v1.UpstreamState.fleet:type_name -> squawk.v1.FleetState
+	4,  // 39: squawk.v1.FleetState.breaker_state:type_name -> squawk.v1.BreakerState
+	32, // 40: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
+	32, // 41: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
+	32, // 42: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
+	33, // 43: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
+	6,  // 44: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
+	8,  // 45: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
+	10, // 46: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
+	13, // 47: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
+	16, // 48: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
+	19, // 49: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
+	22, // 50: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
+	24, // 51: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
+	7,  // 52: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
+	9,  // 53: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
+	11, // 54: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
+	15, // 55: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
+	18, // 56: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
+	20, // 57: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
+	23, // 58: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
+	25, // 59: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
+	52, // [52:60] is the sub-list for method output_type
+	44, // [44:52] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_squawk_v1_policy_proto_init() }
@@ -2983,7 +3179,7 @@ func file_squawk_v1_policy_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_squawk_v1_policy_proto_rawDesc), len(file_squawk_v1_policy_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

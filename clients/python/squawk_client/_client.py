@@ -373,10 +373,16 @@ class SquawkClient:
             return 0
         return reply.recorded
 
-    def get_upstreams(self, profile: str = "", *, upstream: str = "") -> list[pb.UpstreamState]:
+    def get_upstreams(
+        self, profile: str = "", *, upstream: str = "", include_fleet: bool = False
+    ) -> list[pb.UpstreamState]:
         """The pod's state of every tracked upstream (of `profile`, and named
-        exactly `upstream`, when given), every page read; no fallback."""
-        request = pb.GetUpstreamsRequest(profile=profile, upstream=upstream)
+        exactly `upstream`, when given), every page read; no fallback.
+        `include_fleet`: each state's `fleet` also holds the fleet's view,
+        where the pod has one (the Redis store)."""
+        request = pb.GetUpstreamsRequest(
+            profile=profile, upstream=upstream, include_fleet=include_fleet
+        )
         states: list[pb.UpstreamState] = []
         for _ in range(_MAX_PAGES):
             reply = self.get_upstreams_page(request)
@@ -584,11 +590,14 @@ class AsyncSquawkClient:
         return reply.recorded
 
     async def get_upstreams(
-        self, profile: str = "", *, upstream: str = ""
+        self, profile: str = "", *, upstream: str = "", include_fleet: bool = False
     ) -> list[pb.UpstreamState]:
         """The pod's state of every tracked upstream (of `profile`, and named
-        exactly `upstream`, when given), every page read; no fallback."""
-        request = pb.GetUpstreamsRequest(profile=profile, upstream=upstream)
+        exactly `upstream`, when given), every page read; no fallback.
+        `include_fleet`: as SquawkClient.get_upstreams."""
+        request = pb.GetUpstreamsRequest(
+            profile=profile, upstream=upstream, include_fleet=include_fleet
+        )
         states: list[pb.UpstreamState] = []
         for _ in range(_MAX_PAGES):
             reply = await self.get_upstreams_page(request)

@@ -395,7 +395,8 @@ export class SquawkClient {
   /**
    * The pod's state of every tracked upstream (of `profile`, and named
    * exactly `upstream`, when given), in the order the pod began tracking
-   * them. Reads page after page (each of at most `pageSize`, 1,000 when
+   * them; with `includeFleet` each state's `fleet` also holds the fleet's
+   * view, where the pod has one (the Redis store). Reads page after page (each of at most `pageSize`, 1,000 when
    * unset, starting after `pageToken` when given), each page with its own
    * deadline (`timeoutMs`, else 1 s or the client's callTimeoutMs if longer), until the daemon answers an empty `nextPageToken`. After 100
    * pages it rejects with an ABORTED SquawkError rather than read on (as

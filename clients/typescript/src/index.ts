@@ -50,6 +50,7 @@ export {
   DecideRetryBatchResult,
   DecideRetryRequest,
   DecideRetryResponse,
+  FleetState,
   GetUpstreamsRequest,
   GetUpstreamsResponse,
   Outcome,

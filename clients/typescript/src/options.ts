@@ -48,7 +48,7 @@ export type OutcomeInput = DeepPartial<Outcome>;
 export interface ReportOutcomeInput {
   readonly outcomes: readonly OutcomeInput[];
 }
-/** A GetUpstreamsRequest; an empty profile lists every profile's upstreams, an empty upstream every name. */
+/** A GetUpstreamsRequest; an empty profile lists every profile's upstreams, an empty upstream every name; includeFleet adds the fleet's view. */
 export type GetUpstreamsInput = DeepPartial<GetUpstreamsRequest>;
 
 export type SquawkMethod =

@@ -109,10 +109,10 @@ describe("getUpstreams against a server whose listing never ends", () => {
 
   test("it stops after the bound with ABORTED, the filters sent on every page", async () => {
     await assert.rejects(
-      client.getUpstreams({ profile: "llm", upstream: "u" }),
+      client.getUpstreams({ profile: "llm", upstream: "u", includeFleet: true }),
       (e: unknown) => e instanceof SquawkError && e.code === status.ABORTED && e.message.includes(`${MAX_UPSTREAM_PAGES} pages`),
     );
     assert.equal(requests.length, MAX_UPSTREAM_PAGES);
-    assert.ok(requests.every((r) => r.profile === "llm" && r.upstream === "u"));
+    assert.ok(requests.every((r) => r.profile === "llm" && r.upstream === "u" && r.includeFleet));
   });
 });

@@ -26,10 +26,18 @@ state:
   key_prefix: "team-a:"
   deadline: 20ms
   min_pods: 3
+  sync: 50ms
+  fallback_share: 0.25
 """
     ).state
     assert state == StateSettings(
-        Store.REDIS, "redis://redis.squawk.svc:6380/2", "team-a:", timedelta(milliseconds=20), 3
+        Store.REDIS,
+        "redis://redis.squawk.svc:6380/2",
+        "team-a:",
+        timedelta(milliseconds=20),
+        3,
+        sync=timedelta(milliseconds=50),
+        fallback_share=0.25,
     )
     assert state.where == "redis://redis.squawk.svc:6380"
 
@@ -46,6 +54,12 @@ state:
         ("state: {deadline: 2s}", "must be between 1ms and 1s"),
         ("state: {min_pods: 0}", "state.min_pods (line 1): expected an integer"),
         ("state: {min_pods: 1001}", "must be between 1 and 1000"),
+        ("state: {sync: 5ms}", "state.sync (line 1): expected a duration such as 100ms: must be"),
+        ("state: {sync: 2s}", "must be between 10ms and 1s"),
+        ("state: {fallback_share: 0}", "state.fallback_share (line 1): expected a fraction"),
+        ("state: {fallback_share: 1.5}", "must be in (0, 1]"),
+        ("state: {fallback_share: nan}", "must be in (0, 1]"),
+        ("state: {fallback_share: x}", "not a number"),
         ("state: {url: 'http://h:80'}", "not a redis://, rediss:// or unix:// URL"),
         ("state: {url: 'redis://'}", "the URL names no host"),
         ("state: {url: 'redis://h:99999'}", "state.url (line 1): expected a redis:// URL"),

@@ -9,7 +9,8 @@ losing Redis never stops an answer.
 from __future__ import annotations
 
 import asyncio
-import json
+import collections
+import hashlib
 import os
 import signal
 import sys
@@ -35,7 +36,7 @@ from squawk.daemon.server.lifecycle.app import Daemon as InProcessDaemon
 from squawk.daemon.server.tracking.fleet_store import FleetStore
 from squawk.daemon.server.tracking.registry import Upstreams
 from squawk.daemon.settings import ServeSettings
-from squawk.policy import Outcome
+from squawk.policy import BreakerState, Outcome
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -153,28 +154,50 @@ def pods(server: RedisServer, policy_file: Path) -> Iterator[list[Pod]]:
     stop_pods(started)
 
 
-def fleet_state(server: RedisServer) -> dict[str, dict[str, Any]]:
-    """Every upstream's fleet state as Redis holds it, by key."""
+def keys_of(upstream: str, profile: str = "default", prefix: str = "test:") -> dict[str, str]:
+    """The upstream's keys, as fleet_store.py names them (a digest of the names)."""
+    name = f"{profile}\0{upstream}".encode()
+    base = f"{prefix}{{{hashlib.blake2b(name, digest_size=12).hexdigest()}}}"
+    return {part: f"{base}:{part}" for part in "scpohrd"}
+
+
+def fleet_of(
+    server: RedisServer, upstream: str, profile: str = "default", prefix: str = "test:"
+) -> dict[str, Any]:
+    """What Redis holds of one upstream: whether any of its keys exist, its
+    breaker's state (the leases), and the counts its window holds."""
+    keys = keys_of(upstream, profile, prefix)
     client = redis.Redis(port=server.port)
     try:
-        out = {}
-        for key in client.scan_iter(match="test:*"):
-            if client.type(key) == b"string":
-                raw = client.get(key)
-                if raw is not None:
-                    out[key.decode()] = json.loads(raw)
-        return out
+        counts: dict[bytes, bytes] = {}
+        if client.type(keys["c"]) == b"hash":
+            counts = client.hgetall(keys["c"])  # type: ignore[assignment]
+        state = "closed"
+        if client.exists(keys["o"]):
+            state = "open"
+        elif client.exists(keys["h"]):
+            state = "half_open"
+        return {
+            "exists": bool(client.exists(*keys.values())),
+            "state": state,
+            "calls": sum(int(v) for k, v in counts.items() if k.startswith(b"w")),
+            "failures": sum(int(v) for k, v in counts.items() if k.startswith(b"x")),
+        }
     finally:
         client.close()
 
 
-def window_calls(state: dict[str, Any]) -> int:
-    slots = state["w"] or []
-    return sum(slot[1] for slot in slots)
+def synced_upstreams(server: RedisServer, prefix: str = "test:") -> int:
+    """How many upstreams a sync has written (each has a state key)."""
+    client = redis.Redis(port=server.port)
+    try:
+        return sum(1 for _ in client.scan_iter(match=f"{prefix}*:s", count=1000))
+    finally:
+        client.close()
 
 
 def eventually(check: Callable[[], bool], what: str, timeout_s: float = 5.0) -> None:
-    """Background writes land within moments; wait for one, bounded."""
+    """Syncs land within an interval or two; wait for one, bounded."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():
@@ -183,19 +206,13 @@ def eventually(check: Callable[[], bool], what: str, timeout_s: float = 5.0) -> 
     raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
-def only_state(server: RedisServer, before: set[str]) -> dict[str, Any] | None:
-    new = {k: v for k, v in fleet_state(server).items() if k not in before}
-    return next(iter(new.values())) if len(new) == 1 else None
-
-
 def test_one_pods_failures_open_only_its_own_breaker_two_pods_open_the_fleets(
     server: RedisServer, pods: list[Pod]
 ) -> None:
     a, b, c = pods
-    known = set(fleet_state(server))
     a.report("flights", 503, 503, 503, 503)
     eventually(
-        lambda: (s := only_state(server, known)) is not None and window_calls(s) == 4,
+        lambda: fleet_of(server, "flights")["calls"] == 4,
         "pod-0's four failures reach the fleet's window",
     )
     # pod-0's own breaker opened on its own failures ...
@@ -207,10 +224,9 @@ def test_one_pods_failures_open_only_its_own_breaker_two_pods_open_the_fleets(
         assert reply.breaker_state == pb.BREAKER_STATE_CLOSED
     # One failure from a second pod: two pods, 5 of 5 failed, the fleet opens.
     b.report("flights", 503)
-    eventually(
-        lambda: (s := only_state(server, known)) is not None and s["s"] == 2,
-        "the fleet's breaker opens",
-    )
+    eventually(lambda: fleet_of(server, "flights")["state"] == "open", "the fleet's breaker opens")
+    # Every pod reads it at its next sync (the staleness: one interval).
+    eventually(lambda: not c.admit("flights").allowed, "pod-2 reads the fleet's breaker")
     for pod in (b, c):
         reply = pod.admit("flights")
         assert not reply.allowed, pod.name
@@ -229,51 +245,60 @@ def test_half_open_probes_are_counted_across_the_fleet(
     server: RedisServer, pods: list[Pod]
 ) -> None:
     a, b, c = pods
-    known = set(fleet_state(server))
+    # Each pod has called the upstream before: it holds a view of the fleet's
+    # state of it (a pod's first call of a name decides without one).
+    for pod in pods:
+        assert pod.admit("hotels").allowed
     a.report("hotels", 503, 503)
     b.report("hotels", 503, 503)
-    eventually(
-        lambda: (s := only_state(server, known)) is not None and s["s"] == 2,
-        "the fleet's breaker opens",
-    )
+    eventually(lambda: fleet_of(server, "hotels")["state"] == "open", "the fleet's breaker opens")
     time.sleep(BREAKER_OPEN_FOR_S + 0.1)
-    # Every pod asks at once, many times: the fleet's round has two slots.
+    # Every pod asks, many times over several syncs: a probe slot is leased
+    # at a sync, and the fleet's round has two.
     allowed: list[tuple[str, bool]] = []
+    not_probes: list[str] = []
     lock = threading.Lock()
 
     def ask(pod: Pod) -> None:
-        for _ in range(10):
+        for _ in range(20):
             reply = pod.admit("hotels")
             with lock:
-                allowed.append((pod.name, reply.probe and reply.allowed))
+                allowed.append((pod.name, reply.allowed))
+                # Every call admitted while the fleet is half-open is a probe.
+                if reply.allowed and not reply.probe:
+                    not_probes.append(pod.name)
+            time.sleep(0.04)
 
     threads = [threading.Thread(target=ask, args=(pod,)) for pod in pods]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(allowed) == 30
+    assert len(allowed) == 60
     probes = [name for name, ok in allowed if ok]
+    # Every call admitted, not only those marked as probes: exactly the round's.
     assert len(probes) == HALF_OPEN_PROBES, probes
+    assert not_probes == []
     # The probes succeed: reported through the third pod, the fleet closes
     # and every pod calls again.
     c.report("hotels", 200, 200)
-    eventually(
-        lambda: (s := only_state(server, known)) is not None and s["s"] == 1,
-        "the fleet's breaker closes",
-    )
+    eventually(lambda: fleet_of(server, "hotels")["state"] == "closed", "the fleet closes")
     for pod in (b, c):
-        assert pod.admit("hotels").allowed, pod.name
+        eventually(partial(calls_again, pod, "hotels"), f"{pod.name} calls again")
     # The pods that opened it are forgotten with it: one pod's failures
     # alone do not open it again.
     b.report("hotels", 503, 503, 503, 503)
     eventually(
-        lambda: (s := only_state(server, known)) is not None and window_calls(s) == 4,
+        lambda: fleet_of(server, "hotels")["calls"] == 4,
         "pod-1's four failures reach the fleet's window",
     )
-    state = only_state(server, known)
-    assert state is not None and state["s"] == 1  # still closed
+    time.sleep(0.3)  # a few syncs: none moves it
+    assert fleet_of(server, "hotels")["state"] == "closed"
     assert c.admit("hotels").allowed
+
+
+def calls_again(pod: Pod, upstream: str) -> bool:
+    return bool(pod.admit(upstream).allowed)
 
 
 def cooling(pod: Pod) -> bool:
@@ -298,8 +323,13 @@ def test_a_retry_after_seen_by_one_pod_cools_every_pod(pods: list[Pod]) -> None:
 def test_the_retry_budget_is_one_for_the_fleet(pods: list[Pod]) -> None:
     # No calls admitted: the fleet grants min_per_second x ttl = 10 retries
     # in all, though each pod's own budget would grant 10 by itself. (The
-    # profile has no breaker, which would end the retries sooner.)
-    answers = [pods[i % 3].decide("trains", 503, profile="budget") for i in range(30)]
+    # profile has no breaker, which would end the retries sooner.) A pod
+    # learns another's retries at its next sync, so the asks are a few
+    # syncs apart: within one interval each pod could grant from its own.
+    answers = []
+    for i in range(16):
+        answers.append(pods[i % 3].decide("trains", 503, profile="budget"))
+        time.sleep(0.25)
     granted = [a for a in answers if a.action == pb.ACTION_RETRY]
     assert len(granted) == FLEET_RETRIES
     refused = answers[FLEET_RETRIES:]
@@ -310,9 +340,9 @@ def test_the_retry_budget_is_one_for_the_fleet(pods: list[Pod]) -> None:
 def test_a_batch_past_its_deadline_still_reports_every_failure(
     server: RedisServer, pods: list[Pod]
 ) -> None:
-    # 2,000 items cannot each wait on Redis within one 250 ms deadline; the
-    # ones after it decide locally, and their failures are written behind.
-    known = set(fleet_state(server))
+    # 2,000 upstreams in one batch: none waits on Redis, and each one's
+    # failure reaches the fleet with the syncs that follow.
+    known = synced_upstreams(server)
     items = [
         pb.DecideRetryRequest(upstream=f"batch-{i}", http_status=503, attempt=1, profile="steady")
         for i in range(2000)
@@ -320,7 +350,7 @@ def test_a_batch_past_its_deadline_still_reports_every_failure(
     reply = pods[0].stub.DecideRetryBatch(pb.DecideRetryBatchRequest(requests=items), timeout=30)
     assert all(r.decision.action == pb.ACTION_RETRY for r in reply.results)
     eventually(
-        lambda: len(set(fleet_state(server)) - known) == 2000,
+        lambda: synced_upstreams(server) - known == 2000,
         "every item's failure reaches the fleet",
         timeout_s=20,
     )
@@ -393,87 +423,73 @@ def test_a_daemon_whose_redis_is_away_starts_and_answers(policy_file: Path) -> N
 
 def test_a_key_the_daemon_did_not_write_is_no_outage(server: RedisServer, pods: list[Pod]) -> None:
     pod = pods[0]
-    known = set(fleet_state(server))
+    keys = keys_of("corrupt")
     pod.report("corrupt", 503)
-    eventually(lambda: only_state(server, known) is not None, "the upstream's key is written")
-    (key,) = set(fleet_state(server)) - known
+    eventually(lambda: fleet_of(server, "corrupt")["exists"], "the upstream's keys are written")
     client = redis.Redis(port=server.port)
     fleet = 'squawk_state_answers_total{rpc="Admit",state="fleet"}'
+    synced = "squawk_state_store_up"
 
-    def answered_by_the_fleet() -> bool:
-        before = pod.metric(fleet)
-        return pod.admit("corrupt").allowed and pod.metric(fleet) == before + 1
+    def a_sync_lands() -> bool:
+        # A sync that lands rewrites the state key with this pod's settings.
+        if client.type(keys["s"]) == b"hash":
+            client.hdel(keys["s"], "f")
+        eventually(
+            lambda: client.type(keys["s"]) == b"hash" and client.hexists(keys["s"], "f"),
+            "a sync lands",
+            timeout_s=3,
+        )
+        return True
 
     try:
-        # Not JSON: the script starts the upstream afresh and answers.
-        client.set(key, b"{not json")
-        assert answered_by_the_fleet()
-        # Another type of key under the upstream's name, which has no
-        # expiry: overwritten at once, or every call on the upstream would
-        # be refused by Redis (WRONGTYPE) and decided locally for good.
-        client.delete(key)
-        client.hset(key, "someone", "else")
-        client.set(f"{key}:pods", "not a sorted set")
-        assert answered_by_the_fleet()
-        assert client.type(key) == b"string" and client.pttl(key) > 0
-        # (Another pod's failure: this pod's own breaker is kept from opening.)
-        assert pods[1].decide("corrupt", 503).action == pb.ACTION_RETRY
-        assert client.type(f"{key}:pods") == b"zset"
-        assert pod.metric("squawk_state_store_up") == 1
-        # NaN and Infinity, which the store's JSON reader accepts, start the
-        # upstream afresh too: NaN compares false with everything and made
-        # the key's expiry unwritable, so the key stayed broken for good.
-        fresh = {"s": 1, "u": 0, "p": 0, "ok": 0, "bad": 0, "w": [], "b": [], "t": 0, "c": 0}
-        for field in ("u", "t", "c"):
-            for bad in ("NaN", "Infinity", "-Infinity"):
-                client.set(
-                    key,
-                    json.dumps(fresh | {field: 0}).replace(f'"{field}": 0', f'"{field}": {bad}'),
-                )
-                assert answered_by_the_fleet(), (field, bad)
-                healed = json.loads(client.get(key) or b"null")
-                assert healed[field] == 0, (field, bad, healed)
-        client.set(key, json.dumps(fresh).replace('"w": []', '"w": [[0, NaN, 1]]'))
-        assert answered_by_the_fleet()
-        assert not json.loads(client.get(key) or b"null")["w"]  # afresh: an empty window
-        # In the background writer's pipeline too: the key heals, and its
-        # neighbour lands.
-        client.delete(key)
-        client.hset(key, "someone", "else")
-        known = set(fleet_state(server))
-        pod.stub.ReportOutcome(
-            pb.ReportOutcomeRequest(
-                outcomes=[
-                    pb.Outcome(upstream="corrupt", http_status=503),
-                    pb.Outcome(upstream="beside-corrupt", http_status=503),
-                ]
-            ),
-            timeout=5,
-        )
+        # Another type of key under each of the upstream's names, without an
+        # expiry: overwritten at the next sync, or every sync of the upstream
+        # would be refused by Redis (WRONGTYPE) and the fleet lost for it.
+        for part, kind in (("s", "string"), ("c", "string"), ("p", "hash"), ("o", "hash"),
+                           ("h", "hash"), ("r", "string"), ("d", "zset")):  # fmt: skip
+            client.delete(keys[part])
+            if kind == "string":
+                client.set(keys[part], "someone else's")
+            elif kind == "hash":
+                client.hset(keys[part], "someone", "else")
+            else:
+                client.zadd(keys[part], {"someone": 1})
+            pod.report("corrupt", 200)
+            assert a_sync_lands(), part
+            assert pod.metric(synced) == 1
+            before = pod.metric(fleet)
+            assert pod.admit("corrupt").allowed or part in ("o", "h"), part
+            assert pod.metric(fleet) == before + 1
+            client.delete(keys["o"], keys["h"])
+        # Numbers no pod wrote: NaN, text, a billion: bounded, never a lock.
+        client.hset(keys["s"], mapping={"e": "NaN", "c": "1e300", "t": "-5", "f": "x"})
+        client.hset(keys["c"], mapping={"wNaN": "1", "w99999999999999": "1000000000", "x1": "z"})
+        pod.report("corrupt", 200)
+        assert a_sync_lands()
+        decided = pods[1].decide("corrupt", 503)
+        assert decided.action == pb.ACTION_RETRY, decided.explanation
+        cooled = pod.admit("corrupt")
+        # The planted cool-down end is held to max_cool_down (5 min by default).
+        if not cooled.allowed:
+            assert cooled.retry_after.ToMilliseconds() <= 2 * 300_000
+        client.hset(keys["s"], "c", 0)
+        # An OPEN lease without an expiry (planted, or a mistake) is held to
+        # open_for: refused for open_for at most, then half-open, not for good.
+        client.set(keys["o"], "1")
+        client.set(keys["h"], "1")
+        eventually(lambda: client.pttl(keys["o"]) > 0, "the lease gets an expiry", timeout_s=3)
+        assert client.pttl(keys["o"]) <= BREAKER_OPEN_FOR_S * 1000
+        # (Another pod's sync may have given it; this pod reads it at its own.)
         eventually(
-            lambda: len(new := set(fleet_state(server)) - known) == 2 and key in new,
-            "both land, the corrupt key overwritten",
+            lambda: pod.admit("corrupt").reason == pb.REASON_CIRCUIT_OPEN, "the pod reads it"
         )
-        assert pod.metric("squawk_state_store_up") == 1
-        # A stored time far beyond what the rules allow is held to them:
-        # refused for open_for at most, not for years.
-        state = {"s": 2, "u": 10**15, "p": 0, "ok": 0, "bad": 0, "w": [], "b": [], "t": 0, "c": 0}
-        client.delete(key)
-        client.set(key, json.dumps(state))
         refused = pod.admit("corrupt")
         assert refused.reason == pb.REASON_CIRCUIT_OPEN
         assert refused.retry_after.ToMilliseconds() <= BREAKER_OPEN_FOR_S * 1200  # jittered
-        # Buckets from the future never roll out: they are dropped, so a
-        # planted billion retries does not refuse every retry for good.
-        seconds, micros = client.time()
-        now_ms = seconds * 1000 + micros // 1000
-        future = [[now_ms + 10**12, 1, 10**9]]
-        state = state | {"s": 1, "u": 0, "w": future, "b": future}
-        client.set(key, json.dumps(state))
-        decided = pod.decide("corrupt", 503)
-        assert decided.action == pb.ACTION_RETRY, decided.explanation
+        eventually(lambda: not client.exists(keys["o"]), "the lease ends", timeout_s=5)
+        assert pod.metric(synced) == 1
     finally:
-        client.delete(key, f"{key}:pods")
+        client.delete(*keys.values())
         client.close()
 
 
@@ -508,12 +524,20 @@ profiles:
             while (await c.admit(profile, "probe-slot"))[0].allowed:
                 await asyncio.sleep(0.01)
             fleet_opened = time.monotonic()
+            # Pod a reads the fleet's breaker at its own next sync.
+            while a.fleet_views()[("default", "probe-slot")].breaker_state != BreakerState.OPEN:
+                await asyncio.sleep(0.01)
             now[0] += 10  # pod a's own breaker is half-open: one probe slot
             refused = not (await a.admit(profile, "probe-slot"))[0].allowed
             refused_again = not (await a.admit(profile, "probe-slot"))[0].allowed
             await asyncio.sleep(max(0.0, fleet_opened + 1.1 - time.monotonic()))
-            # The fleet half-opens: pod a's slot is still free for its probe.
-            probe = (await a.admit(profile, "probe-slot"))[0]
+            # The fleet half-opens: pod a's slot is still free for its probe
+            # once a sync leased it the fleet's.
+            for _ in range(100):
+                probe = (await a.admit(profile, "probe-slot"))[0]
+                if probe.allowed:
+                    break
+                await asyncio.sleep(0.02)
             return refused, refused_again, probe.allowed and probe.probe
         finally:
             for store in (a, b, c):
@@ -622,8 +646,8 @@ def test_redis_killed_and_restarted_every_call_is_answered_in_time(
         "the failures seen during the outage reach the fleet",
     )
     # Each of the 3,000 replayed once: one call in its window.
-    replayed = [s for s in fleet_state(server).values() if s["w"] and window_calls(s) == 1]
-    assert len(replayed) >= 3000
+    calls = [fleet_of(server, f"many-{i}")["calls"] for i in range(3000)]
+    assert calls == [1] * 3000, sorted(collections.Counter(calls).items())
     # The fleet's state works again on the restarted (empty) server: two
     # pods' failures open the third pod's breaker.
     a, b, c = pods
@@ -669,11 +693,12 @@ def test_a_slow_redis_is_one_outage_not_a_flood_of_them(
     stop = threading.Event()
 
     def hog() -> None:
-        # Redis busy 20 ms at a time, back to back: every answer is late.
+        # Redis busy 150 ms at a time, back to back: every sync is late (a
+        # round trip past the 100 ms sync interval; nothing else waits).
         client = redis.Redis(port=server.port)
         try:
             while not stop.is_set():
-                client.execute_command("DEBUG", "SLEEP", "0.02")  # type: ignore[no-untyped-call]
+                client.execute_command("DEBUG", "SLEEP", "0.15")  # type: ignore[no-untyped-call]
         finally:
             client.close()
 

@@ -12,6 +12,7 @@ is under test.
 
 from __future__ import annotations
 
+import hashlib
 import signal
 import sys
 import time
@@ -460,6 +461,23 @@ profiles:
 """
 
 
+def spent_in_fleet(server: RedisServer, profile: str, upstream: str, thousandths: int) -> None:
+    """Wait until the fleet's token bucket has `thousandths` spent, then
+    for every pod's next sync (a few intervals): what a pod answers from
+    the fleet is as old as its last sync."""
+    name = f"{profile}\0{upstream}".encode()
+    key = f"peer:{{{hashlib.blake2b(name, digest_size=12).hexdigest()}}}:s"
+    store = redis.Redis(port=server.port)
+    try:
+        deadline = time.monotonic() + 30
+        while float(store.hget(key, "t") or 0) < thousandths:
+            assert time.monotonic() < deadline, "the fleet never got the retries"
+            time.sleep(0.02)
+    finally:
+        store.close()
+    time.sleep(0.5)
+
+
 def test_the_fleet_store_counts_what_the_profile_retries(tmp_path: Path) -> None:
     """issue 22 item 2 on the fleet's shared token bucket: pod A's 501s under
     llm leave it full, pod A's retried 404s under lookup spend it; pod B,
@@ -490,8 +508,13 @@ def test_the_fleet_store_counts_what_the_profile_retries(tmp_path: Path) -> None
             # Full (4): 3 is above 2, so pod B's 503 is retried fleet-wide.
             reply = failed(b, "fleet-llm", 503, profile="llm")
             assert reply.action == pb.ACTION_RETRY, reply.explanation
+            # Pod B asks for the upstream once, so its syncs read the fleet's
+            # state of it (a pod syncs the upstreams it touched).
+            b.Admit(pb.AdmitRequest(upstream="fleet-404", profile="lookup"), timeout=5)
             # Three retried 404s from pod A take the fleet's 10 tokens to 7.
             assert all(retried(a, "fleet-404", 404, "lookup") for _ in range(3))
+            # Pod B reads them at its next sync after they reach the fleet.
+            spent_in_fleet(server, "lookup", "fleet-404", 3000)
             # Pod B's own bucket is full; the fleet's goes to 6, then to 5.
             assert retried(b, "fleet-404", 404, "lookup")
             refused = failed(b, "fleet-404", 404, profile="lookup")

@@ -14,7 +14,6 @@ a real socket, then the fleet path against a real Redis.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -41,9 +40,9 @@ from squawk.policy.outcome import Verdict, is_throttled
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from test_fleet import Pod as FleetPod
-from test_fleet import eventually, start_pods, stop_pods, window_calls  # isort: split
+from test_fleet import eventually, start_pods, stop_pods  # isort: split
 
-from test_fleet_store import key_of  # isort: split
+from test_fleet_store import stored  # isort: split
 
 from bench.redis_server import RedisServer  # on the path once test_fleet is imported
 from upstream_pod import OUTAGE, RETRY, SUCCESS, Pod
@@ -318,8 +317,8 @@ def fleet(
 
 
 def _stored(client: redis.Redis, upstream: str) -> dict[str, Any] | None:
-    raw = client.get(key_of("default", upstream))
-    return None if raw is None else dict(json.loads(raw))
+    state = stored(client, "default", upstream)
+    return state if state["exists"] else None
 
 
 def test_throttled_reports_reach_the_fleets_bucket_and_cool_down_not_its_breaker(
@@ -335,7 +334,7 @@ def test_throttled_reports_reach_the_fleets_bucket_and_cool_down_not_its_breaker
     state = _stored(client, "full")
     assert state is not None
     assert state["s"] == 1  # CLOSED: two pods, twelve 429s, no breaker failure
-    assert window_calls(state) == 0
+    assert state["calls"] == 0
     assert state["c"] > 0  # the Retry-After cools the fleet
     for p in (a, b):
         admitted = p.admit("full")

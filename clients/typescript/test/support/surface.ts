@@ -40,6 +40,7 @@ export const PUBLIC_VALUES: readonly string[] = [
   "DecideRetryBatchResult",
   "DecideRetryRequest",
   "DecideRetryResponse",
+  "FleetState",
   "GetUpstreamsRequest",
   "GetUpstreamsResponse",
   "Outcome",

@@ -70,7 +70,7 @@ from .outcome import Verdict
 from .timing import EMPTY, Window, added, rolled, seconds
 from .types import BreakerState
 
-__all__ = ["Breaker", "BreakerConfig", "admit", "advance", "record"]
+__all__ = ["Breaker", "BreakerConfig", "admit", "advance", "judged", "record", "trips"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,17 +181,31 @@ def record(breaker: Breaker, config: BreakerConfig, now: float, verdict: Verdict
     failed = verdict is Verdict.FAILURE
     if breaker.state is BreakerState.CLOSED:
         window = added(breaker.window, now, config._window_s, config.buckets, 1, int(failed))
-        calls, failures = window.first, window.second
-        if calls >= config.minimum_calls and failures / calls >= config.failure_ratio:
+        if trips(window.first, window.second, config):
             return _open(config, now)
         return _with_window(breaker, window)
     successes = breaker.successes + (not failed)
     failures = breaker.failures + failed
-    tallied = successes + failures
-    if tallied < config.half_open_probes:
+    verdict_ = judged(successes, failures, config)
+    if verdict_ is None:
+        tallied = successes + failures
         return replace(
             breaker, probes=max(breaker.probes, tallied), successes=successes, failures=failures
         )
-    if successes / tallied >= config.close_ratio:
-        return CLOSED
-    return _open(config, now)
+    return CLOSED if verdict_ is BreakerState.CLOSED else _open(config, now)
+
+
+def trips(calls: int, failures: int, config: BreakerConfig) -> bool:
+    """Whether a CLOSED window of `calls` with `failures` among them opens
+    the breaker: the one rule, for a pod's window and the fleet's."""
+    return calls >= config.minimum_calls and failures / calls >= config.failure_ratio
+
+
+def judged(successes: int, failures: int, config: BreakerConfig) -> BreakerState | None:
+    """A half-open round's verdict on its probe outcomes: CLOSED or OPEN
+    once half_open_probes are in, else None (the round goes on). The one
+    rule, for a pod's round and the fleet's."""
+    tallied = successes + failures
+    if tallied < config.half_open_probes:
+        return None
+    return BreakerState.CLOSED if successes / tallied >= config.close_ratio else BreakerState.OPEN

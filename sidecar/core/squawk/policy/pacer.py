@@ -424,6 +424,23 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> _Rates:
     return _NONE
 
 
+# The paces that describe the upstream's whole quota, which the fleet's
+# pods divide: declared for it, or read from its headers.
+_SHARED = (PaceSource.POLICY, PaceSource.HEADERS)
+
+
+def _shared(rates: _Rates, share: float) -> _Rates:
+    """`rates` cut to a pod's `share` of them: the rates and the bursts (a
+    burst at least one call; a token burst at least one second's share)."""
+    return _Rates(
+        rates.source,
+        rates.rate * share,
+        max(1.0, rates.burst * share),
+        rates.token_rate * share,
+        rates.tokens * share,
+    )
+
+
 def _cubic(pacer: Pacer, now: float) -> float:
     """CUBIC's rate at `now` (see the module docstring), floored and capped."""
     rate = SCALE * (now - pacer.cut_at - pacer.k) ** 3 + pacer.w_max
@@ -479,8 +496,13 @@ def pace(
     deadline: timedelta | None = None,
     permits: int = 1,
     rng: random.Random | None = None,
+    share: float = 1.0,
 ) -> tuple[Pacer, Pace]:
     """(pacer, pace): when one call (or `permits` calls) may start.
+
+    `share`: the fraction of a declared or announced rate this pod may use
+    (the fleet divides an upstream's rate between its pods,
+    squawk.policy.fleet.share); a learned rate is the pod's own already.
 
     `cost`: the call's estimated token units (0 = unknown: the mean of the
     real costs seen stands in). `deadline`: the time left before the
@@ -506,6 +528,8 @@ def pace(
         left = min(max(pacer.latency_fast / pacer.limit, CODEL_INTERVAL), _MAX_HOLD_S)
         return pacer, Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0)
     rates = _rates(pacer, config, now)
+    if share < 1.0 and rates.source in _SHARED:
+        rates = _shared(rates, share)
     units = cost if cost > 0.0 else pacer.mean_cost
     start = _start(pacer, rates, now, units)
     empty = start <= now

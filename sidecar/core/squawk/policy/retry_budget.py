@@ -63,6 +63,7 @@ from .types import PolicyInputError
 
 __all__ = [
     "BUDGET_BUCKETS",
+    "MILLI",
     "Budget",
     "RatioBudgetConfig",
     "RetryBudgetConfig",
@@ -70,15 +71,18 @@ __all__ = [
     "carried",
     "deposit",
     "describe",
+    "grants",
+    "grants_tokens",
     "is_fresh",
     "record",
     "retries_left",
+    "room",
     "withdraw",
 ]
 
 # Finagle's WindowedAdder cuts its ttl into 10 slices.
 BUDGET_BUCKETS = 10
-_MILLI = 1000
+MILLI = 1000
 _ONE_MS = timedelta(milliseconds=1)
 
 
@@ -118,7 +122,7 @@ RetryBudgetConfig = RatioBudgetConfig | TokenBucketConfig
 
 def _thousandths(name: str, value: float) -> int:
     check_number(name, value, MAX_TOKENS)
-    milli = round(value * _MILLI)
+    milli = round(value * MILLI)
     if milli < 1:
         raise PolicyInputError(
             name, f"must be at least 0.001 (tokens count in thousandths), got {value}"
@@ -145,7 +149,9 @@ def deposit(budget: Budget, config: RetryBudgetConfig, now: float, calls: int = 
     return Budget(window, budget.spent)
 
 
-def _grants(calls: int, retries: int, config: RatioBudgetConfig) -> bool:
+def grants(calls: int, retries: int, config: RatioBudgetConfig) -> bool:
+    """Whether a ratio budget of `calls` first calls and `retries` granted
+    grants one more: the one rule, for a pod's budget and the fleet's."""
     # retries + 1 <= ratio * calls + floor, compared as a quotient: a ratio
     # read from "0.3" equals 3 / 10 exactly, but 0.3 * 10 is 3.0000000000000004.
     need = retries + 1 - config._floor
@@ -155,11 +161,17 @@ def _grants(calls: int, retries: int, config: RatioBudgetConfig) -> bool:
 def withdraw(budget: Budget, config: RetryBudgetConfig, now: float) -> Budget | None:
     """The budget after granting one retry, or None when the retry would overdraw."""
     if isinstance(config, TokenBucketConfig):
-        return budget if 2 * (config._max - budget.spent) > config._max else None
+        return budget if grants_tokens(budget.spent, config) else None
     window = rolled(budget.window, now, config._ttl_s, BUDGET_BUCKETS)
-    if not _grants(window.first, window.second, config):
+    if not grants(window.first, window.second, config):
         return None
     return Budget(added(window, now, config._ttl_s, BUDGET_BUCKETS, 0, 1), budget.spent)
+
+
+def grants_tokens(spent: int, config: TokenBucketConfig) -> bool:
+    """Whether a token bucket with `spent` thousandths taken grants a retry:
+    above half full (gRPC A6). The one rule, for a pod's bucket and the fleet's."""
+    return 2 * (config._max - spent) > config._max
 
 
 def record(budget: Budget, config: RetryBudgetConfig, verdict: Verdict) -> Budget:
@@ -167,7 +179,7 @@ def record(budget: Budget, config: RetryBudgetConfig, verdict: Verdict) -> Budge
     if isinstance(config, RatioBudgetConfig) or verdict is Verdict.IGNORED:
         return budget
     if verdict is Verdict.FAILURE:
-        spent = min(budget.spent + _MILLI, config._max)
+        spent = min(budget.spent + MILLI, config._max)
     else:
         spent = max(budget.spent - config._refill, 0)
     return budget if spent == budget.spent else Budget(budget.window, spent)
@@ -216,11 +228,16 @@ def retries_left(budget: Budget, config: RetryBudgetConfig, now: float) -> int:
     if isinstance(config, TokenBucketConfig):
         # 2 * (tokens - k) > max, in thousandths, for k = 1..n.
         above = 2 * (config._max - budget.spent) - config._max
-        return max(0, -(-above // (2 * _MILLI)) - 1)
+        return max(0, -(-above // (2 * MILLI)) - 1)
     window = rolled(budget.window, now, config._ttl_s, BUDGET_BUCKETS)
-    room = config.ratio * window.first + config._floor - window.second
-    # The same tolerance as _grants' exact quotient, for the display only.
-    return max(0, math.floor(room + 1e-9))
+    return room(window.first, window.second, config)
+
+
+def room(calls: int, retries: int, config: RatioBudgetConfig) -> int:
+    """The withdrawals a ratio budget of `calls` and `retries` has room for."""
+    left = config.ratio * calls + config._floor - retries
+    # The same tolerance as grants' exact quotient, for the display only.
+    return max(0, math.floor(left + 1e-9))
 
 
 def describe(budget: Budget, config: RetryBudgetConfig, now: float) -> tuple[str, timedelta | None]:
@@ -228,7 +245,7 @@ def describe(budget: Budget, config: RetryBudgetConfig, now: float) -> tuple[str
     in "the upstream's <clause>", and the time until the oldest retry leaves
     a ratio budget; None for a token bucket)."""
     if isinstance(config, TokenBucketConfig):
-        tokens = (config._max - budget.spent) / _MILLI
+        tokens = (config._max - budget.spent) / MILLI
         return (
             f"retry tokens are at {tokens:g} of {config.max_tokens:g}, at or below the "
             f"{config.max_tokens / 2:g} that stops retries until successes refill them",

@@ -23,7 +23,16 @@ import math
 from dataclasses import dataclass
 from datetime import timedelta
 
-__all__ = ["EMPTY", "Window", "added", "expires_at", "rolled", "seconds", "time_left"]
+__all__ = [
+    "EMPTY",
+    "Window",
+    "added",
+    "expires_at",
+    "joined",
+    "rolled",
+    "seconds",
+    "time_left",
+]
 
 _ONE_MS = timedelta(milliseconds=1)
 # Float noise in `until - now` (two large clock readings) is far below this;
@@ -78,6 +87,21 @@ def added(window: Window, now: float, span: float, buckets: int, first: int, sec
     else:
         slots = (*slots, (number, first, second))
     return Window(slots, window.first + first, window.second + second)
+
+
+def joined(a: Window, b: Window) -> Window:
+    """The counts of two windows of the same span and buckets, bucket by
+    bucket (a delta sent and lost, and the one gathered meanwhile)."""
+    if not a.slots:
+        return b
+    if not b.slots:
+        return a
+    sums: dict[int, tuple[int, int]] = {}
+    for number, first, second in (*a.slots, *b.slots):
+        was = sums.get(number, (0, 0))
+        sums[number] = (was[0] + first, was[1] + second)
+    slots = tuple((n, *sums[n]) for n in sorted(sums))
+    return Window(slots, a.first + b.first, a.second + b.second)
 
 
 def expires_at(number: int, span: float, buckets: int) -> float:

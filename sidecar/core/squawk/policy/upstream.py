@@ -182,6 +182,7 @@ def admit(
     deadline: timedelta | None = None,
     cost: float = 0.0,
     permits: int = 1,
+    share: float = 1.0,
 ) -> tuple[UpstreamState, Admission]:
     """(state, admission): whether (and when) a call may go to the upstream.
 
@@ -189,7 +190,9 @@ def admit(
     start the pacer cannot give within it is refused at once. `cost`: the
     call's estimated token units (0 = unknown). `permits`: how many calls
     the caller asks to start with this one answer (1..MAX_PERMITS); more
-    than one is granted only when nothing limits the upstream.
+    than one is granted only when nothing limits the upstream. `share`:
+    the fraction of the upstream's declared or announced rate this pod may
+    use (squawk.policy.fleet.share).
     Raises PolicyInputError naming the field for a value out of bounds.
     """
     check_cost("cost", cost)
@@ -215,7 +218,14 @@ def admit(
     if breaker.state is not BreakerState.CLOSED:
         permits = 1
     pacer, paced = _pacer.pace(
-        state.pacer, config.rate_limit, now, cost=cost, deadline=deadline, permits=permits, rng=rng
+        state.pacer,
+        config.rate_limit,
+        now,
+        cost=cost,
+        deadline=deadline,
+        permits=permits,
+        rng=rng,
+        share=share,
     )
     if not paced.allowed:
         # A probe the pacer refuses takes no probe slot: the round would

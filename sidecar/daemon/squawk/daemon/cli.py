@@ -31,8 +31,9 @@ from .local import classify_locally, decide_locally
 from .server.lifecycle.app import BindError, Daemon, default_shutdown_notice
 from .server.lifecycle.listeners import AddressError, check_address
 from .server.lifecycle.reload import policy_hash
-from .server.lifecycle.tls import TlsError, TlsFiles, check_files
+from .server.lifecycle.tls import TlsError, TlsFiles, check_files, shown_path
 from .server.telemetry.tracing import tracer_provider_from_env
+from .upstream_table import list_upstreams
 
 __all__ = ["main"]
 
@@ -159,6 +160,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_target_flags(upstreams, required=True, help="the running daemon's address")
     upstreams.add_argument("--profile", default="", help="only this profile's upstreams")
+    upstreams.add_argument(
+        "--fleet",
+        action="store_true",
+        help="add the fleet's view beside the pod's (the Redis store's last sync)",
+    )
     for name in settings.POLICY.commands:
         settings.POLICY.add_flag(sub.choices[name])
     return parser
@@ -201,87 +207,6 @@ def _request(args: argparse.Namespace) -> Message:
     return request
 
 
-_COLUMNS = (
-    "PROFILE",
-    "UPSTREAM",
-    "BREAKER",
-    "FOR",
-    "CALLS",
-    "FAILURES",
-    "RETRIES",
-    "COOL-DOWN",
-    "PACE",
-    "RATE",
-    "QUEUE",
-    "IN-FLIGHT",
-    "PACED",
-    "SHED",
-)
-
-
-def _pace(s: pb.UpstreamState) -> tuple[str, str, str, str]:
-    """The pace columns: its source, its rate (calls/s, and token units/s
-    when it has one), the queue's delay, and the calls in flight (of the
-    concurrency limit, when one was learned). "-" where there is none."""
-    source = pb.PaceSource.Name(s.pace_source).removeprefix("PACE_SOURCE_").lower()
-    rate = f"{s.rate:.3g}/s" if s.rate else "-"
-    if s.token_rate:
-        rate += f",{s.token_rate:.3g}tok/s"
-    queue = f"{s.queue_delay.ToTimedelta().total_seconds():.3f}s"
-    flight = f"{s.in_flight}/{s.concurrency_limit}" if s.concurrency_limit else str(s.in_flight)
-    return source, rate, queue, flight
-
-
-def upstream_table(states: Sequence[pb.UpstreamState]) -> str:
-    """GetUpstreams as aligned columns; names are shown as the daemon holds them."""
-    rows = [_COLUMNS] + [
-        (
-            s.profile,
-            # A name is caller data: escaped, it cannot forge a row or steer the terminal.
-            redact(repr(s.upstream)[1:-1]),
-            pb.BreakerState.Name(s.breaker_state).removeprefix("BREAKER_STATE_"),
-            f"{s.breaker_state_age.ToTimedelta().total_seconds():.1f}s",
-            str(s.window_calls),
-            str(s.window_failures),
-            f"{s.budget_balance:g}",
-            f"{s.cool_down_left.ToTimedelta().total_seconds():.1f}s",
-            *_pace(s),
-            str(s.paced),
-            str(s.shed),
-        )
-        for s in states
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
-
-
-# Pages of GetUpstreams the table reads at most: ten times a full registry.
-_MAX_PAGES = 100
-
-
-def _upstreams(args: argparse.Namespace) -> str:
-    """Every page of GetUpstreams, sorted by profile and name for the table."""
-    states: list[pb.UpstreamState] = []
-    more = ""
-    with open_channel(args) as channel:
-        stub = pb_grpc.PolicyServiceStub(channel)
-        request = pb.GetUpstreamsRequest(profile=args.profile)
-        # Names tracked while it lists come on later pages: under a flood of
-        # new names the listing stops at a bound rather than chase them.
-        for _ in range(_MAX_PAGES):
-            reply = stub.GetUpstreams(request, timeout=10)
-            states.extend(reply.upstreams)
-            if not reply.next_page_token:
-                break
-            request.page_token = reply.next_page_token
-        else:
-            more = f"\n(stopped after {_MAX_PAGES} pages; more upstreams are being tracked)"
-    return upstream_table(sorted(states, key=lambda s: (s.profile, s.upstream))) + more
-
-
 def _tls(args: argparse.Namespace) -> TlsFiles | None:
     if not (args.tls_cert or args.tls_key or args.tls_client_ca):
         return None
@@ -291,7 +216,7 @@ def _tls(args: argparse.Namespace) -> TlsFiles | None:
     try:
         check_files(files)  # fails here, with the file named, not at the bind
     except OSError as exc:
-        raise TlsError(f"cannot read {exc.filename}: {exc.strerror}") from None
+        raise TlsError(f"cannot read {shown_path(str(exc.filename))}: {exc.strerror}") from None
     except ValueError as exc:
         raise TlsError(str(exc)) from None
     return files
@@ -344,7 +269,7 @@ def _open_decision_log(args: argparse.Namespace) -> IO[str] | None:
     try:
         return open(path, "a", buffering=1, encoding="utf-8")
     except OSError as exc:
-        raise StartError(f"{name}: cannot open {path}: {exc.strerror}") from None
+        raise StartError(f"{name}: cannot open {shown_path(path)}: {exc.strerror}") from None
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -423,7 +348,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(_serve(args))
             return 0
         if args.command == "upstreams":
-            print(_upstreams(args))
+            print(list_upstreams(args))
             return 0
         if args.command == "check-policy":
             print(_check_policy(args.file, args.env))

@@ -5,8 +5,10 @@ state:
   store: redis            # memory (the default): each pod alone
   url: redis://redis.squawk.svc:6379/0
   key_prefix: "squawk:"
-  deadline: 5ms           # the longest any call waits on the store
+  sync: 100ms             # how often a pod sends its counts and reads the fleet's
+  deadline: 100ms         # a sync later than this is late (three in a row: an outage)
   min_pods: 2             # distinct failing pods before the fleet breaker opens
+  fallback_share: 0.25    # without Redis, past the share's lease: this part of a rate
   tls_ca: /etc/squawk/redis-ca.pem     # rediss:// only: trust this CA, not the system's
   tls_cert: /etc/squawk/redis-client.pem   # with tls_key: mutual TLS
   tls_key: /etc/squawk/redis-client.key
@@ -68,7 +70,7 @@ from .needs import Need
 __all__ = ["StateSettings", "Store", "apply_state_env", "parse_state", "state_needs"]
 
 _FIELDS = {
-    "store", "url", "key_prefix", "deadline", "min_pods", "pod",
+    "store", "url", "key_prefix", "deadline", "min_pods", "pod", "sync", "fallback_share",
     "tls_ca", "tls_cert", "tls_key", "sentinels", "service_name",
 }  # fmt: skip
 # redis-py reads other query parameters as connection settings; the URL may
@@ -77,6 +79,8 @@ _QUERY = {"db"}
 _SCHEMES = ("redis", "rediss", "unix")
 MIN_DEADLINE = timedelta(milliseconds=1)
 MAX_DEADLINE = timedelta(seconds=1)
+MIN_SYNC = timedelta(milliseconds=10)
+MAX_SYNC = timedelta(seconds=1)
 MAX_MIN_PODS = 1000
 MAX_PREFIX_CHARS = 64
 MAX_POD_CHARS = 253  # a Kubernetes pod name's limit
@@ -98,7 +102,8 @@ class StateSettings:
     # May carry a password (from the environment only): never logged; see `where`.
     url: str = ""
     key_prefix: str = "squawk:"
-    deadline: timedelta = timedelta(milliseconds=5)
+    # No call waits on the store: a sync round trip later than this is late.
+    deadline: timedelta = timedelta(milliseconds=100)
     min_pods: int = 2
     pod: str = ""
     # PEM files for a rediss:// URL: the CA to trust instead of the system's,
@@ -110,6 +115,12 @@ class StateSettings:
     # the name of the master they watch.
     sentinels: tuple[tuple[str, int], ...] = ()
     service_name: str = ""
+    # How often a pod sends what it saw and reads the fleet's sums back.
+    sync: timedelta = timedelta(milliseconds=100)
+    # The part of an upstream's declared or announced rate a pod paces by
+    # once its fleet share's lease ran out without Redis; None: the whole
+    # rate (its own pacer, as without the fleet).
+    fallback_share: float | None = None
 
     @property
     def where(self) -> str:
@@ -171,6 +182,23 @@ def _deadline(text: str) -> timedelta:
     return value
 
 
+def _sync(text: str) -> timedelta:
+    value = parse_duration(text)
+    if not MIN_SYNC <= value <= MAX_SYNC:
+        raise ValueError("must be between 10ms and 1s")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise ValueError("must be in (0, 1]")
+    return value
+
+
 def _min_pods(text: str) -> int:
     value = integer(text)
     if not 1 <= value <= MAX_MIN_PODS:
@@ -216,6 +244,8 @@ def parse_state(node: yaml.Node) -> StateSettings:
         "key_prefix": (_name(MAX_PREFIX_CHARS), "a key prefix"),
         "deadline": (_deadline, "a duration such as 5ms"),
         "min_pods": (_min_pods, "an integer"),
+        "sync": (_sync, "a duration such as 100ms"),
+        "fallback_share": (_fraction, "a fraction such as 0.25"),
         "tls_ca": (_path, "a PEM file's path"),
         "tls_cert": (_path, "a PEM file's path"),
         "tls_key": (_path, "a PEM file's path"),

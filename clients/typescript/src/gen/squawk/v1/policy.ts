@@ -1402,6 +1402,12 @@ export interface GetUpstreamsRequest {
    * process that gave it.
    */
   pageToken: string;
+  /**
+   * Optional; default false. When true, each UpstreamState also carries the
+   * fleet's view of it (UpstreamState.fleet), as this pod last read it from
+   * the Redis store. With the memory store it changes nothing.
+   */
+  includeFleet: boolean;
 }
 
 /** GetUpstreamsResponse is one page of the tracked upstreams. */
@@ -1485,6 +1491,75 @@ export interface UpstreamState {
    * tracking the upstream.
    */
   shed: number;
+  /**
+   * The fleet's view of this (profile, upstream), beside the pod's own
+   * fields above. Set only when the request's include_fleet is true and this
+   * pod has synced the upstream with the fleet; unset with the memory store,
+   * and with the Redis store before the pod's first sync of the upstream.
+   */
+  fleet: FleetState | undefined;
+}
+
+/**
+ * FleetState is the fleet's view of one (profile, upstream): the counts of
+ * every pod that shares the Redis store, as this pod last read them at a
+ * sync. It is as old as age says (about one sync interval at most while
+ * Redis answers; older during an outage), and it is what this pod's
+ * decisions read besides its own state.
+ */
+export interface FleetState {
+  /** The fleet-wide breaker's state. */
+  breakerState: BreakerState;
+  /**
+   * CLOSED: the calls recorded in the fleet's window, across every pod.
+   * HALF_OPEN: the outcomes of this round's probes, fleet-wide. 0 when OPEN.
+   */
+  windowCalls: number;
+  /**
+   * CLOSED: the failures among window_calls (as UpstreamState's
+   * window_failures counts them). HALF_OPEN: the failed probes.
+   */
+  windowFailures: number;
+  /**
+   * CLOSED: the distinct pods with a failure in the window, the count the
+   * breaker's quorum (the policy's min_pods) is held to.
+   */
+  failingPods: number;
+  /**
+   * HALF_OPEN: the probe slots taken fleet-wide this round, of the profile's
+   * half_open_probes. 0 otherwise.
+   */
+  probes: number;
+  /**
+   * OPEN: the time until the fleet's breaker half-opens. HALF_OPEN: until
+   * its round of probes restarts. Unset when CLOSED.
+   */
+  breakerRetryAfter:
+    | Duration
+    | undefined;
+  /** Time left of the fleet's shared Retry-After cool-down; zero when none. */
+  coolDownLeft:
+    | Duration
+    | undefined;
+  /**
+   * The retries the fleet's budget would grant now, as UpstreamState's
+   * budget_balance counts them but over every pod's calls and retries; never
+   * negative.
+   */
+  retriesLeft: number;
+  /**
+   * This pod's share of the upstream's fleet-wide rate, a fraction in
+   * (0, 1], in proportion to its demand. 1 when the fleet does not divide
+   * the rate (no rate to share, or this pod the only one asking).
+   */
+  paceShare: number;
+  /**
+   * The pods that asked for the upstream in the last sync interval, this
+   * one included.
+   */
+  pods: number;
+  /** The time since the sync that read this view. */
+  age: Duration | undefined;
 }
 
 function createBaseClassifyRequest(): ClassifyRequest {
@@ -4719,7 +4794,7 @@ export const ReportOutcomeResponse: MessageFns<ReportOutcomeResponse> = {
 };
 
 function createBaseGetUpstreamsRequest(): GetUpstreamsRequest {
-  return { profile: "", upstream: "", pageSize: 0, pageToken: "" };
+  return { profile: "", upstream: "", pageSize: 0, pageToken: "", includeFleet: false };
 }
 
 export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
@@ -4735,6 +4810,9 @@ export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
     }
     if (message.pageToken !== "") {
       writer.uint32(34).string(message.pageToken);
+    }
+    if (message.includeFleet !== false) {
+      writer.uint32(40).bool(message.includeFleet);
     }
     return writer;
   },
@@ -4784,6 +4862,14 @@ export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
             message.pageToken = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.includeFleet = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4810,6 +4896,11 @@ export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
         : isSet(object.page_token)
         ? globalThis.String(object.page_token)
         : "",
+      includeFleet: isSet(object.includeFleet)
+        ? globalThis.Boolean(object.includeFleet)
+        : isSet(object.include_fleet)
+        ? globalThis.Boolean(object.include_fleet)
+        : false,
     };
   },
 
@@ -4827,6 +4918,9 @@ export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
     if (message.pageToken !== "") {
       obj.pageToken = message.pageToken;
     }
+    if (message.includeFleet !== false) {
+      obj.includeFleet = message.includeFleet;
+    }
     return obj;
   },
 
@@ -4839,6 +4933,7 @@ export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
     message.upstream = object.upstream ?? "";
     message.pageSize = object.pageSize ?? 0;
     message.pageToken = object.pageToken ?? "";
+    message.includeFleet = object.includeFleet ?? false;
     return message;
   },
 };
@@ -4968,6 +5063,7 @@ function createBaseUpstreamState(): UpstreamState {
     inFlight: 0,
     paced: 0,
     shed: 0,
+    fleet: undefined,
   };
 }
 
@@ -5020,6 +5116,9 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     }
     if (message.shed !== 0) {
       writer.uint32(128).int64(message.shed);
+    }
+    if (message.fleet !== undefined) {
+      FleetState.encode(message.fleet, writer.uint32(138).fork()).join();
     }
     return writer;
   },
@@ -5165,6 +5264,14 @@ export const UpstreamState: MessageFns<UpstreamState> = {
             message.shed = longToNumber(reader.int64());
             continue;
           }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.fleet = FleetState.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5239,6 +5346,7 @@ export const UpstreamState: MessageFns<UpstreamState> = {
         : 0,
       paced: isSet(object.paced) ? globalThis.Number(object.paced) : 0,
       shed: isSet(object.shed) ? globalThis.Number(object.shed) : 0,
+      fleet: isSet(object.fleet) ? FleetState.fromJSON(object.fleet) : undefined,
     };
   },
 
@@ -5292,6 +5400,9 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     if (message.shed !== 0) {
       obj.shed = Math.round(message.shed);
     }
+    if (message.fleet !== undefined) {
+      obj.fleet = FleetState.toJSON(message.fleet);
+    }
     return obj;
   },
 
@@ -5322,6 +5433,286 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     message.inFlight = object.inFlight ?? 0;
     message.paced = object.paced ?? 0;
     message.shed = object.shed ?? 0;
+    message.fleet = (object.fleet !== undefined && object.fleet !== null)
+      ? FleetState.fromPartial(object.fleet)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseFleetState(): FleetState {
+  return {
+    breakerState: BreakerState.BREAKER_STATE_UNSPECIFIED,
+    windowCalls: 0,
+    windowFailures: 0,
+    failingPods: 0,
+    probes: 0,
+    breakerRetryAfter: undefined,
+    coolDownLeft: undefined,
+    retriesLeft: 0,
+    paceShare: 0,
+    pods: 0,
+    age: undefined,
+  };
+}
+
+export const FleetState: MessageFns<FleetState> = {
+  encode(message: FleetState, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.breakerState !== BreakerState.BREAKER_STATE_UNSPECIFIED) {
+      writer.uint32(8).int32(breakerStateToNumber(message.breakerState));
+    }
+    if (message.windowCalls !== 0) {
+      writer.uint32(16).int64(message.windowCalls);
+    }
+    if (message.windowFailures !== 0) {
+      writer.uint32(24).int64(message.windowFailures);
+    }
+    if (message.failingPods !== 0) {
+      writer.uint32(32).int32(message.failingPods);
+    }
+    if (message.probes !== 0) {
+      writer.uint32(40).int32(message.probes);
+    }
+    if (message.breakerRetryAfter !== undefined) {
+      Duration.encode(message.breakerRetryAfter, writer.uint32(50).fork()).join();
+    }
+    if (message.coolDownLeft !== undefined) {
+      Duration.encode(message.coolDownLeft, writer.uint32(58).fork()).join();
+    }
+    if (message.retriesLeft !== 0) {
+      writer.uint32(64).int64(message.retriesLeft);
+    }
+    if (message.paceShare !== 0) {
+      writer.uint32(73).double(message.paceShare);
+    }
+    if (message.pods !== 0) {
+      writer.uint32(80).int32(message.pods);
+    }
+    if (message.age !== undefined) {
+      Duration.encode(message.age, writer.uint32(90).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FleetState {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFleetState();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.breakerState = breakerStateFromJSON(reader.int32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.windowCalls = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.windowFailures = longToNumber(reader.int64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.failingPods = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.probes = reader.int32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.breakerRetryAfter = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.coolDownLeft = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.retriesLeft = longToNumber(reader.int64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 73) {
+              break;
+            }
+
+            message.paceShare = reader.double();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.pods = reader.int32();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.age = Duration.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FleetState {
+    return {
+      breakerState: isSet(object.breakerState)
+        ? breakerStateFromJSON(object.breakerState)
+        : isSet(object.breaker_state)
+        ? breakerStateFromJSON(object.breaker_state)
+        : BreakerState.BREAKER_STATE_UNSPECIFIED,
+      windowCalls: isSet(object.windowCalls)
+        ? globalThis.Number(object.windowCalls)
+        : isSet(object.window_calls)
+        ? globalThis.Number(object.window_calls)
+        : 0,
+      windowFailures: isSet(object.windowFailures)
+        ? globalThis.Number(object.windowFailures)
+        : isSet(object.window_failures)
+        ? globalThis.Number(object.window_failures)
+        : 0,
+      failingPods: isSet(object.failingPods)
+        ? globalThis.Number(object.failingPods)
+        : isSet(object.failing_pods)
+        ? globalThis.Number(object.failing_pods)
+        : 0,
+      probes: isSet(object.probes) ? globalThis.Number(object.probes) : 0,
+      breakerRetryAfter: isSet(object.breakerRetryAfter)
+        ? Duration.fromJSON(object.breakerRetryAfter)
+        : isSet(object.breaker_retry_after)
+        ? Duration.fromJSON(object.breaker_retry_after)
+        : undefined,
+      coolDownLeft: isSet(object.coolDownLeft)
+        ? Duration.fromJSON(object.coolDownLeft)
+        : isSet(object.cool_down_left)
+        ? Duration.fromJSON(object.cool_down_left)
+        : undefined,
+      retriesLeft: isSet(object.retriesLeft)
+        ? globalThis.Number(object.retriesLeft)
+        : isSet(object.retries_left)
+        ? globalThis.Number(object.retries_left)
+        : 0,
+      paceShare: isSet(object.paceShare)
+        ? globalThis.Number(object.paceShare)
+        : isSet(object.pace_share)
+        ? globalThis.Number(object.pace_share)
+        : 0,
+      pods: isSet(object.pods) ? globalThis.Number(object.pods) : 0,
+      age: isSet(object.age) ? Duration.fromJSON(object.age) : undefined,
+    };
+  },
+
+  toJSON(message: FleetState): unknown {
+    const obj: any = {};
+    if (message.breakerState !== BreakerState.BREAKER_STATE_UNSPECIFIED) {
+      obj.breakerState = breakerStateToJSON(message.breakerState);
+    }
+    if (message.windowCalls !== 0) {
+      obj.windowCalls = Math.round(message.windowCalls);
+    }
+    if (message.windowFailures !== 0) {
+      obj.windowFailures = Math.round(message.windowFailures);
+    }
+    if (message.failingPods !== 0) {
+      obj.failingPods = Math.round(message.failingPods);
+    }
+    if (message.probes !== 0) {
+      obj.probes = Math.round(message.probes);
+    }
+    if (message.breakerRetryAfter !== undefined) {
+      obj.breakerRetryAfter = Duration.toJSON(message.breakerRetryAfter);
+    }
+    if (message.coolDownLeft !== undefined) {
+      obj.coolDownLeft = Duration.toJSON(message.coolDownLeft);
+    }
+    if (message.retriesLeft !== 0) {
+      obj.retriesLeft = Math.round(message.retriesLeft);
+    }
+    if (message.paceShare !== 0) {
+      obj.paceShare = floatToJson(message.paceShare);
+    }
+    if (message.pods !== 0) {
+      obj.pods = Math.round(message.pods);
+    }
+    if (message.age !== undefined) {
+      obj.age = Duration.toJSON(message.age);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<FleetState>): FleetState {
+    return FleetState.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<FleetState>): FleetState {
+    const message = createBaseFleetState();
+    message.breakerState = object.breakerState ?? BreakerState.BREAKER_STATE_UNSPECIFIED;
+    message.windowCalls = object.windowCalls ?? 0;
+    message.windowFailures = object.windowFailures ?? 0;
+    message.failingPods = object.failingPods ?? 0;
+    message.probes = object.probes ?? 0;
+    message.breakerRetryAfter = (object.breakerRetryAfter !== undefined && object.breakerRetryAfter !== null)
+      ? Duration.fromPartial(object.breakerRetryAfter)
+      : undefined;
+    message.coolDownLeft = (object.coolDownLeft !== undefined && object.coolDownLeft !== null)
+      ? Duration.fromPartial(object.coolDownLeft)
+      : undefined;
+    message.retriesLeft = object.retriesLeft ?? 0;
+    message.paceShare = object.paceShare ?? 0;
+    message.pods = object.pods ?? 0;
+    message.age = (object.age !== undefined && object.age !== null) ? Duration.fromPartial(object.age) : undefined;
     return message;
   },
 };

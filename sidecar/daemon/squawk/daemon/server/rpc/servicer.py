@@ -26,6 +26,7 @@ from squawk.policy import (
     classify,
     decide,
 )
+from squawk.policy.fleet import FleetSnapshot
 from squawk.policy.limits import (
     MAX_BATCH,
     MAX_NAME_CHARS,
@@ -363,13 +364,18 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         keys, more = upstreams.page(
             _after(request.page_token), size, request.profile, request.upstream
         )
+        # The fleet's last reading, from memory: asking for it never waits on Redis.
+        fleet = self.store.fleet_views(request.profile) if request.include_fleet else {}
         reply = pb.GetUpstreamsResponse()
         for i, (_, key) in enumerate(keys):
             if i and not i % _LIST_SLICE:
                 await asyncio.sleep(0)
             view = upstreams.view(key)  # None: dropped while the page was built
             if view is not None:
-                _fill_upstream(view, reply.upstreams.add())
+                row = reply.upstreams.add()
+                _fill_upstream(view, row)
+                if (seen := fleet.get(key)) is not None:
+                    _fill_fleet(seen, row.fleet)
         if more:
             reply.next_page_token = str(keys[-1][0])
             reply.truncated = True
@@ -405,3 +411,18 @@ def _fill_upstream(view: UpstreamView, out: pb.UpstreamState) -> None:
     out.in_flight = p.in_flight
     out.paced = view.paced
     out.shed = view.shed
+
+
+def _fill_fleet(f: FleetSnapshot, out: pb.FleetState) -> None:
+    out.breaker_state = f.breaker_state  # type: ignore[assignment]
+    out.window_calls = f.calls
+    out.window_failures = f.failures
+    out.failing_pods = f.failing_pods
+    out.probes = f.probes
+    if f.breaker_retry_after is not None:  # unset when CLOSED
+        out.breaker_retry_after.FromTimedelta(f.breaker_retry_after)
+    out.cool_down_left.FromTimedelta(f.cooldown_left)
+    out.retries_left = f.retries_left
+    out.pace_share = f.pace_share
+    out.pods = f.pods
+    out.age.FromTimedelta(f.age)

@@ -1,310 +1,315 @@
--- The fleet's state of one (profile, upstream): one atomic step per call.
+-- The fleet's counts of one (profile, upstream): sums and leases, no rules.
 --
--- The same rules as the pure core's breaker, retry budget and cool-down
--- (squawk.policy), on counts every pod adds to, plus a quorum: the fleet
--- breaker opens only when failures came from at least min_pods distinct
--- pods within the window. Time is the server's (TIME), so the pods' clocks
--- never meet; every key expires when left alone.
+-- Every pod decides from memory by the core's rules (squawk.policy.fleet);
+-- every sync interval it adds what it saw since its last sync here and
+-- reads the fleet's sums back. This script only adds, ages out what is
+-- older than a window, and hands out leases: it never judges a breaker or a
+-- budget. Time is the server's (TIME), so the pods' clocks never meet;
+-- every key expires when left alone.
 --
--- KEYS[1]  the state, a JSON object (fields below)
--- KEYS[2]  the pods with a counted failure: a sorted set, score = its time
--- ARGV[1]  op, pod, verdict, hint, delay, deadline, then the config (see
---          fleet_store.py's _config_args) and its fingerprint, separated by
---          spaces
---   op       admit | record | retry (record, then guard a RETRY) | replay
---   verdict  retry: 0 not counted, 1 success, 2 failure, 3 throttled failure
---            (the token bucket and the cool-down count it, the breaker does
---            not); record, replay: successes
---   hint     the Retry-After to share, ms; -1 none
---   delay    retry: the RETRY's delay, ms; record, replay: failures
---   deadline retry: the time left before the step's deadline, ms; -1 none;
---            record, replay: throttled failures
+-- KEYS  s the state (hash: e epoch, c cool-down end ms, t tokens spent in
+--         thousandths, f the settings' fingerprint)
+--       c the windows' counts (hash: w<bucket> calls, x<bucket> failures of
+--         the breaker's window; d<bucket> first calls, r<bucket> retries of
+--         the ratio budget's)
+--       p the pods with a failure in the window (sorted set, score = ms)
+--       o the fleet breaker's OPEN lease (expires when it half-opens)
+--       h the fleet breaker is not CLOSED (OPEN or HALF_OPEN)
+--       r the half-open round (hash: i its id, t slots taken, o successes, x failures;
+--         expires open_for after it began: a round without a verdict restarts)
+--       d the pace's demand (hash: D<slot> calls/s, N<slot> pods, and each
+--         pod's "slot demand previous-slot previous-demand" last written;
+--         a slot is two sync intervals)
+-- ARGV[1] words separated by spaces:
+--   sync pod round calls failures deposits retries taken refilled hint want
+--        returned demand  window buckets ttl open_for probes max_cool
+--        max_tokens interval fingerprint
+--   move pod epoch to  window buckets ttl open_for probes max_cool
+--        max_tokens interval fingerprint
 --
--- Every pod should run the same breaker and budget settings for an
--- upstream: each call brings its own, and the state is read with them.
--- The state keeps the fingerprint of the settings it was last written
--- with (f), and every reply ends with 1 when the call's differ, else 0.
---
--- Replies (ms are whole milliseconds):
--- (each reply below, then that 1 or 0)
---   admit   {before, after, allowed, reason, wait, probe}
---           reason 0 none, 1 cooling down, 2 circuit open
---   record, replay  {before, after}
---   retry   {before, after, verdict, a, b}
---           verdict 0 granted (a = cool-down left), 1 breaker open (a = until
---           it half-opens), 2 budget spent (a, b = retries, calls; a token
---           bucket: a = tokens left in thousandths, b = -1), 3 the cool-down
---           outlasts the deadline (a = cool-down left)
+-- sync replies {state, epoch, left, calls, failures, pods, taken, successes,
+--   probe failures, granted, round, deposits, retries, spent, cooling, demand
+--   (thousandths of calls/s), wanting, differ, own (this pod's part of
+--   demand, thousandths)}; state 1 CLOSED, 2 OPEN, 3 HALF_OPEN; left: OPEN,
+--   ms until it half-opens, HALF_OPEN, until the round restarts; round: the
+--   half-open round's id (slots leased in a round are void once it
+--   restarted, and `returned` slots go back only to the round of the id
+--   sent).
+-- move replies {1} when made, {0} when the fleet left that epoch first.
 
 local CLOSED, OPEN, HALF = 1, 2, 3
 local BUDGET_BUCKETS = 10
--- What one replay call adds at most, per kind.
-local MAX_REPLAY = 100
--- What one record call adds at most, per kind (a pod's writes, summed
--- while they wait), and what a stored bucket may hold.
+-- What one sync adds at most, per kind, and what a stored count may hold.
 local MAX_ADD, MAX_SLOT = 1e9, 1e12
--- A key this call creates lives at most this long; any later call on it
--- (an Admit, a report, from any pod) gives it what its state needs. A
--- name seen once costs the store two minutes, not a day's cool-down.
+-- A key a sync creates lives at most this long unless it holds caution.
 local NEW_KEY_MS = 120000
 
--- One argument, space-separated: each argument costs the client more to
--- send than the script spends reading it.
 local arg = {}
 for word in string.gmatch(ARGV[1], '%S+') do arg[#arg + 1] = word end
 local op, pod = arg[1], arg[2]
-local verdict, hint = tonumber(arg[3]), tonumber(arg[4])
-local delay, deadline = tonumber(arg[5]), tonumber(arg[6])
-local enabled = arg[7] == '1'
-local failure_ratio, minimum_calls = tonumber(arg[8]), tonumber(arg[9])
-local window, buckets = tonumber(arg[10]), tonumber(arg[11])
-local open_for, probes = tonumber(arg[12]), tonumber(arg[13])
-local close_ratio, min_pods = tonumber(arg[14]), tonumber(arg[15])
-local token_bucket = arg[16] == 'token_bucket'
-local ratio, floor, ttl = tonumber(arg[17]), tonumber(arg[18]), tonumber(arg[19])
-local max_milli, refill = tonumber(arg[20]), tonumber(arg[21])
--- The profile's max_cool_down: the longest one hint cools the fleet.
-local max_cool = tonumber(arg[22])
-local fingerprint = arg[23]
+
+local function bounded(x, low, high)
+  x = tonumber(x)
+  if not x or x ~= x then return low end
+  return math.min(math.max(x, low), high)
+end
+
+local i = op == 'sync' and 14 or 5
+local window, buckets = bounded(arg[i], 1, 1e12), bounded(arg[i + 1], 1, 1000)
+local ttl, open_for = bounded(arg[i + 2], 1, 1e12), bounded(arg[i + 3], 1, 1e12)
+local probes, max_cool = bounded(arg[i + 4], 1, 1e9), bounded(arg[i + 5], 0, 1e12)
+local max_tokens, interval = bounded(arg[i + 6], 0, 1e12), bounded(arg[i + 7], 1, 1e6)
+local fingerprint = arg[i + 8] or ''
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 
--- s: breaker state, u: OPEN until / HALF_OPEN round end, p: probe slots
--- taken, ok/bad: probe outcomes, w: breaker window, b: ratio budget window,
--- t: tokens spent (thousandths), c: cool-down end, f: the settings'
--- fingerprint it was last written with. A window is a list of
--- {bucket start (ms), first count, second count}, oldest first: start times,
--- not bucket numbers, so pods whose windows differ (a rollout) still agree
--- on what is old.
-local function fresh()
-  return {s = CLOSED, u = 0, p = 0, ok = 0, bad = 0, w = {}, b = {}, t = 0, c = 0}
-end
-
--- A number that compares as numbers do: cjson reads NaN and Infinity, and
--- NaN would carry into every sum and into the key's expiry.
-local function finite(x)
-  return type(x) == 'number' and x == x and x > -math.huge and x < math.huge
-end
-
--- A window's buckets as stored, each checked: none from the future (a
--- bucket that starts after now never rolls out), no negative counts.
-local function slots(v)
-  if type(v) ~= 'table' then return nil end
-  local out = {}
-  for i, slot in ipairs(v) do
-    if i > 1000 or type(slot) ~= 'table' or not finite(slot[1])
-        or not finite(slot[2]) or not finite(slot[3]) then
-      return nil
-    end
-    if slot[1] <= now then
-      local first, second = math.max(slot[2], 0), math.max(slot[3], 0)
-      out[#out + 1] = {slot[1], math.min(first, MAX_SLOT), math.min(second, MAX_SLOT)}
-    end
-  end
-  return out
-end
-
--- Only the fields this script writes, each checked: a value it did not
--- write (another program's key, a corrupted or oversized one) starts
--- afresh, and the times are held to what the rules allow, so no stored
--- value (nor a server clock that jumped back) can refuse for longer than
--- open_for or the profile's max_cool_down (a reload that lowers it ends a
--- longer cool-down already stored).
-local function read(raw)
-  local ok, v = pcall(cjson.decode, raw)
-  if not ok or type(v) ~= 'table' or (v.s ~= CLOSED and v.s ~= OPEN and v.s ~= HALF) then
-    return fresh()
-  end
-  for _, name in ipairs({'u', 'p', 'ok', 'bad', 't', 'c'}) do
-    if not finite(v[name]) then return fresh() end
-  end
-  local w, b = slots(v.w), slots(v.b)
-  if not w or not b then return fresh() end
-  local function count(x) return math.min(math.max(x, 0), probes) end
-  return {
-    s = v.s, u = math.min(v.u, now + open_for), p = count(v.p), ok = count(v.ok), bad = count(v.bad),
-    w = w, b = b, t = math.min(math.max(v.t, 0), max_milli), c = math.min(v.c, now + max_cool),
-    f = type(v.f) == 'string' and #v.f <= 32 and v.f or nil,
-  }
-end
-
 -- A key of another type under our name (another program's, a mistake) is
--- overwritten: left as it is, every call on the upstream would fail until
--- someone deleted it, for it has no expiry.
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then redis.call('DEL', KEYS[1]) end
-local pods_type = redis.call('TYPE', KEYS[2]).ok
-if pods_type ~= 'zset' and pods_type ~= 'none' then redis.call('DEL', KEYS[2]) end
-
-local raw = redis.call('GET', KEYS[1])
-local st = raw and read(raw) or fresh()
-
--- The start of bucket k (of n over span) in whole ms.
-local function start(k, span, n)
-  return math.floor(k * span / n)
+-- overwritten: left as it is, every sync of the upstream would fail.
+local types = {'hash', 'hash', 'zset', 'string', 'string', 'hash', 'hash'}
+for k = 1, 7 do
+  local t = redis.call('TYPE', KEYS[k]).ok
+  if t ~= 'none' and t ~= types[k] then redis.call('DEL', KEYS[k]) end
 end
 
-local function roll(list, span, n)
-  local oldest = start(math.floor(now * n / span) - n + 1, span, n)
-  local kept = {}
-  for _, slot in ipairs(list) do
-    if slot[1] >= oldest then kept[#kept + 1] = slot end
+local stored = redis.call('HMGET', KEYS[1], 'e', 'c', 't', 'f', 'n')
+-- The epoch wraps well within what a reply carries exactly.
+local MAX_EPOCH = 1e9
+local epoch = bounded(stored[1], 0, MAX_EPOCH)
+local rounds = bounded(stored[5], 0, MAX_EPOCH)
+-- Held to what the rules allow: no stored value (nor a clock that jumped
+-- back) cools longer than max_cool, and a reload that lowers it ends a
+-- longer cool-down already stored.
+local cool = math.min(bounded(stored[2], 0, 1e15), now + max_cool)
+local spent = bounded(stored[3], 0, max_tokens)
+local state = CLOSED
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  state = OPEN
+elseif redis.call('EXISTS', KEYS[5]) == 1 then
+  state = HALF
+end
+
+local keep = math.max(window, 2 * open_for, ttl, cool - now) + 60000
+
+-- A lease lives no longer than the rules allow, whoever wrote it: an OPEN
+-- lease or a round without an expiry (another program's, a mistake) would
+-- otherwise hold the upstream shut for good.
+local function held(key, most)
+  local left = redis.call('PTTL', key)
+  if left == -1 or left > most then redis.call('PEXPIRE', key, math.floor(most)) end
+end
+if state == OPEN then held(KEYS[4], open_for) end
+if state ~= CLOSED then held(KEYS[5], keep) end
+held(KEYS[6], open_for)
+
+-- Drop the breaker window's buckets (a new state starts a new count).
+-- The failing pods stay until the breaker closes (they age out of the
+-- window meanwhile): while it is not CLOSED they only say who opened it.
+local function clear_window()
+  local all = redis.call('HKEYS', KEYS[2])
+  for _, field in ipairs(all) do
+    local kind = string.sub(field, 1, 1)
+    if kind == 'w' or kind == 'x' then redis.call('HDEL', KEYS[2], field) end
   end
-  return kept
 end
 
-local function add(list, span, n, first, second)
-  list = roll(list, span, n)
-  local current = start(math.floor(now * n / span), span, n)
-  local last = list[#list]
-  if last and last[1] >= current then
-    last[2] = last[2] + first
-    last[3] = last[3] + second
+if op == 'move' then
+  local want, to = bounded(arg[3], 0, 1e15), bounded(arg[4], 0, 3)
+  if want ~= epoch then return {0} end
+  if to == OPEN and state ~= OPEN then
+    redis.call('SET', KEYS[4], '1', 'PX', math.floor(open_for))
+    redis.call('SET', KEYS[5], '1', 'PX', math.floor(keep))
+    redis.call('DEL', KEYS[6])
+    clear_window()
+  elseif to == CLOSED and state == HALF then
+    redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
+    clear_window()
   else
-    list[#list + 1] = {current, first, second}
+    return {0}
   end
-  return list
+  redis.call('HSET', KEYS[1], 'e', (epoch + 1) % MAX_EPOCH)
+  redis.call('PEXPIRE', KEYS[1], math.floor(keep))
+  return {1}
 end
 
-local function sums(list)
-  local first, second = 0, 0
-  for _, slot in ipairs(list) do
-    first = first + slot[2]
-    second = second + slot[3]
-  end
-  return first, second
-end
-
--- A new state of the breaker starts a new count, of pods as of calls: the
--- quorum that opened it does not open it again after it closed.
-local function enter(state, untl)
-  st.s, st.u, st.p, st.ok, st.bad, st.w = state, untl, 0, 0, 0, {}
+-- The windows' sums, their old buckets and anything not a count dropped
+-- first, so the additions below always meet a count (HINCRBY fails on a
+-- field that is not one) and a planted hash of countless fields costs one
+-- DEL, not a scan at every sync.
+local wb = math.floor(now * buckets / window)
+local bb = math.floor(now * BUDGET_BUCKETS / ttl)
+local sums = {w = 0, x = 0, d = 0, r = 0}
+if redis.call('HLEN', KEYS[2]) > 2 * buckets + 2 * BUDGET_BUCKETS + 8 then
   redis.call('DEL', KEYS[2])
 end
-
--- Time's own step: OPEN half-opens when its time is up, a half-open round
--- past its time starts over, the window drops its old buckets.
-local function advance()
-  if not enabled then
-    if st.s ~= CLOSED then enter(CLOSED, 0) end
-  elseif st.s == CLOSED then
-    st.w = roll(st.w, window, buckets)
-  elseif now >= st.u then
-    enter(HALF, now + open_for)
+local counts = redis.call('HGETALL', KEYS[2])
+for k = 1, #counts, 2 do
+  local field, value = counts[k], counts[k + 1]
+  local kind, n = string.sub(field, 1, 1), tonumber(string.sub(field, 2))
+  local live = false
+  if n and (kind == 'w' or kind == 'x') then
+    live = n > wb - buckets and n <= wb
+  elseif n and (kind == 'd' or kind == 'r') then
+    live = n > bb - BUDGET_BUCKETS and n <= bb
   end
-end
-
--- A half-open round's probe outcome (failed: 0 or 1).
-local function probe_outcome(failed)
-  st.ok, st.bad = st.ok + (1 - failed), st.bad + failed
-  local tallied = st.ok + st.bad
-  if tallied < probes then
-    st.p = math.max(st.p, tallied)
-  elseif st.ok / tallied >= close_ratio then
-    enter(CLOSED, 0)
+  local v = tonumber(value)
+  if live and v and v == math.floor(v) and v >= 0 and v <= MAX_SLOT then
+    sums[kind] = sums[kind] + v
   else
-    enter(OPEN, now + open_for)
+    redis.call('HDEL', KEYS[2], field)
   end
 end
 
--- `good` successes, `bad` failures and `throttled` throttled failures
--- (which spend the token bucket and cool the upstream but stay out of the
--- breaker, as in the core): the order a pod's summed writes
--- lost, taken the cautious way. Closed, as if the successes came first (a
--- token bucket refills before it is spent; the breaker judges the window
--- with every failure in it, as it would have after the last one).
--- Half-open, the failures first: successes first could end a round as
--- CLOSED on outcomes the round never held, which a probe's failure
--- reported with later successes would have reopened.
-local function record(good, bad, throttled)
-  if bad + throttled > 0 and hint >= 0 then st.c = math.max(st.c, now + math.min(hint, max_cool)) end
-  if token_bucket then
-    st.t = math.min(math.max(st.t - good * refill, 0) + (bad + throttled) * 1000, max_milli)
+local calls, failures = bounded(arg[4], 0, MAX_ADD), bounded(arg[5], 0, MAX_ADD)
+failures = math.min(failures, calls)
+local deposits, retries = bounded(arg[6], 0, MAX_ADD), bounded(arg[7], 0, MAX_ADD)
+local taken, refilled = bounded(arg[8], 0, MAX_ADD), bounded(arg[9], 0, MAX_ADD)
+local hint = bounded(arg[10], -1, 1e12)
+local want, returned = bounded(arg[11], 0, probes), bounded(arg[12], 0, probes)
+local demand = bounded(arg[13], 0, 1e9)
+
+-- The breaker's counts, by the fleet's state: a CLOSED window, a half-open
+-- round's tally (every counted outcome is a probe's, as in the core), or
+-- nothing while OPEN (they describe the upstream before the break).
+if state == CLOSED and calls > 0 then
+  redis.call('HINCRBY', KEYS[2], 'w' .. wb, calls)
+  sums.w = sums.w + calls
+  if failures > 0 then
+    redis.call('HINCRBY', KEYS[2], 'x' .. wb, failures)
+    sums.x = sums.x + failures
+    redis.call('ZADD', KEYS[3], now, pod)
   end
-  while good + bad > 0 and enabled and st.s ~= OPEN do
-    if st.s == CLOSED then
-      st.w = add(st.w, window, buckets, good + bad, bad)
-      if bad > 0 then redis.call('ZADD', KEYS[2], now, pod) end
-      local calls, failures = sums(st.w)
-      if calls >= minimum_calls and failures / calls >= failure_ratio then
-        -- The quorum: one pod alone (a bad link, a broken deploy) opens only its own breaker.
-        redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
-        if redis.call('ZCARD', KEYS[2]) >= min_pods then enter(OPEN, now + open_for) end
-      end
-      return
+end
+local round_exists = redis.call('EXISTS', KEYS[6]) == 1
+-- Each round has an id: slots leased in a round that restarted since are
+-- void, and given back only to the round they were leased in.
+local function round()
+  if not round_exists then
+    rounds = (rounds + 1) % MAX_EPOCH
+    redis.call('HSET', KEYS[6], 't', 0, 'i', rounds)
+    redis.call('PEXPIRE', KEYS[6], math.floor(open_for))
+    round_exists = true
+  end
+end
+local function round_id()
+  if not round_exists then return 0 end
+  return bounded(redis.call('HGET', KEYS[6], 'i'), 0, MAX_EPOCH)
+end
+local granted = 0
+if state == HALF then
+  if calls > 0 then
+    -- A round tallies at most `probes` outcomes, the failures first: the
+    -- order a summed delta lost, taken the cautious way (successes first
+    -- could close a round on outcomes it never held, which a probe's
+    -- failure reported with later successes would have reopened).
+    round()
+    local r = redis.call('HMGET', KEYS[6], 'o', 'x')
+    local room = math.max(probes - bounded(r[1], 0, probes) - bounded(r[2], 0, probes), 0)
+    local bad = math.min(failures, room)
+    local good = math.min(calls - failures, room - bad)
+    if bad > 0 then redis.call('HINCRBY', KEYS[6], 'x', bad) end
+    if good > 0 then redis.call('HINCRBY', KEYS[6], 'o', good) end
+  end
+  if returned > 0 and round_exists and round_id() == bounded(arg[3], 0, MAX_EPOCH) then
+    if redis.call('HINCRBY', KEYS[6], 't', -returned) < 0 then redis.call('HSET', KEYS[6], 't', 0) end
+  end
+  if want > 0 then
+    round()
+    local now_taken = redis.call('HINCRBY', KEYS[6], 't', want)
+    local over = math.max(now_taken - probes, 0)
+    granted = math.max(want - over, 0)
+    if granted < want then redis.call('HINCRBY', KEYS[6], 't', granted - want) end
+  end
+end
+
+if deposits > 0 then
+  redis.call('HINCRBY', KEYS[2], 'd' .. bb, deposits)
+  sums.d = sums.d + deposits
+end
+if retries > 0 then
+  redis.call('HINCRBY', KEYS[2], 'r' .. bb, retries)
+  sums.r = sums.r + retries
+end
+spent = math.min(math.max(spent - refilled, 0) + taken, max_tokens)
+if hint >= 0 then cool = math.max(cool, now + math.min(hint, max_cool)) end
+
+-- The pace's demand, per slot of two sync intervals: each pod's latest
+-- report in a slot counted once, however often it synced in it. Two
+-- intervals, so that a pod syncing every interval lands in every slot
+-- even when a sync comes late: a pod missing from a slot it was asking in
+-- would let the others' parts add up to the whole rate without its own.
+-- The reply is the last whole slot's sums, and this pod's part of them.
+-- Each pod's field holds "slot demand previous-slot previous-demand".
+local slot = math.floor(now / (2 * interval))
+local prev = redis.call('HMGET', KEYS[7], 'D' .. (slot - 1), 'N' .. (slot - 1))
+local total, wanting = bounded(prev[1], 0, 1e12), bounded(prev[2], 0, 1e9)
+local last_slot, last_demand, before_slot, before_demand = -1, 0, -1, 0
+-- (An upstream nobody asks Admit for, only reports on, costs no more.)
+local last = (demand > 0 or total > 0) and redis.call('HGET', KEYS[7], pod)
+if last then
+  local a, b, c, d = string.match(last, '^(%d+) ([%d.e+-]+) (-?%d+) ([%d.e+-]+)$')
+  last_slot, last_demand = tonumber(a) or -1, bounded(b, 0, 1e9)
+  before_slot, before_demand = tonumber(c) or -1, bounded(d, 0, 1e9)
+end
+local own = 0
+if last_slot == slot - 1 then
+  own = last_demand
+elseif last_slot == slot and before_slot == slot - 1 then
+  own = before_demand
+end
+own = math.min(own, total)
+if demand > 0 then
+  for _, field in ipairs({'D' .. slot, 'N' .. slot}) do
+    if redis.call('HEXISTS', KEYS[7], field) == 1 and not tonumber(redis.call('HGET', KEYS[7], field)) then
+      redis.call('HDEL', KEYS[7], field)
     end
-    -- Half-open: one at a time; at most `probes` of them end the round.
-    if bad > 0 then bad = bad - 1; probe_outcome(1) else good = good - 1; probe_outcome(0) end
   end
-end
-
-local before = st.s
-advance()
-local reply
-
-if op == 'admit' then
-  local allowed, reason, wait, probe = 0, 0, 0, 0
-  if st.c > now then
-    reason, wait = 1, st.c - now
-  elseif st.s == CLOSED then
-    allowed = 1
-  elseif st.s == HALF and st.p < probes then
-    st.p, allowed, probe = st.p + 1, 1, 1
+  if last_slot == slot then
+    redis.call('HINCRBYFLOAT', KEYS[7], 'D' .. slot, demand - last_demand)
   else
-    reason, wait = 2, st.u - now
+    redis.call('HINCRBYFLOAT', KEYS[7], 'D' .. slot, demand)
+    redis.call('HINCRBY', KEYS[7], 'N' .. slot, 1)
+    before_slot, before_demand = last_slot, last_demand
   end
-  if allowed == 1 and not token_bucket then
-    st.b = add(st.b, ttl, BUDGET_BUCKETS, 1, 0)
-  end
-  reply = {before, st.s, allowed, reason, wait, probe}
-elseif op == 'replay' then
-  record(math.min(math.max(verdict, 0), MAX_REPLAY), math.min(math.max(delay, 0), MAX_REPLAY),
-    math.min(math.max(deadline, 0), MAX_REPLAY))
-  reply = {before, st.s}
-elseif op == 'record' then
-  record(math.min(math.max(verdict, 0), MAX_ADD), math.min(math.max(delay, 0), MAX_ADD),
-    math.min(math.max(deadline, 0), MAX_ADD))
-  reply = {before, st.s}
-else
-  record(verdict == 1 and 1 or 0, verdict == 2 and 1 or 0, verdict == 3 and 1 or 0)
-  reply = {before, st.s}
-  if op == 'retry' then
-    if st.s == OPEN then
-      reply = {before, st.s, 1, st.u - now, 0}
-    else
-      local granted, a, b
-      if token_bucket then
-        granted = 2 * (max_milli - st.t) > max_milli
-        a, b = max_milli - st.t, -1
-      else
-        st.b = roll(st.b, ttl, BUDGET_BUCKETS)
-        local calls, retries = sums(st.b)
-        local need = retries + 1 - floor
-        granted = need <= 0 or (calls > 0 and need / calls <= ratio)
-        a, b = retries, calls
-      end
-      local cooling = math.max(st.c - now, 0)
-      if not granted then
-        reply = {before, st.s, 2, a, b}
-      elseif cooling > delay and deadline >= 0 and cooling > deadline then
-        -- Fails on the deadline: spends no budget, as in the core.
-        reply = {before, st.s, 3, cooling, 0}
-      else
-        if not token_bucket then st.b = add(st.b, ttl, BUDGET_BUCKETS, 0, 1) end
-        reply = {before, st.s, 0, cooling, 0}
-      end
-    end
-  end
+  redis.call('HSET', KEYS[7], pod, slot .. ' ' .. demand .. ' ' .. before_slot .. ' ' .. before_demand)
+  redis.call('HDEL', KEYS[7], 'D' .. (slot - 2), 'N' .. (slot - 2))
+  redis.call('PEXPIRE', KEYS[7], math.floor(20 * interval + 60000))
 end
 
-local keep = math.max(window, 2 * open_for, ttl, st.c - now) + 60000
--- A key made by this call lives briefly unless it holds caution: an open or
--- half-open breaker, a cool-down or spent tokens must outlive a quiet spell,
--- or every pod would admit again when it expired.
-local cautious = st.s ~= CLOSED or st.c > now or (token_bucket and st.t > 0)
-if not raw and not cautious then keep = math.min(keep, NEW_KEY_MS) end
-reply[#reply + 1] = (st.f and st.f ~= fingerprint) and 1 or 0
-st.f = fingerprint
-redis.call('SET', KEYS[1], cjson.encode(st), 'PX', math.floor(keep))
-redis.call('PEXPIRE', KEYS[2], math.floor(math.min(window + 60000, keep)))
-return reply
+-- Aged out, and none from the future (a planted score of +inf never would be).
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '(' .. now, '+inf')
+local pods = redis.call('ZCARD', KEYS[3])
+
+local left = 0
+if state == OPEN then
+  left = math.max(redis.call('PTTL', KEYS[4]), 0)
+elseif state == HALF and round_exists then
+  left = math.max(redis.call('PTTL', KEYS[6]), 0)
+elseif state == HALF then
+  left = open_for
+end
+local tally = {0, 0, 0}
+if round_exists then
+  local r = redis.call('HMGET', KEYS[6], 't', 'o', 'x')
+  tally = {bounded(r[1], 0, probes), bounded(r[2], 0, MAX_SLOT), bounded(r[3], 0, MAX_SLOT)}
+end
+
+local differ = (stored[4] and stored[4] ~= fingerprint) and 1 or 0
+redis.call('HSET', KEYS[1], 'e', epoch, 'c', cool, 't', spent, 'f', fingerprint, 'n', rounds)
+-- A key made by this sync lives briefly unless it holds caution: a fleet
+-- breaker not closed, a cool-down or spent tokens must outlive a quiet
+-- spell, or every pod would admit again when it expired.
+keep = math.max(window, 2 * open_for, ttl, cool - now) + 60000
+local cautious = state ~= CLOSED or cool > now or spent > 0
+if not stored[1] and not cautious then keep = math.min(keep, NEW_KEY_MS) end
+redis.call('PEXPIRE', KEYS[1], math.floor(keep))
+redis.call('PEXPIRE', KEYS[2], math.floor(math.max(window, ttl) + 60000))
+redis.call('PEXPIRE', KEYS[3], math.floor(window + 60000))
+if state ~= CLOSED then redis.call('PEXPIRE', KEYS[5], math.floor(keep)) end
+
+return {
+  state, epoch, left, sums.w, math.min(sums.x, sums.w), pods, tally[1], tally[2], tally[3],
+  granted, round_id(), sums.d, sums.r, spent, math.max(cool - now, 0), math.floor(total * 1000), wanting,
+  differ, math.floor(own * 1000),
+}

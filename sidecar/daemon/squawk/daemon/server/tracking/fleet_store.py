@@ -1,27 +1,33 @@
-"""The Redis store: every pod's breakers, budgets and cool-downs, shared.
+"""The Redis store: every pod's counts, summed; each pod decides from memory.
 
-Each (profile, upstream) has two keys on Redis, updated only by fleet.lua,
-one atomic script call at a time: its state and the pods that failed. The
-pod's own state (PodStore) always decides first; the fleet's can then only
-make the answer more cautious, so a pod whose Redis is gone is exactly a
-memory-store pod.
+No call waits on Redis. Every pod decides each Admit and DecideRetry from
+its own state and its last copy of the fleet's (squawk.policy.fleet); every
+`state.sync` interval (100 ms by default) a background task sends, for each
+upstream the pod touched lately (see `due`), what it saw since its last
+sync (a Delta: the breaker window's outcomes, the budget's calls and
+retries, a token bucket's failures and successes, the cool-down it was
+told, its demand and the probe slots it wants), one script call per
+upstream in one pipelined round trip, and keeps the fleet's sums that come
+back (the FleetView). When the sums call for a transition of the fleet's
+breaker (the quorum met, a half-open round judged: the core's rules), a
+second round trip asks for it, made only if the fleet is still in the
+epoch the pod read, so two pods seeing the same sums move it once.
 
-Waiting is bounded three ways:
+So Redis does one script per upstream per pod per interval, whatever the
+calls, and a pod learns what the others saw within one interval (plus a
+round trip): that is the staleness of every fleet-wide answer for an
+upstream the pod called within the last _ACTIVE_S. One quiet for longer is
+not synced, and forgotten unless its view holds caution (an OPEN fleet
+breaker, a cool-down, kept to their end): the first call after that
+decides from the pod's own state, and syncs the name at once.
 
-- Admit and a DecideRetry that would RETRY wait for the fleet's answer, at
-  most `state.deadline` (5 ms by default; a batch shares one deadline). A
-  late or failed answer leaves the pod's own answer, marked LOCAL.
-- Writes whose answer changes nothing the caller sees (ReportOutcome, a
-  DecideRetry that does not RETRY) go to Redis in the background, pipelined,
-  summed per upstream while they wait: a burst for one upstream is one
-  write, so only more than _MAX_QUEUED distinct upstreams waiting at once
-  drop a write, and every one dropped is counted (on_dropped, the metric
-  squawk_state_writes_dropped_total) and logged, throttled.
-- An outage (a connection error, or three late answers in a row) stops all
-  calls to Redis: decisions are local at once instead of after a deadline
-  each. It is logged once; a background task pings Redis with backoff and,
-  when it answers, replays what this pod saw meanwhile (the outcomes still
-  in their breaker window and its cool-downs), then turns the fleet back on.
+An outage (a connection error, or _LATE_IN_A_ROW syncs in a row later than
+`state.deadline`) stops the syncs; it is logged once, and a background task
+pings Redis with backoff. Meanwhile the pod keeps its last views (an OPEN
+fleet breaker or a cool-down it read runs out on its own time; a pace share
+holds for its lease, _LEASE_SYNCS intervals, then `fallback_share`), and
+its deltas keep gathering: what is still inside its windows reaches the
+fleet with the first sync after Redis answers again (the resync).
 """
 
 from __future__ import annotations
@@ -29,16 +35,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import itertools
 import logging
 import math
+import random
 import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from squawk.policy import (
@@ -46,88 +52,122 @@ from squawk.policy import (
     Admission,
     BreakerState,
     Decision,
-    FleetAnswer,
     Outcome,
     Profile,
-    Reason,
-    TokenBucketConfig,
     UpstreamConfig,
     guard_fleet,
 )
-from squawk.policy.cooldown import (
-    COOL_DOWN_SPREAD_FRACTION,
-    SPREAD_FRACTION,
-    shared_wait,
-    spread,
-    within,
+from squawk.policy.fleet import (
+    NO_DELTA,
+    Delta,
+    FleetSnapshot,
+    FleetView,
+    Move,
+    Reading,
+    admitted,
+    asked,
+    cautious,
+    fleet_snapshot,
+    merged,
+    move,
+    moved,
+    pace_share,
+    refusal,
+    retried,
+    retry_answer,
+    sent,
+    state_at,
+    take_probe,
+    token_change,
+    viewed,
+    wanted_probes,
 )
-from squawk.policy.outcome import Verdict
+from squawk.policy.fleet import (
+    demand as mean_demand,
+)
+from squawk.policy.fleet import (
+    outcome as with_outcome,
+)
 from squawk.policy.text import shown_text
-from squawk.policy.timing import EMPTY, Window, added, rolled, seconds
+from squawk.policy.timing import seconds
 from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 
 from ...config import ConfigError
 from ...config.state import StateSettings
 from ...settings import STATE_TLS_CA, STATE_TLS_CERT, STATE_TLS_KEY
-from ..lifecycle.tls import read_pem
+from ..lifecycle.tls import read_pem, shown_path
 from ..telemetry.throttle import LOG_EVERY_S, Throttle
 from .pod_store import PodStore, Source
 from .registry import Transition, Upstreams
 
-__all__ = ["FleetStore"]
+__all__ = ["Call", "FleetStore", "reading"]
 
 log = logging.getLogger(__name__)
 
 _SCRIPT = resources.files(__package__).joinpath("fleet.lua").read_text(encoding="utf-8")
-_VERDICT = {Verdict.IGNORED: 0, Verdict.SUCCESS: 1, Verdict.FAILURE: 2}
-# The script's verdict for a throttled failure: the token bucket and the
-# cool-down count it, the breaker window does not (squawk.policy.outcome).
-_THROTTLED = 3
-_ONE_MS = timedelta(milliseconds=1)
-# Late answers in a row that count as an outage.
+# Late syncs in a row that count as an outage.
 _LATE_IN_A_ROW = 3
-# The background writer: at most this many upstreams wait to be written
-# (each one's outcomes summed), as many as the registry tracks; one pipeline
-# carries at most _WRITE_BATCH of them.
-_MAX_QUEUED = 10_000
-_WRITE_BATCH = 512
-# The resync after an outage: upstreams per round trip, the event loop given
-# back between rounds. 512 a round held the loop 40-90 ms at a time (and
-# health checks past half a second on a busy machine).
-_REPLAY_BATCH = 64
-# A background write or a ping waits this long (nobody waits on it).
+# Upstreams per pipeline (one round trip); a pod touching more syncs them in
+# several, giving the event loop back between.
+_SYNC_BATCH = 64
+# An upstream touched within this long is synced every interval; one
+# untouched for longer is not, and is forgotten unless its view holds
+# caution. A name a caller used once costs this long of syncs.
+_ACTIVE_S = 2.0
+# A pace share holds for this many sync intervals without a new reading.
+_LEASE_SYNCS = 10
+# A view no sync renewed for this many intervals is stale (see _view).
+_STALE_SYNCS = 10
+# Probe slots a pod leased and has not used for this long are given back.
+_PROBE_HOLD_S = 1.0
+# The longest stretch a reported demand is averaged over (after an outage).
+_MAX_DEMAND_SPAN_S = 60.0
+# Early syncs (of names never synced) are at least this far apart.
+_EARLY_GAP_S = 0.01
+# A ping waits this long (nobody waits on it).
 _BACKGROUND_TIMEOUT_S = 1.0
 # The reconnect pings' backoff.
 _PING_FIRST_S, _PING_MAX_S = 0.1, 2.0
-# Outcomes replayed per upstream after an outage (the latest ones).
-_REPLAY_MAX = 100
 _MAX_CONNECTIONS = 32
 _KEY_CACHE = 4096
+_STATES = {1: BreakerState.CLOSED, 2: BreakerState.OPEN, 3: BreakerState.HALF_OPEN}
+_REPLY_LENGTH = 19
+# A hostile or broken store's numbers stay within what timedelta holds.
+_MAX_REPLY = 10**12
 
 Key = tuple[str, str]
 
 
 @dataclass(slots=True)
-class _Missed:
-    """What this pod saw of one upstream while the fleet was unreachable."""
-
-    config: UpstreamConfig
-    # (successes + failures, failures) per breaker-window bucket, monotonic time.
-    window: Window = EMPTY
-    cool_until: float = -math.inf
-
-
-@dataclass(slots=True)
-class _Pending:
-    """One upstream's outcomes waiting for the background writer, summed."""
+class _Tracked:
+    """One upstream as this pod syncs it."""
 
     profile: Profile
-    successes: int = 0
-    failures: int = 0
-    # Throttled failures: for the token bucket and the cool-down only.
-    throttled: int = 0
-    # The longest Retry-After among the failures, to share, ms; -1 none.
-    hint: int = -1
+    upstream: str
+    keys: list[str]
+    touched: float
+    delta: Delta = NO_DELTA
+    view: FleetView | None = None
+    # The last view a sync read, kept for its pace share's lease when the
+    # view itself is dropped (see _view and _share).
+    leased: FleetView | None = None
+    # When the last sync that landed was sent.
+    synced_at: float = -math.inf
+    # The pace's demand: the running mean the last sync reported
+    # (squawk.policy.fleet.demand), and when that sync was made.
+    demand: float = 0.0
+    measured_at: float = -math.inf
+
+
+class Call(NamedTuple):
+    """One script call of a sync (or of a move) and what it was made of."""
+
+    tracked: _Tracked
+    keys: list[str]
+    words: str
+    delta: Delta = NO_DELTA
+    demand: float = 0.0
+    made: Move | None = None
 
 
 class FleetStore(PodStore):
@@ -138,10 +178,11 @@ class FleetStore(PodStore):
         on_transition: Callable[[Transition], None] | None = None,
         on_up: Callable[[bool], None] | None = None,
         on_dropped: Callable[[int], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(upstreams)
         try:
-            from redis.exceptions import ResponseError
+            from redis.exceptions import NoScriptError, ResponseError
         except ImportError:  # pragma: no cover - tested in a subprocess (test_start_errors.py)
             # A configuration error (exit code 2), not a crash: the policy or
             # SQUAWK_STATE_URL asked for a store this installation cannot run.
@@ -149,46 +190,54 @@ class FleetStore(PodStore):
                 "state.store redis needs the redis client: pip install 'squawk-daemon[redis]'"
             ) from None
         self.settings = settings
-        self.deadline_s = seconds(settings.deadline)
+        self.interval_s = seconds(settings.sync)
+        # A round trip slower than the deadline, or than a sync interval, is
+        # late: a pipeline of many upstreams may take longer than a deadline
+        # meant for one call (the old meaning of the setting).
+        self._late_s = max(seconds(settings.deadline), self.interval_s)
         self._pod = settings.pod_name()
+        self._clock = clock
         self._on_transition = on_transition
         self._on_up = on_up
         self._on_dropped = on_dropped
         self._redis, self._sentinels = _connect(settings)
-        self._script = self._redis.register_script(_SCRIPT)
+        self._sha = hashlib.sha1(_SCRIPT.encode()).hexdigest()
         self._up = True
         self._late = 0
         self._down_since = 0.0
         self._local_answers = 0
-        self._missed: dict[Key, _Missed] = {}
-        self._queue: dict[Key, _Pending] = {}
+        self._tracked: dict[Key, _Tracked] = {}
+        # The upstreams it syncs at most: as many as the pod tracks, and a
+        # pipeline's worth beside, so the fleet still hears of names the
+        # pod's own state could not track (its metrics label them "other").
+        self._most = max(upstreams.max_upstreams, _SYNC_BATCH)
+        self._args: dict[UpstreamConfig, str] = {}
         # Writes the fleet never got, since start (the metric's value).
         self.dropped = 0
-        self._wake = asyncio.Event()
+        self.syncs = 0
         self._tasks: set[asyncio.Task[None]] = set()
-        self._keys: dict[Key, list[str]] = {}
-        self._args: dict[UpstreamConfig, str] = {}
+        self._soon = asyncio.Event()
         # Upstreams whose settings differ from the fleet's, already logged.
         self._differ: set[Key] = set()
         self._closing = False
         self._outage_logged = False
         self._throttle = Throttle(LOG_EVERY_S)
         self._refusal = ResponseError
+        self._no_script = NoScriptError
 
     def describe(self) -> str:
         return f"redis at {self.settings.where} as pod {self._pod!r}"
 
     async def start(self) -> None:
-        self._spawn(self._writer())
         try:
             async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
                 await self._redis.ping()
         except Exception as exc:
             self._lost(exc)
+        self._spawn(self._syncer())
 
     async def aclose(self) -> None:
         self._closing = True
-        self._wake.set()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -201,7 +250,7 @@ class FleetStore(PodStore):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # -- the calls ----------------------------------------------------------
+    # -- the calls: from memory ---------------------------------------------
 
     async def admit(
         self,
@@ -210,40 +259,33 @@ class FleetStore(PodStore):
         until: float | None = None,
         args: AdmitArgs = NO_ADMIT_ARGS,
     ) -> tuple[Admission, Source | None]:
-        # The pod's own admission is taken only once the fleet has allowed
-        # the call: a half-open pod's probe slot taken for a call the fleet
-        # then refused would never see an outcome, and would hold the pod's
-        # round shut until it restarts. The pace is the pod's own (a
-        # fleet-wide pace is not built yet), taken with the pod's
-        # admission; a lease of several permits is not granted here, as the
-        # fleet counts each call it admits.
-        deadline, cost = args.deadline, args.cost
-        if not self.upstreams.would_admit(profile, upstream, deadline, cost):
-            return self.upstreams.admit(profile, upstream, deadline, cost), self._source()
+        # The fleet's refusal comes first, from memory: a half-open pod's
+        # probe slot is never taken for a call the fleet refuses.
+        now = self._clock()
+        tracked = self._track(profile, upstream, now)
         config = profile.for_upstream(upstream)
-        reply = await self._call(profile, upstream, config, ("admit", 0, -1, 0, -1), until)
-        if reply is None:
-            return self.upstreams.admit(profile, upstream, deadline, cost), self._local()
-        self._moved(profile.name, upstream, reply)
-        _, after, allowed, reason, wait_ms, probe, _ = reply
-        state = BreakerState(after)
-        if not allowed:
-            if reason == 1:
-                why, wait = Reason.UPSTREAM_COOLING_DOWN, _cool_left(wait_ms, config)
-                fraction = COOL_DOWN_SPREAD_FRACTION
-            else:
-                why, wait = Reason.CIRCUIT_OPEN, _open_left(wait_ms, config)
-                fraction = SPREAD_FRACTION
-            jittered = within(spread(wait, self.upstreams.rng, fraction), wait, deadline)
-            return Admission(False, why, jittered, state, False, permits=0), Source.FLEET
-        local = self.upstreams.admit(profile, upstream, deadline, cost)
-        if not local.allowed:
-            # Another call took the pod's last slot while Redis answered
-            # (rare: a half-open pod); the fleet's slot, if it was one, stays
-            # taken until the fleet's round restarts.
-            return local, Source.FLEET
+        view = None if tracked is None else self._view(tracked, now)
+        refused = refusal(view, config, now, args.deadline, self.upstreams.rng)
+        if refused is not None:
+            if tracked is not None:
+                tracked.delta = asked(tracked.delta, refused)
+            return refused, self._source()
+        permits = args.permits
+        if view is not None and state_at(view, now) is not BreakerState.CLOSED:
+            permits = 1
+        share = self._share(tracked, now)
+        local = self.upstreams.admit(profile, upstream, args.deadline, args.cost, permits, share)
+        if tracked is not None:
+            tracked.delta = asked(tracked.delta, local)
+        if not local.allowed or tracked is None:
+            return local, self._source()
+        tracked.delta = admitted(tracked.delta, config, now)
+        if view is None:
+            return local, self._source()
+        tracked.view, probe = take_probe(view, now)
+        state = state_at(view, now)
         worst = max(local.breaker_state, state, key=_SEVERITY.__getitem__)
-        return local._replace(breaker_state=worst, probe=local.probe or bool(probe)), Source.FLEET
+        return local._replace(breaker_state=worst, probe=local.probe or probe), self._source()
 
     async def after_failure(
         self,
@@ -255,37 +297,95 @@ class FleetStore(PodStore):
         until: float | None = None,
     ) -> tuple[Decision, Source | None]:
         local = self.upstreams.after_failure(profile, upstream, outcome, decision, deadline)
-        if local.action is not Action.RETRY:
-            # The fleet cannot change this answer: its write need not hold the call.
-            self._enqueue(profile, upstream, outcome)
+        now = self._clock()
+        tracked = self._track(profile, upstream, now)
+        if tracked is None:
             return local, self._source()
         config = profile.for_upstream(upstream)
-        op = (
-            "retry",
-            _fleet_verdict(config, outcome),
-            self._hint(config, outcome),
-            local.delay // _ONE_MS,
-            -1 if deadline is None else deadline // _ONE_MS,
-        )
-        reply = await self._call(profile, upstream, config, op, until, outcome)
-        if reply is None:
-            return local, self._local()
-        self._moved(profile.name, upstream, reply)
-        verdict, a, b = reply[2], reply[3], reply[4]
-        if verdict == 1:
-            answer = FleetAnswer(open_left=_open_left(a, config))
-        elif verdict == 2:
-            answer = FleetAnswer(budget_spent=_budget_clause(config, a, b))
-        else:
-            answer = FleetAnswer(cooling=_cool_left(a, config))
-        return guard_fleet(local, answer, deadline, self.upstreams.rng), Source.FLEET
+        tracked.delta = with_outcome(tracked.delta, config, now, outcome)
+        if local.action is not Action.RETRY:
+            return local, self._source()
+        answer = retry_answer(self._view(tracked, now), config, now, tracked.delta)
+        if answer is not None:
+            local = guard_fleet(local, answer, deadline, self.upstreams.rng)
+        if local.action is Action.RETRY:
+            tracked.delta = retried(tracked.delta, config, now)
+        return local, self._source()
 
     def record(self, outcomes: Sequence[tuple[Profile, str, Outcome]]) -> None:
         super().record(outcomes)
+        now = self._clock()
         for profile, upstream, outcome in outcomes:
-            self._enqueue(profile, upstream, outcome)
+            tracked = self._track(profile, upstream, now)
+            if tracked is not None:
+                config = profile.for_upstream(upstream)
+                tracked.delta = with_outcome(tracked.delta, config, now, outcome)
 
-    # -- talking to Redis ---------------------------------------------------
+    def add(self, profile: Profile, upstream: str, delta: Delta) -> None:
+        """Counts gathered elsewhere, sent with the next sync: how the fleet
+        simulation stands for a pod's calls without making each one."""
+        tracked = self._track(profile, upstream, self._clock())
+        if tracked is not None:
+            tracked.delta = merged(tracked.delta, delta)
+
+    def fleet_views(self, profile: str = "") -> dict[Key, FleetSnapshot]:
+        now = self._clock()
+        return {
+            key: fleet_snapshot(view, t.profile.for_upstream(key[1]), now, self._share(t, now))
+            for key, t in self._tracked.items()
+            if (view := self._view(t, now)) is not None and (not profile or key[0] == profile)
+        }
+
+    def _track(self, profile: Profile, upstream: str, now: float) -> _Tracked | None:
+        key = (profile.name, upstream)
+        tracked = self._tracked.get(key)
+        if tracked is None:
+            if len(self._tracked) >= self._most:
+                # The idle ones are forgotten once a sync, not here: a scan
+                # per new name would cost every call the whole table.
+                self._drop(1, f"more than {len(self._tracked)} upstreams are being synced")
+                return None
+            tracked = _Tracked(profile, upstream, self._keys(key), now, measured_at=now)
+            self._tracked[key] = tracked
+            # A name this pod has not synced decides without the fleet's
+            # view until a sync reads it: that sync comes at once.
+            self._soon.set()
+        tracked.profile = profile  # a reload's, if one came meanwhile
+        tracked.touched = now
+        return tracked
+
+    def _forget(self, now: float) -> None:
+        """Drop the upstreams nobody touched for _ACTIVE_S whose counts are
+        all sent and whose view is a plain CLOSED fleet: one not CLOSED (its
+        key expires when nobody calls), cooling or holding probe slots is
+        kept and synced, so a pod that calls an upstream rarely still meets
+        the fleet's breaker, its half-open round and its cool-down."""
+        for key, t in list(self._tracked.items()):
+            if now - t.touched > _ACTIVE_S and t.delta is NO_DELTA and not _busy(t.view, now):
+                del self._tracked[key]
+
+    def _view(self, tracked: _Tracked, now: float) -> FleetView | None:
+        """The view a call may decide by: one no sync renews (Redis away, or
+        the upstream quiet) keeps only its caution until that ends on its
+        own time; a stale CLOSED or HALF_OPEN view says nothing of the fleet
+        now, and the pod's own state decides (its half-open round included)."""
+        view = tracked.view
+        if view is None:
+            return None
+        stale = not self._up or now - view.at > _STALE_SYNCS * self.interval_s
+        if stale and not _holds(view, now):
+            tracked.view = view = None
+        return view
+
+    def _share(self, tracked: _Tracked | None, now: float) -> float:
+        """The part of a shared rate this pod paces by: its lease's while it
+        holds, even once the view it came with is dropped (Redis away);
+        past it, without a reading, `fallback_share` (or the whole rate
+        when unset). A name not read yet while Redis answers paces by the
+        whole rate: its first sync comes at once."""
+        leased = None if tracked is None else tracked.leased
+        fallback = self.settings.fallback_share
+        return pace_share(leased, now, fallback if leased is not None or not self._up else None)
 
     def _source(self) -> Source:
         return Source.FLEET if self._up else self._local()
@@ -293,155 +393,21 @@ class FleetStore(PodStore):
     def _local(self) -> Source:
         """Every answer marked LOCAL goes through here, as it goes into the
         metric (squawk_state_answers_total{state="local"}): one taken while
-        the store is away -- the call that found it away included -- is
-        counted for the line that says the outage ended, so the line and
-        the metric agree. (Late answers while the store is up are local
-        too, but belong to no outage.)"""
+        the store is away is counted for the line that says the outage
+        ended, so the line and the metric agree."""
         if not self._up:
             self._local_answers += 1
         return Source.LOCAL
 
-    def _call_args(
-        self, profile: str, upstream: str, config: UpstreamConfig, op: tuple[Any, ...]
-    ) -> tuple[list[str], list[Any]]:
-        keys = self._keys.get((profile, upstream))
-        if keys is None:
-            if len(self._keys) >= _KEY_CACHE:
-                self._keys.clear()
-            name = f"{profile}\0{upstream}".encode("utf-8", "surrogatepass")
-            # A digest, not the name: bounded keys, and one hash slot per
-            # upstream for Redis Cluster (the braces are its hash tag).
-            base = (
-                f"{self.settings.key_prefix}{{{hashlib.blake2b(name, digest_size=12).hexdigest()}}}"
-            )
-            keys = self._keys[(profile, upstream)] = [base, base + ":pods"]
-        tail = self._args.get(config)
-        if tail is None:
-            words = " ".join(map(str, _config_args(config, self.settings.min_pods)))
-            fingerprint = hashlib.blake2b(words.encode(), digest_size=6).hexdigest()
-            tail = self._args[config] = f"{words} {fingerprint}"
-        name, a, b, c, d = op
-        return keys, [f"{name} {self._pod} {a} {b} {c} {d} {tail}"]
-
-    async def _call(
-        self,
-        profile: Profile,
-        upstream: str,
-        config: UpstreamConfig,
-        op: tuple[Any, ...],
-        until: float | None,
-        outcome: Outcome | None = None,
-    ) -> list[int] | None:
-        """The script's reply, or None when the fleet cannot answer in time.
-
-        `outcome`, the one the call reports: when the call was never sent it
-        still reaches the fleet, by the background writer or the resync. A
-        call sent but answered late has most likely landed: it is not sent
-        again, so an outcome is never counted twice."""
-        if not self._up:
-            if outcome is not None:
-                self._miss_outcome(profile, upstream, outcome)
-            return None
-        loop = asyncio.get_running_loop()
-        left = (loop.time() + self.deadline_s if until is None else until) - loop.time()
-        if left <= 0:
-            # A batch past its deadline: the rest of its items are written behind.
-            if outcome is not None:
-                self._enqueue(profile, upstream, outcome)
-            return None
-        keys, args = self._call_args(profile.name, upstream, config, op)
-        try:
-            async with asyncio.timeout(left):
-                raw = await self._script(keys=keys, args=args)
-        except TimeoutError:
-            self._late += 1
-            if self._late >= _LATE_IN_A_ROW:
-                self._lost(TimeoutError(f"{_LATE_IN_A_ROW} answers in a row came late"))
-            if outcome is not None:
-                # Sent or not (the time may have gone on the connection), the
-                # outcome is written again behind: counted twice at worst,
-                # never lost; the cautious error for a breaker.
-                self._enqueue(profile, upstream, outcome)
-            return None
-        except self._refusal as exc:
-            # Redis answered, with an error about this call (a key of another
-            # type, a script refused): this call is local, the store is up.
-            self._odd(exc)
-            return None
-        except Exception as exc:
-            self._lost(exc)
-            if outcome is not None:
-                self._miss_outcome(profile, upstream, outcome)
-            return None
-        self._late = 0
-        return self._usable(raw, op[0])
-
-    def _usable(self, raw: object, op: str) -> list[int] | None:
-        if isinstance(raw, Exception):
-            self._odd(raw)
-            return None
-        reply = _reply(raw, _REPLY_LENGTH[op])
-        if reply is None:
-            self._odd(ValueError("a script reply of the wrong shape"))
-        return reply
-
-    def _moved(self, profile: str, upstream: str, reply: Sequence[int]) -> None:
-        """What a reply tells: a fleet breaker's transition, and (its last
-        field) settings that differ from those the fleet's key was first
-        written with, logged once per upstream."""
-        if reply[-1] and (profile, upstream) not in self._differ and len(self._differ) < _KEY_CACHE:
-            self._differ.add((profile, upstream))
-            log.warning(
-                "upstream %s (profile %s): this pod's breaker or budget settings differ "
-                "from those the fleet's state was written with; the fleet reads its state "
-                "with each caller's own, so pods may disagree (run the same policy on every pod)",
-                shown_text(upstream, 200),
-                shown_text(profile, 200),
-            )
-        before, after = reply[0], reply[1]
-        if before != after and self._on_transition is not None:
-            tracked = self.upstreams.tracks(profile, upstream)
-            moved = BreakerState(before), BreakerState(after)
-            self._on_transition(Transition(profile, upstream, *moved, True, tracked))
-
-    def _hint(self, config: UpstreamConfig, outcome: Outcome) -> int:
-        shared = shared_wait(outcome.retry_after, config.share_retry_after, config.max_cool_down)
-        return -1 if shared is None else math.ceil(shared / _ONE_MS)
-
-    def _enqueue(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
-        verdict = _fleet_verdict(profile.for_upstream(upstream), outcome)
-        if verdict == _VERDICT[Verdict.IGNORED]:
-            return
-        if not self._up:
-            self._miss_outcome(profile, upstream, outcome)
-            return
-        key = (profile.name, upstream)
-        pending = self._queue.get(key)
-        if pending is None:
-            if len(self._queue) >= _MAX_QUEUED:
-                self._drop(1, f"more than {_MAX_QUEUED} upstreams wait to be written")
-                return
-            pending = self._queue[key] = _Pending(profile)
-        pending.profile = profile  # a reload's, if one came meanwhile
-        if verdict != _VERDICT[Verdict.SUCCESS]:
-            if verdict == _THROTTLED:
-                pending.throttled += 1
-            else:
-                pending.failures += 1
-            pending.hint = max(pending.hint, self._hint(profile.for_upstream(upstream), outcome))
-        else:
-            pending.successes += 1
-        self._wake.set()
-
     def _drop(self, count: int, why: str) -> None:
-        """Writes the fleet will never get: counted, and logged throttled."""
+        """Counts the fleet will never get: counted, and logged throttled."""
         self.dropped += count
         if self._on_dropped is not None:
             self._on_dropped(count)
         held = self._throttle.ready("dropped")
         if held is not None:
             log.warning(
-                "fleet state store %s: %d outcome(s) not written to the fleet (%s)%s; "
+                "fleet state store %s: %d outcome(s) not sent to the fleet (%s)%s; "
                 "this pod's own state counted them",
                 self.settings.where,
                 count,
@@ -449,44 +415,276 @@ class FleetStore(PodStore):
                 f" ({held} more drops since the last report)" if held else "",
             )
 
-    async def _writer(self) -> None:
-        """Writes the queued outcomes, pipelined, until the store closes."""
-        while not self._closing:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._queue and self._up:
-                # Taken out before the wait: outcomes that come meanwhile
-                # start new sums, written in the next round.
-                batch = list(itertools.islice(self._queue.items(), _WRITE_BATCH))
-                for key, _ in batch:
-                    del self._queue[key]
-                await self._write(batch)
+    # -- the sync -----------------------------------------------------------
 
-    async def _write(self, batch: Sequence[tuple[Key, _Pending]]) -> bool:
-        # The context closes the pipeline on every path: one left holding a
-        # connection is an asyncio "Unclosed Pipeline client" at each outage.
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for (_, upstream), sums in batch:
-                config = sums.profile.for_upstream(upstream)
-                op = ("record", sums.successes, sums.hint, sums.failures, sums.throttled)
-                keys, args = self._call_args(sums.profile.name, upstream, config, op)
-                await self._script(keys=keys, args=args, client=pipe)  # queued
+    def _keys(self, key: Key) -> list[str]:
+        name = f"{key[0]}\0{key[1]}".encode("utf-8", "surrogatepass")
+        # A digest, not the name: bounded keys, and one hash slot per
+        # upstream for Redis Cluster (the braces are its hash tag).
+        base = f"{self.settings.key_prefix}{{{hashlib.blake2b(name, digest_size=12).hexdigest()}}}"
+        return [f"{base}:{part}" for part in "scpohrd"]
+
+    def _tail(self, config: UpstreamConfig) -> str:
+        """The settings words every script call ends with, and their fingerprint."""
+        tail = self._args.get(config)
+        if tail is None:
+            if len(self._args) >= _KEY_CACHE:
+                self._args.clear()
+            cb, budget = config.circuit_breaker, config.retry_budget
+            ttl = getattr(budget, "ttl", cb.window)
+            words = " ".join(
+                str(w)
+                for w in (
+                    round(seconds(cb.window) * 1000),
+                    cb.buckets,
+                    round(seconds(ttl) * 1000),
+                    round(seconds(cb.open_for) * 1000),
+                    cb.half_open_probes,
+                    math.ceil(seconds(config.max_cool_down) * 1000),
+                    getattr(budget, "_max", 0),
+                    round(self.interval_s * 1000),
+                )
+            )
+            # The rules' settings too, which the script never reads: pods
+            # that judge the same sums by different thresholds disagree.
+            rules = f"{words} {cb.enabled} {cb.failure_ratio!r} {cb.minimum_calls} "
+            rules += f"{cb.close_ratio!r} {budget!r} {self.settings.min_pods}"
+            fingerprint = hashlib.blake2b(rules.encode(), digest_size=6).hexdigest()
+            tail = self._args[config] = f"{words} {fingerprint}"
+        return tail
+
+    def _sync_args(self, tracked: _Tracked, delta: Delta, now: float) -> tuple[str, float]:
+        """One upstream's sync words, and the demand they report."""
+        config = tracked.profile.for_upstream(tracked.upstream)
+        calls, failures, deposits, retries = sent(delta, config, now)
+        taken, refilled = token_change(delta, config)
+        hint = -1
+        if delta.cool_until > now:
+            hint = math.ceil((delta.cool_until - now) * 1000)
+        view = tracked.view
+        want = wanted_probes(view, config, now, delta.asked)
+        returned, round_id = 0, 0
+        if view is not None and view.probes and now - view.leased_at > _PROBE_HOLD_S:
+            # Slots leased over a second ago and still unused (the calls
+            # that asked for them went elsewhere, or stopped): given back to
+            # their round, so another pod's calls may probe instead. From
+            # now, not from the reply: no call spends them meanwhile.
+            returned, round_id = view.probes, view.reading.round
+            tracked.view = view._replace(probes=0)
+        # The demand over the time since the last sync was made (landed or
+        # not: an unsent sync's demand is not sent again); after an outage,
+        # what was asked meanwhile is spread over all of it.
+        elapsed = min(max(now - tracked.measured_at, self.interval_s), _MAX_DEMAND_SPAN_S)
+        demand = mean_demand(tracked.demand, delta.wanted, elapsed, self.interval_s)
+        tracked.demand, tracked.measured_at = demand, now
+        words = (
+            f"sync {self._pod} {round_id} {calls} {failures} {deposits} {retries} {taken} "
+            f"{refilled} {hint} {want} {returned} {demand:.3f} {self._tail(config)}"
+        )
+        return words, demand
+
+    async def _syncer(self) -> None:
+        """Syncs every interval until the store closes; each pod starts at a
+        random point of the interval, so a fleet's syncs do not arrive together."""
+        await asyncio.sleep(random.uniform(0, self.interval_s))
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while not self._closing:
+            wait = next_at - loop.time()
+            if wait > 0:
+                # Woken early by a name not synced yet: it alone is synced then.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(wait):
+                        await self._soon.wait()
+            self._soon.clear()
+            early = loop.time() < next_at
+            if not early:
+                # A sync that overran starts the next at once, never a backlog.
+                next_at = max(next_at + self.interval_s, loop.time())
+            if self._up:
+                with contextlib.suppress(Exception):
+                    await self.sync(early)
+            if early:
+                # At most one early sync per _EARLY_GAP_S: a flood of new
+                # names costs one round trip per gap, not one per name.
+                await asyncio.sleep(_EARLY_GAP_S)
+
+    async def sync(self, new_only: bool = False) -> int:
+        """One sync of every upstream due (`new_only`: of those never synced
+        yet): the number synced."""
+        now = self._clock()
+        due = self.due(now, new_only)
+        for start in range(0, len(due), _SYNC_BATCH):
+            if not await self._sync_batch(due[start : start + _SYNC_BATCH], now):
+                return start
+            await asyncio.sleep(0)
+        return len(due)
+
+    def due(self, now: float, new_only: bool = False) -> list[_Tracked]:
+        """The upstreams a sync at `now` sends: those with counts to send
+        (touched since their last sync, or gathered while Redis was away),
+        those whose view is not plain (a fleet breaker not CLOSED, a
+        cool-down, probe slots held), and those touched within _ACTIVE_S."""
+        if new_only:
+            return [t for t in self._tracked.values() if t.synced_at == -math.inf]
+        self._forget(now)
+        return [
+            t
+            for t in self._tracked.values()
+            if t.delta is not NO_DELTA or _busy(t.view, now) or now - t.touched <= _ACTIVE_S
+        ]
+
+    # A sync in four steps, so that a simulation of many pods can put many
+    # pods' calls in one pipeline: sync_calls (what to send), then
+    # sync_replies (what came back) or unsent (nothing did), then
+    # move_calls and move_replies for the transitions the sums call for.
+
+    def sync_calls(self, due: Sequence[_Tracked], now: float) -> list[Call]:
+        """The script calls of one sync of `due`, each upstream's delta taken
+        out (what comes meanwhile starts a new one)."""
+        calls = []
+        for tracked in due:
+            delta, tracked.delta = tracked.delta, NO_DELTA
+            words, demand = self._sync_args(tracked, delta, now)
+            calls.append(Call(tracked, tracked.keys, words, delta, demand))
+        return calls
+
+    def unsent(self, calls: Sequence[Call]) -> None:
+        """A sync whose answer never came: whether it landed is unknown, so
+        what of its deltas errs on the cautious side if counted twice goes
+        out again with the next (squawk.policy.fleet.cautious)."""
+        for call in calls:
+            call.tracked.delta = merged(cautious(call.delta), call.tracked.delta)
+
+    def sync_replies(
+        self, calls: Sequence[Call], replies: Sequence[object], now: float
+    ) -> list[Call]:
+        """Keep what a sync read; the move calls its sums call for."""
+        moves = []
+        for call, raw in zip(calls, replies, strict=True):
+            got = self._usable(raw)
+            # Synced either way: an upstream Redis refuses is not sent again
+            # at once (its next regular sync tries it).
+            call.tracked.synced_at = now
+            if got is None:
+                continue
+            tracked = call.tracked
+            config = tracked.profile.for_upstream(tracked.upstream)
+            before = tracked.view
+            lease = _LEASE_SYNCS * self.interval_s
+            tracked.view = tracked.leased = viewed(
+                got, config, self._clock(), before, lease, self.interval_s
+            )
+            self._differs(tracked, got)
+            self._moved(tracked, before, tracked.view)
+            made = move(got, config, self.settings.min_pods)
+            if made is not None:
+                words = f"move {self._pod} {made.epoch} {int(made.to)} {self._tail(config)}"
+                moves.append(Call(tracked, tracked.keys, words, made=made))
+        self.syncs += 1
+        return moves
+
+    def move_replies(self, moves: Sequence[Call], replies: Sequence[object]) -> None:
+        """The transitions made: the view says so at once, as the next sync would."""
+        for call, raw in zip(moves, replies, strict=True):
+            tracked, made = call.tracked, call.made
+            if raw == [1] and tracked.view is not None and made is not None:
+                before = tracked.view
+                config = tracked.profile.for_upstream(tracked.upstream)
+                tracked.view = moved(before, made, config, self._clock())
+                self._moved(tracked, before, tracked.view)
+
+    async def _sync_batch(self, batch: Sequence[_Tracked], now: float) -> bool:
+        loop = asyncio.get_running_loop()
+        calls = self.sync_calls(batch, now)
+        started = loop.time()
+        try:
+            replies = await self._execute(calls)
+        except Exception as exc:
+            self.unsent(calls)
+            self._lost(exc)
+            return False
+        self._timed(loop.time() - started)
+        moves = self.sync_replies(calls, replies, now)
+        if moves:
             try:
-                async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
-                    # An error about one item (a script refused) is that
-                    # item's answer, not the pipeline's.
-                    replies = await pipe.execute(raise_on_error=False)
+                self.move_replies(moves, await self._execute(moves))
             except Exception as exc:
                 self._lost(exc)
-                # Whether they landed is unknown; counting them again is the safer error.
-                for (_, upstream), sums in batch:
-                    self._miss(sums.profile, upstream, sums.successes, sums.failures, sums.hint)
-                return False
-        for ((_, upstream), sums), raw in zip(batch, replies, strict=True):
-            reply = self._usable(raw, "record")
-            if reply is not None:
-                self._moved(sums.profile.name, upstream, reply)
         return True
+
+    async def _execute(self, calls: Sequence[Call]) -> list[object]:
+        """The calls' replies, in one round trip (an item's error is its reply)."""
+        # The context closes the pipeline on every path: one left holding a
+        # connection is an asyncio "Unclosed Pipeline client" at each outage.
+        replies = await self._round_trip(calls)
+        missing = [i for i, r in enumerate(replies) if isinstance(r, self._no_script)]
+        if missing:
+            # A server that restarted (or flushed its scripts) has lost the
+            # script: load it once and send those calls again (they did not run).
+            async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
+                await self._redis.script_load(_SCRIPT)
+            again = await self._round_trip([calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _round_trip(self, calls: Sequence[Call]) -> list[object]:
+        # EVALSHA itself: a registered script would ask SCRIPT EXISTS first,
+        # a second round trip per pipeline.
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for call in calls:
+                pipe.evalsha(self._sha, len(call.keys), *call.keys, call.words)
+            async with asyncio.timeout(max(_BACKGROUND_TIMEOUT_S, self._late_s)):
+                replies: list[object] = await pipe.execute(raise_on_error=False)
+        return replies
+
+    def _timed(self, took: float) -> None:
+        if took <= self._late_s:
+            self._late = 0
+            return
+        self._late += 1
+        if self._late >= _LATE_IN_A_ROW:
+            self._lost(TimeoutError(f"{_LATE_IN_A_ROW} syncs in a row came late"))
+
+    def _usable(self, raw: object) -> Reading | None:
+        if isinstance(raw, Exception):
+            # Redis answered, with an error about this upstream (a script
+            # refused): its view stays, the store is up.
+            self._odd(raw)
+            return None
+        got = reading(raw)
+        if got is None:
+            self._odd(ValueError("a script reply of the wrong shape"))
+        return got
+
+    def _differs(self, tracked: _Tracked, got: Reading) -> None:
+        """Settings that differ from those the fleet's key was last written
+        with, logged once per upstream."""
+        key = (tracked.profile.name, tracked.upstream)
+        if not got.differ or key in self._differ or len(self._differ) >= _KEY_CACHE:
+            return
+        self._differ.add(key)
+        log.warning(
+            "upstream %s (profile %s): this pod's breaker or budget settings differ "
+            "from those the fleet's state was written with; each pod judges the fleet's "
+            "counts by its own, so pods may disagree (run the same policy on every pod)",
+            shown_text(key[1], 200),
+            shown_text(key[0], 200),
+        )
+
+    def _moved(self, tracked: _Tracked, before: FleetView | None, after: FleetView) -> None:
+        """A fleet breaker's transition, as this pod saw it."""
+        if before is None:
+            # The first view of an upstream: news to this pod, not a move of
+            # the fleet's breaker (a pod that calls rarely would say the same
+            # move again at every return).
+            return
+        key = (tracked.profile.name, tracked.upstream)
+        was, now = before.reading.state, after.reading.state
+        if was is not now and self._on_transition is not None:
+            kept = self.upstreams.tracks(*key)
+            self._on_transition(Transition(key[0], key[1], was, now, True, kept))
 
     # -- outages ------------------------------------------------------------
 
@@ -534,49 +732,12 @@ class FleetStore(PodStore):
         if held is not None:
             log.warning(
                 "fleet state store %s: an answer this daemon cannot use (%s: %s)%s; "
-                "that call decided from this pod's own state",
+                "that upstream decided from this pod's own state",
                 self.settings.where,
                 type(exc).__name__,
                 shown_text(str(exc), 200),
                 f" ({held} more since the last report)" if held else "",
             )
-
-    def _miss_outcome(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
-        config = profile.for_upstream(upstream)
-        verdict = _fleet_verdict(config, outcome)
-        if verdict == _VERDICT[Verdict.IGNORED]:
-            return
-        failed = verdict != _VERDICT[Verdict.SUCCESS]
-        hint = self._hint(config, outcome) if failed else -1
-        if verdict == _THROTTLED:
-            # Its cool-down is kept; the breaker window never counts it.
-            self._miss(profile, upstream, 0, 0, hint)
-            return
-        self._miss(profile, upstream, int(not failed), int(failed), hint)
-
-    def _miss(
-        self, profile: Profile, upstream: str, successes: int, failures: int, hint: int
-    ) -> None:
-        """Keep outcomes the fleet did not get, for the resync; `hint` as _Pending's."""
-        key = (profile.name, upstream)
-        missed = self._missed.get(key)
-        if missed is None:
-            if len(self._missed) >= self.upstreams.max_upstreams:
-                self._drop(
-                    successes + failures or 1,  # a throttled failure has neither
-                    f"more than {self.upstreams.max_upstreams} upstreams seen "
-                    "while the store was away",
-                )
-                return
-            missed = self._missed[key] = _Missed(profile.for_upstream(upstream))
-        cb = missed.config.circuit_breaker
-        now = time.monotonic()
-        if successes + failures:
-            missed.window = added(
-                missed.window, now, seconds(cb.window), cb.buckets, successes + failures, failures
-            )
-        if hint >= 0:
-            missed.cool_until = max(missed.cool_until, now + hint / 1000)
 
     async def _reconnect(self) -> None:
         # Connections from before the outage may be dead or half-read: drop
@@ -594,7 +755,6 @@ class FleetStore(PodStore):
                     continue
                 async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
                     await self._redis.script_load(_SCRIPT)
-                await self._resync()
             except Exception:
                 continue
             self._up = True
@@ -608,12 +768,11 @@ class FleetStore(PodStore):
                 )
             if self._on_up is not None:
                 self._on_up(True)
-            self._wake.set()
             return
 
     async def _answers_in_time(self) -> bool:
         """Whether Redis answers pings within the deadline, as many in a row
-        as late answers make an outage: a Redis that is up but slow stays
+        as late syncs make an outage: a Redis that is up but slow stays
         out, instead of the fleet flapping on and off with a log line each."""
         loop = asyncio.get_running_loop()
         # Untimed: it may open the connection (and TLS, AUTH, SELECT), which
@@ -624,135 +783,59 @@ class FleetStore(PodStore):
             started = loop.time()
             async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
                 await self._redis.ping()
-            if loop.time() - started > self.deadline_s:
+            if loop.time() - started > self._late_s:
                 return False
         return True
-
-    async def _resync(self) -> None:
-        """Replay what this pod saw while the fleet was away: each upstream's
-        outcomes still inside its breaker window (successes first, at most
-        _REPLAY_MAX of each) and its cool-down left, one script call per
-        upstream, _REPLAY_BATCH upstreams per round trip, giving the event
-        loop back between them. An upstream leaves the list once its replay
-        is answered, so an interrupted resync never replays one twice."""
-        while self._missed and not self._closing:
-            chunk = list(itertools.islice(self._missed.items(), _REPLAY_BATCH))
-            now = time.monotonic()
-            async with self._redis.pipeline(transaction=False) as pipe:
-                replies = await self._replay(pipe, chunk, now)
-            for raw in replies:
-                # An item Redis refused would be refused again.
-                self._usable(raw, "replay")
-            await asyncio.sleep(0)
-
-    async def _replay(
-        self, pipe: Any, chunk: Sequence[tuple[Key, _Missed]], now: float
-    ) -> list[object]:
-        """One round of the resync: its replies, or raises with the chunk kept."""
-        for (profile, upstream), seen in chunk:
-            cb = seen.config.circuit_breaker
-            window = rolled(seen.window, now, seconds(cb.window), cb.buckets)
-            failures = min(window.second, _REPLAY_MAX)
-            successes = min(window.first - window.second, _REPLAY_MAX)
-            cooling = math.ceil((seen.cool_until - now) * 1000) if seen.cool_until > now else -1
-            # A cool-down comes with a failure: a throttled one, which
-            # cools the fleet without a failure in its breaker window.
-            throttled = 1 if cooling > 0 and not failures else 0
-            op = ("replay", successes, cooling, failures, throttled)
-            keys, args = self._call_args(profile, upstream, seen.config, op)
-            await self._script(keys=keys, args=args, client=pipe)  # queued
-        # Taken out before the wait: outcomes seen meanwhile start new
-        # entries, replayed in a later round, not dropped with these.
-        for key, _ in chunk:
-            del self._missed[key]
-        try:
-            async with asyncio.timeout(_BACKGROUND_TIMEOUT_S):
-                replies: list[object] = await pipe.execute(raise_on_error=False)
-        except BaseException:
-            for key, seen in chunk:
-                self._missed.setdefault(key, seen)
-            raise
-        return replies
-
-
-# Each with the "settings differ" flag last.
-_REPLY_LENGTH = {"admit": 7, "record": 3, "retry": 6, "replay": 3}
-# A hostile or broken store's numbers stay within what timedelta holds.
-_MAX_REPLY_MS = 10**12
-
-
-def _reply(raw: object, length: int) -> list[int] | None:
-    """The script's reply as its fields, or None when it is not one: a
-    store's answer is input too."""
-    if not isinstance(raw, list) or len(raw) != length:
-        return None
-    if not all(type(v) is int for v in raw) or raw[0] not in _STATES or raw[1] not in _STATES:
-        return None
-    return [min(max(v, -1), _MAX_REPLY_MS) for v in raw]
-
-
-_STATES = {int(s) for s in BreakerState}
-
-
-def _open_left(ms: int, config: UpstreamConfig) -> timedelta:
-    # What the store says, held to what the rules allow: never past open_for.
-    return min(max(ms, 0) * _ONE_MS, config.circuit_breaker.open_for)
-
-
-def _cool_left(ms: int, config: UpstreamConfig) -> timedelta:
-    # Never past the profile's max_cool_down, whatever the store says.
-    return min(max(ms, 0) * _ONE_MS, config.max_cool_down)
 
 
 _SEVERITY = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
-def _budget_clause(config: UpstreamConfig, a: int, b: int) -> str:
-    budget = config.retry_budget
-    if isinstance(budget, TokenBucketConfig):
-        return (
-            f"retry tokens are at {a / 1000:g} of {budget.max_tokens:g}, at or below "
-            f"the {budget.max_tokens / 2:g} that stops retries"
-        )
-    return f"{a} retries across the pods against {b} calls in the last {seconds(budget.ttl):g} s"
+def _busy(view: FleetView | None, now: float) -> bool:
+    """Whether a view needs every sync: anything but a plain CLOSED fleet."""
+    if view is None:
+        return False
+    return view.reading.state is not BreakerState.CLOSED or view.probes > 0 or _holds(view, now)
 
 
-def _config_args(config: UpstreamConfig, min_pods: int) -> list[Any]:
-    cb, budget = config.circuit_breaker, config.retry_budget
-    head: list[Any] = [
-        int(cb.enabled),
-        repr(cb.failure_ratio),
-        cb.minimum_calls,
-        round(seconds(cb.window) * 1000),
-        cb.buckets,
-        round(seconds(cb.open_for) * 1000),
-        cb.half_open_probes,
-        repr(cb.close_ratio),
-        min_pods,
-    ]
-    cool = math.ceil(config.max_cool_down / _ONE_MS)
-    if isinstance(budget, TokenBucketConfig):
-        return [*head, "token_bucket", 0, 0, 1, budget._max, budget._refill, cool]
-    floor = budget.min_per_second * seconds(budget.ttl)
-    return [
-        *head,
-        "ratio",
-        repr(budget.ratio),
-        repr(floor),
-        round(seconds(budget.ttl) * 1000),
-        0,
-        0,
-        cool,
-    ]
+def _holds(view: FleetView | None, now: float) -> bool:
+    """Whether a view still holds caution of its own: an OPEN fleet breaker
+    (until it half-opens) or a cool-down, each bounded by its rule."""
+    if view is None:
+        return False
+    opened = view.reading.state is BreakerState.OPEN and now < view.until
+    return opened or now < view.cool_until
 
 
-def _fleet_verdict(config: UpstreamConfig, outcome: Outcome) -> int:
-    """The script's verdict for `outcome`: _VERDICT's, or _THROTTLED for a
-    failure the breaker does not count (UpstreamConfig.breaker_verdict)."""
-    counted = config.verdict(outcome)
-    if counted is Verdict.FAILURE and config.breaker_verdict(outcome) is Verdict.IGNORED:
-        return _THROTTLED
-    return _VERDICT[counted]
+def reading(raw: object) -> Reading | None:
+    """A sync reply as a Reading, or None when it is not one: a store's
+    answer is input too. Times come in ms and leave as seconds."""
+    if not isinstance(raw, list) or len(raw) != _REPLY_LENGTH:
+        return None
+    if not all(type(v) is int for v in raw) or raw[0] not in _STATES:
+        return None
+    v = [min(max(x, 0), _MAX_REPLY) for x in raw]
+    return Reading(
+        _STATES[v[0]],
+        v[1],
+        v[2] / 1000,
+        v[3],
+        min(v[4], v[3]),
+        v[5],
+        v[6],
+        v[7],
+        v[8],
+        v[9],
+        v[10],
+        v[11],
+        v[12],
+        v[13],
+        v[14] / 1000,
+        v[15] / 1000,
+        v[16],
+        bool(v[17]),
+        v[18] / 1000,
+    )
 
 
 # -- the connection -----------------------------------------------------------
@@ -825,7 +908,7 @@ def _tls_options(settings: StateSettings) -> dict[str, str]:
         try:
             read_pem(name, path)
         except OSError as exc:
-            raise ConfigError(f"{name} {path}: {exc.strerror or exc}") from None
+            raise ConfigError(f"{name} {shown_path(path)}: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     context = ssl.create_default_context()
@@ -839,7 +922,8 @@ def _tls_options(settings: StateSettings) -> dict[str, str]:
             what = (
                 "holds no CA certificate"
                 if keyword == "ssl_ca_certs"
-                else (f"not a certificate, or not the one whose key is {settings.tls_key}")
+                else "not a certificate, or not the one whose key is "
+                + shown_path(settings.tls_key)
             )
-            raise ConfigError(f"{name} {path}: {what}") from None
+            raise ConfigError(f"{name} {shown_path(path)}: {what}") from None
     return {keyword: path for _, keyword, path in given}

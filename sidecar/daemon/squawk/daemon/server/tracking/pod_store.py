@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from squawk.policy import Admission, Decision, Outcome, Profile
+from squawk.policy.fleet import FleetSnapshot
 from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 
 from .registry import Upstreams, UpstreamView
@@ -81,3 +82,8 @@ class PodStore:
 
     def views(self, profile: str = "") -> list[UpstreamView]:
         return self.upstreams.views(profile)
+
+    def fleet_views(self, profile: str = "") -> dict[tuple[str, str], FleetSnapshot]:
+        """The fleet's view of each (profile, upstream) this pod has synced,
+        as it last read it; empty for the memory store."""
+        return {}

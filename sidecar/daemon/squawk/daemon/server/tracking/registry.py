@@ -325,10 +325,11 @@ class Upstreams:
         deadline: timedelta | None = None,
         cost: float = 0.0,
         permits: int = 1,
+        share: float = 1.0,
     ) -> Admission:
         """The core's admit() on the key's state: `deadline` (time left of
-        the step; None = none), `cost` (estimated token units) and `permits`
-        as squawk.policy.upstream.admit reads them."""
+        the step; None = none), `cost` (estimated token units), `permits`
+        and `share` as squawk.policy.upstream.admit reads them."""
         now = self._clock()
         key = (profile.name, upstream)
         config = profile.for_upstream(upstream)
@@ -348,7 +349,14 @@ class Upstreams:
             self._overflow[profile.name] = state
             return admission
         state, admission = admit(
-            entry.state, config, now, rng=self.rng, deadline=deadline, cost=cost, permits=permits
+            entry.state,
+            config,
+            now,
+            rng=self.rng,
+            deadline=deadline,
+            cost=cost,
+            permits=permits,
+            share=share,
         )
         self._store(key, entry, state, now)
         if admission.wait:

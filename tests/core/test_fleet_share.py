@@ -1,0 +1,157 @@
+"""The fleet's pace share (squawk.policy.fleet): each pod's part of an
+upstream's rate, the demand it reports for it, the lease and the fallback,
+and which of the pacer's rates the share divides. Tables over a fake clock;
+the three-daemon test (tests/daemon/upstream/test_fleet_pace.py) checks the
+same rules over a real Redis."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from squawk.policy import BreakerState, Pacer, PaceSource, RateLimitConfig, UpstreamConfig
+from squawk.policy import fleet as f
+from squawk.policy.pacer import pace
+from squawk.policy.timing import seconds
+
+CONFIG = UpstreamConfig()
+LEASE, INTERVAL = 1.0, 0.1
+
+
+def reading(demand: float = 0.0, wanting: int = 0, own: float = 0.0) -> f.Reading:
+    """A CLOSED fleet's reading whose pace sums are these."""
+    return f.Reading(
+        BreakerState.CLOSED,
+        0,
+        0.0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0.0,
+        demand,
+        wanting,
+        False,
+        own,
+    )
+
+
+@pytest.mark.parametrize(
+    ("demand", "wanting", "own", "share"),
+    [
+        (0.0, 0, 0.0, 1.0),  # nobody asked in the last slot: the whole rate
+        (40.0, 1, 40.0, 1.0),  # this pod alone
+        (40.0, 1, 0.0, 0.5),  # a newcomer beside one pod: an equal part
+        (90.0, 3, 0.0, 0.25),  # ... beside three
+        (105.0, 3, 60.0, 60 / 105),  # in proportion to demand
+        (105.0, 3, 15.0, 15 / 105),
+        (1e9, 2, 1e-6, f.MIN_SHARE),  # a part too small to pace by
+        (10.0, 2, 10.5, 1.0),  # a store's rounding never gives more than the rate
+    ],
+    ids=[
+        "none",
+        "alone",
+        "newcomer beside one",
+        "newcomer beside three",
+        "large part",
+        "small part",
+        "floor",
+        "capped",
+    ],
+)
+def test_a_pods_share_of_the_rate(demand: float, wanting: int, own: float, share: float) -> None:
+    assert f.share(reading(demand, wanting, own)) == pytest.approx(share)
+
+
+@given(st.lists(st.floats(min_value=0.01, max_value=1e6), min_size=1, max_size=50))
+def test_the_shares_read_from_one_slot_add_up_to_the_whole_rate(demands: list[float]) -> None:
+    total = math.fsum(demands)
+    shares = [f.share(reading(total, len(demands), d)) for d in demands]
+    assert math.fsum(shares) == pytest.approx(1.0, abs=len(demands) * f.MIN_SHARE)
+
+
+@pytest.mark.parametrize(
+    ("previous", "asked", "elapsed", "demand"),
+    [
+        (0.0, 10, 0.1, 100.0),  # a first reading is taken whole
+        (0.0, 10, 0.01, 100.0),  # over at least one interval
+        (100.0, 20, 0.1, 150.0),  # a running mean over DEMAND_SYNCS intervals
+        (100.0, 0, 0.1, 50.0),  # a pod that stops asking fades, not vanishes
+        (100.0, 10, 1.0, 10.0),  # a long gap: the new rate alone
+        (0.015, 0, 0.1, 0.0),  # below MIN_DEMAND: none
+    ],
+    ids=["first", "short", "mean", "fading", "gap", "none"],
+)
+def test_the_demand_a_sync_reports(
+    previous: float, asked: int, elapsed: float, demand: float
+) -> None:
+    assert f.demand(previous, asked, elapsed, INTERVAL) == pytest.approx(demand)
+
+
+def test_a_reading_leases_its_share_until_the_lease_ends() -> None:
+    view = f.viewed(reading(90.0, 3, 30.0), CONFIG, 5.0, None, LEASE, INTERVAL)
+    assert view.share == pytest.approx(1 / 3)
+    assert view.share_until == 5.0 + LEASE
+
+
+@pytest.mark.parametrize(
+    ("now", "fallback", "share"),
+    [
+        (5.9, None, 0.25),  # the lease holds
+        (5.9, 0.5, 0.25),
+        (6.0, 0.5, 0.5),  # run out without a new reading: the fallback
+        (6.0, None, 1.0),  # ... or, none set, the pod's own pacer
+    ],
+    ids=["leased", "leased, a fallback set", "fallback", "no fallback"],
+)
+def test_the_share_in_force(now: float, fallback: float | None, share: float) -> None:
+    view = f.viewed(reading(40.0, 2, 10.0), CONFIG, 5.0, None, LEASE, INTERVAL)
+    assert f.pace_share(view, now, fallback) == share
+
+
+@pytest.mark.parametrize(("fallback", "share"), [(None, 1.0), (0.2, 0.2)])
+def test_without_any_reading_the_fallback_paces(fallback: float | None, share: float) -> None:
+    # Once an outage dropped the view (the store asks for the fallback then).
+    assert f.pace_share(None, 5.0, fallback) == share
+
+
+def second_wait(pacer: Pacer, config: RateLimitConfig, share: float) -> float:
+    """The wait of the second of two calls asked at once: the pace's slot."""
+    pacer, _ = pace(pacer, config, 100.0, share=share)
+    _, second = pace(pacer, config, 100.0, share=share)
+    assert second.allowed
+    return seconds(second.wait)
+
+
+HEADERS = Pacer(header_rate=20.0, header_until=200.0)
+LEARNED = Pacer(w_max=20.0, cut_at=99.0, throttled_at=99.5, measured=20.0)
+
+
+@pytest.mark.parametrize(
+    ("pacer", "config", "rate"),
+    [
+        (Pacer(), RateLimitConfig(rate=20.0), 20.0),
+        (HEADERS, RateLimitConfig(), 20.0),
+    ],
+    ids=[PaceSource.POLICY.name, PaceSource.HEADERS.name],
+)
+def test_a_declared_or_announced_rate_is_divided(
+    pacer: Pacer, config: RateLimitConfig, rate: float
+) -> None:
+    assert second_wait(pacer, config, 1.0) == pytest.approx(1 / rate)
+    assert second_wait(pacer, config, 0.25) == pytest.approx(1 / (0.25 * rate))
+
+
+def test_a_learned_rate_is_the_pods_own() -> None:
+    config = RateLimitConfig()
+    assert second_wait(LEARNED, config, 0.25) == second_wait(LEARNED, config, 1.0) > 0
