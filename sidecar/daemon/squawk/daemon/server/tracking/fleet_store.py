@@ -868,7 +868,8 @@ def _connect(settings: StateSettings) -> tuple[Any, list[Any]]:
         """The master's connections, found through the sentinels, at most
         max_connections of them (a caller waits for one, as with a URL)."""
 
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    # redis-py < 8.2 leaves Sentinel.__init__ untyped; newer releases type it.
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(settings.sentinels),
         sentinel_kwargs={
             "socket_connect_timeout": _BACKGROUND_TIMEOUT_S,
