@@ -9,7 +9,7 @@ WORKDIR /src
 # the base image's Debian release, so it is not pinned.
 # hadolint ignore=DL3008
 RUN apt-get update && apt-get install -y --no-install-recommends make && rm -rf /var/lib/apt/lists/*
-COPY Makefile pyproject.toml README.md ./
+COPY Makefile pyproject.toml README.md constraints.txt ./
 COPY protos protos
 COPY sidecar sidecar
 COPY clients/python clients/python
@@ -21,8 +21,11 @@ RUN make gen PYTHON=python && \
 
 FROM python:3.11-slim
 COPY --from=build /wheels /wheels
-# With the redis extra: `state.store: redis` (or SQUAWK_STATE_URL) works as shipped.
-RUN pip install --no-cache-dir /wheels/squawk_core-*.whl "$(echo /wheels/squawk_daemon-*.whl)[redis]" && \
+COPY --from=build /src/constraints.txt /wheels/
+# With the redis extra: `state.store: redis` (or SQUAWK_STATE_URL) works as
+# shipped; every dependency at the version the lock names, as the tests ran it.
+RUN pip install --no-cache-dir -c /wheels/constraints.txt \
+      /wheels/squawk_core-*.whl "$(echo /wheels/squawk_daemon-*.whl)[redis]" && \
     rm -rf /wheels
 USER 65532:65532
 EXPOSE 50051

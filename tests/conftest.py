@@ -28,6 +28,9 @@ from squawk.daemon.analysis import analyzer
 from squawk.daemon.analysis.budget import DEFAULT_UNITS, Budget
 
 ROOT = Path(__file__).resolve().parent.parent
+# The lock every install of the project's own builds takes (make lock); make
+# names another for `make check-latest`.
+LOCK = Path(os.environ.get("SQUAWK_LOCK") or ROOT / "constraints.txt")
 VECTORS = json.loads((ROOT / "tests" / "vectors" / "decisions.json").read_text())
 
 

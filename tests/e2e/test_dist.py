@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, Daemon, start_daemon
+from conftest import LOCK, ROOT, Daemon, start_daemon
 
 # pip, npm and go fetch from their registries (or their caches): minutes at worst.
 INSTALL_TIMEOUT = 600
@@ -52,9 +52,10 @@ def _venv(path: Path) -> Path:
 
 
 def _install(python: Path, *wheels: Path) -> None:
-    """Install `wheels` and what they require, as a user would (from the index)."""
+    """Install `wheels` and what they require, as a user would (from the index),
+    at the lock's versions: a new release elsewhere must not turn this red."""
     quiet = ("--quiet", "--disable-pip-version-check")
-    _run(python, "-m", "pip", "install", *quiet, *wheels, cwd=python.parent)
+    _run(python, "-m", "pip", "install", *quiet, "-c", LOCK, *wheels, cwd=python.parent)
 
 
 # Each installed distribution's normalised name and the names it requires.
@@ -82,7 +83,7 @@ class Built:
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     work = tmp_path_factory.mktemp("dist")
     dist = work / "artifacts"
-    _run("make", "--no-print-directory", "-s", "dist", f"DIST={dist}", cwd=ROOT)
+    _run("make", "--no-print-directory", "-s", "dist", f"DIST={dist}", f"LOCK={LOCK}", cwd=ROOT)
     wheels = dist / "python"
     core = next(wheels.glob("squawk_core-*.whl"))
     daemon_wheel = next(wheels.glob("squawk_daemon-*.whl"))
