@@ -211,6 +211,20 @@ func pushbackMS(value string) (uint64, bool) {
 
 // pushbackRefuses reports whether the server's grpc-retry-pushback-ms asks
 // not to retry (gRFC A6 "Pushback").
+// shouldRetry reads the server's x-should-retry as the official SDKs do:
+// exactly "true" or "false" (spaces and tabs around it ignored) says so;
+// anything else, or no header, says nothing (ok false).
+func shouldRetry(headers map[string]string) (retry, ok bool) {
+	value, found := header(headers, "x-should-retry")
+	switch trimOWS(value) {
+	case "true":
+		return true, found
+	case "false":
+		return false, found
+	}
+	return false, false
+}
+
 func pushbackRefuses(headers map[string]string) bool {
 	value, ok := header(headers, "grpc-retry-pushback-ms")
 	if !ok {

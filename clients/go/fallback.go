@@ -79,7 +79,9 @@ func decideLocal(req *squawkv1.DecideRetryRequest, p localProfile, now time.Time
 		return fail(squawkv1.Reason_REASON_SINGLE_DISPATCH,
 			"A delegated orchestrator is dispatched exactly once; it is never retried here."), nil
 	case transport || transientStatus(status):
-		return resendLocal(req, p, seen, transport, now, fail), nil
+		return resendLocal(req, p, seen, transport, false, now, fail), nil
+	case serverMarksRetryable(req.GetHeaders()):
+		return resendLocal(req, p, seen, transport, true, now, fail), nil
 	case status >= 400 && status < 500:
 		if req.GetHitlApproved() {
 			return fail(squawkv1.Reason_REASON_HITL_PROTECTED,
@@ -96,18 +98,30 @@ func decideLocal(req *squawkv1.DecideRetryRequest, p localProfile, now time.Time
 	}
 }
 
-func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv1.ClassifyResponse, transport bool,
-	now time.Time, fail func(squawkv1.Reason, string) Decision) Decision {
+func serverMarksRetryable(headers map[string]string) bool {
+	retry, ok := shouldRetry(headers)
+	return ok && retry
+}
+
+func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv1.ClassifyResponse, transport,
+	marked bool, now time.Time, fail func(squawkv1.Reason, string) Decision) Decision {
 	reason := squawkv1.Reason_REASON_TRANSIENT_STATUS
 	what := fmt.Sprintf("HTTP %d is transient", req.GetHttpStatus())
-	if transport {
+	switch {
+	case transport:
 		reason = squawkv1.Reason_REASON_TRANSPORT_FAILURE
 		what = "The call failed in transport"
+	case marked:
+		what = fmt.Sprintf("HTTP %d is marked retryable by the server's x-should-retry", req.GetHttpStatus())
 	}
 	// Before the attempt count, as the daemon reads it (decide.py).
 	if pushbackRefuses(req.GetHeaders()) {
 		return fail(squawkv1.Reason_REASON_SERVER_PUSHBACK,
 			what+", but the server's grpc-retry-pushback-ms asks not to retry (a negative or unparsable value).")
+	}
+	if retry, ok := shouldRetry(req.GetHeaders()); ok && !retry && !transport {
+		return fail(squawkv1.Reason_REASON_SERVER_PUSHBACK,
+			what+", but the server's x-should-retry: false asks not to retry.")
 	}
 	attempt := req.GetAttempt()
 	maxAttempts := p.maxAttempts

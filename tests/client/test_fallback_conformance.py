@@ -249,6 +249,7 @@ CLAUSES = {
     "backoff",
     "retry-after",
     "pushback",
+    "should-retry",
     "deadline",
     "classification",
     "no text",

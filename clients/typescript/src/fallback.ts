@@ -10,7 +10,7 @@ import { durationFromMs, durationToMs, roundHalfEven } from "./duration";
 import { declaresNotRetryable } from "./envelope";
 import { SquawkInputError } from "./errors";
 import { DEFAULT_MAX_ATTEMPTS, MAX_BODY_BYTES, PROFILE_NAME } from "./fallback_table";
-import { pushbackRefuses, waitHint } from "./headers";
+import { pushbackRefuses, shouldRetry, waitHint } from "./headers";
 import {
   Action,
   Reason,
@@ -97,15 +97,24 @@ export function fallbackDecide(
       "A delegated orchestrator is dispatched exactly once; it is never retried here.",
     );
   }
-  if (transport || isTransientStatus(status)) {
+  const server = shouldRetry(req.headers);
+  const marked = !transport && !isTransientStatus(status) && server === true;
+  if (transport || isTransientStatus(status) || marked) {
     const reason = transport ? Reason.REASON_TRANSPORT_FAILURE : Reason.REASON_TRANSIENT_STATUS;
-    const what = transport ? "The call failed in transport" : `HTTP ${status} is transient`;
+    const what = transport
+      ? "The call failed in transport"
+      : marked
+        ? `HTTP ${status} is marked retryable by the server's x-should-retry`
+        : `HTTP ${status} is transient`;
     // Before the attempt count, as the daemon reads it (decide.py).
     if (pushbackRefuses(req.headers)) {
       return fail(
         Reason.REASON_SERVER_PUSHBACK,
         `${what}, but the server's grpc-retry-pushback-ms asks not to retry (a negative or unparsable value).`,
       );
+    }
+    if (!transport && server === false) {
+      return fail(Reason.REASON_SERVER_PUSHBACK, `${what}, but the server's x-should-retry: false asks not to retry.`);
     }
     const maxAttempts = req.maxAttempts ?? profile.maxAttempts;
     if (req.attempt >= maxAttempts) {

@@ -85,6 +85,18 @@ function pushbackMs(value: string): number | undefined {
 }
 
 /** Whether the server's grpc-retry-pushback-ms asks not to retry (gRFC A6 "Pushback"). */
+/**
+ * The server's x-should-retry, read as the official SDKs read it: exactly
+ * "true" or "false" (spaces and tabs around it ignored) says so; anything
+ * else, or no header, says nothing (undefined).
+ */
+export function shouldRetry(headers: HeaderMap): boolean | undefined {
+  const value = header(headers, "x-should-retry");
+  if (value === undefined) return undefined;
+  const word = trimOWS(value);
+  return word === "true" ? true : word === "false" ? false : undefined;
+}
+
 export function pushbackRefuses(headers: HeaderMap): boolean {
   const value = header(headers, "grpc-retry-pushback-ms");
   return value !== undefined && pushbackMs(trimOWS(value)) === undefined;

@@ -4,9 +4,11 @@ The rules run in a fixed order and the first that applies decides:
 cancellation, the component's explicit refusal, terminal statuses, single
 dispatch, transient failures (resend unchanged), other 4xx (correct), and
 everything else fails. A resend is refused when the server's
-grpc-retry-pushback-ms asks not to retry (gRFC A6; see headers.py), before
-the attempt count, as grpc-go's shouldRetry reads the pushback before the
-budget. The deadline guard applies to every resend.
+grpc-retry-pushback-ms asks not to retry (gRFC A6; see headers.py) or its
+x-should-retry says false, before the attempt count, as grpc-go's
+shouldRetry reads the pushback before the budget; x-should-retry: true
+resends a status that is neither transient nor terminal. The deadline guard
+applies to every resend.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from datetime import timedelta
 from .backoff import delay
 from .classify import check_status, classify_parts
 from .envelope import read_envelope
-from .headers import pushback_refuses, wait_hint
+from .headers import pushback_refuses, should_retry, wait_hint
 from .limits import MAX_NAME_CHARS, check_chars, check_headers
 from .profiles import DEFAULT_MAX_BODY_BYTES, Profile
 from .types import (
@@ -108,6 +110,8 @@ def decide(
         )
     if transport or status in profile.transient_statuses:
         return _resend(state, profile, seen, declared, transport, clock, rng)
+    if should_retry(state.headers):
+        return _resend(state, profile, seen, declared, transport, clock, rng, marked=True)
     if profile.corrections and 400 <= status < 500:
         return _correct(state, profile, seen, declared)
     return fail(
@@ -124,16 +128,24 @@ def _resend(
     transport: bool,
     clock: Callable[[], float],
     rng: random.Random | None,
+    *,
+    marked: bool = False,
 ) -> Decision:
     reason = Reason.TRANSPORT_FAILURE if transport else Reason.TRANSIENT_STATUS
     what = resend_phrase(transport, state.http_status)
+    if marked:
+        what = f"HTTP {state.http_status} is marked retryable by the server's x-should-retry"
+    refusal = None
     if pushback_refuses(state.headers):
+        refusal = "grpc-retry-pushback-ms asks not to retry (a negative or unparsable value)"
+    elif not transport and should_retry(state.headers) is False:
+        refusal = "x-should-retry: false asks not to retry"
+    if refusal is not None:
         return Decision(
             Action.FAIL,
             _ZERO,
             Reason.SERVER_PUSHBACK,
-            f"{what}, but the server's grpc-retry-pushback-ms asks not to retry "
-            "(a negative or unparsable value).",
+            f"{what}, but the server's {refusal}.",
             True,
             seen,
             declared,

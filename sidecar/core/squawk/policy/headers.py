@@ -22,6 +22,16 @@ and leading zeros are accepted, and `-0` is zero; unlike them, whitespace
 around the value is allowed (HTTP strips it from field values) and a value
 past a day is capped, not refused.
 
+x-should-retry (OpenAI, Anthropic) is the server's own word on a resend,
+and wins over the status in every official SDK (openai-python and
+anthropic `_should_retry`, openai-node `shouldRetry`, openai-go
+`retryMiddleware`): exactly `true` resends, exactly `false` does not,
+anything else says nothing. `should_retry` reads it so (spaces and tabs
+around the value ignored, as for the other headers); decide() fails a resend
+it forbids with SERVER_PUSHBACK and resends a status it marks retryable,
+though never a terminal one. Unlike a refusing pushback it says nothing
+about load, so it does not count as throttling.
+
 A hint is capped at MAX_RETRY_AFTER: a server asking for more than a day
 says "not today", and a 317-year delay (ten digits of seconds) is neither
 useful nor representable everywhere (google.protobuf.Duration ends at
@@ -44,6 +54,7 @@ __all__ = [
     "header",
     "pushback_refuses",
     "retry_after",
+    "should_retry",
     "wait_hint",
 ]
 
@@ -125,6 +136,17 @@ def pushback_refuses(headers: Mapping[str, str]) -> bool:
         return False
     value = header(headers, "grpc-retry-pushback-ms")
     return value is not None and _pushback_ms(value) is None
+
+
+def should_retry(headers: Mapping[str, str]) -> bool | None:
+    """The server's x-should-retry: True or False when it says exactly
+    `true` or `false`, else None (absent, or any other value)."""
+    if not headers:
+        return None
+    value = header(headers, "x-should-retry")
+    if value is None:
+        return None
+    return {"true": True, "false": False}.get(value.strip(" \t"))
 
 
 def _http_date(value: str) -> datetime | None:
