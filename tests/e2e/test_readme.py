@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from chat_server import Reply, ScriptedAPI, completion
 from conftest import ROOT, Daemon, free_port, start_daemon
 from readme_clients.build import build_go, build_python, build_typescript
 from readme_clients.upstream import HOTELS, HotelApi
@@ -122,6 +123,12 @@ CLIENT_EXAMPLES: dict[tuple[str, str], Callable[[str, Path], list[str]]] = {
     ("docs/clients/typescript.md", _TYPESCRIPT): build_typescript,
 }
 
+# (document, first line of the block) of a program that calls an LLM SDK
+# through Squawk: run with the SDK's own environment pointing it at a
+# loopback stand-in of its API that throttles the first call, so it must be
+# resent by the daemon's RETRY and print the second call's answer.
+SDK_EXAMPLES = {("docs/sdks.md", "import httpx2")}
+
 RUNNABLE = re.compile(r"(\.venv/bin/squawk|squawk|grpcurl|printf|[A-Z_]+=\$\(printf) ")
 
 
@@ -198,7 +205,7 @@ def listed(block: Block) -> bool:
     """In NOT_RUN, or a client example (run by its own test below)."""
     return any(
         doc == block.doc and block.first_line.startswith(first)
-        for doc, first in (*NOT_RUN, *CLIENT_EXAMPLES)
+        for doc, first in (*NOT_RUN, *CLIENT_EXAMPLES, *SDK_EXAMPLES)
     )
 
 
@@ -221,7 +228,7 @@ def test_every_block_is_run_or_listed_with_its_reason() -> None:
     every = [b for doc in DOCS for b in fenced_blocks(doc)]
     stale = [
         (doc, first)
-        for doc, first in (*NOT_RUN, *CLIENT_EXAMPLES)
+        for doc, first in (*NOT_RUN, *CLIENT_EXAMPLES, *SDK_EXAMPLES)
         if not any(b.doc == doc and b.first_line.startswith(first) for b in every)
         and not (doc in PENDING and not (ROOT / doc).exists())  # its page is on its way
     ]
@@ -334,3 +341,31 @@ def test_client_example_takes_the_daemons_correction(
         (d["rpc"], d["squawk.capability"], d["squawk.http_status"], d["squawk.action"])
         for d in decided
     ] == [("DecideRetry", "search_hotels", 400, "CORRECT")]
+
+
+@pytest.mark.parametrize(
+    "block",
+    [b for doc, first in SDK_EXAMPLES for b in fenced_blocks(doc) if b.first_line == first],
+    ids=str,
+)
+def test_sdk_example_is_resent_by_the_daemon(block: Block, tmp_path: Path) -> None:
+    target = f"127.0.0.1:{free_port()}"
+    program = tmp_path / "example.py"
+    program.write_text(block.body.replace(README_TARGET, target))
+    throttled = Reply({"error": {"message": "slow down"}}, status=429)
+    daemon = start_daemon(listen=target)
+    try:
+        with ScriptedAPI(throttled, Reply(completion("hello"))) as api:
+            ran = subprocess.run(
+                [sys.executable, str(program)],
+                cwd=tmp_path,
+                env={**os.environ, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": api.base_url},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert ran.returncode == 0, ran.stdout + ran.stderr
+            assert ran.stdout == "hello\n"
+            assert len(api.seen) == 2
+    finally:
+        daemon.stop()

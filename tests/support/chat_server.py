@@ -194,6 +194,22 @@ class ChatServer(LoopbackServer):
         return env
 
 
+class ScriptedAPI(LoopbackServer):
+    """Any API on loopback (OpenAI's, Anthropic's...): every request, whatever
+    its path, gets the next scripted reply, then 500 once the script is spent."""
+
+    def __init__(self, *replies: Reply) -> None:
+        super().__init__()
+        self.script = list(replies)
+
+    def answer(self, seen: Seen) -> Reply:
+        return self.script.pop(0) if self.script else Reply("script exhausted", status=500)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
 def settings_for(server: ChatServer, **overrides: Any) -> AnalyzerSettings:
     base = AnalyzerSettings(
         backend=Backend.OPENAI,
