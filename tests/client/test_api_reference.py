@@ -2,8 +2,9 @@
 
 A new user found no API reference on the client pages (the Go page's
 Decision fields had been guessed). Each page now ends in one, generated from
-the client itself; the Go page's is checked by clients/go/reference_test.go,
-the Python page's here.
+the client itself: the Go page's is checked by clients/go/reference_test.go,
+the TypeScript page's by clients/typescript/test/reference.test.ts, and the
+Python page's here.
 """
 
 from __future__ import annotations
