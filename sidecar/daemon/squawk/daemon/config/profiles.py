@@ -165,12 +165,13 @@ def parse_profiles(node: yaml.Node, policy: Policy, warnings: list[str]) -> Poli
     file says that can never take effect, and each new profile whose name
     looks like a misspelling of one the policy had before the file."""
     known = set(policy.profiles)
-    profiles = mapping(node, "profiles", set())  # a mapping, no name twice
+    mapping(node, "profiles", set())  # refuses a non-mapping, and a name given twice
+    # The nodes, not mapping()'s dict: a warning names the key's own line.
     for key, profile_node in node.value:
         name = str(key.value)
         if (warning := _misspelt(key, profile_node, known)) is not None:
             warnings.append(warning)
         policy = policy.with_profile(
-            _profile(name, profiles[name], f"profiles.{name}", policy.profiles, warnings)
+            _profile(name, profile_node, f"profiles.{name}", policy.profiles, warnings)
         )
     return policy
