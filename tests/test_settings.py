@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from squawk.daemon import cli, settings
+from squawk.policy.env import ENV_PREFIXES, OVERRIDES
 
 ROOT = Path(__file__).resolve().parent.parent
 DAEMON = ROOT / "sidecar" / "daemon" / "squawk" / "daemon"
@@ -86,3 +87,18 @@ def test_a_stale_reference_fails_the_check(tmp_path: Path) -> None:
 def test_every_variable_of_the_table_is_in_the_reference() -> None:
     text = settings.reference()
     assert all(f"`{s.env}`" in text for s in settings.SETTINGS if s.env)
+
+
+def test_the_guides_step_retry_names_are_explained_where_they_are_listed() -> None:
+    # A new user met TRUVAG3_STEP_RETRY_* with no word of what the prefix is:
+    # each page that lists them says whose names they are and why they are read.
+    guide = ENV_PREFIXES[1]
+    why = "the executor framework's error-handling guide uses"
+    reference = settings.reference()
+    for override in OVERRIDES:
+        note = f"{guide}{override.suffix} is read too, for compatibility: the name the"
+        assert note in reference
+        assert why in reference
+    for page in ("configuration.md", "fallback.md"):
+        text = " ".join((ROOT / "docs" / page).read_text(encoding="utf-8").split())
+        assert f"`{guide}" in text and why in text and "compatibility" in text, page

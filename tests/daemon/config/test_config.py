@@ -543,3 +543,84 @@ def test_the_longest_duration_and_the_deepest_nesting_allowed_are_accepted() -> 
     assert policy.profile("default").circuit_breaker.open_for == timedelta(days=7)
     with pytest.raises(ConfigError, match=r"policy\.a "):  # past the bound, to the schema
         parse_policy("a: " + "[" * 31 + "]" * 31 + "\n")
+
+
+MISSPELT = "a new profile, based on default"
+
+
+@pytest.mark.parametrize(
+    ("text", "warnings"),
+    [
+        (
+            "profiles:\n  llm:\n    max_attempts: 2\n  defualt:\n    max_attempts: 5\n",
+            [
+                f"p.yaml: profiles.defualt (line 4): {MISSPELT} (did you mean 'default'?); "
+                "the profile 'default' is left as it was"
+            ],
+        ),
+        (
+            "profiles:\n  LLM: {max_attempts: 2}\n",
+            [
+                f"p.yaml: profiles.LLM (line 2): {MISSPELT} (did you mean 'llm'?); "
+                "the profile 'llm' is left as it was"
+            ],
+        ),
+        # A name unlike any profile, a profile the policy has, and a new
+        # profile that says what it is based on are what the writer meant.
+        ("profiles:\n  batch: {max_attempts: 2}\n  default: {max_attempts: 2}\n", []),
+        ("profiles:\n  llm2: {base: llm}\n  defaults: {base: default}\n", []),
+    ],
+)
+def test_a_profile_named_like_a_known_one_is_a_warning(text: str, warnings: list[str]) -> None:
+    config = parse_config(text, "p.yaml")
+    assert list(config.warnings) == warnings
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "profile:\n  default: {}\n",
+            "profile (line 1): unknown field (did you mean 'profiles'?); expected one of ",
+        ),
+        (
+            "profiles:\n  default:\n    max_atempts: 3\n",
+            "profiles.default.max_atempts (line 3): unknown field (did you mean 'max_attempts'?)",
+        ),
+        (
+            "profiles:\n  default:\n    backoff: {jiter: full}\n",
+            "profiles.default.backoff.jiter (line 3): unknown field (did you mean 'jitter'?)",
+        ),
+        (
+            "profiles:\n  x:\n    base: defualt\n",
+            "profiles.x.base (line 3): expected 'default' or 'llm', got 'defualt' "
+            "(did you mean 'default'?)",
+        ),
+        (
+            "profiles:\n  default:\n    retry_budget: {kind: token_bukcet}\n",
+            "got 'token_bukcet' (did you mean 'token_bucket'?)",
+        ),
+        (
+            "profiles:\n  default:\n    retry_budget: {kind: ratio, min_per_secnd: 5}\n",
+            "retry_budget.min_per_secnd (line 3): unknown field (did you mean 'min_per_second'?)",
+        ),
+        # Nothing near: no guess.
+        ("profiles:\n  default:\n    bogus: 1\n", "default.bogus (line 3): unknown field;"),
+    ],
+)
+def test_an_unknown_field_names_the_one_it_looks_like(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(text)
+    assert message in str(exc.value)
+
+
+def test_what_the_file_misspells_is_echoed_bounded_and_redacted() -> None:
+    secret = "sk-ant-api03-" + "A" * 40
+    for key in (secret, "x" * 1000):
+        with pytest.raises(ConfigError) as exc:
+            parse_config(f"profiles:\n  default:\n    {key}: 1\n")
+        message = str(exc.value)
+        assert message.startswith("profiles.default.")
+        assert "(line 3): unknown field; expected one of " in message
+        assert key[:80] not in message
+        assert len(message) < 500

@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,16 @@ def test_the_redis_store_without_the_redis_extra_names_the_extra(
     result = squawk(
         "serve", "--listen", "127.0.0.1:0", *policy_args, env={"PYTHONPATH": path, **env}
     )
-    refused(result, "state.store redis needs the redis client", "'squawk-daemon[redis]'")
+    line = refused(result, "state.store redis needs the redis client")
+    # The hint names only what exists: the checkout's own extra and the wheel
+    # `make dist` builds. squawk-daemon is on no package index, so a hint of
+    # `pip install 'squawk-daemon[redis]'` installs whatever anyone put there.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert "redis" in project["optional-dependencies"]
+    wheel = f"squawk_daemon-{project['version']}-py3-none-any.whl"
+    assert "in the checkout, .venv/bin/pip install -e '.[redis]';" in line
+    assert f"pip install 'dist/python/{wheel}[redis]'" in line
+    assert "squawk-daemon[" not in line
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,12 @@ OpenAI and Anthropic Python SDKs read it (`_parse_retry_after_header`:
 `float(headers["retry-after-ms"]) / 1000`, then Retry-After): milliseconds,
 a fraction allowed. Unlike float() here only a plain non-negative ASCII
 decimal is read (a sign, an exponent, NaN or inf is ignored, and the other
-headers decide), so the Go and TypeScript fallbacks read the same values;
-and where the SDKs drop a hint over 60 s (`_calculate_retry_timeout`) or of
-zero for their own backoff, Squawk keeps zero as "now" (as Retry-After: 0)
-and caps a long one at MAX_RETRY_AFTER like the other headers.
+headers decide), so the Go and TypeScript fallbacks read the same values.
+The SDKs disagree on a hint of zero and on a long one (docs/policy.md has
+each one's rule: openai-python refuses to retry past 120 s, openai-go past
+2 minutes, openai-node uses its own backoff past 60 s, anthropic waits any
+length), so Squawk follows none of them: it keeps zero as "now" (as
+Retry-After: 0) and caps a long one at MAX_RETRY_AFTER like the other headers.
 
 gRFC A6 "Pushback": grpc-retry-pushback-ms is a signed integer of
 milliseconds, and a value that is negative or does not parse means the server

@@ -335,7 +335,8 @@ def _step_retry(suffix: str, accepts: str, file_key: str) -> Setting:
         commands=("serve", "classify", "decide", "check-policy --env"),
         env=ENV_PREFIXES[0] + suffix,
         file_key=file_key,
-        note=f"{ENV_PREFIXES[1]}{suffix} is read too; {ENV_PREFIXES[0]}{suffix} wins. "
+        note=f"{ENV_PREFIXES[1]}{suffix} is read too, for compatibility: the name the "
+        f"executor framework's error-handling guide uses; {ENV_PREFIXES[0]}{suffix} wins. "
         "A bad value is logged and the file's value kept; every client's fallback "
         "reads it as well (docs/fallback.md).",
     )

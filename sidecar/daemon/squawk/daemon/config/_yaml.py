@@ -12,8 +12,9 @@ and factors are their fields' own).
 
 from __future__ import annotations
 
+import difflib
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TypeVar
 
@@ -26,7 +27,7 @@ from squawk.policy.env import (
     positive_duration,
     positive_int,
 )
-from squawk.policy.text import quoted
+from squawk.policy.text import MAX_QUOTED_CHARS, quoted, shown_text
 
 __all__ = [
     "MAX_DEPTH",
@@ -36,7 +37,9 @@ __all__ = [
     "at_line",
     "boolean",
     "choice",
+    "close_to",
     "compose",
+    "did_you_mean",
     "factor",
     "integer",
     "mapping",
@@ -46,6 +49,7 @@ __all__ = [
     "positive_duration",
     "positive_int",
     "scalar",
+    "shown_name",
     "status",
     "where",
 ]
@@ -124,6 +128,37 @@ def at_line(path: str, line: int | None) -> str:
     return path if line is None else f"{path} (line {line})"
 
 
+def shown_name(name: str) -> str:
+    """A key of the file as a path in a message shows it: bounded and redacted
+    (a key pasted where a field belongs must not reach a CI log whole)."""
+    return shown_text(name, MAX_QUOTED_CHARS)
+
+
+# How alike (difflib's ratio, 0..1, of the lower-cased names) a name must be
+# to a known one to be taken for its misspelling: `defualt` and `default` are
+# 0.86, `elm` and `llm` 0.67, `fast` and `default` 0.55. difflib's own
+# default (0.6) would take `elm` for `llm` and `rate` for `ratio`.
+_CLOSE = 0.75
+
+
+def close_to(name: str, known: Iterable[str]) -> str | None:
+    """The known name that `name` is most likely a misspelling of, if any
+    (`LLM` is one of `llm`).
+
+    difflib rejects a name of a very different length by the lengths alone,
+    before comparing any characters, so a long key costs no more than a short one."""
+    by_lower = {k.lower(): k for k in sorted(known)}
+    matches = difflib.get_close_matches(name.lower(), by_lower, n=1, cutoff=_CLOSE)
+    return by_lower[matches[0]] if matches else None
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """ " (did you mean 'x'?)" when `name` looks like a misspelling of `x`, else "".
+    Only a known name is quoted back, never the file's own text."""
+    match = close_to(name, known)
+    return "" if match is None else f" (did you mean {match!r}?)"
+
+
 def mapping(node: yaml.Node, path: str, allowed: set[str]) -> dict[str, yaml.Node]:
     if not isinstance(node, yaml.MappingNode):
         raise ConfigError(f"{where(node, path)}: expected a mapping")
@@ -132,11 +167,11 @@ def mapping(node: yaml.Node, path: str, allowed: set[str]) -> dict[str, yaml.Nod
         name = str(key.value)
         if allowed and name not in allowed:
             raise ConfigError(
-                f"{where(key, f'{path}.{name}')}: unknown field; expected one of "
-                + ", ".join(sorted(allowed))
+                f"{where(key, f'{path}.{shown_name(name)}')}: unknown field"
+                f"{did_you_mean(name, allowed)}; expected one of " + ", ".join(sorted(allowed))
             )
         if name in out:
-            raise ConfigError(f"{where(key, f'{path}.{name}')}: field given twice")
+            raise ConfigError(f"{where(key, f'{path}.{shown_name(name)}')}: field given twice")
         out[name] = value
     return out
 

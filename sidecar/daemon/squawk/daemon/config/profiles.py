@@ -10,10 +10,13 @@ from typing import Any, TypeVar
 import yaml
 
 from squawk.policy import BackoffConfig, Jitter, Policy, Profile, builtin_profile
+from squawk.policy.text import quoted
 
 from ._yaml import (
     ConfigError,
     choice,
+    close_to,
+    did_you_mean,
     factor,
     mapping,
     natural,
@@ -21,6 +24,7 @@ from ._yaml import (
     positive_duration,
     positive_int,
     scalar,
+    shown_name,
     status,
     where,
 )
@@ -108,7 +112,8 @@ def _profile(
         if base not in ("default", "llm"):
             raise ConfigError(
                 f"{where(fields['base'], f'{path}.base')}: "
-                f"expected 'default' or 'llm', got {base!r}"
+                f"expected 'default' or 'llm', got {quoted(base)}"
+                f"{did_you_mean(base, ('default', 'llm'))}"
             )
         profile = builtin_profile(base, name)
     elif name in known:
@@ -134,10 +139,38 @@ def _profile(
     return profile
 
 
+def _misspelt(key: yaml.Node, node: yaml.Node, known: set[str]) -> str | None:
+    """A warning when a new profile's name looks like a misspelling of a
+    profile the policy already has (`defualt:` for `default:`), else None.
+
+    A warning, not an error: a new profile is valid, and its name is the
+    writer's to choose. A profile with a `base:` is plainly meant to be
+    new (`llm2: {base: llm}`), so it is not warned about."""
+    name = str(key.value)
+    if name in known:
+        return None
+    if isinstance(node, yaml.MappingNode) and any(k.value == "base" for k, _ in node.value):
+        return None
+    match = close_to(name, known)
+    if match is None:
+        return None
+    return (
+        f"{where(key, f'profiles.{shown_name(name)}')}: a new profile, based on default "
+        f"(did you mean {match!r}?); the profile {match!r} is left as it was"
+    )
+
+
 def parse_profiles(node: yaml.Node, policy: Policy, warnings: list[str]) -> Policy:
     """`policy` with the file's profiles; appends to `warnings` what the
-    file says that can never take effect."""
-    for name, profile_node in mapping(node, "profiles", set()).items():
+    file says that can never take effect, and each new profile whose name
+    looks like a misspelling of one the policy had before the file."""
+    known = set(policy.profiles)
+    mapping(node, "profiles", set())  # refuses a non-mapping, and a name given twice
+    # The nodes, not mapping()'s dict: a warning names the key's own line.
+    for key, profile_node in node.value:
+        name = str(key.value)
+        if (warning := _misspelt(key, profile_node, known)) is not None:
+            warnings.append(warning)
         policy = policy.with_profile(
             _profile(name, profile_node, f"profiles.{name}", policy.profiles, warnings)
         )

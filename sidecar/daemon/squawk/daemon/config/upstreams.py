@@ -47,8 +47,19 @@ from squawk.policy import (
     parse_duration,
 )
 from squawk.policy.limits import MAX_NAME_CHARS
+from squawk.policy.text import quoted
 
-from ._yaml import ConfigError, boolean, integer, mapping, number, scalar, where
+from ._yaml import (
+    ConfigError,
+    boolean,
+    did_you_mean,
+    integer,
+    mapping,
+    number,
+    scalar,
+    shown_name,
+    where,
+)
 
 __all__ = ["UPSTREAM_FIELDS", "parse_upstream_settings"]
 
@@ -142,14 +153,15 @@ def _budget(node: yaml.Node, path: str, base: RetryBudgetConfig) -> RetryBudgetC
         if kind not in _BUDGETS:
             raise ConfigError(
                 f"{where(fields['kind'], f'{path}.kind')}: "
-                f"expected ratio or token_bucket, got {kind!r}"
+                f"expected ratio or token_bucket, got {quoted(kind)}{did_you_mean(kind, _BUDGETS)}"
             )
     config_type, rows = _BUDGETS[kind]
     allowed = {name for name, _, _ in rows}
     for name, value in fields.items():
         if name != "kind" and name not in allowed:
             raise ConfigError(
-                f"{where(value, f'{path}.{name}')}: not a field of kind {kind}; expected one of "
+                f"{where(value, f'{path}.{shown_name(name)}')}: not a field of kind {kind}"
+                f"{did_you_mean(name, allowed)}; expected one of "
                 + ", ".join(sorted(allowed | {"kind"}))
             )
     start: RetryBudgetConfig = base if isinstance(base, config_type) else config_type()

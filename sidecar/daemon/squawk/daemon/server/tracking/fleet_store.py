@@ -100,9 +100,20 @@ from ..telemetry.throttle import LOG_EVERY_S, Throttle
 from .pod_store import PodStore, Source
 from .registry import Transition, Upstreams
 
-__all__ = ["Call", "FleetStore", "reading"]
+__all__ = ["REDIS_EXTRA_MISSING", "Call", "FleetStore", "reading"]
 
 log = logging.getLogger(__name__)
+
+# What a daemon installed without the redis extra says when asked for the
+# store. Only what exists: the checkout's own extra (make setup's dev set-up
+# includes it) and the wheel `make dist` builds. The distribution is not on
+# any package index, so `pip install 'squawk-daemon[redis]'` would install
+# whatever anyone registered under that name.
+REDIS_EXTRA_MISSING = (
+    "state.store redis needs the redis client, which the daemon's redis extra installs: "
+    "in the checkout, .venv/bin/pip install -e '.[redis]'; for the wheel make dist builds, "
+    "pip install 'dist/python/squawk_daemon-0.1.0-py3-none-any.whl[redis]'"
+)
 
 _SCRIPT = resources.files(__package__).joinpath("fleet.lua").read_text(encoding="utf-8")
 # Late syncs in a row that count as an outage.
@@ -186,9 +197,7 @@ class FleetStore(PodStore):
         except ImportError:  # pragma: no cover - tested in a subprocess (test_start_errors.py)
             # A configuration error (exit code 2), not a crash: the policy or
             # SQUAWK_STATE_URL asked for a store this installation cannot run.
-            raise ConfigError(
-                "state.store redis needs the redis client: pip install 'squawk-daemon[redis]'"
-            ) from None
+            raise ConfigError(REDIS_EXTRA_MISSING) from None
         self.settings = settings
         self.interval_s = seconds(settings.sync)
         # A round trip slower than the deadline, or than a sync interval, is
