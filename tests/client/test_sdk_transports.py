@@ -255,3 +255,17 @@ def test_the_httpx_transport_resends_the_same_way(daemon: Daemon) -> None:
         assert response.status_code == 200
         assert response.json()["usage"]["total_tokens"] == 12
         assert [s.json for s in api.seen] == [{"n": 1}] * 2
+
+
+def test_an_upstream_flooding_headers_is_still_decided_and_resent(daemon: Daemon) -> None:
+    # Headers past the daemon's bounds (count, length) on a 429 are the
+    # upstream's, not the caller's: they must not get DecideRetry refused.
+    flood = {f"x-junk-{i}": "v" for i in range(100)} | {"x-big": "v" * 20_000}
+    throttled = Reply(openai_error("slow down"), status=429, headers=flood | {"retry-after": "0"})
+    with (
+        ScriptedAPI(throttled, Reply(CHAT)) as api,
+        SquawkClient(daemon.target) as squawk,
+        chat_sdk(squawk, api.base_url, "openai-flood") as (client, _),
+    ):
+        assert ask(client) == "hello"
+        assert len(api.seen) == 2

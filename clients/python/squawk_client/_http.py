@@ -36,7 +36,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ._client import AsyncSquawkClient, SquawkClient
 from ._errors import StepError, StepFailed
-from ._runner import StepOptions, run_step, run_step_sync
+from ._runner import StepOptions, bounded_headers, run_step, run_step_sync
 
 __all__ = ["AsyncSender", "Sender"]
 
@@ -69,15 +69,27 @@ Req = TypeVar("Req", bound=Request)
 Resp = TypeVar("Resp", bound=Response)
 
 
+# What DecideRetry reads of a failure's headers; the rest stays with the SDK.
+_WAIT_HEADERS = frozenset(
+    {"retry-after", "retry-after-ms", "grpc-retry-pushback-ms", "x-should-retry"}
+)
+
+
+def _read_by_policy(lower: str) -> bool:
+    return lower in _WAIT_HEADERS or "ratelimit" in lower or "rate-limit" in lower
+
+
 class _Answered(StepError):
-    """An HTTP failure, holding the response the SDK will get if it is the last."""
+    """An HTTP failure, holding the response the SDK will get if it is the last.
+    The upstream's headers are hostile input: only those the policy reads,
+    within its bounds, go to DecideRetry."""
 
     def __init__(self, response: Response, body: bytes) -> None:
         super().__init__(
             f"HTTP {response.status_code}",
             http_status=response.status_code,
             body=body[:_MAX_ERROR_BODY],
-            headers=response.headers,
+            headers=bounded_headers(response.headers, _read_by_policy),
         )
         self.response = response
 

@@ -36,7 +36,15 @@ from ._decision import Decision
 from ._errors import SquawkInputError, StepError, StepFailed
 from ._leases import Leases
 
-__all__ = ["ErrorInfo", "StepCancelled", "StepOptions", "Tier", "run_step", "run_step_sync"]
+__all__ = [
+    "ErrorInfo",
+    "StepCancelled",
+    "StepOptions",
+    "Tier",
+    "bounded_headers",
+    "run_step",
+    "run_step_sync",
+]
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -139,22 +147,33 @@ def _pace_headers(result: T, headers_of: Callable[[T], Mapping[str, str]] | None
     outcomes refused; nothing when the hook raises."""
     if headers_of is None:
         return {}
-    kept: dict[str, str] = {}
     try:
-        for name, value in itertools.islice(headers_of(result).items(), _MAX_HEADERS_SCANNED):
-            lower = name.lower()
-            if (
-                ("ratelimit" in lower or "rate-limit" in lower)
-                and len(name) <= MAX_HEADER_NAME_CHARS
-                and len(value) <= MAX_HEADER_VALUE_CHARS
-                and _encodable(name)
-                and _encodable(value)
-            ):
-                kept[name] = value
-                if len(kept) == MAX_HEADERS:
-                    break
+        return bounded_headers(headers_of(result), _is_rate_limit)
     except Exception:
         return {}
+
+
+def _is_rate_limit(lower: str) -> bool:
+    return "ratelimit" in lower or "rate-limit" in lower
+
+
+def bounded_headers(headers: Mapping[str, str], wanted: Callable[[str], bool]) -> dict[str, str]:
+    """The headers whose lower-cased name `wanted` keeps, within the daemon's
+    bounds (count, name and value length, UTF-8): what a caller copies from a
+    response it does not control, so that one odd header never gets a
+    request refused."""
+    kept: dict[str, str] = {}
+    for name, value in itertools.islice(headers.items(), _MAX_HEADERS_SCANNED):
+        if (
+            wanted(name.lower())
+            and len(name) <= MAX_HEADER_NAME_CHARS
+            and len(value) <= MAX_HEADER_VALUE_CHARS
+            and _encodable(name)
+            and _encodable(value)
+        ):
+            kept[name] = value
+            if len(kept) == MAX_HEADERS:
+                break
     return kept
 
 
