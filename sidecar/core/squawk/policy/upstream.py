@@ -161,7 +161,8 @@ class Admission(NamedTuple):
 class UpstreamSnapshot(NamedTuple):
     breaker_state: BreakerState
     # CLOSED: the calls and failures in the window. HALF_OPEN: the probe
-    # outcomes tallied this round and the failures among them. OPEN: 0, 0.
+    # outcomes tallied this round and the failures among them. OPEN: the
+    # outcomes that opened it (the window it tripped on, or the failed round).
     calls: int
     failures: int
     # HALF_OPEN: probe slots taken this round; 0 otherwise.
