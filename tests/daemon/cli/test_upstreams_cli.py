@@ -33,7 +33,7 @@ profiles:
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
     path = tmp_path_factory.mktemp("policy") / "policy.yaml"
     path.write_text(POLICY)
     d = start_daemon("--policy", str(path))
@@ -42,8 +42,8 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
 
 
 @pytest.fixture(scope="module")
-def stub(daemon: Daemon) -> Iterator[pb_grpc.PolicyServiceStub]:
-    with grpc.insecure_channel(daemon.target) as channel:
+def stub(pod: Daemon) -> Iterator[pb_grpc.PolicyServiceStub]:
+    with grpc.insecure_channel(pod.target) as channel:
         yield pb_grpc.PolicyServiceStub(channel)
 
 
@@ -51,9 +51,9 @@ def _report(stub: pb_grpc.PolicyServiceStub, *outcomes: pb.Outcome) -> None:
     stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=10)
 
 
-def _table(daemon: Daemon) -> dict[str, dict[str, str]]:
+def _table(pod: Daemon) -> dict[str, dict[str, str]]:
     """`squawk upstreams` once: each row by upstream name, cells by column."""
-    done = squawk("upstreams", "--target", daemon.target)
+    done = squawk("upstreams", "--target", pod.target)
     assert done.returncode == 0, done.stderr
     header, *rows = done.stdout.splitlines()
     names = header.split()
@@ -61,7 +61,7 @@ def _table(daemon: Daemon) -> dict[str, dict[str, str]]:
 
 
 def test_each_upstream_shows_how_often_it_throttled(
-    daemon: Daemon, stub: pb_grpc.PolicyServiceStub
+    pod: Daemon, stub: pb_grpc.PolicyServiceStub
 ) -> None:
     name = "throttles"
     _report(
@@ -75,7 +75,7 @@ def test_each_upstream_shows_how_often_it_throttled(
     # A throttle DecideRetry was asked about counts too.
     decided = pb.DecideRetryRequest(attempt=1, http_status=429, upstream=name)
     stub.DecideRetry(decided, timeout=10)
-    rows = _table(daemon)
+    rows = _table(pod)
     assert rows[name]["THROTTLED"] == "4"
     assert rows["tripping"]["THROTTLED"] == "0"
     listed = stub.GetUpstreams(pb.GetUpstreamsRequest(upstream=name), timeout=10).upstreams
@@ -83,7 +83,7 @@ def test_each_upstream_shows_how_often_it_throttled(
 
 
 def test_an_open_breaker_shows_the_outcomes_that_opened_it(
-    daemon: Daemon, stub: pb_grpc.PolicyServiceStub
+    pod: Daemon, stub: pb_grpc.PolicyServiceStub
 ) -> None:
     # One success, then three failures: 3 of 4 >= 0.5 with 4 calls, OPEN.
     ok, failed = (
@@ -91,19 +91,19 @@ def test_an_open_breaker_shows_the_outcomes_that_opened_it(
         pb.Outcome(upstream="tripping", http_status=503),
     )
     _report(stub, ok, failed, failed, failed)
-    row = _table(daemon)["tripping"]
+    row = _table(pod)["tripping"]
     assert (row["BREAKER"], row["CALLS"], row["FAILURES"]) == ("OPEN", "4", "3")
     # Outcomes reported while it is OPEN describe the upstream before the
     # break: they are dropped, and the window that opened it stays shown.
     _report(stub, ok, ok)
-    row = _table(daemon)["tripping"]
+    row = _table(pod)["tripping"]
     assert (row["BREAKER"], row["CALLS"], row["FAILURES"]) == ("OPEN", "4", "3")
 
 
-def _watch(daemon: Daemon, *flags: str) -> subprocess.Popen[str]:
+def _watch(pod: Daemon, *flags: str) -> subprocess.Popen[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SQUAWK_")}
     return subprocess.Popen(
-        [*SQUAWK, "upstreams", "--target", daemon.target, *flags],
+        [*SQUAWK, "upstreams", "--target", pod.target, *flags],
         cwd=ROOT,
         env=clean,
         stdout=subprocess.PIPE,
@@ -112,8 +112,8 @@ def _watch(daemon: Daemon, *flags: str) -> subprocess.Popen[str]:
     )
 
 
-def test_watch_into_a_pipe_appends_plain_tables_up_to_its_count(daemon: Daemon) -> None:
-    done = squawk("upstreams", "--target", daemon.target, "--watch", "0.1", "--count", "3")
+def test_watch_into_a_pipe_appends_plain_tables_up_to_its_count(pod: Daemon) -> None:
+    done = squawk("upstreams", "--target", pod.target, "--watch", "0.1", "--count", "3")
     assert (done.returncode, done.stderr) == (0, "")
     assert "\x1b" not in done.stdout  # no terminal codes into a file
     blocks = done.stdout.split("\n\n")
@@ -127,9 +127,9 @@ def test_watch_into_a_pipe_appends_plain_tables_up_to_its_count(daemon: Daemon) 
 
 
 def test_watch_shows_what_changed_at_each_refresh_until_ctrl_c(
-    daemon: Daemon, stub: pb_grpc.PolicyServiceStub
+    pod: Daemon, stub: pb_grpc.PolicyServiceStub
 ) -> None:
-    watching = _watch(daemon, "--watch", "0.2")
+    watching = _watch(pod, "--watch", "0.2")
     try:
         assert watching.stdout is not None
         # Each refresh is flushed as it is printed: the first arrives
@@ -156,11 +156,11 @@ def test_watch_shows_what_changed_at_each_refresh_until_ctrl_c(
     assert (watching.returncode, err) == (0, "")
 
 
-def test_watch_on_a_terminal_redraws_the_screen(daemon: Daemon) -> None:
+def test_watch_on_a_terminal_redraws_the_screen(pod: Daemon) -> None:
     main, term = pty.openpty()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SQUAWK_")}
     process = subprocess.Popen(
-        [*SQUAWK, "upstreams", "--target", daemon.target, "--watch", "0.1", "--count", "2"],
+        [*SQUAWK, "upstreams", "--target", pod.target, "--watch", "0.1", "--count", "2"],
         cwd=ROOT,
         env=clean,
         stdout=term,
