@@ -74,9 +74,15 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 		// cannot serve in time: waiting its retry_after and asking again
 		// would only queue the step behind the overload.
 		if a.Reason == squawkv1.Reason_REASON_UPSTREAM_SATURATED {
+			// The daemon names the limit (the queue's, the deadline, the
+			// concurrency limit); an older one does not, and the deadline
+			// is not always it.
+			why := a.Explanation
+			if why == "" {
+				why = "The upstream's pace cannot start it within the step's deadline or the queue's limit."
+			}
 			return &RunError{Decision: saturated(a.RetryAfter, fmt.Sprintf(
-				"The pod refused the dispatch to %s: the upstream is saturated and cannot take it before the step's deadline.",
-				req.GetUpstream()))}
+				"The pod refused the dispatch to %s: %s. %s", req.GetUpstream(), a.Reason, why))}
 		}
 		if hasDeadline && a.RetryAfter > time.Until(deadline) {
 			return &RunError{Decision: refused(a, fmt.Sprintf(

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,13 @@ func TestAdmitBoundsTheAnswer(t *testing.T) {
 		{"a refusal grants no permit and no wait",
 			`{"allowed": false, "reason": "REASON_UPSTREAM_SATURATED", "retryAfter": "0.800s", "wait": "3s", "permits": 7}`,
 			Admission{Reason: squawkv1.Reason_REASON_UPSTREAM_SATURATED, RetryAfter: 800 * time.Millisecond}},
+		{"a shed refusal carries the daemon's explanation",
+			`{"allowed": false, "reason": "REASON_UPSTREAM_SATURATED", "retryAfter": "0.100s", "explanation": "The call would wait 1.05 s."}`,
+			Admission{Reason: squawkv1.Reason_REASON_UPSTREAM_SATURATED, RetryAfter: 100 * time.Millisecond,
+				Explanation: "The call would wait 1.05 s."}},
+		{"an explanation is cut to 512 bytes at a character boundary",
+			`{"allowed": false, "reason": "REASON_UPSTREAM_SATURATED", "explanation": "` + strings.Repeat("é", 300) + `"}`,
+			Admission{Reason: squawkv1.Reason_REASON_UPSTREAM_SATURATED, Explanation: strings.Repeat("é", 256)}},
 		{"a refusal's retry-after of ten thousand years is a day",
 			`{"allowed": false, "reason": "REASON_CIRCUIT_OPEN", "retryAfter": "315576000000s"}`,
 			Admission{Reason: squawkv1.Reason_REASON_CIRCUIT_OPEN, RetryAfter: day}},

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,8 +25,14 @@ type Admission struct {
 	Allowed bool
 	// Reason is REASON_ADMITTED when allowed, else REASON_CIRCUIT_OPEN,
 	// REASON_UPSTREAM_COOLING_DOWN or REASON_UPSTREAM_SATURATED (the pace
-	// cannot start the call before the request's deadline).
+	// cannot start the call in time, or its concurrency limit is full;
+	// Explanation says which).
 	Reason squawkv1.Reason
+	// Explanation is, when refused REASON_UPSTREAM_SATURATED, the daemon's
+	// sentence naming the limit that refused the call and its number (the
+	// queue's limit, the step's deadline, the concurrency limit); at most
+	// 512 bytes of valid UTF-8. Empty otherwise, and from an older daemon.
+	Explanation string
 	// RetryAfter is, when refused, how long until a call could be admitted
 	// (the breaker half-opens, the cool-down ends, or the pace has room);
 	// zero when allowed.
@@ -133,6 +140,7 @@ func admissionFromProto(resp *squawkv1.AdmitResponse) Admission {
 	}
 	if !a.Allowed {
 		a.RetryAfter = boundedWait(resp.GetRetryAfter())
+		a.Explanation = boundedText(resp.GetExplanation(), maxExplanation)
 		return a
 	}
 	a.Wait = boundedWait(resp.GetWait())
@@ -141,6 +149,23 @@ func admissionFromProto(resp *squawkv1.AdmitResponse) Admission {
 		a.Lease = boundedWait(resp.GetLease())
 	}
 	return a
+}
+
+// maxExplanation bounds an Admit answer's explanation, in bytes.
+const maxExplanation = 512
+
+// boundedText reads text from the wire: valid UTF-8, cut to at most max
+// bytes at a character boundary.
+func boundedText(text string, max int) string {
+	text = strings.ToValidUTF8(text, "\uFFFD")
+	if len(text) <= max {
+		return text
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return text[:cut]
 }
 
 // boundedWait reads a duration from the wire into 0..maxAdmitWait; an

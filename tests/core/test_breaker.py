@@ -259,11 +259,39 @@ def test_a_disabled_breaker_never_opens() -> None:
     assert admit(breaker, config, 0.0)[1:] == (True, False)
 
 
+@pytest.mark.parametrize(
+    ("timeline", "shown"),
+    [
+        # The window it tripped on: 2 successes, then 8 failures of 10.
+        ("SS" + "F" * 8, (10, 8)),
+        # The defaults' ten failures in a row.
+        ("F" * 10, (10, 10)),
+    ],
+)
+def test_an_open_breaker_shows_the_outcomes_that_opened_it(
+    timeline: str, shown: tuple[int, int]
+) -> None:
+    p = pod()
+    play(p, timeline)
+    view = p.at(29.0).view()
+    assert (view.breaker_state, (view.calls, view.failures)) == (BreakerState.OPEN, shown)
+
+
+def test_a_reopened_breaker_shows_the_round_that_failed() -> None:
+    p = opened().at(30.0)
+    for outcome in [SUCCESS] * 2 + [OUTAGE] * 3:  # 2 of 5 < close_ratio 0.6
+        assert p.admit().probe
+        p.report(outcome)
+    view = p.view()
+    assert (view.breaker_state, view.calls, view.failures) == (BreakerState.OPEN, 5, 3)
+
+
 def test_outcomes_reported_while_open_are_dropped() -> None:
     p = opened()
     p.at(1.0).report(SUCCESS)
     p.report(SUCCESS)
     assert p.view().breaker_state is BreakerState.OPEN
+    assert (p.view().calls, p.view().failures) == (10, 10)  # still the window that opened it
     view = p.at(30.0).view()
     assert (view.breaker_state, view.calls) == (BreakerState.HALF_OPEN, 0)
 

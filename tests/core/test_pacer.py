@@ -58,7 +58,7 @@ def _waits(config: RateLimitConfig, times: list[float], pacer: Pacer | None = No
 def test_a_fresh_pacer_starts_every_call_at_once_and_keeps_its_state() -> None:
     pacer = Pacer()
     after, granted = pace(pacer, NOTHING, 0.0)
-    assert granted == (True, timedelta(0), None, 1)
+    assert granted == (True, timedelta(0), None, 1, None)
     assert after is pacer  # nothing to write on the hot path
     assert pacer_snapshot(pacer, NOTHING, 0.0).source is PaceSource.NONE
 
@@ -420,7 +420,7 @@ def test_the_learned_rate_switches_off_after_quiet() -> None:
     assert not pacer_is_idle(p, NOTHING, 30.24)
     assert pacer_snapshot(p, NOTHING, 30.25).source is PaceSource.NONE
     assert pacer_is_idle(p, NOTHING, 30.25)
-    assert pace(p, NOTHING, 30.25)[1] == (True, timedelta(0), None, 1)
+    assert pace(p, NOTHING, 30.25)[1] == (True, timedelta(0), None, 1, None)
 
 
 def test_learning_off_or_a_declared_rate_learns_nothing() -> None:
@@ -530,7 +530,7 @@ def test_refused_callers_are_told_their_turn_jittered_upwards() -> None:
 
 
 def test_permits_only_when_nothing_limits() -> None:
-    assert pace(Pacer(), NOTHING, 0.0, permits=5)[1] == (True, timedelta(0), None, 5)
+    assert pace(Pacer(), NOTHING, 0.0, permits=5)[1] == (True, timedelta(0), None, 5, None)
     assert pace(Pacer(), RateLimitConfig(rate=100), 0.0, permits=5)[1].permits == 1
     assert pace(_learned(), NOTHING, 0.3, permits=5)[1].permits == 1
     state, granted = admit(UpstreamState(), UpstreamConfig(), 0.0, permits=100)

@@ -239,10 +239,12 @@ const (
 	// retry budget whatever its status, as A6 counts it against the throttle.
 	Reason_REASON_SERVER_PUSHBACK Reason = 18
 	// An Admit refusal: the upstream's pace (its declared, announced or
-	// learned rate, or its concurrency limit) cannot start this call before
-	// the step's deadline, or the pod is shedding a sustained overload (its
-	// queue is kept short). Fail the step now; retry_after (jittered) is when
-	// a new call might start without a long wait.
+	// learned rate) cannot start this call before the step's deadline or
+	// within the queue's limit (rate_limit.max_queue_delay, or a short one
+	// while the pod sheds a sustained overload), or its concurrency limit is
+	// full. AdmitResponse.explanation says which, with the number. Fail the
+	// step now; retry_after (jittered) is when a new call might start without
+	// a long wait.
 	Reason_REASON_UPSTREAM_SATURATED Reason = 19
 )
 
@@ -1921,8 +1923,8 @@ type AdmitResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Whether to dispatch now.
 	Allowed bool `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
-	// REASON_ADMITTED when allowed; else REASON_CIRCUIT_OPEN or
-	// REASON_UPSTREAM_COOLING_DOWN.
+	// REASON_ADMITTED when allowed; else REASON_CIRCUIT_OPEN,
+	// REASON_UPSTREAM_COOLING_DOWN or REASON_UPSTREAM_SATURATED.
 	Reason Reason `protobuf:"varint,2,opt,name=reason,proto3,enum=squawk.v1.Reason" json:"reason,omitempty"`
 	// When refused: how long until a call could be admitted (until the
 	// breaker half-opens, or the cool-down ends). Zero when allowed.
@@ -1941,7 +1943,16 @@ type AdmitResponse struct {
 	Permits int32 `protobuf:"varint,7,opt,name=permits,proto3" json:"permits,omitempty"`
 	// When permits > 1: how long the permits after the first stay valid,
 	// from now. A permit not used by then lapses; ask again.
-	Lease         *durationpb.Duration `protobuf:"bytes,8,opt,name=lease,proto3" json:"lease,omitempty"`
+	Lease *durationpb.Duration `protobuf:"bytes,8,opt,name=lease,proto3" json:"lease,omitempty"`
+	// When refused with REASON_UPSTREAM_SATURATED: one sentence for people
+	// naming what refused the call and the number that did, e.g. "The call
+	// would wait 1.8 s for the pace of 20/s (declared in the policy), past the
+	// queue's limit of 1 s (rate_limit.max_queue_delay)." The cause is one of:
+	// the queue's limit, the short queue's limit (a sustained overload), the
+	// step's deadline, or the concurrency limit. A fixed template: it never
+	// holds caller text. Empty otherwise, and from a daemon older than this
+	// field. At most 512 characters. Programs read reason and retry_after.
+	Explanation   string `protobuf:"bytes,9,opt,name=explanation,proto3" json:"explanation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2030,6 +2041,13 @@ func (x *AdmitResponse) GetLease() *durationpb.Duration {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *AdmitResponse) GetExplanation() string {
+	if x != nil {
+		return x.Explanation
+	}
+	return ""
 }
 
 // Outcome is how one dispatch ended.
@@ -2433,7 +2451,9 @@ type UpstreamState struct {
 	BreakerState BreakerState `protobuf:"varint,3,opt,name=breaker_state,json=breakerState,proto3,enum=squawk.v1.BreakerState" json:"breaker_state,omitempty"`
 	// How long the breaker has been in that state.
 	BreakerStateAge *durationpb.Duration `protobuf:"bytes,4,opt,name=breaker_state_age,json=breakerStateAge,proto3" json:"breaker_state_age,omitempty"`
-	// Calls recorded in the breaker's sliding window.
+	// CLOSED: the calls recorded in the breaker's sliding window. HALF_OPEN:
+	// the probe outcomes tallied this round. OPEN: the outcomes that opened
+	// it (the window it tripped on, or the probe round that failed).
 	WindowCalls int32 `protobuf:"varint,5,opt,name=window_calls,json=windowCalls,proto3" json:"window_calls,omitempty"`
 	// Failures among them: transport failures and the statuses the profile
 	// retries (see Outcome.http_status).
@@ -2472,7 +2492,12 @@ type UpstreamState struct {
 	// fields above. Set only when the request's include_fleet is true and this
 	// pod has synced the upstream with the fleet; unset with the memory store,
 	// and with the Redis store before the pod's first sync of the upstream.
-	Fleet         *FleetState `protobuf:"bytes,17,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	Fleet *FleetState `protobuf:"bytes,17,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	// Outcomes reported throttled since the pod began tracking the upstream:
+	// an HTTP 429 or 529, a 503 with a Retry-After, or a
+	// grpc-retry-pushback-ms that asks not to retry (through ReportOutcome or
+	// DecideRetry). Never negative; counted whatever the breaker's state.
+	Throttled     int64 `protobuf:"varint,18,opt,name=throttled,proto3" json:"throttled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2624,6 +2649,13 @@ func (x *UpstreamState) GetFleet() *FleetState {
 		return x.Fleet
 	}
 	return nil
+}
+
+func (x *UpstreamState) GetThrottled() int64 {
+	if x != nil {
+		return x.Throttled
+	}
+	return 0
 }
 
 // FleetState is the fleet's view of one (profile, upstream): the counts of
@@ -2900,7 +2932,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\aprofile\x18\x03 \x01(\tR\aprofile\x125\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12\x12\n" +
 	"\x04cost\x18\x05 \x01(\x01R\x04cost\x12\x18\n" +
-	"\apermits\x18\x06 \x01(\x05R\apermits\"\xde\x02\n" +
+	"\apermits\x18\x06 \x01(\x05R\apermits\"\x80\x03\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12)\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12:\n" +
@@ -2910,7 +2942,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x05probe\x18\x05 \x01(\bR\x05probe\x12-\n" +
 	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x18\n" +
 	"\apermits\x18\a \x01(\x05R\apermits\x12/\n" +
-	"\x05lease\x18\b \x01(\v2\x19.google.protobuf.DurationR\x05lease\"\xae\x03\n" +
+	"\x05lease\x18\b \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12 \n" +
+	"\vexplanation\x18\t \x01(\tR\vexplanation\"\xae\x03\n" +
 	"\aOutcome\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
 	"\n" +
@@ -2943,7 +2976,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x14GetUpstreamsResponse\x126\n" +
 	"\tupstreams\x18\x01 \x03(\v2\x18.squawk.v1.UpstreamStateR\tupstreams\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12&\n" +
-	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xc6\x05\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xe4\x05\n" +
 	"\rUpstreamState\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12<\n" +
@@ -2965,7 +2998,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\tin_flight\x18\x0e \x01(\x05R\binFlight\x12\x14\n" +
 	"\x05paced\x18\x0f \x01(\x03R\x05paced\x12\x12\n" +
 	"\x04shed\x18\x10 \x01(\x03R\x04shed\x12+\n" +
-	"\x05fleet\x18\x11 \x01(\v2\x15.squawk.v1.FleetStateR\x05fleet\"\xe0\x03\n" +
+	"\x05fleet\x18\x11 \x01(\v2\x15.squawk.v1.FleetStateR\x05fleet\x12\x1c\n" +
+	"\tthrottled\x18\x12 \x01(\x03R\tthrottled\"\xe0\x03\n" +
 	"\n" +
 	"FleetState\x12<\n" +
 	"\rbreaker_state\x18\x01 \x01(\x0e2\x17.squawk.v1.BreakerStateR\fbreakerState\x12!\n" +

@@ -14,6 +14,8 @@ from datetime import timedelta
 
 from squawk.policy import BreakerState, Reason
 from squawk.policy.limits import MAX_ADMIT_DEADLINE, MAX_PERMITS
+from squawk.policy.shed import MAX_EXPLANATION_CHARS
+from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = ["LEASED", "OPEN", "Admission", "admission", "admit_request"]
@@ -25,7 +27,8 @@ class Admission:
 
     allowed: bool
     # ADMITTED, or why not: CIRCUIT_OPEN, UPSTREAM_COOLING_DOWN,
-    # UPSTREAM_SATURATED (the pace cannot start the call before its deadline).
+    # UPSTREAM_SATURATED (the pace cannot start the call in time, or its
+    # concurrency limit is full; `explanation` says which).
     reason: Reason
     # When refused: how long until a call could be admitted.
     retry_after: timedelta
@@ -42,6 +45,9 @@ class Admission:
     # When permits > 1: how long the permits after the first stay valid, from
     # the answer; None otherwise.
     lease: timedelta | None = None
+    # UPSTREAM_SATURATED: the daemon's sentence naming the limit that refused
+    # the call and its number; "" from a daemon that sends none.
+    explanation: str = ""
 
 
 OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
@@ -104,4 +110,7 @@ def admission(reply: pb.AdmitResponse) -> Admission:
         wait=max(reply.wait.ToTimedelta(), timedelta(0)) if allowed else timedelta(0),
         permits=permits,
         lease=reply.lease.ToTimedelta() if permits > 1 and reply.HasField("lease") else None,
+        # Whatever answers at the daemon's address: bounded and redacted
+        # before it reaches an error message.
+        explanation=shown_text(reply.explanation, MAX_EXPLANATION_CHARS) if not allowed else "",
     )

@@ -279,12 +279,16 @@ class _Attempts:
         reason = f"REASON_{admission.reason.name}"
         wait = admission.retry_after
         if admission.reason is Reason.UPSTREAM_SATURATED:
-            # The pace cannot start the call before the deadline: shed it at
-            # the source, at once (no wait, no DecideRetry).
-            why = (
-                f"The pod refused the dispatch to {o.upstream}: {reason}; the upstream's "
-                "pace cannot start it before the step's deadline."
+            # The pace cannot start the call in time: shed it at the source,
+            # at once (no wait, no DecideRetry). The daemon names the limit
+            # (the queue's, the deadline, the concurrency limit); an older
+            # one does not, and the deadline is not always it.
+            cause = admission.explanation or (
+                "The upstream's pace cannot start it within the step's deadline "
+                "or the queue's limit."
             )
+            why = f"The pod refused the dispatch to {o.upstream}: {reason}. {cause}"
+
         elif o.deadline is not None and wait > self.deadline_left():
             why = (
                 f"The pod refused the dispatch to {o.upstream}: {reason}; it admits again in "

@@ -5,6 +5,15 @@ import { Action, BreakerState, Reason } from "./gen/squawk/v1/policy";
 import type { Admission, AdmitInput, CallOptions, Decision } from "./options";
 import { untilAborted, type Sleep } from "./wait";
 
+/** The most characters of an Admit answer's explanation a decision quotes. */
+export const MAX_EXPLANATION_CHARS = 512;
+
+/** Text from the wire, cut to at most `max` code points (never inside a surrogate pair). */
+function boundedText(text: string, max: number): string {
+  if (text.length <= max) return text;
+  return Array.from(text).slice(0, max).join("");
+}
+
 /**
  * What admit answers when the daemon cannot: allowed. A pod state nobody
  * can read must not stop every executor; the upstream itself still answers.
@@ -19,6 +28,7 @@ export function openAdmission(): Admission {
     wait: undefined,
     permits: 1,
     lease: undefined,
+    explanation: "",
     fallback: true,
   };
 }
@@ -99,7 +109,12 @@ export async function awaitAdmission(gate: Gate): Promise<Admitted> {
       return refusal === undefined ? { probe: admission.probe } : { refusal };
     }
     if (admission.reason === Reason.REASON_UPSTREAM_SATURATED) {
-      const explanation = `The pod shed the dispatch to ${upstream}: ${admission.reason}; it cannot start it in time.`;
+      // The daemon names the limit (the queue's, the deadline, the
+      // concurrency limit); an older one does not, and the deadline is not always it.
+      const why =
+        boundedText(admission.explanation ?? "", MAX_EXPLANATION_CHARS) ||
+        "The upstream's pace cannot start it within the step's deadline or the queue's limit.";
+      const explanation = `The pod shed the dispatch to ${upstream}: ${admission.reason}. ${why}`;
       return { refusal: refused(admission, explanation) };
     }
     const waitMs = admission.retryAfter === undefined ? 0 : durationToMs(admission.retryAfter);

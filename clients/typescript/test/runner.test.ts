@@ -82,6 +82,7 @@ const ADMITTED: Admission = {
   wait: undefined,
   permits: 1,
   lease: undefined,
+  explanation: "",
   fallback: false,
 };
 
@@ -494,6 +495,26 @@ describe("runStep and the pacer", () => {
       saturatedWith(0, 300),
     );
     assert.deepEqual([waits, script.requests, script.admits.length], [[], [], 1]);
+  });
+
+  test("a shed step quotes the daemon's explanation of the limit that shed it, bounded", async () => {
+    const said = "The call would wait 1.05 s for the pace of 20/s (declared in the policy), past the queue's limit of 1 s (rate_limit.max_queue_delay).";
+    const explained = { allowed: false, reason: SATURATED, retryAfter: durationFromMs(300), permits: 0, explanation: said };
+    await assert.rejects(
+      runStep(new Script([], [explained]), 0, async () => assert.fail("dispatched"), { upstream: "llm", deadlineMs: 60_000 }),
+      (e: unknown) => e instanceof StepFailedError && e.decision.explanation === `The pod shed the dispatch to llm: ${SATURATED}. ${said}`,
+    );
+    const long = { ...explained, explanation: "é".repeat(2000) };
+    await assert.rejects(
+      runStep(new Script([], [long]), 0, async () => assert.fail("dispatched"), { upstream: "llm" }),
+      (e: unknown) => e instanceof StepFailedError && e.decision.explanation.endsWith(`. ${"é".repeat(512)}`),
+    );
+    // An older daemon sends none: the step's deadline is not blamed alone.
+    const older = { ...explained, explanation: "" };
+    await assert.rejects(
+      runStep(new Script([], [older]), 0, async () => assert.fail("dispatched"), { upstream: "llm" }),
+      (e: unknown) => e instanceof StepFailedError && e.decision.explanation.includes("the step's deadline or the queue's limit"),
+    );
   });
 
   test("a hostile wait is never a stall: a day away without a deadline sheds, a negative one starts now", async () => {

@@ -96,7 +96,15 @@ def test_a_page_of_the_longest_rows_with_the_fleets_view_stays_under_2_mib() -> 
         breaker_state=pb.BREAKER_STATE_HALF_OPEN,
         pace_source=pb.PACE_SOURCE_LEARNED,
     )
-    counts = ("window_calls", "window_failures", "concurrency_limit", "in_flight", "paced", "shed")
+    counts = (
+        "window_calls",
+        "window_failures",
+        "concurrency_limit",
+        "in_flight",
+        "paced",
+        "shed",
+        "throttled",
+    )
     fleet_counts = ("window_calls", "window_failures", "failing_pods", "probes", "retries_left")
     for message, names in ((row, counts), (row.fleet, (*fleet_counts, "pods"))):
         for name in names:

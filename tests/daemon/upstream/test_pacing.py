@@ -10,6 +10,7 @@ fast this machine is.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +28,7 @@ from squawk.daemon.server.tracking.registry import Upstreams
 from squawk.policy import PaceSource, Policy, RateLimitConfig, Reason, builtin_policy, pacer
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
+from squawk_client import SquawkClient, StepFailed, StepOptions, run_step_sync
 from test_fleet import eventually  # isort: split
 
 from test_telemetry import run_in_process  # isort: split
@@ -197,6 +199,8 @@ profiles:
     rate_limit: {rate: 20, burst: 1}
   tokens:
     rate_limit: {token_rate: 10000, token_burst: 10000}
+  slow:
+    rate_limit: {rate: 0.1, burst: 1}
 """
 SLOT_MS = 50  # 1 / rate
 MS = timedelta(milliseconds=1)
@@ -246,6 +250,31 @@ def test_a_declared_rate_paces_the_second_of_two_quick_calls(
     assert (row.paced, row.shed) == (1, 0)
 
 
+def test_a_shed_step_names_the_queues_limit_not_its_long_deadline(
+    paced: tuple[Daemon, Stub, int],
+) -> None:
+    """A step with 60 s left, shed by the queue's 1 s limit, was told the
+    pace could not start it "before the step's deadline": its caller
+    raised a deadline that was never the limit. The daemon now names the
+    queue's limit and the pace behind the wait, and the runner says so."""
+    daemon, _, _ = paced
+    options = StepOptions(upstream="queue-limit", profile="slow", deadline=timedelta(seconds=60))
+    with SquawkClient(daemon.target, call_timeout=timedelta(seconds=5)) as client:
+        assert run_step_sync(client, lambda n: n + 1, 1, options=options) == 2
+        with pytest.raises(StepFailed) as failed:
+            # 0.1/s: the second start is 10 s after the first (less the
+            # time between them), far past the queue's 1 s.
+            run_step_sync(client, lambda n: n + 1, 1, options=options)
+    decision = failed.value.decision
+    assert (decision.reason, failed.value.attempts) == (Reason.UPSTREAM_SATURATED, 0)
+    assert re.fullmatch(
+        r"The pod refused the dispatch to queue-limit: REASON_UPSTREAM_SATURATED\. "
+        r"The call would wait [\d.]+ s for the pace of 0\.1/s \(declared in the policy\), "
+        r"past the queue's limit of 1 s \(rate_limit\.max_queue_delay\)\.",
+        decision.explanation,
+    ), decision.explanation
+
+
 def test_a_deadline_shorter_than_the_wait_is_refused_at_once(
     paced: tuple[Daemon, Stub, int],
 ) -> None:
@@ -258,6 +287,8 @@ def test_a_deadline_shorter_than_the_wait_is_refused_at_once(
     assert not refused.allowed
     assert refused.reason == pb.REASON_UPSTREAM_SATURATED
     assert (refused.permits, refused.wait.ToMilliseconds()) == (0, 0)
+    # This time the deadline is the limit, and the answer says so.
+    assert refused.explanation.endswith(", past the step's deadline 1 ms away.")
     # Its turn after the queue (one slot past the queue's end, at most five
     # slots away), jittered upwards by at most a fifth
     # (squawk.policy.cooldown.spread).

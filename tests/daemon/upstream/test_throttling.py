@@ -115,7 +115,8 @@ def pod(count_throttling: bool = False) -> Pod:
 
 @pytest.mark.parametrize(
     ("count_throttling", "state", "calls"),
-    [(False, BreakerState.CLOSED, 0), (True, BreakerState.OPEN, 0)],
+    # Open, it shows the ten 429s that opened it.
+    [(False, BreakerState.CLOSED, 0), (True, BreakerState.OPEN, 10)],
 )
 def test_429s_open_the_breaker_only_when_the_profile_counts_throttling(
     count_throttling: bool, state: BreakerState, calls: int

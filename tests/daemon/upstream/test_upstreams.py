@@ -396,12 +396,14 @@ def test_the_cli_prints_the_pods_upstreams_as_a_table(
         "IN-FLIGHT",
         "PACED",
         "SHED",
+        "THROTTLED",
     ]
     (row,) = [r.split() for r in rows if r.split()[1] == "cli-shown"]
     assert row[:3] == ["default", "cli-shown", "CLOSED"]
     assert row[4:7] == ["1", "1", "100"]
-    # Nothing paces it: no source, no rate, no queue, nothing paced or shed.
-    assert row[8:] == ["none", "-", "0.000s", "0", "0", "0"]
+    # Nothing paces it: no source, no rate, no queue, nothing paced or shed;
+    # a 502 is no throttle.
+    assert row[8:] == ["none", "-", "0.000s", "0", "0", "0", "0"]
 
 
 def test_a_client_decision_says_when_the_breaker_half_opens(

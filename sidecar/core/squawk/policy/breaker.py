@@ -26,7 +26,9 @@ The transitions, each a pure function of (breaker, config, now[, verdict]):
   >= minimum_calls calls and failures / calls >= failure_ratio, it OPENS.
 - OPEN: refuses every call until open_for has passed since it opened, then
   is HALF_OPEN. Outcomes reported while OPEN (calls admitted before it
-  opened) are dropped: they describe the upstream before the break.
+  opened) are dropped: they describe the upstream before the break. It
+  keeps the outcomes that opened it (the window, or the failed round's
+  probes) for display: an operator asks why it is open.
 - HALF_OPEN: admits up to half_open_probes calls (probes). Every counted
   outcome reported while HALF_OPEN is tallied as a probe's, whichever call
   it came from, as resilience4j does. Once half_open_probes outcomes are in,
@@ -111,6 +113,8 @@ class Breaker:
     # OPEN: when it half-opens. HALF_OPEN: when the round restarts unjudged.
     until: float = 0.0
     # HALF_OPEN: probe slots taken this round, and the outcomes tallied.
+    # OPEN: the outcomes that opened it, kept for display (an OPEN breaker
+    # records nothing): its window when it tripped, or the failed round's.
     probes: int = 0
     successes: int = 0
     failures: int = 0
@@ -122,8 +126,10 @@ class Breaker:
 CLOSED = Breaker()
 
 
-def _open(config: BreakerConfig, now: float) -> Breaker:
-    return Breaker(BreakerState.OPEN, until=now + config._open_for_s)
+def _open(config: BreakerConfig, now: float, calls: int, failures: int) -> Breaker:
+    """OPEN for open_for, keeping the `calls` and `failures` that opened it."""
+    until = now + config._open_for_s
+    return Breaker(BreakerState.OPEN, until=until, successes=calls - failures, failures=failures)
 
 
 def _round(config: BreakerConfig, now: float) -> Breaker:
@@ -182,7 +188,7 @@ def record(breaker: Breaker, config: BreakerConfig, now: float, verdict: Verdict
     if breaker.state is BreakerState.CLOSED:
         window = added(breaker.window, now, config._window_s, config.buckets, 1, int(failed))
         if trips(window.first, window.second, config):
-            return _open(config, now)
+            return _open(config, now, window.first, window.second)
         return _with_window(breaker, window)
     successes = breaker.successes + (not failed)
     failures = breaker.failures + failed
@@ -192,7 +198,9 @@ def record(breaker: Breaker, config: BreakerConfig, now: float, verdict: Verdict
         return replace(
             breaker, probes=max(breaker.probes, tallied), successes=successes, failures=failures
         )
-    return CLOSED if verdict_ is BreakerState.CLOSED else _open(config, now)
+    if verdict_ is BreakerState.CLOSED:
+        return CLOSED
+    return _open(config, now, successes + failures, failures)
 
 
 def trips(calls: int, failures: int, config: BreakerConfig) -> bool:

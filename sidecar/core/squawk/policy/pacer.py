@@ -109,7 +109,9 @@ Facebook's adaptive LIFO is not taken: a grant is already a reserved
 start, and the short queue bounds what LIFO would skip.
 A refusal's retry_after is the time until the queue is short again (at
 least CODEL_INTERVAL, so refused callers do not spin), jittered upwards by
-cooldown.spread.
+cooldown.spread. It names its cause (squawk.policy.shed): the queue's
+limit when the start is past it, else the deadline; the full concurrency
+limit; and which of the rate, the token rate or a hold made the wait.
 
 Every input is bounded: the config refuses a rate outside
 [MIN_POLICY_RATE, 1e6] (one a day), a burst outside 1..1e6, a token rate
@@ -131,6 +133,7 @@ from typing import NamedTuple
 from .cooldown import spread
 from .limits import MAX_PERMITS, MAX_POLICY_DURATION, check_count, check_number, check_positive
 from .ratelimit import Quota, RateLimitHint
+from .shed import Shed, ShedCause, WaitCause
 from .timing import seconds, time_left
 from .types import PaceSource, PolicyInputError
 
@@ -344,6 +347,8 @@ class Pace(NamedTuple):
     retry_after: timedelta | None
     # Allowed: how many calls this grant starts (>1 only when nothing paces).
     permits: int
+    # Refused: which limit refused it, with its numbers (squawk.policy.shed).
+    shed: Shed | None = None
 
 
 class PaceSnapshot(NamedTuple):
@@ -480,6 +485,38 @@ def _start(pacer: Pacer, rates: _Rates, now: float, units: float) -> float:
     return min(start, now + _FAR)
 
 
+def _why(
+    pacer: Pacer,
+    rates: _Rates,
+    now: float,
+    units: float,
+    wait: float,
+    longest: float,
+    short_on: bool,
+    deadline: timedelta | None,
+) -> Shed:
+    """What refused a start `wait` seconds away (squawk.policy.shed): the
+    queue's limit when the wait passes it (the deadline too, when it does),
+    else the deadline; and which of _start's three starts made the wait."""
+    left = None if deadline is None else seconds(deadline)
+    late = left is not None and wait >= left
+    if wait > longest:
+        cause = ShedCause.SHORT_QUEUE if short_on else ShedCause.QUEUE
+        limit, past = longest, left if late else None
+    else:
+        assert left is not None  # refused within the queue: the deadline
+        cause, limit, past = ShedCause.DEADLINE, left, None
+    by = WaitCause.HOLD
+    start = pacer.hold_until
+    if rates.rate and pacer.tat - (rates.burst - 1.0) / rates.rate > start:
+        by, start = WaitCause.RATE, pacer.tat - (rates.burst - 1.0) / rates.rate
+    if rates.token_rate and units:
+        need = min(units, rates.tokens)
+        if pacer.token_tat + (need - rates.tokens) / rates.token_rate > start:
+            by = WaitCause.TOKENS
+    return Shed(cause, wait, limit, rates.rate, rates.token_rate, rates.source, by, past)
+
+
 def _slot(rates: _Rates, units: float) -> float:
     slot = 1.0 / rates.rate if rates.rate else 0.0
     if rates.token_rate and units:
@@ -526,7 +563,8 @@ def pace(
     if limited and old + current >= int(pacer.limit):
         # Full: a slot frees about every latency / limit seconds.
         left = min(max(pacer.latency_fast / pacer.limit, CODEL_INTERVAL), _MAX_HOLD_S)
-        return pacer, Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0)
+        full = Shed(ShedCause.IN_FLIGHT, 0.0, float(int(pacer.limit)))
+        return pacer, Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0, full)
     rates = _rates(pacer, config, now)
     if share < 1.0 and rates.source in _SHARED:
         rates = _shared(rates, share)
@@ -551,7 +589,8 @@ def pace(
         # refused before it came back in order (see the module docstring).
         shed = max(pacer.shed_until, start) + slot
         left = min(max(shed - now, CODEL_INTERVAL), _MAX_HOLD_S)
-        refused = Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0)
+        why = _why(pacer, rates, now, units, seconds(wait), longest, short_on, deadline)
+        refused = Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0, why)
         return pacer._replace(above_since=above, short_on=short_on, shed_until=shed), refused
     tat = max(pacer.tat, start) + 1.0 / rates.rate if rates.rate else pacer.tat
     token_tat = pacer.token_tat

@@ -69,6 +69,7 @@ from .outcome import (
 )
 from .pacer import Pacer, PaceSample, PaceSnapshot, RateLimitConfig
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
+from .shed import Shed
 from .timing import time_left
 from .types import BreakerState, PaceSource, PolicyInputError, Reason
 
@@ -136,8 +137,8 @@ class UpstreamState:
 
 class Admission(NamedTuple):
     allowed: bool
-    # Why a call was refused (UPSTREAM_COOLING_DOWN or CIRCUIT_OPEN); None
-    # when allowed.
+    # Why a call was refused (UPSTREAM_COOLING_DOWN, CIRCUIT_OPEN or
+    # UPSTREAM_SATURATED); None when allowed.
     reason: Reason | None
     # Refused: how long until the refusing rule may admit again, in whole
     # milliseconds, jittered upwards when admit() got an rng. None when allowed.
@@ -152,12 +153,16 @@ class Admission(NamedTuple):
     permits: int = 1
     # permits > 1: how long the permits after the first stay valid.
     lease: timedelta | None = None
+    # UPSTREAM_SATURATED: which limit refused the call, with its numbers
+    # (squawk.policy.shed.explain says it in words). None otherwise.
+    shed: Shed | None = None
 
 
 class UpstreamSnapshot(NamedTuple):
     breaker_state: BreakerState
     # CLOSED: the calls and failures in the window. HALF_OPEN: the probe
-    # outcomes tallied this round and the failures among them. OPEN: 0, 0.
+    # outcomes tallied this round and the failures among them. OPEN: the
+    # outcomes that opened it (the window it tripped on, or the failed round).
     calls: int
     failures: int
     # HALF_OPEN: probe slots taken this round; 0 otherwise.
@@ -233,7 +238,13 @@ def admit(
         if probe:
             breaker = _breaker.advance(state.breaker, cb, now)
         refused = Admission(
-            False, Reason.UPSTREAM_SATURATED, paced.retry_after, breaker.state, False, permits=0
+            False,
+            Reason.UPSTREAM_SATURATED,
+            paced.retry_after,
+            breaker.state,
+            False,
+            permits=0,
+            shed=paced.shed,
         )
         return _with(state, breaker=breaker, pacer=pacer), refused
     granted = paced.permits

@@ -37,6 +37,7 @@ from squawk.policy.limits import (
 )
 from squawk.policy.outcome import check_cost
 from squawk.policy.pacer import LEASE
+from squawk.policy.shed import explain
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = [
@@ -253,6 +254,8 @@ def admission_message(a: Admission) -> pb.AdmitResponse:
         out.wait.FromTimedelta(a.wait)
     if a.lease is not None:
         out.lease.FromTimedelta(a.lease)
+    if a.shed is not None:
+        out.explanation = explain(a.shed)
     return out
 
 

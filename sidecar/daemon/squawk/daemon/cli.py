@@ -24,7 +24,7 @@ from squawk.policy.text import quoted
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
-from . import settings
+from . import settings, upstream_watch
 from .config import ConfigError, load_config, load_policy, needs, parse_config, read_policy_file
 from .dial import add_target_flags, check_local, hint, open_channel
 from .local import classify_locally, decide_locally
@@ -164,6 +164,21 @@ def _parser() -> argparse.ArgumentParser:
         "--fleet",
         action="store_true",
         help="add the fleet's view beside the pod's (the Redis store's last sync)",
+    )
+    upstreams.add_argument(
+        "--watch",
+        nargs="?",
+        const=1.0,
+        type=upstream_watch.interval,
+        metavar="SECONDS",
+        help="print the table again every SECONDS (default 1; 0.1 to 3600) until Ctrl-C: "
+        "redrawn on a terminal, appended (plain) into a pipe or file",
+    )
+    upstreams.add_argument(
+        "--count",
+        type=upstream_watch.count,
+        metavar="N",
+        help="with --watch: stop after N tables (1 to 1,000,000)",
     )
     for name in settings.POLICY.commands:
         settings.POLICY.add_flag(sub.choices[name])
@@ -327,6 +342,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 f"--shutdown-notice ({args.shutdown_notice:g}s) must not exceed "
                 f"--grace ({args.grace:g}s): the notice is part of the grace period"
             )
+    if args.command == "upstreams" and args.count is not None and args.watch is None:
+        parser.error("--count needs --watch")
     level, ignored = (args.log_level, None) if args.log_level else _env_log_level()
     handler = logging.StreamHandler()
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -348,6 +365,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(_serve(args))
             return 0
         if args.command == "upstreams":
+            if args.watch is not None:
+                return upstream_watch.watch(args, sys.stdout, sys.stderr)
             print(list_upstreams(args))
             return 0
         if args.command == "check-policy":

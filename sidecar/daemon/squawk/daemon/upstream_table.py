@@ -3,7 +3,11 @@
 The pod's columns come first; `--fleet` adds the fleet's view beside them
 (the Redis store's last sync, as UpstreamState.fleet carries it), so a pod
 whose own breaker is CLOSED while the fleet's refuses shows both. Rows are
-sorted by profile and name; a name is caller data, shown escaped.
+sorted by profile and name; a name is caller data, shown escaped. CALLS and
+FAILURES are the breaker's window, and while it is OPEN the outcomes that
+opened it (the daemon keeps them for this); THROTTLED counts the outcomes
+reported throttled since tracking began (a 429 or 529, a 503 with a
+Retry-After, a refusing pushback: squawk.policy.outcome.is_throttled).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from .dial import open_channel
 
-__all__ = ["NO_FLEET_VIEW", "list_upstreams", "upstream_table"]
+__all__ = ["NO_FLEET_VIEW", "list_upstreams", "read_upstreams", "upstream_table"]
 
 _COLUMNS = (
     "PROFILE",
@@ -36,6 +40,7 @@ _COLUMNS = (
     "IN-FLIGHT",
     "PACED",
     "SHED",
+    "THROTTLED",
 )
 # FleetState's fields, in its order. LEFT: the time until the fleet's breaker
 # half-opens (OPEN) or its round restarts (HALF_OPEN); AGE: since the sync.
@@ -97,6 +102,7 @@ def _pod(s: pb.UpstreamState) -> tuple[str, ...]:
         *_pace(s),
         str(s.paced),
         str(s.shed),
+        str(s.throttled),
     )
 
 
@@ -132,24 +138,28 @@ def upstream_table(states: Sequence[pb.UpstreamState], fleet: bool = False) -> s
 
 
 def list_upstreams(args: argparse.Namespace) -> str:
+    """The table of every tracked upstream, read once (read_upstreams)."""
+    with open_channel(args) as channel:
+        return read_upstreams(pb_grpc.PolicyServiceStub(channel), args)
+
+
+def read_upstreams(stub: pb_grpc.PolicyServiceStub, args: argparse.Namespace) -> str:
     """Every page of GetUpstreams, sorted by profile and name for the table.
     With `args.fleet` the fleet's columns are added when any row has a view;
     when none has, the pod's table and NO_FLEET_VIEW under it."""
     states: list[pb.UpstreamState] = []
     more = ""
-    with open_channel(args) as channel:
-        stub = pb_grpc.PolicyServiceStub(channel)
-        request = pb.GetUpstreamsRequest(profile=args.profile, include_fleet=args.fleet)
-        # Names tracked while it lists come on later pages: under a flood of
-        # new names the listing stops at a bound rather than chase them.
-        for _ in range(_MAX_PAGES):
-            reply = stub.GetUpstreams(request, timeout=10)
-            states.extend(reply.upstreams)
-            if not reply.next_page_token:
-                break
-            request.page_token = reply.next_page_token
-        else:
-            more = f"\n(stopped after {_MAX_PAGES} pages; more upstreams are being tracked)"
+    request = pb.GetUpstreamsRequest(profile=args.profile, include_fleet=args.fleet)
+    # Names tracked while it lists come on later pages: under a flood of
+    # new names the listing stops at a bound rather than chase them.
+    for _ in range(_MAX_PAGES):
+        reply = stub.GetUpstreams(request, timeout=10)
+        states.extend(reply.upstreams)
+        if not reply.next_page_token:
+            break
+        request.page_token = reply.next_page_token
+    else:
+        more = f"\n(stopped after {_MAX_PAGES} pages; more upstreams are being tracked)"
     states.sort(key=lambda s: (s.profile, s.upstream))
     viewed = any(s.HasField("fleet") for s in states)
     if args.fleet and not viewed:

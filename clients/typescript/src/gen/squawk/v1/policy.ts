@@ -299,10 +299,12 @@ export enum Reason {
   REASON_SERVER_PUSHBACK = "REASON_SERVER_PUSHBACK",
   /**
    * REASON_UPSTREAM_SATURATED - An Admit refusal: the upstream's pace (its declared, announced or
-   * learned rate, or its concurrency limit) cannot start this call before
-   * the step's deadline, or the pod is shedding a sustained overload (its
-   * queue is kept short). Fail the step now; retry_after (jittered) is when
-   * a new call might start without a long wait.
+   * learned rate) cannot start this call before the step's deadline or
+   * within the queue's limit (rate_limit.max_queue_delay, or a short one
+   * while the pod sheds a sustained overload), or its concurrency limit is
+   * full. AdmitResponse.explanation says which, with the number. Fail the
+   * step now; retry_after (jittered) is when a new call might start without
+   * a long wait.
    */
   REASON_UPSTREAM_SATURATED = "REASON_UPSTREAM_SATURATED",
   UNRECOGNIZED = "UNRECOGNIZED",
@@ -1276,8 +1278,8 @@ export interface AdmitResponse {
   /** Whether to dispatch now. */
   allowed: boolean;
   /**
-   * REASON_ADMITTED when allowed; else REASON_CIRCUIT_OPEN or
-   * REASON_UPSTREAM_COOLING_DOWN.
+   * REASON_ADMITTED when allowed; else REASON_CIRCUIT_OPEN,
+   * REASON_UPSTREAM_COOLING_DOWN or REASON_UPSTREAM_SATURATED.
    */
   reason: Reason;
   /**
@@ -1311,7 +1313,20 @@ export interface AdmitResponse {
    * When permits > 1: how long the permits after the first stay valid,
    * from now. A permit not used by then lapses; ask again.
    */
-  lease: Duration | undefined;
+  lease:
+    | Duration
+    | undefined;
+  /**
+   * When refused with REASON_UPSTREAM_SATURATED: one sentence for people
+   * naming what refused the call and the number that did, e.g. "The call
+   * would wait 1.8 s for the pace of 20/s (declared in the policy), past the
+   * queue's limit of 1 s (rate_limit.max_queue_delay)." The cause is one of:
+   * the queue's limit, the short queue's limit (a sustained overload), the
+   * step's deadline, or the concurrency limit. A fixed template: it never
+   * holds caller text. Empty otherwise, and from a daemon older than this
+   * field. At most 512 characters. Programs read reason and retry_after.
+   */
+  explanation: string;
 }
 
 /** Outcome is how one dispatch ended. */
@@ -1440,7 +1455,11 @@ export interface UpstreamState {
   breakerStateAge:
     | Duration
     | undefined;
-  /** Calls recorded in the breaker's sliding window. */
+  /**
+   * CLOSED: the calls recorded in the breaker's sliding window. HALF_OPEN:
+   * the probe outcomes tallied this round. OPEN: the outcomes that opened
+   * it (the window it tripped on, or the probe round that failed).
+   */
   windowCalls: number;
   /**
    * Failures among them: transport failures and the statuses the profile
@@ -1497,7 +1516,16 @@ export interface UpstreamState {
    * pod has synced the upstream with the fleet; unset with the memory store,
    * and with the Redis store before the pod's first sync of the upstream.
    */
-  fleet: FleetState | undefined;
+  fleet:
+    | FleetState
+    | undefined;
+  /**
+   * Outcomes reported throttled since the pod began tracking the upstream:
+   * an HTTP 429 or 529, a 503 with a Retry-After, or a
+   * grpc-retry-pushback-ms that asks not to retry (through ReportOutcome or
+   * DecideRetry). Never negative; counted whatever the breaker's state.
+   */
+  throttled: number;
 }
 
 /**
@@ -4112,6 +4140,7 @@ function createBaseAdmitResponse(): AdmitResponse {
     wait: undefined,
     permits: 0,
     lease: undefined,
+    explanation: "",
   };
 }
 
@@ -4140,6 +4169,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     }
     if (message.lease !== undefined) {
       Duration.encode(message.lease, writer.uint32(66).fork()).join();
+    }
+    if (message.explanation !== "") {
+      writer.uint32(74).string(message.explanation);
     }
     return writer;
   },
@@ -4221,6 +4253,14 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
             message.lease = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.explanation = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4251,6 +4291,7 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
       wait: isSet(object.wait) ? Duration.fromJSON(object.wait) : undefined,
       permits: isSet(object.permits) ? globalThis.Number(object.permits) : 0,
       lease: isSet(object.lease) ? Duration.fromJSON(object.lease) : undefined,
+      explanation: isSet(object.explanation) ? globalThis.String(object.explanation) : "",
     };
   },
 
@@ -4280,6 +4321,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     if (message.lease !== undefined) {
       obj.lease = Duration.toJSON(message.lease);
     }
+    if (message.explanation !== "") {
+      obj.explanation = message.explanation;
+    }
     return obj;
   },
 
@@ -4300,6 +4344,7 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     message.lease = (object.lease !== undefined && object.lease !== null)
       ? Duration.fromPartial(object.lease)
       : undefined;
+    message.explanation = object.explanation ?? "";
     return message;
   },
 };
@@ -5064,6 +5109,7 @@ function createBaseUpstreamState(): UpstreamState {
     paced: 0,
     shed: 0,
     fleet: undefined,
+    throttled: 0,
   };
 }
 
@@ -5119,6 +5165,9 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     }
     if (message.fleet !== undefined) {
       FleetState.encode(message.fleet, writer.uint32(138).fork()).join();
+    }
+    if (message.throttled !== 0) {
+      writer.uint32(144).int64(message.throttled);
     }
     return writer;
   },
@@ -5272,6 +5321,14 @@ export const UpstreamState: MessageFns<UpstreamState> = {
             message.fleet = FleetState.decode(reader, reader.uint32());
             continue;
           }
+          case 18: {
+            if (tag !== 144) {
+              break;
+            }
+
+            message.throttled = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5347,6 +5404,7 @@ export const UpstreamState: MessageFns<UpstreamState> = {
       paced: isSet(object.paced) ? globalThis.Number(object.paced) : 0,
       shed: isSet(object.shed) ? globalThis.Number(object.shed) : 0,
       fleet: isSet(object.fleet) ? FleetState.fromJSON(object.fleet) : undefined,
+      throttled: isSet(object.throttled) ? globalThis.Number(object.throttled) : 0,
     };
   },
 
@@ -5403,6 +5461,9 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     if (message.fleet !== undefined) {
       obj.fleet = FleetState.toJSON(message.fleet);
     }
+    if (message.throttled !== 0) {
+      obj.throttled = Math.round(message.throttled);
+    }
     return obj;
   },
 
@@ -5436,6 +5497,7 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     message.fleet = (object.fleet !== undefined && object.fleet !== null)
       ? FleetState.fromPartial(object.fleet)
       : undefined;
+    message.throttled = object.throttled ?? 0;
     return message;
   },
 };

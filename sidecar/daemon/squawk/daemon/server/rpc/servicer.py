@@ -411,6 +411,7 @@ def _fill_upstream(view: UpstreamView, out: pb.UpstreamState) -> None:
     out.in_flight = p.in_flight
     out.paced = view.paced
     out.shed = view.shed
+    out.throttled = view.throttled
 
 
 def _fill_fleet(f: FleetSnapshot, out: pb.FleetState) -> None:

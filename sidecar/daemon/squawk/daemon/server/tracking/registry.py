@@ -77,6 +77,7 @@ from squawk.policy import (
 )
 from squawk.policy.breaker import advance
 from squawk.policy.cooldown import held
+from squawk.policy.outcome import is_throttled
 from squawk.policy.pacer import hold_at_most
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
@@ -143,6 +144,8 @@ class UpstreamView(NamedTuple):
     # tracking began.
     paced: int = 0
     shed: int = 0
+    # Outcomes reported throttled (squawk.policy.outcome.is_throttled) since then.
+    throttled: int = 0
 
 
 @dataclass(slots=True)
@@ -152,9 +155,11 @@ class _Entry:
     since: float
     # When tracking began, in order: what listings are ordered and paged by.
     seq: int
-    # Calls admitted with a wait, and refused UPSTREAM_SATURATED, since then.
+    # Calls admitted with a wait, and refused UPSTREAM_SATURATED, and
+    # outcomes reported throttled, since then.
     paced: int = 0
     shed: int = 0
+    throttled: int = 0
     # The pace as last looked at (source, calls/s), when, and as last reported.
     pace: tuple[PaceSource, float] = NO_PACE
     pace_at: float = float("-inf")
@@ -410,6 +415,7 @@ class Upstreams:
             self._overflow[profile.name] = record_outcome(state, config, now, _unhinted(outcome))
             return
         self._store(key, entry, record_outcome(entry.state, config, now, outcome), now)
+        entry.throttled += is_throttled(outcome)
         self._look_at_pace(key, entry, config, now)
 
     def after_failure(
@@ -438,6 +444,7 @@ class Upstreams:
             self._overflow[profile.name] = state
         else:
             self._store(key, entry, state, now)
+            entry.throttled += is_throttled(outcome)
             self._look_at_pace(key, entry, config, now)
         return decision
 
@@ -492,9 +499,8 @@ class Upstreams:
         stored = entry.state.breaker
         # An OPEN breaker whose time is up reads as HALF_OPEN since `until`.
         since = entry.since if snapshot.breaker_state is stored.state else stored.until
-        return UpstreamView(
-            key[0], key[1], snapshot, timedelta(seconds=now - since), entry.paced, entry.shed
-        )
+        age = timedelta(seconds=now - since)
+        return UpstreamView(key[0], key[1], snapshot, age, entry.paced, entry.shed, entry.throttled)
 
     def views(self, profile: str = "") -> list[UpstreamView]:
         """Every tracked upstream (of `profile`, when given), in tracking order."""
