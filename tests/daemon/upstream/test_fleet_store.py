@@ -451,3 +451,59 @@ def test_a_half_open_round_takes_a_summed_writes_failures_first(tmp_path: Path) 
         client.close()
         stop_pods(pods)
         server.stop()
+
+
+# -- a store that lost the fleet's state (audit, item 1) ---------------------
+
+
+def test_a_flushed_store_gets_the_fleets_open_breaker_and_cool_down_back(
+    tmp_path: Path,
+) -> None:
+    # A FLUSHALL (or a Redis restarted empty) erased the fleet's OPEN breaker
+    # and its cool-down within a sync: a pod that never saw the failures
+    # called again at once, and nothing was counted. The pods that still
+    # hold the caution write it back.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.replace("open_for: 2s", "open_for: 60s"))
+    server = RedisServer().start()
+    pods = start_pods(server.url, policy, count=3)
+    client = redis.Redis(port=server.port)
+    try:
+        a, b, c = pods
+        for pod in pods:
+            assert pod.admit("flushed-open").allowed
+            assert pod.admit("flushed-cool").allowed
+        a.report("flushed-open", 503, 503)
+        b.report("flushed-open", 503, 503)
+        a.report("flushed-cool", 429, headers={"Retry-After": "120"})
+        # pod-2 saw nothing, and is refused by the fleet's view alone.
+        eventually(lambda: c.admit("flushed-open").reason == pb.REASON_CIRCUIT_OPEN, "OPEN")
+        eventually(partial(refused, c, "flushed-cool", ""), "the fleet cools down")
+        client.flushall()
+        # Every pod syncs both upstreams every interval: a few syncs later,
+        # each has met the emptied store.
+        eventually(lambda: stored(client, "default", "flushed-open")["exists"], "a sync lands")
+        time.sleep(0.5)
+        assert c.admit("flushed-open").reason == pb.REASON_CIRCUIT_OPEN
+        cooled = c.admit("flushed-cool")
+        assert cooled.reason == pb.REASON_UPSTREAM_COOLING_DOWN
+        assert cooled.retry_after.ToMilliseconds() > 100_000
+        # Written back, for the time that was left: a pod starting now reads it.
+        eventually(lambda: stored(client, "default", "flushed-open")["s"] == 2, "OPEN again")
+        key = key_of("default", "flushed-open") + ":o"
+        assert 50_000 < client.pttl(key) <= 60_000
+        seconds, micros = client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        assert stored(client, "default", "flushed-cool")["c"] - now_ms > 100_000
+        # Counted and said by the pods that wrote it back (the first to
+        # meet the emptied store; one that reads it back holds nothing lost).
+        restored = sum(pod.metric("squawk_state_restored_total") for pod in pods)
+        assert restored >= 2
+        logs = [pod.daemon.output() for pod in pods]
+        said = [log.count("lost the state of upstream") for log in logs]
+        # Once a pod at most: a second upstream is held for the next line.
+        assert max(said) == 1, logs
+    finally:
+        client.close()
+        stop_pods(pods)
+        server.stop()

@@ -56,11 +56,14 @@ __all__ = [
     "FleetView",
     "Move",
     "Reading",
+    "Restore",
     "admitted",
     "asked",
     "cautious",
     "demand",
     "fleet_snapshot",
+    "kept",
+    "lost",
     "merged",
     "move",
     "moved",
@@ -158,6 +161,11 @@ class Reading(NamedTuple):
     differ: bool
     # This pod's own part of `demand` (0: it was not among the `wanting`).
     own: float = 0.0
+    # When the store made the state it holds of the upstream (its own
+    # clock, an id): a state made anew (after a FLUSHALL, a restart that
+    # lost it, a failover to a replica without it) has another, and
+    # whatever caution the old one held is gone (see `lost`). 0: unknown.
+    born: int = 0
 
 
 class FleetView(NamedTuple):
@@ -186,6 +194,17 @@ class Move(NamedTuple):
 
     to: BreakerState
     epoch: int
+
+
+class Restore(NamedTuple):
+    """Caution a pod's view held that the store lost, to write back from
+    `epoch` (the store's, as the reading that showed the loss says)."""
+
+    epoch: int
+    # The OPEN breaker's time left; 0: none to write back.
+    open_left: float
+    # The cool-down's time left; 0: none to write back.
+    cooling: float
 
 
 # -- what a pod adds to its delta -------------------------------------------
@@ -333,6 +352,45 @@ def viewed(
         now + interval,
         since if held else now,
     )
+
+
+def lost(reading: Reading, previous: FleetView | None, now: float) -> Restore | None:
+    """The caution `previous` still held at `now` that `reading` shows the
+    store lost, or None: a reading of a state the store made anew (another
+    `born`) while the pod's view held an OPEN breaker or a cool-down with
+    time left. The state outlives the caution it holds, so only a loss
+    remakes it meanwhile (a pod reading it after another pod's sync
+    remade it sees the same). Without
+    it, a FLUSHALL (or a Redis restarted empty) ends the fleet's breaker
+    and cool-down within a sync, and every pod that never saw the failures
+    calls again. Every pod that held it writes it back (the store keeps the
+    longest cool-down and the first OPEN), for the time left as this pod
+    read it: no longer than the rules gave it."""
+    if previous is None or not previous.reading.born or reading.born == previous.reading.born:
+        return None
+    open_left = 0.0
+    if previous.reading.state is BreakerState.OPEN and reading.state is BreakerState.CLOSED:
+        open_left = max(previous.until - now, 0.0)
+    cooling = previous.cool_until - now
+    if cooling <= reading.cooling:
+        cooling = 0.0
+    if open_left <= 0.0 and cooling <= 0.0:
+        return None
+    return Restore(reading.epoch, open_left, cooling)
+
+
+def kept(view: FleetView, restore: Restore, now: float) -> FleetView:
+    """The view of a reading that lost `restore`, with it kept: the pod
+    goes on refusing as before while it writes the caution back (the next
+    sync reads it from the store again)."""
+    reading, until, cool_until = view.reading, view.until, view.cool_until
+    if restore.open_left > 0.0:
+        reading = reading._replace(state=BreakerState.OPEN, left=restore.open_left)
+        until = now + restore.open_left
+    if restore.cooling > 0.0:
+        reading = reading._replace(cooling=max(reading.cooling, restore.cooling))
+        cool_until = max(cool_until, now + restore.cooling)
+    return view._replace(reading=reading, until=until, cool_until=cool_until)
 
 
 def share(reading: Reading) -> float:

@@ -8,7 +8,8 @@
 -- every key expires when left alone.
 --
 -- KEYS  s the state (hash: e epoch, c cool-down end ms, t tokens spent in
---         thousandths, f the settings' fingerprint)
+--         thousandths, f the settings' fingerprint, n the rounds begun,
+--         b when it was made)
 --       c the windows' counts (hash: w<bucket> calls, x<bucket> failures of
 --         the breaker's window; d<bucket> first calls, r<bucket> retries of
 --         the ratio budget's)
@@ -26,16 +27,24 @@
 --        max_tokens interval fingerprint
 --   move pod epoch to  window buckets ttl open_for probes max_cool
 --        max_tokens interval fingerprint
+--   keep pod epoch open_left cool_left  window buckets ttl open_for probes
+--        max_cool max_tokens interval fingerprint
 --
 -- sync replies {state, epoch, left, calls, failures, pods, taken, successes,
 --   probe failures, granted, round, deposits, retries, spent, cooling, demand
 --   (thousandths of calls/s), wanting, differ, own (this pod's part of
---   demand, thousandths)}; state 1 CLOSED, 2 OPEN, 3 HALF_OPEN; left: OPEN,
+--   demand, thousandths), born (when the state was made, server ms modulo
+--   1e9: a state made anew, after a FLUSHALL or a restart that lost it,
+--   has another)}; state 1 CLOSED, 2 OPEN, 3 HALF_OPEN; left: OPEN,
 --   ms until it half-opens, HALF_OPEN, until the round restarts; round: the
 --   half-open round's id (slots leased in a round are void once it
 --   restarted, and `returned` slots go back only to the round of the id
 --   sent).
 -- move replies {1} when made, {0} when the fleet left that epoch first.
+-- keep writes back caution a pod held that the store lost (the state made
+--   anew under it): an OPEN lease of open_left ms, if the breaker is still
+--   CLOSED in that epoch, and a cool-down of cool_left ms, if longer than
+--   the one stored; it replies {1} when it wrote either, else {0}.
 
 local CLOSED, OPEN, HALF = 1, 2, 3
 local BUDGET_BUCKETS = 10
@@ -54,7 +63,7 @@ local function bounded(x, low, high)
   return math.min(math.max(x, low), high)
 end
 
-local i = op == 'sync' and 14 or 5
+local i = ({sync = 14, keep = 6})[op] or 5
 local window, buckets = bounded(arg[i], 1, 1e12), bounded(arg[i + 1], 1, 1000)
 local ttl, open_for = bounded(arg[i + 2], 1, 1e12), bounded(arg[i + 3], 1, 1e12)
 local probes, max_cool = bounded(arg[i + 4], 1, 1e9), bounded(arg[i + 5], 0, 1e12)
@@ -72,11 +81,17 @@ for k = 1, 7 do
   if t ~= 'none' and t ~= types[k] then redis.call('DEL', KEYS[k]) end
 end
 
-local stored = redis.call('HMGET', KEYS[1], 'e', 'c', 't', 'f', 'n')
+local stored = redis.call('HMGET', KEYS[1], 'e', 'c', 't', 'f', 'n', 'b')
 -- The epoch wraps well within what a reply carries exactly.
 local MAX_EPOCH = 1e9
 local epoch = bounded(stored[1], 0, MAX_EPOCH)
 local rounds = bounded(stored[5], 0, MAX_EPOCH)
+-- Never 0, which a reply of no state would read as.
+local born = bounded(stored[6], 0, MAX_EPOCH)
+if born == 0 or born ~= math.floor(born) then
+  born = now % (MAX_EPOCH - 1) + 1
+  redis.call('HSET', KEYS[1], 'b', born)
+end
 -- Held to what the rules allow: no stored value (nor a clock that jumped
 -- back) cools longer than max_cool, and a reload that lowers it ends a
 -- longer cool-down already stored.
@@ -130,6 +145,32 @@ if op == 'move' then
   redis.call('HSET', KEYS[1], 'e', (epoch + 1) % MAX_EPOCH)
   redis.call('PEXPIRE', KEYS[1], math.floor(keep))
   return {1}
+end
+
+if op == 'keep' then
+  -- Held to the rules as every other write: no longer than open_for, nor
+  -- than max_cool_down.
+  local want = bounded(arg[3], 0, 1e15)
+  local open_left, cool_left = bounded(arg[4], 0, open_for), bounded(arg[5], 0, max_cool)
+  local made = 0
+  if open_left >= 1 and state == CLOSED and want == epoch then
+    redis.call('SET', KEYS[4], '1', 'PX', math.floor(open_left))
+    redis.call('SET', KEYS[5], '1', 'PX', math.floor(keep))
+    redis.call('DEL', KEYS[6])
+    clear_window()
+    redis.call('HSET', KEYS[1], 'e', (epoch + 1) % MAX_EPOCH)
+    made = 1
+  end
+  if cool_left >= 1 and now + cool_left > cool then
+    cool = now + cool_left
+    redis.call('HSET', KEYS[1], 'c', cool)
+    made = 1
+  end
+  if made == 1 then
+    keep = math.max(window, 2 * open_for, ttl, cool - now) + 60000
+    redis.call('PEXPIRE', KEYS[1], math.floor(keep))
+  end
+  return {made}
 end
 
 -- The windows' sums, their old buckets and anything not a count dropped
@@ -311,5 +352,5 @@ if state ~= CLOSED then redis.call('PEXPIRE', KEYS[5], math.floor(keep)) end
 return {
   state, epoch, left, sums.w, math.min(sums.x, sums.w), pods, tally[1], tally[2], tally[3],
   granted, round_id(), sums.d, sums.r, spent, math.max(cool - now, 0), math.floor(total * 1000), wanting,
-  differ, math.floor(own * 1000),
+  differ, math.floor(own * 1000), born,
 }

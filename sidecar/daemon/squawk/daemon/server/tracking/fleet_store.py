@@ -64,10 +64,13 @@ from squawk.policy.fleet import (
     FleetView,
     Move,
     Reading,
+    Restore,
     admitted,
     asked,
     cautious,
     fleet_snapshot,
+    kept,
+    lost,
     merged,
     move,
     moved,
@@ -131,7 +134,7 @@ _PING_FIRST_S, _PING_MAX_S = 0.1, 2.0
 _MAX_CONNECTIONS = 32
 _KEY_CACHE = 4096
 _STATES = {1: BreakerState.CLOSED, 2: BreakerState.OPEN, 3: BreakerState.HALF_OPEN}
-_REPLY_LENGTH = 19
+_REPLY_LENGTH = 20
 # A hostile or broken store's numbers stay within what timedelta holds.
 _MAX_REPLY = 10**12
 
@@ -160,7 +163,8 @@ class _Tracked:
 
 
 class Call(NamedTuple):
-    """One script call of a sync (or of a move) and what it was made of."""
+    """One script call of a sync (or of a move, or of a write-back) and
+    what it was made of."""
 
     tracked: _Tracked
     keys: list[str]
@@ -179,6 +183,7 @@ class FleetStore(PodStore):
         on_up: Callable[[bool], None] | None = None,
         on_dropped: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_restored: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(upstreams)
         try:
@@ -200,6 +205,7 @@ class FleetStore(PodStore):
         self._on_transition = on_transition
         self._on_up = on_up
         self._on_dropped = on_dropped
+        self._on_restored = on_restored
         self._redis, self._sentinels = _connect(settings)
         self._sha = hashlib.sha1(_SCRIPT.encode()).hexdigest()
         self._up = True
@@ -214,6 +220,8 @@ class FleetStore(PodStore):
         self._args: dict[UpstreamConfig, str] = {}
         # Writes the fleet never got, since start (the metric's value).
         self.dropped = 0
+        # Caution written back after the store lost it, since start (the metric's).
+        self.restored = 0
         self.syncs = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._soon = asyncio.Event()
@@ -572,9 +580,16 @@ class FleetStore(PodStore):
             config = tracked.profile.for_upstream(tracked.upstream)
             before = tracked.view
             lease = _LEASE_SYNCS * self.interval_s
+            read_at = self._clock()
             tracked.view = tracked.leased = viewed(
-                got, config, self._clock(), before, lease, self.interval_s
+                got, config, read_at, before, lease, self.interval_s
             )
+            restore = lost(got, before, read_at)
+            if restore is not None:
+                # The store lost the caution this pod still holds: kept
+                # here, and written back with the moves' round trip.
+                tracked.view = kept(tracked.view, restore, read_at)
+                moves.append(self._keep_call(tracked, restore, config))
             self._differs(tracked, got)
             self._moved(tracked, before, tracked.view)
             made = move(got, config, self.settings.min_pods)
@@ -583,6 +598,36 @@ class FleetStore(PodStore):
                 moves.append(Call(tracked, tracked.keys, words, made=made))
         self.syncs += 1
         return moves
+
+    def _keep_call(self, tracked: _Tracked, restore: Restore, config: UpstreamConfig) -> Call:
+        """The script call that writes `restore` back; counted, and said
+        at most once per LOG_EVERY_S."""
+        self.restored += 1
+        if self._on_restored is not None:
+            self._on_restored(1)
+        held = self._throttle.ready("restored")
+        if held is not None:
+            what = " and ".join(
+                f"{name} ({left:.1f} s left)"
+                for name, left in (
+                    ("an OPEN fleet breaker", restore.open_left),
+                    ("a cool-down", restore.cooling),
+                )
+                if left > 0
+            )
+            log.warning(
+                "fleet state store %s lost the state of upstream %s (profile %s) while this "
+                "pod held %s (flushed, or restarted empty?); writing it back%s",
+                self.settings.where,
+                shown_text(tracked.upstream, 200),
+                shown_text(tracked.profile.name, 200),
+                what,
+                f" ({held} more write-backs since the last report)" if held else "",
+            )
+        open_ms = math.ceil(restore.open_left * 1000)
+        cool_ms = math.ceil(restore.cooling * 1000)
+        words = f"keep {self._pod} {restore.epoch} {open_ms} {cool_ms} {self._tail(config)}"
+        return Call(tracked, tracked.keys, words)
 
     def move_replies(self, moves: Sequence[Call], replies: Sequence[object]) -> None:
         """The transitions made: the view says so at once, as the next sync would."""
@@ -835,6 +880,7 @@ def reading(raw: object) -> Reading | None:
         v[16],
         bool(v[17]),
         v[18] / 1000,
+        v[19],
     )
 
 
