@@ -507,3 +507,37 @@ def test_a_flushed_store_gets_the_fleets_open_breaker_and_cool_down_back(
         client.close()
         stop_pods(pods)
         server.stop()
+
+
+# -- pods whose windows differ (audit, item 2) ------------------------------
+
+
+def test_pods_whose_breaker_windows_differ_count_in_one_window(tmp_path: Path) -> None:
+    # A 60 s window and a 10 s one numbered their buckets apart, and each
+    # sync dropped the buckets not live under its own window: the two pods
+    # erased each other's counts (failing_pods 2, window_calls 0), and the
+    # fleet's breaker never opened. Two failures from each pod are four in
+    # either window: enough, from two pods, to open it.
+    long, short = tmp_path / "long.yaml", tmp_path / "short.yaml"
+    long.write_text(POLICY)
+    short.write_text(POLICY.replace("window: 60s", "window: 10s"))
+    server = RedisServer().start()
+    pods = start_pods(server.url, long, count=1) + start_pods(server.url, short, 1, first=1)
+    client = redis.Redis(port=server.port)
+    try:
+        a, b = pods
+        for pod in pods:
+            assert pod.admit("windows").allowed  # each pod syncs it from now on
+        a.report("windows", 503, 503)
+        eventually(lambda: stored_calls(client, "default", "windows") == 2, "pod-0's failures")
+        b.report("windows", 503, 503)
+        eventually(lambda: stored(client, "default", "windows")["s"] == 2, "the fleet opens")
+        for pod in pods:
+            eventually(
+                lambda p=pod: p.admit("windows").reason == pb.REASON_CIRCUIT_OPEN,  # type: ignore[misc]
+                f"{pod.name} reads the fleet's breaker",
+            )
+    finally:
+        client.close()
+        stop_pods(pods)
+        server.stop()

@@ -12,7 +12,8 @@
 --         b when it was made)
 --       c the windows' counts (hash: w<bucket> calls, x<bucket> failures of
 --         the breaker's window; d<bucket> first calls, r<bucket> retries of
---         the ratio budget's)
+--         the ratio budget's; a bucket is "window:buckets:number", the
+--         window it was counted in)
 --       p the pods with a failure in the window (sorted set, score = ms)
 --       o the fleet breaker's OPEN lease (expires when it half-opens)
 --       h the fleet breaker is not CLOSED (OPEN or HALF_OPEN)
@@ -177,25 +178,42 @@ end
 -- first, so the additions below always meet a count (HINCRBY fails on a
 -- field that is not one) and a planted hash of countless fields costs one
 -- DEL, not a scan at every sync.
-local wb = math.floor(now * buckets / window)
-local bb = math.floor(now * BUDGET_BUCKETS / ttl)
+--
+-- A bucket's field names the window it was counted in: kind, window ms,
+-- buckets, number ("w60000:10:29512345"), so that pods whose windows
+-- differ (a rollout, a mistake) never drop each other's counts: a bucket
+-- is dropped only once it is out of the window it was counted in, and each
+-- pod sums every pod's buckets that began within its own window.
+local wspan = math.floor(window) .. ':' .. math.floor(buckets) .. ':'
+local bspan = math.floor(ttl) .. ':' .. BUDGET_BUCKETS .. ':'
+local wb = math.floor(now * math.floor(buckets) / math.floor(window))
+local bb = math.floor(now * BUDGET_BUCKETS / math.floor(ttl))
 local sums = {w = 0, x = 0, d = 0, r = 0}
-if redis.call('HLEN', KEYS[2]) > 2 * buckets + 2 * BUDGET_BUCKETS + 8 then
+-- Room for two settings of the most buckets (1000) beside each other.
+local MAX_COUNT_FIELDS = 2 * (2 * 1000 + 2 * BUDGET_BUCKETS) + 8
+if redis.call('HLEN', KEYS[2]) > MAX_COUNT_FIELDS then
   redis.call('DEL', KEYS[2])
 end
+-- The longest window any live bucket was counted in: the failing pods
+-- are kept as long (see below).
+local longest = window
 local counts = redis.call('HGETALL', KEYS[2])
 for k = 1, #counts, 2 do
   local field, value = counts[k], counts[k + 1]
-  local kind, n = string.sub(field, 1, 1), tonumber(string.sub(field, 2))
-  local live = false
-  if n and (kind == 'w' or kind == 'x') then
-    live = n > wb - buckets and n <= wb
-  elseif n and (kind == 'd' or kind == 'r') then
-    live = n > bb - BUDGET_BUCKETS and n <= bb
+  local kind, counted_in, count, n = string.match(field, '^([wxdr])(%d+):(%d+):(%d+)$')
+  counted_in, count, n = tonumber(counted_in), tonumber(count), tonumber(n)
+  local live, mine = false, false
+  if n and counted_in >= 1 and count >= 1 and count <= 1000 then
+    local last = math.floor(now * count / counted_in)
+    live = n > last - count and n <= last
+    -- Begun within this pod's own window (its own buckets: exactly the live ones).
+    local own = (kind == 'w' or kind == 'x') and window or ttl
+    mine = n * counted_in / count > now - own
   end
   local v = tonumber(value)
   if live and v and v == math.floor(v) and v >= 0 and v <= MAX_SLOT then
-    sums[kind] = sums[kind] + v
+    if mine then sums[kind] = sums[kind] + v end
+    if kind == 'w' or kind == 'x' then longest = math.max(longest, counted_in) end
   else
     redis.call('HDEL', KEYS[2], field)
   end
@@ -213,10 +231,10 @@ local demand = bounded(arg[13], 0, 1e9)
 -- round's tally (every counted outcome is a probe's, as in the core), or
 -- nothing while OPEN (they describe the upstream before the break).
 if state == CLOSED and calls > 0 then
-  redis.call('HINCRBY', KEYS[2], 'w' .. wb, calls)
+  redis.call('HINCRBY', KEYS[2], 'w' .. wspan .. wb, calls)
   sums.w = sums.w + calls
   if failures > 0 then
-    redis.call('HINCRBY', KEYS[2], 'x' .. wb, failures)
+    redis.call('HINCRBY', KEYS[2], 'x' .. wspan .. wb, failures)
     sums.x = sums.x + failures
     redis.call('ZADD', KEYS[3], now, pod)
   end
@@ -264,11 +282,11 @@ if state == HALF then
 end
 
 if deposits > 0 then
-  redis.call('HINCRBY', KEYS[2], 'd' .. bb, deposits)
+  redis.call('HINCRBY', KEYS[2], 'd' .. bspan .. bb, deposits)
   sums.d = sums.d + deposits
 end
 if retries > 0 then
-  redis.call('HINCRBY', KEYS[2], 'r' .. bb, retries)
+  redis.call('HINCRBY', KEYS[2], 'r' .. bspan .. bb, retries)
   sums.r = sums.r + retries
 end
 spent = math.min(math.max(spent - refilled, 0) + taken, max_tokens)
@@ -317,10 +335,13 @@ if demand > 0 then
   redis.call('PEXPIRE', KEYS[7], math.floor(20 * interval + 60000))
 end
 
--- Aged out, and none from the future (a planted score of +inf never would be).
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
+-- Aged out of the longest window a live bucket was counted in (a pod with
+-- a shorter window must not drop the failing pods a longer one still
+-- counts), and none from the future (a planted score of +inf never would
+-- be); the quorum is the pods that failed within this pod's own window.
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - longest)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '(' .. now, '+inf')
-local pods = redis.call('ZCARD', KEYS[3])
+local pods = redis.call('ZCOUNT', KEYS[3], '(' .. (now - window), now)
 
 local left = 0
 if state == OPEN then

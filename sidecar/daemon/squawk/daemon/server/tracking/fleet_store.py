@@ -712,8 +712,10 @@ class FleetStore(PodStore):
         self._differ.add(key)
         log.warning(
             "upstream %s (profile %s): this pod's breaker or budget settings differ "
-            "from those the fleet's state was written with; each pod judges the fleet's "
-            "counts by its own, so pods may disagree (run the same policy on every pod)",
+            "from those the fleet's state was written with; the pods share their counts "
+            "(each within its own window), but each judges them by its own settings, so "
+            "they may disagree on the fleet's breaker and budget (run the same policy on "
+            "every pod)",
             shown_text(key[1], 200),
             shown_text(key[0], 200),
         )
