@@ -541,3 +541,52 @@ def test_pods_whose_breaker_windows_differ_count_in_one_window(tmp_path: Path) -
         client.close()
         stop_pods(pods)
         server.stop()
+
+
+# -- the pace's demand (audit, item 3) ----------------------------------------
+
+
+def test_bursty_demand_and_pods_restarted_under_new_names_leave_a_bounded_hash() -> None:
+    # The demand hash kept a sum for every slot whose next-but-one was never
+    # written (bursty traffic: ~126 fields after 60 s, ~150,000 a day), and
+    # a field for every pod name that ever asked (each pod restarted under a
+    # new name left one). Bursts here are three slots apart, each from a
+    # pod of its own that then goes: 60 pods, 60 slots.
+    server = RedisServer().start()
+    policy = parse_config(POLICY).policy
+    profile = policy.profile("")
+    client = redis.Redis(port=server.port)
+
+    async def burst(name: str) -> None:
+        settings = StateSettings(
+            Store.REDIS, server.url, "store:", timedelta(milliseconds=250), pod=name,
+            sync=timedelta(milliseconds=10),
+        )  # fmt: skip
+        store = FleetStore(Upstreams(policy), settings)
+        try:
+            for _ in range(5):
+                assert (await store.admit(profile, "bursty"))[0].allowed
+            assert await store.sync() == 1
+        finally:
+            await store.aclose()
+
+    async def main() -> None:
+        for i in range(60):
+            await burst(f"gone-{i}")
+            await asyncio.sleep(0.06)  # three slots of 20 ms
+
+    key = key_of("default", "bursty") + ":d"
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+        fields = client.hlen(key)
+        # Grown past its bound anyway (planted, or more pods than that):
+        # dropped whole at the next sync, and summed again from there.
+        client.hset(key, mapping={f"planted-{i}": "1 1 -1 0" for i in range(10_001)})
+        asyncio.run(asyncio.wait_for(burst("after"), 60))
+        capped = client.hlen(key)
+    finally:
+        client.close()
+        server.stop()
+    # The pods still in the last two slots, their sums, and a little room.
+    assert fields <= 12, fields
+    assert capped <= 4, capped

@@ -21,7 +21,7 @@
 --         expires open_for after it began: a round without a verdict restarts)
 --       d the pace's demand (hash: D<slot> calls/s, N<slot> pods, and each
 --         pod's "slot demand previous-slot previous-demand" last written;
---         a slot is two sync intervals)
+--         a slot is two sync intervals; " cursor" the sweep's HSCAN cursor)
 -- ARGV[1] words separated by spaces:
 --   sync pod round calls failures deposits retries taken refilled hint want
 --        returned demand  window buckets ttl open_for probes max_cool
@@ -299,6 +299,16 @@ if hint >= 0 then cool = math.max(cool, now + math.min(hint, max_cool)) end
 -- would let the others' parts add up to the whole rate without its own.
 -- The reply is the last whole slot's sums, and this pod's part of them.
 -- Each pod's field holds "slot demand previous-slot previous-demand".
+--
+-- Bounded: what no reply needs any more (a slot's sums or a pod's report
+-- older than the last whole slot) is swept a few fields a sync, from a
+-- cursor kept in the hash, so bursty traffic (slots never followed by
+-- their next-but-one) and pods gone for good (restarted under new names)
+-- leave nothing behind; a hash grown past MAX_DEMAND_FIELDS anyway (more
+-- pods asking than that, or planted) is dropped whole: the demand is
+-- summed again within two slots, each pod an equal-part newcomer meanwhile.
+local MAX_DEMAND_FIELDS, SWEEP, CURSOR = 10000, 16, ' cursor'
+if redis.call('HLEN', KEYS[7]) > MAX_DEMAND_FIELDS then redis.call('DEL', KEYS[7]) end
 local slot = math.floor(now / (2 * interval))
 local prev = redis.call('HMGET', KEYS[7], 'D' .. (slot - 1), 'N' .. (slot - 1))
 local total, wanting = bounded(prev[1], 0, 1e12), bounded(prev[2], 0, 1e9)
@@ -332,6 +342,17 @@ if demand > 0 then
   end
   redis.call('HSET', KEYS[7], pod, slot .. ' ' .. demand .. ' ' .. before_slot .. ' ' .. before_demand)
   redis.call('HDEL', KEYS[7], 'D' .. (slot - 2), 'N' .. (slot - 2))
+  -- A pod's name never holds a space (the words are split on them), so
+  -- the cursor's field is no pod's.
+  local scanned = redis.call('HSCAN', KEYS[7], redis.call('HGET', KEYS[7], CURSOR) or 0, 'COUNT', SWEEP)
+  for k = 1, #scanned[2], 2 do
+    local field, value = scanned[2][k], scanned[2][k + 1]
+    local sum_of = string.match(field, '^[DN](%-?%d+)$')
+    local reported = string.match(value, '^(%-?%d+) ')
+    local of = tonumber(sum_of and tonumber(value) and sum_of or reported)
+    if field ~= CURSOR and (not of or of < slot - 1) then redis.call('HDEL', KEYS[7], field) end
+  end
+  redis.call('HSET', KEYS[7], CURSOR, scanned[1])
   redis.call('PEXPIRE', KEYS[7], math.floor(20 * interval + 60000))
 end
 
