@@ -74,6 +74,7 @@ __all__ = [
     "retry_answer",
     "sent",
     "share",
+    "shown_share",
     "state_at",
     "take_probe",
     "token_change",
@@ -440,6 +441,27 @@ def pace_share(view: FleetView | None, now: float, fallback: float | None) -> fl
     return 1.0 if fallback is None else fallback
 
 
+def shown_share(leased: FleetView | None, now: float, paced: float, divided: bool) -> float:
+    """The share a listing shows (FleetSnapshot.pace_share), so that the
+    columns mean the same on every pod: RATE x SHARE is this pod's own pace,
+    and the shares of the pods that asked in one slot add up to 1. 1.0
+    when the fleet divides nothing (`divided`: the pace in force is a
+    declared or announced rate; a learned one, or none, is the pod's own);
+    while the lease holds, this pod's part of the demand summed in the
+    last whole slot, 0 when it asked for none then (its next call paces by
+    an equal part, 1/(pods + 1), until its demand is summed: `share`);
+    past the lease, `paced`, the fraction it paces by (`pace_share`: its
+    fallback, or the whole rate)."""
+    if not divided:
+        return 1.0
+    if leased is None or now >= leased.share_until:
+        return paced
+    reading = leased.reading
+    if reading.own <= 0.0 or reading.demand <= 0.0:
+        return 0.0
+    return share(reading)
+
+
 def state_at(view: FleetView, now: float) -> BreakerState:
     """The fleet's breaker as the view says it is at `now`: an OPEN whose
     time is up reads as HALF_OPEN until the next sync says more."""
@@ -579,8 +601,8 @@ def retry_answer(
 def fleet_snapshot(
     view: FleetView, config: UpstreamConfig, now: float, pace_share: float
 ) -> FleetSnapshot:
-    """What the view says at `now`, for display; `pace_share`: the share the
-    pod paces by now (its lease's, or its fallback once the lease ran out)."""
+    """What the view says at `now`, for display; `pace_share`: the share
+    shown (shown_share)."""
     reading = view.reading
     state = state_at(view, now)
     if reading.state is BreakerState.CLOSED:
@@ -631,10 +653,14 @@ class FleetSnapshot(NamedTuple):
     # The retries the fleet's budget would grant now (retry_budget.retries_left's
     # meaning, over every pod's calls and retries).
     retries_left: int
-    # This pod's share of the upstream's rate, a fraction in (0, 1]; 1.0 when
-    # the fleet does not divide it (no rate to share, or this pod alone).
+    # This pod's share of the upstream's rate (see shown_share), a fraction
+    # in [0, 1]: of the pods that asked in the last whole slot, their parts
+    # of the demand (adding up to 1); 0 for a pod that asked for none then;
+    # 1.0 when the fleet does not divide the pace (no declared or announced
+    # rate).
     pace_share: float
-    # The pods that asked for the upstream in the last sync interval.
+    # The pods that asked for the upstream in the last whole slot (two sync
+    # intervals): the same on every pod that read that slot.
     pods: int
     # How old this view is: the time since the sync that read it.
     age: timedelta

@@ -147,6 +147,7 @@ __all__ = [
     "MIN_POLICY_RATE",
     "MIN_RATE",
     "SCALE",
+    "SHARED_SOURCES",
     "SHORT_SLOTS",
     "SMOOTHING",
     "Pace",
@@ -426,7 +427,7 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> _Rates:
 
 # The paces that describe the upstream's whole quota, which the fleet's
 # pods divide: declared for it, or read from its headers.
-_SHARED = (PaceSource.POLICY, PaceSource.HEADERS)
+SHARED_SOURCES = (PaceSource.POLICY, PaceSource.HEADERS)
 
 
 def _shared(rates: _Rates, share: float) -> _Rates:
@@ -528,7 +529,7 @@ def pace(
         left = min(max(pacer.latency_fast / pacer.limit, CODEL_INTERVAL), _MAX_HOLD_S)
         return pacer, Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0)
     rates = _rates(pacer, config, now)
-    if share < 1.0 and rates.source in _SHARED:
+    if share < 1.0 and rates.source in SHARED_SOURCES:
         rates = _shared(rates, share)
     units = cost if cost > 0.0 else pacer.mean_cost
     start = _start(pacer, rates, now, units)

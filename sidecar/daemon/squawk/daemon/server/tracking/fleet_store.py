@@ -79,6 +79,7 @@ from squawk.policy.fleet import (
     retried,
     retry_answer,
     sent,
+    shown_share,
     state_at,
     take_probe,
     token_change,
@@ -338,11 +339,36 @@ class FleetStore(PodStore):
 
     def fleet_views(self, profile: str = "") -> dict[Key, FleetSnapshot]:
         now = self._clock()
+        self._read_quiet(profile, now)
         return {
-            key: fleet_snapshot(view, t.profile.for_upstream(key[1]), now, self._share(t, now))
+            key: fleet_snapshot(
+                view,
+                t.profile.for_upstream(key[1]),
+                now,
+                shown_share(t.leased, now, self._share(t, now), self.upstreams.divided(key)),
+            )
             for key, t in self._tracked.items()
             if (view := self._view(t, now)) is not None and (not profile or key[0] == profile)
         }
+
+    def _read_quiet(self, profile: str, now: float) -> None:
+        """The upstreams the pod's own state lists (of `profile`) that this
+        store stopped syncing, quiet for over _ACTIVE_S, tracked again: each
+        is synced at once, so a listing a sync later shows the fleet's view
+        of it (a fleet breaker that opened after the pod went quiet, a
+        cool-down), kept while it holds caution. Only when asked: a pod
+        that synced every quiet name it ever called would cost Redis a
+        script per name per interval. Never past the bound, and never a
+        write counted as dropped."""
+        if not self._up:
+            return
+        policy = self.upstreams.policy
+        keys, _ = self.upstreams.page(profile=profile)
+        for _, key in keys:
+            if len(self._tracked) >= self._most:
+                return
+            if key not in self._tracked and key[0] in policy.profiles:
+                self._track(policy.profile(key[0]), key[1], now)
 
     def _track(self, profile: Profile, upstream: str, now: float) -> _Tracked | None:
         key = (profile.name, upstream)
