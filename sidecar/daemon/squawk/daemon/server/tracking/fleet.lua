@@ -344,7 +344,10 @@ if demand > 0 then
   redis.call('HDEL', KEYS[7], 'D' .. (slot - 2), 'N' .. (slot - 2))
   -- A pod's name never holds a space (the words are split on them), so
   -- the cursor's field is no pod's.
-  local scanned = redis.call('HSCAN', KEYS[7], redis.call('HGET', KEYS[7], CURSOR) or 0, 'COUNT', SWEEP)
+  -- A cursor HSCAN would refuse (planted, or a mistake) starts over.
+  local cursor = redis.call('HGET', KEYS[7], CURSOR)
+  if not (cursor and #cursor <= 15 and string.match(cursor, '^%d+$')) then cursor = '0' end
+  local scanned = redis.call('HSCAN', KEYS[7], cursor, 'COUNT', SWEEP)
   for k = 1, #scanned[2], 2 do
     local field, value = scanned[2][k], scanned[2][k + 1]
     local sum_of = string.match(field, '^[DN](%-?%d+)$')
