@@ -199,10 +199,11 @@ def test_a_run_held_its_schedule_with_its_syncs_its_demand_sums_and_its_ticks(
 def reply(state: int, demand: int, wanting: int, own: int) -> list[int]:
     """A sync's reply as fleet.lua writes it (see fleet_store.reading): the
     state, its epoch and time left, zeros up to the slot's demand and the
-    pods that reported it, `differ`, and this pod's part of the demand
-    (demands in thousandths of calls/s)."""
+    pods that reported it, `differ`, this pod's part of the demand
+    (demands in thousandths of calls/s), and when the state was made (the
+    same state throughout)."""
     left = 60_000 if state == 2 else 0
-    return [state, 0, left, *[0] * 12, demand, wanting, 0, own]
+    return [state, 0, left, *[0] * 12, demand, wanting, 0, own, 1]
 
 
 def test_a_pod_starts_what_its_share_of_the_rate_allows() -> None:

@@ -17,9 +17,12 @@ from squawk.policy.fleet import (
     FleetView,
     Move,
     Reading,
+    Restore,
     admitted,
     asked,
     cautious,
+    kept,
+    lost,
     merged,
     move,
     outcome,
@@ -271,3 +274,50 @@ def test_a_sync_without_an_answer_sends_again_only_what_errs_cautious() -> None:
     assert sent(both, CONFIG, NOW + 0.1) == (2, 2, 0, 1)
     assert both.cool_until == NOW + 2
     assert math.isinf(Delta().cool_until)
+
+
+# -- caution the store lost (a FLUSHALL, a Redis restarted empty) ----------
+
+BORN = CLOSED._replace(born=7)
+OPEN_VIEW = view_of(BORN._replace(state=BreakerState.OPEN, left=1.5, epoch=4))
+COOL_VIEW = view_of(BORN._replace(cooling=30.0))
+REMADE = CLOSED._replace(born=8, epoch=0)
+
+
+@pytest.mark.parametrize(
+    ("previous", "reading", "at", "expected"),
+    [
+        (OPEN_VIEW, REMADE, NOW + 0.5, Restore(0, 1.0, 0.0)),  # OPEN, 1 s left: written back
+        (COOL_VIEW, REMADE, NOW + 10, Restore(0, 0.0, 20.0)),  # a cool-down, 20 s left
+        (OPEN_VIEW, BORN, NOW + 0.5, None),  # the same state: nothing lost
+        (OPEN_VIEW, REMADE, NOW + 2.0, None),  # its time is up: nothing to keep
+        (COOL_VIEW, REMADE._replace(cooling=25.0), NOW + 10, None),  # the store cools longer
+        (OPEN_VIEW, REMADE._replace(state=BreakerState.OPEN), NOW, None),  # written back already
+        (view_of(CLOSED), REMADE, NOW, None),  # a view of unknown birth
+        (view_of(BORN), REMADE, NOW, None),  # a plain CLOSED view holds nothing
+        (None, REMADE, NOW, None),
+    ],
+)
+def test_caution_the_store_lost_is_written_back_for_the_time_left(
+    previous: FleetView | None, reading: Reading, at: float, expected: Restore | None
+) -> None:
+    assert lost(reading, previous, at) == expected
+
+
+def test_a_view_that_lost_its_caution_keeps_refusing() -> None:
+    at = NOW + 0.5
+    # The store's state made anew: CLOSED, no cool-down. The pod keeps both.
+    both = view_of(BORN._replace(state=BreakerState.OPEN, left=1.5, cooling=30.0))
+    restore = lost(REMADE, both, at)
+    assert restore == Restore(0, 1.0, 29.5)
+    view = kept(viewed(REMADE, CONFIG, at, both, 1.0, INTERVAL), restore, at)
+    assert (view.reading.state, view.until, view.cool_until) == (
+        BreakerState.OPEN,
+        NOW + 1.5,
+        NOW + 30,
+    )
+    refused = refusal(view, CONFIG, at, None, None)
+    assert refused is not None and refused.reason is Reason.UPSTREAM_COOLING_DOWN
+    # A cool-down alone leaves the breaker as the store says.
+    only_cool = kept(viewed(REMADE, CONFIG, at, both, 1.0, INTERVAL), Restore(0, 0.0, 5.0), at)
+    assert (only_cool.reading.state, only_cool.cool_until) == (BreakerState.CLOSED, at + 5.0)

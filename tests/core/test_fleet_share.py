@@ -155,3 +155,22 @@ def test_a_declared_or_announced_rate_is_divided(
 def test_a_learned_rate_is_the_pods_own() -> None:
     config = RateLimitConfig()
     assert second_wait(LEARNED, config, 0.25) == second_wait(LEARNED, config, 1.0) > 0
+
+
+@pytest.mark.parametrize(
+    ("divided", "own", "at", "shown"),
+    [
+        (False, 60.0, 0.5, 1.0),  # a pace the fleet does not divide: the whole of it
+        (True, 60.0, 0.5, 60 / 105),  # its part of the demand
+        (True, 0.0, 0.5, 0.0),  # it asked for none in the slot: no part of it
+        (True, 60.0, LEASE, 0.75),  # past the lease: what it paces by (here a fallback)
+    ],
+)
+def test_the_share_shown_is_the_pods_part_of_the_demand(
+    divided: bool, own: float, at: float, shown: float
+) -> None:
+    # So that the shares of the pods that asked add up to 1 in every pod's
+    # listing, and RATE x SHARE is each pod's own pace.
+    leased = f.viewed(reading(105.0, 3, own), CONFIG, 0.0, None, LEASE, INTERVAL)
+    assert f.shown_share(leased, at, 0.75, divided) == pytest.approx(shown)
+    assert f.shown_share(None, at, 0.75, divided) == (0.75 if divided else 1.0)

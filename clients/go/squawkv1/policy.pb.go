@@ -2689,11 +2689,16 @@ type FleetState struct {
 	// negative.
 	RetriesLeft int64 `protobuf:"varint,8,opt,name=retries_left,json=retriesLeft,proto3" json:"retries_left,omitempty"`
 	// This pod's share of the upstream's fleet-wide rate, a fraction in
-	// (0, 1], in proportion to its demand. 1 when the fleet does not divide
-	// the rate (no rate to share, or this pod the only one asking).
+	// [0, 1]: its part of the demand the pods reported in the last whole slot
+	// (two sync intervals), so the shares of the pods that asked then add up
+	// to 1; 0 when this pod asked for none then (its next call paces by an
+	// equal part, 1 / (pods + 1), until its demand is summed). 1 when the
+	// fleet does not divide the pace (no declared or announced rate: a learned
+	// one is the pod's own). UpstreamState.rate x pace_share is this pod's own
+	// pace.
 	PaceShare float64 `protobuf:"fixed64,9,opt,name=pace_share,json=paceShare,proto3" json:"pace_share,omitempty"`
-	// The pods that asked for the upstream in the last sync interval, this
-	// one included.
+	// The pods that asked for the upstream in the last whole slot (two sync
+	// intervals): the same on every pod that read that slot.
 	Pods int32 `protobuf:"varint,10,opt,name=pods,proto3" json:"pods,omitempty"`
 	// The time since the sync that read this view.
 	Age           *durationpb.Duration `protobuf:"bytes,11,opt,name=age,proto3" json:"age,omitempty"`

@@ -111,9 +111,10 @@ class Pod:
         return scrape(self.metrics_port).get(name, 0.0)
 
 
-def start_pods(url: str, policy: Path, count: int = 3) -> list[Pod]:
+def start_pods(url: str, policy: Path, count: int = 3, first: int = 0) -> list[Pod]:
+    """`count` daemons on `policy`, named pod-`first`, pod-`first + 1`, ..."""
     pods = []
-    for i in range(count):
+    for i in range(first, first + count):
         port = free_port()
         name = f"pod-{i}"
         daemon = start_daemon(

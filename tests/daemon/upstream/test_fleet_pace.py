@@ -51,6 +51,8 @@ profiles:
   default:
     circuit_breaker: {{enabled: false}}
     rate_limit: {{rate: {RATE:g}}}
+  unpaced:   # no rate declared: the fleet divides nothing
+    circuit_breaker: {{enabled: false}}
 """
 
 
@@ -63,6 +65,7 @@ class Asker:
     upstream: str
     rate: float
     until: float
+    profile: str = ""
     asks: list[float] = field(default_factory=list)
     starts: list[float] = field(default_factory=list)
     thread: threading.Thread | None = None
@@ -83,7 +86,8 @@ class Asker:
                 if next_at > now:
                     time.sleep(next_at - now)
                 next_at += gap
-                reply = stub.Admit(pb.AdmitRequest(upstream=self.upstream), timeout=5)
+                request = pb.AdmitRequest(upstream=self.upstream, profile=self.profile)
+                reply = stub.Admit(request, timeout=5)
                 answered = time.monotonic()
                 self.asks.append(answered)
                 if reply.allowed:
@@ -219,3 +223,56 @@ def test_a_pod_that_loses_redis_keeps_its_share_for_the_lease_then_the_fallback(
         fallback = most(end - begin, 1, share=FALLBACK) - RATE * SYNC_S
         assert all(c <= fallback for c in fallen), (begin - lost, fallen)
         assert all(c >= 0.7 * FALLBACK * RATE * (end - begin) for c in fallen), fallen
+
+
+def listed(pod: Daemon, upstream: str, profile: str = "") -> pb.UpstreamState | None:
+    """The pod's row of `upstream` with the fleet's view beside it, once it
+    has one: a pod reads the names it stopped syncing when asked, within a
+    sync or two."""
+    deadline = time.monotonic() + 5
+    with grpc.insecure_channel(pod.target) as channel:
+        stub = pb_grpc.PolicyServiceStub(channel)
+        while time.monotonic() < deadline:
+            request = pb.GetUpstreamsRequest(upstream=upstream, profile=profile, include_fleet=True)
+            (row,) = stub.GetUpstreams(request, timeout=5).upstreams
+            if row.HasField("fleet"):
+                return row
+            time.sleep(0.05)
+    return None
+
+
+def test_the_listed_shares_add_up_across_the_pods_and_rate_means_the_same_on_each(
+    pods: list[Daemon],
+) -> None:
+    # Each pod listed SHARE as the part it would pace by: a pod that asked
+    # for nothing showed an equal part (a third here) beside two that
+    # shared the whole rate, and an upstream without a rate showed parts of
+    # a rate nobody divides. Now SHARE is each pod's part of the demand
+    # (0 for a pod that asked none; the asking pods' add up to 1), 1 where
+    # nothing is divided, and RATE x SHARE is each pod's own pace.
+    quiet = pods[2]
+    for profile in ("", "unpaced"):
+        with grpc.insecure_channel(quiet.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            stub.Admit(pb.AdmitRequest(upstream="listed", profile=profile), timeout=5)
+    time.sleep(2.5)  # past the two seconds the quiet pod syncs a name it called
+    askers = ask(pods[:2], "listed", [1.5 * RATE, 0.75 * RATE], for_s=6.0)
+    unpaced = [
+        Asker(pod, "listed", RATE, askers[0].until, profile="unpaced").start() for pod in pods[:2]
+    ]
+    time.sleep(3.0)
+    rows = [listed(pod, "listed", "default") for pod in pods]
+    bare = [listed(pod, "listed", "unpaced") for pod in pods]
+    for asker in askers + unpaced:
+        asker.join()
+    assert all(r is not None for r in rows + bare), (rows, bare)
+    shares = [r.fleet.pace_share for r in rows if r is not None]
+    assert shares[2] == 0.0, shares  # asked for nothing
+    assert abs(sum(shares) - 1.0) <= 0.1, shares
+    assert shares[0] > shares[1] > 0.0, shares
+    # PODS: the pods that asked in the last slot, the same on every pod.
+    assert [r.fleet.pods for r in rows if r is not None] == [2, 2, 2], rows
+    # RATE is the fleet's declared rate on every pod; RATE x SHARE its own pace.
+    assert [r.rate for r in rows if r is not None] == [RATE] * 3
+    assert abs(sum(r.rate * r.fleet.pace_share for r in rows if r is not None) - RATE) <= 6
+    assert [r.fleet.pace_share for r in bare if r is not None] == [1.0] * 3

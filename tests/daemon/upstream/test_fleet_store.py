@@ -451,3 +451,147 @@ def test_a_half_open_round_takes_a_summed_writes_failures_first(tmp_path: Path) 
         client.close()
         stop_pods(pods)
         server.stop()
+
+
+# -- a store that lost the fleet's state (audit, item 1) ---------------------
+
+
+def test_a_flushed_store_gets_the_fleets_open_breaker_and_cool_down_back(
+    tmp_path: Path,
+) -> None:
+    # A FLUSHALL (or a Redis restarted empty) erased the fleet's OPEN breaker
+    # and its cool-down within a sync: a pod that never saw the failures
+    # called again at once, and nothing was counted. The pods that still
+    # hold the caution write it back.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(POLICY.replace("open_for: 2s", "open_for: 60s"))
+    server = RedisServer().start()
+    pods = start_pods(server.url, policy, count=3)
+    client = redis.Redis(port=server.port)
+    try:
+        a, b, c = pods
+        for pod in pods:
+            assert pod.admit("flushed-open").allowed
+            assert pod.admit("flushed-cool").allowed
+        a.report("flushed-open", 503, 503)
+        b.report("flushed-open", 503, 503)
+        a.report("flushed-cool", 429, headers={"Retry-After": "120"})
+        # pod-2 saw nothing, and is refused by the fleet's view alone.
+        eventually(lambda: c.admit("flushed-open").reason == pb.REASON_CIRCUIT_OPEN, "OPEN")
+        eventually(partial(refused, c, "flushed-cool", ""), "the fleet cools down")
+        client.flushall()
+        # Every pod syncs both upstreams every interval: a few syncs later,
+        # each has met the emptied store.
+        eventually(lambda: stored(client, "default", "flushed-open")["exists"], "a sync lands")
+        time.sleep(0.5)
+        assert c.admit("flushed-open").reason == pb.REASON_CIRCUIT_OPEN
+        cooled = c.admit("flushed-cool")
+        assert cooled.reason == pb.REASON_UPSTREAM_COOLING_DOWN
+        assert cooled.retry_after.ToMilliseconds() > 100_000
+        # Written back, for the time that was left: a pod starting now reads it.
+        eventually(lambda: stored(client, "default", "flushed-open")["s"] == 2, "OPEN again")
+        key = key_of("default", "flushed-open") + ":o"
+        assert 50_000 < client.pttl(key) <= 60_000
+        seconds, micros = client.time()
+        now_ms = seconds * 1000 + micros // 1000
+        assert stored(client, "default", "flushed-cool")["c"] - now_ms > 100_000
+        # Counted and said by the pods that wrote it back (the first to
+        # meet the emptied store; one that reads it back holds nothing lost).
+        restored = sum(pod.metric("squawk_state_restored_total") for pod in pods)
+        assert restored >= 2
+        logs = [pod.daemon.output() for pod in pods]
+        said = [log.count("lost the state of upstream") for log in logs]
+        # Once a pod at most: a second upstream is held for the next line.
+        assert max(said) == 1, logs
+    finally:
+        client.close()
+        stop_pods(pods)
+        server.stop()
+
+
+# -- pods whose windows differ (audit, item 2) ------------------------------
+
+
+def test_pods_whose_breaker_windows_differ_count_in_one_window(tmp_path: Path) -> None:
+    # A 60 s window and a 10 s one numbered their buckets apart, and each
+    # sync dropped the buckets not live under its own window: the two pods
+    # erased each other's counts (failing_pods 2, window_calls 0), and the
+    # fleet's breaker never opened. Two failures from each pod are four in
+    # either window: enough, from two pods, to open it.
+    long, short = tmp_path / "long.yaml", tmp_path / "short.yaml"
+    long.write_text(POLICY)
+    short.write_text(POLICY.replace("window: 60s", "window: 10s"))
+    server = RedisServer().start()
+    pods = start_pods(server.url, long, count=1) + start_pods(server.url, short, 1, first=1)
+    client = redis.Redis(port=server.port)
+    try:
+        a, b = pods
+        for pod in pods:
+            assert pod.admit("windows").allowed  # each pod syncs it from now on
+        a.report("windows", 503, 503)
+        eventually(lambda: stored_calls(client, "default", "windows") == 2, "pod-0's failures")
+        b.report("windows", 503, 503)
+        eventually(lambda: stored(client, "default", "windows")["s"] == 2, "the fleet opens")
+        for pod in pods:
+            eventually(
+                lambda p=pod: p.admit("windows").reason == pb.REASON_CIRCUIT_OPEN,  # type: ignore[misc]
+                f"{pod.name} reads the fleet's breaker",
+            )
+    finally:
+        client.close()
+        stop_pods(pods)
+        server.stop()
+
+
+# -- the pace's demand (audit, item 3) ----------------------------------------
+
+
+def test_bursty_demand_and_pods_restarted_under_new_names_leave_a_bounded_hash() -> None:
+    # The demand hash kept a sum for every slot whose next-but-one was never
+    # written (bursty traffic: ~126 fields after 60 s, ~150,000 a day), and
+    # a field for every pod name that ever asked (each pod restarted under a
+    # new name left one). Bursts here are three slots apart, each from a
+    # pod of its own that then goes: 60 pods, 60 slots.
+    server = RedisServer().start()
+    policy = parse_config(POLICY).policy
+    profile = policy.profile("")
+    client = redis.Redis(port=server.port)
+
+    async def burst(name: str) -> None:
+        settings = StateSettings(
+            Store.REDIS, server.url, "store:", timedelta(milliseconds=250), pod=name,
+            sync=timedelta(milliseconds=10),
+        )  # fmt: skip
+        store = FleetStore(Upstreams(policy), settings)
+        try:
+            for _ in range(5):
+                assert (await store.admit(profile, "bursty"))[0].allowed
+            assert await store.sync() == 1
+            # The script answered (a refused one leaves the pod no view).
+            assert ("default", "bursty") in store.fleet_views()
+        finally:
+            await store.aclose()
+
+    async def main() -> None:
+        for i in range(60):
+            await burst(f"gone-{i}")
+            await asyncio.sleep(0.06)  # three slots of 20 ms
+
+    key = key_of("default", "bursty") + ":d"
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+        fields = client.hlen(key)
+        # Grown past its bound anyway (planted, or more pods than that):
+        # dropped whole at the next sync, and summed again from there.
+        client.hset(key, mapping={f"planted-{i}": "1 1 -1 0" for i in range(10_001)})
+        asyncio.run(asyncio.wait_for(burst("after"), 60))
+        capped = client.hlen(key)
+        # A sweep's cursor no sync wrote starts the sweep over, not a refusal.
+        client.hset(key, " cursor", "not a cursor")
+        asyncio.run(asyncio.wait_for(burst("again"), 60))
+    finally:
+        client.close()
+        server.stop()
+    # The pods still in the last two slots, their sums, and a little room.
+    assert fields <= 12, fields
+    assert capped <= 4, capped

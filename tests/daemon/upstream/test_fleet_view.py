@@ -297,3 +297,35 @@ def test_two_pods_failures_show_in_the_fleets_view_and_each_pod_keeps_its_own(
         for pod in pods:
             pod.stop()
         server.stop()
+
+
+def test_a_quiet_pod_shows_the_fleets_open_breaker_it_stopped_syncing(tmp_path: Path) -> None:
+    # pod-c called once, then went quiet: past two seconds its store stops
+    # syncing the name. The fleet's breaker opened after that, and pod-c's
+    # listing showed no fleet view at all, saying it had never synced the
+    # name. Asked, it reads the fleet's state again, and keeps the OPEN
+    # breaker in view while it lasts.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(REDIS_POLICY)
+    server = RedisServer().start()
+    pods: list[Daemon] = []
+    try:
+        for name in ("pod-a", "pod-b", "pod-c"):
+            env = {"SQUAWK_STATE_URL": server.url, "SQUAWK_STATE_POD": name}
+            pods.append(start_daemon("--policy", str(policy), env=env))
+        a, b, c = (pod.target for pod in pods)
+        report(c, "quiet", 200)
+        fleet_of(c, "quiet", lambda f: f.window_calls == 1)
+        time.sleep(3)  # quiet past the two seconds a name is synced for
+        report(a, "quiet", 503, 503, 503, 503)
+        report(b, "quiet", 503)
+        fleet_of(a, "quiet", lambda f: f.breaker_state == pb.BREAKER_STATE_OPEN)
+        seen = fleet_of(c, "quiet", lambda f: f.breaker_state == pb.BREAKER_STATE_OPEN)
+        assert seen.failing_pods == 2
+        time.sleep(3)  # quiet again: the OPEN breaker stays in view
+        assert listed(c, "quiet", include_fleet=True).fleet.breaker_state == pb.BREAKER_STATE_OPEN
+        assert table(c, "--fleet")["quiet"]["FLEET"] == "OPEN"
+    finally:
+        for pod in pods:
+            pod.stop()
+        server.stop()

@@ -56,11 +56,14 @@ __all__ = [
     "FleetView",
     "Move",
     "Reading",
+    "Restore",
     "admitted",
     "asked",
     "cautious",
     "demand",
     "fleet_snapshot",
+    "kept",
+    "lost",
     "merged",
     "move",
     "moved",
@@ -71,6 +74,7 @@ __all__ = [
     "retry_answer",
     "sent",
     "share",
+    "shown_share",
     "state_at",
     "take_probe",
     "token_change",
@@ -158,6 +162,11 @@ class Reading(NamedTuple):
     differ: bool
     # This pod's own part of `demand` (0: it was not among the `wanting`).
     own: float = 0.0
+    # When the store made the state it holds of the upstream (its own
+    # clock, an id): a state made anew (after a FLUSHALL, a restart that
+    # lost it, a failover to a replica without it) has another, and
+    # whatever caution the old one held is gone (see `lost`). 0: unknown.
+    born: int = 0
 
 
 class FleetView(NamedTuple):
@@ -186,6 +195,17 @@ class Move(NamedTuple):
 
     to: BreakerState
     epoch: int
+
+
+class Restore(NamedTuple):
+    """Caution a pod's view held that the store lost, to write back from
+    `epoch` (the store's, as the reading that showed the loss says)."""
+
+    epoch: int
+    # The OPEN breaker's time left; 0: none to write back.
+    open_left: float
+    # The cool-down's time left; 0: none to write back.
+    cooling: float
 
 
 # -- what a pod adds to its delta -------------------------------------------
@@ -335,6 +355,45 @@ def viewed(
     )
 
 
+def lost(reading: Reading, previous: FleetView | None, now: float) -> Restore | None:
+    """The caution `previous` still held at `now` that `reading` shows the
+    store lost, or None: a reading of a state the store made anew (another
+    `born`) while the pod's view held an OPEN breaker or a cool-down with
+    time left. The state outlives the caution it holds, so only a loss
+    remakes it meanwhile (a pod reading it after another pod's sync
+    remade it sees the same). Without
+    it, a FLUSHALL (or a Redis restarted empty) ends the fleet's breaker
+    and cool-down within a sync, and every pod that never saw the failures
+    calls again. Every pod that held it writes it back (the store keeps the
+    longest cool-down and the first OPEN), for the time left as this pod
+    read it: no longer than the rules gave it."""
+    if previous is None or not previous.reading.born or reading.born == previous.reading.born:
+        return None
+    open_left = 0.0
+    if previous.reading.state is BreakerState.OPEN and reading.state is BreakerState.CLOSED:
+        open_left = max(previous.until - now, 0.0)
+    cooling = previous.cool_until - now
+    if cooling <= reading.cooling:
+        cooling = 0.0
+    if open_left <= 0.0 and cooling <= 0.0:
+        return None
+    return Restore(reading.epoch, open_left, cooling)
+
+
+def kept(view: FleetView, restore: Restore, now: float) -> FleetView:
+    """The view of a reading that lost `restore`, with it kept: the pod
+    goes on refusing as before while it writes the caution back (the next
+    sync reads it from the store again)."""
+    reading, until, cool_until = view.reading, view.until, view.cool_until
+    if restore.open_left > 0.0:
+        reading = reading._replace(state=BreakerState.OPEN, left=restore.open_left)
+        until = now + restore.open_left
+    if restore.cooling > 0.0:
+        reading = reading._replace(cooling=max(reading.cooling, restore.cooling))
+        cool_until = max(cool_until, now + restore.cooling)
+    return view._replace(reading=reading, until=until, cool_until=cool_until)
+
+
 def share(reading: Reading) -> float:
     """This pod's fraction of the upstream's rate: its part of the demand
     every pod reported for the same slot, so the fractions the pods read
@@ -380,6 +439,27 @@ def pace_share(view: FleetView | None, now: float, fallback: float | None) -> fl
     if view is not None and now < view.share_until:
         return view.share
     return 1.0 if fallback is None else fallback
+
+
+def shown_share(leased: FleetView | None, now: float, paced: float, divided: bool) -> float:
+    """The share a listing shows (FleetSnapshot.pace_share), so that the
+    columns mean the same on every pod: RATE x SHARE is this pod's own pace,
+    and the shares of the pods that asked in one slot add up to 1. 1.0
+    when the fleet divides nothing (`divided`: the pace in force is a
+    declared or announced rate; a learned one, or none, is the pod's own);
+    while the lease holds, this pod's part of the demand summed in the
+    last whole slot, 0 when it asked for none then (its next call paces by
+    an equal part, 1/(pods + 1), until its demand is summed: `share`);
+    past the lease, `paced`, the fraction it paces by (`pace_share`: its
+    fallback, or the whole rate)."""
+    if not divided:
+        return 1.0
+    if leased is None or now >= leased.share_until:
+        return paced
+    reading = leased.reading
+    if reading.own <= 0.0 or reading.demand <= 0.0:
+        return 0.0
+    return share(reading)
 
 
 def state_at(view: FleetView, now: float) -> BreakerState:
@@ -521,8 +601,8 @@ def retry_answer(
 def fleet_snapshot(
     view: FleetView, config: UpstreamConfig, now: float, pace_share: float
 ) -> FleetSnapshot:
-    """What the view says at `now`, for display; `pace_share`: the share the
-    pod paces by now (its lease's, or its fallback once the lease ran out)."""
+    """What the view says at `now`, for display; `pace_share`: the share
+    shown (shown_share)."""
     reading = view.reading
     state = state_at(view, now)
     if reading.state is BreakerState.CLOSED:
@@ -573,10 +653,14 @@ class FleetSnapshot(NamedTuple):
     # The retries the fleet's budget would grant now (retry_budget.retries_left's
     # meaning, over every pod's calls and retries).
     retries_left: int
-    # This pod's share of the upstream's rate, a fraction in (0, 1]; 1.0 when
-    # the fleet does not divide it (no rate to share, or this pod alone).
+    # This pod's share of the upstream's rate (see shown_share), a fraction
+    # in [0, 1]: of the pods that asked in the last whole slot, their parts
+    # of the demand (adding up to 1); 0 for a pod that asked for none then;
+    # 1.0 when the fleet does not divide the pace (no declared or announced
+    # rate).
     pace_share: float
-    # The pods that asked for the upstream in the last sync interval.
+    # The pods that asked for the upstream in the last whole slot (two sync
+    # intervals): the same on every pod that read that slot.
     pods: int
     # How old this view is: the time since the sync that read it.
     age: timedelta

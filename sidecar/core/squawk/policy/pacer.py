@@ -150,6 +150,7 @@ __all__ = [
     "MIN_POLICY_RATE",
     "MIN_RATE",
     "SCALE",
+    "SHARED_SOURCES",
     "SHORT_SLOTS",
     "SMOOTHING",
     "Pace",
@@ -431,7 +432,7 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> _Rates:
 
 # The paces that describe the upstream's whole quota, which the fleet's
 # pods divide: declared for it, or read from its headers.
-_SHARED = (PaceSource.POLICY, PaceSource.HEADERS)
+SHARED_SOURCES = (PaceSource.POLICY, PaceSource.HEADERS)
 
 
 def _shared(rates: _Rates, share: float) -> _Rates:
@@ -566,7 +567,7 @@ def pace(
         full = Shed(ShedCause.IN_FLIGHT, 0.0, float(int(pacer.limit)))
         return pacer, Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0, full)
     rates = _rates(pacer, config, now)
-    if share < 1.0 and rates.source in _SHARED:
+    if share < 1.0 and rates.source in SHARED_SOURCES:
         rates = _shared(rates, share)
     units = cost if cost > 0.0 else pacer.mean_cost
     start = _start(pacer, rates, now, units)

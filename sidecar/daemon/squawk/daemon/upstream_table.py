@@ -60,8 +60,9 @@ _FLEET_COLUMNS = (
 _NO_FLEET_ROW = ("-",) * len(_FLEET_COLUMNS)
 # The line `--fleet` prints when no row has a fleet view.
 NO_FLEET_VIEW = (
-    "(no fleet view: the daemon keeps its state in memory, "
-    "or has not synced these upstreams with the fleet yet)"
+    "(no fleet view: the daemon keeps its state in memory, or was not syncing these "
+    "upstreams, quiet here for over 2 s; with the Redis store, asking reads them: "
+    "list again in a moment)"
 )
 
 # Pages of GetUpstreams the table reads at most: ten times a full registry.

@@ -1577,13 +1577,18 @@ export interface FleetState {
   retriesLeft: number;
   /**
    * This pod's share of the upstream's fleet-wide rate, a fraction in
-   * (0, 1], in proportion to its demand. 1 when the fleet does not divide
-   * the rate (no rate to share, or this pod the only one asking).
+   * [0, 1]: its part of the demand the pods reported in the last whole slot
+   * (two sync intervals), so the shares of the pods that asked then add up
+   * to 1; 0 when this pod asked for none then (its next call paces by an
+   * equal part, 1 / (pods + 1), until its demand is summed). 1 when the
+   * fleet does not divide the pace (no declared or announced rate: a learned
+   * one is the pod's own). UpstreamState.rate x pace_share is this pod's own
+   * pace.
    */
   paceShare: number;
   /**
-   * The pods that asked for the upstream in the last sync interval, this
-   * one included.
+   * The pods that asked for the upstream in the last whole slot (two sync
+   * intervals): the same on every pod that read that slot.
    */
   pods: number;
   /** The time since the sync that read this view. */

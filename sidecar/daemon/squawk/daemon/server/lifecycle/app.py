@@ -339,7 +339,12 @@ def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodSt
 
     observer.store_up(True)
     return FleetStore(
-        upstreams, settings, observer.transition, observer.store_up, observer.store_dropped
+        upstreams,
+        settings,
+        observer.transition,
+        observer.store_up,
+        observer.store_dropped,
+        on_restored=observer.store_restored,
     )
 
 

@@ -135,6 +135,12 @@ class Metrics:
             "written than the writer holds); this pod's own state counted them.",
             registry=None,
         )
+        self.state_restored = Counter(
+            "squawk_state_restored",
+            "Fleet caution (an OPEN breaker, a cool-down) this pod wrote back to the "
+            "fleet state store after the store lost it (flushed, or restarted empty).",
+            registry=None,
+        )
         self._store_up_shown = False
         self.policy_reloads = Counter(
             "squawk_policy_reloads",
@@ -202,6 +208,7 @@ class Metrics:
         if not self._store_up_shown:
             self.registry.register(self.state_store_up)
             self.registry.register(self.state_writes_dropped)
+            self.registry.register(self.state_restored)
             self._store_up_shown = True
         self.state_store_up.set(int(up))
 

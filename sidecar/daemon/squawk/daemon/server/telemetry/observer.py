@@ -245,6 +245,12 @@ class Observer:
         if self.metrics is not None:
             self.metrics.state_writes_dropped.inc(count)
 
+    def store_restored(self, count: int) -> None:
+        """The fleet state store lost caution this pod held, which it wrote
+        back `count` times (the store logs it)."""
+        if self.metrics is not None:
+            self.metrics.state_restored.inc(count)
+
     def refused(self, rpc: str, cause: str, exc_info: bool = False) -> None:
         """Count a call answered with an error; log the unexpected ones, throttled.
 

@@ -8,10 +8,12 @@
 -- every key expires when left alone.
 --
 -- KEYS  s the state (hash: e epoch, c cool-down end ms, t tokens spent in
---         thousandths, f the settings' fingerprint)
+--         thousandths, f the settings' fingerprint, n the rounds begun,
+--         b when it was made)
 --       c the windows' counts (hash: w<bucket> calls, x<bucket> failures of
 --         the breaker's window; d<bucket> first calls, r<bucket> retries of
---         the ratio budget's)
+--         the ratio budget's; a bucket is "window:buckets:number", the
+--         window it was counted in)
 --       p the pods with a failure in the window (sorted set, score = ms)
 --       o the fleet breaker's OPEN lease (expires when it half-opens)
 --       h the fleet breaker is not CLOSED (OPEN or HALF_OPEN)
@@ -19,23 +21,31 @@
 --         expires open_for after it began: a round without a verdict restarts)
 --       d the pace's demand (hash: D<slot> calls/s, N<slot> pods, and each
 --         pod's "slot demand previous-slot previous-demand" last written;
---         a slot is two sync intervals)
+--         a slot is two sync intervals; " cursor" the sweep's HSCAN cursor)
 -- ARGV[1] words separated by spaces:
 --   sync pod round calls failures deposits retries taken refilled hint want
 --        returned demand  window buckets ttl open_for probes max_cool
 --        max_tokens interval fingerprint
 --   move pod epoch to  window buckets ttl open_for probes max_cool
 --        max_tokens interval fingerprint
+--   keep pod epoch open_left cool_left  window buckets ttl open_for probes
+--        max_cool max_tokens interval fingerprint
 --
 -- sync replies {state, epoch, left, calls, failures, pods, taken, successes,
 --   probe failures, granted, round, deposits, retries, spent, cooling, demand
 --   (thousandths of calls/s), wanting, differ, own (this pod's part of
---   demand, thousandths)}; state 1 CLOSED, 2 OPEN, 3 HALF_OPEN; left: OPEN,
+--   demand, thousandths), born (when the state was made, server ms modulo
+--   1e9: a state made anew, after a FLUSHALL or a restart that lost it,
+--   has another)}; state 1 CLOSED, 2 OPEN, 3 HALF_OPEN; left: OPEN,
 --   ms until it half-opens, HALF_OPEN, until the round restarts; round: the
 --   half-open round's id (slots leased in a round are void once it
 --   restarted, and `returned` slots go back only to the round of the id
 --   sent).
 -- move replies {1} when made, {0} when the fleet left that epoch first.
+-- keep writes back caution a pod held that the store lost (the state made
+--   anew under it): an OPEN lease of open_left ms, if the breaker is still
+--   CLOSED in that epoch, and a cool-down of cool_left ms, if longer than
+--   the one stored; it replies {1} when it wrote either, else {0}.
 
 local CLOSED, OPEN, HALF = 1, 2, 3
 local BUDGET_BUCKETS = 10
@@ -54,7 +64,7 @@ local function bounded(x, low, high)
   return math.min(math.max(x, low), high)
 end
 
-local i = op == 'sync' and 14 or 5
+local i = ({sync = 14, keep = 6})[op] or 5
 local window, buckets = bounded(arg[i], 1, 1e12), bounded(arg[i + 1], 1, 1000)
 local ttl, open_for = bounded(arg[i + 2], 1, 1e12), bounded(arg[i + 3], 1, 1e12)
 local probes, max_cool = bounded(arg[i + 4], 1, 1e9), bounded(arg[i + 5], 0, 1e12)
@@ -72,11 +82,17 @@ for k = 1, 7 do
   if t ~= 'none' and t ~= types[k] then redis.call('DEL', KEYS[k]) end
 end
 
-local stored = redis.call('HMGET', KEYS[1], 'e', 'c', 't', 'f', 'n')
+local stored = redis.call('HMGET', KEYS[1], 'e', 'c', 't', 'f', 'n', 'b')
 -- The epoch wraps well within what a reply carries exactly.
 local MAX_EPOCH = 1e9
 local epoch = bounded(stored[1], 0, MAX_EPOCH)
 local rounds = bounded(stored[5], 0, MAX_EPOCH)
+-- Never 0, which a reply of no state would read as.
+local born = bounded(stored[6], 0, MAX_EPOCH)
+if born == 0 or born ~= math.floor(born) then
+  born = now % (MAX_EPOCH - 1) + 1
+  redis.call('HSET', KEYS[1], 'b', born)
+end
 -- Held to what the rules allow: no stored value (nor a clock that jumped
 -- back) cools longer than max_cool, and a reload that lowers it ends a
 -- longer cool-down already stored.
@@ -132,29 +148,72 @@ if op == 'move' then
   return {1}
 end
 
+if op == 'keep' then
+  -- Held to the rules as every other write: no longer than open_for, nor
+  -- than max_cool_down.
+  local want = bounded(arg[3], 0, 1e15)
+  local open_left, cool_left = bounded(arg[4], 0, open_for), bounded(arg[5], 0, max_cool)
+  local made = 0
+  if open_left >= 1 and state == CLOSED and want == epoch then
+    redis.call('SET', KEYS[4], '1', 'PX', math.floor(open_left))
+    redis.call('SET', KEYS[5], '1', 'PX', math.floor(keep))
+    redis.call('DEL', KEYS[6])
+    clear_window()
+    redis.call('HSET', KEYS[1], 'e', (epoch + 1) % MAX_EPOCH)
+    made = 1
+  end
+  if cool_left >= 1 and now + cool_left > cool then
+    cool = now + cool_left
+    redis.call('HSET', KEYS[1], 'c', cool)
+    made = 1
+  end
+  if made == 1 then
+    keep = math.max(window, 2 * open_for, ttl, cool - now) + 60000
+    redis.call('PEXPIRE', KEYS[1], math.floor(keep))
+  end
+  return {made}
+end
+
 -- The windows' sums, their old buckets and anything not a count dropped
 -- first, so the additions below always meet a count (HINCRBY fails on a
 -- field that is not one) and a planted hash of countless fields costs one
 -- DEL, not a scan at every sync.
-local wb = math.floor(now * buckets / window)
-local bb = math.floor(now * BUDGET_BUCKETS / ttl)
+--
+-- A bucket's field names the window it was counted in: kind, window ms,
+-- buckets, number ("w60000:10:29512345"), so that pods whose windows
+-- differ (a rollout, a mistake) never drop each other's counts: a bucket
+-- is dropped only once it is out of the window it was counted in, and each
+-- pod sums every pod's buckets that began within its own window.
+local wspan = math.floor(window) .. ':' .. math.floor(buckets) .. ':'
+local bspan = math.floor(ttl) .. ':' .. BUDGET_BUCKETS .. ':'
+local wb = math.floor(now * math.floor(buckets) / math.floor(window))
+local bb = math.floor(now * BUDGET_BUCKETS / math.floor(ttl))
 local sums = {w = 0, x = 0, d = 0, r = 0}
-if redis.call('HLEN', KEYS[2]) > 2 * buckets + 2 * BUDGET_BUCKETS + 8 then
+-- Room for two settings of the most buckets (1000) beside each other.
+local MAX_COUNT_FIELDS = 2 * (2 * 1000 + 2 * BUDGET_BUCKETS) + 8
+if redis.call('HLEN', KEYS[2]) > MAX_COUNT_FIELDS then
   redis.call('DEL', KEYS[2])
 end
+-- The longest window any live bucket was counted in: the failing pods
+-- are kept as long (see below).
+local longest = window
 local counts = redis.call('HGETALL', KEYS[2])
 for k = 1, #counts, 2 do
   local field, value = counts[k], counts[k + 1]
-  local kind, n = string.sub(field, 1, 1), tonumber(string.sub(field, 2))
-  local live = false
-  if n and (kind == 'w' or kind == 'x') then
-    live = n > wb - buckets and n <= wb
-  elseif n and (kind == 'd' or kind == 'r') then
-    live = n > bb - BUDGET_BUCKETS and n <= bb
+  local kind, counted_in, count, n = string.match(field, '^([wxdr])(%d+):(%d+):(%d+)$')
+  counted_in, count, n = tonumber(counted_in), tonumber(count), tonumber(n)
+  local live, mine = false, false
+  if n and counted_in >= 1 and count >= 1 and count <= 1000 then
+    local last = math.floor(now * count / counted_in)
+    live = n > last - count and n <= last
+    -- Begun within this pod's own window (its own buckets: exactly the live ones).
+    local own = (kind == 'w' or kind == 'x') and window or ttl
+    mine = n * counted_in / count > now - own
   end
   local v = tonumber(value)
   if live and v and v == math.floor(v) and v >= 0 and v <= MAX_SLOT then
-    sums[kind] = sums[kind] + v
+    if mine then sums[kind] = sums[kind] + v end
+    if kind == 'w' or kind == 'x' then longest = math.max(longest, counted_in) end
   else
     redis.call('HDEL', KEYS[2], field)
   end
@@ -172,10 +231,10 @@ local demand = bounded(arg[13], 0, 1e9)
 -- round's tally (every counted outcome is a probe's, as in the core), or
 -- nothing while OPEN (they describe the upstream before the break).
 if state == CLOSED and calls > 0 then
-  redis.call('HINCRBY', KEYS[2], 'w' .. wb, calls)
+  redis.call('HINCRBY', KEYS[2], 'w' .. wspan .. wb, calls)
   sums.w = sums.w + calls
   if failures > 0 then
-    redis.call('HINCRBY', KEYS[2], 'x' .. wb, failures)
+    redis.call('HINCRBY', KEYS[2], 'x' .. wspan .. wb, failures)
     sums.x = sums.x + failures
     redis.call('ZADD', KEYS[3], now, pod)
   end
@@ -223,11 +282,11 @@ if state == HALF then
 end
 
 if deposits > 0 then
-  redis.call('HINCRBY', KEYS[2], 'd' .. bb, deposits)
+  redis.call('HINCRBY', KEYS[2], 'd' .. bspan .. bb, deposits)
   sums.d = sums.d + deposits
 end
 if retries > 0 then
-  redis.call('HINCRBY', KEYS[2], 'r' .. bb, retries)
+  redis.call('HINCRBY', KEYS[2], 'r' .. bspan .. bb, retries)
   sums.r = sums.r + retries
 end
 spent = math.min(math.max(spent - refilled, 0) + taken, max_tokens)
@@ -240,6 +299,16 @@ if hint >= 0 then cool = math.max(cool, now + math.min(hint, max_cool)) end
 -- would let the others' parts add up to the whole rate without its own.
 -- The reply is the last whole slot's sums, and this pod's part of them.
 -- Each pod's field holds "slot demand previous-slot previous-demand".
+--
+-- Bounded: what no reply needs any more (a slot's sums or a pod's report
+-- older than the last whole slot) is swept a few fields a sync, from a
+-- cursor kept in the hash, so bursty traffic (slots never followed by
+-- their next-but-one) and pods gone for good (restarted under new names)
+-- leave nothing behind; a hash grown past MAX_DEMAND_FIELDS anyway (more
+-- pods asking than that, or planted) is dropped whole: the demand is
+-- summed again within two slots, each pod an equal-part newcomer meanwhile.
+local MAX_DEMAND_FIELDS, SWEEP, CURSOR = 10000, 16, ' cursor'
+if redis.call('HLEN', KEYS[7]) > MAX_DEMAND_FIELDS then redis.call('DEL', KEYS[7]) end
 local slot = math.floor(now / (2 * interval))
 local prev = redis.call('HMGET', KEYS[7], 'D' .. (slot - 1), 'N' .. (slot - 1))
 local total, wanting = bounded(prev[1], 0, 1e12), bounded(prev[2], 0, 1e9)
@@ -273,13 +342,30 @@ if demand > 0 then
   end
   redis.call('HSET', KEYS[7], pod, slot .. ' ' .. demand .. ' ' .. before_slot .. ' ' .. before_demand)
   redis.call('HDEL', KEYS[7], 'D' .. (slot - 2), 'N' .. (slot - 2))
+  -- A pod's name never holds a space (the words are split on them), so
+  -- the cursor's field is no pod's.
+  -- A cursor HSCAN would refuse (planted, or a mistake) starts over.
+  local cursor = redis.call('HGET', KEYS[7], CURSOR)
+  if not (cursor and #cursor <= 15 and string.match(cursor, '^%d+$')) then cursor = '0' end
+  local scanned = redis.call('HSCAN', KEYS[7], cursor, 'COUNT', SWEEP)
+  for k = 1, #scanned[2], 2 do
+    local field, value = scanned[2][k], scanned[2][k + 1]
+    local sum_of = string.match(field, '^[DN](%-?%d+)$')
+    local reported = string.match(value, '^(%-?%d+) ')
+    local of = tonumber(sum_of and tonumber(value) and sum_of or reported)
+    if field ~= CURSOR and (not of or of < slot - 1) then redis.call('HDEL', KEYS[7], field) end
+  end
+  redis.call('HSET', KEYS[7], CURSOR, scanned[1])
   redis.call('PEXPIRE', KEYS[7], math.floor(20 * interval + 60000))
 end
 
--- Aged out, and none from the future (a planted score of +inf never would be).
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
+-- Aged out of the longest window a live bucket was counted in (a pod with
+-- a shorter window must not drop the failing pods a longer one still
+-- counts), and none from the future (a planted score of +inf never would
+-- be); the quorum is the pods that failed within this pod's own window.
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - longest)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '(' .. now, '+inf')
-local pods = redis.call('ZCARD', KEYS[3])
+local pods = redis.call('ZCOUNT', KEYS[3], '(' .. (now - window), now)
 
 local left = 0
 if state == OPEN then
@@ -311,5 +397,5 @@ if state ~= CLOSED then redis.call('PEXPIRE', KEYS[5], math.floor(keep)) end
 return {
   state, epoch, left, sums.w, math.min(sums.x, sums.w), pods, tally[1], tally[2], tally[3],
   granted, round_id(), sums.d, sums.r, spent, math.max(cool - now, 0), math.floor(total * 1000), wanting,
-  differ, math.floor(own * 1000),
+  differ, math.floor(own * 1000), born,
 }

@@ -64,10 +64,13 @@ from squawk.policy.fleet import (
     FleetView,
     Move,
     Reading,
+    Restore,
     admitted,
     asked,
     cautious,
     fleet_snapshot,
+    kept,
+    lost,
     merged,
     move,
     moved,
@@ -76,6 +79,7 @@ from squawk.policy.fleet import (
     retried,
     retry_answer,
     sent,
+    shown_share,
     state_at,
     take_probe,
     token_change,
@@ -142,7 +146,7 @@ _PING_FIRST_S, _PING_MAX_S = 0.1, 2.0
 _MAX_CONNECTIONS = 32
 _KEY_CACHE = 4096
 _STATES = {1: BreakerState.CLOSED, 2: BreakerState.OPEN, 3: BreakerState.HALF_OPEN}
-_REPLY_LENGTH = 19
+_REPLY_LENGTH = 20
 # A hostile or broken store's numbers stay within what timedelta holds.
 _MAX_REPLY = 10**12
 
@@ -171,7 +175,8 @@ class _Tracked:
 
 
 class Call(NamedTuple):
-    """One script call of a sync (or of a move) and what it was made of."""
+    """One script call of a sync (or of a move, or of a write-back) and
+    what it was made of."""
 
     tracked: _Tracked
     keys: list[str]
@@ -190,6 +195,7 @@ class FleetStore(PodStore):
         on_up: Callable[[bool], None] | None = None,
         on_dropped: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_restored: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(upstreams)
         try:
@@ -209,6 +215,7 @@ class FleetStore(PodStore):
         self._on_transition = on_transition
         self._on_up = on_up
         self._on_dropped = on_dropped
+        self._on_restored = on_restored
         self._redis, self._sentinels = _connect(settings)
         self._sha = hashlib.sha1(_SCRIPT.encode()).hexdigest()
         self._up = True
@@ -223,6 +230,8 @@ class FleetStore(PodStore):
         self._args: dict[UpstreamConfig, str] = {}
         # Writes the fleet never got, since start (the metric's value).
         self.dropped = 0
+        # Caution written back after the store lost it, since start (the metric's).
+        self.restored = 0
         self.syncs = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._soon = asyncio.Event()
@@ -339,11 +348,36 @@ class FleetStore(PodStore):
 
     def fleet_views(self, profile: str = "") -> dict[Key, FleetSnapshot]:
         now = self._clock()
+        self._read_quiet(profile, now)
         return {
-            key: fleet_snapshot(view, t.profile.for_upstream(key[1]), now, self._share(t, now))
+            key: fleet_snapshot(
+                view,
+                t.profile.for_upstream(key[1]),
+                now,
+                shown_share(t.leased, now, self._share(t, now), self.upstreams.divided(key)),
+            )
             for key, t in self._tracked.items()
             if (view := self._view(t, now)) is not None and (not profile or key[0] == profile)
         }
+
+    def _read_quiet(self, profile: str, now: float) -> None:
+        """The upstreams the pod's own state lists (of `profile`) that this
+        store stopped syncing, quiet for over _ACTIVE_S, tracked again: each
+        is synced at once, so a listing a sync later shows the fleet's view
+        of it (a fleet breaker that opened after the pod went quiet, a
+        cool-down), kept while it holds caution. Only when asked: a pod
+        that synced every quiet name it ever called would cost Redis a
+        script per name per interval. Never past the bound, and never a
+        write counted as dropped."""
+        if not self._up:
+            return
+        policy = self.upstreams.policy
+        keys, _ = self.upstreams.page(profile=profile)
+        for _, key in keys:
+            if len(self._tracked) >= self._most:
+                return
+            if key not in self._tracked and key[0] in policy.profiles:
+                self._track(policy.profile(key[0]), key[1], now)
 
     def _track(self, profile: Profile, upstream: str, now: float) -> _Tracked | None:
         key = (profile.name, upstream)
@@ -581,9 +615,16 @@ class FleetStore(PodStore):
             config = tracked.profile.for_upstream(tracked.upstream)
             before = tracked.view
             lease = _LEASE_SYNCS * self.interval_s
+            read_at = self._clock()
             tracked.view = tracked.leased = viewed(
-                got, config, self._clock(), before, lease, self.interval_s
+                got, config, read_at, before, lease, self.interval_s
             )
+            restore = lost(got, before, read_at)
+            if restore is not None:
+                # The store lost the caution this pod still holds: kept
+                # here, and written back with the moves' round trip.
+                tracked.view = kept(tracked.view, restore, read_at)
+                moves.append(self._keep_call(tracked, restore, config))
             self._differs(tracked, got)
             self._moved(tracked, before, tracked.view)
             made = move(got, config, self.settings.min_pods)
@@ -592,6 +633,36 @@ class FleetStore(PodStore):
                 moves.append(Call(tracked, tracked.keys, words, made=made))
         self.syncs += 1
         return moves
+
+    def _keep_call(self, tracked: _Tracked, restore: Restore, config: UpstreamConfig) -> Call:
+        """The script call that writes `restore` back; counted, and said
+        at most once per LOG_EVERY_S."""
+        self.restored += 1
+        if self._on_restored is not None:
+            self._on_restored(1)
+        held = self._throttle.ready("restored")
+        if held is not None:
+            what = " and ".join(
+                f"{name} ({left:.1f} s left)"
+                for name, left in (
+                    ("an OPEN fleet breaker", restore.open_left),
+                    ("a cool-down", restore.cooling),
+                )
+                if left > 0
+            )
+            log.warning(
+                "fleet state store %s lost the state of upstream %s (profile %s) while this "
+                "pod held %s (flushed, or restarted empty?); writing it back%s",
+                self.settings.where,
+                shown_text(tracked.upstream, 200),
+                shown_text(tracked.profile.name, 200),
+                what,
+                f" ({held} more write-backs since the last report)" if held else "",
+            )
+        open_ms = math.ceil(restore.open_left * 1000)
+        cool_ms = math.ceil(restore.cooling * 1000)
+        words = f"keep {self._pod} {restore.epoch} {open_ms} {cool_ms} {self._tail(config)}"
+        return Call(tracked, tracked.keys, words)
 
     def move_replies(self, moves: Sequence[Call], replies: Sequence[object]) -> None:
         """The transitions made: the view says so at once, as the next sync would."""
@@ -676,8 +747,10 @@ class FleetStore(PodStore):
         self._differ.add(key)
         log.warning(
             "upstream %s (profile %s): this pod's breaker or budget settings differ "
-            "from those the fleet's state was written with; each pod judges the fleet's "
-            "counts by its own, so pods may disagree (run the same policy on every pod)",
+            "from those the fleet's state was written with; the pods share their counts "
+            "(each within its own window), but each judges them by its own settings, so "
+            "they may disagree on the fleet's breaker and budget (run the same policy on "
+            "every pod)",
             shown_text(key[1], 200),
             shown_text(key[0], 200),
         )
@@ -844,6 +917,7 @@ def reading(raw: object) -> Reading | None:
         v[16],
         bool(v[17]),
         v[18] / 1000,
+        v[19],
     )
 
 

@@ -78,7 +78,7 @@ from squawk.policy import (
 from squawk.policy.breaker import advance
 from squawk.policy.cooldown import held
 from squawk.policy.outcome import is_throttled
-from squawk.policy.pacer import hold_at_most
+from squawk.policy.pacer import SHARED_SOURCES, hold_at_most, pace_source
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
 
@@ -245,6 +245,10 @@ class Upstreams:
     @property
     def max_upstreams(self) -> int:
         return self._policy.max_upstreams
+
+    @property
+    def policy(self) -> Policy:
+        return self._policy
 
     def __len__(self) -> int:
         return len(self._pinned) + len(self._entries)
@@ -480,6 +484,15 @@ class Upstreams:
                 return out, True
             out.append((seq, key))
         return out, False
+
+    def divided(self, key: Key) -> bool:
+        """Whether the key's pace in force is one the fleet divides between
+        its pods (a declared or announced rate; a learned one is the pod's own)."""
+        entry = self._find(key)
+        if entry is None:
+            return False
+        source = pace_source(entry.state.pacer, self._config(key).rate_limit, self._clock())
+        return source in SHARED_SOURCES
 
     def tracks(self, profile: str, upstream: str) -> bool:
         """Whether the key has a state of its own (not the overflow's)."""
