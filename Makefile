@@ -164,9 +164,12 @@ unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) ts-build
 	  SQUAWK_GRPCURL_BIN=$(GRPCURL_BIN) SQUAWK_LOCK=$(abspath $(LOCK)) $(BIN)/pytest -q
 
 # Go users expect generated code in the repo; --check fails on any drift.
+# clients/go/sdktest runs the RoundTripper under the real openai-go SDK, a
+# module of its own so that the SDK is never a dependency of the client's.
 go-test: setup
 	clients/go/gen.sh --check
 	cd clients/go && go vet ./... && go test -count=1 ./...
+	cd clients/go/sdktest && go vet ./... && go test -count=1 ./...
 	cd examples/go && go vet ./...
 
 # Generated code is committed here too: building needs Node alone, and the

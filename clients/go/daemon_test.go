@@ -1,26 +1,18 @@
 package squawk
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"github.com/squawk-dev/squawk/clients/go/internal/daemontest"
 )
 
-// The tests run the real daemon: ../../.venv/bin/squawk (made by `make setup`
-// at the repo root), or the executable named by SQUAWK_BIN.
+// The tests run the real daemon (see daemontest): ../../.venv/bin/squawk
+// (made by `make setup` at the repo root), or the executable named by
+// SQUAWK_BIN.
 
 const repoRoot = "../.."
 
@@ -93,48 +85,11 @@ func (s *sharedDaemon) require(t *testing.T) *daemon {
 	return s.d
 }
 
-func daemonBin() (string, error) {
-	bin := os.Getenv("SQUAWK_BIN")
-	if bin == "" {
-		bin = filepath.Join(repoRoot, ".venv", "bin", "squawk")
-	}
-	abs, err := filepath.Abs(bin)
-	if err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(abs); err != nil {
-		return "", fmt.Errorf("daemon executable %s is missing (%v): run `make setup` at the repo root first, or set SQUAWK_BIN", abs, err)
-	}
-	return abs, nil
-}
-
-// syncBuffer collects the daemon's output for failure messages.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
+// daemon is a running daemon (see daemontest), with the names the tests use.
 type daemon struct {
+	*daemontest.Daemon
 	addr string
-	// health is where readiness is read: addr itself, or a plaintext
-	// --health-listen port when addr needs credentials.
-	health  string
-	cmd     *exec.Cmd
-	out     *syncBuffer
-	done    chan struct{}
-	waitErr error
+	out  *daemontest.Output
 }
 
 // startDaemon runs `squawk serve --listen addr args...` (in the repo root)
@@ -151,89 +106,18 @@ func startDaemonHealthOn(addr, health string, args ...string) (*daemon, error) {
 }
 
 func launchDaemon(addr, health string, args []string) (*daemon, error) {
-	bin, err := daemonBin()
+	d, err := daemontest.Start(repoRoot, addr, health, args)
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{addr: addr, health: health, out: &syncBuffer{}, done: make(chan struct{})}
-	d.cmd = exec.Command(bin, append([]string{"serve", "--listen", addr}, args...)...)
-	d.cmd.Dir = repoRoot
-	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
-	d.cmd.SysProcAttr = daemonProcAttr()
-	if err := d.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", strings.Join(d.cmd.Args, " "), err)
-	}
-	go func() {
-		d.waitErr = d.cmd.Wait()
-		close(d.done)
-	}()
-	if err := d.waitServing(30 * time.Second); err != nil {
-		d.kill()
-		return nil, err
-	}
-	return d, nil
+	return &daemon{Daemon: d, addr: d.Addr, out: d.Out}, nil
 }
 
-func (d *daemon) waitServing(limit time.Duration) error {
-	conn, err := grpc.NewClient(d.health, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	health := healthpb.NewHealthClient(conn)
-	deadline := time.Now().Add(limit)
-	var last error
-	for time.Now().Before(deadline) {
-		select {
-		case <-d.done:
-			return fmt.Errorf("`%s` exited before serving (%v); its output:\n%s", d.command(), d.waitErr, d.out)
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-		resp, err := health.Check(ctx, &healthpb.HealthCheckRequest{})
-		cancel()
-		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return nil
-		}
-		last = err
-		if err == nil {
-			last = fmt.Errorf("health status %v", resp.GetStatus())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("`%s` not SERVING after %v (last: %v); its output:\n%s", d.command(), limit, last, d.out)
-}
-
-// command is the daemon's command line as a person would type it.
-func (d *daemon) command() string {
-	return strings.Join(append([]string{"squawk"}, d.cmd.Args[1:]...), " ")
-}
-
-// kill sends SIGKILL and waits for the process to end.
-func (d *daemon) kill() {
-	_ = d.cmd.Process.Kill()
-	<-d.done
-}
-
-// stop asks the daemon to drain (SIGTERM) and kills it if it lingers.
-func (d *daemon) stop() {
-	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(10 * time.Second):
-		d.kill()
-	}
-}
+func (d *daemon) kill() { d.Kill() }
+func (d *daemon) stop() { d.Stop() }
 
 // freeAddr is a loopback address with a port nothing listens on right now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
-}
+func freeAddr() (string, error) { return daemontest.FreeAddr() }
 
 func mustFreeAddr(t *testing.T) string {
 	t.Helper()

@@ -99,4 +99,16 @@
 // RateLimitHeaderer (RateLimitHeaders() map[string]string) with its
 // rate-limit headers, which the pod's pacer reads. A busy executor asks for several
 // permits at once and starts its next dispatches on the spares.
+//
+// # An LLM SDK behind Squawk
+//
+// NewRoundTripper returns an http.RoundTripper that makes each request a
+// step of Run for one upstream: give it to an SDK that takes an
+// *http.Client (openai-go's option.WithHTTPClient), with the SDK's own
+// retries off (option.WithMaxRetries(0)). A response of 400 or more is a
+// failed attempt for DecideRetry, resent on RETRY; each success is reported
+// with its rate-limit headers and its JSON body's token usage; the SDK
+// gets the last response, the transport's error, or, for a dispatch the pod
+// refused before any call, a 503 of Squawk's own (x-squawk-reason,
+// x-should-retry: false). See RoundTripper and docs/sdks.md.
 package squawk

@@ -51,7 +51,13 @@ import redis
 
 from chat_server import Reply, ScriptedAPI, completion
 from conftest import ROOT, Daemon, free_port, start_daemon
-from readme_clients.build import build_go, build_python, build_typescript
+from readme_clients.build import (
+    build_go,
+    build_go_sdk,
+    build_python,
+    build_python_sdk,
+    build_typescript,
+)
 from readme_clients.upstream import HOTELS, HotelApi
 from test_readme_links import PENDING
 
@@ -165,11 +171,14 @@ CLIENT_EXAMPLES: dict[tuple[str, str], Callable[[str, Path], list[str]]] = {
     ("docs/clients/typescript.md", _TYPESCRIPT): build_typescript,
 }
 
-# (document, first line of the block) of a program that calls an LLM SDK
-# through Squawk: run with the SDK's own environment pointing it at a
-# loopback stand-in of its API that throttles the first call, so it must be
-# resent by the daemon's RETRY and print the second call's answer.
-SDK_EXAMPLES = {("docs/sdks.md", "import httpx2")}
+# (document, first line of the block) -> how to build a program that calls
+# an LLM SDK through Squawk: run with the SDK's own environment pointing it
+# at a loopback stand-in of its API that throttles the first call, so it
+# must be resent by the daemon's RETRY and print the second call's answer.
+SDK_EXAMPLES: dict[tuple[str, str], Callable[[str, Path], list[str]]] = {
+    ("docs/sdks.md", "import httpx2"): build_python_sdk,
+    ("docs/sdks.md", "package main"): build_go_sdk,
+}
 
 RUNNABLE = re.compile(r"(\.venv/bin/squawk|squawk|grpcurl|printf|[A-Z_]+=\$\(printf) ")
 
@@ -389,20 +398,25 @@ def test_client_example_takes_the_daemons_correction(
 
 
 @pytest.mark.parametrize(
-    "block",
-    [b for doc, first in SDK_EXAMPLES for b in fenced_blocks(doc) if b.first_line == first],
-    ids=str,
+    ("block", "build"),
+    [
+        pytest.param(b, build, id=str(b))
+        for (doc, first), build in SDK_EXAMPLES.items()
+        for b in fenced_blocks(doc)
+        if b.first_line == first
+    ],
 )
-def test_sdk_example_is_resent_by_the_daemon(block: Block, tmp_path: Path) -> None:
+def test_sdk_example_is_resent_by_the_daemon(
+    block: Block, build: Callable[[str, Path], list[str]], tmp_path: Path
+) -> None:
     target = f"127.0.0.1:{free_port()}"
-    program = tmp_path / "example.py"
-    program.write_text(block.body.replace(README_TARGET, target))
+    program = build(block.body.replace(README_TARGET, target), tmp_path)
     throttled = Reply({"error": {"message": "slow down"}}, status=429)
     daemon = start_daemon(listen=target)
     try:
         with ScriptedAPI(throttled, Reply(completion("hello"))) as api:
             ran = subprocess.run(
-                [sys.executable, str(program)],
+                program,
                 cwd=tmp_path,
                 env={**os.environ, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": api.base_url},
                 capture_output=True,

@@ -48,6 +48,29 @@ def build_go(example: str, work: Path) -> list[str]:
     return [str(work / "example")]
 
 
+def build_python_sdk(example: str, work: Path) -> list[str]:
+    """A whole program, run as it is."""
+    program = work / "example.py"
+    program.write_text(example)
+    return [sys.executable, str(program)]
+
+
+def build_go_sdk(example: str, work: Path) -> list[str]:
+    """A whole program, in a module that requires what clients/go/sdktest
+    does (the SDK at the version its go.sum locks), with a `replace` to
+    clients/go as a user's would have."""
+    sdktest = ROOT / "clients" / "go" / "sdktest"
+    module, rest = (sdktest / "go.mod").read_text().split("\n", 1)
+    assert module.startswith("module "), module
+    rest = rest.replace("=> ../", f"=> {ROOT / 'clients' / 'go'}")
+    (work / "go.mod").write_text(f"module example.com/sdk\n{rest}")
+    (work / "go.sum").write_text((sdktest / "go.sum").read_text())
+    (work / "main.go").write_text(example)
+    env = {**os.environ, "GOFLAGS": f"{os.environ.get('GOFLAGS', '')} -mod=mod".strip()}
+    go(["build", "-o", "example", "."], work, env)
+    return [str(work / "example")]
+
+
 def go(args: list[str], module: Path, env: dict[str, str] | None = None) -> None:
     """Run `go args` in `module`; a cold module and build cache downloads and
     compiles gRPC, hence the long timeout."""

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package daemontest
+
+import "syscall"
+
+func procAttr() *syscall.SysProcAttr {
+	return nil
+}
