@@ -17,6 +17,9 @@ covered as soon as it exists) and of bench/REPORT.md is one of:
   language's toolchain (tests/support/readme_clients) and run against the daemon
   and a hotel API on loopback that refuses PARIS, so it must take the
   daemon's CORRECT, call its correction hook and succeed with PAR;
+- a program of SDK_EXAMPLES below, which calls an LLM SDK through Squawk:
+  built the same way and run against the daemon and a stand-in of the
+  SDK's API that throttles the first call;
 - an entry of NOT_RUN below, with the reason it is not run.
 
 A block that is none of these fails the test, so a new example is either
@@ -41,7 +44,13 @@ import pytest
 
 from chat_server import Reply, ScriptedAPI, completion
 from conftest import ROOT, Daemon, free_port, start_daemon
-from readme_clients.build import build_go, build_python, build_typescript
+from readme_clients.build import (
+    build_go,
+    build_python,
+    build_python_program,
+    build_typescript,
+    build_typescript_program,
+)
 from readme_clients.upstream import HOTELS, HotelApi
 from test_readme_links import PENDING
 
@@ -127,7 +136,10 @@ CLIENT_EXAMPLES: dict[tuple[str, str], Callable[[str, Path], list[str]]] = {
 # through Squawk: run with the SDK's own environment pointing it at a
 # loopback stand-in of its API that throttles the first call, so it must be
 # resent by the daemon's RETRY and print the second call's answer.
-SDK_EXAMPLES = {("docs/sdks.md", "import httpx2")}
+SDK_EXAMPLES: dict[tuple[str, str], Callable[[str, Path], list[str]]] = {
+    ("docs/sdks.md", "import httpx2"): build_python_program,
+    ("docs/sdks.md", 'import OpenAI from "openai";'): build_typescript_program,
+}
 
 RUNNABLE = re.compile(r"(\.venv/bin/squawk|squawk|grpcurl|printf|[A-Z_]+=\$\(printf) ")
 
@@ -344,20 +356,25 @@ def test_client_example_takes_the_daemons_correction(
 
 
 @pytest.mark.parametrize(
-    "block",
-    [b for doc, first in SDK_EXAMPLES for b in fenced_blocks(doc) if b.first_line == first],
-    ids=str,
+    ("block", "build"),
+    [
+        pytest.param(b, build, id=str(b))
+        for (doc, first), build in SDK_EXAMPLES.items()
+        for b in fenced_blocks(doc)
+        if b.first_line == first
+    ],
 )
-def test_sdk_example_is_resent_by_the_daemon(block: Block, tmp_path: Path) -> None:
+def test_sdk_example_is_resent_by_the_daemon(
+    block: Block, build: Callable[[str, Path], list[str]], tmp_path: Path
+) -> None:
     target = f"127.0.0.1:{free_port()}"
-    program = tmp_path / "example.py"
-    program.write_text(block.body.replace(README_TARGET, target))
+    program = build(block.body.replace(README_TARGET, target), tmp_path)
     throttled = Reply({"error": {"message": "slow down"}}, status=429)
     daemon = start_daemon(listen=target)
     try:
         with ScriptedAPI(throttled, Reply(completion("hello"))) as api:
             ran = subprocess.run(
-                [sys.executable, str(program)],
+                program,
                 cwd=tmp_path,
                 env={**os.environ, "OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": api.base_url},
                 capture_output=True,
