@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import OpenAI from "openai";
-import { PaceSource, SquawkClient, squawkFetch, SquawkInputError, type SquawkFetchOptions } from "../src/index";
+import { PaceSource, sleep, SquawkClient, squawkFetch, SquawkInputError, type SquawkFetchOptions } from "../src/index";
 import { completion, openaiError, ScriptedAPI, type Reply } from "./support/chatapi";
 import { Daemon, freePort } from "./support/daemon";
 import { logged, uniqueUpstream, type Asked } from "./support/upstreams";
@@ -135,6 +135,25 @@ describe("squawkFetch under the openai SDK, against the daemon", () => {
     const { sdk } = chatSdk(client, closed, { upstream: uniqueUpstream("openai-down"), maxAttempts: 1 });
     const error = await rejection(ask(sdk));
     assert.ok(error instanceof OpenAI.APIConnectionError, String(error));
+  });
+
+  test("the SDK's abort signal cuts Squawk's wait before a resend", async () => {
+    // The policy would resend after 20 s; the caller gives up first.
+    const chat = await api({ body: openaiError("slow down"), status: 429, headers: { "retry-after": "20" } }, { body: CHAT });
+    const { sdk } = chatSdk(client, chat.baseURL, { upstream: uniqueUpstream("openai-aborted") });
+    const controller = new AbortController();
+    const call = sdk.chat.completions.create(
+      { model: "m", messages: [{ role: "user", content: "hi" }] },
+      { signal: controller.signal },
+    );
+    while (chat.seen.length === 0) await sleep(10);
+    const aborted = Date.now();
+    controller.abort();
+    const error = await rejection(call);
+    assert.ok(error instanceof OpenAI.APIUserAbortError, String(error));
+    assert.equal(chat.seen.length, 1);
+    // Ended by the abort, not after the 20 s wait (a bound no busy machine comes near).
+    assert.ok(Date.now() - aborted < 10_000, `${Date.now() - aborted} ms after the abort`);
   });
 
   test("an SDK left retrying on its own is counted and warned of once, naming the upstream", async () => {
