@@ -227,7 +227,10 @@ export function squawkFetch(client: DecisionSource, options: SquawkFetchOptions)
       });
       return done.response;
     } catch (error) {
-      if (!(error instanceof StepFailedError)) throw error;
+      if (!(error instanceof StepFailedError)) {
+        dropped?.body?.cancel().catch(() => undefined); // aborted: no response goes back
+        throw error;
+      }
       const cause: unknown = error.cause;
       if (cause instanceof Answered) return cause.response;
       if (cause !== undefined) throw cause; // no response came: the fetch's own error
