@@ -182,7 +182,7 @@ func TestRoundTripperAnswersADispatchThePodRefusesWithItsOwn503(t *testing.T) {
 		t.Errorf("got HTTP %d %v, want Squawk's 503", resp.StatusCode, resp.Header)
 	}
 	if got.Type != "error" || got.Error["type"] != "squawk_refused" || got.Error["code"] != "REASON_UPSTREAM_SATURATED" ||
-		!strings.Contains(got.Error["message"], "saturated") {
+		!strings.Contains(got.Error["message"], "The pod refused the dispatch to paced") {
 		t.Errorf("body %+v, want the refusal and the decision's explanation", got)
 	}
 	if len(api.seen()) != 0 || !body.closed {

@@ -23,6 +23,9 @@ covered as soon as it exists) and of bench/REPORT.md is one of:
   order, on free ports in place of the ones shown, and its entry of
   SERVED checks that they work together; then they are stopped with
   Ctrl+C's signal, as the user stops them;
+- a program of SDK_EXAMPLES below, which calls an LLM SDK through Squawk:
+  built the same way and run against the daemon and a stand-in of the
+  SDK's API that throttles the first call;
 - an entry of NOT_RUN below, with the reason it is not run.
 
 A block that is none of these fails the test, so a new example is either
@@ -53,10 +56,11 @@ from chat_server import Reply, ScriptedAPI, completion
 from conftest import ROOT, Daemon, free_port, start_daemon
 from readme_clients.build import (
     build_go,
-    build_go_sdk,
+    build_go_program,
     build_python,
-    build_python_sdk,
+    build_python_program,
     build_typescript,
+    build_typescript_program,
 )
 from readme_clients.upstream import HOTELS, HotelApi
 from test_readme_links import PENDING
@@ -176,8 +180,9 @@ CLIENT_EXAMPLES: dict[tuple[str, str], Callable[[str, Path], list[str]]] = {
 # at a loopback stand-in of its API that throttles the first call, so it
 # must be resent by the daemon's RETRY and print the second call's answer.
 SDK_EXAMPLES: dict[tuple[str, str], Callable[[str, Path], list[str]]] = {
-    ("docs/sdks.md", "import httpx2"): build_python_sdk,
-    ("docs/sdks.md", "package main"): build_go_sdk,
+    ("docs/sdks.md", "import httpx2"): build_python_program,
+    ("docs/sdks.md", "package main"): build_go_program,
+    ("docs/sdks.md", 'import OpenAI from "openai";'): build_typescript_program,
 }
 
 RUNNABLE = re.compile(r"(\.venv/bin/squawk|squawk|grpcurl|printf|[A-Z_]+=\$\(printf) ")

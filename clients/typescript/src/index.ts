@@ -30,6 +30,7 @@ export { StepError, type HeaderSource, type ResponseLike, type StepErrorInit } f
 export { type ErrorInfo, type Tier } from "./hooks";
 export { runStep, StepFailedError, type DecisionSource, type RunStepOptions, type StepContext } from "./runner";
 export { sleep, type Sleep } from "./wait";
+export { squawkFetch, type FetchFunction, type SquawkFetch, type SquawkFetchOptions } from "./fetch";
 export {
   Action,
   AnalysisSource,

@@ -125,8 +125,8 @@ export interface RunStepOptions<P, R = unknown> {
   readonly now?: () => number;
 }
 
-/** Budgets the wire cannot carry, refused before the step runs; named as on the wire. */
-function validate<P, R>(options: RunStepOptions<P, R>): void {
+/** Budgets the wire cannot carry, refused before the step runs; named as on the wire (squawkFetch checks its own with it). */
+export function validate<P, R>(options: RunStepOptions<P, R>): void {
   const { maxAttempts, maxValidationRetries, deadlineMs, cost } = options;
   const int32 = (n: number): boolean => Number.isInteger(n) && n <= 2 ** 31 - 1;
   if (maxAttempts !== undefined && !(int32(maxAttempts) && maxAttempts >= 1)) {

@@ -100,7 +100,12 @@ describe("the packed package", { timeout: 240_000 }, () => {
     );
     writeFileSync(
       join(consumer, "use.ts"),
-      `import { Action, runStep, SquawkClient, SquawkInputError, type ErrorInfo, type Tier } from "@squawk/client";
+      `import { Action, runStep, SquawkClient, SquawkInputError, squawkFetch, type ErrorInfo, type Tier } from "@squawk/client";
+       // What an SDK's fetch option takes, in the DOM's own types.
+       export function sdkFetch(client: SquawkClient): [(input: string | URL | Request, init?: RequestInit) => Promise<Response>, number] {
+         const fetch = squawkFetch(client, { upstream: "openai", profile: "chat", deadlineMs: 30_000 });
+         return [fetch, fetch.sdkRetries];
+       }
        export async function use(client: SquawkClient): Promise<string> {
          const d = await client.decideRetry({ attempt: 1, httpStatus: 503 });
          const retry: boolean = d.action === Action.ACTION_RETRY;

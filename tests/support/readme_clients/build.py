@@ -48,14 +48,7 @@ def build_go(example: str, work: Path) -> list[str]:
     return [str(work / "example")]
 
 
-def build_python_sdk(example: str, work: Path) -> list[str]:
-    """A whole program, run as it is."""
-    program = work / "example.py"
-    program.write_text(example)
-    return [sys.executable, str(program)]
-
-
-def build_go_sdk(example: str, work: Path) -> list[str]:
+def build_go_program(example: str, work: Path) -> list[str]:
     """A whole program, in a module that requires what clients/go/sdktest
     does (the SDK at the version its go.sum locks), with a `replace` to
     clients/go as a user's would have."""
@@ -85,12 +78,42 @@ TS_CLIENT = ROOT / "clients" / "typescript"
 def build_typescript(example: str, work: Path) -> list[str]:
     """An ES module (the example awaits at top level), compiled strict by the
     client's own tsc against its built package."""
-    built_typescript_client()
     template = (HARNESS / "example.ts.tmpl").read_text()
-    (work / "example.ts").write_text(template.replace("{example}", example))
+    return typescript_module(template.replace("{example}", example), work)
+
+
+def build_python_program(example: str, work: Path) -> list[str]:
+    """A program as the docs show it whole, with no harness around it."""
+    program = work / "example.py"
+    program.write_text(example)
+    return [sys.executable, str(program)]
+
+
+def build_typescript_program(example: str, work: Path) -> list[str]:
+    """A program as the docs show it whole, compiled as build_typescript's;
+    a package it imports besides the client (an LLM SDK) is the one the
+    client's own tests use, from its node_modules."""
+    return typescript_module(example, work, TS_DEV_PACKAGES)
+
+
+# The client's dev dependencies a docs program may import, as a user's
+# project would have them installed.
+TS_DEV_PACKAGES = ("openai",)
+
+
+def typescript_module(source: str, work: Path, packages: tuple[str, ...] = ()) -> list[str]:
+    """`source` as an ES module in `work`, with the built client (and
+    `packages` of its node_modules) installed beside it, compiled strict."""
+    built_typescript_client()
+    (work / "example.ts").write_text(source)
     (work / "package.json").write_text(json.dumps({"type": "module", "private": True}))
     (work / "node_modules" / "@squawk").mkdir(parents=True)
     (work / "node_modules" / "@squawk" / "client").symlink_to(TS_CLIENT)
+    for package in packages:
+        installed = TS_CLIENT / "node_modules" / package
+        if not installed.exists():
+            pytest.fail(f"{installed.relative_to(ROOT)} is missing: run `make ts-build` first")
+        (work / "node_modules" / package).symlink_to(installed)
     tsc(work, ["example.ts"])
     return ["node", str(work / "example.js")]
 

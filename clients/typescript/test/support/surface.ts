@@ -16,6 +16,8 @@ export const PUBLIC_VALUES: readonly string[] = [
   "sleep",
   "StepError",
   "StepFailedError",
+  // an SDK's fetch through the runner
+  "squawkFetch",
   // google.protobuf.Duration in milliseconds (the local fallback's rules are
   // internal: docs/fallback.md)
   "durationFromMs",
@@ -69,6 +71,7 @@ export const PUBLIC_TYPES: readonly string[] = [
   "ErrorInfo",
   "FallbackEvent",
   "FallbackProfile",
+  "FetchFunction",
   "GetUpstreamsInput",
   "HeaderSource",
   "OutcomeInput",
@@ -77,6 +80,8 @@ export const PUBLIC_TYPES: readonly string[] = [
   "RunStepOptions",
   "Sleep",
   "SquawkClientOptions",
+  "SquawkFetch",
+  "SquawkFetchOptions",
   "SquawkMethod",
   "StepContext",
   "StepErrorInit",
