@@ -2,9 +2,9 @@
 paced wait, the deadline's refusal, and what GetUpstreams shows of it.
 
 One daemon runs a policy with a declared rate (`rate_limit: {rate: 5,
-burst: 1}`: a call every 50 ms) and an upstream nothing limits. The
+burst: 1}`: a call every 200 ms) and an upstream nothing limits. The
 daemon's clock is real, so a wait is asserted against the rule's bound
-(0 < wait <= 50 ms for the second of two quick calls), never against how
+(0 < wait <= 200 ms for the second of two quick calls), never against how
 fast this machine is.
 """
 
