@@ -247,6 +247,50 @@ def test_garbage_costs_a_throttled_log_line_not_a_traceback_each(
     assert output.count("not a valid message") == 1, output
 
 
+def test_answers_whose_call_had_ended_cost_a_throttled_line_not_a_traceback_each() -> None:
+    # grpc logs an ERROR and a traceback for each answer it cannot send
+    # because the call has ended: its deadline passed while the answer was
+    # made, or its caller refused it. Which calls end that way is a race in
+    # grpc; these two ways each end some.
+    daemon = start_daemon()
+    slow = pb.ClassifyRequest(http_status=503, error_message="password=" + "x" * 65_000)
+    message = ("status " * 40 + "password=" + "p" * 40)[:300]
+    body = json.dumps({"success": False, "error": {"message": message}}).encode()
+    # An answer of some 4.5 MB, each item decided afresh.
+    batch = pb.DecideRetryBatchRequest(
+        requests=[
+            pb.DecideRetryRequest(attempt=1, response_body=body, capability=f"c{i}")
+            for i in range(10_000)
+        ]
+    )
+    try:
+        # A deadline shorter than the answer takes (some 5 ms to redact).
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            for _ in range(200):
+                try:
+                    stub.Classify(slow, timeout=0.002)
+                except grpc.RpcError as exc:
+                    assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # An answer over the caller's receive limit, which the caller refuses.
+        for _ in range(3):
+            small = [("grpc.max_receive_message_length", 1_000)]
+            with grpc.insecure_channel(daemon.target, options=small) as channel:
+                stub = pb_grpc.PolicyServiceStub(channel)
+                with pytest.raises(grpc.RpcError) as caught:
+                    stub.DecideRetryBatch(batch, timeout=30)
+                assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        output = daemon.output()
+        daemon.stop()
+    assert "Traceback" not in output
+    assert " ERROR " not in output
+    ended = [line for line in output.splitlines() if "an answer was not sent" in line]
+    rpcs = [line.split(": ")[1] for line in ended]
+    # Within the test's few seconds, at most one line per RPC.
+    assert sorted(set(rpcs)) == sorted(rpcs), ended
+
+
 def test_caller_names_reach_the_decision_log_redacted_and_bounded(
     logged_daemon: tuple[Daemon, Path],
 ) -> None:
