@@ -316,7 +316,9 @@ def test_caller_names_reach_the_decision_log_redacted_and_bounded(
     assert len(entry["squawk.upstream"]) <= 257
 
 
-@pytest.mark.parametrize("char", ["😀", "\x00"], ids=["4-byte", "escaped"])
+@pytest.mark.parametrize(
+    "char", ["😀", "\x00", "\x7f", "\x9f"], ids=["4-byte", "escaped", "DEL", "escaped C1"]
+)
 def test_a_decision_log_line_stays_within_4_kib_with_both_names_at_their_limit(
     logged_daemon: tuple[Daemon, Path], char: str
 ) -> None:
