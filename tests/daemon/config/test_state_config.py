@@ -223,3 +223,17 @@ def test_a_bad_tls_or_sentinel_field_is_named_with_its_line(text: str, message: 
 def test_a_bad_sentinels_variable_stops_the_daemon() -> None:
     with pytest.raises(ConfigError, match="SQUAWK_STATE_SENTINELS: 'h:99999' is not a host"):
         load_config(None, environ={"SQUAWK_STATE_SENTINELS": "h:99999"})
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD", "x" * 100_000, "9" * 100_000 + "h"],
+    ids=["a secret", "100,000 characters", "100,000 digits"],
+)
+def test_a_bad_duration_is_quoted_redacted_and_bounded(value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(f"state: {{deadline: '{value}'}}")
+    text = str(caught.value)
+    assert text.startswith("state.deadline (line 1): expected a duration")
+    assert "abcdefghijklmnop" not in text
+    assert len(text) < 300

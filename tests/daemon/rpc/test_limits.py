@@ -8,6 +8,10 @@ the edge of a bound expect an answer.
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -179,7 +183,13 @@ def test_a_lone_surrogate_in_an_envelope_comes_back_as_a_replacement_character(
 @pytest.mark.parametrize(
     "rpc", ["Classify", "DecideRetry", "DecideRetryBatch", "AnalyzeError", "CheckDispatch"]
 )
-@pytest.mark.parametrize("body", [b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x08" + b"\xff" * 11])
+# The last is over 64 KiB, so it is parsed in slices (bodies.py), and only
+# its end is broken.
+@pytest.mark.parametrize(
+    "body",
+    [b"\xff\xff\xff\xff", b"\x0a\x05ab", b"\x08" + b"\xff" * 11, b"\x0a\x00" * 40_000 + b"\xff"],
+    ids=["garbage", "truncated", "overlong varint", "large with a broken end"],
+)
 def test_a_malformed_body_is_an_invalid_argument_naming_the_request(
     channel: grpc.Channel, rpc: str, body: bytes
 ) -> None:
@@ -239,6 +249,52 @@ def test_garbage_costs_a_throttled_log_line_not_a_traceback_each(
     assert output.count("not a valid message") == 1, output
 
 
+def test_answers_whose_call_had_ended_cost_a_throttled_line_not_a_traceback_each() -> None:
+    # grpc logs an ERROR and a traceback for an answer it cannot send
+    # because the call has ended: its deadline passed while the answer was
+    # made, or its caller refused it. Which of those calls grpc logs is a
+    # race in grpc, likelier under load: without the daemon's filter, this
+    # test saw a traceback in 3 runs of 4 on an idle machine and in every
+    # run on a busy one. (tests/daemon/telemetry/test_grpc_log.py logs
+    # grpc's record itself, every time.)
+    daemon = start_daemon()
+    slow = pb.ClassifyRequest(http_status=503, error_message="password=" + "x" * 65_000)
+    message = ("status " * 40 + "password=" + "p" * 40)[:300]
+    body = json.dumps({"success": False, "error": {"message": message}}).encode()
+    # An answer of some 4.5 MB (the item decided once, then reused).
+    batch = pb.DecideRetryBatchRequest(
+        requests=[pb.DecideRetryRequest(attempt=1, response_body=body)] * 10_000
+    )
+    try:
+        # Under overload, as when many callers' deadlines pass at once.
+        with _largest_in_bound_load(daemon.target):
+            # A deadline shorter than the answer takes (some 5 ms to redact).
+            with grpc.insecure_channel(daemon.target) as channel:
+                stub = pb_grpc.PolicyServiceStub(channel)
+                for _ in range(200):
+                    try:
+                        stub.Classify(slow, timeout=0.002)
+                    except grpc.RpcError as exc:
+                        assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            # An answer over the caller's receive limit, which the caller refuses.
+            for _ in range(8):
+                small = [("grpc.max_receive_message_length", 1_000)]
+                with grpc.insecure_channel(daemon.target, options=small) as channel:
+                    stub = pb_grpc.PolicyServiceStub(channel)
+                    with pytest.raises(grpc.RpcError) as caught:
+                        stub.DecideRetryBatch(batch, timeout=30)
+                    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        output = daemon.output()
+        daemon.stop()
+    assert "Traceback" not in output
+    assert " ERROR " not in output
+    ended = [line for line in output.splitlines() if "an answer was not sent" in line]
+    rpcs = [line.split(": ")[1] for line in ended]
+    # Within the test's few seconds, at most one line per RPC.
+    assert sorted(set(rpcs)) == sorted(rpcs), ended
+
+
 def test_caller_names_reach_the_decision_log_redacted_and_bounded(
     logged_daemon: tuple[Daemon, Path],
 ) -> None:
@@ -264,7 +320,9 @@ def test_caller_names_reach_the_decision_log_redacted_and_bounded(
     assert len(entry["squawk.upstream"]) <= 257
 
 
-@pytest.mark.parametrize("char", ["😀", "\x00"], ids=["4-byte", "escaped"])
+@pytest.mark.parametrize(
+    "char", ["😀", "\x00", "\x7f", "\x9f"], ids=["4-byte", "escaped", "DEL", "escaped C1"]
+)
 def test_a_decision_log_line_stays_within_4_kib_with_both_names_at_their_limit(
     logged_daemon: tuple[Daemon, Path], char: str
 ) -> None:
@@ -351,3 +409,92 @@ def test_health_answers_while_a_worst_case_batch_is_decided(daemon: Daemon) -> N
     # (1-3 s) fails both.
     assert latencies[int(len(latencies) * 0.95)] < 0.5, latencies[-10:]
     assert latencies[-1] < 1.0, latencies[-10:]
+
+
+def _headers(i: int) -> dict[str, str]:
+    # 64 headers of some 55 bytes each, none a rate-limit one: every one is
+    # checked, and scanned by each header lookup.
+    return {f"x-header-{j:02d}-{i:04d}": f"value-{j:02d}-" + "v" * 30 for j in range(64)}
+
+
+@contextmanager
+def _largest_in_bound_load(target: str) -> Iterator[dict[str, int]]:
+    """Eight callers sending 1,000 items of 64 headers each in a loop, four
+    of each RPC, for as long as the block runs: the most a report holds
+    (MAX_OUTCOMES), and a batch as large within gRPC's 4 MiB. Yields the
+    calls served per RPC."""
+    batch = pb.DecideRetryBatchRequest(
+        requests=[
+            pb.DecideRetryRequest(
+                attempt=1, http_status=503, headers=_headers(i), upstream=f"load-{i % 10}"
+            )
+            for i in range(1_000)
+        ]
+    )
+    report = pb.ReportOutcomeRequest(
+        outcomes=[
+            pb.Outcome(upstream=f"load-{i % 10}", http_status=503, headers=_headers(i))
+            for i in range(1_000)
+        ]
+    )
+    bodies = {
+        "DecideRetryBatch": batch.SerializeToString(),
+        "ReportOutcome": report.SerializeToString(),
+    }
+    assert all(3 << 20 < len(body) < 4 << 20 for body in bodies.values())
+    served = {"DecideRetryBatch": 0, "ReportOutcome": 0}
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def caller(rpc: str) -> None:
+        # Bytes in, bytes out: the test's process spends nothing on protobuf.
+        with grpc.insecure_channel(target) as channel:
+            call = channel.unary_unary(
+                f"/squawk.v1.PolicyService/{rpc}",
+                request_serializer=lambda b: b,
+                response_deserializer=lambda b: b,
+            )
+            try:
+                reply = call(bodies[rpc], timeout=60)
+                if rpc == "ReportOutcome":
+                    assert pb.ReportOutcomeResponse.FromString(reply).recorded == 1_000
+                else:
+                    results = pb.DecideRetryBatchResponse.FromString(reply).results
+                    assert [r.WhichOneof("result") for r in results] == ["decision"] * 1_000
+                while not stop.is_set():
+                    call(bodies[rpc], timeout=60)
+                    served[rpc] += 1
+            except (grpc.RpcError, AssertionError) as exc:
+                failures.append(exc)
+
+    callers = [threading.Thread(target=caller, args=(rpc,)) for rpc in bodies for _ in range(4)]
+    for thread in callers:
+        thread.start()
+    try:
+        yield served
+    finally:
+        stop.set()
+        for thread in callers:
+            thread.join(timeout=60)
+    assert not failures, failures
+
+
+def test_health_answers_while_eight_largest_in_bound_calls_are_served(daemon: Daemon) -> None:
+    # Health is probed from another process while the load runs.
+    def load() -> None:
+        with _largest_in_bound_load(daemon.target) as served:
+            time.sleep(3)
+        assert min(served.values()) >= 4, served
+
+    latencies = health_latencies(daemon.target, load)
+    assert len(latencies) >= 20
+    p50, p99 = latencies[len(latencies) // 2], latencies[int(len(latencies) * 0.99)]
+    # Served alongside eight such calls, a health check waits behind one
+    # slice of one of them at a time: some 13 ms at the median, and at the
+    # 99th percentile 23 ms on an idle 2-core machine, 50-100 ms on a busy
+    # one, where a probe also waits for a core now and then. Every call
+    # working at once (each yielding every 32 items), the median was 80 ms
+    # idle and 100-160 ms busy, the 99th percentile 130 ms and 400-700 ms:
+    # the median tells the two apart on any machine.
+    assert p50 < 0.05, latencies[-10:]
+    assert p99 < 0.25, latencies[-10:]

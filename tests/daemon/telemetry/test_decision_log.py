@@ -10,6 +10,7 @@ start a forged line of its own.
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 
 import grpc
@@ -45,3 +46,31 @@ def test_no_character_in_a_callers_name_splits_a_decision_log_line(tmp_path: Pat
     # The name is kept, escaped, and reads back whole.
     assert [d["squawk.capability"] for d in decoded] == names + names
     assert not any("forged" in d for d in decoded)
+
+
+# Every control character (Unicode's Cc: C0, DEL and C1) but the line breaks above.
+CONTROLS = [chr(c) for c in (*range(0x20), *range(0x7F, 0xA0)) if chr(c) not in BREAKS]
+
+
+def test_no_control_character_in_a_callers_name_reaches_the_log_raw(tmp_path: Path) -> None:
+    log_path = tmp_path / "decisions.jsonl"
+    # DEL first, alone: an ASCII-only line is the common case.
+    names = ["a\x7fb", "upstream" + "".join(CONTROLS)]
+    daemon = start_daemon("--decision-log", str(log_path))
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            for name in names:
+                stub.DecideRetry(
+                    pb.DecideRetryRequest(attempt=1, http_status=503, upstream=name), timeout=5
+                )
+                stub.Admit(pb.AdmitRequest(upstream=name), timeout=5)
+    finally:
+        daemon.stop()
+    text = log_path.read_text(encoding="utf-8")
+    assert not [c for c in text if c != "\n" and unicodedata.category(c) == "Cc"]
+    # Escaped as JSON escapes the C0 ones, so every name reads back whole.
+    assert "a\\u007fb" in text
+    assert [json.loads(line)["squawk.upstream"] for line in text.splitlines()] == [
+        name for name in names for _ in ("DecideRetry", "Admit")
+    ]

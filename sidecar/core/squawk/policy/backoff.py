@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from .text import quoted
+
 __all__ = ["BackoffConfig", "Jitter", "delay", "format_duration", "parse_duration"]
 
 
@@ -111,13 +113,15 @@ _DURATION_FULL = re.compile(r"(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+")
 def parse_duration(text: str) -> timedelta:
     """Parse a Go-style duration ("500ms", "1s", "1m30s"); raise ValueError."""
     text = text.strip()
+    # The value is echoed as errors quote a caller's: redacted and bounded
+    # (a secret pasted into the wrong field is not repeated in full).
     if not _DURATION_FULL.fullmatch(text):
-        raise ValueError(f"{text!r} is not a duration such as 500ms, 1s or 1m30s")
+        raise ValueError(f"{quoted(text)} is not a duration such as 500ms, 1s or 1m30s")
     ms = sum(float(n) * _UNIT_MS[unit] for n, unit in _DURATION.findall(text))
     try:
         return timedelta(milliseconds=ms)
     except OverflowError:  # past timedelta's range (about 2.7 million years)
-        raise ValueError(f"{text!r} is longer than any duration can be") from None
+        raise ValueError(f"{quoted(text)} is longer than any duration can be") from None
 
 
 def format_duration(value: timedelta) -> str:

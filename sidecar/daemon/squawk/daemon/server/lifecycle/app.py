@@ -44,6 +44,7 @@ from ...settings import ServeSettings
 from ..rpc.health import Health
 from ..rpc.reflection import enable_reflection
 from ..rpc.servicer import PolicyServicer, register
+from ..telemetry.grpc_log import GRPC_LOGGER, LateAnswers
 from ..telemetry.loop_lag import watch_loop_lag
 from ..telemetry.metrics import Metrics
 from ..telemetry.observer import Observer
@@ -114,6 +115,7 @@ class Daemon:
         self.metrics_listen = metrics_listen
         self.analyzer = Analyzer(config.analyzer, policy)
         observer = Observer(self.metrics, decision_log)
+        self._late_answers = LateAnswers(observer)
         self._decision_log = decision_log
         self.store = _store(policy, config.state, observer)
         self.servicer = PolicyServicer(
@@ -161,6 +163,8 @@ class Daemon:
             )
 
     async def start(self) -> None:
+        # Until stop(): grpc's traceback per late answer becomes a throttled line.
+        logging.getLogger(GRPC_LOGGER).addFilter(self._late_answers)
         register(self.servicer, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         enable_reflection((SERVICE_NAME, health.SERVICE_NAME), self.server)
@@ -184,6 +188,7 @@ class Daemon:
                 await self.health_server.stop(None)
             await self.store.aclose()
             self._remove_sockets()
+            logging.getLogger(GRPC_LOGGER).removeFilter(self._late_answers)
             raise
         # The span export thread and the analysis worker hold the GIL in turns
         # with the loop; at 1 ms the loop waits at most that long for it.
@@ -322,6 +327,7 @@ class Daemon:
             # Blocks the loop on purpose: the server has stopped, nothing else waits.
             flush_s = min(FLUSH_BOUND_S, max(deadline - loop.time(), 0.0))
             shutdown_tracing(self.tracer_provider, self._span_processor, flush_s)
+        logging.getLogger(GRPC_LOGGER).removeFilter(self._late_answers)
         log.info("squawk stopped")
 
 

@@ -33,8 +33,10 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from ..telemetry.observer import Observer
 from ..telemetry.spans import CallSpan, ServerSpans
+from .bodies import Malformed, Unparsed, reader
+from .turns import Turns
 
-__all__ = ["INTERNAL", "MAX_ERROR_CHARS", "Malformed", "boundary", "register"]
+__all__ = ["INTERNAL", "MAX_ERROR_CHARS", "boundary", "register"]
 
 # The longest status message a refused call carries.
 MAX_ERROR_CHARS = 1_024
@@ -49,6 +51,7 @@ _NO_DETAILS: tuple[tuple[str, bytes], ...] = ()
 class _Observed(Protocol):
     _observer: Observer
     _spans: ServerSpans | None
+    _turns: Turns
 
 
 S = TypeVar("S", bound=_Observed)
@@ -57,35 +60,8 @@ Resp = TypeVar("Resp")
 Method = Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]
 
 
-class Malformed:
-    """A request body that did not parse as its method's message.
-
-    The deserializer returns this instead of raising: grpc answers a raising
-    deserializer with UNKNOWN and logs a traceback per call, which lets a
-    stream of garbage flood the log.
-    """
-
-    __slots__ = ("type_name",)
-
-    def __init__(self, type_name: str) -> None:
-        self.type_name = type_name
-
-
-def _reader(cls: type[Message]) -> Callable[[bytes], Message | Malformed]:
-    parse = cls.FromString
-    name = cls.DESCRIPTOR.full_name
-
-    def read(data: bytes) -> Message | Malformed:
-        try:
-            return parse(data)
-        except Exception:  # DecodeError, or protobuf's recursion limit
-            return Malformed(name)
-
-    return read
-
-
 def register(servicer: pb_grpc.PolicyServiceServicer, server: grpc.aio.Server) -> None:
-    """Serve PolicyService on `server`, parsing requests with `_reader`.
+    """Serve PolicyService on `server`, parsing requests with `bodies.reader`.
 
     The generated add_PolicyServiceServicer_to_server, but for the deserializer.
     """
@@ -93,7 +69,7 @@ def register(servicer: pb_grpc.PolicyServiceServicer, server: grpc.aio.Server) -
     handlers = {
         m.name: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, m.name),
-            request_deserializer=_reader(message_factory.GetMessageClass(m.input_type)),
+            request_deserializer=reader(message_factory.GetMessageClass(m.input_type)),
             response_serializer=message_factory.GetMessageClass(m.output_type).SerializeToString,
         )
         for m in service.methods
@@ -136,25 +112,29 @@ async def _answer(
 ) -> Resp:
     rpc = method.__name__
     refusal: PolicyInputError | None = None
-    if isinstance(request, Malformed):
-        self._observer.refused(rpc, "malformed")
-        refusal = PolicyInputError("request", f"not a valid {request.type_name} message")
-        schema = None
-    else:
-        try:
+    schema: Descriptor | None = None
+    try:
+        if isinstance(request, Unparsed):
+            # A large body, parsed in turns (bodies.py); the result is the
+            # method's message or Malformed, as the deserializer's would be.
+            request = cast(Req, await request.parse(self._turns))
+        if isinstance(request, Malformed):
+            self._observer.refused(rpc, "malformed")
+            refusal = PolicyInputError("request", f"not a valid {request.type_name} message")
+        else:
             return await method(self, request, context)
-        except asyncio.CancelledError:
-            self._observer.refused(rpc, "cancelled")
-            raise
-        except PolicyInputError as exc:
-            self._observer.refused(rpc, "invalid_argument")
-            refusal = exc
-            # The stubs type a generated message's descriptor as a union with upb's.
-            schema = cast(Descriptor, request.DESCRIPTOR) if isinstance(request, Message) else None
-        except grpc.aio.AbortError:
-            raise
-        except Exception:
-            self._observer.refused(rpc, "internal", exc_info=True)
+    except asyncio.CancelledError:
+        self._observer.refused(rpc, "cancelled")
+        raise
+    except PolicyInputError as exc:
+        self._observer.refused(rpc, "invalid_argument")
+        refusal = exc
+        # The stubs type a generated message's descriptor as a union with upb's.
+        schema = cast(Descriptor, request.DESCRIPTOR) if isinstance(request, Message) else None
+    except grpc.aio.AbortError:
+        raise
+    except Exception:
+        self._observer.refused(rpc, "internal", exc_info=True)
     # Abort outside the except block, so the AbortError does not carry the
     # original exception (and its unredacted text) into a span's event.
     if refusal is None:

@@ -59,6 +59,7 @@ from ..tracking.pod_store import PodStore, Source
 from ..tracking.registry import NO_PACE, Upstreams, UpstreamView
 from .boundary import INTERNAL, MAX_ERROR_CHARS, boundary, register
 from .decisions import StatelessDecisions
+from .turns import Turns
 
 __all__ = ["MAX_HINTS", "PolicyServicer", "register"]
 
@@ -74,14 +75,9 @@ log = logging.getLogger(__name__)
 # the shared cool-down would answer them instead; and a thousand names
 # would still cost a thousand parses.
 MAX_HINTS = 100
-# A listing gives the event loop back after this many rows, some 0.3 ms of
-# work (a row's snapshot and its name's redaction cost about 12 µs). With
-# eight callers listing in a loop, health waited 17 ms at the median at 100
-# rows a slice, 13 ms at 25.
-_LIST_SLICE = 25
-# A batch gives the event loop back this often, so health checks and other
-# calls are answered while it runs, and a cancelled batch stops there.
-_BATCH_SLICE = 32
+# Outcomes recorded between two pauses of a report (Turn.pause): recording
+# one costs a few microseconds, so a pause per outcome would cost more.
+_RECORD_SLICE = 32
 
 
 class PolicyServicer(pb_grpc.PolicyServiceServicer):
@@ -118,6 +114,11 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         # Each call's server span (boundary.py); None without a tracer
         # provider, and then no call looks for a span at all.
         self._spans = tracing
+        # The calls whose work grows with their request take turns at the
+        # event loop, a slice at a time (turns.py): health checks and small
+        # calls are answered between two slices, and a call whose caller
+        # has gone stops at its next one.
+        self._turns = Turns()
 
     @property
     def observes_log(self) -> bool:
@@ -220,24 +221,23 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         # One batch, one policy: a reload between two slices applies to the next batch.
         answering = (self._policy, self._stateless)
         try:
-            for i, item in enumerate(request.requests):
-                if i and not i % _BATCH_SLICE:
-                    # Raises CancelledError here once the caller has gone.
-                    await asyncio.sleep(0)
-                try:
-                    decision, reply, source = await self._decide(item, until, answering)
-                except PolicyInputError as exc:
-                    results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
-                    continue
-                except Exception:
-                    # One bad item answers with its own error; the batch goes on.
-                    self._observer.refused("DecideRetryBatch", "internal", exc_info=True)
-                    results.add(error=f"requests[{i}]: {INTERNAL}")
-                    continue
-                actions[decision.action] += 1
-                if decided is not None:
-                    decided.append((item, decision, source))
-                results.add().decision.CopyFrom(reply)
+            async with self._turns.turn() as turn:
+                for i, item in enumerate(request.requests):
+                    await turn.pause()
+                    try:
+                        decision, reply, source = await self._decide(item, until, answering)
+                    except PolicyInputError as exc:
+                        results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
+                        continue
+                    except Exception:
+                        # One bad item answers with its own error; the batch goes on.
+                        self._observer.refused("DecideRetryBatch", "internal", exc_info=True)
+                        results.add(error=f"requests[{i}]: {INTERNAL}")
+                        continue
+                    actions[decision.action] += 1
+                    if decided is not None:
+                        decided.append((item, decision, source))
+                    results.add().decision.CopyFrom(reply)
         finally:
             # A batch its caller gave up on (cancelled, past its deadline) has
             # still decided, and changed the upstreams' state, up to there:
@@ -320,27 +320,26 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         if not 1 <= count <= MAX_OUTCOMES:
             raise PolicyInputError("outcomes", f"{count} outcomes is outside 1..{MAX_OUTCOMES}")
         # Every outcome is checked before any is recorded: a refused report
-        # changes nothing. Both loops give the event loop back every
-        # _BATCH_SLICE outcomes, as DecideRetryBatch does: a report whose
-        # caller has gone stops there (recorded up to there, once recording began).
+        # changes nothing. Both loops take turns, as DecideRetryBatch does: a
+        # report whose caller has gone stops at its next pause (recorded up
+        # to there, once recording began).
         tracked = []
         policy, clock = self._policy, self._clock
         hints = MAX_HINTS
-        for i, item in enumerate(request.outcomes):
-            if i and not i % _BATCH_SLICE:
-                await asyncio.sleep(0)
-            read = hints > 0 and rate_limited(item.headers)
-            hints -= read
-            try:
-                profile, result = policy.profile(item.profile), outcome(item, clock, read)
-            except PolicyInputError as exc:
-                raise PolicyInputError(f"outcomes[{i}].{exc.field}", exc.message) from None
-            if item.upstream:
-                tracked.append((profile, item.upstream, result))
-        for start in range(0, len(tracked), _BATCH_SLICE):
-            if start:
-                await asyncio.sleep(0)
-            self.store.record(tracked[start : start + _BATCH_SLICE])
+        async with self._turns.turn() as turn:
+            for i, item in enumerate(request.outcomes):
+                await turn.pause()
+                read = hints > 0 and rate_limited(item.headers)
+                hints -= read
+                try:
+                    profile, result = policy.profile(item.profile), outcome(item, clock, read)
+                except PolicyInputError as exc:
+                    raise PolicyInputError(f"outcomes[{i}].{exc.field}", exc.message) from None
+                if item.upstream:
+                    tracked.append((profile, item.upstream, result))
+            for start in range(0, len(tracked), _RECORD_SLICE):
+                await turn.pause()
+                self.store.record(tracked[start : start + _RECORD_SLICE])
         return pb.ReportOutcomeResponse(recorded=len(tracked))
 
     @boundary
@@ -351,7 +350,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
     ) -> pb.GetUpstreamsResponse:
         """One page of the pod's upstreams. The work is bounded per call (a
         page of at most MAX_UPSTREAMS_PAGE rows, found by a binary search on
-        the page token) and per slice of the event loop (_LIST_SLICE rows):
+        the page token) and per slice of the event loop (it takes turns, turns.py):
         one call on a full registry held the loop for 116 ms, and eight
         callers in a loop kept health checks waiting over a second."""
         if request.profile:
@@ -367,15 +366,15 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         # The fleet's last reading, from memory: asking for it never waits on Redis.
         fleet = self.store.fleet_views(request.profile) if request.include_fleet else {}
         reply = pb.GetUpstreamsResponse()
-        for i, (_, key) in enumerate(keys):
-            if i and not i % _LIST_SLICE:
-                await asyncio.sleep(0)
-            view = upstreams.view(key)  # None: dropped while the page was built
-            if view is not None:
-                row = reply.upstreams.add()
-                _fill_upstream(view, row)
-                if (seen := fleet.get(key)) is not None:
-                    _fill_fleet(seen, row.fleet)
+        async with self._turns.turn() as turn:
+            for _, key in keys:
+                await turn.pause()
+                view = upstreams.view(key)  # None: dropped while the page was built
+                if view is not None:
+                    row = reply.upstreams.add()
+                    _fill_upstream(view, row)
+                    if (seen := fleet.get(key)) is not None:
+                        _fill_fleet(seen, row.fleet)
         if more:
             reply.next_page_token = str(keys[-1][0])
             reply.truncated = True

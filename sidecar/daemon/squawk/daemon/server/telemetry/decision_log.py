@@ -19,10 +19,14 @@ __all__ = ["LOG_SLICE", "write_line"]
 
 # A batch's decision-log lines written between two yields to the event loop.
 LOG_SLICE = 256
-# The line breaks of str.splitlines() (and U+2028/U+2029, JavaScript's)
-# that JSON leaves raw: it escapes the C0 controls (\v, \f, \x1c-\x1e) but
-# not these, so a caller's name holding one would start a line of its own.
-_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+# What JSON leaves raw of the control characters and line breaks: it escapes
+# the C0 controls (\x00-\x1f) but not DEL (\x7f), the C1 controls
+# (\x80-\x9f, NEL \x85 a line break of str.splitlines()) or U+2028/U+2029
+# (JavaScript's line breaks). A caller's name holding one would reach a
+# terminal raw, or start a line of its own; escaped, each reads as the C0
+# ones do.
+_RAW = ["\x7f", *map(chr, range(0x80, 0xA0)), "\u2028", "\u2029"]
+_ESCAPES = str.maketrans({c: f"\\u{ord(c):04x}" for c in _RAW})
 
 
 def write_line(out: IO[str], rpc: str, fields: Mapping[str, Field], span: SpanRecord) -> None:
@@ -35,6 +39,6 @@ def write_line(out: IO[str], rpc: str, fields: Mapping[str, Field], span: SpanRe
     # UTF-8, not \u escapes: a 4-byte character escaped is 12 bytes,
     # and two names of 256 such would pass 6 KiB.
     text = json.dumps(line, separators=(",", ":"), ensure_ascii=False)
-    if not text.isascii():
-        text = text.translate(_LINE_BREAKS)
+    if not text.isascii() or "\x7f" in text:
+        text = text.translate(_ESCAPES)
     out.write(text + "\n")

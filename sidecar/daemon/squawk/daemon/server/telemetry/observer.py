@@ -270,6 +270,25 @@ class Observer:
         else:
             log.error("internal error in %s%s", rpc, also, exc_info=exc_info)
 
+    def answered_late(self, rpc: str) -> None:
+        """An answer grpc could not send: the call had ended while it was
+        made (its deadline passed, its caller cancelled, or its caller
+        refused an answer over its receive limit). Counted as a cancelled
+        call; logged once per RPC and interval, without grpc's traceback
+        (grpc_log.py)."""
+        if self.metrics is not None:
+            self.metrics.refused.labels(rpc, "cancelled", _CODES["cancelled"]).inc()
+        held = self._throttle.ready(f"{rpc}/late")
+        if held is None:
+            return
+        also = f" ({held} more since the last report)" if held else ""
+        log.warning(
+            "%s: an answer was not sent: its call had ended (deadline passed, cancelled, "
+            "or the answer was over the caller's receive limit)%s",
+            rpc,
+            also,
+        )
+
     def record(
         self, rpc: str, fields: Mapping[str, Field], started: float, span: SpanRecord
     ) -> None:
