@@ -290,7 +290,7 @@ class Asker:
 
     async def admit(self) -> Admission:
         args = AdmitArgs(None, 0.0, 1)
-        return (await self.store.admit(self.profile, self.upstream, None, args))[0]
+        return (await self.store.admit(self.profile, self.upstream, args))[0]
 
     async def decide(self, status: int, deadline: float | None) -> Decision:
         request = pb.DecideRetryRequest(upstream=self.upstream, attempt=1, http_status=status)

@@ -98,9 +98,9 @@ from squawk.wire import NO_ADMIT_ARGS, AdmitArgs
 
 from ...config import ConfigError
 from ...config.state import StateSettings
+from ...pem import read_pem, shown_path
 from ...settings import STATE_TLS_CA, STATE_TLS_CERT, STATE_TLS_KEY
-from ..lifecycle.tls import read_pem, shown_path
-from ..telemetry.throttle import LOG_EVERY_S, Throttle
+from ...throttle import LOG_EVERY_S, Throttle
 from .pod_store import PodStore, Source
 from .registry import Transition, Upstreams
 
@@ -182,7 +182,6 @@ class Call(NamedTuple):
     keys: list[str]
     words: str
     delta: Delta = NO_DELTA
-    demand: float = 0.0
     made: Move | None = None
 
 
@@ -274,7 +273,6 @@ class FleetStore(PodStore):
         self,
         profile: Profile,
         upstream: str,
-        until: float | None = None,
         args: AdmitArgs = NO_ADMIT_ARGS,
     ) -> tuple[Admission, Source | None]:
         # The fleet's refusal comes first, from memory: a half-open pod's
@@ -312,7 +310,6 @@ class FleetStore(PodStore):
         outcome: Outcome,
         decision: Decision,
         deadline: timedelta | None,
-        until: float | None = None,
     ) -> tuple[Decision, Source | None]:
         local = self.upstreams.after_failure(profile, upstream, outcome, decision, deadline)
         now = self._clock()
@@ -496,8 +493,8 @@ class FleetStore(PodStore):
             tail = self._args[config] = f"{words} {fingerprint}"
         return tail
 
-    def _sync_args(self, tracked: _Tracked, delta: Delta, now: float) -> tuple[str, float]:
-        """One upstream's sync words, and the demand they report."""
+    def _sync_args(self, tracked: _Tracked, delta: Delta, now: float) -> str:
+        """One upstream's sync words."""
         config = tracked.profile.for_upstream(tracked.upstream)
         calls, failures, deposits, retries = sent(delta, config, now)
         taken, refilled = token_change(delta, config)
@@ -524,7 +521,7 @@ class FleetStore(PodStore):
             f"sync {self._pod} {round_id} {calls} {failures} {deposits} {retries} {taken} "
             f"{refilled} {hint} {want} {returned} {demand:.3f} {self._tail(config)}"
         )
-        return words, demand
+        return words
 
     async def _syncer(self) -> None:
         """Syncs every interval until the store closes; each pod starts at a
@@ -588,8 +585,8 @@ class FleetStore(PodStore):
         calls = []
         for tracked in due:
             delta, tracked.delta = tracked.delta, NO_DELTA
-            words, demand = self._sync_args(tracked, delta, now)
-            calls.append(Call(tracked, tracked.keys, words, delta, demand))
+            words = self._sync_args(tracked, delta, now)
+            calls.append(Call(tracked, tracked.keys, words, delta))
         return calls
 
     def unsent(self, calls: Sequence[Call]) -> None:
