@@ -417,7 +417,7 @@ async def fleet_path(
     for store in (a, b):
         # Pods that know the upstream already: a newcomer's first call is
         # answered from its own state (test_a_newcomer_knows_the_fleet_from_its_first_sync).
-        store.add(pods.a.profile, case.name, NO_DELTA)
+        store.link.add(pods.a.profile, case.name, NO_DELTA)
     got, stale = [], []
     try:
         for step in case.steps:
