@@ -4,9 +4,10 @@ Each simulated pod is the daemon's own `Upstreams` + `FleetStore`, built
 as server/lifecycle/app.py's `_store` builds them (a pod name of its own).
 Its executors' calls are not made one by one: they are the counts each
 sync carries. Every `state.sync` interval (100 ms) a pod adds what its
-executors asked and started since its last sync (`FleetStore.add` with a
-core `Delta`: breaker-window calls and failures, the ratio budget's first
-calls, the Admits asked), and its own sync code runs: `due`, `sync_calls`,
+executors asked and started since its last sync (`SyncLink.add`, the sync
+link's test hook, with a core `Delta`: breaker-window calls and failures,
+the ratio budget's first calls, the Admits asked), and its own sync link
+runs (fleet_link.py, as the daemon's store drives it): `due`, `sync_calls`,
 the script calls on the server, `sync_replies`, then `move_replies` for the
 transitions its reading calls for. The pods are in GROUPS groups, one
 group's syncs every interval / GROUPS, so each pod syncs once per interval
@@ -261,8 +262,8 @@ def each_alone(server: RedisServer, client: Any, config: Config, batch: int) -> 
     cb = profile.for_upstream(UPSTREAM).circuit_breaker
     now = time.monotonic()
     window = added(EMPTY, now, seconds(cb.window), cb.buckets, 100, 0)
-    store.add(profile, UPSTREAM, Delta(breaker=window, wanted=100))
-    call = store.sync_calls(store.due(now), now)[0]
+    store.link.add(profile, UPSTREAM, Delta(breaker=window, wanted=100))
+    call = store.link.sync_calls(store.link.due(now), now)[0]
     sha = client.script_load(SYNC_SCRIPT)
     return drive(client, server, sha, call.keys, [call.words], 1.5, batch)
 

@@ -14,13 +14,15 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from typing import Any
 
 import redis
 
 from squawk.daemon.config import Config
-from squawk.daemon.server.tracking.fleet_store import Call, FleetStore
+from squawk.daemon.server.tracking.fleet_link import Call, SyncLink
+from squawk.daemon.server.tracking.fleet_store import FleetStore
+from squawk.daemon.server.tracking.fleet_view import share
+from squawk.daemon.server.tracking.fleet_wire import SCRIPT
 from squawk.daemon.server.tracking.registry import Transition, Upstreams
 from squawk.policy import BreakerState, Profile
 from squawk.policy.fleet import Delta, state_at
@@ -45,9 +47,7 @@ __all__ = [
 
 UPSTREAM = "llm-api"
 # The fleet store's script, as the daemon loads it.
-SYNC_SCRIPT = (
-    resources.files("squawk.daemon.server.tracking").joinpath("fleet.lua").read_text("utf-8")
-)
+SYNC_SCRIPT = SCRIPT
 # The pods sync in this many groups, one group every interval / GROUPS.
 GROUPS = 10
 # The timeline, in seconds from the start (bench/fleet_scale.py's docstring).
@@ -87,7 +87,7 @@ class Fleet:
         self.pods = [
             Pod(self._store(config, i), demand, demand) for i, demand in enumerate(demands)
         ]
-        self.by_store = {id(pod.store): pod for pod in self.pods}
+        self.by_link = {id(pod.store.link): pod for pod in self.pods}
         self.interval = seconds(config.state.sync)
         self.truth = Truth(self.upstream.circuit_breaker)
         # The fleet's calls started per second, and what it started when.
@@ -178,14 +178,15 @@ class Fleet:
 
     def pace(self, pod: Pod, now: float) -> None:
         """The pod's pacer at the share its store's admit would give it now
-        (FleetStore._share: the lease's share while it holds), and
+        (fleet_view.share: the lease's share while it holds), and
         nothing once the fleet's breaker is OPEN. Read from the store's
         own record of the upstream: fleet_views() would build every field
         of a snapshot for display, a fifth of the simulator's CPU."""
         self.integrate(pod, now)
-        tracked = pod.store._tracked.get(self.key)
+        tracked = pod.store.link.tracked.get(self.key)
         view = None if tracked is None else tracked.view
-        started = min(pod.demand, pod.store._share(tracked, now) * self.rate)
+        fallback = pod.store.settings.fallback_share
+        started = min(pod.demand, share(tracked, now, True, fallback) * self.rate)
         if view is not None and PACE_FROM_S <= now - self.start < SHIFT_S:
             self.readings += 1
             self.reported += view.reading.wanting / self.calling
@@ -240,7 +241,7 @@ class Wire:
         return self.read(len(calls))
 
 
-Batch = list[tuple[FleetStore, list[Call]]]
+Batch = list[tuple[SyncLink, list[Call]]]
 
 
 class Driver:
@@ -270,8 +271,9 @@ class Driver:
         for pod in group:
             delta = fleet.delta(pod, now)
             if delta is not None:
-                pod.store.add(fleet.profile, UPSTREAM, delta)
-            batches.append((pod.store, pod.store.sync_calls(pod.store.due(now), now)))
+                pod.store.link.add(fleet.profile, UPSTREAM, delta)
+            link = pod.store.link
+            batches.append((link, link.sync_calls(link.due(now), now)))
         self.costs.code_cpu_s += time.process_time() - cpu
         self._prepared = (batches, now)
         self.costs.pod_syncs += len(group)
@@ -280,7 +282,7 @@ class Driver:
         if self._prepared is None:
             return
         (batches, now), self._prepared = self._prepared, None
-        if batches[0][0] is self.fleet.pods[0].store and batches[0][1]:
+        if batches[0][0] is self.fleet.pods[0].store.link and batches[0][1]:
             # Pod 0's sync alone, sent and read at once while the server is
             # idle (the group before is read): a daemon's own round trip.
             sent = time.monotonic()
@@ -308,16 +310,16 @@ class Driver:
     def _paced(self, batches: Batch) -> None:
         after = time.monotonic()
         self.fleet.advance(after)
-        for store, _ in batches:
-            self.fleet.pace(self.fleet.by_store[id(store)], after)
+        for link, _ in batches:
+            self.fleet.pace(self.fleet.by_link[id(link)], after)
 
     def _replied(self, wire: Wire, batches: Batch, replies: Sequence[object], now: float) -> None:
         cpu = time.process_time()
         moves: Batch = []
         first = 0
-        for store, calls in batches:
+        for link, calls in batches:
             got = replies[first : first + len(calls)]
-            moves.append((store, store.sync_replies(calls, got, now)))
+            moves.append((link, link.sync_replies(calls, got, now)))
             first += len(calls)
         made = [call for _, batch in moves for call in batch]
         if made and math.isnan(self.fleet.read_at):
@@ -325,7 +327,7 @@ class Driver:
         if made:
             answers = wire.call(made)
             first = 0
-            for store, calls in moves:
-                store.move_replies(calls, answers[first : first + len(calls)])
+            for link, calls in moves:
+                link.move_replies(calls, answers[first : first + len(calls)])
                 first += len(calls)
         self.costs.code_cpu_s += time.process_time() - cpu

@@ -197,7 +197,7 @@ def test_a_run_held_its_schedule_with_its_syncs_its_demand_sums_and_its_ticks(
 
 
 def reply(state: int, demand: int, wanting: int, own: int) -> list[int]:
-    """A sync's reply as fleet.lua writes it (see fleet_store.reading): the
+    """A sync's reply as fleet.lua writes it (see fleet_wire.reading): the
     state, its epoch and time left, zeros up to the slot's demand and the
     pods that reported it, `differ`, this pod's part of the demand
     (demands in thousandths of calls/s), and when the state was made (the
@@ -217,15 +217,15 @@ def test_a_pod_starts_what_its_share_of_the_rate_allows() -> None:
     assert pod.started == 100.0
     delta = f.delta(pod, now + 0.1)
     assert delta is not None
-    pod.store.add(f.profile, "llm-api", delta)
-    calls = pod.store.sync_calls(pod.store.due(now + 0.1), now + 0.1)
+    pod.store.link.add(f.profile, "llm-api", delta)
+    calls = pod.store.link.sync_calls(pod.store.link.due(now + 0.1), now + 0.1)
     # The fleet asked four times this pod's part: its share is a quarter.
-    pod.store.sync_replies(calls, [reply(1, 400_000, 4, 100_000)], now + 0.1)
+    pod.store.link.sync_replies(calls, [reply(1, 400_000, 4, 100_000)], now + 0.1)
     f.pace(pod, time.monotonic())
     assert pod.started == pytest.approx(25.0)
     # The fleet's breaker OPEN: nothing starts.
-    calls = pod.store.sync_calls(pod.store.due(now + 0.2), now + 0.2)
-    pod.store.sync_replies(calls, [reply(2, 400_000, 4, 100_000)], now + 0.2)
+    calls = pod.store.link.sync_calls(pod.store.link.due(now + 0.2), now + 0.2)
+    pod.store.link.sync_replies(calls, [reply(2, 400_000, 4, 100_000)], now + 0.2)
     f.pace(pod, time.monotonic())
     assert pod.started == 0.0
     # Its Admits since the first delta (0.2 s at 150/s) are refused now:

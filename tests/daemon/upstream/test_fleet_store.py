@@ -305,7 +305,7 @@ def test_the_resync_replays_a_bounded_number_of_upstreams_per_loop_slice(
         store.record([(profile, f"slice-{i}", failed) for i in range(3000)])
 
         def waiting() -> int:
-            return sum(1 for t in store._tracked.values() if t.delta is not NO_DELTA)
+            return sum(1 for t in store.link.tracked.values() if t.delta is not NO_DELTA)
 
         server.start()
         most, seen = 0, waiting()

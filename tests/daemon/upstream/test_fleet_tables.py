@@ -290,7 +290,7 @@ class Asker:
 
     async def admit(self) -> Admission:
         args = AdmitArgs(None, 0.0, 1)
-        return (await self.store.admit(self.profile, self.upstream, None, args))[0]
+        return (await self.store.admit(self.profile, self.upstream, args))[0]
 
     async def decide(self, status: int, deadline: float | None) -> Decision:
         request = pb.DecideRetryRequest(upstream=self.upstream, attempt=1, http_status=status)
@@ -417,7 +417,7 @@ async def fleet_path(
     for store in (a, b):
         # Pods that know the upstream already: a newcomer's first call is
         # answered from its own state (test_a_newcomer_knows_the_fleet_from_its_first_sync).
-        store.add(pods.a.profile, case.name, NO_DELTA)
+        store.link.add(pods.a.profile, case.name, NO_DELTA)
     got, stale = [], []
     try:
         for step in case.steps:

@@ -28,10 +28,11 @@ from . import settings, upstream_watch
 from .config import ConfigError, load_config, load_policy, needs, parse_config, read_policy_file
 from .dial import add_target_flags, check_local, hint, open_channel
 from .local import classify_locally, decide_locally
+from .pem import shown_path
 from .server.lifecycle.app import BindError, Daemon, default_shutdown_notice
 from .server.lifecycle.listeners import AddressError, check_address
 from .server.lifecycle.reload import policy_hash
-from .server.lifecycle.tls import TlsError, TlsFiles, check_files, shown_path
+from .server.lifecycle.tls import TlsError, TlsFiles, check_files
 from .server.telemetry.tracing import tracer_provider_from_env
 from .upstream_table import list_upstreams
 

@@ -13,7 +13,8 @@ import argparse
 
 import grpc
 
-from .server.lifecycle.tls import TlsError, read_pem
+from .pem import read_pem
+from .server.lifecycle.tls import TlsError
 
 __all__ = ["add_target_flags", "check_local", "hint", "open_channel"]
 

@@ -6,7 +6,6 @@ failures into statuses; the upstream state lives behind tracking/pod_store.py.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import time
@@ -154,19 +153,18 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
     async def _decide(
         self,
         request: pb.DecideRetryRequest,
-        until: float | None = None,
         answering: tuple[Policy, StatelessDecisions] | None = None,
     ) -> tuple[Decision, pb.DecideRetryResponse, Source | None]:
         """The decision, its message (which may be shared: read-only) and
-        where the upstream state came from. `until`: see PodStore.after_failure;
-        `answering`: the policy to answer from (a batch keeps the one it started with)."""
+        where the upstream state came from. `answering`: the policy to
+        answer from (a batch keeps the one it started with)."""
         policy, stateless = answering or (self._policy, self._stateless)
         profile = policy.profile(request.profile)
         if not request.upstream:
             return (*stateless.decide(request, profile), None)
         decision, failed, deadline = self._attempt(request, profile, policy)
         after, source = await self.store.after_failure(
-            profile, request.upstream, failed, decision, deadline, until
+            profile, request.upstream, failed, decision, deadline
         )
         return after, decision_message(after), source
 
@@ -216,8 +214,6 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         response = pb.DecideRetryBatchResponse()
         results = response.results
         actions = {action: 0 for action in Action}
-        # The batch shares one wait on a fleet store, not one per item.
-        until = asyncio.get_running_loop().time() + self.store.deadline_s
         # One batch, one policy: a reload between two slices applies to the next batch.
         answering = (self._policy, self._stateless)
         try:
@@ -225,7 +221,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 for i, item in enumerate(request.requests):
                     await turn.pause()
                     try:
-                        decision, reply, source = await self._decide(item, until, answering)
+                        decision, reply, source = await self._decide(item, answering)
                     except PolicyInputError as exc:
                         results.add(error=shown_text(f"requests[{i}].{exc}", MAX_ERROR_CHARS))
                         continue
@@ -296,7 +292,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         profile = self._policy.profile(request.profile)
         source = None
         if request.upstream:
-            admission, source = await self.store.admit(profile, request.upstream, None, args)
+            admission, source = await self.store.admit(profile, request.upstream, args)
             upstreams = self.store.upstreams
             pace = upstreams.pace_of(profile.name, request.upstream)
             reply = admission_message(admission)

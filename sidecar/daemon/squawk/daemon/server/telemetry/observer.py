@@ -24,12 +24,12 @@ from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
+from ...throttle import LOG_EVERY_S, Throttle
 from ..tracking.registry import Key, PaceChange, Transition, pinned_keys
 from .decision_log import LOG_SLICE, write_line
 from .fields import Field, decision_fields
 from .metrics import MAX_UPSTREAM_LABELS, OTHER_UPSTREAMS, Metrics, label_value
 from .spans import NO_SPAN, SpanRecord, current
-from .throttle import LOG_EVERY_S, Throttle
 
 __all__ = ["Observer"]
 

@@ -38,9 +38,6 @@ class Source(enum.StrEnum):
 class PodStore:
     """The memory store: one pod's state, shared by its executors."""
 
-    # The longest a call waits on the store, in seconds.
-    deadline_s = 0.0
-
     def __init__(self, upstreams: Upstreams) -> None:
         self.upstreams = upstreams
 
@@ -57,7 +54,6 @@ class PodStore:
         self,
         profile: Profile,
         upstream: str,
-        until: float | None = None,
         args: AdmitArgs = NO_ADMIT_ARGS,
     ) -> tuple[Admission, Source | None]:
         """`args`: the call's deadline, cost and permits (squawk.wire.admit_args)."""
@@ -70,10 +66,7 @@ class PodStore:
         outcome: Outcome,
         decision: Decision,
         deadline: timedelta | None,
-        until: float | None = None,
     ) -> tuple[Decision, Source | None]:
-        """`until`: the event loop's time by which a fleet store must have
-        answered (a batch shares one); None: its deadline from now."""
         return self.upstreams.after_failure(profile, upstream, outcome, decision, deadline), None
 
     def record(self, outcomes: Sequence[tuple[Profile, str, Outcome]]) -> None:
