@@ -91,7 +91,7 @@ def in_flight(limit: Limit, now: float) -> tuple[int, int, float]:
 def started(limit: Limit, now: float) -> Limit:
     """`limit` after a call was admitted at `now` while it is on."""
     old, current, epoch = in_flight(limit, now)
-    return limit._replace(flight_old=old, flight=current + 1, epoch_at=epoch)
+    return Limit(limit.limit, current + 1, old, epoch, *limit[4:])
 
 
 def observe(
@@ -106,44 +106,36 @@ def observe(
     seconds, None when it says nothing of the upstream's speed (none sent,
     a verdict IGNORED, a throttle); `served`: the success rate (calls/s)."""
     on = limited(limit, now, quiet)
+    value, flight, old, epoch, slow_at, decreased_at, fast, base = limit
     if on:
         # One call fewer in flight: the older epoch's first.
-        old, current, epoch = in_flight(limit, now)
+        old, flight, epoch = in_flight(limit, now)
         if old:
             old -= 1
         else:
-            current = max(current - 1, 0)
-        limit = limit._replace(flight_old=old, flight=current, epoch_at=epoch)
-    if latency is None:
+            flight = max(flight - 1, 0)
+    elif latency is None:
         return limit
-    base = limit.latency_base
-    if not base:
-        return limit._replace(latency_base=latency, latency_fast=latency)
-    fast = limit.latency_fast + LATENCY_FAST_WEIGHT * (latency - limit.latency_fast)
-    limit = limit._replace(
-        latency_fast=fast, latency_base=base + LATENCY_BASE_WEIGHT * (latency - base)
-    )
-    slow = _slower(latency, base)
-    if slow:
-        limit = limit._replace(slow_at=now)
-    if not on:
-        if slow and _slower(fast, base):
-            # Evidence: the mean itself doubled. Start from the calls the
-            # upstream holds now (Little's law), cut once.
-            return limit._replace(
-                limit=min(max(BACKOFF * (served * fast), MIN_LIMIT), MAX_LIMIT),
-                decreased_at=now,
-                flight_old=0,
-                flight=0,
-                epoch_at=now,
-            )
-        return limit
-    if slow:
-        if now - limit.decreased_at >= BUCKET:
-            return limit._replace(limit=max(limit.limit * BACKOFF, MIN_LIMIT), decreased_at=now)
-    elif success and 2 * (limit.flight_old + limit.flight + 1) >= limit.limit:
-        return limit._replace(limit=min(limit.limit + 1.0, MAX_LIMIT))
-    return limit
+    if latency is not None and not base:
+        fast = base = latency
+    elif latency is not None:
+        fast = fast + LATENCY_FAST_WEIGHT * (latency - fast)
+        slow = _slower(latency, base)
+        if slow:
+            slow_at = now
+        if not on:
+            if slow and _slower(fast, base):
+                # Evidence: the mean itself doubled. Start from the calls the
+                # upstream holds now (Little's law), cut once.
+                value = min(max(BACKOFF * (served * fast), MIN_LIMIT), MAX_LIMIT)
+                old, flight, epoch, decreased_at = 0, 0, now, now
+        elif slow:
+            if now - decreased_at >= BUCKET:
+                value, decreased_at = max(value * BACKOFF, MIN_LIMIT), now
+        elif success and 2 * (old + flight + 1) >= value:
+            value = min(value + 1.0, MAX_LIMIT)
+        base = base + LATENCY_BASE_WEIGHT * (latency - base)
+    return Limit(value, flight, old, epoch, slow_at, decreased_at, fast, base)
 
 
 def _slower(latency: float, base: float) -> bool:

@@ -84,7 +84,7 @@ def served(learned: Learned) -> float:
 
 def granted(learned: Learned, now: float) -> Learned:
     """`learned` after the learned pace granted a call at `now`."""
-    return learned._replace(grants=tick(learned.grants, bucket_of(now), 1))
+    return Learned(*learned[:6], tick(learned.grants, bucket_of(now), 1))
 
 
 def observe(
@@ -107,7 +107,7 @@ def _measure(learned: Learned, now: float, add: int) -> Learned:
     successes = tick(old, bucket, add)
     if successes is old:
         return learned
-    learned = learned._replace(successes=successes)
+    learned = Learned(*learned[:5], successes, learned.grants)
     if old.at != -math.inf and bucket > old.at and learned.w_max > 0.0 and learned.cut_at >= old.at:
         # The bucket of the last cut is complete: its successes are what
         # the upstream served while it throttled, the reading the cut took

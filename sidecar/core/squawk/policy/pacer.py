@@ -29,9 +29,11 @@ from typing import NamedTuple
 
 from . import aimd, cubic, header_quota, short_queue, spacing
 from .aimd import Limit
+from .aimd import limited as _limited
 from .clocker import BUCKET, SMOOTHING
 from .cooldown import spread
 from .cubic import BETA, MIN_RATE, SCALE, Learned
+from .cubic import learning as _learning
 from .header_quota import MAX_HOLD, MAX_HOLD_S, HeaderQuota, bounded_seconds
 from .limits import MAX_BURST, MAX_PERMITS, MAX_RATE, MAX_TOKEN_RATE
 from .pace_types import LEASE, MIN_POLICY_RATE, Pace, PaceSample, PaceSnapshot, RateLimitConfig
@@ -107,21 +109,9 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> Rates:
     if now < quota.until:
         tokens = quota.token_rate
         return Rates(PaceSource.HEADERS, quota.rate, quota.burst, tokens, tokens)
-    if cubic.learning(pacer.learned, now, config._quiet_s):
+    if _learning(pacer.learned, now, config._quiet_s):
         return Rates(PaceSource.LEARNED, cubic.rate(pacer.learned, now), 1.0, 0.0, 0.0)
     return NO_RATES
-
-
-def _shared(rates: Rates, share: float) -> Rates:
-    """`rates` cut to a pod's `share` of them: the rates and the bursts (a
-    burst at least one call; a token burst at least one second's share)."""
-    return Rates(
-        rates.source,
-        rates.rate * share,
-        max(1.0, rates.burst * share),
-        rates.token_rate * share,
-        rates.tokens * share,
-    )
 
 
 def pace(
@@ -148,18 +138,19 @@ def pace(
     retry_after (None: the exact time). The caller bounds the inputs
     (squawk.policy.upstream.admit checks them).
     """
-    quota, limit, quiet = pacer.quota, pacer.concurrency, config._quiet_s
-    limited = aimd.limited(limit, now, quiet)
+    quota = pacer.quota
     if (
         not config._policy
         and now >= quota.until
         and now >= quota.hold_until
-        and not cubic.learning(pacer.learned, now, quiet)
-        and not limited
+        and not _learning(pacer.learned, now, config._quiet_s)
+        and not _limited(pacer.concurrency, now, config._quiet_s)
     ):
         if permits == 1:
             return pacer, _NOW
         return pacer, Pace(True, _ZERO, None, min(permits, MAX_PERMITS))
+    limit = pacer.concurrency
+    limited = _limited(limit, now, config._quiet_s)
     if limited:
         old, current, _ = aimd.in_flight(limit, now)
         if old + current >= int(limit.limit):
@@ -169,7 +160,7 @@ def pace(
             return pacer, Pace(False, _ZERO, spread(time_left(now + left, now), rng), 0, full)
     rates = _rates(pacer, config, now)
     if share < 1.0 and rates.source in SHARED_SOURCES:
-        rates = _shared(rates, share)
+        rates = spacing.shared(rates, share)
     units = cost if cost > 0.0 else pacer.spacing.mean_cost
     start = spacing.start(pacer.spacing, rates, now, units, quota.hold_until)
     slot = spacing.slot(rates, units)
@@ -265,7 +256,7 @@ def pacer_snapshot(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSna
     rates = _rates(pacer, config, now)
     limit, in_flight = 0, 0
     concurrency = pacer.concurrency
-    if aimd.limited(concurrency, now, config._quiet_s):
+    if _limited(concurrency, now, config._quiet_s):
         old, current, _ = aimd.in_flight(concurrency, now)
         limit, in_flight = int(concurrency.limit), old + current
     hold_until = pacer.quota.hold_until
@@ -295,6 +286,6 @@ def pacer_is_idle(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
         now >= pacer.quota.until
         and now >= pacer.quota.hold_until
         and now - pacer.learned.throttled_at >= quiet  # neither learning nor armed
-        and not aimd.limited(pacer.concurrency, now, quiet)
+        and not _limited(pacer.concurrency, now, quiet)
         and spacing.is_idle(pacer.spacing, now)
     )

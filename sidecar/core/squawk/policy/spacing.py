@@ -28,6 +28,7 @@ __all__ = [
     "charge",
     "is_idle",
     "reserve",
+    "shared",
     "slot",
     "start",
     "wait_cause",
@@ -60,6 +61,18 @@ class Rates(NamedTuple):
 
 
 NO_RATES = Rates(PaceSource.NONE, 0.0, 1.0, 0.0, 0.0)
+
+
+def shared(rates: Rates, share: float) -> Rates:
+    """`rates` cut to a pod's `share` of them: the rates and the bursts (a
+    burst at least one call; a token burst at least one second's share)."""
+    return Rates(
+        rates.source,
+        rates.rate * share,
+        max(1.0, rates.burst * share),
+        rates.token_rate * share,
+        rates.tokens * share,
+    )
 
 
 def start(spacing: Spacing, rates: Rates, now: float, units: float, hold_until: float) -> float:
