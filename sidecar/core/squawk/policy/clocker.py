@@ -3,7 +3,7 @@
 Events are counted in BUCKET-second buckets; on entering a new bucket the
 count is folded into a smoothed rate (weight SMOOTHING) as a rate over one
 bucket. botocore spreads a count over every bucket since the last one;
-here a stretch in which nothing was counted is no reading at all, so a
+here a stretch in which no event arrived is no reading at all, so a
 pause (a hold, a cool-down) does not read as a slow rate. The learned pace
 keeps two (squawk.policy.cubic): the successes the upstream served, and
 the calls the pace itself granted.
