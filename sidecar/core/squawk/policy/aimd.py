@@ -134,6 +134,7 @@ def observe(
                 value, decreased_at = max(value * BACKOFF, MIN_LIMIT), now
         elif success and 2 * (old + flight + 1) >= value:
             value = min(value + 1.0, MAX_LIMIT)
+        # The baseline moves last: both tests above read it before this call.
         base = base + LATENCY_BASE_WEIGHT * (latency - base)
     return Limit(value, flight, old, epoch, slow_at, decreased_at, fast, base)
 
