@@ -14,6 +14,9 @@ from hypothesis import strategies as st
 
 from squawk.policy import BreakerState, Pacer, PaceSource, RateLimitConfig, UpstreamConfig
 from squawk.policy import fleet as f
+from squawk.policy.clocker import Clock
+from squawk.policy.cubic import Learned
+from squawk.policy.header_quota import HeaderQuota
 from squawk.policy.pacer import pace
 from squawk.policy.timing import seconds
 
@@ -133,8 +136,10 @@ def second_wait(pacer: Pacer, config: RateLimitConfig, share: float) -> float:
     return seconds(second.wait)
 
 
-HEADERS = Pacer(header_rate=20.0, header_until=200.0)
-LEARNED = Pacer(w_max=20.0, cut_at=99.0, throttled_at=99.5, measured=20.0)
+HEADERS = Pacer(quota=HeaderQuota(rate=20.0, until=200.0))
+LEARNED = Pacer(
+    learned=Learned(w_max=20.0, cut_at=99.0, throttled_at=99.5, successes=Clock(rate=20.0))
+)
 
 
 @pytest.mark.parametrize(

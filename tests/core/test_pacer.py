@@ -36,6 +36,8 @@ from squawk.policy import (
     record_outcome,
     upstream_snapshot,
 )
+from squawk.policy.clocker import Clock
+from squawk.policy.cubic import Learned
 from squawk.policy.pacer import hold, hold_at_most
 from squawk.policy.ratelimit import Quota, RateLimitHint
 
@@ -365,7 +367,7 @@ def test_a_cut_read_mid_bucket_rises_to_the_whole_bucket() -> None:
     # leaves W_max at 14; the rate is capped at twice the success rate,
     # 2 x (0.8 x 2 + 0.2 x 0.8 x 16) = 8.32.
     p = observe(p, NOTHING, 1.0, OK)
-    assert p.w_max == pytest.approx(14)
+    assert p.learned.w_max == pytest.approx(14)
     assert pacer_snapshot(p, NOTHING, 1.0).rate == pytest.approx(8.32)
 
 
@@ -391,8 +393,8 @@ def test_a_silent_stretch_is_no_reading() -> None:
     # until 2.0 (say, a cool-down). That success folds the bucket as 6 / 0.5
     # = 12/s (botocore counts the folding call in), smoothed 0.8 x 12 + 0.2
     # x 10 = 11.6/s, not as 6 over the 2 s since (3/s): no call, no reading.
-    p = Pacer(measured=10.0, bucket_at=0.0, bucket_count=5)
-    assert observe(p, NOTHING, 2.0, OK).measured == pytest.approx(11.6)
+    p = Pacer(learned=Learned(successes=Clock(at=0.0, events=5, rate=10.0)))
+    assert observe(p, NOTHING, 2.0, OK).learned.successes.rate == pytest.approx(11.6)
 
 
 def test_a_learned_rate_decays_to_the_floor_once_nothing_succeeds() -> None:
@@ -400,7 +402,8 @@ def test_a_learned_rate_decays_to_the_floor_once_nothing_succeeds() -> None:
     # success folds in as 0/s: measured 50 -> 0.2 x 50 = 10 -> 2 -> 0.4,
     # and each cut sets W_max to it (floored at 0.5): the rate restarts at
     # 0.7 x W_max, floored at 0.5/s.
-    p = Pacer(measured=50.0, bucket_at=0.0, w_max=50.0, throttled_at=0.0, cut_at=-1.0)
+    learned = Learned(w_max=50.0, throttled_at=0.0, cut_at=-1.0, successes=Clock(0.0, 0, 50.0))
+    p = Pacer(learned=learned)
     rates = []
     for at in (0.5, 1.0, 1.5):
         p = observe(p, NOTHING, at, THROTTLED)
@@ -662,7 +665,7 @@ def test_a_closed_upstreams_cool_down_stays_a_cool_down_when_a_cut_follows() -> 
 
 def test_a_hold_is_shortened_to_a_lower_cap_and_never_lengthened() -> None:
     p = hold(Pacer(), 100.0)
-    assert hold_at_most(p, 10.0).hold_until == 10.0
+    assert hold_at_most(p, 10.0).quota.hold_until == 10.0
     assert hold_at_most(p, 200.0) is p
     assert hold(p, 50.0) is p
 

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_ADMIT_DEADLINE",
     "MAX_BATCH",
     "MAX_BUCKETS",
+    "MAX_BURST",
     "MAX_COST",
     "MAX_DURATION_SECONDS",
     "MAX_ERROR_MESSAGE_CHARS",
@@ -37,9 +38,11 @@ __all__ = [
     "MAX_PERMITS",
     "MAX_POLICY_DURATION",
     "MAX_PROFILE_CHARS",
+    "MAX_RATE",
     "MAX_RETRY_AFTER",
     "MAX_RETRY_RATIO",
     "MAX_TOKENS",
+    "MAX_TOKEN_RATE",
     "MAX_UPSTREAMS_PAGE",
     "check_chars",
     "check_count",
@@ -92,6 +95,11 @@ MAX_PERMITS = 100
 # A call's cost (Admit's estimate, an outcome's real one): finite, 0 to 1e9
 # token units, as squawk.v1 states it.
 MAX_COST = 1e9
+# A pace: calls/s, calls that may start together, token units/s (a
+# policy's rate_limit, and the most any header or learned pace reaches).
+MAX_RATE = 1e6
+MAX_BURST = 1_000_000
+MAX_TOKEN_RATE = 1e9
 # Requests in one DecideRetryBatch call.
 MAX_BATCH = 10_000
 # Outcomes in one ReportOutcome call.

@@ -109,7 +109,7 @@ class Quota:
     # continuously (a token bucket: OpenAI's "resets to its initial state",
     # Anthropic's "fully replenished"), not when a window starts over
     # (GitHub, X, Reddit, Discord, the IETF fields). The pacer reads the two
-    # differently (squawk.policy.pacer).
+    # differently (squawk.policy.header_quota).
     refills: bool = False
 
 

@@ -31,7 +31,7 @@ class ShedCause(enum.Enum):
     # Its start is past the longest wait the queue grants (max_queue_delay).
     QUEUE = 1
     # ... past the short queue's limit, on while the pod sheds a sustained
-    # overload (see squawk.policy.pacer's CoDel rule).
+    # overload (see squawk.policy.short_queue).
     SHORT_QUEUE = 2
     # ... within the queue's limit, but past the step's deadline.
     DEADLINE = 3

@@ -282,18 +282,9 @@ def record_outcome(
         outcome.hint,
         outcome.retry_after,
     )
-    # Once the pacer has learned a rate from throttling, its cut answers a
-    # throttle: the Retry-After that each overshoot brings would otherwise
-    # stop the whole pod for its full length every time the pace probes
-    # above the limit. Before that (nothing learned yet), under a declared
-    # pace that proved wrong, and under an announced one whose throttle
-    # says nothing of its quota, the hint cools the pod.
-    # A throttle that carries the upstream's own quota is answered by it:
-    # the pacer holds the starts until the quota says a call fits again.
-    # A Retry-After longer than CLOSED_AFTER is no pacing signal (the pace
-    # reacts within a bucket): the upstream is closed, not full, and a
-    # learned pace keeps probing it at its rate for the whole length. It
-    # cools the pod, learned or not.
+    # Who answers a throttle (docs/upstreams.md §Pacing): the quota it
+    # carries; a learned pace's cut, unless its Retry-After is past
+    # CLOSED_AFTER (the upstream is closed, not full); else the cool-down.
     was_learned = _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
     pacer = _pacer.observe(
         state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
@@ -309,15 +300,10 @@ def record_outcome(
         )
     until = state.cool_until
     if learned and not was_learned and timedelta(0) < time_left(until, now) <= CLOSED_AFTER:
-        # This throttle's cut taught the pace while the cool-down its arming
-        # throttle started still runs (a short one: past CLOSED_AFTER the
-        # upstream is closed, and stays a cool-down). The pace takes the rest of it over
-        # as a hold: a call admitted meanwhile is told when to start (its
-        # place in the queue after the hold) or shed at once, instead of
-        # every refused call asking again the moment the cool-down ends, a
-        # herd of a second's demand at once (at 10x, hundreds of Admits
-        # within the refusals' jitter, more than the daemon answers in
-        # time).
+        # The cut came while its arming throttle's short cool-down still
+        # runs: the pace takes the rest over as a hold, so a call meanwhile
+        # is told when to start or shed at once, not refused until a herd
+        # asks again the moment the cool-down ends.
         pacer = _pacer.hold(pacer, until)
         until = NOT_COOLING
     if counted is Verdict.FAILURE and not learned:

@@ -551,6 +551,8 @@ def _carried(
         state = replace(
             state,
             cool_until=held(state.cool_until, clock, now.max_cool_down),
-            pacer=hold_at_most(state.pacer, held(state.pacer.hold_until, clock, now.max_cool_down)),
+            pacer=hold_at_most(
+                state.pacer, held(state.pacer.quota.hold_until, clock, now.max_cool_down)
+            ),
         )
     return state
