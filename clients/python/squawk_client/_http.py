@@ -3,8 +3,8 @@ and, on a failure, decided by the policy.
 
 The official LLM SDKs (openai, anthropic) send every call through an
 httpx-style client they accept as `http_client`; a transport is the one
-seam below their own retry loop. `Sender` and `AsyncSender` hold what the
-`squawk_client.httpx` and `squawk_client.httpx2` transports do, written
+seam below their own retry loop. `SyncTransport` and `AsyncTransport` are
+the `squawk_client.httpx` and `squawk_client.httpx2` transports, written
 once for both libraries (they share the transport API): each request is a
 step of the runner (`run_step`, `run_step_sync`) for the named upstream,
 so a request is admitted by the pod's pace and breaker, a response of 400
@@ -30,15 +30,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ._client import AsyncSquawkClient, SquawkClient
 from ._errors import StepError, StepFailed
 from ._runner import StepOptions, bounded_headers, run_step, run_step_sync
 
-__all__ = ["AsyncSender", "Sender"]
+__all__ = ["AsyncTransport", "SyncTransport"]
 
 log = logging.getLogger("squawk_client")
 
@@ -162,26 +162,34 @@ class _Common(Generic[Req, Resp]):
         return self._refusal(503, headers=headers, json=body, request=request)
 
 
-class Sender(_Common[Req, Resp]):
-    """A blocking transport's `handle_request`, around `inner`'s."""
+class SyncTransport(_Common[Req, Resp]):
+    """A blocking transport (`handle_request`) around the library's own,
+    `inner`; each library's module names its default and its response class."""
+
+    # Set by squawk_client.httpx and squawk_client.httpx2.
+    _default_inner: ClassVar[Callable[[], Any]]
+    _response: ClassVar[Callable[..., Any]]
 
     def __init__(
         self,
         squawk: SquawkClient,
         upstream: str,
-        inner: Callable[[Req], Resp],
-        refusal: Callable[..., Resp],
+        *,
+        inner: Any = None,
         options: StepOptions | None = None,
     ) -> None:
-        super().__init__(upstream, options, refusal)
+        """`inner` sends each request (default: a new HTTPTransport of the
+        library); `options` sets the rest of the step (profile, capability,
+        deadline, attempts, estimated cost)."""
+        super().__init__(upstream, options, type(self)._response)
         self._squawk = squawk
-        self._inner = inner
+        self._inner = type(self)._default_inner() if inner is None else inner
 
-    def __call__(self, request: Req) -> Resp:
+    def handle_request(self, request: Req) -> Resp:
         self.notice(request)
 
         def attempt(_: None) -> Resp:
-            response = self._inner(request)
+            response: Resp = self._inner.handle_request(request)
             if response.status_code >= 400:
                 raise _Answered(response, response.read())
             if _is_json(response):
@@ -200,27 +208,34 @@ class Sender(_Common[Req, Resp]):
         except StepFailed as failed:
             return self.ended(request, failed)
 
+    def close(self) -> None:
+        self._inner.close()
 
-class AsyncSender(_Common[Req, Resp]):
-    """An asyncio transport's `handle_async_request`, around `inner`'s."""
+
+class AsyncTransport(_Common[Req, Resp]):
+    """The asyncio twin of SyncTransport (`handle_async_request`)."""
+
+    _default_inner: ClassVar[Callable[[], Any]]
+    _response: ClassVar[Callable[..., Any]]
 
     def __init__(
         self,
         squawk: AsyncSquawkClient,
         upstream: str,
-        inner: Callable[[Req], Awaitable[Resp]],
-        refusal: Callable[..., Resp],
+        *,
+        inner: Any = None,
         options: StepOptions | None = None,
     ) -> None:
-        super().__init__(upstream, options, refusal)
+        """As SyncTransport's, with the library's AsyncHTTPTransport."""
+        super().__init__(upstream, options, type(self)._response)
         self._squawk = squawk
-        self._inner = inner
+        self._inner = type(self)._default_inner() if inner is None else inner
 
-    async def __call__(self, request: Req) -> Resp:
+    async def handle_async_request(self, request: Req) -> Resp:
         self.notice(request)
 
         async def attempt(_: None) -> Resp:
-            response = await self._inner(request)
+            response: Resp = await self._inner.handle_async_request(request)
             if response.status_code >= 400:
                 raise _Answered(response, await response.aread())
             if _is_json(response):
@@ -238,6 +253,9 @@ class AsyncSender(_Common[Req, Resp]):
             )
         except StepFailed as failed:
             return self.ended(request, failed)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 def _headers(response: Any) -> Mapping[str, str]:
