@@ -55,12 +55,15 @@ class Result:
 
     successes_per_c: float
     attempts_per_c: float
+    # The share of the steps started in the middle phase that succeeded.
+    step_success: float = 0.0
 
 
 @dataclass(slots=True)
 class _Step:
     deadline: float
     attempts: int = 0
+    ok: bool = False
 
 
 @dataclass(slots=True)
@@ -94,10 +97,14 @@ def simulate(
     after: float = 7.0,
     report_delay: float = 0.05,
     config: UpstreamConfig | None = None,
+    squawk: bool = True,
 ) -> Result:
-    """One run of `variant` ("2x", "10x" or "halving")."""
+    """One run of `variant` ("2x", "10x", "halving", or "storm-S": half the
+    calls of the middle phase answered status S at random, at 0.5 x C).
+    `squawk`: admit every attempt (else send at once, a plain retry loop)."""
     halving = variant == "halving"
-    overload = 0.8 if halving else float(variant.rstrip("x"))
+    storm = int(variant[6:]) if variant.startswith("storm-") else 0
+    overload = 0.8 if halving else 0.5 if storm else float(variant.rstrip("x"))
     low = 0.8 if halving else 0.5
     cfg = config or UpstreamConfig()
     rng = random.Random(seed)
@@ -116,6 +123,9 @@ def simulate(
     def ask(now: float, step: _Step) -> None:
         left = step.deadline - now
         if left <= 0:
+            return
+        if not squawk:
+            send(now, step)
             return
         world.state, answer = admit(
             world.state,
@@ -137,7 +147,13 @@ def simulate(
     def send(now: float, step: _Step) -> None:
         step.attempts += 1
         ok = world.call(now)
-        outcome = Outcome(True) if ok else Outcome(False, 429, retry_after=RETRY_AFTER)
+        if storm and ok and warm <= now < warm + hot and rng.random() < 0.5:
+            ok, outcome = False, Outcome(False, storm)
+        elif ok:
+            outcome = Outcome(True)
+        else:
+            outcome = Outcome(False, 429, retry_after=RETRY_AFTER)
+        step.ok = ok
         at(now + LATENCY_S + rng.uniform(0, report_delay), report, outcome)
         if not ok and step.attempts < MAX_ATTEMPTS:
             at(now + RETRY_AFTER.total_seconds() * rng.uniform(1.0, 1.2), ask, step)
@@ -145,11 +161,13 @@ def simulate(
     def report(now: float, outcome: Outcome) -> None:
         world.state = record_outcome(world.state, cfg, now, outcome)
 
+    steps: list[_Step] = []
     start = 0.0
     for seconds, demand in ((warm, low), (hot, overload), (after, low)):
         t = start
         while (t := t + rng.expovariate(demand * capacity)) < start + seconds:
-            at(t, ask, _Step(t + DEADLINE_S))
+            steps.append(_Step(t + DEADLINE_S))
+            at(t, ask, steps[-1])
         start += seconds
     while events:
         now, _, fn, args = heapq.heappop(events)
@@ -159,27 +177,37 @@ def simulate(
         return sum(1 for x in times if since <= x < warm + hot)
 
     attempts = inside(world.sent, warm) / (hot * capacity)
+    middle = [s for s in steps if warm <= s.deadline - DEADLINE_S < warm + hot]
+    done = sum(s.ok for s in middle) / len(middle) if middle else 0.0
     if halving:
-        return Result(inside(world.served, warm + 5.0) / ((hot - 5.0) * capacity / 2), attempts)
-    return Result(inside(world.served, warm) / (hot * capacity), attempts)
+        served = inside(world.served, warm + 5.0) / ((hot - 5.0) * capacity / 2)
+        return Result(served, attempts, done)
+    return Result(inside(world.served, warm) / (hot * capacity), attempts, done)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.outcome.sim", description=__doc__)
     ap.add_argument("--seeds", type=int, default=100, help="runs per variant (default 100)")
-    ap.add_argument("--variants", default="2x,10x,halving")
+    ap.add_argument("--variants", default="2x,10x,halving,storm-529,storm-429")
     ap.add_argument("--report-delay", type=float, default=0.05, help="seconds (default 0.05)")
     args = ap.parse_args(argv)
-    print("variant   successes / C: mean  p10   min   attempts / C: mean  max")
+    print(
+        "variant    successes / C: mean  p10   min   attempts / C: mean  max"
+        "   steps ok: mean  min   without Squawk"
+    )
     for variant in args.variants.split(","):
         runs = [
             simulate(variant, seed, report_delay=args.report_delay) for seed in range(args.seeds)
         ]
+        plain = [simulate(variant, seed, squawk=False) for seed in range(args.seeds)]
         ok = sorted(r.successes_per_c for r in runs)
         sent = [r.attempts_per_c for r in runs]
+        steps = [r.step_success for r in runs]
         print(
-            f"{variant:9} {statistics.fmean(ok):19.3f} {ok[len(ok) // 10]:5.3f} {ok[0]:5.3f}"
+            f"{variant:10} {statistics.fmean(ok):19.3f} {ok[len(ok) // 10]:5.3f} {ok[0]:5.3f}"
             f" {statistics.fmean(sent):18.3f} {max(sent):5.3f}"
+            f" {statistics.fmean(steps):15.3f} {min(steps):5.3f}"
+            f" {statistics.fmean(r.step_success for r in plain):16.3f}"
         )
     return 0
 

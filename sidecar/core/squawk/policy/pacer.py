@@ -220,7 +220,7 @@ def observe(
         if sample.throttled:
             held = min(bounded_seconds(sample.retry_after), seconds(max_hold))
         learned = cubic.observe(
-            learned, now, config._quiet_s, sample.success, sample.throttled, held
+            learned, now, config._quiet_s, sample.success or sample.passed, sample.throttled, held
         )
     if (
         spaced is pacer.spacing
