@@ -146,7 +146,7 @@ func parseIMFFixdate(value string) (time.Time, bool) {
 
 // waitHint is the wait the server asked for, capped at maxRetryAfter, and
 // the header that gave it: retry-after-ms when it parses, else Retry-After
-// (delta-seconds or IMF-fixdate), else grpc-retry-pushback-ms. A malformed
+// (decimal seconds or IMF-fixdate), else grpc-retry-pushback-ms. A malformed
 // value leaves the next header to decide; ok is false when none gave a wait.
 func waitHint(headers map[string]string, now time.Time) (time.Duration, string, bool) {
 	wait, from, ok := uncappedWaitHint(headers, now)

@@ -30,7 +30,7 @@ export interface WaitHint {
 
 /**
  * The wait the server asked for, capped, and the header that gave it:
- * retry-after-ms when it parses, else Retry-After (delta-seconds or
+ * retry-after-ms when it parses, else Retry-After (decimal seconds or
  * IMF-fixdate), else grpc-retry-pushback-ms. A malformed value leaves the
  * next header to decide. `nowMs` (Unix ms) is read only for a date.
  */

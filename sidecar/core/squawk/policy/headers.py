@@ -160,7 +160,7 @@ def _http_date(value: str) -> datetime | None:
 
     The three RFC 9110 forms and what parsedate_to_datetime also reads (a
     numeric or named zone, a missing seconds field...); a value with
-    non-ASCII digits is malformed, as it is for delta-seconds.
+    non-ASCII digits is malformed, as it is for seconds.
     """
     if _NON_ASCII_DIGIT.search(value):
         return None
