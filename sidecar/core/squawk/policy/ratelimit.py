@@ -65,10 +65,12 @@ you should not make another request until after the time specified by the
 x-ratelimit-reset header"), the IETF draft for ``r=0`` within ``t`` seconds,
 and OpenAI's and Anthropic's resets are when a spent quota is full again. A
 request needs every quota it draws on, so every family present is read and
-the latest reset of those at remaining 0 wins (the first in the order above
-on a tie), whatever its unit: a spent byte or token quota throttles a request
-as surely as a spent request quota. decide() waits for it on a 429 that
-carries no Retry-After.
+the latest reset of those at remaining 0 wins, whatever its unit: a spent
+byte or token quota throttles a request as surely as a spent request quota.
+On a tie the first names it, in the families' order above (OpenAI,
+Anthropic, the IETF fields, the older draft, x-ratelimit, x-rate-limit;
+requests before tokens). decide() waits for it on a 429 that carries no wait
+hint (headers.wait_hint).
 
 Hostile input: this never raises. A value it cannot read is ignored (that
 field is None): counts must be plain ASCII decimals, finite, in [0, 1e12];
