@@ -1,6 +1,7 @@
 package squawk
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -145,7 +146,7 @@ func parseIMFFixdate(value string) (time.Time, bool) {
 
 // waitHint is the wait the server asked for, capped at maxRetryAfter, and
 // the header that gave it: retry-after-ms when it parses, else Retry-After
-// (delta-seconds or IMF-fixdate), else grpc-retry-pushback-ms. A malformed
+// (decimal seconds or IMF-fixdate), else grpc-retry-pushback-ms. A malformed
 // value leaves the next header to decide; ok is false when none gave a wait.
 func waitHint(headers map[string]string, now time.Time) (time.Duration, string, bool) {
 	wait, from, ok := uncappedWaitHint(headers, now)
@@ -154,14 +155,14 @@ func waitHint(headers map[string]string, now time.Time) (time.Duration, string, 
 
 func uncappedWaitHint(headers map[string]string, now time.Time) (time.Duration, string, bool) {
 	if value, ok := header(headers, "retry-after-ms"); ok {
-		if wait, ok := retryAfterMS(trimOWS(value)); ok {
+		if wait, ok := decimalWait(trimOWS(value), time.Millisecond); ok {
 			return wait, "retry-after-ms", true
 		}
 	}
 	if value, ok := header(headers, "retry-after"); ok {
 		value = trimOWS(value)
-		if seconds, ok := digits(value); ok {
-			return scaled(seconds, time.Second), "Retry-After", true
+		if wait, ok := decimalWait(value, time.Second); ok {
+			return wait, "Retry-After", true
 		}
 		if when, ok := parseIMFFixdate(value); ok {
 			return max(0, when.Sub(now)).Round(time.Microsecond), "Retry-After", true
@@ -175,23 +176,35 @@ func uncappedWaitHint(headers map[string]string, now time.Time) (time.Duration, 
 	return 0, "", false
 }
 
-// retryAfterMS reads a retry-after-ms value: non-negative ASCII decimal
-// milliseconds, a fraction allowed, kept to whole microseconds (half to
-// even). A sign, an exponent, NaN or inf is malformed.
-func retryAfterMS(value string) (time.Duration, bool) {
+// decimalWait reads a wait of non-negative ASCII decimal units (retry-after-ms
+// in milliseconds, Retry-After in seconds), a fraction allowed, capped at
+// maxRetryAfter and kept to whole microseconds (half to even). A sign, an
+// exponent, NaN or inf is malformed.
+func decimalWait(value string, unit time.Duration) (time.Duration, bool) {
+	n, ok := plainDecimal(value)
+	if !ok {
+		return 0, false
+	}
+	// Leading zeros are no digits of the bound: "000...07" is 7.
+	if whole, _, _ := strings.Cut(value, "."); len(strings.TrimLeft(whole, "0")) > 12 {
+		return maxRetryAfter, true // already more than the cap
+	}
+	micros := math.RoundToEven(min(n, float64(maxRetryAfter)/float64(unit)) * float64(unit/time.Microsecond))
+	return time.Duration(micros) * time.Microsecond, true
+}
+
+// plainDecimal reads ASCII digits with an optional fraction ("5", "1.5",
+// ".5", "5."); a value past float64's range reads as +Inf.
+func plainDecimal(value string) (float64, bool) {
 	whole, frac, dot := strings.Cut(value, ".")
 	if !asciiDigits(whole) || !asciiDigits(frac) || (whole == "" && frac == "") || (whole == "" && !dot) {
 		return 0, false
 	}
-	if len(whole) > 12 {
-		return maxRetryAfter, true // already more than the cap
-	}
-	ms, err := strconv.ParseFloat(value, 64)
-	if err != nil {
+	n, err := strconv.ParseFloat(value, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return 0, false
 	}
-	micros := math.RoundToEven(min(ms, float64(maxRetryAfter/time.Millisecond)) * 1000)
-	return time.Duration(micros) * time.Microsecond, true
+	return n, true
 }
 
 // pushbackMS reads a grpc-retry-pushback-ms value: an optional sign, then

@@ -138,6 +138,11 @@ func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv
 		// of the parser that chose it.
 		_, from, _ := waitHint(req.GetHeaders(), now)
 		wait, source = seen.GetRetryAfter().AsDuration(), "the server's "+from
+	} else if !transport && req.GetHttpStatus() == 429 {
+		// A 429 without a wait hint waits for the last spent quota's reset.
+		if spentWait, from, ok := spentQuotaWait(req.GetHeaders(), now); ok {
+			wait, source = spentWait, "the server's "+from+", remaining 0"
+		}
 	}
 	if dl := req.GetDeadline(); dl != nil && wait > dl.AsDuration() {
 		return fail(squawkv1.Reason_REASON_DEADLINE_EXCEEDED,

@@ -70,7 +70,8 @@ func WithPropagator(p propagation.TextMapPropagator) Option {
 }
 
 // WithClock sets the clock the local fallback reads to turn an HTTP-date
-// Retry-After into a wait, and Run reads to time its spare permits' leases.
+// Retry-After or a spent quota's absolute reset (an epoch or RFC 3339 time)
+// into a wait, and Run reads to time its spare permits' leases.
 // The default is time.Now.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) { c.now = now }

@@ -249,6 +249,7 @@ CLAUSES = {
     "backoff",
     "retry-after",
     "pushback",
+    "spent quota",
     "should-retry",
     "deadline",
     "classification",

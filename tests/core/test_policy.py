@@ -189,7 +189,7 @@ def test_llm_everything_else_is_terminal(status: int) -> None:
         ({"retry-after": "0"}, timedelta(0)),
         ({"Retry-After": "Tue, 14 Nov 2023 22:13:30 GMT"}, timedelta(seconds=10)),
         ({"Retry-After": "Tue, 14 Nov 2023 22:13:00 GMT"}, timedelta(0)),
-        ({"Retry-After": "1.5"}, None),
+        ({"Retry-After": "1.5"}, timedelta(seconds=1.5)),
         ({"Retry-After": "-3"}, None),
         ({"Retry-After": "+3"}, None),
         ({"Retry-After": "later"}, None),

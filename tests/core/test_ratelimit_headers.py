@@ -22,7 +22,7 @@ from squawk.policy.limits import (
     MAX_POLICY_DURATION,
     MAX_RETRY_AFTER,
 )
-from squawk.policy.ratelimit import MAX_COUNT
+from squawk.policy.ratelimit import MAX_COUNT, spent_quota_wait
 
 CASES = json.loads((ROOT / "tests" / "vectors" / "ratelimit_headers.json").read_text())["cases"]
 
@@ -146,3 +146,29 @@ def test_a_flood_of_the_largest_headers_is_read_in_linear_time() -> None:
     for _ in range(100):
         rate_limit_hint(headers, 1714564800.0)
     assert time.process_time() - started < 10.0
+
+
+@settings(max_examples=400, deadline=None)
+@given(HEADERS, CLOCKS)
+def test_a_spent_quota_wait_never_raises_and_stays_in_bounds(
+    headers: dict[str, str], wall_now: float
+) -> None:
+    spent = spent_quota_wait(headers, wall_now)
+    if spent is not None:
+        assert timedelta(0) <= spent[0] <= MAX_RETRY_AFTER
+        assert spent[1].lower() in {name.lower() for name in headers}
+
+
+def test_an_absolute_reset_needs_a_finite_clock() -> None:
+    """The epoch and RFC 3339 resets are read against the wall clock; one
+    that is not a number names no instant, and the delta forms still count."""
+    headers = {
+        "x-ratelimit-remaining": "0",
+        "x-ratelimit-reset": "1714564860",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": "2024-05-01T12:00:30Z",
+    }
+    assert spent_quota_wait(headers, math.nan) is None
+    assert spent_quota_wait(headers, 1714564800.0) == (timedelta(seconds=60), "x-ratelimit-reset")
+    delta = {**headers, "RateLimit": '"a";r=0;t=5'}
+    assert spent_quota_wait(delta, math.inf) == (timedelta(seconds=5), "RateLimit")

@@ -11,6 +11,7 @@ import { declaresNotRetryable } from "./envelope";
 import { SquawkInputError } from "./errors";
 import { DEFAULT_MAX_ATTEMPTS, MAX_BODY_BYTES, PROFILE_NAME } from "./fallback_table";
 import { pushbackRefuses, shouldRetry, waitHint } from "./headers";
+import { spentQuotaWait } from "./quota";
 import {
   Action,
   Reason,
@@ -123,7 +124,15 @@ export function fallbackDecide(
         `${what}, but attempt ${req.attempt} of ${maxAttempts} was the last.`,
       );
     }
-    const waitMs = seen.retryAfter !== undefined ? durationToMs(seen.retryAfter) : backoffDelayMs(req.attempt, profile.backoff);
+    // A 429 without a wait hint waits for the last spent quota's reset.
+    const spent =
+      seen.retryAfter === undefined && !transport && status === 429 ? spentQuotaWait(req.headers, nowMs) : undefined;
+    const waitMs =
+      seen.retryAfter !== undefined
+        ? durationToMs(seen.retryAfter)
+        : spent !== undefined
+          ? spent.ms
+          : backoffDelayMs(req.attempt, profile.backoff);
     const deadlineMs = req.deadline === undefined ? undefined : durationToMs(req.deadline);
     if (deadlineMs !== undefined && waitMs > deadlineMs) {
       return fail(
@@ -135,7 +144,12 @@ export function fallbackDecide(
     // The wait is the classification's; which header gave it is asked of the
     // parser that chose it.
     const hint = seen.retryAfter === undefined ? undefined : waitHint(req.headers, nowMs);
-    const source = hint === undefined ? "backoff" : `the server's ${hint.from}`;
+    const source =
+      hint !== undefined
+        ? `the server's ${hint.from}`
+        : spent !== undefined
+          ? `the server's ${spent.from}, remaining 0`
+          : "backoff";
     return answer(
       Action.ACTION_RETRY,
       reason,

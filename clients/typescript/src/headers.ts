@@ -15,7 +15,7 @@ export function header(headers: HeaderMap, name: string): string | undefined {
 }
 
 /** The value without the spaces and tabs around it (RFC 9110 OWS). */
-function trimOWS(value: string): string {
+export function trimOWS(value: string): string {
   return value.replace(/^[ \t]+|[ \t]+$/g, "");
 }
 
@@ -30,7 +30,7 @@ export interface WaitHint {
 
 /**
  * The wait the server asked for, capped, and the header that gave it:
- * retry-after-ms when it parses, else Retry-After (delta-seconds or
+ * retry-after-ms when it parses, else Retry-After (decimal seconds or
  * IMF-fixdate), else grpc-retry-pushback-ms. A malformed value leaves the
  * next header to decide. `nowMs` (Unix ms) is read only for a date.
  */
@@ -42,13 +42,14 @@ export function waitHint(headers: HeaderMap, nowMs: number): WaitHint | undefine
 function uncappedWaitHint(headers: HeaderMap, nowMs: number): WaitHint | undefined {
   const millis = header(headers, "retry-after-ms");
   if (millis !== undefined) {
-    const ms = retryAfterMsValue(trimOWS(millis));
+    const ms = decimalWaitMs(trimOWS(millis), 1);
     if (ms !== undefined) return { ms, from: "retry-after-ms" };
   }
   const raw = header(headers, "retry-after");
   if (raw !== undefined) {
     const value = trimOWS(raw);
-    if (/^[0-9]+$/.test(value)) return { ms: Number(value) * 1000, from: "Retry-After" };
+    const seconds = decimalWaitMs(value, 1000);
+    if (seconds !== undefined) return { ms: seconds, from: "Retry-After" };
     const when = parseImfFixdate(value);
     if (when !== undefined) return { ms: Math.max(0, when - nowMs), from: "Retry-After" };
   }
@@ -61,15 +62,22 @@ function uncappedWaitHint(headers: HeaderMap, nowMs: number): WaitHint | undefin
 }
 
 /**
- * A retry-after-ms value: non-negative ASCII decimal milliseconds, a fraction
- * allowed, kept to whole microseconds (half to even). undefined for a sign,
- * an exponent, NaN or inf.
+ * A wait of non-negative ASCII decimal units of `unitMs` (retry-after-ms in
+ * milliseconds, Retry-After in seconds), a fraction allowed, capped at a day
+ * and kept to whole microseconds (half to even), in ms. undefined for a
+ * sign, an exponent, NaN or inf.
  */
-function retryAfterMsValue(value: string): number | undefined {
-  const match = /^(?:([0-9]+)(?:\.[0-9]*)?|\.[0-9]+)$/.exec(value);
-  if (match === null) return undefined;
-  if ((match[1] ?? "").length > 12) return MAX_RETRY_AFTER_MS; // already over the cap
-  return roundHalfEven(Math.min(Number(match[0]), MAX_RETRY_AFTER_MS) * 1000) / 1000;
+function decimalWaitMs(value: string, unitMs: number): number | undefined {
+  const n = plainDecimal(value);
+  if (n === undefined) return undefined;
+  // Leading zeros are no digits of the bound: "000...07" is 7.
+  if ((value.split(".")[0] ?? "").replace(/^0+/, "").length > 12) return MAX_RETRY_AFTER_MS;
+  return roundHalfEven(Math.min(n, MAX_RETRY_AFTER_MS / unitMs) * (unitMs * 1000)) / 1000;
+}
+
+/** ASCII digits with an optional fraction ("5", "1.5", ".5", "5."), or undefined. */
+export function plainDecimal(value: string): number | undefined {
+  return /^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$/.test(value) ? Number(value) : undefined;
 }
 
 /**

@@ -94,7 +94,7 @@ export interface SquawkClientOptions {
    * profile with the environment's SQUAWK_STEP_RETRY_* overrides, as the daemon reads them).
    */
   readonly fallbackProfile?: Partial<FallbackProfile>;
-  /** Clock in Unix ms, read by the fallback for an HTTP-date Retry-After and for a lease's end (default Date.now). */
+  /** Clock in Unix ms, read by the fallback for an HTTP-date Retry-After or a spent quota's absolute reset, and for a lease's end (default Date.now). */
   readonly now?: () => number;
   /** Called each time the client answers for the daemon: a fallback decision (once per batch) or a fail-open. */
   readonly onFallback?: (event: FallbackEvent) => void;

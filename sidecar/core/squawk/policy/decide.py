@@ -9,6 +9,13 @@ x-should-retry says false, before the attempt count, as grpc-go's
 shouldRetry reads the pushback before the budget; x-should-retry: true
 resends a status that is neither transient nor terminal. The deadline guard
 applies to every resend.
+
+The wait is the server's hint (headers.wait_hint) when there is one. A 429
+without one whose rate-limit headers say a quota is spent (remaining 0) with
+a reset waits until that reset (ratelimit.spent_quota_wait), as GitHub
+documents for its headers and octokit's throttling plugin does; else the
+backoff. A spent quota on another status says nothing of why it failed, so
+only the status that means "throttled" reads it.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from .envelope import read_envelope
 from .headers import pushback_refuses, should_retry, wait_hint
 from .limits import MAX_NAME_CHARS, check_chars, check_headers
 from .profiles import DEFAULT_MAX_BODY_BYTES, Profile
+from .ratelimit import spent_quota_wait
 from .types import (
     Action,
     AttemptState,
@@ -161,18 +169,10 @@ def _resend(
             seen,
             declared,
         )
-    wait = (
-        seen.retry_after
-        if seen.retry_after is not None
-        else delay(state.attempt, profile.backoff, rng)
-    )
+    wait, source = _wait(state, profile, seen, transport, clock, rng)
     past = deadline_exceeded(what, wait, state.deadline, seen, declared)
     if past is not None:
         return past
-    # The wait is the classification's; which header gave it is asked of the
-    # parser that chose it, not guessed here.
-    hint = wait_hint(state.headers, clock) if seen.retry_after is not None else None
-    source = "backoff" if hint is None else f"the server's {hint[1]}"
     return Decision(
         Action.RETRY,
         wait,
@@ -183,6 +183,27 @@ def _resend(
         seen,
         declared,
     )
+
+
+def _wait(
+    state: AttemptState,
+    profile: Profile,
+    seen: Classification,
+    transport: bool,
+    clock: Callable[[], float],
+    rng: random.Random | None,
+) -> tuple[timedelta, str]:
+    """A resend's wait and where it came from, for the explanation."""
+    if seen.retry_after is not None:
+        # The wait is the classification's; which header gave it is asked
+        # of the parser that chose it, not guessed here.
+        hint = wait_hint(state.headers, clock)
+        return seen.retry_after, "backoff" if hint is None else f"the server's {hint[1]}"
+    if not transport and state.http_status == 429:
+        spent = spent_quota_wait(state.headers, clock())
+        if spent is not None:
+            return spent[0], f"the server's {spent[1]}, remaining 0"
+    return delay(state.attempt, profile.backoff, rng), "backoff"
 
 
 def resend_phrase(transport: bool, status: int) -> str:

@@ -24,6 +24,13 @@ and leading zeros are accepted, and `-0` is zero; unlike them, whitespace
 around the value is allowed (HTTP strips it from field values) and a value
 past a day is capped, not refused.
 
+Retry-After is RFC 9110's delay-seconds (ASCII digits) or an HTTP-date.
+Some servers send a fraction of a second ("1.5"); RFC 9110 has no such
+form, but its meaning is plain and rounding it away (or falling back to the
+backoff) waits longer or shorter than asked, so it is read as retry-after-ms
+is: a plain non-negative ASCII decimal, capped like the rest. A sign, an
+exponent or a word is still malformed.
+
 x-should-retry (OpenAI, Anthropic) is the server's own word on a resend,
 and wins over the status in every official SDK (openai-python and
 anthropic `_should_retry`, openai-node `shouldRetry`, openai-go
@@ -74,8 +81,9 @@ _ASCTIME = re.compile(
     r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
     r" [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}"
 )
-# retry-after-ms: a plain non-negative decimal; linear, nothing to backtrack.
-_MILLIS = re.compile(r"([0-9]+)(?:\.[0-9]*)?|\.[0-9]+", re.ASCII)
+# retry-after-ms and Retry-After's seconds: a plain non-negative decimal;
+# linear, nothing to backtrack.
+_DECIMAL = re.compile(r"([0-9]+)(?:\.[0-9]*)?|\.[0-9]+", re.ASCII)
 # Any Unicode decimal digit but 0-9: the date parser's int() would read it.
 _NON_ASCII_DIGIT = re.compile(r"(?![0-9])\d")
 
@@ -105,10 +113,6 @@ def _unsigned(value: str) -> int | None:
     return None
 
 
-def _digits(value: str) -> int | None:
-    return _unsigned(value.strip())
-
-
 def _pushback_ms(value: str) -> int | None:
     """The milliseconds a grpc-retry-pushback-ms value asks to wait, or None
     when it asks not to retry (negative, empty or not an integer)."""
@@ -120,15 +124,15 @@ def _pushback_ms(value: str) -> int | None:
     return ms
 
 
-def _millis(value: str) -> float | None:
-    """The milliseconds a retry-after-ms value asks to wait, capped at a
-    day, or None when it is not a plain non-negative decimal."""
+def _decimal(value: str, cap: float) -> float | None:
+    """A plain non-negative decimal (retry-after-ms in milliseconds,
+    Retry-After in seconds) capped at `cap`, or None when it is not one."""
     value = value.strip()
-    match = _MILLIS.fullmatch(value)
+    match = _DECIMAL.fullmatch(value)
     if match is None:
         return None
-    whole = match.group(1) or ""
-    cap = _MAX_SECONDS * 1000.0
+    # Leading zeros are no digits of the bound: "000...07" is 7.
+    whole = (match.group(1) or "").lstrip("0")
     return cap if len(whole) > _MAX_DIGITS else min(float(value), cap)
 
 
@@ -156,7 +160,7 @@ def _http_date(value: str) -> datetime | None:
 
     The three RFC 9110 forms and what parsedate_to_datetime also reads (a
     numeric or named zone, a missing seconds field...); a value with
-    non-ASCII digits is malformed, as it is for delta-seconds.
+    non-ASCII digits is malformed, as it is for seconds.
     """
     if _NON_ASCII_DIGIT.search(value):
         return None
@@ -194,14 +198,14 @@ def wait_hint(
         return None
     millis = header(headers, "retry-after-ms")
     if millis is not None:
-        ms = _millis(millis)
+        ms = _decimal(millis, _MAX_SECONDS * 1000.0)
         if ms is not None:
             return timedelta(milliseconds=ms), "retry-after-ms"
     value = header(headers, "retry-after")
     if value is not None:
-        seconds = _digits(value)
+        seconds = _decimal(value, _MAX_SECONDS)
         if seconds is not None:
-            return timedelta(seconds=min(seconds, _MAX_SECONDS)), "Retry-After"
+            return timedelta(seconds=seconds), "Retry-After"
         when = _http_date(value)
         if when is not None:
             wait = min(max(0.0, when.timestamp() - clock()), _MAX_SECONDS)

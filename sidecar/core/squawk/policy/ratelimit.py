@@ -51,6 +51,27 @@ magnitude, a value below 1e9 (a delta of 31 years, past the cap anyway) is
 delta seconds, one below 1e11 epoch seconds (2001 to 5138), and a larger one
 epoch milliseconds (which passed 1e11 in 1973).
 
+The IETF fields are structured fields (draft-ietf-httpapi-ratelimit-headers,
+RFC 9651): ``q``, ``w``, ``r`` and ``t`` are Integers, so a value with a
+fraction or a sign is malformed and ignored, as the draft requires ("Malformed
+RateLimit header fields MUST be ignored"). Of two policies with as few
+remaining, the one that resets last is the tighter.
+
+A spent quota: ``spent_quota_wait`` answers a different question from
+``rate_limit_hint``: not "what is the quota" (one family, for the pacer) but
+"is any quota the server named spent, and when does the last of them reset".
+GitHub says it for its own headers ("If the x-ratelimit-remaining header is 0,
+you should not make another request until after the time specified by the
+x-ratelimit-reset header"), the IETF draft for ``r=0`` within ``t`` seconds,
+and OpenAI's and Anthropic's resets are when a spent quota is full again. A
+request needs every quota it draws on, so every family present is read and
+the latest reset of those at remaining 0 wins, whatever its unit: a spent
+byte or token quota throttles a request as surely as a spent request quota.
+On a tie the first names it, in the families' order above (OpenAI,
+Anthropic, the IETF fields, the older draft, x-ratelimit, x-rate-limit;
+requests before tokens). decide() waits for it on a 429 that carries no wait
+hint (headers.wait_hint).
+
 Hostile input: this never raises. A value it cannot read is ignored (that
 field is None): counts must be plain ASCII decimals, finite, in [0, 1e12];
 a reset is clamped to [0, MAX_RETRY_AFTER] (a date in the past is 0, one far
@@ -65,13 +86,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from .limits import MAX_POLICY_DURATION, MAX_RETRY_AFTER
 
-__all__ = ["MAX_COUNT", "Quota", "RateLimitHint", "rate_limit_hint"]
+__all__ = ["MAX_COUNT", "Quota", "RateLimitHint", "rate_limit_hint", "spent_quota_wait"]
 
 MAX_COUNT = 1e12
 _MAX_RESET = MAX_RETRY_AFTER.total_seconds()
@@ -84,6 +105,8 @@ _EPOCH_SECONDS = 1e9
 _EPOCH_MILLIS = 1e11
 _PREFIXES = ("x-ratelimit", "x-rate-limit", "anthropic-ratelimit", "ratelimit")
 _DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+", re.ASCII)
+# RFC 9651's Integer without its sign: at most 15 digits.
+_SF_INTEGER = re.compile(r"[0-9]{1,15}", re.ASCII)
 _GO_UNITS = {
     "h": 3600.0,
     "m": 60.0,
@@ -134,6 +157,19 @@ def _decimal(value: str | None) -> float | None:
 
 def _count(value: str | None) -> float | None:
     number = _decimal(value)
+    return number if number is not None and number <= MAX_COUNT else None
+
+
+def _sf_integer(value: str | None) -> float | None:
+    """A non-negative structured-field Integer, or None."""
+    if value is None:
+        return None
+    value = value.strip()
+    return float(value) if _SF_INTEGER.fullmatch(value) else None
+
+
+def _sf_count(value: str | None) -> float | None:
+    number = _sf_integer(value)
     return number if number is not None and number <= MAX_COUNT else None
 
 
@@ -296,9 +332,12 @@ def _members(value: str | None) -> list[tuple[str, dict[str, str]]]:
     return members
 
 
-def _fewest_remaining(member: tuple[str, dict[str, str]]) -> float:
-    remaining = _count(member[1].get("r"))
-    return math.inf if remaining is None else remaining
+def _fewest_remaining(member: tuple[str, dict[str, str]]) -> tuple[float, float]:
+    """The tighter policy sorts first: the fewest remaining, then the
+    latest reset (a policy without one resets first)."""
+    remaining = _sf_count(member[1].get("r"))
+    reset = _sf_integer(member[1].get("t"))
+    return (math.inf if remaining is None else remaining, -(reset or 0.0))
 
 
 def _ietf(found: Mapping[str, str]) -> Quota | None:
@@ -314,17 +353,17 @@ def _ietf(found: Mapping[str, str]) -> Quota | None:
         name, params = min(current, key=_fewest_remaining)
         policy = policies.get(name, {})
         quota = _quota(
-            _count(policy.get("q")),
-            _count(params.get("r")),
-            _decimal(params.get("t")),
-            _decimal(policy.get("w")),
+            _sf_count(policy.get("q")),
+            _sf_count(params.get("r")),
+            _sf_integer(params.get("t")),
+            _sf_integer(policy.get("w")),
         )
         if quota is not None:
             return quota
     named = [(n, p) for n, p in policies.items() if "q" in p]
     if named:
         _, policy = named[0]
-        quota = _quota(_count(policy.get("q")), None, None, _decimal(policy.get("w")))
+        quota = _quota(_sf_count(policy.get("q")), None, None, _sf_integer(policy.get("w")))
         if quota is not None:
             return quota
     return _ietf_older(found, policies)
@@ -399,3 +438,51 @@ def rate_limit_hint(headers: Mapping[str, str], wall_now: float) -> RateLimitHin
     if requests is None and tokens is None:
         return None
     return RateLimitHint(requests, tokens)
+
+
+def _resets(
+    found: Mapping[str, str], wall_now: float
+) -> Iterator[tuple[float | None, float | None, str]]:
+    """Every quota's remaining count, seconds to its reset and the header
+    that gave the reset, family by family in the module's order."""
+    for kind in ("requests", "tokens"):
+        name = "x-ratelimit-reset-" + kind
+        remaining = _count(found.get("x-ratelimit-remaining-" + kind))
+        yield remaining, _go_duration(found.get(name)), name
+    for kind in ("requests", "tokens", "input-tokens", "output-tokens"):
+        prefix = "anthropic-ratelimit-" + kind
+        remaining = _count(found.get(prefix + "-remaining"))
+        yield remaining, _rfc3339(found.get(prefix + "-reset"), wall_now), prefix + "-reset"
+    for _, params in _members(found.get("ratelimit")):
+        yield _sf_count(params.get("r")), _sf_integer(params.get("t")), "RateLimit"
+    remaining = _count(found.get("ratelimit-remaining"))
+    yield remaining, _decimal(found.get("ratelimit-reset")), "RateLimit-Reset"
+    for prefix in ("x-ratelimit", "x-rate-limit"):
+        remaining = _count(found.get(prefix + "-remaining"))
+        after = _decimal(found.get(prefix + "-reset-after"))
+        if after is not None:
+            yield remaining, after, prefix + "-reset-after"
+        else:
+            yield (
+                remaining,
+                _epoch_or_delta(found.get(prefix + "-reset"), wall_now),
+                prefix + "-reset",
+            )
+
+
+def spent_quota_wait(headers: Mapping[str, str], wall_now: float) -> tuple[timedelta, str] | None:
+    """How long until the last spent quota resets, and the header that says
+    so; None when no quota is at remaining 0 with a readable reset.
+
+    Clamped as every reset is (a reset in the past is 0, one past a day the
+    cap); `wall_now` (Unix time) is read only for the absolute resets.
+    """
+    if not headers:
+        return None
+    found = _lowered(headers)
+    latest: tuple[timedelta, str] | None = None
+    for remaining, seconds, name in _resets(found, wall_now):
+        reset = _reset(seconds)
+        if remaining == 0 and reset is not None and (latest is None or reset > latest[0]):
+            latest = reset, name
+    return latest
