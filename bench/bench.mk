@@ -47,7 +47,7 @@ bench-smoke: setup $(JAEGER_BIN) $(BENCH_BUILT) ts-build
 	$(BENCH_RUN) --seconds 1 --warmup 0.5 --rates 1000 --rounds 1 --core-min-time 0.02 \
 	  --out bench/results/smoke.json.tmp --summary bench/results/smoke-summary.json.tmp
 	$(BIN)/python -m bench.outcome.run --bin $(BENCH_BIN) --capacity 10 --warm 0.5 --hot 1 --after 0.5 \
-	  --only 10x,halving --out bench/results/outcome-smoke.json.tmp
+	  --only 10x,halving,anthropic-s --out bench/results/outcome-smoke.json.tmp
 
 # Five variants x three modes, 30 s each, back to back (bench/README.md).
 bench-outcome: setup $(BENCH_BUILT) ts-build

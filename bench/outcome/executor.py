@@ -20,7 +20,7 @@ import random
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -108,7 +108,7 @@ async def started(cfg: dict[str, Any]) -> float:
 
 
 async def arrivals(
-    cfg: dict[str, Any], rng: random.Random, one: Callable[[str], Awaitable[None]]
+    cfg: dict[str, Any], rng: random.Random, one: Callable[[str], Coroutine[Any, Any, None]]
 ) -> None:
     """Once the first phase starts, start `one(step_id)` at Poisson arrivals
     at each phase's rate; return when every step has ended."""

@@ -91,12 +91,16 @@ async def main(cfg: dict[str, Any]) -> None:
     messages = anthropic.AsyncAnthropic(**common) if api == "anthropic" else None
 
     async def ask(step_id: str) -> None:
-        prompt = [{"role": "user", "content": f"step {step_id}"}]
+        # The step's id in the prompt: each step a distinct request.
         if chat is not None:
-            await chat.chat.completions.create(model="m", messages=prompt)  # type: ignore[arg-type]
+            await chat.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"step {step_id}"}]
+            )
         else:
             assert messages is not None
-            await messages.messages.create(model="m", max_tokens=16, messages=prompt)  # type: ignore[arg-type]
+            await messages.messages.create(
+                model="m", max_tokens=16, messages=[{"role": "user", "content": f"step {step_id}"}]
+            )
 
     async def one(step_id: str) -> None:
         start = time.time()

@@ -391,7 +391,7 @@ def checks(
     elif goal == "storm" and result is not baseline:
         # Through the storm: steps finish as often as without Squawk (within
         # 1 %), and Squawk sends no more attempts doing it.
-        if baseline is None or baseline["failed"]:
+        if baseline is None or baseline.get("failed"):
             out.append(("no no-Squawk run to compare the storm with", False))
         else:
             base = baseline["phases"][1]
