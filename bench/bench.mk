@@ -10,7 +10,7 @@
 #   make soak                      10 minutes at half of saturation (not CI)
 #   make fleet-sim                 50 pods against one failing upstream, per state store
 #   make fleet-sim-scale           1,000 pods' syncs against one Redis, beside the per-call design
-#   make bench-outcome             executors in 3 languages through overloads (about 10 minutes)
+#   make bench-outcome             executors in 3 languages and 2 SDKs through overloads (about 15 minutes)
 
 BENCH_SECONDS ?= 10
 BENCH_RATES   ?= 1000,5000
@@ -47,9 +47,10 @@ bench-smoke: setup $(JAEGER_BIN) $(BENCH_BUILT) ts-build
 	$(BENCH_RUN) --seconds 1 --warmup 0.5 --rates 1000 --rounds 1 --core-min-time 0.02 \
 	  --out bench/results/smoke.json.tmp --summary bench/results/smoke-summary.json.tmp
 	$(BIN)/python -m bench.outcome.run --bin $(BENCH_BIN) --capacity 10 --warm 0.5 --hot 1 --after 0.5 \
-	  --only 10x,halving --out bench/results/outcome-smoke.json.tmp
+	  --only 10x,halving,anthropic-s --out bench/results/outcome-smoke.json.tmp
 
-# Five variants x three modes, 30 s each, back to back (bench/README.md).
+# Five variants x three modes, 30 s each, then the upstream's personalities and
+# the SDK mode, shorter, back to back (bench/README.md).
 bench-outcome: setup $(BENCH_BUILT) ts-build
 	$(BIN)/python -m bench.outcome.run --bin $(BENCH_BIN) --out bench/results/outcome.json $(OUTCOME_ARGS)
 

@@ -20,7 +20,7 @@ import random
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
@@ -107,6 +107,31 @@ async def started(cfg: dict[str, Any]) -> float:
         await asyncio.sleep(0.01)
 
 
+async def arrivals(
+    cfg: dict[str, Any], rng: random.Random, one: Callable[[str], Coroutine[Any, Any, None]]
+) -> None:
+    """Once the first phase starts, start `one(step_id)` at Poisson arrivals
+    at each phase's rate; return when every step has ended."""
+    t0 = await started(cfg)
+    tasks: set[asyncio.Task[None]] = set()
+    n = 0
+    for offset, until, rate in cfg["phases"]:
+        start, end = t0 + offset, t0 + until
+        if rate <= 0:
+            continue
+        t = start + rng.expovariate(rate)
+        while t < end:
+            if (d := t - time.time()) > 0:
+                await asyncio.sleep(d)
+            n += 1
+            task = asyncio.create_task(one(f"{cfg['id']}-{n}"))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            t += rng.expovariate(rate)
+    while tasks:
+        await asyncio.gather(*tasks)
+
+
 async def main(cfg: dict[str, Any]) -> None:
     ident: str = cfg["id"]
     mode: str = cfg["mode"]
@@ -166,24 +191,7 @@ async def main(cfg: dict[str, Any]) -> None:
                 ok, reason = False, type(exc).__name__
             steps.append([start, time.time(), ok, reason, attempts, undecided[0]])
 
-        t0 = await started(cfg)
-        tasks: set[asyncio.Task[None]] = set()
-        n = 0
-        for offset, until, rate in cfg["phases"]:
-            start, end = t0 + offset, t0 + until
-            if rate <= 0:
-                continue
-            t = start + rng.expovariate(rate)
-            while t < end:
-                if (d := t - time.time()) > 0:
-                    await asyncio.sleep(d)
-                n += 1
-                task = asyncio.create_task(one(f"{ident}-{n}"))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-                t += rng.expovariate(rate)
-        while tasks:
-            await asyncio.gather(*tasks)
+        await arrivals(cfg, rng, one)
     calls: dict[int, list[int]] = {}
     if client is not None:
         calls = dict(client.calls)

@@ -2,16 +2,20 @@
 upstream of capacity C, with and without Squawk, through overloads.
 
 For each variant (10x and 2x overload; 10x with rate-limit headers; the
-capacity halved mid-run; 1 % random 5xx) and mode (no Squawk: a
-tenacity-style loop; Squawk stateless: the runner without `upstream`;
-Squawk with the pod's state: the runner with `upstream`), it starts on
-loopback a fresh upstream (`bench/upstream-go`), a fresh daemon (`squawk
-serve` with the built-in policy, Squawk modes only) and four executors
-(Python, Go, TypeScript, Go), each with a quarter of the demand as Poisson
-arrivals, 10 s step deadlines and the default attempt budget (3). Prints one
-table per variant, the issue's goals as pass/fail lines, and writes it all
-as JSON. It reports; a missed goal is not an error. Exit status 1 only when a
-run fails to run (a process that does not start or exits non-zero).
+capacity halved mid-run; 1 % random 5xx; the upstream personalities: a 529
+storm, and 10x overload under each provider's header dialect; the storm and
+a dialect through the official SDKs) and mode (no Squawk: a tenacity-style
+loop, or the SDK's own retries; Squawk stateless: the runner without
+`upstream`; Squawk with the pod's state: the runner with `upstream`, or the
+SDK over Squawk's transport), it starts on loopback a fresh upstream
+(`bench/upstream-go`), a fresh daemon (`squawk serve` with the built-in
+policy, Squawk modes only) and the executors (Python, Go, TypeScript, Go; or
+two Python processes driving an SDK), each with an equal share of the demand
+as Poisson arrivals, 10 s step deadlines and the default attempt budget (3).
+Prints one table per variant, the issue's goals as pass/fail lines, and
+writes it all as JSON. It reports; a missed goal is not an error. Exit status
+1 only when a run fails to run (a process that does not start or exits
+non-zero).
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ MODES = ("none", "stateless", "pod")
 MODE_LABEL = {"none": "no Squawk", "stateless": "Squawk stateless", "pod": "Squawk, pod state"}
 # Executors: (id, language). Each offers a quarter of the demand.
 EXECUTORS = (("py-0", "python"), ("go-0", "go"), ("ts-0", "typescript"), ("go-1", "go"))
+# The SDK variants' executors: Python processes driving the variant's SDK.
+SDK_EXECUTORS = (("sdk-0", "sdk"), ("sdk-1", "sdk"))
+# The SDKs have no stateless mode: their transport always names the upstream.
+SDK_MODES = ("none", "pod")
+# The header dialects of the upstream (bench/upstream-go), each a variant.
+DIALECTS = ("openai-s", "openai-m", "anthropic-s", "anthropic-m", "ietf", "coarse", "lying")
+STORM_SHARE = 0.5  # of calls answered 529 in the storm's middle phase
 UPSTREAM_NAME = "bench-upstream"
 DEADLINE_S = 10.0
 MAX_ATTEMPTS = 3  # the default profile's attempt budget
@@ -59,18 +70,42 @@ class Variant:
     title: str
     # (phase name, demand x C, capacity x C, seconds) in order.
     phases: tuple[tuple[str, float, float, float], ...]
-    headers: bool = False
+    goal: str = ""  # which goals apply (checks); default: the variant's name
+    dialect: str = ""  # the upstream's -dialect: its bucket and rate-limit headers
     error_rate: float = 0.0
+    storm: float = 0.0  # share of calls answered 529 in the middle phase
+    sdk: str = ""  # "openai" or "anthropic": the executors drive that SDK
+    modes: tuple[str, ...] = MODES  # the modes it runs in unless --modes says
+
+    @property
+    def executors(self) -> tuple[tuple[str, str], ...]:
+        return SDK_EXECUTORS if self.sdk else EXECUTORS
 
 
 def variants(warm: float, hot: float, after: float) -> tuple[Variant, ...]:
-    def overload(x: float) -> tuple[tuple[str, float, float, float], ...]:
+    def overload(
+        x: float, warm: float = warm, hot: float = hot, after: float = after
+    ) -> tuple[tuple[str, float, float, float], ...]:
         return (("before", 0.5, 1, warm), (f"{x:g}x", x, 1, hot), ("after", 0.5, 1, after))
 
+    # The personalities run shorter phases (at most 2 + 10 + 4 s; the storm's
+    # middle 15 s) so that the whole benchmark stays near 15 minutes.
+    short = overload(10, min(warm, 2.0), min(hot, 10.0), min(after, 4.0))
+    storm = (
+        ("before", 0.5, 1, min(warm, 2.0)),
+        ("storm", 0.5, 1, min(hot, 15.0)),
+        ("after", 0.5, 1, min(after, 4.0)),
+    )
+    # The no-Squawk loop reads no rate-limit header: under each dialect it
+    # behaves as in the 10x variant, so the dialects run the pod mode alone.
+    dialects = tuple(
+        Variant(d, f"10x overload, {d} headers", short, "dialect", dialect=d, modes=("pod",))
+        for d in DIALECTS
+    )
     return (
         Variant("10x", "10x overload", overload(10)),
         Variant("2x", "2x overload", overload(2)),
-        Variant("headers", "10x overload, rate-limit headers", overload(10), headers=True),
+        Variant("headers", "10x overload, rate-limit headers", overload(10), dialect="headers"),
         Variant(
             "halving",
             "capacity halved (demand 0.8 x C)",
@@ -81,6 +116,26 @@ def variants(warm: float, hot: float, after: float) -> tuple[Variant, ...]:
             "1 % random 5xx, no overload",
             (("before", 0.5, 1, warm), ("steady", 0.5, 1, hot), ("after", 0.5, 1, after)),
             error_rate=0.01,
+        ),
+        Variant("storm", "529 storm (50 % of calls), demand 0.5 x C", storm, storm=STORM_SHARE),
+        *dialects,
+        Variant(
+            "sdk-anthropic",
+            "529 storm through the anthropic SDK",
+            storm,
+            "storm",
+            storm=STORM_SHARE,
+            sdk="anthropic",
+            modes=SDK_MODES,
+        ),
+        Variant(
+            "sdk-openai",
+            "10x overload, openai-s headers, through the openai SDK",
+            short,
+            "dialect",
+            dialect="openai-s",
+            sdk="openai",
+            modes=SDK_MODES,
         ),
     )
 
@@ -113,6 +168,8 @@ def executor_argv(language: str, bin_dir: Path, cfg: dict[str, Any]) -> list[str
     arg = json.dumps(cfg)
     if language == "python":
         return [sys.executable, "-m", "bench.outcome.executor", arg]
+    if language == "sdk":
+        return [sys.executable, "-m", "bench.outcome.executor_sdk", arg]
     if language == "go":
         return [str(bin_dir / "executor-go"), arg]
     return ["node", str(ROOT / "bench/outcome/executor.cjs"), arg]
@@ -138,7 +195,8 @@ def run_one(
             str(BURST_S),
             "-error-rate",
             str(variant.error_rate),
-            *(["-headers"] if variant.headers else []),
+            "-dialect",
+            variant.dialect,
         ],
         env,
     )
@@ -167,15 +225,18 @@ def run_one(
     schedule: list[list[float]] = []
     t = 0.0
     for _, demand, _, seconds in variant.phases:
-        schedule.append([t, t + seconds, demand * capacity / len(EXECUTORS)])
+        schedule.append([t, t + seconds, demand * capacity / len(variant.executors)])
         t += seconds
     start_file = tmp / f"{variant.name}-{mode}.start"
     executors: list[tuple[Proc, Path]] = []
-    for i, (ident, language) in enumerate(EXECUTORS):
+    # The SDKs' base URLs: OpenAI's ends in /v1, Anthropic's paths start with it.
+    url = {"openai": f"{base}/v1", "anthropic": base}.get(variant.sdk, f"{base}/call")
+    for i, (ident, language) in enumerate(variant.executors):
         out = tmp / f"{variant.name}-{mode}-{ident}.json"
         cfg = {
             "id": ident,
-            "url": f"{base}/call",
+            "url": url,
+            "api": variant.sdk,
             "daemon": target,
             "mode": mode,
             "upstream": UPSTREAM_NAME,
@@ -214,6 +275,8 @@ def run_one(
         sleep_until(p.start)
         if i and p.capacity != phases[i - 1].capacity:
             get(f"{base}/capacity?c={p.capacity}")
+        if variant.storm and i in (1, 2):  # the middle phase storms
+            get(f"{base}/storm?p={variant.storm if i == 1 else 0}")
         cpu.append(daemon.cpu_s() if daemon else None)
         if mode == "pod":
             sleep_until(p.start + p.seconds / 2)
@@ -269,10 +332,17 @@ def _delta(a: float | None, b: float | None) -> float | None:
     return b - a if a is not None and b is not None else None
 
 
-def checks(variant: Variant, result: dict[str, Any], capacity: float) -> list[tuple[str, bool]]:
-    """The issue's goals for this variant, as (line, holds)."""
+def checks(
+    variant: Variant,
+    result: dict[str, Any],
+    capacity: float,
+    baseline: dict[str, Any] | None = None,
+) -> list[tuple[str, bool]]:
+    """The issue's goals for this variant, as (line, holds). `baseline` is
+    the no-Squawk mode's result, which the storm's goals compare with."""
     ph, run = result["phases"], result["run"]
     mid, last = ph[1], ph[-1]
+    goal = variant.goal or variant.name
 
     def le(v: float | None, bound: float) -> bool:
         return v is not None and v <= bound
@@ -281,7 +351,7 @@ def checks(variant: Variant, result: dict[str, Any], capacity: float) -> list[tu
         return v is not None and v >= bound
 
     out: list[tuple[str, bool]] = []
-    if variant.name == "10x":
+    if goal == "10x":
         out += [
             (f"attempts <= 1.2 x C: {fmt(mid['attempts_per_c'])}", le(mid["attempts_per_c"], 1.2)),
             (
@@ -295,7 +365,7 @@ def checks(variant: Variant, result: dict[str, Any], capacity: float) -> list[tu
                 le(run["undecided_share"] or 0.0, 0.001),
             ),
         ]
-    elif variant.name == "2x":
+    elif goal == "2x":
         out += [
             (
                 f"successes >= 0.95 x C: {fmt(mid['successes_per_c'])}",
@@ -303,13 +373,13 @@ def checks(variant: Variant, result: dict[str, Any], capacity: float) -> list[tu
             ),
             (f"attempts <= 1.1 x C: {fmt(mid['attempts_per_c'])}", le(mid["attempts_per_c"], 1.1)),
         ]
-    elif variant.name == "headers":
+    elif goal == "headers":
         rejected = _ratio(run["throttled"], run["attempts"])
         out.append((f"<= 1 % of attempts rejected: {pct(rejected)}", le(rejected, 0.01)))
-    elif variant.name == "halving":
+    elif goal == "halving":
         got = mid["settled_successes_per_s"] / (capacity / 2)
         out.append((f"successes >= 0.9 x new capacity from 5 s in: {fmt(got)}", got >= 0.9))
-    elif variant.name == "5xx":
+    elif goal == "5xx":
         per_step = _ratio(run["step_attempts"], run["steps"])
         out += [
             (
@@ -317,6 +387,35 @@ def checks(variant: Variant, result: dict[str, Any], capacity: float) -> list[tu
                 ge(run["step_success"], 0.999),
             ),
             (f"attempts <= 1.02 x steps: {fmt(per_step)}", le(per_step, 1.02)),
+        ]
+    elif goal == "storm" and result is not baseline:
+        # Through the storm: steps finish as often as without Squawk (within
+        # 1 %), and Squawk sends no more attempts doing it.
+        if baseline is None or baseline.get("failed"):
+            out.append(("no no-Squawk run to compare the storm with", False))
+        else:
+            base = baseline["phases"][1]
+            ok, base_ok = mid["step_success"], base["step_success"]
+            bound = None if base_ok is None else 0.99 * base_ok
+            out += [
+                (
+                    f"step success >= 0.99 x no Squawk's: {pct(ok)} vs {pct(base_ok)}",
+                    bound is not None and ge(ok, bound),
+                ),
+                (
+                    f"attempts <= no Squawk's: {mid['attempts']} vs {base['attempts']}",
+                    mid["attempts"] <= base["attempts"],
+                ),
+            ]
+    elif goal == "dialect":
+        rejected = _ratio(run["throttled"], run["attempts"])
+        out += [
+            (f"attempts <= 1.1 x C: {fmt(mid['attempts_per_c'])}", le(mid["attempts_per_c"], 1.1)),
+            (
+                f"successes >= 0.95 x C: {fmt(mid['successes_per_c'])}",
+                ge(mid["successes_per_c"], 0.95),
+            ),
+            (f"<= 2 % of attempts rejected: {pct(rejected)}", le(rejected, 0.02)),
         ]
     return out
 
@@ -382,7 +481,7 @@ def render(variant: Variant, results: dict[str, dict[str, Any]], capacity: float
             lines.append(
                 "  ".join(c.ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True)).rstrip()
             )
-        for line, holds in checks(variant, result, capacity):
+        for line, holds in checks(variant, result, capacity, results.get("none")):
             lines.append(f"  {MODE_LABEL[mode]}: {'PASS' if holds else 'miss'}  {line}")
     return "\n".join(lines)
 
@@ -431,7 +530,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hot", type=float, default=20.0, help="seconds of overload (or halving)")
     ap.add_argument("--after", type=float, default=7.0, help="seconds after the overload")
     ap.add_argument("--only", default="", help="comma-separated variants (default: all)")
-    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated modes")
+    ap.add_argument(
+        "--modes",
+        default="",
+        help="comma-separated modes (default: each variant's own; every mode but the "
+        "personalities' none and stateless, and the SDKs' stateless)",
+    )
     ap.add_argument("--bin", type=Path, default=ROOT / "build/bench", help="the Go binaries")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/outcome.json")
     ap.add_argument(
@@ -448,7 +552,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         for v in variants(args.warm, args.hot, args.after)
         if not args.only or v.name in args.only.split(",")
     ]
-    modes = [m for m in MODES if m in args.modes.split(",")]
     started = datetime.now(UTC)
     report: dict[str, Any] = {
         "date": started.isoformat(timespec="seconds"),
@@ -459,6 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "deadline_s": DEADLINE_S,
         "max_attempts": MAX_ATTEMPTS,
         "executors": [f"{i} ({lang})" for i, lang in EXECUTORS],
+        "sdk_executors": [f"{i} ({lang})" for i, lang in SDK_EXECUTORS],
         "variants": {},
     }
     broken = False
@@ -466,7 +570,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         tmp = Path(tmpdir)
         for variant in chosen:
             results: dict[str, dict[str, Any]] = {}
-            for mode in modes:
+            wanted = args.modes.split(",") if args.modes else variant.modes
+            supported = SDK_MODES if variant.sdk else MODES
+            for mode in [m for m in supported if m in wanted]:
                 with Processes(tmp) as procs:
                     try:
                         results[mode] = run_one(procs, variant, mode, args.capacity, args.bin, tmp)
@@ -480,11 +586,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             report["variants"][variant.name] = {
                 "title": variant.title,
                 "phases": [list(p) for p in variant.phases],
+                "dialect": variant.dialect,
+                "storm": variant.storm,
+                "sdk": variant.sdk,
                 "modes": {
                     m: r
                     | {
                         "checks": [
-                            [line, holds] for line, holds in checks(variant, r, args.capacity)
+                            [line, holds]
+                            for line, holds in checks(
+                                variant, r, args.capacity, results.get("none")
+                            )
                         ]
                         if not r["failed"]
                         else []

@@ -183,6 +183,37 @@ def test_the_other_variants_goals() -> None:
     assert [h for _, h in run.checks(by_name["5xx"], errors, 20)] == [False, False]
 
 
+def test_the_storm_goals_compare_with_the_no_squawk_run() -> None:
+    storms = [v for v in run.variants(1, 2, 1) if v.storm]
+    assert [v.name for v in storms] == ["storm", "sdk-anthropic"]
+    none = result({"step_success": 0.80, "attempts": 300}, {}, {})
+    # 0.99 x 80 % is 79.2 %: a step success on it holds, one below misses;
+    # as many attempts as without Squawk hold, one more misses.
+    on_bounds = result({"step_success": 0.792, "attempts": 300}, {}, {})
+    past = result({"step_success": 0.7919, "attempts": 301}, {}, {})
+    for storm in storms:
+        assert [h for _, h in run.checks(storm, on_bounds, 20, none)] == [True, True]
+        assert [h for _, h in run.checks(storm, past, 20, none)] == [False, False]
+        # The baseline is not compared with itself; without one, it is a miss.
+        assert run.checks(storm, none, 20, none) == []
+        assert [h for _, h in run.checks(storm, on_bounds, 20)] == [False]
+
+
+def test_every_header_dialect_has_the_dialect_goals() -> None:
+    dialects = [v for v in run.variants(1, 2, 1) if v.goal == "dialect"]
+    assert {v.dialect for v in dialects} == {*run.DIALECTS}  # sdk-openai repeats openai-s
+    # attempts <= 1.1 x C, successes >= 0.95 x C, <= 2 % of attempts 429.
+    on_bounds = result(
+        {"attempts_per_c": 1.1, "successes_per_c": 0.95}, {}, {"throttled": 2, "attempts": 100}
+    )
+    past = result(
+        {"attempts_per_c": 1.11, "successes_per_c": 0.94}, {}, {"throttled": 3, "attempts": 100}
+    )
+    for variant in dialects:
+        assert [h for _, h in run.checks(variant, on_bounds, 20)] == [True] * 3, variant.name
+        assert [h for _, h in run.checks(variant, past, 20)] == [False] * 3, variant.name
+
+
 def test_the_table_has_a_row_per_mode_and_phase_and_the_goals() -> None:
     r = result(
         {"attempts_per_c": 1.0, "successes_per_c": 1.0, "jain": 1.0},
