@@ -163,9 +163,7 @@ def simulate(
     halving = variant == "halving"
     storm = int(variant[6:]) if variant.startswith("storm-") else 0
     bucket_s, dialect = DIALECTS.get(variant, (BURST_S, ""))
-    overload = (
-        0.8 if halving else 0.5 if storm else 10.0 if dialect else float(variant.rstrip("x"))
-    )
+    overload = 0.8 if halving else 0.5 if storm else 10.0 if dialect else float(variant.rstrip("x"))
     low = 0.8 if halving else 0.5
     cfg = config or UpstreamConfig()
     rng = random.Random(seed)
