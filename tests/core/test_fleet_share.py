@@ -58,7 +58,10 @@ def reading(demand: float = 0.0, wanting: int = 0, own: float = 0.0) -> f.Readin
         (90.0, 3, 0.0, 0.25),  # ... beside three
         (105.0, 3, 60.0, 60 / 105),  # in proportion to demand
         (105.0, 3, 15.0, 15 / 105),
-        (1e9, 2, 1e-6, f.MIN_SHARE),  # a part too small to pace by
+        # A part too small to pace by: an eighth of an equal part of two.
+        (1e9, 2, 1e-6, f.MIN_EQUAL_PART / 2),
+        # A demand field planted in the store: the same floor, of three.
+        (1e12 + 20.0, 3, 10.0, f.MIN_EQUAL_PART / 3),
         (10.0, 2, 10.5, 1.0),  # a store's rounding never gives more than the rate
     ],
     ids=[
@@ -69,6 +72,7 @@ def reading(demand: float = 0.0, wanting: int = 0, own: float = 0.0) -> f.Readin
         "large part",
         "small part",
         "floor",
+        "planted",
         "capped",
     ],
 )
@@ -78,9 +82,11 @@ def test_a_pods_share_of_the_rate(demand: float, wanting: int, own: float, share
 
 @given(st.lists(st.floats(min_value=0.01, max_value=1e6), min_size=1, max_size=50))
 def test_the_shares_read_from_one_slot_add_up_to_the_whole_rate(demands: list[float]) -> None:
+    # The whole rate, and over it by at most the floor: an eighth of an
+    # equal part for every pod below it, an eighth of the rate at most.
     total = math.fsum(demands)
     shares = [f.share(reading(total, len(demands), d)) for d in demands]
-    assert math.fsum(shares) == pytest.approx(1.0, abs=len(demands) * f.MIN_SHARE)
+    assert 1.0 - 1e-9 <= math.fsum(shares) <= 1.0 + f.MIN_EQUAL_PART + 1e-9
 
 
 @pytest.mark.parametrize(

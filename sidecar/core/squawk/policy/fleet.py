@@ -85,7 +85,16 @@ __all__ = [
 # Outcomes of one kind a delta carries at most: a pod's real counts over one
 # sync interval are far below; the bound is for the store's arithmetic.
 MAX_DELTA = 10**9
-# The least pace share: a pod with almost no part of the demand still paces.
+# The least pace share, as a part of an equal split (1 / (wanting + 1)): a
+# pod whose part of the demand is smaller still gets an eighth of an equal
+# part. Proportional shares starve a pod that asks little while others ask
+# much (max-min fairness would give it all it asks), and a reading torn or
+# planted in the store (one demand field of 1e12) must not cut a pod's rate
+# a millionfold for the slot it lasts. A pod at the floor asks less than
+# its floor's worth, so the fleet's calls stay near the rate; at most, with
+# every pod at the floor at once, they pass it by an eighth.
+MIN_EQUAL_PART = 1 / 8
+# ... and never below this, whatever `wanting` a reading says.
 MIN_SHARE = 1e-6
 # The demand's running mean spans about this many sync intervals, and a
 # smaller demand (calls/s) is none.
@@ -116,10 +125,13 @@ class Delta(NamedTuple):
     # full for an interval while other pods' calls are refused until the
     # round restarts.
     asked: int = 0
-    # Calls admitted, or refused by the pace (UPSTREAM_SATURATED): the
-    # pod's demand for its pace share. Not the other refusals: a caller
-    # that asks again and again while the breaker or a cool-down refuses
-    # must not win the rate.
+    # Calls admitted (started at once, or waiting their turn in the pace's
+    # queue): the pod's demand for its pace share. Not the refusals, the
+    # pace's (UPSTREAM_SATURATED) included: a caller that asks again and
+    # again, whatever it is told, must not win the rate from pods whose
+    # calls really start. A pod short of its share has its grants at its
+    # share; once another pod's grants fall below its own share (it asks
+    # less), that pod's part of the demand falls and the short one's grows.
     wanted: int = 0
 
 
@@ -215,10 +227,7 @@ def asked(delta: Delta, admission: Admission) -> Delta:
     """One Admit's answer, allowed or not."""
     if admission.allowed:
         return delta._replace(wanted=min(delta.wanted + 1, MAX_DELTA))
-    wanted = delta.wanted
-    if admission.reason is Reason.UPSTREAM_SATURATED:
-        wanted = min(wanted + 1, MAX_DELTA)
-    return delta._replace(asked=min(delta.asked + 1, MAX_DELTA), wanted=wanted)
+    return delta._replace(asked=min(delta.asked + 1, MAX_DELTA))
 
 
 def admitted(delta: Delta, config: UpstreamConfig, now: float) -> Delta:
@@ -397,10 +406,11 @@ def kept(view: FleetView, restore: Restore, now: float) -> FleetView:
 def share(reading: Reading) -> float:
     """This pod's fraction of the upstream's rate: its part of the demand
     every pod reported for the same slot, so the fractions the pods read
-    from one slot add up to 1. A pod that was not among them (a newcomer,
-    or one idle then) takes an equal part, 1 / (wanting + 1): the others do
-    not leave it room until its own demand is summed, so the fleet runs
-    over by that part for at most two slots (see docs/fleet.md).
+    from one slot add up to 1 (and at most MIN_EQUAL_PART more: the floor).
+    A pod that was not among them (a newcomer, or one idle then) takes an
+    equal part, 1 / (wanting + 1): the others do not leave it room until
+    its own demand is summed, so the fleet runs over by that part for at
+    most two slots (see docs/fleet.md).
     Fractions, not rates: every pod reads the rate itself (its policy or the
     upstream's headers), so a pod need not trust another's number.
 
@@ -411,10 +421,12 @@ def share(reading: Reading) -> float:
     two sums per slot are all Redis keeps. Max-min would give a pod asking
     less than an equal part all it asks while the others are short, at the
     price of every pod's demand (or a second sum and a level each pod
-    iterates toward)."""
+    iterates toward). Its floor is MIN_EQUAL_PART of an equal part (see
+    there)."""
     if reading.own <= 0.0 or reading.demand <= 0.0:
         return 1.0 / (reading.wanting + 1)
-    return min(1.0, max(reading.own / reading.demand, MIN_SHARE))
+    floor = MIN_EQUAL_PART / max(reading.wanting, 1)  # it is among the `wanting`
+    return min(1.0, max(reading.own / reading.demand, floor, MIN_SHARE))
 
 
 def demand(previous: float, wanted: int, elapsed: float, interval: float) -> float:

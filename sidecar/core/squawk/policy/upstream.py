@@ -231,6 +231,7 @@ def admit(
         permits=permits,
         rng=rng,
         share=share,
+        max_hold=config.max_cool_down,
     )
     if not paced.allowed:
         # A probe the pacer refuses takes no probe slot: the round would
@@ -282,9 +283,14 @@ def record_outcome(
         outcome.hint,
         outcome.retry_after,
     )
-    # Who answers a throttle (docs/upstreams.md §Pacing): the quota it
-    # carries; a learned pace's cut, unless its Retry-After is past
-    # CLOSED_AFTER (the upstream is closed, not full); else the cool-down.
+    # Who answers a throttle (docs/upstreams.md §Pacing): its Retry-After,
+    # with the cool-down; without one, the quota it carries; a learned
+    # pace's cut, unless its Retry-After is past CLOSED_AFTER (the upstream
+    # is closed, not full); else the cool-down. A Retry-After wins over a
+    # quota, as GitHub documents for its secondary limits (a 403 or 429
+    # whose x-ratelimit-remaining is not 0): the quota does not say why
+    # the upstream refused, the Retry-After says how long; and the fleet's
+    # store reads the same outcome the same way (squawk.policy.fleet.outcome).
     was_learned = _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
     pacer = _pacer.observe(
         state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
@@ -294,7 +300,7 @@ def record_outcome(
         and not _closed(outcome.retry_after)
         and _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.LEARNED
     )
-    if throttled and outcome.hint is not None:
+    if throttled and outcome.hint is not None and outcome.retry_after is None:
         learned = learned or (
             _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.HEADERS
         )
@@ -334,7 +340,7 @@ def upstream_snapshot(state: UpstreamState, config: UpstreamConfig, now: float) 
         wait,
         time_left(state.cool_until, now),
         _budget.retries_left(state.budget, config.retry_budget, now),
-        _pacer.pacer_snapshot(state.pacer, config.rate_limit, now),
+        _pacer.pacer_snapshot(state.pacer, config.rate_limit, now, max_hold=config.max_cool_down),
     )
 
 
