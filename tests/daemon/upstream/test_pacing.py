@@ -606,3 +606,29 @@ def test_the_registry_counts_paced_and_shed_calls_and_get_upstreams_shows_the_qu
     assert row.queue_delay.ToTimedelta() == 150 * MS
     assert upstreams.pace_of("default", "api") == (PaceSource.POLICY, 20.0)
     assert upstreams.pace_of("default", "never-seen") == (PaceSource.NONE, 0.0)
+
+
+# A generic quota read wrong once (one call left for a day, a window that
+# does not refill): the floor of one call an hour. The true reading: 4000
+# of 5000 left for 2000 s, 1.9 calls/s with most of them free to start.
+LIE = {"x-ratelimit-remaining": "1", "x-ratelimit-reset": "86400"}
+TRUE = {"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "4000", "x-ratelimit-reset": "2000"}
+
+
+def test_a_later_true_reading_takes_over_from_a_lie_at_once(learning: Stub) -> None:
+    # The lie's pace reserved the call after its grant an hour ahead (a
+    # hold of an hour, past max_cool_down): the true headers on the next
+    # success must pace the calls after it, not the lie's reservation.
+    name = "lied-to"
+
+    def report(headers: dict[str, str]) -> None:
+        outcome = pb.Outcome(upstream=name, success=True, headers=headers)
+        learning.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[outcome]), timeout=5)
+
+    report(LIE)
+    assert learning.Admit(pb.AdmitRequest(upstream=name), timeout=5).allowed
+    report(TRUE)
+    replies = [learning.Admit(pb.AdmitRequest(upstream=name), timeout=5) for _ in range(5)]
+    assert all(r.allowed and r.wait.ToTimedelta() <= MAX_QUEUE_DELAY for r in replies)
+    row = _row(learning, "default", name)
+    assert (row.pace_source, row.rate) == (pb.PACE_SOURCE_HEADERS, pytest.approx(1.9))
