@@ -254,8 +254,8 @@ def test_only_the_admitted_count_as_demand() -> None:
         delta = asked(delta, answer)
     # The refused ask for probe slots (they come back); only the admitted
     # call is demand: a pace refusal starts nothing, and a caller spinning
-    # on it must not win the rate.
-    assert (delta.asked, delta.wanted) == (3, 1)
+    # on it must not win the rate. The pace's refusal is noted (`shed`).
+    assert (delta.asked, delta.wanted, delta.shed) == (3, 1, 1)
 
 
 def test_a_sync_without_an_answer_sends_again_only_what_errs_cautious() -> None:

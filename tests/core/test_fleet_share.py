@@ -107,6 +107,35 @@ def test_the_demand_a_sync_reports(
     assert f.demand(previous, asked, elapsed, INTERVAL) == pytest.approx(demand)
 
 
+def test_a_pod_its_pace_refused_claims_an_equal_part_of_what_the_fleet_starts() -> None:
+    # The last reading: 60 calls/s summed over 2 pods. A pod that started
+    # 20/s and was refused by its pace claims 30/s; one that started 40/s,
+    # or was not refused, reports what it started.
+    view = f.viewed(reading(60.0, 2, 20.0), CONFIG, 0.0, None, LEASE, INTERVAL)
+    refused, calm = f.Delta(wanted=2, shed=500), f.Delta(wanted=2)
+    assert f.equal_part(view, refused) == pytest.approx(30.0)
+    assert f.equal_part(view, calm) == 0.0
+    assert f.equal_part(None, refused) == 0.0
+    assert f.demand(20.0, 2, 0.1, INTERVAL, f.equal_part(view, refused)) == pytest.approx(30.0)
+    assert f.demand(40.0, 4, 0.1, INTERVAL, f.equal_part(view, refused)) == pytest.approx(40.0)
+    assert f.demand(20.0, 2, 0.1, INTERVAL, f.equal_part(view, calm)) == pytest.approx(20.0)
+
+
+def test_pods_that_all_want_more_than_their_share_meet_at_equal_parts() -> None:
+    # Two pods that ask alike, past the rate, each starting its share's
+    # worth of 60 calls/s, one slot after another: from 60 % and 40 %, by
+    # their starts alone they would stay there; each claiming an equal
+    # part when refused, they meet at a half each.
+    rate, shares = 60.0, [0.6, 0.4]
+    for _ in range(30):
+        total = rate  # both saturated: what they start is the whole rate
+        demands = [
+            f.demand(0.0, round(s * rate * INTERVAL), INTERVAL, INTERVAL, total / 2) for s in shares
+        ]
+        shares = [f.share(reading(sum(demands), 2, d)) for d in demands]
+    assert shares == pytest.approx([0.5, 0.5], abs=0.02)
+
+
 def test_a_reading_leases_its_share_until_the_lease_ends() -> None:
     view = f.viewed(reading(90.0, 3, 30.0), CONFIG, 5.0, None, LEASE, INTERVAL)
     assert view.share == pytest.approx(1 / 3)

@@ -61,6 +61,7 @@ __all__ = [
     "asked",
     "cautious",
     "demand",
+    "equal_part",
     "fleet_snapshot",
     "kept",
     "lost",
@@ -129,10 +130,11 @@ class Delta(NamedTuple):
     # queue): the pod's demand for its pace share. Not the refusals, the
     # pace's (UPSTREAM_SATURATED) included: a caller that asks again and
     # again, whatever it is told, must not win the rate from pods whose
-    # calls really start. A pod short of its share has its grants at its
-    # share; once another pod's grants fall below its own share (it asks
-    # less), that pod's part of the demand falls and the short one's grows.
+    # calls really start.
     wanted: int = 0
+    # Admits the pace refused: no demand, but that there were any says the
+    # pod would start more than its share (see `demand`).
+    shed: int = 0
 
 
 NO_DELTA = Delta()
@@ -227,7 +229,10 @@ def asked(delta: Delta, admission: Admission) -> Delta:
     """One Admit's answer, allowed or not."""
     if admission.allowed:
         return delta._replace(wanted=min(delta.wanted + 1, MAX_DELTA))
-    return delta._replace(asked=min(delta.asked + 1, MAX_DELTA))
+    shed = delta.shed
+    if admission.reason is Reason.UPSTREAM_SATURATED:
+        shed = min(shed + 1, MAX_DELTA)
+    return delta._replace(asked=min(delta.asked + 1, MAX_DELTA), shed=shed)
 
 
 def admitted(delta: Delta, config: UpstreamConfig, now: float) -> Delta:
@@ -279,6 +284,7 @@ def merged(a: Delta, b: Delta) -> Delta:
         max(a.cool_until, b.cool_until),
         min(a.asked + b.asked, MAX_DELTA),
         min(a.wanted + b.wanted, MAX_DELTA),
+        min(a.shed + b.shed, MAX_DELTA),
     )
 
 
@@ -429,17 +435,39 @@ def share(reading: Reading) -> float:
     return min(1.0, max(reading.own / reading.demand, floor, MIN_SHARE))
 
 
-def demand(previous: float, wanted: int, elapsed: float, interval: float) -> float:
+def demand(
+    previous: float, wanted: int, elapsed: float, interval: float, equal: float = 0.0
+) -> float:
     """The demand a sync reports: calls wanted per second (Delta.wanted), a
     running mean over about DEMAND_SYNCS intervals (`wanted` over `elapsed`
     seconds since the last sync), so a pod asking a few calls a second is
     not absent from every other slot (and an equal-part newcomer at the
     next); below MIN_DEMAND it is none. The first reading of a pod without
-    one is taken whole: a newcomer's demand is not halved."""
+    one is taken whole: a newcomer's demand is not halved.
+
+    `equal`: for a pod its pace refused since the last sync (Delta.shed),
+    an equal part of the demand the fleet last summed (`equal_part`), which
+    it reports at least. Its grants are its share's worth, so by them alone
+    the shares of pods that all want more than their share would stay as
+    they first fell (two pods asking alike could keep 60 % and 40 %
+    forever); claiming an equal part of what the fleet starts, they meet
+    at equal parts, while a pod that asks less keeps only what it starts
+    and leaves the rest to them (max-min fairness, within a few slots). A
+    caller spinning on refusals wins its pod an equal part at most, never
+    the rate."""
     rate = wanted / max(elapsed, interval)
     weight = 1.0 if previous <= 0.0 else min(1.0, elapsed / (DEMAND_SYNCS * interval))
-    mean = previous + weight * (rate - previous)
+    mean = max(previous + weight * (rate - previous), equal)
     return mean if mean >= MIN_DEMAND else 0.0
+
+
+def equal_part(view: FleetView | None, delta: Delta) -> float:
+    """The demand a sync of `delta` claims at least (see `demand`): an equal
+    part of the last reading's sum when the pace refused a call since, else
+    0."""
+    if not delta.shed or view is None or view.reading.wanting <= 0:
+        return 0.0
+    return view.reading.demand / view.reading.wanting
 
 
 def pace_share(view: FleetView | None, now: float, fallback: float | None) -> float:
