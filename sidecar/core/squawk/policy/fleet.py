@@ -420,15 +420,14 @@ def share(reading: Reading) -> float:
     Fractions, not rates: every pod reads the rate itself (its policy or the
     upstream's headers), so a pod need not trust another's number.
 
-    In proportion to demand, not max-min fair ("water-filling"): the
-    fractions always add up to the whole rate, so no capacity is left over
-    whichever way the demand splits (below the rate, every pod's part is
-    more than it asks; above, every pod is short by the same factor); and
-    two sums per slot are all Redis keeps. Max-min would give a pod asking
-    less than an equal part all it asks while the others are short, at the
-    price of every pod's demand (or a second sum and a level each pod
-    iterates toward). Its floor is MIN_EQUAL_PART of an equal part (see
-    there)."""
+    In proportion to demand: the fractions always add up to the whole
+    rate, so no capacity is left over whichever way the demand splits, and
+    two sums per slot are all Redis keeps. The demand is what each pod
+    starts, and at least an equal part for a pod its pace refused (see
+    `demand`), which makes the shares max-min fair ("water-filling")
+    within a few slots: a pod asking less than an equal part keeps all it
+    asks, the others share the rest equally. Its floor is MIN_EQUAL_PART
+    of an equal part (see there)."""
     if reading.own <= 0.0 or reading.demand <= 0.0:
         return 1.0 / (reading.wanting + 1)
     floor = MIN_EQUAL_PART / max(reading.wanting, 1)  # it is among the `wanting`
