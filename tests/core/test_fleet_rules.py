@@ -242,7 +242,7 @@ def test_a_delta_counts_what_the_pods_own_state_counts() -> None:
     assert sent(delta, CONFIG, NOW + 10.0)[:2] == (0, 0)
 
 
-def test_only_the_pace_and_the_admitted_count_as_demand() -> None:
+def test_only_the_admitted_count_as_demand() -> None:
     delta = NO_DELTA
     answers = [
         Admission(True, None, None, BreakerState.CLOSED, False),
@@ -252,9 +252,10 @@ def test_only_the_pace_and_the_admitted_count_as_demand() -> None:
     ]
     for answer in answers:
         delta = asked(delta, answer)
-    # The refused ask for probe slots (they come back); the admitted and
-    # the paced are the demand.
-    assert (delta.asked, delta.wanted) == (3, 2)
+    # The refused ask for probe slots (they come back); only the admitted
+    # call is demand: a pace refusal starts nothing, and a caller spinning
+    # on it must not win the rate. The pace's refusal is noted (`shed`).
+    assert (delta.asked, delta.wanted, delta.shed) == (3, 1, 1)
 
 
 def test_a_sync_without_an_answer_sends_again_only_what_errs_cautious() -> None:

@@ -58,7 +58,10 @@ def reading(demand: float = 0.0, wanting: int = 0, own: float = 0.0) -> f.Readin
         (90.0, 3, 0.0, 0.25),  # ... beside three
         (105.0, 3, 60.0, 60 / 105),  # in proportion to demand
         (105.0, 3, 15.0, 15 / 105),
-        (1e9, 2, 1e-6, f.MIN_SHARE),  # a part too small to pace by
+        # A part too small to pace by: an eighth of an equal part of two.
+        (1e9, 2, 1e-6, f.MIN_EQUAL_PART / 2),
+        # A demand field planted in the store: the same floor, of three.
+        (1e12 + 20.0, 3, 10.0, f.MIN_EQUAL_PART / 3),
         (10.0, 2, 10.5, 1.0),  # a store's rounding never gives more than the rate
     ],
     ids=[
@@ -69,6 +72,7 @@ def reading(demand: float = 0.0, wanting: int = 0, own: float = 0.0) -> f.Readin
         "large part",
         "small part",
         "floor",
+        "planted",
         "capped",
     ],
 )
@@ -78,9 +82,11 @@ def test_a_pods_share_of_the_rate(demand: float, wanting: int, own: float, share
 
 @given(st.lists(st.floats(min_value=0.01, max_value=1e6), min_size=1, max_size=50))
 def test_the_shares_read_from_one_slot_add_up_to_the_whole_rate(demands: list[float]) -> None:
+    # The whole rate, and over it by at most the floor: an eighth of an
+    # equal part for every pod below it, an eighth of the rate at most.
     total = math.fsum(demands)
     shares = [f.share(reading(total, len(demands), d)) for d in demands]
-    assert math.fsum(shares) == pytest.approx(1.0, abs=len(demands) * f.MIN_SHARE)
+    assert 1.0 - 1e-9 <= math.fsum(shares) <= 1.0 + f.MIN_EQUAL_PART + 1e-9
 
 
 @pytest.mark.parametrize(
@@ -99,6 +105,35 @@ def test_the_demand_a_sync_reports(
     previous: float, asked: int, elapsed: float, demand: float
 ) -> None:
     assert f.demand(previous, asked, elapsed, INTERVAL) == pytest.approx(demand)
+
+
+def test_a_pod_its_pace_refused_claims_an_equal_part_of_what_the_fleet_starts() -> None:
+    # The last reading: 60 calls/s summed over 2 pods. A pod that started
+    # 20/s and was refused by its pace claims 30/s; one that started 40/s,
+    # or was not refused, reports what it started.
+    view = f.viewed(reading(60.0, 2, 20.0), CONFIG, 0.0, None, LEASE, INTERVAL)
+    refused, calm = f.Delta(wanted=2, shed=500), f.Delta(wanted=2)
+    assert f.equal_part(view, refused) == pytest.approx(30.0)
+    assert f.equal_part(view, calm) == 0.0
+    assert f.equal_part(None, refused) == 0.0
+    assert f.demand(20.0, 2, 0.1, INTERVAL, f.equal_part(view, refused)) == pytest.approx(30.0)
+    assert f.demand(40.0, 4, 0.1, INTERVAL, f.equal_part(view, refused)) == pytest.approx(40.0)
+    assert f.demand(20.0, 2, 0.1, INTERVAL, f.equal_part(view, calm)) == pytest.approx(20.0)
+
+
+def test_pods_that_all_want_more_than_their_share_meet_at_equal_parts() -> None:
+    # Two pods that ask alike, past the rate, each starting its share's
+    # worth of 60 calls/s, one slot after another: from 60 % and 40 %, by
+    # their starts alone they would stay there; each claiming an equal
+    # part when refused, they meet at a half each.
+    rate, shares = 60.0, [0.6, 0.4]
+    for _ in range(30):
+        total = rate  # both saturated: what they start is the whole rate
+        demands = [
+            f.demand(0.0, round(s * rate * INTERVAL), INTERVAL, INTERVAL, total / 2) for s in shares
+        ]
+        shares = [f.share(reading(sum(demands), 2, d)) for d in demands]
+    assert shares == pytest.approx([0.5, 0.5], abs=0.02)
 
 
 def test_a_reading_leases_its_share_until_the_lease_ends() -> None:

@@ -146,8 +146,9 @@ def _hint(
         (_hint(100, 50, 100, window=60), 0.95 * 100 / 60),
         # Only remaining and reset (no limit): 30 / 2 s.
         (_hint(None, 30, 2), 0.95 * 15.0),
-        # Barely anything over a day: the floor of one call an hour.
-        (_hint(None, 1, 86_400 * 5), 1 / 3600),
+        # Barely anything over a day: the floor of one call an hour,
+        # spaced at most the hold bound apart (max_cool_down, 5 min).
+        (_hint(None, 1, 86_400 * 5), 1 / 300),
     ],
     ids=[
         "bucket",
@@ -693,9 +694,9 @@ def test_a_long_retry_after_cools_the_pod_even_under_a_learned_pace(
 def test_a_throttle_that_carries_its_quota_is_answered_by_the_pacer_not_a_cool_down() -> None:
     config = UpstreamConfig()
     empty = _hint(21, 0, 0.5, refills=True)  # (21 - 0 - 1) / 0.5 = 40/s, nothing left
-    throttled = Outcome(False, 429, retry_after=timedelta(seconds=1), hint=empty)
+    throttled = Outcome(False, 429, hint=empty)
     state = record_outcome(UpstreamState(), config, 0.0, throttled)
-    # No 1 s stop for the pod: the next start waits for one call to refill,
+    # No stop for the pod: the next start waits for one call to refill,
     # 1 / 40 s = 25 ms.
     state, paced = admit(state, config, 0.0)
     assert (paced.allowed, paced.wait) == (True, 25 * MS)
@@ -710,6 +711,29 @@ def test_a_throttle_that_carries_its_quota_is_answered_by_the_pacer_not_a_cool_d
     state, first = admit(state, config, 0.5)
     assert first.allowed  # then one every 2 s: the next is past the 1 s queue
     assert admit(state, config, 0.5)[1].reason is Reason.UPSTREAM_SATURATED
+
+
+@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize(
+    "quota",
+    [_hint(5000, 4990, 3590), _hint(21, 0, 0.5, refills=True)],
+    ids=["not spent", "spent"],
+)
+def test_a_throttles_retry_after_wins_over_the_quota_it_carries(
+    status: int, quota: RateLimitHint
+) -> None:
+    # GitHub's secondary limits: a 403/429 with Retry-After: 60 while
+    # x-ratelimit-remaining is not 0. "If the retry-after response header
+    # is present, you should not retry your request until after that many
+    # seconds has elapsed" (docs.github.com, "Rate limits for the REST
+    # API"): the pod cools for it, as the fleet's store does
+    # (squawk.policy.fleet.outcome), whatever the quota says.
+    config = UpstreamConfig()
+    throttled = Outcome(False, status, retry_after=timedelta(seconds=60), hint=quota)
+    state = record_outcome(UpstreamState(), config, 0.0, throttled)
+    refused = admit(state, config, 59.9)[1]
+    assert (refused.allowed, refused.reason) == (False, Reason.UPSTREAM_COOLING_DOWN)
+    assert admit(state, config, 60.0)[1].reason is not Reason.UPSTREAM_COOLING_DOWN
 
 
 @pytest.mark.parametrize(
@@ -740,14 +764,16 @@ def test_a_config_out_of_bounds_names_its_field(fields: dict[str, object], field
 
 
 def test_the_least_rates_pace_without_overflowing_a_wait() -> None:
-    # One call a day, a burst of 1e6: the 1e6 + 1st call's start is a day
-    # away, past the 1 s queue: refused, not a crash.
+    # One call a day: the second call's start is a day away under a hold
+    # bound (max_cool_down) of a day, past the 1 s queue: refused, not a
+    # crash.
+    day = timedelta(days=1)
     calls = RateLimitConfig(rate=1 / 86_400, burst=1)
-    p, first = pace(Pacer(), calls, 0.0)
+    p, first = pace(Pacer(), calls, 0.0, max_hold=day)
     assert first.wait == timedelta(0)
-    p, second = pace(p, calls, 0.0)
+    p, second = pace(p, calls, 0.0, max_hold=day)
     assert not second.allowed
-    assert pacer_snapshot(p, calls, 0.0).queue_delay == timedelta(days=1)
+    assert pacer_snapshot(p, calls, 0.0, max_hold=day).queue_delay == day
     # One token unit a day and a burst of 1e9: a second call of 1e9 units
     # would start 1e9 days away, which no timedelta holds (the start is
     # capped at 14 days: refused).
@@ -934,3 +960,127 @@ def test_calls_never_reported_leave_the_count_after_two_epochs() -> None:
 def test_concurrency_off_learns_no_limit() -> None:
     off = RateLimitConfig(concurrency=False)
     assert pacer_snapshot(_slowing(off), off, 0.2).concurrency_limit == 0
+
+
+# -- the hold bound: no start spaced past the upstream's max_cool_down -------
+
+# A generic quota (x-ratelimit-remaining: 1, x-ratelimit-reset: 86400) that
+# does not refill: 0.95 x 1 / 86400 /s, raised to the floor of one call an
+# hour (MIN_HEADER_RATE).
+LIE = _hint(None, 1, 86_400)
+# A true reading: 4000 of 5000 left for 2000 s, 0.95 x 2 = 1.9 calls/s.
+TRUE = _hint(5000, 4000, 2000)
+
+
+def _calls(state: UpstreamState, config: UpstreamConfig, start: float, end: float) -> int:
+    """Calls granted to an executor that asks every 0.1 s from `start` to
+    `end` and reports each as a success with the true headers."""
+    granted, now = 0, start
+    while now < end:
+        state, answer = admit(state, config, now)
+        if answer.allowed:
+            granted += 1
+            state = record_outcome(state, config, now, Outcome(True, hint=TRUE))
+        now = round(now + 0.1, 6)
+    return granted
+
+
+def test_a_header_rate_read_wrong_once_costs_one_slot_of_the_true_one() -> None:
+    config = UpstreamConfig()
+    truth = record_outcome(UpstreamState(), config, 0.0, Outcome(True, hint=TRUE))
+    lied = record_outcome(UpstreamState(), config, 0.0, Outcome(True, hint=LIE))
+    lied, first = admit(lied, config, 0.0)
+    assert first.allowed
+    # The next success's true headers take over at once: the one call the
+    # lie reserved is one slot of 1.9/s, not an hour. Over 90 s the lie
+    # costs that one slot, a call or two, not 172 of 175 calls.
+    lied = record_outcome(lied, config, 0.0, Outcome(True, hint=TRUE))
+    honest = _calls(truth, config, 0.0, 90.0)
+    assert _calls(lied, config, 0.1, 90.0) >= honest - 2
+
+
+@pytest.mark.parametrize("max_cool_down", [60.0, 300.0, 3600.0])
+def test_a_header_pace_never_spaces_starts_past_the_max_cool_down(max_cool_down: float) -> None:
+    # The lie keeps coming: the pace of one call an hour is one call per
+    # max_cool_down (and never past the 5 min a header's hold is held to).
+    bound = min(max_cool_down, 300.0)
+    config = UpstreamConfig(
+        max_cool_down=timedelta(seconds=max_cool_down),
+        rate_limit=RateLimitConfig(quiet=timedelta(hours=2)),
+    )
+    state = record_outcome(UpstreamState(), config, 0.0, Outcome(True, hint=LIE))
+    state, first = admit(state, config, 0.0)
+    assert first.allowed
+    state = record_outcome(state, config, 0.0, Outcome(True, hint=LIE))
+    _, refused = admit(state, config, bound - 1.001)
+    assert refused.reason is Reason.UPSTREAM_SATURATED
+    assert refused.retry_after is not None and refused.retry_after <= timedelta(seconds=bound)
+    _, granted = admit(state, config, bound)
+    assert granted.allowed
+
+
+def _policy_rate(rate: float) -> UpstreamConfig:
+    return UpstreamConfig(rate_limit=RateLimitConfig(rate=rate))
+
+
+def test_a_reload_re_derives_the_reservations_under_the_new_rate() -> None:
+    # `rate: 100`, a reload with a typo (`rate: 0.0000116`, a call a day)
+    # fixed 5 s later: the call the typo's pace granted is one slot of 100/s
+    # once the fix is in force, not a day.
+    right, typo = _policy_rate(100), _policy_rate(0.0000116)
+    state, _ = admit(UpstreamState(), right, 0.0)
+    state, during = admit(state, typo, 1.0)
+    assert during.allowed
+    state, after = admit(state, right, 6.0)
+    assert after.allowed and after.wait <= 10 * MS
+    # ... and the next second starts its 100 calls: 5 ms apart, 10 ms slots.
+    granted = 0
+    for i in range(200):
+        state, answer = admit(state, right, 6.0 + 0.005 * (i + 1))
+        granted += answer.allowed
+    assert granted >= 99
+
+
+def test_a_declared_rate_slower_than_one_call_per_max_cool_down_spaces_by_it() -> None:
+    # The typo left in force: one call per max_cool_down (5 min), not a day.
+    typo = _policy_rate(0.0000116)
+    state, first = admit(UpstreamState(), typo, 0.0)
+    assert first.allowed
+    _, refused = admit(state, typo, 298.9)
+    assert refused.reason is Reason.UPSTREAM_SATURATED
+    assert refused.retry_after is not None and refused.retry_after <= timedelta(minutes=5)
+    assert admit(state, typo, 300.0)[1].allowed
+
+
+def test_a_share_tiny_for_a_moment_costs_one_slot_of_the_next_share() -> None:
+    # A fleet share of 1e-6 for one Admit (a reading torn or planted in the
+    # store) of a declared 10/s: its grant is one slot at the next share,
+    # 1 / (0.5 x 10) = 200 ms, not 1e5 s (the floor of fleet.share keeps a
+    # share this small from being read at all; this is the pacer's own bound).
+    config = _policy_rate(10)
+    state, tiny = admit(UpstreamState(), config, 0.0, share=1e-6)
+    assert tiny.allowed
+    state, next_ = admit(state, config, 0.5, share=0.5)
+    assert next_.allowed and next_.wait <= 200 * MS
+
+
+def test_one_cost_outlier_moves_the_mean_cost_by_at_most_a_fifth() -> None:
+    # 1000 token units/s; outcomes of cost 100 make the mean 100, which a
+    # cost-less Admit is charged. One outcome of 1e9 counts as at most
+    # COST_CLIP = 2 x the mean: 100 + 0.2 x (200 - 100) = 120.
+    config = UpstreamConfig(rate_limit=RateLimitConfig(token_rate=1000, token_burst=1000))
+    state = UpstreamState()
+    for _ in range(5):
+        state = record_outcome(state, config, 0.0, Outcome(True, cost=100.0, estimated=100.0))
+    assert state.pacer.spacing.mean_cost == pytest.approx(100.0)
+    state = record_outcome(state, config, 0.0, Outcome(True, cost=1e9, estimated=100.0))
+    assert state.pacer.spacing.mean_cost == pytest.approx(120.0)
+    # Cost-less Admits every 5 ms over 5 s: 5000 units / 120 = 41 calls and
+    # the burst's 1000 / 120 = 8 (not 3 in all, as at a mean of 1e9) once
+    # the outlier's own debt (at most the queue and one burst: 2 s) is paid.
+    granted, now = 0, 10.0
+    while now < 15.0:
+        state, answer = admit(state, config, now)
+        granted += answer.allowed
+        now = round(now + 0.005, 6)
+    assert granted >= 41

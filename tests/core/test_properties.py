@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,14 +22,24 @@ from squawk.policy import (
     AttemptState,
     BackoffConfig,
     Jitter,
+    Outcome,
     PolicyInputError,
     Profile,
+    RateLimitConfig,
     Reason,
+    UpstreamConfig,
+    UpstreamState,
+    admit,
     builtin_policy,
     decide,
+    record_outcome,
 )
+from squawk.policy.cooldown import held
 from squawk.policy.limits import MAX_RETRY_AFTER
+from squawk.policy.pacer import hold_at_most
+from squawk.policy.ratelimit import rate_limit_hint
 from squawk.policy.text import shown_text
+from squawk.policy.timing import seconds
 
 NOW = 1_700_000_000.0
 POLICY = builtin_policy()
@@ -191,3 +203,110 @@ def test_a_cut_inside_a_megabyte_word_is_cheap() -> None:
     shown = shown_text(text, 1_000_000)
     assert time.process_time() - started < 1.0  # a hang guard, not a benchmark
     assert shown.endswith("…") and len(shown) < 1_000_000
+
+
+# -- every hold bounded (squawk.policy.upstream, pacer, header_quota) ---------
+
+# Rate-limit headers, hostile ones among them: a quota read wrong (one left
+# for a day), a reset a week or a century away, nothing left, a bucket that
+# refills, numbers out of range.
+_QUOTA_NUMBERS = st.sampled_from(["0", "1", "2", "100", "4000", "5000", "1e9", "-1", "nan", "x"])
+_RESETS = st.sampled_from(["0", "1", "2", "60", "86400", "604800", "3153600000", "1s", "-5"])
+
+
+def _rate_headers() -> st.SearchStrategy[dict[str, str]]:
+    generic = st.fixed_dictionaries(
+        {"x-ratelimit-remaining": _QUOTA_NUMBERS, "x-ratelimit-reset": _RESETS},
+        optional={"x-ratelimit-limit": _QUOTA_NUMBERS},
+    )
+    openai = st.fixed_dictionaries(
+        {
+            "x-ratelimit-limit-requests": _QUOTA_NUMBERS,
+            "x-ratelimit-remaining-requests": _QUOTA_NUMBERS,
+            "x-ratelimit-reset-requests": _RESETS,
+        }
+    )
+    return st.one_of(st.just({}), generic, openai)
+
+
+_RETRY_AFTERS = st.sampled_from([None, 0.5, 1.0, 2.5, 60.0, 86_400.0])
+_COSTS = st.sampled_from([0.0, 1.0, 100.0, 1e9])
+_RATES = st.sampled_from([None, 1 / 86_400, 0.0000116, 0.5, 100.0])
+_TOKEN_RATES = st.sampled_from([None, 1 / 86_400, 1000.0])
+_MAX_COOL_DOWNS = st.sampled_from([1.0, 60.0, 300.0, 3600.0])
+_SHARES = st.sampled_from([1.0, 0.5, 1e-6])
+
+_report = st.tuples(
+    st.just("report"),
+    st.sampled_from([200, 429, 503]),
+    _rate_headers(),
+    _RETRY_AFTERS,
+    _COSTS,
+    _COSTS,
+)
+_reload = st.tuples(st.just("reload"), _RATES, _TOKEN_RATES, _MAX_COOL_DOWNS)
+_admit = st.tuples(st.just("admit"), _COSTS, _SHARES)
+_HOLD_EVENTS = st.lists(
+    st.tuples(st.floats(0, 400), st.one_of(_report, _reload, _admit)), min_size=1, max_size=40
+)
+
+
+def _upstream(rate: float | None, token_rate: float | None, max_cool_down: float) -> UpstreamConfig:
+    return UpstreamConfig(
+        max_cool_down=timedelta(seconds=max_cool_down),
+        rate_limit=RateLimitConfig(rate=rate, token_rate=token_rate),
+    )
+
+
+@settings(max_examples=500, deadline=None)
+@given(_HOLD_EVENTS)
+def test_no_input_holds_the_upstream_past_its_max_cool_down(events: list[Any]) -> None:
+    """No sequence of reports (any headers, Retry-After, cost), reloads
+    (tiny rates among them) and Admits (any cost, any fleet share) makes
+    the pod refuse or wait past max_cool_down after its last input: the
+    cool-down and every hold end within it, a refusal's retry_after says
+    at most it, and one max_cool_down after the last input (a grant's
+    input is its start, at most max_queue_delay after it was asked) the
+    pace starts a call at once."""
+    config, state, now = _upstream(None, None, 300.0), UpstreamState(), 0.0
+    last = now
+    for step, event in events:
+        now += step
+        last = now
+        bound = config.max_cool_down
+        if event[0] == "report":
+            _, status, headers, retry_after, cost, estimated = event
+            outcome = Outcome(
+                status < 400,
+                status,
+                retry_after=None if retry_after is None else timedelta(seconds=retry_after),
+                cost=cost,
+                estimated=estimated,
+                hint=rate_limit_hint(headers, NOW + now),
+            )
+            state = record_outcome(state, config, now, outcome)
+        elif event[0] == "reload":
+            was, config = config, _upstream(*event[1:])
+            if config.max_cool_down < was.max_cool_down:  # as the daemon's reload does
+                state = replace(
+                    state,
+                    cool_until=held(state.cool_until, now, config.max_cool_down),
+                    pacer=hold_at_most(
+                        state.pacer, held(state.pacer.quota.hold_until, now, config.max_cool_down)
+                    ),
+                )
+            bound = config.max_cool_down
+        else:
+            _, cost, share = event
+            state, answer = admit(state, config, now, cost=cost, share=share)
+            if answer.allowed:
+                assert answer.wait <= config.rate_limit.max_queue_delay
+                last = now + seconds(answer.wait)
+            elif answer.reason is not Reason.CIRCUIT_OPEN:
+                assert answer.retry_after is not None and answer.retry_after <= bound
+        assert state.cool_until <= now + seconds(bound)
+        assert state.pacer.quota.hold_until <= now + seconds(bound)
+    free = last + seconds(config.max_cool_down)
+    state, answer = admit(state, config, free)
+    if answer.reason is not Reason.CIRCUIT_OPEN:
+        assert (answer.allowed, answer.wait) == (True, timedelta(0))

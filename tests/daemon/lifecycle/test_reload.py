@@ -661,3 +661,44 @@ def test_a_file_that_never_settles_is_refused_and_tried_again_at_the_next_poll(
         asyncio.run(watch.reload("SIGHUP"))
     assert counted == ["invalid"]
     assert "/proc/uptime: still changing after 8 reads 0.02s apart" in caplog.text
+
+
+RATED = "profiles:\n  default:\n    upstreams:\n      api:\n        rate_limit: {{rate: {}}}\n"
+
+
+def test_a_reload_with_a_tiny_rate_fixed_seconds_later_leaves_the_upstream_open(
+    tmp_path: Path,
+) -> None:
+    # `rate: 100`, then a typo (`rate: 0.0000116`, a call a day) whose pace
+    # grants one call, fixed 5 s later: the typo's call is one slot of the
+    # 100/s back in force (10 ms), so 20 calls asked one after another all
+    # start within the 1 s queue (200 ms of slots), not one in a day.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(RATED.format(100))
+    port = free_port()
+    daemon = start_daemon(
+        "--policy", str(policy), "--policy-poll", "3600", "--metrics-listen", f"127.0.0.1:{port}"
+    )
+
+    def reload_to(rate: str, applied: int) -> None:
+        policy.write_text(RATED.format(rate))
+        daemon.process.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while reloads(port)["applied"] < applied:
+            assert time.monotonic() < deadline, "SIGHUP did not reload"
+            time.sleep(0.02)
+
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            assert stub.Admit(pb.AdmitRequest(upstream="api"), timeout=5).allowed
+            reload_to("0.0000116", 1)
+            time.sleep(0.05)  # the 100/s slot has passed: the typo's pace grants
+            assert stub.Admit(pb.AdmitRequest(upstream="api"), timeout=5).allowed
+            assert not stub.Admit(pb.AdmitRequest(upstream="api"), timeout=5).allowed
+            time.sleep(5)
+            reload_to("100", 2)
+            replies = [stub.Admit(pb.AdmitRequest(upstream="api"), timeout=5) for _ in range(20)]
+        assert [r.allowed for r in replies] == [True] * 20
+    finally:
+        daemon.stop()

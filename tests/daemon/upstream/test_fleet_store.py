@@ -51,6 +51,9 @@ profiles:
     circuit_breaker: {minimum_calls: 4, failure_ratio: 0.5, window: 60s, open_for: 2s}
   short:
     max_cool_down: 10s
+  paced:
+    circuit_breaker: {enabled: false}
+    rate_limit: {rate: 10}
 """
 LOCAL = 'squawk_state_answers_total{{rpc="{}",state="local"}}'
 
@@ -595,3 +598,36 @@ def test_bursty_demand_and_pods_restarted_under_new_names_leave_a_bounded_hash()
     # The pods still in the last two slots, their sums, and a little room.
     assert fields <= 12, fields
     assert capped <= 4, capped
+
+
+def test_a_demand_planted_in_the_store_neither_starves_a_pod_nor_holds_it_after(
+    fleet: tuple[RedisServer, list[Pod], redis.Redis],
+) -> None:
+    # A hostile writer adds 1e12 calls/s to the demand summed for the next
+    # slots of an upstream declared at 10 calls/s: the pod's part of it
+    # would be 1e-11. Its share is held to an eighth of an equal part (one
+    # pod asks: 1/8, 1.25 calls/s, a slot of 0.8 s), so a call a second
+    # still starts; and once the planted sums are gone, the call its tiny
+    # share granted is one slot of the rate back in force, so ten calls
+    # asked one after another start within the 1 s queue (not a day on).
+    _, pods, client = fleet
+    pod, name = pods[0], "planted"
+    for _ in range(3):
+        assert pod.admit(name, profile="paced").allowed
+        time.sleep(0.3)
+    seconds_, micros = client.time()
+    slot = (seconds_ * 1000 + micros // 1000) // 200  # two sync intervals of 100 ms
+    demand = f"{key_of('paced', name)}:d"
+    planted = [f"D{s}" for s in range(slot - 1, slot + 40)]  # the next 8 s
+    for field in planted:
+        client.hincrbyfloat(demand, field, 1e12)
+    time.sleep(0.5)  # the pod's syncs read it
+    during = []
+    for _ in range(3):
+        during.append(pod.admit(name, profile="paced").allowed)
+        time.sleep(1.0)
+    client.hdel(demand, *planted)
+    time.sleep(0.6)  # and read it gone
+    after = [pod.admit(name, profile="paced").allowed for _ in range(10)]
+    assert during == [True] * 3
+    assert after == [True] * 10

@@ -90,11 +90,22 @@ OUTAGES: list[bool] = []
 
 class Report(NamedTuple):
     """`calls` outcomes of `status` (below 400: a success), each with a
-    Retry-After of `retry_after` seconds when given."""
+    Retry-After of `retry_after` seconds when given, and `headers` (a
+    quota's, say) besides."""
 
     calls: int
     status: int
     retry_after: int | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+# A quota far from spent (GitHub's x-ratelimit-* of a primary limit with
+# 4990 of 5000 left): a throttle that carries it is a secondary limit.
+UNSPENT = (
+    ("x-ratelimit-limit", "5000"),
+    ("x-ratelimit-remaining", "4990"),
+    ("x-ratelimit-reset", "3590"),
+)
 
 
 class Wait(NamedTuple):
@@ -245,6 +256,22 @@ CASES = (
             Decide(503, "RETRY TRANSIENT_STATUS after<1.5s", at_least=1.5),
         ),
     ),
+    Case(
+        # GitHub's secondary rate limits: a 403 or 429 with Retry-After while
+        # x-ratelimit-remaining is not 0; "if the retry-after response header
+        # is present, you should not retry your request until after that many
+        # seconds has elapsed" (docs.github.com, "Rate limits for the REST API").
+        "a throttle's Retry-After wins over the unspent quota it carries",
+        "cooling",
+        (
+            Report(1, 429, retry_after=2, headers=UNSPENT),
+            Admit("refused UPSTREAM_COOLING_DOWN CLOSED", stale="allowed CLOSED"),
+            Wait(2.1),
+            Admit("allowed CLOSED"),
+            Report(1, 503, retry_after=2, headers=UNSPENT),
+            Admit("refused UPSTREAM_COOLING_DOWN CLOSED", stale="allowed CLOSED"),
+        ),
+    ),
 )
 
 
@@ -281,8 +308,12 @@ class Asker:
         self.rng = random.Random(0)
         self.seen = 0
 
-    def report(self, status: int, retry_after: int | None) -> None:
-        headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
+    def report(
+        self, status: int, retry_after: int | None, more: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        headers = dict(more)
+        if retry_after is not None:
+            headers["Retry-After"] = str(retry_after)
         message = pb.Outcome(
             upstream=self.upstream, success=status < 400, http_status=status, headers=headers
         )
@@ -356,7 +387,7 @@ async def pod_path(case: Case, policy: Policy) -> list[str]:
     for step in case.steps:
         if isinstance(step, Report):
             for _ in range(step.calls):
-                pod.report(step.status, step.retry_after)
+                pod.report(step.status, step.retry_after, step.headers)
         elif isinstance(step, Wait):
             clock.now += step.seconds
         elif isinstance(step, Admit):
@@ -376,7 +407,7 @@ async def alone_path(case: Case, policy: Policy) -> list[str]:
     for step in case.steps:
         if isinstance(step, Report):
             for _ in range(step.calls):
-                pods.for_event().report(step.status, step.retry_after)
+                pods.for_event().report(step.status, step.retry_after, step.headers)
         elif isinstance(step, Wait):
             clock.now += step.seconds
         elif isinstance(step, Admit):
@@ -423,7 +454,7 @@ async def fleet_path(
         for step in case.steps:
             if isinstance(step, Report):
                 for _ in range(step.calls):
-                    pods.for_event().report(step.status, step.retry_after)
+                    pods.for_event().report(step.status, step.retry_after, step.headers)
                 continue  # synced before the next question or wait
             if isinstance(step, Wait):
                 await synced()

@@ -11,6 +11,7 @@ fast this machine is.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -606,3 +607,64 @@ def test_the_registry_counts_paced_and_shed_calls_and_get_upstreams_shows_the_qu
     assert row.queue_delay.ToTimedelta() == 150 * MS
     assert upstreams.pace_of("default", "api") == (PaceSource.POLICY, 20.0)
     assert upstreams.pace_of("default", "never-seen") == (PaceSource.NONE, 0.0)
+
+
+# A generic quota read wrong once (one call left for a day, a window that
+# does not refill): the floor of one call an hour. The true reading: 4000
+# of 5000 left for 2000 s, 1.9 calls/s with most of them free to start.
+LIE = {"x-ratelimit-remaining": "1", "x-ratelimit-reset": "86400"}
+TRUE = {"x-ratelimit-limit": "5000", "x-ratelimit-remaining": "4000", "x-ratelimit-reset": "2000"}
+
+
+def test_a_later_true_reading_takes_over_from_a_lie_at_once(learning: Stub) -> None:
+    # The lie's pace reserved the call after its grant an hour ahead (a
+    # hold of an hour, past max_cool_down): the true headers on the next
+    # success must pace the calls after it, not the lie's reservation.
+    name = "lied-to"
+
+    def report(headers: dict[str, str]) -> None:
+        outcome = pb.Outcome(upstream=name, success=True, headers=headers)
+        learning.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[outcome]), timeout=5)
+
+    report(LIE)
+    assert learning.Admit(pb.AdmitRequest(upstream=name), timeout=5).allowed
+    report(TRUE)
+    replies = [learning.Admit(pb.AdmitRequest(upstream=name), timeout=5) for _ in range(5)]
+    assert all(r.allowed and r.wait.ToTimedelta() <= MAX_QUEUE_DELAY for r in replies)
+    row = _row(learning, "default", name)
+    assert row.pace_source == pb.PACE_SOURCE_HEADERS
+    assert row.rate == pytest.approx(1.9)
+
+
+def test_one_cost_outlier_does_not_price_every_cost_less_admit(
+    paced: tuple[Daemon, Stub, int],
+) -> None:
+    # 10000 token units/s, a burst of 10000. Five calls of cost 100 make
+    # the mean real cost 100; one of 1e9 counts as at most twice the mean:
+    # 100 + 0.2 x (200 - 100) = 120. A cost-less Admit is charged the mean,
+    # so once the outlier's own debt is paid (at most the 1 s queue and one
+    # burst, 2 s) 10000 / 120 = 83 of them start together: 40 asked one
+    # after another all start within the queue, not one a second.
+    _, stub, _ = paced
+    name = "outlier"
+
+    def report(cost: float) -> None:
+        outcome = pb.Outcome(
+            upstream=name, profile="tokens", success=True, cost=cost, estimated_cost=100
+        )
+        request = pb.ReportOutcomeRequest(outcomes=[outcome])
+        assert stub.ReportOutcome(request, timeout=5).recorded == 1
+
+    def admit(**fields: Any) -> pb.AdmitResponse:
+        request = pb.AdmitRequest(profile="tokens", upstream=name, **fields)
+        reply: pb.AdmitResponse = stub.Admit(request, timeout=5)
+        return reply
+
+    for _ in range(5):
+        assert admit(cost=100).allowed
+        report(100)
+    assert admit(cost=100).allowed
+    report(1e9)
+    time.sleep(2.2)
+    replies = [admit() for _ in range(40)]
+    assert all(r.allowed and r.wait.ToTimedelta() <= MAX_QUEUE_DELAY for r in replies)

@@ -61,6 +61,7 @@ __all__ = [
     "asked",
     "cautious",
     "demand",
+    "equal_part",
     "fleet_snapshot",
     "kept",
     "lost",
@@ -85,7 +86,16 @@ __all__ = [
 # Outcomes of one kind a delta carries at most: a pod's real counts over one
 # sync interval are far below; the bound is for the store's arithmetic.
 MAX_DELTA = 10**9
-# The least pace share: a pod with almost no part of the demand still paces.
+# The least pace share, as a part of an equal split (1 / (wanting + 1)): a
+# pod whose part of the demand is smaller still gets an eighth of an equal
+# part. Proportional shares starve a pod that asks little while others ask
+# much (max-min fairness would give it all it asks), and a reading torn or
+# planted in the store (one demand field of 1e12) must not cut a pod's rate
+# a millionfold for the slot it lasts. A pod at the floor asks less than
+# its floor's worth, so the fleet's calls stay near the rate; at most, with
+# every pod at the floor at once, they pass it by an eighth.
+MIN_EQUAL_PART = 1 / 8
+# ... and never below this, whatever `wanting` a reading says.
 MIN_SHARE = 1e-6
 # The demand's running mean spans about this many sync intervals, and a
 # smaller demand (calls/s) is none.
@@ -116,11 +126,15 @@ class Delta(NamedTuple):
     # full for an interval while other pods' calls are refused until the
     # round restarts.
     asked: int = 0
-    # Calls admitted, or refused by the pace (UPSTREAM_SATURATED): the
-    # pod's demand for its pace share. Not the other refusals: a caller
-    # that asks again and again while the breaker or a cool-down refuses
-    # must not win the rate.
+    # Calls admitted (started at once, or waiting their turn in the pace's
+    # queue): the pod's demand for its pace share. Not the refusals, the
+    # pace's (UPSTREAM_SATURATED) included: a caller that asks again and
+    # again, whatever it is told, must not win the rate from pods whose
+    # calls really start.
     wanted: int = 0
+    # Admits the pace refused: no demand, but that there were any says the
+    # pod would start more than its share (see `demand`).
+    shed: int = 0
 
 
 NO_DELTA = Delta()
@@ -215,10 +229,10 @@ def asked(delta: Delta, admission: Admission) -> Delta:
     """One Admit's answer, allowed or not."""
     if admission.allowed:
         return delta._replace(wanted=min(delta.wanted + 1, MAX_DELTA))
-    wanted = delta.wanted
+    shed = delta.shed
     if admission.reason is Reason.UPSTREAM_SATURATED:
-        wanted = min(wanted + 1, MAX_DELTA)
-    return delta._replace(asked=min(delta.asked + 1, MAX_DELTA), wanted=wanted)
+        shed = min(shed + 1, MAX_DELTA)
+    return delta._replace(asked=min(delta.asked + 1, MAX_DELTA), shed=shed)
 
 
 def admitted(delta: Delta, config: UpstreamConfig, now: float) -> Delta:
@@ -270,6 +284,7 @@ def merged(a: Delta, b: Delta) -> Delta:
         max(a.cool_until, b.cool_until),
         min(a.asked + b.asked, MAX_DELTA),
         min(a.wanted + b.wanted, MAX_DELTA),
+        min(a.shed + b.shed, MAX_DELTA),
     )
 
 
@@ -397,37 +412,61 @@ def kept(view: FleetView, restore: Restore, now: float) -> FleetView:
 def share(reading: Reading) -> float:
     """This pod's fraction of the upstream's rate: its part of the demand
     every pod reported for the same slot, so the fractions the pods read
-    from one slot add up to 1. A pod that was not among them (a newcomer,
-    or one idle then) takes an equal part, 1 / (wanting + 1): the others do
-    not leave it room until its own demand is summed, so the fleet runs
-    over by that part for at most two slots (see docs/fleet.md).
+    from one slot add up to 1 (and at most MIN_EQUAL_PART more: the floor).
+    A pod that was not among them (a newcomer, or one idle then) takes an
+    equal part, 1 / (wanting + 1): the others do not leave it room until
+    its own demand is summed, so the fleet runs over by that part for at
+    most two slots (see docs/fleet.md).
     Fractions, not rates: every pod reads the rate itself (its policy or the
     upstream's headers), so a pod need not trust another's number.
 
-    In proportion to demand, not max-min fair ("water-filling"): the
-    fractions always add up to the whole rate, so no capacity is left over
-    whichever way the demand splits (below the rate, every pod's part is
-    more than it asks; above, every pod is short by the same factor); and
-    two sums per slot are all Redis keeps. Max-min would give a pod asking
-    less than an equal part all it asks while the others are short, at the
-    price of every pod's demand (or a second sum and a level each pod
-    iterates toward)."""
+    In proportion to demand: the fractions always add up to the whole
+    rate, so no capacity is left over whichever way the demand splits, and
+    two sums per slot are all Redis keeps. The demand is what each pod
+    starts, and at least an equal part for a pod its pace refused (see
+    `demand`), which makes the shares max-min fair ("water-filling")
+    within a few slots: a pod asking less than an equal part keeps all it
+    asks, the others share the rest equally. Its floor is MIN_EQUAL_PART
+    of an equal part (see there)."""
     if reading.own <= 0.0 or reading.demand <= 0.0:
         return 1.0 / (reading.wanting + 1)
-    return min(1.0, max(reading.own / reading.demand, MIN_SHARE))
+    floor = MIN_EQUAL_PART / max(reading.wanting, 1)  # it is among the `wanting`
+    return min(1.0, max(reading.own / reading.demand, floor, MIN_SHARE))
 
 
-def demand(previous: float, wanted: int, elapsed: float, interval: float) -> float:
+def demand(
+    previous: float, wanted: int, elapsed: float, interval: float, equal: float = 0.0
+) -> float:
     """The demand a sync reports: calls wanted per second (Delta.wanted), a
     running mean over about DEMAND_SYNCS intervals (`wanted` over `elapsed`
     seconds since the last sync), so a pod asking a few calls a second is
     not absent from every other slot (and an equal-part newcomer at the
     next); below MIN_DEMAND it is none. The first reading of a pod without
-    one is taken whole: a newcomer's demand is not halved."""
+    one is taken whole: a newcomer's demand is not halved.
+
+    `equal`: for a pod its pace refused since the last sync (Delta.shed),
+    an equal part of the demand the fleet last summed (`equal_part`), which
+    it reports at least. Its grants are its share's worth, so by them alone
+    the shares of pods that all want more than their share would stay as
+    they first fell (two pods asking alike could keep 60 % and 40 %
+    forever); claiming an equal part of what the fleet starts, they meet
+    at equal parts, while a pod that asks less keeps only what it starts
+    and leaves the rest to them (max-min fairness, within a few slots). A
+    caller spinning on refusals wins its pod an equal part at most, never
+    the rate."""
     rate = wanted / max(elapsed, interval)
     weight = 1.0 if previous <= 0.0 else min(1.0, elapsed / (DEMAND_SYNCS * interval))
-    mean = previous + weight * (rate - previous)
+    mean = max(previous + weight * (rate - previous), equal)
     return mean if mean >= MIN_DEMAND else 0.0
+
+
+def equal_part(view: FleetView | None, delta: Delta) -> float:
+    """The demand a sync of `delta` claims at least (see `demand`): an equal
+    part of the last reading's sum when the pace refused a call since, else
+    0."""
+    if not delta.shed or view is None or view.reading.wanting <= 0:
+        return 0.0
+    return view.reading.demand / view.reading.wanting
 
 
 def pace_share(view: FleetView | None, now: float, fallback: float | None) -> float:

@@ -132,6 +132,7 @@ def pace(
     permits: int = 1,
     rng: random.Random | None = None,
     share: float = 1.0,
+    max_hold: timedelta = MAX_HOLD,
 ) -> tuple[Pacer, Pace]:
     """(pacer, pace): when one call (or `permits` calls) may start.
 
@@ -169,9 +170,12 @@ def pace(
     rates = _rates(pacer, config, now)
     if share < 1.0 and rates.source in SHARED_SOURCES:
         rates = spacing.shared(rates, share)
-    units = cost if cost > 0.0 else pacer.spacing.mean_cost
-    start = spacing.start(pacer.spacing, rates, now, units, quota.hold_until)
-    slot = spacing.slot(rates, units)
+    bound = _bound(rates.source, max_hold)
+    rates = spacing.bounded(rates, bound)
+    spaced = spacing.current(pacer.spacing, rates, now)
+    units = cost if cost > 0.0 else spaced.mean_cost
+    start = spacing.start(spaced, rates, now, units, quota.hold_until, bound)
+    slot = min(spacing.slot(rates, units), bound)
     wait = time_left(start, now)
     wait_s = seconds(wait)
     queue, longest = short_queue.arrive(
@@ -180,16 +184,16 @@ def pace(
     if wait and ((deadline is not None and wait >= deadline) or wait_s > longest):
         queue, left = short_queue.refuse(queue, now, start, slot)
         left_s = None if deadline is None else seconds(deadline)
-        cause, bound, past = short_queue.refused_by(wait_s, longest, queue.short_on, left_s)
-        by = spacing.wait_cause(pacer.spacing, rates, units, quota.hold_until)
-        why = Shed(cause, wait_s, bound, rates.rate, rates.token_rate, rates.source, by, past)
-        retry_after = spread(time_left(now + min(left, MAX_HOLD_S), now), rng)
-        return pacer._replace(queue=queue), Pace(False, _ZERO, retry_after, 0, why)
+        cause, most, past = short_queue.refused_by(wait_s, longest, queue.short_on, left_s)
+        by = spacing.wait_cause(spaced, rates, units, quota.hold_until)
+        why = Shed(cause, wait_s, most, rates.rate, rates.token_rate, rates.source, by, past)
+        retry_after = spread(time_left(now + min(left, bound), now), rng)
+        return pacer._replace(spacing=spaced, queue=queue), Pace(False, _ZERO, retry_after, 0, why)
     learned = pacer.learned
     if rates.source is PaceSource.LEARNED:
         learned = cubic.granted(learned, now)
     return Pacer(
-        spacing.reserve(pacer.spacing, rates, start, units, config._max_wait_s),
+        spacing.reserve(spaced, rates, start, units, config._max_wait_s),
         queue,
         quota,
         learned,
@@ -259,7 +263,19 @@ def pace_source(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSource
     return _rates(pacer, config, now).source
 
 
-def pacer_snapshot(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSnapshot:
+def _bound(source: PaceSource, max_hold: timedelta) -> float:
+    """The longest (seconds) a start is spaced past the last one: the
+    upstream's max_cool_down, as for a hold; for a pace read from the
+    headers, never past MAX_HOLD either (whatever the upstream sends, as
+    header_quota bounds its holds). A declared rate slower than one call
+    per max_cool_down paces one call per max_cool_down."""
+    bound = seconds(max_hold)
+    return bound if source is PaceSource.POLICY else min(bound, MAX_HOLD_S)
+
+
+def pacer_snapshot(
+    pacer: Pacer, config: RateLimitConfig, now: float, *, max_hold: timedelta = MAX_HOLD
+) -> PaceSnapshot:
     """What the pacer says at `now`, for display; it changes nothing."""
     rates = _rates(pacer, config, now)
     limit, in_flight = 0, 0
@@ -270,7 +286,10 @@ def pacer_snapshot(pacer: Pacer, config: RateLimitConfig, now: float) -> PaceSna
     hold_until = pacer.quota.hold_until
     if rates is NO_RATES and now >= hold_until:
         return PaceSnapshot(PaceSource.NONE, 0.0, 0.0, _ZERO, limit, in_flight)
-    start = spacing.start(pacer.spacing, rates, now, pacer.spacing.mean_cost, hold_until)
+    bound = _bound(rates.source, max_hold)
+    rates = spacing.bounded(rates, bound)
+    spaced = spacing.current(pacer.spacing, rates, now)
+    start = spacing.start(spaced, rates, now, spaced.mean_cost, hold_until, bound)
     return PaceSnapshot(
         rates.source if rates is not NO_RATES else PaceSource.HEADERS,
         rates.rate,

@@ -22,10 +22,13 @@ from .shed import WaitCause
 from .types import PaceSource
 
 __all__ = [
+    "COST_CLIP",
     "NO_RATES",
     "Rates",
     "Spacing",
+    "bounded",
     "charge",
+    "current",
     "is_idle",
     "reserve",
     "shared",
@@ -36,6 +39,11 @@ __all__ = [
 
 # A real cost's weight in the running mean that stands in for an unknown one.
 _COST_WEIGHT = 0.2
+# A real cost counts in that mean for at most this many times the mean: one
+# outlier (a cost of 1e9 among costs of 100) moves the mean by at most
+# _COST_WEIGHT x (COST_CLIP - 1) = 20 %, while costs that really rise are
+# followed within a few outcomes (each lifts the mean by up to 20 %).
+COST_CLIP = 2.0
 # No start is ever computed later than this past now: past every wait a
 # grant may get (max_queue_delay is at most 7 days), so it only refuses, and
 # a token burst of 1e9 at one unit a day never overflows a timedelta.
@@ -48,6 +56,12 @@ class Spacing(NamedTuple):
     token_tat: float = -math.inf
     # The running mean of real costs, for an Admit that sent none.
     mean_cost: float = 0.0
+    # The rates the arrival times were reserved at (0 = none yet).
+    rate: float = 0.0
+    token_rate: float = 0.0
+    # The latest start reserved, or cost charged: no start is spaced
+    # further than the hold bound past it.
+    last: float = -math.inf
 
 
 class Rates(NamedTuple):
@@ -75,14 +89,62 @@ def shared(rates: Rates, share: float) -> Rates:
     )
 
 
-def start(spacing: Spacing, rates: Rates, now: float, units: float, hold_until: float) -> float:
-    """The earliest start GCRA gives a call of `units` token units at `now`."""
+def bounded(rates: Rates, bound: float) -> Rates:
+    """`rates` with no call's slot longer than `bound` seconds (a rate of
+    at least 1 / bound): one call a day, under a bound of 5 min, is one
+    call every 5 min."""
+    if not rates.rate or rates.rate * bound >= 1.0:
+        return rates
+    return rates._replace(rate=1.0 / bound)
+
+
+def current(spacing: Spacing, rates: Rates, now: float) -> Spacing:
+    """`spacing` re-derived for `rates`: the calls (token units) reserved
+    ahead of `now` at the rate they were reserved at, spaced at the rate
+    in force (the same `spacing` when it did not change)."""
+    tat, token_tat = spacing.tat, spacing.token_tat
+    moved = False
+    if rates.rate and spacing.rate and rates.rate != spacing.rate and tat > now:
+        tat = now + (tat - now) * spacing.rate / rates.rate
+        moved = True
+    if (
+        rates.token_rate
+        and spacing.token_rate
+        and rates.token_rate != spacing.token_rate
+        and token_tat > now
+    ):
+        token_tat = now + (token_tat - now) * spacing.token_rate / rates.token_rate
+        moved = True
+    if not moved:
+        return spacing
+    return spacing._replace(
+        tat=tat,
+        token_tat=token_tat,
+        rate=rates.rate or spacing.rate,
+        token_rate=rates.token_rate or spacing.token_rate,
+    )
+
+
+def start(
+    spacing: Spacing,
+    rates: Rates,
+    now: float,
+    units: float,
+    hold_until: float,
+    bound: float = _FAR,
+) -> float:
+    """The earliest start GCRA gives a call of `units` token units at `now`
+    (`spacing` current for `rates`): never more than `bound` seconds past
+    the last start reserved or cost charged."""
     at = max(now, hold_until)
+    spaced = -math.inf
     if rates.rate:
-        at = max(at, spacing.tat - (rates.burst - 1.0) / rates.rate)
+        spaced = spacing.tat - (rates.burst - 1.0) / rates.rate
     if rates.token_rate and units:
         need = min(units, rates.tokens)
-        at = max(at, spacing.token_tat + (need - rates.tokens) / rates.token_rate)
+        spaced = max(spaced, spacing.token_tat + (need - rates.tokens) / rates.token_rate)
+    if spaced > at:
+        at = max(at, min(spaced, spacing.last + bound))
     return min(at, now + _FAR)
 
 
@@ -108,12 +170,20 @@ def slot(rates: Rates, units: float) -> float:
 
 
 def reserve(spacing: Spacing, rates: Rates, at: float, units: float, max_wait: float) -> Spacing:
-    """`spacing` after a grant of one call of `units` starting `at`."""
+    """`spacing` (current for `rates`) after a grant of one call of
+    `units` starting `at`."""
     tat = max(spacing.tat, at) + 1.0 / rates.rate if rates.rate else spacing.tat
     token_tat = spacing.token_tat
     if rates.token_rate and units:
         token_tat = _token_debt(max(token_tat, at) + units / rates.token_rate, at, max_wait, rates)
-    return Spacing(tat, token_tat, spacing.mean_cost)
+    return Spacing(
+        tat,
+        token_tat,
+        spacing.mean_cost,
+        rates.rate or spacing.rate,
+        rates.token_rate if rates.token_rate and units else spacing.token_rate,
+        max(spacing.last, at),
+    )
 
 
 def charge(
@@ -127,15 +197,18 @@ def charge(
     """`spacing` after a call of real `cost` (> 0) reported.
 
     Admit charged the estimate (or the mean, when it had none): the
-    difference is charged now, so the token rate holds for what was really
-    spent."""
+    difference is charged now, at the token rate it was reserved at, so the
+    token rate holds for what was really spent. The cost counts in the mean
+    for at most COST_CLIP times the mean."""
     charged = estimated if estimated > 0.0 else spacing.mean_cost
     mean = spacing.mean_cost
-    mean = cost if not mean else mean + _COST_WEIGHT * (cost - mean)
+    mean = cost if not mean else mean + _COST_WEIGHT * (min(cost, COST_CLIP * mean) - mean)
     if not rates.token_rate or spacing.token_tat == -math.inf:
-        return Spacing(spacing.tat, spacing.token_tat, mean)
-    tat = spacing.token_tat + (cost - charged) / rates.token_rate
-    return Spacing(spacing.tat, _token_debt(tat, now, max_wait, rates), mean)
+        return spacing._replace(mean_cost=mean)
+    token_rate = spacing.token_rate or rates.token_rate
+    tat = _token_debt(spacing.token_tat + (cost - charged) / token_rate, now, max_wait, rates)
+    last = max(spacing.last, now) if tat > spacing.token_tat else spacing.last
+    return spacing._replace(token_tat=tat, mean_cost=mean, last=last)
 
 
 def is_idle(spacing: Spacing, now: float) -> bool:

@@ -25,7 +25,8 @@ config from `profile.for_upstream(upstream)`, and calls:
   what the profile retries, as config.failure_statuses holds it). A
   throttle starts the cool-down only while the pacer does not pace by a
   rate it learned (then its cut answers the throttle), or when its
-  Retry-After is past CLOSED_AFTER (the upstream is closed, not full).
+  Retry-After is past CLOSED_AFTER (the upstream is closed, not full); one
+  that carries its quota and no Retry-After is answered by the quota.
 - `guard_retry(...)` (squawk.policy.guard) on each decision decide() made.
 - `upstream_snapshot(state, config, now)` to show the state; `is_idle(...)` says a
   fresh UpstreamState would behave the same, so the key may be dropped.
@@ -232,6 +233,7 @@ def admit(
         permits=permits,
         rng=rng,
         share=share,
+        max_hold=config.max_cool_down,
     )
     if not paced.allowed:
         # A probe the pacer refuses takes no probe slot: the round would
@@ -286,9 +288,14 @@ def record_outcome(
         outcome.success
         or (outcome.http_status >= 100 and not outcome.transport_failure and not quota_throttle),
     )
-    # Who answers a throttle (docs/upstreams.md §Pacing): the quota it
-    # carries; a learned pace's cut, unless its Retry-After is past
-    # CLOSED_AFTER (the upstream is closed, not full); else the cool-down.
+    # Who answers a throttle (docs/upstreams.md §Pacing): a learned pace's
+    # cut, unless its Retry-After is past CLOSED_AFTER (the upstream is
+    # closed, not full); the quota it carries, when it has no Retry-After;
+    # else the cool-down. A Retry-After wins over a quota, as GitHub
+    # documents for its secondary limits (a 403 or 429 whose
+    # x-ratelimit-remaining is not 0): the quota does not say why the
+    # upstream refused, the Retry-After says how long; and the fleet's
+    # store reads the same outcome the same way (squawk.policy.fleet.outcome).
     was_learned = _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
     pacer = _pacer.observe(
         state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
@@ -298,7 +305,7 @@ def record_outcome(
         and not _closed(outcome.retry_after)
         and _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.LEARNED
     )
-    if throttled and outcome.hint is not None:
+    if throttled and outcome.hint is not None and outcome.retry_after is None:
         learned = learned or (
             _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.HEADERS
         )
@@ -338,7 +345,7 @@ def upstream_snapshot(state: UpstreamState, config: UpstreamConfig, now: float) 
         wait,
         time_left(state.cool_until, now),
         _budget.retries_left(state.budget, config.retry_budget, now),
-        _pacer.pacer_snapshot(state.pacer, config.rate_limit, now),
+        _pacer.pacer_snapshot(state.pacer, config.rate_limit, now, max_hold=config.max_cool_down),
     )
 
 

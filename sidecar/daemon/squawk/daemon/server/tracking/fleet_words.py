@@ -8,7 +8,15 @@ import hashlib
 import math
 
 from squawk.policy import UpstreamConfig
-from squawk.policy.fleet import Delta, Move, Restore, sent, token_change, wanted_probes
+from squawk.policy.fleet import (
+    Delta,
+    Move,
+    Restore,
+    equal_part,
+    sent,
+    token_change,
+    wanted_probes,
+)
 from squawk.policy.fleet import demand as mean_demand
 
 from ...config.state import StateSettings
@@ -64,7 +72,8 @@ class Words:
         # not: an unsent sync's demand is not sent again); after an outage,
         # what was asked meanwhile is spread over all of it.
         elapsed = min(max(now - tracked.measured_at, self.interval_s), _MAX_DEMAND_SPAN_S)
-        demand = mean_demand(tracked.demand, delta.wanted, elapsed, self.interval_s)
+        equal = equal_part(view, delta)
+        demand = mean_demand(tracked.demand, delta.wanted, elapsed, self.interval_s, equal)
         tracked.demand, tracked.measured_at = demand, now
         request = wire.SyncRequest(
             self._pod, round_id, calls, failures, deposits, retries, taken, refilled,

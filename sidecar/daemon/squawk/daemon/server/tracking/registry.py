@@ -399,7 +399,9 @@ class Upstreams:
         if now - entry.pace_at < _PACE_LOOK_S:
             return
         entry.pace_at = now
-        snap = pacer_snapshot(entry.state.pacer, config.rate_limit, now)
+        snap = pacer_snapshot(
+            entry.state.pacer, config.rate_limit, now, max_hold=config.max_cool_down
+        )
         entry.pace = pace = (snap.source, snap.rate)
         (before, was), (after, rate) = entry.pace_shown, pace
         if before is after and abs(rate - was) <= PACE_CHANGE_RATIO * was:
