@@ -51,6 +51,7 @@ __all__ = [
     "DROP",
     "JUDGED",
     "MIN_RATE",
+    "OVERLOAD",
     "RISE",
     "SCALE",
     "SETTLE",
@@ -77,6 +78,7 @@ JUDGED = 8
 THROTTLES = 3
 DROP = 0.5
 RISE = 2.0
+OVERLOAD = 0.3
 # A share of throttles over the last two buckets (of 2 x JUDGED outcomes
 # at least) REARM of the way from the overload's to all is a quota reached
 # on top of it (at 0.5, 13 of 16 or more: once in 400 by chance).
@@ -156,24 +158,30 @@ def _tally(learned: Learned, now: float, throttled: bool) -> Learned:
     recent = count(learned.recent, bucket_of(now), throttled)
     since_cut = learned.since_cut
     if since_cut is not None and learned.w_max > 0.0 and now >= learned.tested_at + SETTLE:
-        since_cut = (since_cut[0] + 1, since_cut[1] + (1 if throttled else 0))
-        if _judged(since_cut, learned.cut_share):
+        outcomes, throttles = since_cut
+        since_cut = (outcomes + 1, throttles + throttled)
+        if _judged(learned, since_cut):
             since_cut = None  # a quota: the test is over
     return learned._replace(recent=recent, since_cut=since_cut)
 
 
-def _judged(since_cut: tuple[int, int], cut_share: float) -> bool | None:
-    """Whether the share of throttles after the last cut says a quota,
-    once it can be judged: JUDGED outcomes with fewer than THROTTLES
-    throttles, a share under DROP of the one before the cut (it fell), or
-    over RISE of it (the upstream serves less than it did: a capacity that
-    fell, cut again) say so; THROTTLES throttles at about the share before
-    the cut say an overload."""
+def _judged(learned: Learned, since_cut: tuple[int, int]) -> bool | None:
+    """Whether the outcomes after the test cut say a quota, once they can
+    be judged (None: not yet). An overload is THROTTLES throttles at about
+    the share before the cut (from DROP to RISE of it), and at least
+    OVERLOAD of the calls: a share that fell is a quota the cut brought the
+    pace under, one that rose a capacity that fell, and a small one may be
+    a quota the cut did not reach yet (its share before the cut read low:
+    the cool-down of the first throttle refilled the bucket). With fewer
+    throttles, JUDGED outcomes at a share under DROP of the one before, or
+    4 x JUDGED at any share, say a quota: the throttles stopped."""
     outcomes, throttles = since_cut
+    before = learned.cut_share
+    after = throttles / outcomes if outcomes else 0.0
     if throttles >= THROTTLES:
-        after, before = throttles / outcomes, cut_share
-        return not DROP * before <= after <= max(RISE * before, before + RISE / 10)
-    if outcomes >= JUDGED:
+        about = DROP * before <= after <= max(RISE * before, before + RISE / 10)
+        return not (about and after >= OVERLOAD)
+    if outcomes >= 4 * JUDGED or (outcomes >= JUDGED and after < DROP * before):
         return True
     return None
 
@@ -213,7 +221,7 @@ def _cut(before: Learned, learned: Learned, now: float, quiet: float, hold: floa
         learned = learned._replace(overload=0.0)  # a quota on top of it: cut
     elif learning(before, now, quiet):
         since_cut = learned.since_cut
-        if since_cut is not None and _judged(since_cut, before.cut_share) is False:
+        if since_cut is not None and _judged(before, since_cut) is False:
             # The cut did not lower the share of throttles: not a quota.
             outcomes, throttles = since_cut
             return learned._replace(w_max=0.0, overload=max(before.cut_share, throttles / outcomes))
@@ -241,7 +249,10 @@ def _cut(before: Learned, learned: Learned, now: float, quiet: float, hold: floa
         # A new episode: grants counted in an old one say nothing now, and
         # its first cut is the test of the throttles (see _judged).
         learned = learned._replace(
-            grants=Clock(), cut_share=now_share or 0.0, since_cut=(0, 0), tested_at=now
+            grants=Clock(),
+            cut_share=now_share or 0.0,
+            since_cut=(0, 0),
+            tested_at=now,
         )
     return _with_w_max(learned, min(w_max, MAX_RATE))._replace(cut_at=now)
 
