@@ -28,15 +28,17 @@ from __future__ import annotations
 import argparse
 import heapq
 import itertools
+import math
 import random
 import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from squawk.policy.outcome import Outcome
+from squawk.policy.ratelimit import rate_limit_hint
 from squawk.policy.upstream import UpstreamConfig, UpstreamState, admit, record_outcome
 
 __all__ = ["Result", "main", "simulate"]
@@ -46,6 +48,59 @@ DEADLINE_S = 10.0
 MAX_ATTEMPTS = 3
 RETRY_AFTER = timedelta(seconds=1)
 LATENCY_S = 0.002
+EPOCH = 1_714_564_800.0  # the simulated clock's zero, as a wall time
+# Header dialects at 10x overload: (bucket seconds, dialect). The bucket
+# holds that many seconds of C and refills continuously (OpenAI, Anthropic)
+# or is a window that starts over (ietf, coarse).
+DIALECTS = {
+    "openai-s": (1.0, "openai"),
+    "openai-m": (60.0, "openai"),
+    "anthropic-s": (1.0, "anthropic"),
+    "anthropic-m": (60.0, "anthropic"),
+    "ietf": (1.0, "ietf"),
+    "coarse": (1.0, "coarse"),
+}
+
+
+def _go_duration(seconds: float) -> str:
+    ms = round(seconds * 1000)
+    if ms < 1000:
+        return f"{ms}ms"
+    minutes, rest = divmod(ms / 1000, 60)
+    return f"{int(minutes)}m{rest:g}s" if minutes else f"{rest:g}s"
+
+
+def _headers(dialect: str, now: float, tokens: float, cap: float, rate: float) -> dict[str, str]:
+    """The headers an upstream of `dialect` sends with `tokens` of `cap`
+    left at `now`, refilling at `rate`."""
+    left = max(0, int(tokens))
+    full_in = (cap - tokens) / rate
+    if dialect == "openai":
+        return {
+            "x-ratelimit-limit-requests": str(int(cap)),
+            "x-ratelimit-remaining-requests": str(left),
+            "x-ratelimit-reset-requests": _go_duration(full_in),
+        }
+    if dialect == "anthropic":
+        # RFC 3339 in whole seconds, as Anthropic sends it.
+        at = datetime.fromtimestamp(int(EPOCH + now + full_in), UTC)
+        return {
+            "anthropic-ratelimit-requests-limit": str(int(cap)),
+            "anthropic-ratelimit-requests-remaining": str(left),
+            "anthropic-ratelimit-requests-reset": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+    next_token = 0.0 if tokens >= 1.0 else (1.0 - tokens) / rate
+    if dialect == "ietf":
+        return {
+            "ratelimit": f'"default";r={left};t={math.ceil(full_in)}',
+            "ratelimit-policy": f'"default";q={int(cap)};w={math.ceil(cap / rate)}',
+        }
+    # coarse: whole seconds until the next token, rounded up.
+    return {
+        "x-ratelimit-limit": str(int(cap)),
+        "x-ratelimit-remaining": str(left),
+        "x-ratelimit-reset": str(math.ceil(next_token)),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +110,17 @@ class Result:
 
     successes_per_c: float
     attempts_per_c: float
+    # The share of the steps started in the middle phase that succeeded.
+    step_success: float = 0.0
+    # The share of the middle phase's attempts the upstream rejected.
+    rejected: float = 0.0
 
 
 @dataclass(slots=True)
 class _Step:
     deadline: float
     attempts: int = 0
+    ok: bool = False
 
 
 @dataclass(slots=True)
@@ -81,6 +141,7 @@ class _World:
             self.tokens -= 1.0
             self.served.append(now)
             return True
+        self.tokens = max(0.0, self.tokens - 0.05)  # a rejection costs, as the benchmark's
         return False
 
 
@@ -94,10 +155,15 @@ def simulate(
     after: float = 7.0,
     report_delay: float = 0.05,
     config: UpstreamConfig | None = None,
+    squawk: bool = True,
 ) -> Result:
-    """One run of `variant` ("2x", "10x" or "halving")."""
+    """One run of `variant` ("2x", "10x", "halving", or "storm-S": half the
+    calls of the middle phase answered status S at random, at 0.5 x C).
+    `squawk`: admit every attempt (else send at once, a plain retry loop)."""
     halving = variant == "halving"
-    overload = 0.8 if halving else float(variant.rstrip("x"))
+    storm = int(variant[6:]) if variant.startswith("storm-") else 0
+    bucket_s, dialect = DIALECTS.get(variant, (BURST_S, ""))
+    overload = 0.8 if halving else 0.5 if storm else 10.0 if dialect else float(variant.rstrip("x"))
     low = 0.8 if halving else 0.5
     cfg = config or UpstreamConfig()
     rng = random.Random(seed)
@@ -106,7 +172,9 @@ def simulate(
     def cap_at(now: float) -> float:
         return capacity / 2 if halving and warm <= now < warm + hot else capacity
 
-    world = _World(cap_at, capacity * BURST_S, capacity * BURST_S)
+    world = _World(cap_at, capacity * bucket_s, capacity * bucket_s)
+    if dialect:
+        world.tokens = capacity  # a second's worth: the quota is in use
     events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
     order = itertools.count()
 
@@ -116,6 +184,9 @@ def simulate(
     def ask(now: float, step: _Step) -> None:
         left = step.deadline - now
         if left <= 0:
+            return
+        if not squawk:
+            send(now, step)
             return
         world.state, answer = admit(
             world.state,
@@ -137,7 +208,17 @@ def simulate(
     def send(now: float, step: _Step) -> None:
         step.attempts += 1
         ok = world.call(now)
-        outcome = Outcome(True) if ok else Outcome(False, 429, retry_after=RETRY_AFTER)
+        hint = None
+        if dialect:
+            headers = _headers(dialect, now, world.tokens, world.cap, cap_at(now))
+            hint = rate_limit_hint(headers, EPOCH + now)
+        if storm and ok and warm <= now < warm + hot and rng.random() < 0.5:
+            ok, outcome = False, Outcome(False, storm)
+        elif ok:
+            outcome = Outcome(True, hint=hint)
+        else:
+            outcome = Outcome(False, 429, retry_after=RETRY_AFTER, hint=hint)
+        step.ok = ok
         at(now + LATENCY_S + rng.uniform(0, report_delay), report, outcome)
         if not ok and step.attempts < MAX_ATTEMPTS:
             at(now + RETRY_AFTER.total_seconds() * rng.uniform(1.0, 1.2), ask, step)
@@ -145,11 +226,13 @@ def simulate(
     def report(now: float, outcome: Outcome) -> None:
         world.state = record_outcome(world.state, cfg, now, outcome)
 
+    steps: list[_Step] = []
     start = 0.0
     for seconds, demand in ((warm, low), (hot, overload), (after, low)):
         t = start
         while (t := t + rng.expovariate(demand * capacity)) < start + seconds:
-            at(t, ask, _Step(t + DEADLINE_S))
+            steps.append(_Step(t + DEADLINE_S))
+            at(t, ask, steps[-1])
         start += seconds
     while events:
         now, _, fn, args = heapq.heappop(events)
@@ -159,27 +242,43 @@ def simulate(
         return sum(1 for x in times if since <= x < warm + hot)
 
     attempts = inside(world.sent, warm) / (hot * capacity)
+    rejected = inside(world.sent, warm) - inside(world.served, warm)
+    middle = [s for s in steps if warm <= s.deadline - DEADLINE_S < warm + hot]
+    done = sum(s.ok for s in middle) / len(middle) if middle else 0.0
     if halving:
-        return Result(inside(world.served, warm + 5.0) / ((hot - 5.0) * capacity / 2), attempts)
-    return Result(inside(world.served, warm) / (hot * capacity), attempts)
+        served = inside(world.served, warm + 5.0) / ((hot - 5.0) * capacity / 2)
+        return Result(served, attempts, done)
+    sent = max(1, inside(world.sent, warm))
+    return Result(inside(world.served, warm) / (hot * capacity), attempts, done, rejected / sent)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.outcome.sim", description=__doc__)
     ap.add_argument("--seeds", type=int, default=100, help="runs per variant (default 100)")
-    ap.add_argument("--variants", default="2x,10x,halving")
+    ap.add_argument(
+        "--variants", default="2x,10x,halving,storm-529,storm-429," + ",".join(DIALECTS)
+    )
     ap.add_argument("--report-delay", type=float, default=0.05, help="seconds (default 0.05)")
     args = ap.parse_args(argv)
-    print("variant   successes / C: mean  p10   min   attempts / C: mean  max")
+    print(
+        "variant    successes / C: mean  p10   min   attempts / C: mean  max"
+        "   steps ok: mean  min   without Squawk   rejected: mean max"
+    )
     for variant in args.variants.split(","):
         runs = [
             simulate(variant, seed, report_delay=args.report_delay) for seed in range(args.seeds)
         ]
+        plain = [simulate(variant, seed, squawk=False) for seed in range(args.seeds)]
         ok = sorted(r.successes_per_c for r in runs)
         sent = [r.attempts_per_c for r in runs]
+        steps = [r.step_success for r in runs]
         print(
-            f"{variant:9} {statistics.fmean(ok):19.3f} {ok[len(ok) // 10]:5.3f} {ok[0]:5.3f}"
+            f"{variant:10} {statistics.fmean(ok):19.3f} {ok[len(ok) // 10]:5.3f} {ok[0]:5.3f}"
             f" {statistics.fmean(sent):18.3f} {max(sent):5.3f}"
+            f" {statistics.fmean(steps):15.3f} {min(steps):5.3f}"
+            f" {statistics.fmean(r.step_success for r in plain):16.3f}"
+            f" {statistics.fmean(r.rejected for r in runs):16.3f}"
+            f" {max(r.rejected for r in runs):5.3f}"
         )
     return 0
 

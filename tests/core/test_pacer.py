@@ -700,10 +700,17 @@ def test_a_throttle_that_carries_its_quota_is_answered_by_the_pacer_not_a_cool_d
     # 1 / 40 s = 25 ms.
     state, paced = admit(state, config, 0.0)
     assert (paced.allowed, paced.wait) == (True, 25 * MS)
-    # The same 429 without its quota, under that header pace, cools the pod.
+    # The same 429 without its quota, under that header pace, says the
+    # headers' 40/s is too much: the learned pace cuts (to its floor, as
+    # nothing was served), the lower pace is in force, and it answers the
+    # throttle instead of a 1 s stop for the pod.
     bare = Outcome(False, 429, retry_after=timedelta(seconds=1))
     state = record_outcome(state, config, 0.1, bare)
-    assert admit(state, config, 0.5)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+    view = upstream_snapshot(state, config, 0.5)
+    assert (view.pace.source, view.pace.rate) == (PaceSource.LEARNED, 0.5)
+    state, first = admit(state, config, 0.5)
+    assert first.allowed  # then one every 2 s: the next is past the 1 s queue
+    assert admit(state, config, 0.5)[1].reason is Reason.UPSTREAM_SATURATED
 
 
 @pytest.mark.parametrize("status", [429, 503])

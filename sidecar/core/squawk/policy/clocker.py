@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-__all__ = ["BUCKET", "SMOOTHING", "Clock", "bucket_of", "tick"]
+__all__ = ["BUCKET", "SMOOTHING", "Clock", "Tally", "bucket_of", "count", "share", "tick"]
 
 BUCKET = 0.5
 SMOOTHING = 0.8
@@ -44,3 +44,34 @@ def tick(clock: Clock, bucket: float, add: int) -> Clock:
     if add:
         return Clock(clock.at, count, clock.rate)
     return clock
+
+
+class Tally(NamedTuple):
+    """Outcomes and the throttles among them: of the bucket at `at` and of
+    the one before it (a share over one bucket alone would start from
+    nothing twice a second)."""
+
+    at: float = -math.inf
+    outcomes: int = 0
+    throttles: int = 0
+    before_outcomes: int = 0
+    before_throttles: int = 0
+
+
+def count(tally: Tally, bucket: float, throttled: bool) -> Tally:
+    """`tally` after one outcome in `bucket` (at or after tally.at)."""
+    hit = 1 if throttled else 0
+    if bucket > tally.at:
+        if bucket - tally.at > BUCKET:  # the bucket before it was empty
+            return Tally(bucket, 1, hit)
+        return Tally(bucket, 1, hit, tally.outcomes, tally.throttles)
+    return tally._replace(outcomes=tally.outcomes + 1, throttles=tally.throttles + hit)
+
+
+def share(tally: Tally, least: int = 1) -> float | None:
+    """The share of throttles among the tally's outcomes, or None with fewer
+    than `least` outcomes."""
+    outcomes = tally.outcomes + tally.before_outcomes
+    if outcomes < least:
+        return None
+    return (tally.throttles + tally.before_throttles) / outcomes

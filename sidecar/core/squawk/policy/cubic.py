@@ -22,6 +22,20 @@ tells the rules; two deviations, because one pace serves the whole pod:
 The first throttle after `quiet` only arms it (the shared cool-down answers
 that one); it switches off after `quiet` without a throttle (botocore's
 stays on for good).
+
+A throttle is not always a quota. An upstream overloaded for everyone (a
+storm of 529 overloaded_error, a provider-wide 503) rejects a share of the
+calls whatever their rate: cutting the pod's pace lowers what it serves and
+not the share rejected, so every further throttle would cut again, down to
+the floor, and shed the steps the retries would have completed (AWS's
+adaptive mode collapses so on rate-independent throttling). A cut is
+therefore a test: a quota's throttles stop once the pace is under it, so the
+share of throttles among the outcomes after a cut (SETTLE after it, at least
+JUDGED of them) must fall to under DROP of the share that prompted it. When
+it does not, the throttles are not a capacity: the learned pace switches
+off and, while throttles go on at about that share, stays off; the retry
+policy, the retry budget and the breaker answer them. A share well above it
+(a quota reached on top of the overload) cuts again.
 """
 
 from __future__ import annotations
@@ -29,13 +43,19 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .clocker import BUCKET, Clock, bucket_of, tick
+from .clocker import BUCKET, Clock, Tally, bucket_of, count, share, tick
 from .limits import MAX_RATE
 
 __all__ = [
     "BETA",
+    "DROP",
+    "JUDGED",
     "MIN_RATE",
+    "OVERLOAD",
+    "RISE",
     "SCALE",
+    "SETTLE",
+    "THROTTLES",
     "Learned",
     "granted",
     "learning",
@@ -47,6 +67,22 @@ __all__ = [
 BETA = 0.7
 SCALE = 0.4
 MIN_RATE = 0.5
+# A cut is judged on the outcomes reported from SETTLE after it (the calls
+# started before it have answered and their batches are in): at least
+# JUDGED of them, or THROTTLES throttles among them, the sooner (a test
+# cut sheds while it lasts). A quota's share of throttles falls under DROP
+# of the share that prompted the cut (to about none, the pace being under
+# it); a random overload's stays where it was.
+SETTLE = BUCKET / 2
+JUDGED = 8
+THROTTLES = 3
+DROP = 0.5
+RISE = 2.0
+OVERLOAD = 0.3
+# A share of throttles over the last two buckets (of 2 x JUDGED outcomes
+# at least) REARM of the way from the overload's to all is a quota reached
+# on top of it (at 0.5, 13 of 16 or more: once in 400 by chance).
+REARM = 0.6
 
 
 class Learned(NamedTuple):
@@ -61,6 +97,17 @@ class Learned(NamedTuple):
     # The success rate, and the rate the learned pace granted.
     successes: Clock = Clock()
     grants: Clock = Clock()
+    # Throttles among the outcomes of the last two buckets; the first cut of
+    # this episode (the test), the share of throttles that prompted it, and
+    # the outcomes and throttles since (from SETTLE after it; None once
+    # judged a quota).
+    recent: Tally = Tally()
+    tested_at: float = -math.inf
+    cut_share: float = 0.0
+    since_cut: tuple[int, int] | None = None
+    # The share of throttles a cut did not lower (0 = none seen): the
+    # upstream is overloaded, not full; and when the last such throttle came.
+    overload: float = 0.0
 
 
 def learning(learned: Learned, now: float, quiet: float) -> bool:
@@ -84,18 +131,59 @@ def served(learned: Learned) -> float:
 
 def granted(learned: Learned, now: float) -> Learned:
     """`learned` after the learned pace granted a call at `now`."""
-    return Learned(*learned[:6], tick(learned.grants, bucket_of(now), 1))
+    return learned._replace(grants=tick(learned.grants, bucket_of(now), 1))
 
 
 def observe(
-    learned: Learned, now: float, quiet: float, success: bool, throttled: bool, hold: float
+    learned: Learned, now: float, quiet: float, served: bool, throttled: bool, hold: float
 ) -> Learned:
-    """`learned` after one outcome at `now`; `hold`: a throttle's
-    Retry-After (seconds, 0 = none), already bounded."""
-    after = _measure(learned, now, 1 if success else 0)
+    """`learned` after one outcome at `now`: `served` when the upstream
+    answered it and no quota refused it (PaceSample.passed), `throttled`
+    when a quota did; `hold`: a throttle's Retry-After (seconds, 0 = none),
+    already bounded."""
+    after = _measure(learned, now, 1 if served else 0)
+    after = _tally(after, now, throttled)
     if throttled:
         after = _cut(learned, after, now, quiet, hold)
     return after
+
+
+def overloaded(learned: Learned, now: float, quiet: float) -> bool:
+    """Whether the upstream's throttles at `now` are an overload, not a
+    quota: a cut did not lower their share, and they went on since."""
+    return learned.overload > 0.0 and now - learned.throttled_at < quiet
+
+
+def _tally(learned: Learned, now: float, throttled: bool) -> Learned:
+    recent = count(learned.recent, bucket_of(now), throttled)
+    since_cut = learned.since_cut
+    if since_cut is not None and learned.w_max > 0.0 and now >= learned.tested_at + SETTLE:
+        outcomes, throttles = since_cut
+        since_cut = (outcomes + 1, throttles + throttled)
+        if _judged(learned, since_cut):
+            since_cut = None  # a quota: the test is over
+    return learned._replace(recent=recent, since_cut=since_cut)
+
+
+def _judged(learned: Learned, since_cut: tuple[int, int]) -> bool | None:
+    """Whether the outcomes after the test cut say a quota, once they can
+    be judged (None: not yet). An overload is THROTTLES throttles at about
+    the share before the cut (from DROP to RISE of it), and at least
+    OVERLOAD of the calls: a share that fell is a quota the cut brought the
+    pace under, one that rose a capacity that fell, and a small one may be
+    a quota the cut did not reach yet (its share before the cut read low:
+    the cool-down of the first throttle refilled the bucket). With fewer
+    throttles, JUDGED outcomes at a share under DROP of the one before, or
+    4 x JUDGED at any share, say a quota: the throttles stopped."""
+    outcomes, throttles = since_cut
+    before = learned.cut_share
+    after = throttles / outcomes if outcomes else 0.0
+    if throttles >= THROTTLES:
+        about = DROP * before <= after <= max(RISE * before, before + RISE / 10)
+        return not (about and after >= OVERLOAD)
+    if outcomes >= 4 * JUDGED or (outcomes >= JUDGED and after < DROP * before):
+        return True
+    return None
 
 
 def _measure(learned: Learned, now: float, add: int) -> Learned:
@@ -107,7 +195,7 @@ def _measure(learned: Learned, now: float, add: int) -> Learned:
     successes = tick(old, bucket, add)
     if successes is old:
         return learned
-    learned = Learned(*learned[:5], successes, learned.grants)
+    learned = learned._replace(successes=successes)
     if old.at != -math.inf and bucket > old.at and learned.w_max > 0.0 and learned.cut_at >= old.at:
         # The bucket of the last cut is complete: its successes are what
         # the upstream served while it throttled, the reading the cut took
@@ -124,6 +212,19 @@ def _measure(learned: Learned, now: float, add: int) -> Learned:
 def _cut(before: Learned, learned: Learned, now: float, quiet: float, hold: float) -> Learned:
     # `before`: the state before this outcome; `learned`: after its measure.
     learned = learned._replace(throttled_at=now)
+    now_share = share(learned.recent)
+    if overloaded(before, now, quiet):
+        rearm = before.overload + REARM * (1.0 - before.overload)
+        heard = share(learned.recent, 2 * JUDGED)
+        if heard is None or heard < rearm:
+            return learned  # the overload goes on: not learned from
+        learned = learned._replace(overload=0.0)  # a quota on top of it: cut
+    elif learning(before, now, quiet):
+        since_cut = learned.since_cut
+        if since_cut is not None and _judged(before, since_cut) is False:
+            # The cut did not lower the share of throttles: not a quota.
+            outcomes, throttles = since_cut
+            return learned._replace(w_max=0.0, overload=max(before.cut_share, throttles / outcomes))
     if now - before.throttled_at >= quiet:
         # The first throttle after a quiet period only arms the pace: the
         # shared cool-down answers it, and one 429 among healthy calls is
@@ -145,8 +246,14 @@ def _cut(before: Learned, learned: Learned, now: float, quiet: float, hold: floa
     if learning(before, now, quiet):
         w_max = _checked(before, w_max)
     else:
-        # A new episode: grants counted in an old one say nothing now.
-        learned = learned._replace(grants=Clock())
+        # A new episode: grants counted in an old one say nothing now, and
+        # its first cut is the test of the throttles (see _judged).
+        learned = learned._replace(
+            grants=Clock(),
+            cut_share=now_share or 0.0,
+            since_cut=(0, 0),
+            tested_at=now,
+        )
     return _with_w_max(learned, min(w_max, MAX_RATE))._replace(cut_at=now)
 
 

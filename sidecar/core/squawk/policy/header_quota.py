@@ -22,8 +22,11 @@ from .ratelimit import Quota, RateLimitHint
 from .timing import seconds
 
 __all__ = [
+    "BOOST",
+    "BOOST_EVERY",
     "HEADER_HEADROOM",
     "HEADER_MEMORY",
+    "MAX_BOOST",
     "MAX_HOLD",
     "MAX_HOLD_S",
     "MIN_HEADER_RATE",
@@ -39,6 +42,15 @@ __all__ = [
 MIN_HEADER_RATE = 1 / 3600
 # How long a refilling quota's reading bounds its rate (see read).
 HEADER_MEMORY = 1.0
+# Outcomes over headers: a pace whose quota stays at least half full rises
+# by BOOST each BOOST_EVERY (up to MAX_BOOST times what its readings
+# prove), one whose quota is nearly spent (LOW of it left) falls back by as
+# much, before the upstream has to refuse a call to say so.
+BOOST = 1.25
+BOOST_EVERY = 0.5
+LOW = 0.1
+SETTLE_DOWN = 1.1
+MAX_BOOST = 4.0
 # The share of a window's `remaining / reset` (and of `remaining` as a
 # burst) the pacer uses: the headers were written before the calls now in
 # flight were counted.
@@ -59,6 +71,17 @@ class HeaderQuota(NamedTuple):
     # The moment before which nothing starts (a quota with nothing left,
     # or a cool-down handed over).
     hold_until: float = -math.inf
+    # A refilling request quota's readings: the largest least refill rate
+    # read in the half of HEADER_MEMORY that started at `bound_at`, and in
+    # the half before it; the pace is the larger, or what outcomes lifted
+    # it to (see _unused), when it rose and the share left then.
+    bound: float = 0.0
+    bound_before: float = 0.0
+    bound_at: float = -math.inf
+    lifted: float = 0.0
+    boosted_at: float = -math.inf
+    # The share of the quota left when the pace last rose.
+    level: float = 0.0
 
 
 def read(
@@ -69,26 +92,73 @@ def read(
     max_cool_down, at most MAX_HOLD)."""
     calls = _quota_rate(hint.requests)
     tokens = _quota_rate(hint.tokens)
+    if calls is not None and calls.rate < 0.0:
+        return _unused(quota, now, quiet, -calls.rate)
+    if tokens is not None and tokens.rate < 0.0:
+        tokens = None
     if calls is None and tokens is None:
         return quota
-    hold_s = min(max(calls[1] if calls else 0.0, tokens[1] if tokens else 0.0), max_hold)
-    # Every reading of a refilling quota bounds its rate from below (see
-    # _quota_rate), and the bounds of the last HEADER_MEMORY hold together:
-    # the pace is the largest of them, which nears the true rate from below
-    # as the readings' rounding differs, and forgets it soon after the
-    # upstream's rate drops.
-    recent = now - (quota.until - quiet) < HEADER_MEMORY
-    if calls is not None and recent and hint.requests is not None and hint.requests.refills:
-        calls = (max(calls[0], quota.rate), *calls[1:])
-    if tokens is not None and recent and hint.tokens is not None and hint.tokens.refills:
-        tokens = (max(tokens[0], quota.token_rate), *tokens[1:])
+    hold_s = min(max(calls.hold if calls else 0.0, tokens.hold if tokens else 0.0), max_hold)
     hold_until = max(quota.hold_until, now + hold_s) if hold_s else quota.hold_until
+    bound, before, bound_at, lifted = 0.0, 0.0, now, 0.0
+    rate = calls.rate if calls else 0.0
+    if calls is not None and hint.requests is not None and hint.requests.refills:
+        # Every reading of a refilling quota bounds its rate from below (see
+        # _quota_rate); the pace is the largest bound of the last second or
+        # two, which nears the true rate as the readings' rounding differs
+        # and forgets it soon after the upstream's rate drops.
+        bound, before, bound_at = _bounds(quota, now, calls.rate)
+        lifted = quota.lifted
+        if calls.low and now - quota.boosted_at >= BOOST_EVERY:
+            # Nearly spent: the pace sends more than the quota refills.
+            lifted, quota = lifted / SETTLE_DOWN, quota._replace(boosted_at=now)
+        rate = max(bound, before, lifted)
+    token_rate = tokens.rate if tokens else 0.0
+    if tokens is not None and hint.tokens is not None and hint.tokens.refills:
+        recent = now - (quota.until - quiet) < HEADER_MEMORY
+        token_rate = max(token_rate, quota.token_rate) if recent else token_rate
     return HeaderQuota(
-        min(calls[0], MAX_RATE) if calls else 0.0,
-        tokens[0] if tokens else 0.0,
-        calls[2] if calls else 1.0,
+        min(rate, MAX_RATE),
+        token_rate,
+        calls.burst if calls else 1.0,
         max(now + quiet, hold_until if hold_s else -math.inf),
         hold_until,
+        bound,
+        before,
+        bound_at,
+        lifted,
+        quota.boosted_at,
+        quota.level,
+    )
+
+
+def _bounds(quota: HeaderQuota, now: float, reading: float) -> tuple[float, float, float]:
+    """(bound, bound_before, bound_at) after one reading of a least refill
+    rate at `now`: the largest of each half of HEADER_MEMORY, so that the
+    two in force span the last half to whole of it."""
+    half = HEADER_MEMORY / 2
+    if now - quota.bound_at < half:
+        return max(quota.bound, reading), quota.bound_before, quota.bound_at
+    if now - quota.bound_at < 2 * half:
+        return reading, quota.bound, quota.bound_at + half
+    return reading, 0.0, now
+
+
+def _unused(quota: HeaderQuota, now: float, quiet: float, level: float) -> HeaderQuota:
+    """`quota` after a reading of a refilling request quota at least half
+    full (`level` of it left) while its pace is in force. No lower than at
+    the pace's last rise, the pace leaves capacity unused (the least refill
+    rate its readings can prove is below the true one): it rises by BOOST
+    each BOOST_EVERY, up to MAX_BOOST times that rate, and holds on. Lower,
+    the pace already sends more than the quota refills: it holds."""
+    if now >= quota.until or quota.bound <= 0.0:
+        return quota
+    if level < quota.level or now - quota.boosted_at < BOOST_EVERY:
+        return quota
+    proven = max(quota.bound, quota.bound_before)
+    lifted = min(quota.rate * BOOST, MAX_BOOST * proven, MAX_RATE)
+    return quota._replace(
+        rate=lifted, lifted=lifted, boosted_at=now, until=now + quiet, level=level
     )
 
 
@@ -114,11 +184,25 @@ def bounded_seconds(value: timedelta | None) -> float:
     return min(max(seconds(value), 0.0), 86_400.0)
 
 
-def _quota_rate(quota: Quota | None) -> tuple[float, float, float] | None:
-    """(rate, hold, burst) a quota allows: its pace in units/s, how long
-    nothing may start (0 = no hold), and how many may start together (what
-    is left, at HEADER_HEADROOM, 1..MAX_BURST); None when it says nothing
-    usable."""
+class _Reading(NamedTuple):
+    rate: float  # units/s, 0 = only the hold
+    hold: float  # seconds nothing may start, 0 = none
+    burst: float  # calls that may start together
+    # A refilling quota nearly spent (LOW of it left, or less).
+    low: bool = False
+
+
+def _unused_reading(level: float) -> _Reading:
+    """A refilling quota at least half full (`level` of it left): not what
+    limits the calls now."""
+    return _Reading(-level, 0.0, 1.0)
+
+
+def _quota_rate(quota: Quota | None) -> _Reading | None:
+    """What a quota allows: its pace in units/s, how long nothing may start
+    (0 = no hold), and how many may start together (what is left, at
+    HEADER_HEADROOM, 1..MAX_BURST); _UNUSED for a refilling quota at least
+    half full; None when it says nothing usable."""
     if quota is None:
         return None
     remaining, limit = quota.remaining, quota.limit
@@ -126,27 +210,31 @@ def _quota_rate(quota: Quota | None) -> tuple[float, float, float] | None:
         return None
     burst = float(min(max(math.floor(HEADER_HEADROOM * remaining), 1), MAX_BURST))
     reset = bounded_seconds(quota.reset)
+    # The true reset may be up to a grain later than written (a whole
+    # second, for Anthropic's times and the IETF fields): a rate is read
+    # from the latest it can be, so that it is never more than the true one.
+    latest = reset + min(quota.grain, 1.0)
     window = bounded_seconds(quota.window)
     known = limit is not None and remaining <= limit < math.inf
-    if quota.refills and known and reset:
+    if quota.refills and known and latest:
         assert limit is not None
         # Every API counts `remaining` in whole calls or tokens, rounded
-        # down: the bucket refills at least (used - 1) / reset and at most
-        # used / reset. The least is the pace (and nearly full, it says
-        # nothing), so the rounding can never pace above the refill rate.
+        # down: the bucket refills at least (used - 1) / latest and at most
+        # used / (reset - grain). The least is the pace (and nearly full, it
+        # says nothing), so the rounding can never pace above the refill rate.
         used = limit - remaining
         if used <= max(1.0, limit / 2):
             # At least half full: it is not what limits the calls now, and
             # with few calls used the rounding makes the least refill rate
             # far too low ((2 - 1) / reset for a bucket refilling 2 / reset).
-            return None
-        refill = (used - 1.0) / reset
+            return _unused_reading(remaining / limit if limit else 1.0)
+        refill = (used - 1.0) / latest
         rate = min(max(refill, MIN_HEADER_RATE), MAX_TOKEN_RATE)
         hold_s = min(1.0 / refill, MAX_HOLD_S) if remaining < 1.0 else 0.0
-        return rate, hold_s, burst
+        return _Reading(rate, hold_s, burst, remaining < max(1.0, LOW * limit))
     rates = []
     if reset:
-        rates.append(remaining / reset)
+        rates.append(remaining / latest)
     if known and window:
         assert limit is not None
         rates.append(limit / window)
@@ -156,4 +244,4 @@ def _quota_rate(quota: Quota | None) -> tuple[float, float, float] | None:
     best = max(rates)
     rate = min(max(HEADER_HEADROOM * best, MIN_HEADER_RATE), MAX_TOKEN_RATE) if best else 0.0
     hold_s = min(reset, MAX_HOLD_S) if remaining < 1.0 else 0.0
-    return rate, hold_s, burst
+    return _Reading(rate, hold_s, burst)

@@ -53,6 +53,7 @@ from .ratelimit import RateLimitHint
 from .types import PolicyInputError
 
 __all__ = [
+    "OVERLOAD_STATUSES",
     "STEP_TRANSIENT",
     "THROTTLING_STATUSES",
     "Outcome",
@@ -61,6 +62,7 @@ __all__ = [
     "check_cost",
     "check_outcome",
     "counts_as_failure",
+    "is_quota_throttle",
     "is_throttled",
     "throttle_verdict",
     "verdict",
@@ -73,6 +75,9 @@ STEP_TRANSIENT = frozenset({408, 429, *range(500, 600)})
 # The statuses that say "too many requests" whatever else the reply carries;
 # a 503 says it only with a wait hint (see is_throttled).
 THROTTLING_STATUSES = frozenset({429, 529})
+# Of those, the ones that say the upstream is overloaded for every caller,
+# not that this one is over its quota (see is_quota_throttle).
+OVERLOAD_STATUSES = frozenset({529})
 
 
 class Verdict(enum.Enum):
@@ -144,6 +149,17 @@ def is_throttled(outcome: Outcome) -> bool:
         or (status == 503 and outcome.retry_after is not None)
         or outcome.refused_retry
     )
+
+
+def is_quota_throttle(outcome: Outcome) -> bool:
+    """Whether a throttled `outcome` says the caller is over a quota, the
+    only throttle a pace can learn a rate from: not a 529. Anthropic
+    documents 529 overloaded_error as "the API is temporarily overloaded"
+    for all users, apart from 429 rate_limit_error ("your account has hit a
+    rate limit"): sending less does not make it stop, so the pacer would cut
+    to the floor and shed the steps the retries would have completed. It
+    is still throttled for the breaker, the retry budget and the cool-down."""
+    return is_throttled(outcome) and outcome.http_status not in OVERLOAD_STATUSES
 
 
 def breaker_verdict(

@@ -133,3 +133,7 @@ class PaceSample(NamedTuple):
     estimated: float = 0.0
     hint: RateLimitHint | None = None
     retry_after: timedelta | None = None
+    # The upstream answered it and no quota refused it: a success, or a
+    # failure with a status that is not a quota's throttle (a 500, a 529
+    # overloaded_error). What the learned pace reads as served.
+    passed: bool = False

@@ -106,10 +106,18 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> Rates:
             config._tokens,
         )
     quota = pacer.quota
+    learning = _learning(pacer.learned, now, config._quiet_s)
     if now < quota.until:
+        # Headers are hints: throttles met under their pace cut the
+        # learned one, and the lower of the two is in force.
+        if learning:
+            learned = cubic.rate(pacer.learned, now)
+            if not 0.0 < quota.rate <= learned:
+                tokens = quota.token_rate
+                return Rates(PaceSource.LEARNED, learned, 1.0, tokens, tokens)
         tokens = quota.token_rate
         return Rates(PaceSource.HEADERS, quota.rate, quota.burst, tokens, tokens)
-    if _learning(pacer.learned, now, config._quiet_s):
+    if learning:
         return Rates(PaceSource.LEARNED, cubic.rate(pacer.learned, now), 1.0, 0.0, 0.0)
     return NO_RATES
 
@@ -224,7 +232,7 @@ def observe(
         if sample.throttled:
             held = min(bounded_seconds(sample.retry_after), seconds(max_hold))
         learned = cubic.observe(
-            learned, now, config._quiet_s, sample.success, sample.throttled, held
+            learned, now, config._quiet_s, sample.success or sample.passed, sample.throttled, held
         )
     if (
         spaced is pacer.spacing

@@ -118,6 +118,10 @@ _GO_UNITS = {
     "ns": 1e-9,
 }
 _NUMBER_CHARS = frozenset("0123456789.")
+# The seconds of an RFC 3339 time and their fraction; a value's last number
+# and the unit after it (for _grain).
+_CLOCK_SECONDS = re.compile(r"[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.([0-9]+))?", re.ASCII)
+_LAST_NUMBER = re.compile(r"([0-9]*\.?[0-9]+)([a-z\u00b5\u03bc]*)$", re.ASCII | re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +138,11 @@ class Quota:
     # (GitHub, X, Reddit, Discord, the IETF fields). The pacer reads the two
     # differently (squawk.policy.header_quota).
     refills: bool = False
+    # How coarsely the reset is written, in seconds: the true reset may be
+    # up to this much later (a whole-second time or count: 1; "250ms":
+    # 0.001; 0 = exact or none). A rate read from a reset a second short
+    # of a one-second bucket would be twice the true one.
+    grain: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,14 +252,36 @@ def _epoch_or_delta(value: str | None, wall_now: float) -> float | None:
     return number - wall_now
 
 
+def _grain(value: str | None) -> float:
+    """How coarsely a reset is written, in seconds: one unit of the last
+    digit of its last number (the unit after it, for a Go duration: "1m0s"
+    is a whole second, "250ms" a millisecond; an RFC 3339 time's seconds or
+    their fraction). 0 for a value none of the readers takes."""
+    if value is None or len(value) > _MAX_SCALAR_CHARS:
+        return 0.0
+    seconds = _CLOCK_SECONDS.search(value)
+    if seconds is not None:
+        return 10.0 ** -len(seconds.group(1) or "")
+    last = _LAST_NUMBER.search(value.strip())
+    if last is None:
+        return 0.0
+    number, unit = last.groups()
+    _, _, fraction = number.partition(".")
+    scale = _GO_UNITS.get(unit, 1.0)
+    if not unit and float(number) >= _EPOCH_MILLIS:
+        scale = 1e-3  # epoch milliseconds (see _epoch_or_delta)
+    return scale * 10.0 ** -len(fraction)
+
+
 def _quota(
     limit: float | None,
     remaining: float | None,
     reset: float | None,
     window: float | None = None,
     refills: bool = False,
+    grain: float = 0.0,
 ) -> Quota | None:
-    quota = Quota(limit, remaining, _reset(reset), _window(window), refills)
+    quota = Quota(limit, remaining, _reset(reset), _window(window), refills, grain)
     if (quota.limit, quota.remaining, quota.reset, quota.window) == (None, None, None, None):
         return None
     return quota
@@ -270,11 +301,13 @@ def _lowered(headers: Mapping[str, str]) -> dict[str, str]:
 
 def _family(found: Mapping[str, str], prefix: str, wall_now: float) -> Quota | None:
     """Anthropic's `<prefix>-limit`, `-remaining` and `-reset` (RFC 3339)."""
+    reset = found.get(prefix + "-reset")
     return _quota(
         _count(found.get(prefix + "-limit")),
         _count(found.get(prefix + "-remaining")),
-        _rfc3339(found.get(prefix + "-reset"), wall_now),
+        _rfc3339(reset, wall_now),
         refills=True,
+        grain=_grain(reset),
     )
 
 
@@ -357,6 +390,7 @@ def _ietf(found: Mapping[str, str]) -> Quota | None:
             _sf_count(params.get("r")),
             _sf_integer(params.get("t")),
             _sf_integer(policy.get("w")),
+            grain=1.0,  # whole seconds (an sf-integer)
         )
         if quota is not None:
             return quota
@@ -378,11 +412,13 @@ def _ietf_older(found: Mapping[str, str], policies: Mapping[str, dict[str, str]]
             limit = _count(item) if limit is None else limit
             window = _decimal(params["w"])
             break
+    reset = found.get("ratelimit-reset")
     return _quota(
         limit,
         _count(found.get("ratelimit-remaining")),
-        _decimal(found.get("ratelimit-reset")),
+        _decimal(reset),
         window,
+        grain=_grain(reset),
     )
 
 
@@ -394,18 +430,22 @@ def _generic(found: Mapping[str, str], prefix: str, wall_now: float) -> Quota | 
         limit = used + remaining
     if remaining is None and limit is not None and used is not None:
         remaining = max(limit - used, 0.0)
-    reset = _decimal(found.get(prefix + "-reset-after"))
+    text = found.get(prefix + "-reset-after")
+    reset = _decimal(text)
     if reset is None:
-        reset = _epoch_or_delta(found.get(prefix + "-reset"), wall_now)
-    return _quota(limit, remaining, reset)
+        text = found.get(prefix + "-reset")
+        reset = _epoch_or_delta(text, wall_now)
+    return _quota(limit, remaining, reset, grain=_grain(text))
 
 
 def _openai(found: Mapping[str, str], kind: str) -> Quota | None:
+    reset = found.get("x-ratelimit-reset-" + kind)
     return _quota(
         _count(found.get("x-ratelimit-limit-" + kind)),
         _count(found.get("x-ratelimit-remaining-" + kind)),
-        _go_duration(found.get("x-ratelimit-reset-" + kind)),
+        _go_duration(reset),
         refills=True,
+        grain=_grain(reset),
     )
 
 

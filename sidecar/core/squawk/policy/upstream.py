@@ -64,6 +64,7 @@ from .outcome import (
     breaker_verdict,
     check_cost,
     check_outcome,
+    is_quota_throttle,
     is_throttled,
     throttle_verdict,
     verdict,
@@ -274,8 +275,9 @@ def record_outcome(
     )
     budget = _budget.record(state.budget, config.retry_budget, config.throttle_verdict(outcome))
     throttled = is_throttled(outcome)
+    quota_throttle = is_quota_throttle(outcome)
     sample = PaceSample(
-        throttled,
+        quota_throttle,
         counted is Verdict.SUCCESS,
         counted is not Verdict.IGNORED,
         outcome.latency,
@@ -283,6 +285,8 @@ def record_outcome(
         outcome.estimated,
         outcome.hint,
         outcome.retry_after,
+        outcome.success
+        or (outcome.http_status >= 100 and not outcome.transport_failure and not quota_throttle),
     )
     # Who answers a throttle (docs/upstreams.md §Pacing): a learned pace's
     # cut, unless its Retry-After is past CLOSED_AFTER (the upstream is
