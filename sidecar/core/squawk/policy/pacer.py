@@ -220,7 +220,12 @@ def observe(
             spaced, rates, now, sample.cost, sample.estimated, config._max_wait_s
         )
     if sample.hint is not None:
-        quota = header_quota.read(quota, sample.hint, now, config._quiet_s, seconds(max_hold))
+        # The pace binds when calls already wait for their slots: only then
+        # does a quota left unused say the pace is too low.
+        binding = spaced.tat >= now
+        quota = header_quota.read(
+            quota, sample.hint, now, config._quiet_s, seconds(max_hold), binding=binding
+        )
     if config.concurrency and (sample.latency is not None or limit.limit):
         latency = None  # a throttle's or an IGNORED call's says nothing of speed
         if sample.latency is not None and sample.counted and not sample.throttled:
