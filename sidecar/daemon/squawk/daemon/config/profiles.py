@@ -95,7 +95,8 @@ def _rules(
     try:
         profile = _apply(profile, fields, path, _RULE_SCALARS)
     except PolicyInputError as exc:
-        raise ConfigError(f"{where(fields[exc.field], f'{path}.{exc.field}')}: {exc.message}") from None
+        at = where(fields[exc.field], f"{path}.{exc.field}")
+        raise ConfigError(f"{at}: {exc.message}") from None
     if "retryable_statuses" in fields:
         node = fields["retryable_statuses"]
         at = f"{path}.retryable_statuses"
