@@ -17,10 +17,9 @@ documents for its headers and octokit's throttling plugin does; else the
 backoff. A spent quota on another status says nothing of why it failed, so
 only the status that means "throttled" reads it.
 
-A wait the server asks for is capped at a day (MAX_RETRY_AFTER), which no
-executor should sleep through unasked. With a deadline the deadline guard
-judges it: the deadline is the caller's explicit word, so a wait within it
-is honoured however long. Without one, a wait past the profile's
+A wait the server asks for is capped at a day (MAX_RETRY_AFTER). With a
+deadline the deadline guard judges it: the deadline is the caller's
+explicit word, so a wait within it is honoured however long. Without one, a wait past the profile's
 max_retry_wait (5 min by default) fails with WAIT_TOO_LONG instead, as
 openai-python and openai-go refuse to retry past their own bound (see
 docs/policy.md). The backoff is never judged by it: its length is the
