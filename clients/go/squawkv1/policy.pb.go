@@ -168,9 +168,9 @@ func (Action) EnumDescriptor() ([]byte, []int) {
 // order and the first that applies decides: CANCELLED,
 // EXPLICIT_NOT_RETRYABLE, TERMINAL_STATUS, SINGLE_DISPATCH; then a transport
 // failure or transient status is resent (TRANSPORT_FAILURE,
-// TRANSIENT_STATUS) unless SERVER_PUSHBACK, ATTEMPTS_EXHAUSTED or
-// DEADLINE_EXCEEDED; then another 4xx is corrected (CORRECTION_ELIGIBLE)
-// unless HITL_PROTECTED, NO_CORRECTION_AVAILABLE or
+// TRANSIENT_STATUS) unless SERVER_PUSHBACK, ATTEMPTS_EXHAUSTED,
+// DEADLINE_EXCEEDED or WAIT_TOO_LONG; then another 4xx is corrected
+// (CORRECTION_ELIGIBLE) unless HITL_PROTECTED, NO_CORRECTION_AVAILABLE or
 // CORRECTION_BUDGET_EXHAUSTED; anything else is NOT_RETRYABLE_STATUS.
 type Reason int32
 
@@ -246,6 +246,13 @@ const (
 	// step now; retry_after (jittered) is when a new call might start without
 	// a long wait.
 	Reason_REASON_UPSTREAM_SATURATED Reason = 19
+	// FAIL: a transport failure or transient status whose wait before the
+	// resend, as the server asked for it (retry-after-ms, Retry-After,
+	// grpc-retry-pushback-ms, or a spent quota's reset), is longer than the
+	// profile's max_retry_wait (5 min by default) and the request has no
+	// `deadline` to judge it by. With a deadline, DEADLINE_EXCEEDED judges the
+	// wait instead: a wait within the deadline is honoured past the bound.
+	Reason_REASON_WAIT_TOO_LONG Reason = 20
 )
 
 // Enum value maps for Reason.
@@ -271,6 +278,7 @@ var (
 		17: "REASON_ADMITTED",
 		18: "REASON_SERVER_PUSHBACK",
 		19: "REASON_UPSTREAM_SATURATED",
+		20: "REASON_WAIT_TOO_LONG",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                 0,
@@ -293,6 +301,7 @@ var (
 		"REASON_ADMITTED":                    17,
 		"REASON_SERVER_PUSHBACK":             18,
 		"REASON_UPSTREAM_SATURATED":          19,
+		"REASON_WAIT_TOO_LONG":               20,
 	}
 )
 
@@ -3031,7 +3040,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_RETRY\x10\x01\x12\x12\n" +
 	"\x0eACTION_CORRECT\x10\x02\x12\x0f\n" +
-	"\vACTION_FAIL\x10\x03*\xdf\x04\n" +
+	"\vACTION_FAIL\x10\x03*\xf9\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREASON_EXPLICIT_NOT_RETRYABLE\x10\x01\x12\x1a\n" +
@@ -3053,7 +3062,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x1cREASON_UPSTREAM_COOLING_DOWN\x10\x10\x12\x13\n" +
 	"\x0fREASON_ADMITTED\x10\x11\x12\x1a\n" +
 	"\x16REASON_SERVER_PUSHBACK\x10\x12\x12\x1d\n" +
-	"\x19REASON_UPSTREAM_SATURATED\x10\x13*\x89\x01\n" +
+	"\x19REASON_UPSTREAM_SATURATED\x10\x13\x12\x18\n" +
+	"\x14REASON_WAIT_TOO_LONG\x10\x14*\x89\x01\n" +
 	"\n" +
 	"PaceSource\x12\x1b\n" +
 	"\x17PACE_SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +

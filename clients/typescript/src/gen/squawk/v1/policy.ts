@@ -196,9 +196,9 @@ export function actionToNumber(object: Action): number {
  * order and the first that applies decides: CANCELLED,
  * EXPLICIT_NOT_RETRYABLE, TERMINAL_STATUS, SINGLE_DISPATCH; then a transport
  * failure or transient status is resent (TRANSPORT_FAILURE,
- * TRANSIENT_STATUS) unless SERVER_PUSHBACK, ATTEMPTS_EXHAUSTED or
- * DEADLINE_EXCEEDED; then another 4xx is corrected (CORRECTION_ELIGIBLE)
- * unless HITL_PROTECTED, NO_CORRECTION_AVAILABLE or
+ * TRANSIENT_STATUS) unless SERVER_PUSHBACK, ATTEMPTS_EXHAUSTED,
+ * DEADLINE_EXCEEDED or WAIT_TOO_LONG; then another 4xx is corrected
+ * (CORRECTION_ELIGIBLE) unless HITL_PROTECTED, NO_CORRECTION_AVAILABLE or
  * CORRECTION_BUDGET_EXHAUSTED; anything else is NOT_RETRYABLE_STATUS.
  */
 export enum Reason {
@@ -307,6 +307,15 @@ export enum Reason {
    * a long wait.
    */
   REASON_UPSTREAM_SATURATED = "REASON_UPSTREAM_SATURATED",
+  /**
+   * REASON_WAIT_TOO_LONG - FAIL: a transport failure or transient status whose wait before the
+   * resend, as the server asked for it (retry-after-ms, Retry-After,
+   * grpc-retry-pushback-ms, or a spent quota's reset), is longer than the
+   * profile's max_retry_wait (5 min by default) and the request has no
+   * `deadline` to judge it by. With a deadline, DEADLINE_EXCEEDED judges the
+   * wait instead: a wait within the deadline is honoured past the bound.
+   */
+  REASON_WAIT_TOO_LONG = "REASON_WAIT_TOO_LONG",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -372,6 +381,9 @@ export function reasonFromJSON(object: any): Reason {
     case 19:
     case "REASON_UPSTREAM_SATURATED":
       return Reason.REASON_UPSTREAM_SATURATED;
+    case 20:
+    case "REASON_WAIT_TOO_LONG":
+      return Reason.REASON_WAIT_TOO_LONG;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -421,6 +433,8 @@ export function reasonToJSON(object: Reason): string {
       return "REASON_SERVER_PUSHBACK";
     case Reason.REASON_UPSTREAM_SATURATED:
       return "REASON_UPSTREAM_SATURATED";
+    case Reason.REASON_WAIT_TOO_LONG:
+      return "REASON_WAIT_TOO_LONG";
     case Reason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -469,6 +483,8 @@ export function reasonToNumber(object: Reason): number {
       return 18;
     case Reason.REASON_UPSTREAM_SATURATED:
       return 19;
+    case Reason.REASON_WAIT_TOO_LONG:
+      return 20;
     case Reason.UNRECOGNIZED:
     default:
       return -1;
