@@ -94,12 +94,12 @@ def test_the_limit_grows_when_half_full_and_backs_off_on_a_slow_call() -> None:
     on = Limit(4.0, flight=2, epoch_at=0.0, slow_at=0.0, latency_fast=0.1, latency_base=0.1)
     # A success while half the limit is in flight, itself counted: one left
     # after it reported, 2 x (1 + 1) >= 4, +1.
-    assert aimd.observe(on, 1.0, 30.0, 0.1, True, 10.0).limit == 5.0
+    assert aimd.observe(on, 1.0, 30.0, 0.1, True, 10.0, 0.5).limit == 5.0
     # A slow call (past twice the baseline and 10 ms): x 0.9, floored at 2.
-    assert aimd.observe(on, 1.0, 30.0, 0.5, True, 10.0).limit == pytest.approx(3.6)
+    assert aimd.observe(on, 1.0, 30.0, 0.5, True, 10.0, 0.5).limit == pytest.approx(3.6)
     # Off and healthy: nothing in flight is counted, no limit.
     off = Limit(latency_fast=0.1, latency_base=0.1)
-    assert aimd.observe(off, 1.0, 30.0, 0.1, True, 10.0).limit == 0.0
+    assert aimd.observe(off, 1.0, 30.0, 0.1, True, 10.0, 0.5).limit == 0.0
 
 
 def test_a_header_hold_never_passes_the_cap_it_is_given() -> None:

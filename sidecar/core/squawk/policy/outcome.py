@@ -97,6 +97,13 @@ class Outcome:
     upstream's token units, 0 = unknown), `estimated` (the cost Admit was
     given, 0 = unknown) and `hint` (its rate-limit headers, read by
     squawk.policy.ratelimit) feed the upstream's pacer (squawk.policy.pacer).
+    `admission_id`: the admission the report named (0 = none), which the
+    daemon looks up. `admitted_at`: when the pod admitted the call, set by the daemon only
+    for an outcome that named a live admission of this upstream; None
+    otherwise, and then the learned concurrency limit does not read it
+    (squawk.policy.aimd). `age`: how long before the report the response
+    came (seconds); `hint` and `retry_after` are already read as of then,
+    and the pacer reads the hint at that moment.
     """
 
     success: bool
@@ -109,6 +116,9 @@ class Outcome:
     cost: float = 0.0
     estimated: float = 0.0
     hint: RateLimitHint | None = None
+    admission_id: int = 0
+    admitted_at: float | None = None
+    age: float = 0.0
 
 
 def verdict(outcome: Outcome, failure_statuses: frozenset[int]) -> Verdict:

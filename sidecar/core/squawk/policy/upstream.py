@@ -156,6 +156,9 @@ class Admission(NamedTuple):
     # UPSTREAM_SATURATED: which limit refused the call, with its numbers
     # (squawk.policy.shed.explain says it in words). None otherwise.
     shed: Shed | None = None
+    # Allowed on a tracked upstream: the admission's id, which its outcomes
+    # name (Outcome.admission_id); the daemon gives it. 0 = none.
+    admission_id: int = 0
 
 
 class UpstreamSnapshot(NamedTuple):
@@ -281,6 +284,8 @@ def record_outcome(
         outcome.estimated,
         outcome.hint,
         outcome.retry_after,
+        outcome.admitted_at,
+        outcome.age,
     )
     # Who answers a throttle (docs/upstreams.md §Pacing): the quota it
     # carries; a learned pace's cut, unless its Retry-After is past

@@ -82,6 +82,8 @@ from squawk.policy.pacer import SHARED_SOURCES, hold_at_most, pace_source
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
 
+from .admissions import Admissions
+
 __all__ = ["NO_PACE", "Key", "PaceChange", "Transition", "UpstreamView", "Upstreams", "pinned_keys"]
 
 Key = tuple[str, str]  # (profile name, upstream)
@@ -208,6 +210,8 @@ class Upstreams:
         self._full_until = float("-inf")
         # Per profile: the one state of every name it could not track.
         self._overflow: dict[str, UpstreamState] = {}
+        # The tracked keys' live admissions, which outcomes name (admissions.py).
+        self.admissions = Admissions()
         self._pin(policy, clock())
 
     def use_policy(self, policy: Policy) -> None:
@@ -373,6 +377,9 @@ class Upstreams:
         elif admission.reason is Reason.UPSTREAM_SATURATED:
             entry.shed += 1
         self._look_at_pace(key, entry, config, now)
+        if admission.allowed:
+            admitted = self.admissions.add(key, now, admission.permits)
+            admission = admission._replace(admission_id=admitted)
         return admission
 
     def would_admit(
@@ -418,6 +425,7 @@ class Upstreams:
             state = self._overflow_state(profile.name, config, now)
             self._overflow[profile.name] = record_outcome(state, config, now, _unhinted(outcome))
             return
+        outcome = self._admitted(key, outcome, now)
         self._store(key, entry, record_outcome(entry.state, config, now, outcome), now)
         entry.throttled += is_throttled(outcome)
         self._look_at_pace(key, entry, config, now)
@@ -442,6 +450,7 @@ class Upstreams:
             outcome = _unhinted(outcome)
         else:
             state = entry.state
+            outcome = self._admitted(key, outcome, now)
         state = record_outcome(state, config, now, outcome)
         state, decision = guard_retry(state, config, now, decision, deadline, self.rng)
         if entry is None:
@@ -451,6 +460,15 @@ class Upstreams:
             entry.throttled += is_throttled(outcome)
             self._look_at_pace(key, entry, config, now)
         return decision
+
+    def _admitted(self, key: Key, outcome: Outcome, now: float) -> Outcome:
+        """`outcome` with when its call was admitted, when it names a live
+        admission of `key` (admissions.py); as it is otherwise, and then
+        the concurrency limit does not read it (squawk.policy.aimd)."""
+        if not outcome.admission_id:
+            return outcome
+        at = self.admissions.use(key, outcome.admission_id, now)
+        return outcome if at is None else replace(outcome, admitted_at=at)
 
     def _overflow_state(self, profile: str, config: UpstreamConfig, now: float) -> UpstreamState:
         """The profile's overflow state, with time's own step taken."""
