@@ -116,7 +116,7 @@ class Outbox:
     def _take(self) -> list[pb.Outcome]:
         now = self._clock()
         items = self._items
-        batch = []
+        batch: list[pb.Outcome] = []
         while items and len(batch) < MAX_BATCH:
             queued, outcome = items.popleft()
             age = now - queued

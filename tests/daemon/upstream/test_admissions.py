@@ -14,10 +14,12 @@ it is.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -81,7 +83,7 @@ def test_ids_are_64_random_bits() -> None:
     assert len(ids) == 1000 and 0 not in ids
     # Not a sequence: no two given one after the other are neighbours.
     ordered = sorted(ids)
-    assert min(b - a for a, b in zip(ordered, ordered[1:], strict=False)) > 1
+    assert min(b - a for a, b in itertools.pairwise(ordered)) > 1
     assert max(ids) > 2**60  # the high bits are used
 
 
@@ -122,7 +124,9 @@ def _limit(upstreams: Upstreams, upstream: str) -> tuple[int, int]:
 # (its id), or twice; report a made-up one (a random id, none, another
 # upstream's); let time pass. Each report is fast or slow, success or not
 # (mostly success: failures open the breaker, as they count for it as ever).
-_reports = st.tuples(st.sampled_from([True, True, True, False]), st.sampled_from([1 * MS, 100 * MS, 2000 * MS, None]))
+_reports = st.tuples(
+    st.sampled_from([True, True, True, False]), st.sampled_from([1 * MS, 100 * MS, 2000 * MS, None])
+)
 _steps = st.lists(
     st.one_of(
         st.tuples(st.just("admit"), st.integers(1, 3)),
@@ -137,7 +141,7 @@ _steps = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(_steps)
-def test_no_reports_lift_the_calls_in_flight_past_the_limit(steps: list[tuple]) -> None:
+def test_no_reports_lift_the_calls_in_flight_past_the_limit(steps: list[tuple[Any, ...]]) -> None:
     """Whatever is reported, the admitted calls still out that the limit
     counts (admitted while it is on, after it came on, not yet reported,
     not expired) never pass it after a grant, and GetUpstreams' in_flight
@@ -349,7 +353,7 @@ def test_a_bad_admission_id_or_age_is_refused_naming_it(
     with pytest.raises(grpc.RpcError) as refused:
         executor.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[bad]), timeout=5)
     assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert refused.value.details().startswith(field + ": ")
+    assert (refused.value.details() or "").startswith(field + ": ")
     # At the bounds: accepted.
     fine = pb.Outcome(upstream="slow", success=True, age=Duration(seconds=60))
     fine.admission_id = "0123456789abcdef"
@@ -362,6 +366,6 @@ def test_decide_retry_refuses_a_bad_admission_id_naming_it(daemon: tuple[Stub, S
     with pytest.raises(grpc.RpcError) as refused:
         executor.DecideRetry(bad, timeout=5)
     assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert refused.value.details().startswith("admission_id: ")
+    assert (refused.value.details() or "").startswith("admission_id: ")
     batch = executor.DecideRetryBatch(pb.DecideRetryBatchRequest(requests=[bad]), timeout=5)
     assert batch.results[0].error.startswith("requests[0].admission_id: ")

@@ -190,8 +190,7 @@ def _age(seconds: int, nanos: int) -> float:
     if value > MAX_OUTCOME_AGE:
         raise PolicyInputError(
             "age",
-            f"{value.total_seconds():g}s is over the limit of "
-            f"{MAX_OUTCOME_AGE.total_seconds():g}s",
+            f"{value.total_seconds():g}s is over the limit of {MAX_OUTCOME_AGE.total_seconds():g}s",
         )
     return value.total_seconds()
 

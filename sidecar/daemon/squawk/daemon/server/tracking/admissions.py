@@ -59,9 +59,7 @@ class Admissions:
     """Every tracked key's live admissions. All calls come from the event
     loop's thread (as the registry's), so no lock is needed."""
 
-    def __init__(
-        self, max_live: int = MAX_LIVE, max_per_upstream: int = MAX_PER_UPSTREAM
-    ) -> None:
+    def __init__(self, max_live: int = MAX_LIVE, max_per_upstream: int = MAX_PER_UPSTREAM) -> None:
         # Every live admission, oldest first; and each key's ids, oldest first.
         self._live: OrderedDict[int, _Live] = OrderedDict()
         self._of_key: dict[Key, OrderedDict[int, None]] = {}
