@@ -98,12 +98,10 @@ class Outcome:
     given, 0 = unknown) and `hint` (its rate-limit headers, read by
     squawk.policy.ratelimit) feed the upstream's pacer (squawk.policy.pacer).
     `admission_id`: the admission the report named (0 = none), which the
-    daemon looks up. `admitted_at`: when the pod admitted the call, set by the daemon only
-    for an outcome that named a live admission of this upstream; None
-    otherwise, and then the learned concurrency limit does not read it
-    (squawk.policy.aimd). `age`: how long before the report the response
-    came (seconds); `hint` and `retry_after` are already read as of then,
-    and the pacer reads the hint at that moment.
+    daemon looks up (see upstream.record_outcome's `admitted_at`). `age`:
+    how long before the report the response came (seconds); `hint` and
+    `retry_after` are already read as of then, and the pacer reads the
+    hint at that moment.
     """
 
     success: bool
@@ -117,7 +115,6 @@ class Outcome:
     estimated: float = 0.0
     hint: RateLimitHint | None = None
     admission_id: int = 0
-    admitted_at: float | None = None
     age: float = 0.0
 
 

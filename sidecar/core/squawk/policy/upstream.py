@@ -261,9 +261,18 @@ def admit(
 
 
 def record_outcome(
-    state: UpstreamState, config: UpstreamConfig, now: float, outcome: Outcome
+    state: UpstreamState,
+    config: UpstreamConfig,
+    now: float,
+    outcome: Outcome,
+    admitted_at: float | None = None,
 ) -> UpstreamState:
     """The state after one admitted call's outcome.
+
+    `admitted_at`: when the pod admitted the call, when the outcome named a
+    live admission of this upstream (the daemon checks the id); None
+    otherwise, and then the learned concurrency limit does not read it
+    (squawk.policy.aimd): everything else does.
 
     Raises PolicyInputError naming the field for an outcome it cannot read
     (a status outside 0 and 100..599, a negative retry_after).
@@ -284,7 +293,7 @@ def record_outcome(
         outcome.estimated,
         outcome.hint,
         outcome.retry_after,
-        outcome.admitted_at,
+        admitted_at,
         outcome.age,
     )
     # Who answers a throttle (docs/upstreams.md §Pacing): the quota it

@@ -32,6 +32,7 @@ expire, and an expiry, a use or an eviction costs O(1).
 from __future__ import annotations
 
 import os
+import struct
 from collections import OrderedDict
 
 from squawk.policy.aimd import FLIGHT_EPOCH, MAX_LIMIT
@@ -44,6 +45,10 @@ LIFETIME = FLIGHT_EPOCH
 MAX_PER_UPSTREAM = 2 * MAX_LIMIT
 # About 200 bytes each: some 20 MB at most for the pod.
 MAX_LIVE = 100_000
+# Ids drawn from the random source at a time: one read per 512 admissions
+# instead of a system call each (a microsecond, a sixth of an Admit).
+_DRAWN = 512
+_WORDS = struct.Struct(f"<{_DRAWN}Q")
 
 
 class _Live:
@@ -65,6 +70,7 @@ class Admissions:
         self._of_key: dict[Key, OrderedDict[int, None]] = {}
         self._max_live = max_live
         self._max_per_key = max_per_upstream
+        self._ids: list[int] = []
 
     def __len__(self) -> int:
         return len(self._live)
@@ -79,7 +85,9 @@ class Admissions:
         if len(self._live) >= self._max_live:
             self._forget(next(iter(self._live)))
         while True:
-            admission = int.from_bytes(os.urandom(8), "big")
+            if not self._ids:
+                self._ids = list(_WORDS.unpack(os.urandom(_WORDS.size)))
+            admission = self._ids.pop()
             if admission and admission not in self._live:
                 break
         self._live[admission] = _Live(key, now, permits)

@@ -379,7 +379,8 @@ class Upstreams:
         self._look_at_pace(key, entry, config, now)
         if admission.allowed:
             admitted = self.admissions.add(key, now, admission.permits)
-            admission = admission._replace(admission_id=admitted)
+            # Built, not _replace()d: a third of the cost, on every Admit.
+            admission = Admission(*admission[:-1], admitted)
         return admission
 
     def would_admit(
@@ -425,8 +426,8 @@ class Upstreams:
             state = self._overflow_state(profile.name, config, now)
             self._overflow[profile.name] = record_outcome(state, config, now, _unhinted(outcome))
             return
-        outcome = self._admitted(key, outcome, now)
-        self._store(key, entry, record_outcome(entry.state, config, now, outcome), now)
+        at = self._admitted(key, outcome, now)
+        self._store(key, entry, record_outcome(entry.state, config, now, outcome, at), now)
         entry.throttled += is_throttled(outcome)
         self._look_at_pace(key, entry, config, now)
 
@@ -450,8 +451,8 @@ class Upstreams:
             outcome = _unhinted(outcome)
         else:
             state = entry.state
-            outcome = self._admitted(key, outcome, now)
-        state = record_outcome(state, config, now, outcome)
+        at = None if entry is None else self._admitted(key, outcome, now)
+        state = record_outcome(state, config, now, outcome, at)
         state, decision = guard_retry(state, config, now, decision, deadline, self.rng)
         if entry is None:
             self._overflow[profile.name] = state
@@ -461,14 +462,13 @@ class Upstreams:
             self._look_at_pace(key, entry, config, now)
         return decision
 
-    def _admitted(self, key: Key, outcome: Outcome, now: float) -> Outcome:
-        """`outcome` with when its call was admitted, when it names a live
-        admission of `key` (admissions.py); as it is otherwise, and then
-        the concurrency limit does not read it (squawk.policy.aimd)."""
+    def _admitted(self, key: Key, outcome: Outcome, now: float) -> float | None:
+        """When the call of `outcome` was admitted, when it names a live
+        admission of `key` (admissions.py); None otherwise, and then the
+        concurrency limit does not read it (squawk.policy.aimd)."""
         if not outcome.admission_id:
-            return outcome
-        at = self.admissions.use(key, outcome.admission_id, now)
-        return outcome if at is None else replace(outcome, admitted_at=at)
+            return None
+        return self.admissions.use(key, outcome.admission_id, now)
 
     def _overflow_state(self, profile: str, config: UpstreamConfig, now: float) -> UpstreamState:
         """The profile's overflow state, with time's own step taken."""
