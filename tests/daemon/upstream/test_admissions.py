@@ -77,6 +77,16 @@ def test_the_table_is_bounded_per_upstream_and_in_all_forgetting_the_oldest() ->
     assert [live.use(("default", "b"), x, 7.0) for x in b[1:]] == [4.0, 5.0]
 
 
+def test_a_key_dropped_takes_its_admissions_with_it() -> None:
+    live = Admissions()
+    a = live.add(("default", "a"), 0.0, 2)
+    b = live.add(("default", "b"), 0.0, 1)
+    live.drop(("default", "a"))
+    live.drop(("default", "c"))  # none: nothing to do
+    assert (live.use(("default", "a"), a, 1.0), len(live)) == (None, 1)
+    assert live.use(("default", "b"), b, 1.0) == 0.0
+
+
 def test_ids_are_64_random_bits() -> None:
     live = Admissions()
     ids = {live.add(("default", "a"), 0.0, 1) for _ in range(1000)}

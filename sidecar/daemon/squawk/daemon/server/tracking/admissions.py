@@ -17,6 +17,10 @@ Outcome.admission_id in protos/squawk/v1/policy.proto).
   never reported in its count (aimd.FLIGHT_EPOCH): a lost outcome frees its
   slot when the count forgets it, and a late one can then free nothing the
   count no longer holds.
+- A key the registry stops tracking takes its admissions with it (`drop`):
+  its state starts afresh, with no count a late outcome could free. So the
+  table holds admissions of tracked keys only, at most max_upstreams of
+  them.
 - The table is bounded: at most MAX_PER_UPSTREAM live admissions of one key
   (twice the highest limit, aimd.MAX_LIMIT, so a full limit's calls always
   fit) and MAX_LIVE in all. Past either, the oldest is forgotten first: its
@@ -108,6 +112,13 @@ class Admissions:
         if live.left <= 0:
             self._forget(admission)
         return live.at
+
+    def drop(self, key: Key) -> None:
+        """Forget every admission of `key` (the registry dropped it)."""
+        ids = self._of_key.pop(key, None)
+        if ids is not None:
+            for admission in ids:
+                del self._live[admission]
 
     def _expire(self, now: float) -> None:
         live = self._live

@@ -268,6 +268,7 @@ class Upstreams:
         entry = table.pop(key)
         del self._order[bisect.bisect_left(self._order, entry.seq)]
         del self._keys[entry.seq]
+        self.admissions.drop(key)
         if self._on_forget is not None:
             self._on_forget(*key)
 
