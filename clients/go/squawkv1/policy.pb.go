@@ -2101,8 +2101,9 @@ type Outcome struct {
 	HttpStatus int32 `protobuf:"varint,5,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
 	// True when no HTTP response arrived.
 	TransportFailure bool `protobuf:"varint,6,opt,name=transport_failure,json=transportFailure,proto3" json:"transport_failure,omitempty"`
-	// How long the dispatch took. Optional; accepted for the executors'
-	// convenience and not used by the pod's state today.
+	// How long the dispatch took. Optional; at most a day. The learned
+	// concurrency limit reads it, for an outcome that names its live
+	// admission (see admission_id).
 	Latency *durationpb.Duration `protobuf:"bytes,7,opt,name=latency,proto3" json:"latency,omitempty"`
 	// The response headers that matter to the pod: Retry-After and
 	// grpc-retry-pushback-ms start the upstream's shared cool-down, and a

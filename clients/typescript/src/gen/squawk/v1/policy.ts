@@ -1372,8 +1372,9 @@ export interface Outcome {
   /** True when no HTTP response arrived. */
   transportFailure: boolean;
   /**
-   * How long the dispatch took. Optional; accepted for the executors'
-   * convenience and not used by the pod's state today.
+   * How long the dispatch took. Optional; at most a day. The learned
+   * concurrency limit reads it, for an outcome that names its live
+   * admission (see admission_id).
    */
   latency:
     | Duration
