@@ -61,6 +61,9 @@ const (
 \t// DefaultMaxAttempts is the "{profile["name"]}" profile's attempt budget (initial
 \t// call + retries) when a request leaves max_attempts unset.
 \tDefaultMaxAttempts = {profile["maxAttempts"]}
+\t// maxRetryWait is the "{profile["name"]}" profile's max_retry_wait: the longest
+\t// wait a server may ask of one resend when the request has no deadline.
+\tmaxRetryWait = {profile["maxRetryWaitMs"]} * time.Millisecond
 \t// maxBodyBytes is the daemon's default limit on response_body.
 \tmaxBodyBytes = {limits["maxBodyBytes"]}
 \t// maxRetryAfter caps a server's wait hint.
@@ -136,6 +139,7 @@ export const DEFAULT_BACKOFF_MS = {{
   maxMs: {backoff["maxMs"]},
   factor: {backoff["factor"]},
 }} as const;
+export const MAX_RETRY_WAIT_MS = {profile["maxRetryWaitMs"]};
 export const SINE_JITTER = {backoff["sineJitter"]};
 export const MAX_BODY_BYTES = {limits["maxBodyBytes"]};
 export const MAX_RETRY_AFTER_MS = {limits["maxRetryAfterMs"]};

@@ -132,22 +132,34 @@ func resendLocal(req *squawkv1.DecideRetryRequest, p localProfile, seen *squawkv
 		return fail(squawkv1.Reason_REASON_ATTEMPTS_EXHAUSTED,
 			fmt.Sprintf("%s, but attempt %d of %d was the last.", what, attempt, maxAttempts))
 	}
-	wait, source := p.backoff.Delay(int(attempt)), "backoff"
+	// asker names the server's header when the server asked for the wait;
+	// empty for the backoff.
+	wait, source, asker := p.backoff.Delay(int(attempt)), "backoff", ""
 	if seen.GetRetryAfter() != nil {
 		// The wait is the classification's; which header gave it is asked
 		// of the parser that chose it.
 		_, from, _ := waitHint(req.GetHeaders(), now)
 		wait, source = seen.GetRetryAfter().AsDuration(), "the server's "+from
+		asker = source
 	} else if !transport && req.GetHttpStatus() == 429 {
 		// A 429 without a wait hint waits for the last spent quota's reset.
 		if spentWait, from, ok := spentQuotaWait(req.GetHeaders(), now); ok {
 			wait, source = spentWait, "the server's "+from+", remaining 0"
+			asker = "the server's " + from + " (remaining 0)"
 		}
 	}
-	if dl := req.GetDeadline(); dl != nil && wait > dl.AsDuration() {
+	dl := req.GetDeadline()
+	if dl != nil && wait > dl.AsDuration() {
 		return fail(squawkv1.Reason_REASON_DEADLINE_EXCEEDED,
 			fmt.Sprintf("%s, but the %d ms wait would outlast the %d ms left before the step's deadline.",
 				what, roundMS(wait), roundMS(dl.AsDuration())))
+	}
+	// Without a deadline, a wait the server asks for is held to the
+	// built-in profile's max_retry_wait; with one, the deadline judges it.
+	if dl == nil && asker != "" && wait > maxRetryWait {
+		return fail(squawkv1.Reason_REASON_WAIT_TOO_LONG,
+			fmt.Sprintf("%s, but %s asks for %d ms, past the profile's max_retry_wait of %d ms "+
+				"and there is no deadline to judge it by.", what, asker, roundMS(wait), roundMS(maxRetryWait)))
 	}
 	return Decision{
 		Action: squawkv1.Action_ACTION_RETRY,

@@ -14,6 +14,9 @@ const (
 	// DefaultMaxAttempts is the "default" profile's attempt budget (initial
 	// call + retries) when a request leaves max_attempts unset.
 	DefaultMaxAttempts = 3
+	// maxRetryWait is the "default" profile's max_retry_wait: the longest
+	// wait a server may ask of one resend when the request has no deadline.
+	maxRetryWait = 300000 * time.Millisecond
 	// maxBodyBytes is the daemon's default limit on response_body.
 	maxBodyBytes = 1048576
 	// maxRetryAfter caps a server's wait hint.

@@ -35,6 +35,8 @@ type leaseKey struct{ profile, upstream, capability string }
 type grant struct {
 	spare int
 	until time.Time
+	// admission is the answer's AdmissionID, which each permit's outcome names.
+	admission string
 }
 
 type leaseEntry struct {
@@ -54,23 +56,23 @@ type leaseTable struct {
 // start counts a dispatch to key at now and either takes a spare permit for
 // it (spare is true: dispatch now, without Admit) or says how many permits
 // to ask Admit for, 1 to maxPermits.
-func (l *leaseTable) start(key leaseKey, now time.Time) (spare bool, ask int) {
+func (l *leaseTable) start(key leaseKey, now time.Time) (spare bool, admission string, ask int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entry(key, now)
 	if e == nil {
-		return false, 1
+		return false, "", 1
 	}
 	e.count(now)
 	for len(e.grants) > 0 {
 		g := &e.grants[0]
 		if g.spare > 0 && now.Before(g.until) {
 			g.spare--
-			return true, 0
+			return true, g.admission, 0
 		}
 		e.grants = e.grants[1:]
 	}
-	return false, min(max(e.current, e.previous, 1), maxPermits)
+	return false, "", min(max(e.current, e.previous, 1), maxPermits)
 }
 
 // keep stores the spare permits of an allowed answer a, received at now,
@@ -83,7 +85,8 @@ func (l *leaseTable) keep(key leaseKey, now time.Time, a Admission) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.entry(key, now); e != nil {
-		e.grants = append(e.grants, grant{spare: a.Permits - 1, until: now.Add(min(a.Lease, maxLease))})
+		e.grants = append(e.grants, grant{spare: a.Permits - 1, until: now.Add(min(a.Lease, maxLease)),
+			admission: a.AdmissionID})
 	}
 }
 

@@ -122,7 +122,7 @@ func TestLeaseTableIsBounded(t *testing.T) {
 	}
 	key := leaseKey{upstream: "one too many"}
 	l.start(key, t0)
-	if spare, ask := l.start(key, t0); spare || ask != 1 {
+	if spare, _, ask := l.start(key, t0); spare || ask != 1 {
 		t.Errorf("start past the bound = %v, %d; want false, 1", spare, ask)
 	}
 	if len(l.entries) != maxLeaseKeys {
@@ -130,7 +130,7 @@ func TestLeaseTableIsBounded(t *testing.T) {
 	}
 	later := t0.Add(2 * permitWindow)
 	l.start(key, later)
-	if spare, ask := l.start(key, later); spare || ask != 2 || len(l.entries) != 1 {
+	if spare, _, ask := l.start(key, later); spare || ask != 2 || len(l.entries) != 1 {
 		t.Errorf("after the idle keys' windows: start = %v, %d with %d keys; want false, 2 with 1", spare, ask, len(l.entries))
 	}
 }
@@ -203,5 +203,31 @@ func TestRunGivesUpTheSparePermitsWhenADispatchFails(t *testing.T) {
 	dispatch(t, c, "")
 	if n := len(sd.admitted()); n != 2 {
 		t.Errorf("%d Admits, want 2: the failure gave up the two spares", n)
+	}
+}
+
+// Every dispatch started on a permit of a lease names the lease's admission
+// in its report, and a dispatch admitted by its own answer names that one:
+// the daemon frees a slot of its concurrency limit only for an outcome that
+// names a live admission.
+func TestEachReportNamesTheAdmissionOfItsPermit(t *testing.T) {
+	c, sd, clock := leasedClient(t,
+		`{"allowed": true, "permits": 2, "lease": "0.200s", "admissionId": "00000000000000a1"}`,
+		`{"allowed": true, "permits": 1, "admissionId": "00000000000000a2"}`)
+	for range 3 {
+		dispatch(t, c, "")
+		clock.advance(50 * time.Millisecond)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	var named []string
+	for _, o := range sd.reported {
+		named = append(named, o.GetAdmissionId())
+	}
+	if want := []string{"00000000000000a1", "00000000000000a1", "00000000000000a2"}; !slices.Equal(named, want) {
+		t.Errorf("reports name %v, want %v", named, want)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
 )
 
@@ -22,9 +24,17 @@ const outcomeBatchSize = 100
 // on Close. A report is only a sample for the pod's breaker, budget and
 // pace, so a little lateness costs nothing; the daemon's work per dispatch
 // is what a busy pod pays for.
+//
+// Each report goes with its age (Outcome.age), the time since it was queued
+// right after its response: the daemon reads an absolute reset in its
+// headers as of then. One older than maxOutcomeAge is not sent (the daemon
+// refuses a batch that holds one); with batches due within the delay, only
+// a stalled send could leave one that old.
 type outcomeQueue struct {
 	mu      sync.Mutex
 	pending []*squawkv1.Outcome
+	// queued is when each pending report was queued, in the same order.
+	queued  []time.Time
 	timer   *time.Timer
 	closed  bool
 	sending sync.WaitGroup
@@ -37,10 +47,12 @@ func (c *Client) queueOutcome(o *squawkv1.Outcome) {
 	q.mu.Lock()
 	if c.cfg.outcomeDelay <= 0 || q.closed {
 		q.mu.Unlock()
+		o.Age = durationpb.New(0)
 		c.sendOutcomes([]*squawkv1.Outcome{o})
 		return
 	}
 	q.pending = append(q.pending, o)
+	q.queued = append(q.queued, c.cfg.now())
 	if len(q.pending) < outcomeBatchSize {
 		if q.timer == nil {
 			q.timer = time.AfterFunc(c.cfg.outcomeDelay, c.flushDue)
@@ -48,19 +60,33 @@ func (c *Client) queueOutcome(o *squawkv1.Outcome) {
 		q.mu.Unlock()
 		return
 	}
-	batch := q.take()
+	batch := q.take(c.cfg.now())
 	q.sending.Add(1)
 	q.mu.Unlock()
 	go func() {
 		defer q.sending.Done()
-		c.sendOutcomes(batch)
+		if len(batch) > 0 {
+			c.sendOutcomes(batch)
+		}
 	}()
 }
 
-// take empties the queue and stops its timer; q.mu is held.
-func (q *outcomeQueue) take() []*squawkv1.Outcome {
-	batch := q.pending
-	q.pending = nil
+// maxOutcomeAge is Outcome.age's bound on the wire.
+const maxOutcomeAge = time.Minute
+
+// take empties the queue and stops its timer, setting each report's age at
+// now; q.mu is held.
+func (q *outcomeQueue) take(now time.Time) []*squawkv1.Outcome {
+	batch := q.pending[:0:0]
+	for i, o := range q.pending {
+		age := max(now.Sub(q.queued[i]), 0)
+		if age > maxOutcomeAge {
+			continue
+		}
+		o.Age = durationpb.New(age)
+		batch = append(batch, o)
+	}
+	q.pending, q.queued = nil, nil
 	if q.timer != nil {
 		q.timer.Stop()
 		q.timer = nil
@@ -76,11 +102,13 @@ func (c *Client) flushDue() {
 		q.mu.Unlock()
 		return
 	}
-	batch := q.take()
+	batch := q.take(c.cfg.now())
 	q.sending.Add(1)
 	q.mu.Unlock()
 	defer q.sending.Done()
-	c.sendOutcomes(batch)
+	if len(batch) > 0 {
+		c.sendOutcomes(batch)
+	}
 }
 
 // flushOnClose sends what is queued, waits for the batches on their way,
@@ -89,7 +117,7 @@ func (c *Client) flushOnClose() {
 	q := &c.outcomes
 	q.mu.Lock()
 	q.closed = true
-	batch := q.take()
+	batch := q.take(c.cfg.now())
 	q.mu.Unlock()
 	if len(batch) > 0 {
 		c.sendOutcomes(batch)

@@ -96,7 +96,7 @@ func TestReportAfterCloseFailsOpenAtOnce(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c.reportSuccess(&squawkv1.AdmitRequest{Upstream: "api.example"}, time.Millisecond, nil)
+	c.reportSuccess(&squawkv1.AdmitRequest{Upstream: "api.example"}, "", time.Millisecond, nil)
 	if c.FallbackCount() != 1 {
 		t.Errorf("FallbackCount = %d, want 1", c.FallbackCount())
 	}
@@ -116,5 +116,28 @@ func TestNewRefusesAnOutcomeDelayOutOfRange(t *testing.T) {
 			continue
 		}
 		c.Close()
+	}
+}
+
+// Each report goes with its age, the time from its queueing (right after
+// the response) to its batch: the daemon reads an absolute reset in its
+// headers as of then.
+func TestEachReportGoesWithItsAge(t *testing.T) {
+	c, sd, clock := leasedClient(t, allowed(2)...)
+	dispatch(t, c, "")
+	clock.advance(30 * time.Millisecond)
+	dispatch(t, c, "")
+	clock.advance(20 * time.Millisecond)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	var ages []time.Duration
+	for _, o := range sd.reported {
+		ages = append(ages, o.GetAge().AsDuration())
+	}
+	if want := []time.Duration{50 * time.Millisecond, 20 * time.Millisecond}; !slices.Equal(ages, want) {
+		t.Errorf("ages %v, want %v", ages, want)
 	}
 }

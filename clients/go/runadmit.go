@@ -18,7 +18,8 @@ import (
 
 // awaitAdmission asks the pod to admit the next dispatch, waiting out its
 // refusals and its paced start with sleep. It returns nil once the
-// dispatch may start, else a *RunError without Calls and Err (Run fills
+// dispatch may start, with the admission id its outcome names (empty when
+// the pod gave none), else a *RunError without Calls and Err (Run fills
 // them in) whose Decision or Cause says why the step ends: a saturated
 // upstream (refused, or a paced start past ctx's deadline), another refusal
 // past ctx's deadline, more than budget refusals in a row, Admit's own
@@ -26,11 +27,11 @@ import (
 // deadline, so the pod can refuse at once what its pace cannot start in
 // time (shed at the source) instead of queueing it.
 func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest, budget int,
-	sleep func(context.Context, time.Duration) error) *RunError {
+	sleep func(context.Context, time.Duration) error) (string, *RunError) {
 	key := leaseKey{req.GetProfile(), req.GetUpstream(), req.GetCapability()}
-	spare, ask := c.leases.start(key, c.cfg.now())
+	spare, leased, ask := c.leases.start(key, c.cfg.now())
 	if spare {
-		return nil
+		return leased, nil
 	}
 	req.Permits = int32(ask)
 	for refusals := 1; ; refusals++ {
@@ -49,26 +50,26 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			if ctx.Err() != nil {
 				stop.Decision = cancelledAdmission()
 			}
-			return stop
+			return "", stop
 		}
 		if a.Allowed {
 			c.leases.keep(key, asked, a)
 			if a.Wait <= 0 {
-				return nil
+				return a.AdmissionID, nil
 			}
 			// The pod grants waits shorter than the deadline it was sent;
 			// one that is not (time passed on the way, or an older or
 			// confused daemon) is not slept, since its call would start
 			// too late.
 			if hasDeadline && a.Wait > time.Until(deadline) {
-				return &RunError{Decision: saturated(a.Wait, fmt.Sprintf(
+				return "", &RunError{Decision: saturated(a.Wait, fmt.Sprintf(
 					"The pod paces the dispatches to %s: this one could start in %d ms, past the step's deadline.",
 					req.GetUpstream(), roundMS(a.Wait)))}
 			}
 			if err := sleep(ctx, a.Wait); err != nil {
-				return &RunError{Decision: cancelledAdmission(), Cause: err}
+				return "", &RunError{Decision: cancelledAdmission(), Cause: err}
 			}
-			return nil
+			return a.AdmissionID, nil
 		}
 		// Saturation is the pod shedding at the source a call its pace
 		// cannot serve in time: waiting its retry_after and asking again
@@ -81,11 +82,11 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			if why == "" {
 				why = "The upstream's pace cannot start it within the step's deadline or the queue's limit."
 			}
-			return &RunError{Decision: saturated(a.RetryAfter, fmt.Sprintf(
+			return "", &RunError{Decision: saturated(a.RetryAfter, fmt.Sprintf(
 				"The pod refused the dispatch to %s: %s. %s", req.GetUpstream(), a.Reason, why))}
 		}
 		if hasDeadline && a.RetryAfter > time.Until(deadline) {
-			return &RunError{Decision: refused(a, fmt.Sprintf(
+			return "", &RunError{Decision: refused(a, fmt.Sprintf(
 				"The pod refused the dispatch to %s: %s; it admits again in %d ms, past the step's deadline.",
 				req.GetUpstream(), a.Reason, roundMS(a.RetryAfter)))}
 		}
@@ -93,11 +94,11 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 		// the refusals in a row, so that a breaker that never recovers ends
 		// the step instead of holding it forever.
 		if refusals > budget {
-			return &RunError{Decision: refused(a, fmt.Sprintf(
+			return "", &RunError{Decision: refused(a, fmt.Sprintf(
 				"The pod refused the dispatch to %s %d times in a row: %s.", req.GetUpstream(), refusals, a.Reason))}
 		}
 		if err := sleep(ctx, a.RetryAfter); err != nil {
-			return &RunError{Decision: cancelledAdmission(), Cause: err}
+			return "", &RunError{Decision: cancelledAdmission(), Cause: err}
 		}
 	}
 }
@@ -139,19 +140,21 @@ func cancelledAdmission() Decision {
 // reportSuccess tells the pod a dispatch succeeded, with its latency, its
 // cost (result's Cost, else the step's estimated cost, req's) and result's
 // rate-limit headers (see Coster and RateLimitHeaderer), which feed the
-// pod's pace. The report
+// pod's pace, and the admission id that admitted it (its slot of the
+// learned concurrency limit is freed only so). The report
 // goes with the client's next batch (see WithOutcomeDelay), so that a
 // success that lands as ctx ends is still counted; its error is ignored:
 // the step has its result, and a report lost to a slow or absent daemon
 // costs the breaker one sample.
-func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, latency time.Duration, result any) {
+func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, admission string, latency time.Duration, result any) {
 	c.queueOutcome(&squawkv1.Outcome{
-		Upstream:   req.GetUpstream(),
-		Capability: req.GetCapability(),
-		Profile:    req.GetProfile(),
-		Success:    true,
-		Latency:    durationpb.New(latency),
-		Cost:       realCost(result, req.GetCost()),
+		AdmissionId: admission,
+		Upstream:    req.GetUpstream(),
+		Capability:  req.GetCapability(),
+		Profile:     req.GetProfile(),
+		Success:     true,
+		Latency:     durationpb.New(latency),
+		Cost:        realCost(result, req.GetCost()),
 		// The estimate Admit was charged, so that the pace charges the difference.
 		EstimatedCost: req.GetCost(),
 		Headers:       paceHeaders(result),

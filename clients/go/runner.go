@@ -108,8 +108,11 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 	attempt, corrections := 1, 0
 	var lastErr error
 	for calls := 1; ; calls++ {
+		// The dispatch's admission, which its outcome names (see Admission.AdmissionID).
+		var admission string
 		if admit != nil {
-			if stop := c.awaitAdmission(ctx, admit, budget, sleep); stop != nil {
+			var stop *RunError
+			if admission, stop = c.awaitAdmission(ctx, admit, budget, sleep); stop != nil {
 				stop.Calls, stop.Err = calls-1, lastErr
 				return zero, stop
 			}
@@ -118,7 +121,7 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 		result, err := step(ctx, params)
 		if err == nil {
 			if admit != nil {
-				c.reportSuccess(admit, time.Since(started), result)
+				c.reportSuccess(admit, admission, time.Since(started), result)
 			}
 			return result, nil
 		}
@@ -127,6 +130,7 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 			c.leases.drop(leaseKey{admit.GetProfile(), admit.GetUpstream(), admit.GetCapability()})
 		}
 		req := opts.request(ctx, err, attempt, corrections)
+		req.AdmissionId = admission
 		if ctx.Err() != nil {
 			// The daemon cannot be asked on an ended ctx, and the answer is
 			// fixed: nothing is retried after cancellation.

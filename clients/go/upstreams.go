@@ -58,6 +58,12 @@ type Admission struct {
 	Fallback bool
 	// FallbackCause is the daemon error behind a Fallback admission.
 	FallbackCause error
+	// AdmissionID is, when allowed, the admission's id (16 lowercase hex
+	// digits): send it as Outcome.AdmissionId (and DecideRetryRequest's)
+	// with the call's outcome, so that it counts for the upstream's learned
+	// concurrency limit. Every permit of a lease shares it. Empty from an
+	// older daemon, for an empty upstream, and when falling back.
+	AdmissionID string
 }
 
 // String is a short log-friendly form, e.g. "ADMITTED (breaker CLOSED)" or
@@ -144,11 +150,27 @@ func admissionFromProto(resp *squawkv1.AdmitResponse) Admission {
 		return a
 	}
 	a.Wait = boundedWait(resp.GetWait())
+	a.AdmissionID = admissionID(resp.GetAdmissionId())
 	a.Permits = min(max(int(resp.GetPermits()), 1), maxPermits)
 	if a.Permits > 1 {
 		a.Lease = boundedWait(resp.GetLease())
 	}
 	return a
+}
+
+// admissionID keeps an answer's admission id only in the shape the daemon
+// gives (16 lowercase hex digits): it is sent back, and anything else would
+// have the report refused.
+func admissionID(id string) string {
+	if len(id) != 16 {
+		return ""
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return ""
+		}
+	}
+	return id
 }
 
 // maxExplanation bounds an Admit answer's explanation, in bytes.

@@ -115,6 +115,11 @@ func TestAdmitAndReportOutcome(t *testing.T) {
 	// states its permits.
 	want := Admission{Allowed: true, Reason: squawkv1.Reason_REASON_ADMITTED, Permits: 1,
 		BreakerState: squawkv1.BreakerState_BREAKER_STATE_CLOSED}
+	// The admission's id, which the call's outcome names: 64 random bits.
+	if len(a.AdmissionID) != 16 {
+		t.Errorf("Admit's AdmissionID = %q, want 16 hex digits", a.AdmissionID)
+	}
+	a.AdmissionID = ""
 	if a != want {
 		t.Errorf("Admit to a new upstream = %+v, want %+v", a, want)
 	}

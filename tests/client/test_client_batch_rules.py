@@ -59,12 +59,33 @@ def test_a_full_queue_drops_the_oldest_and_counts_it() -> None:
     assert box.take()[0].upstream == "u3"
 
 
+def test_each_outcome_goes_with_its_age_and_one_past_a_minute_is_dropped() -> None:
+    """Outcome.age: the time since the outcome was queued, after its
+    response; the daemon refuses one over 60 s, so it is counted instead."""
+    clock = Clock()
+    box = Outbox(clock)
+    box.put(_outcome(1))
+    clock.now += 0.030
+    box.put(_outcome(2))
+    clock.now += 0.020
+    assert [o.age.ToTimedelta() for o in box.take()] == [
+        timedelta(milliseconds=50),
+        timedelta(milliseconds=20),
+    ]
+    box.put(_outcome(3))
+    clock.now += 60.0
+    box.put(_outcome(4))
+    clock.now += 0.001
+    assert [o.upstream for o in box.take()] == ["u4"]
+    assert box.dropped == 1
+
+
 def test_after_close_the_rest_is_due_at_once_and_new_outcomes_are_counted() -> None:
     box = Outbox(Clock())
     box.put(_outcome(1))
     box.close()
     assert box.due_in() == 0.0
-    assert box.next_batch() == [_outcome(1)]
+    assert [o.upstream for o in box.next_batch() or []] == ["u1"]
     assert box.next_batch() is None  # closed and empty: the sender ends
     box.put(_outcome(2))
     box.lost(4)  # a batch the daemon did not take
@@ -74,16 +95,17 @@ def test_after_close_the_rest_is_due_at_once_and_new_outcomes_are_counted() -> N
 def test_spare_permits_start_dispatches_until_the_lease_ends() -> None:
     clock = Clock()
     leases = Leases(clock)
-    assert leases.take(KEY) is False  # nothing granted yet
-    leases.granted(KEY, 3, timedelta(milliseconds=200))
+    assert leases.take(KEY) is None  # nothing granted yet
+    leases.granted(KEY, 3, timedelta(milliseconds=200), "00000000000000aa")
     clock.now += 0.100
-    assert leases.take(KEY) is True
+    # Each spare permit names the grant's admission, as its outcome must.
+    assert leases.take(KEY) == "00000000000000aa"
     clock.now += 0.099
-    assert leases.take(KEY) is True
-    assert leases.take(KEY) is False  # two spares, both used
-    leases.granted(KEY, 3, timedelta(milliseconds=200))
+    assert leases.take(KEY) == "00000000000000aa"
+    assert leases.take(KEY) is None  # two spares, both used
+    leases.granted(KEY, 3, timedelta(milliseconds=200), "00000000000000bb")
     clock.now += 0.200
-    assert leases.take(KEY) is False  # lapsed at 200 ms, unused
+    assert leases.take(KEY) is None  # lapsed at 200 ms, unused
 
 
 @pytest.mark.parametrize(
@@ -101,7 +123,7 @@ def test_only_a_lease_makes_permits_spare(
 ) -> None:
     leases = Leases(Clock())
     leases.granted(KEY, permits, lease)
-    assert sum(leases.take(KEY) for _ in range(120)) == spares
+    assert sum(leases.take(KEY) is not None for _ in range(120)) == spares
 
 
 def test_a_lease_longer_than_a_second_ends_after_one() -> None:
@@ -109,9 +131,9 @@ def test_a_lease_longer_than_a_second_ends_after_one() -> None:
     leases = Leases(clock)
     leases.granted(KEY, 10, timedelta(hours=5))
     clock.now += 0.999
-    assert leases.take(KEY) is True
+    assert leases.take(KEY) is not None
     clock.now += 0.001
-    assert leases.take(KEY) is False
+    assert leases.take(KEY) is None
 
 
 def test_a_request_asks_for_the_dispatches_of_the_last_lease_period() -> None:
@@ -138,8 +160,8 @@ def test_a_failure_gives_up_the_spare_permits_and_a_single_grant_too() -> None:
     leases = Leases(Clock())
     leases.granted(KEY, 5, timedelta(milliseconds=200))
     leases.revoke(KEY)
-    assert leases.take(KEY) is False
+    assert leases.take(KEY) is None
     leases.granted(KEY, 5, timedelta(milliseconds=200))
     leases.granted(KEY, 1, None)  # the daemon limits the key now
-    assert leases.take(KEY) is False
-    assert leases.take(("default", "other", "")) is False
+    assert leases.take(KEY) is None
+    assert leases.take(("default", "other", "")) is None

@@ -252,6 +252,7 @@ CLAUSES = {
     "spent quota",
     "should-retry",
     "deadline",
+    "wait bound",
     "classification",
     "no text",
     "limits",

@@ -59,6 +59,7 @@ def test_the_classification_table_is_the_cores() -> None:
 def test_the_default_profiles_numbers() -> None:
     profile, backoff = CONTRACT["profile"], CONTRACT["profile"]["backoff"]
     assert DEFAULT.max_attempts == profile["maxAttempts"]
+    assert DEFAULT.max_retry_wait == timedelta(milliseconds=profile["maxRetryWaitMs"])
     assert DEFAULT.backoff == BackoffConfig(
         initial=timedelta(milliseconds=backoff["initialMs"]),
         max=timedelta(milliseconds=backoff["maxMs"]),

@@ -94,12 +94,12 @@ def test_the_limit_grows_when_half_full_and_backs_off_on_a_slow_call() -> None:
     on = Limit(4.0, flight=2, epoch_at=0.0, slow_at=0.0, latency_fast=0.1, latency_base=0.1)
     # A success while half the limit is in flight, itself counted: one left
     # after it reported, 2 x (1 + 1) >= 4, +1.
-    assert aimd.observe(on, 1.0, 30.0, 0.1, True, 10.0).limit == 5.0
+    assert aimd.observe(on, 1.0, 30.0, 0.1, True, 10.0, 0.5).limit == 5.0
     # A slow call (past twice the baseline and 10 ms): x 0.9, floored at 2.
-    assert aimd.observe(on, 1.0, 30.0, 0.5, True, 10.0).limit == pytest.approx(3.6)
+    assert aimd.observe(on, 1.0, 30.0, 0.5, True, 10.0, 0.5).limit == pytest.approx(3.6)
     # Off and healthy: nothing in flight is counted, no limit.
     off = Limit(latency_fast=0.1, latency_base=0.1)
-    assert aimd.observe(off, 1.0, 30.0, 0.1, True, 10.0).limit == 0.0
+    assert aimd.observe(off, 1.0, 30.0, 0.1, True, 10.0, 0.5).limit == 0.0
 
 
 def test_a_header_hold_never_passes_the_cap_it_is_given() -> None:
@@ -108,3 +108,30 @@ def test_a_header_hold_never_passes_the_cap_it_is_given() -> None:
     assert quota.hold_until == 60.0
     assert header_quota.hold_at_most(quota, 10.0).hold_until == 10.0
     assert header_quota.hold(quota, 50.0) is quota
+
+
+def test_only_a_call_admitted_after_the_limit_came_on_frees_a_slot() -> None:
+    """The count begins when the limit comes on (aimd's module docstring):
+    a call admitted before was never counted, so its outcome frees no slot
+    that a counted call holds (and its latency is still read)."""
+    on = Limit(
+        4.0, flight=4, epoch_at=5.0, slow_at=5.0, latency_fast=0.1, latency_base=0.1, on_at=5.0
+    )
+    before = aimd.observe(on, 6.0, 30.0, 0.1, True, 10.0, 4.0)
+    assert aimd.in_flight(before, 6.0)[:2] == (0, 4)
+    assert before.limit == 5.0  # a fast success while half full: +1 all the same
+    after = aimd.observe(on, 6.0, 30.0, 0.1, True, 10.0, 5.5)
+    assert aimd.in_flight(after, 6.0)[:2] == (0, 3)
+
+
+def test_a_learned_limit_coming_back_on_counts_afresh() -> None:
+    """Off after `quiet` (30 s) without a slow call, a limit learned before
+    comes back on with the next slow one; the calls admitted meanwhile were
+    not counted, so the count starts at 0 then."""
+    was = Limit(
+        4.0, flight=3, epoch_at=0.0, slow_at=0.0, latency_fast=0.1, latency_base=0.1, on_at=0.0
+    )
+    assert not aimd.limited(was, 40.0, 30.0)
+    back = aimd.observe(was, 40.0, 30.0, 0.5, True, 10.0, 39.0)
+    assert aimd.limited(back, 40.0, 30.0)
+    assert (aimd.in_flight(back, 40.0)[:2], back.on_at) == ((0, 0), 40.0)

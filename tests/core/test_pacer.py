@@ -45,6 +45,9 @@ MS = timedelta(milliseconds=1)
 NOTHING = RateLimitConfig()
 OK = PaceSample(throttled=False, success=True, counted=True)
 THROTTLED = PaceSample(throttled=True, success=False, counted=True)
+# A success whose report named its live admission (granted at 0): only such
+# an outcome reaches the concurrency limit.
+ADMITTED = OK._replace(admitted_at=0.0)
 
 
 def _waits(config: RateLimitConfig, times: list[float], pacer: Pacer | None = None) -> list[int]:
@@ -884,16 +887,16 @@ def _slowing(config: RateLimitConfig = NOTHING) -> Pacer:
     (22/s served x 0.271 s) = 5.366, i.e. 5 calls."""
     p = Pacer()
     for _ in range(10):
-        p = observe(p, config, 0.0, OK._replace(latency=100 * MS))
-    p = observe(p, config, 0.1, OK._replace(latency=1000 * MS))
+        p = observe(p, config, 0.0, ADMITTED._replace(latency=100 * MS))
+    p = observe(p, config, 0.1, ADMITTED._replace(latency=1000 * MS))
     assert pacer_snapshot(p, config, 0.1).concurrency_limit == 0
-    return observe(p, config, 0.2, OK._replace(latency=1000 * MS))
+    return observe(p, config, 0.2, ADMITTED._replace(latency=1000 * MS))
 
 
 def test_a_healthy_upstream_gets_no_concurrency_limit() -> None:
     p = Pacer()
     for i in range(100):
-        p = observe(p, NOTHING, i / 10, OK._replace(latency=(100 + i % 30) * MS))
+        p = observe(p, NOTHING, i / 10, ADMITTED._replace(latency=(100 + i % 30) * MS))
     assert pacer_snapshot(p, NOTHING, 10.0).concurrency_limit == 0
     assert pacer_is_idle(p, NOTHING, 10.0)
 
@@ -904,9 +907,9 @@ def test_microsecond_calls_that_double_by_noise_get_no_concurrency_limit() -> No
     than it, under SLOW_MIN (10 ms): no limit, so no call is shed."""
     p = Pacer()
     for _ in range(10):
-        p = observe(p, NOTHING, 0.0, OK._replace(latency=timedelta(microseconds=20)))
+        p = observe(p, NOTHING, 0.0, ADMITTED._replace(latency=timedelta(microseconds=20)))
     for i in range(50):
-        p = observe(p, NOTHING, i / 100, OK._replace(latency=timedelta(microseconds=100)))
+        p = observe(p, NOTHING, i / 100, ADMITTED._replace(latency=timedelta(microseconds=100)))
     assert pacer_snapshot(p, NOTHING, 0.5).concurrency_limit == 0
     assert all(pace(p, NOTHING, 0.5)[1].allowed for _ in range(10))
     # Calls of 21 ms over a 1 ms baseline: the n-th makes the fast mean
@@ -915,11 +918,11 @@ def test_microsecond_calls_that_double_by_noise_get_no_concurrency_limit() -> No
     # - 2.36 = 10.03 ms: the limit switches on at the eighth (MIN_LIMIT, 2).
     q = Pacer()
     for _ in range(10):
-        q = observe(q, NOTHING, 0.0, OK._replace(latency=1 * MS))
+        q = observe(q, NOTHING, 0.0, ADMITTED._replace(latency=1 * MS))
     for i in range(7):
-        q = observe(q, NOTHING, i / 100, OK._replace(latency=21 * MS))
+        q = observe(q, NOTHING, i / 100, ADMITTED._replace(latency=21 * MS))
     assert pacer_snapshot(q, NOTHING, 0.07).concurrency_limit == 0
-    q = observe(q, NOTHING, 0.07, OK._replace(latency=21 * MS))
+    q = observe(q, NOTHING, 0.07, ADMITTED._replace(latency=21 * MS))
     assert pacer_snapshot(q, NOTHING, 0.07).concurrency_limit == 2
 
 
@@ -934,13 +937,14 @@ def test_aimd_switches_on_when_the_upstream_slows_down() -> None:
     # A slot frees about every 0.271 / 5.37 = 50 ms: at least 100 ms.
     assert (full.allowed, full.retry_after) == (False, 100 * MS)
     # A fast success with 5 in flight (>= half of 5.37): +1, and one fewer in flight.
-    p = observe(p, NOTHING, 0.4, OK._replace(latency=100 * MS))
+    # (Admitted at 0.3, after the limit came on at 0.2: its slot is counted.)
+    p = observe(p, NOTHING, 0.4, ADMITTED._replace(latency=100 * MS, admitted_at=0.3))
     assert pacer_snapshot(p, NOTHING, 0.4)[4:] == (6, 4)
     # A slow one 0.3 s after the last decrease: not again within a bucket;
     # at 0.8: x 0.9 -> 5.73, i.e. 5.
-    p = observe(p, NOTHING, 0.5, OK._replace(latency=1000 * MS))
+    p = observe(p, NOTHING, 0.5, ADMITTED._replace(latency=1000 * MS, admitted_at=0.3))
     assert pacer_snapshot(p, NOTHING, 0.5).concurrency_limit == 6
-    p = observe(p, NOTHING, 0.8, OK._replace(latency=1000 * MS))
+    p = observe(p, NOTHING, 0.8, ADMITTED._replace(latency=1000 * MS, admitted_at=0.3))
     assert pacer_snapshot(p, NOTHING, 0.8)[4:] == (5, 2)
     # Switched off after quiet without a slow call.
     assert pacer_snapshot(p, NOTHING, 30.79).concurrency_limit == 5

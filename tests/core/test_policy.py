@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -31,6 +32,7 @@ from squawk.policy.limits import MAX_ERROR_MESSAGE_CHARS
 DEFAULT = builtin_policy().profile("default")
 LLM = builtin_policy().profile("llm")
 FIXED_NOW = 1_700_000_000.0
+_SECOND = timedelta(seconds=1)
 
 
 def clock() -> float:
@@ -211,6 +213,59 @@ def test_retry_after_wins_over_backoff_and_is_checked_against_the_deadline() -> 
         1, http_status=429, headers={"Retry-After": "4"}, deadline=timedelta(seconds=3)
     )
     assert decide(late, DEFAULT, clock).reason is Reason.DEADLINE_EXCEEDED
+
+
+HOUR = {"Retry-After": "3600"}
+
+
+def test_a_wait_past_max_retry_wait_fails_without_a_deadline() -> None:
+    """An executor with no deadline does not sleep an hour because a server
+    asked it to: the step fails at once, naming the wait and the bound."""
+    failed = decide(AttemptState(1, http_status=429, headers=HOUR), DEFAULT, clock)
+    assert (failed.action, failed.reason, failed.delay) == (
+        Action.FAIL,
+        Reason.WAIT_TOO_LONG,
+        timedelta(0),
+    )
+    assert "3600000 ms" in failed.explanation and "300000 ms" in failed.explanation
+    # The profile's own bound, not the built-in one, judges it.
+    patient = replace(DEFAULT, max_retry_wait=timedelta(hours=1))
+    assert decide(AttemptState(1, http_status=429, headers=HOUR), patient, clock).delay == (
+        timedelta(hours=1)
+    )
+    # A capability's bound judges a call that names it.
+    strict = replace(DEFAULT, capabilities={"pay": replace(DEFAULT, max_retry_wait=_SECOND)})
+    paid = AttemptState(1, http_status=503, headers={"Retry-After": "2"}, capability="pay")
+    assert decide(paid, strict, clock).reason is Reason.WAIT_TOO_LONG
+    assert decide(replace(paid, capability=""), strict, clock).delay == 2 * _SECOND
+
+
+def test_a_deadline_judges_a_long_wait_instead_of_max_retry_wait() -> None:
+    """The deadline is the caller's explicit word: a wait within it is
+    honoured past the bound, one past it fails as past the deadline."""
+    within = AttemptState(1, http_status=429, headers=HOUR, deadline=timedelta(hours=2))
+    assert decide(within, DEFAULT, clock).delay == timedelta(hours=1)
+    past = replace(within, deadline=timedelta(minutes=10))
+    assert decide(past, DEFAULT, clock).reason is Reason.DEADLINE_EXCEEDED
+
+
+def test_the_backoff_is_never_judged_by_max_retry_wait() -> None:
+    """The bound is on what the server asks; the backoff's length is the
+    profile's own max_delay."""
+    slow = replace(
+        DEFAULT,
+        backoff=BackoffConfig(initial=timedelta(minutes=10), max=timedelta(minutes=10)),
+        max_retry_wait=_SECOND,
+    )
+    decision = decide(AttemptState(1, http_status=503), slow, clock)
+    assert (decision.action, decision.reason) == (Action.RETRY, Reason.TRANSIENT_STATUS)
+
+
+@pytest.mark.parametrize("bound", [timedelta(0), timedelta(milliseconds=999), timedelta(hours=25)])
+def test_max_retry_wait_out_of_bounds_is_refused(bound: timedelta) -> None:
+    with pytest.raises(PolicyInputError) as info:
+        replace(DEFAULT, max_retry_wait=bound)
+    assert info.value.field == "max_retry_wait"
 
 
 @pytest.mark.parametrize(

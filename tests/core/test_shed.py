@@ -100,7 +100,7 @@ def hold() -> tuple[UpstreamState, UpstreamConfig, float, timedelta | None]:
 def in_flight() -> tuple[UpstreamState, UpstreamConfig, float, timedelta | None]:
     # tests/core/test_pacer.py's _slowing: ten 100 ms calls, then two of
     # 1 s: a concurrency limit of 5, filled by five calls.
-    ok = PaceSample(throttled=False, success=True, counted=True)
+    ok = PaceSample(throttled=False, success=True, counted=True, admitted_at=0.0)
     config = UpstreamConfig()
     p = Pacer()
     for _ in range(10):

@@ -253,6 +253,8 @@ EDGES: dict[str, list[Edge]] = {
         _report("retry-after-over-limit", _out("c", 503, {"Retry-After": "9" * 8193})),
         _report("65-headers", _out("c", 503, {f"x-{i}": "v" for i in range(65)})),
         _report("latency-int64-max", _latency(2**63 - 1)),
+        _report("age-int64-max", pb.Outcome(upstream="c", age=Duration(seconds=2**63 - 1))),
+        _report("admission-id-8192-chars", pb.Outcome(upstream="c", admission_id="a" * 8192)),
     ],
     "GetUpstreams": [
         _listing("eyJ-profile", EYJ),

@@ -234,6 +234,17 @@ def _outcome(rng: random.Random, words: set[str], valid: bool) -> pb.Outcome:
         out.latency.seconds = rng.choice(DURATION_SECONDS)
         out.latency.nanos = rng.choice(DURATION_NANOS)
         words.add("latency")
+    if rng.random() < 0.2:
+        # An admission nobody gave, or a hostile id: a made-up report.
+        out.admission_id = f"{rng.getrandbits(64):016x}" if valid else hostile_string(rng, 40)
+        words.add("admission_id")
+    if rng.random() < 0.2:
+        if valid:
+            out.age.FromMilliseconds(rng.randrange(0, 60_001))
+        else:
+            out.age.seconds = rng.choice(DURATION_SECONDS)
+            out.age.nanos = rng.choice(DURATION_NANOS)
+        words.add("age")
     return out
 
 
@@ -246,9 +257,15 @@ def _one_bad(rng: random.Random, out: pb.Outcome) -> str:
     if roll < 0.6:
         out.headers.update({f"x-{i}": "v" for i in range(65)})
         return "headers"
-    if roll < 0.8:
+    if roll < 0.7:
         out.upstream = rng.choice(_OVER_LIMIT)
         return "upstream"
+    if roll < 0.8:
+        out.admission_id = rng.choice(("0" * 15, "0" * 17, "0123456789ABCDEF", "g" * 16, "😀" * 16))
+        return "admission_id"
+    if roll < 0.9:
+        out.age.seconds = rng.choice((-1, 61, 2**63 - 1))
+        return "age"
     out.profile = rng.choice(("unknown", "DEFAULT", "llm\x00"))
     return "profile"
 

@@ -168,9 +168,9 @@ func (Action) EnumDescriptor() ([]byte, []int) {
 // order and the first that applies decides: CANCELLED,
 // EXPLICIT_NOT_RETRYABLE, TERMINAL_STATUS, SINGLE_DISPATCH; then a transport
 // failure or transient status is resent (TRANSPORT_FAILURE,
-// TRANSIENT_STATUS) unless SERVER_PUSHBACK, ATTEMPTS_EXHAUSTED or
-// DEADLINE_EXCEEDED; then another 4xx is corrected (CORRECTION_ELIGIBLE)
-// unless HITL_PROTECTED, NO_CORRECTION_AVAILABLE or
+// TRANSIENT_STATUS) unless SERVER_PUSHBACK, ATTEMPTS_EXHAUSTED,
+// DEADLINE_EXCEEDED or WAIT_TOO_LONG; then another 4xx is corrected
+// (CORRECTION_ELIGIBLE) unless HITL_PROTECTED, NO_CORRECTION_AVAILABLE or
 // CORRECTION_BUDGET_EXHAUSTED; anything else is NOT_RETRYABLE_STATUS.
 type Reason int32
 
@@ -246,6 +246,13 @@ const (
 	// step now; retry_after (jittered) is when a new call might start without
 	// a long wait.
 	Reason_REASON_UPSTREAM_SATURATED Reason = 19
+	// FAIL: a transport failure or transient status whose wait before the
+	// resend, as the server asked for it (retry-after-ms, Retry-After,
+	// grpc-retry-pushback-ms, or a spent quota's reset), is longer than the
+	// profile's max_retry_wait (5 min by default) and the request has no
+	// `deadline` to judge it by. With a deadline, DEADLINE_EXCEEDED judges the
+	// wait instead: a wait within the deadline is honoured past the bound.
+	Reason_REASON_WAIT_TOO_LONG Reason = 20
 )
 
 // Enum value maps for Reason.
@@ -271,6 +278,7 @@ var (
 		17: "REASON_ADMITTED",
 		18: "REASON_SERVER_PUSHBACK",
 		19: "REASON_UPSTREAM_SATURATED",
+		20: "REASON_WAIT_TOO_LONG",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                 0,
@@ -293,6 +301,7 @@ var (
 		"REASON_ADMITTED":                    17,
 		"REASON_SERVER_PUSHBACK":             18,
 		"REASON_UPSTREAM_SATURATED":          19,
+		"REASON_WAIT_TOO_LONG":               20,
 	}
 )
 
@@ -805,7 +814,14 @@ type DecideRetryRequest struct {
 	// The policy profile. Optional; "" (the default) = "default". Built in:
 	// "default" and "llm"; the policy file may add more. An unknown name is
 	// refused.
-	Profile       string `protobuf:"bytes,16,opt,name=profile,proto3" json:"profile,omitempty"`
+	Profile string `protobuf:"bytes,16,opt,name=profile,proto3" json:"profile,omitempty"`
+	// The AdmitResponse.admission_id of the Admit that admitted the failed
+	// call, read as Outcome.admission_id is: with `upstream` set, the failure
+	// frees the call's slot of the learned concurrency limit only when it
+	// names its live admission (without it the slot stays taken until the
+	// admission expires). Optional; "" = none; else 16 lowercase hex digits.
+	// Read only with `upstream` set.
+	AdmissionId   string `protobuf:"bytes,17,opt,name=admission_id,json=admissionId,proto3" json:"admission_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -948,6 +964,13 @@ func (x *DecideRetryRequest) GetUpstream() string {
 func (x *DecideRetryRequest) GetProfile() string {
 	if x != nil {
 		return x.Profile
+	}
+	return ""
+}
+
+func (x *DecideRetryRequest) GetAdmissionId() string {
+	if x != nil {
+		return x.AdmissionId
 	}
 	return ""
 }
@@ -1952,7 +1975,18 @@ type AdmitResponse struct {
 	// step's deadline, or the concurrency limit. A fixed template: it never
 	// holds caller text. Empty otherwise, and from a daemon older than this
 	// field. At most 512 characters. Programs read reason and retry_after.
-	Explanation   string `protobuf:"bytes,9,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	Explanation string `protobuf:"bytes,9,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	// When allowed for a named upstream: this admission's id, 16 lowercase
+	// hex digits (64 random bits, not guessable from other callers' ids).
+	// Send it back in the Outcome of each call it admitted
+	// (Outcome.admission_id): one id for a grant of several permits, good for
+	// `permits` outcomes. Only an outcome naming a live admission of the same
+	// (profile, upstream) frees a slot of the learned concurrency limit or
+	// moves it (see Outcome.admission_id). An admission lives 120 s (the
+	// bound after which a call that never reported leaves the in-flight
+	// count). Empty when refused, for an empty upstream, and from a daemon
+	// older than this field.
+	AdmissionId   string `protobuf:"bytes,10,opt,name=admission_id,json=admissionId,proto3" json:"admission_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2050,6 +2084,13 @@ func (x *AdmitResponse) GetExplanation() string {
 	return ""
 }
 
+func (x *AdmitResponse) GetAdmissionId() string {
+	if x != nil {
+		return x.AdmissionId
+	}
+	return ""
+}
+
 // Outcome is how one dispatch ended.
 type Outcome struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2069,8 +2110,9 @@ type Outcome struct {
 	HttpStatus int32 `protobuf:"varint,5,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
 	// True when no HTTP response arrived.
 	TransportFailure bool `protobuf:"varint,6,opt,name=transport_failure,json=transportFailure,proto3" json:"transport_failure,omitempty"`
-	// How long the dispatch took. Optional; accepted for the executors'
-	// convenience and not used by the pod's state today.
+	// How long the dispatch took. Optional; at most a day. The learned
+	// concurrency limit reads it, for an outcome that names its live
+	// admission (see admission_id).
 	Latency *durationpb.Duration `protobuf:"bytes,7,opt,name=latency,proto3" json:"latency,omitempty"`
 	// The response headers that matter to the pod: Retry-After and
 	// grpc-retry-pushback-ms start the upstream's shared cool-down, and a
@@ -2087,6 +2129,26 @@ type Outcome struct {
 	// token pace charges the difference between the two; 0 = unknown (the
 	// mean of the real costs seen stands in). Finite, 0 to 1e9.
 	EstimatedCost float64 `protobuf:"fixed64,10,opt,name=estimated_cost,json=estimatedCost,proto3" json:"estimated_cost,omitempty"`
+	// The AdmitResponse.admission_id of the Admit that admitted this call.
+	// Optional; "" = none. Else exactly 16 lowercase hex digits, or the
+	// report is refused with INVALID_ARGUMENT naming the field. Only an
+	// outcome naming a live admission of its (profile, upstream), once per
+	// permit it granted, frees the call's slot of the learned concurrency
+	// limit and moves the limit (its latency, its success); an outcome
+	// without one, or naming an unknown, expired, used-up or other
+	// upstream's admission, does neither. Every outcome still counts for
+	// the breaker, the retry budget, the cool-down and the pace as the
+	// other fields say.
+	AdmissionId string `protobuf:"bytes,11,opt,name=admission_id,json=admissionId,proto3" json:"admission_id,omitempty"`
+	// How long before this report the response was received (or the call
+	// failed). Optional; unset = now. Not negative; at most 60 s, or the
+	// report is refused with INVALID_ARGUMENT naming the field (a runner
+	// holds an outcome far less: it drops one it cannot send within that).
+	// The headers are read as of then: an absolute reset (an RFC 3339 time,
+	// a Unix epoch) or Retry-After date against the daemon's clock less
+	// `age`, and a relative reset or wait as starting `age` ago. Relative,
+	// so no clock is synchronised.
+	Age           *durationpb.Duration `protobuf:"bytes,12,opt,name=age,proto3" json:"age,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2189,6 +2251,20 @@ func (x *Outcome) GetEstimatedCost() float64 {
 		return x.EstimatedCost
 	}
 	return 0
+}
+
+func (x *Outcome) GetAdmissionId() string {
+	if x != nil {
+		return x.AdmissionId
+	}
+	return ""
+}
+
+func (x *Outcome) GetAge() *durationpb.Duration {
+	if x != nil {
+		return x.Age
+	}
+	return nil
 }
 
 // ReportOutcomeRequest reports finished dispatches.
@@ -2837,7 +2913,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x0fupstream_status\x18\x05 \x01(\x05R\x0eupstreamStatus\x12)\n" +
 	"\x10redacted_message\x18\x06 \x01(\tR\x0fredactedMessage\x12:\n" +
 	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"\xa4\x06\n" +
+	"retryAfter\"\xc7\x06\n" +
 	"\x12DecideRetryRequest\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12&\n" +
 	"\fmax_attempts\x18\x02 \x01(\x05H\x00R\vmaxAttempts\x88\x01\x01\x12\x1f\n" +
@@ -2858,7 +2934,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"capability\x18\x0e \x01(\tR\n" +
 	"capability\x12\x1a\n" +
 	"\bupstream\x18\x0f \x01(\tR\bupstream\x12\x18\n" +
-	"\aprofile\x18\x10 \x01(\tR\aprofile\x1a:\n" +
+	"\aprofile\x18\x10 \x01(\tR\aprofile\x12!\n" +
+	"\fadmission_id\x18\x11 \x01(\tR\vadmissionId\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
@@ -2937,7 +3014,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\aprofile\x18\x03 \x01(\tR\aprofile\x125\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12\x12\n" +
 	"\x04cost\x18\x05 \x01(\x01R\x04cost\x12\x18\n" +
-	"\apermits\x18\x06 \x01(\x05R\apermits\"\x80\x03\n" +
+	"\apermits\x18\x06 \x01(\x05R\apermits\"\xa3\x03\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12)\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12:\n" +
@@ -2948,7 +3025,9 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x04wait\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x04wait\x12\x18\n" +
 	"\apermits\x18\a \x01(\x05R\apermits\x12/\n" +
 	"\x05lease\x18\b \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12 \n" +
-	"\vexplanation\x18\t \x01(\tR\vexplanation\"\xae\x03\n" +
+	"\vexplanation\x18\t \x01(\tR\vexplanation\x12!\n" +
+	"\fadmission_id\x18\n" +
+	" \x01(\tR\vadmissionId\"\xfe\x03\n" +
 	"\aOutcome\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
 	"\n" +
@@ -2963,7 +3042,9 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\aheaders\x18\b \x03(\v2\x1f.squawk.v1.Outcome.HeadersEntryR\aheaders\x12\x12\n" +
 	"\x04cost\x18\t \x01(\x01R\x04cost\x12%\n" +
 	"\x0eestimated_cost\x18\n" +
-	" \x01(\x01R\restimatedCost\x1a:\n" +
+	" \x01(\x01R\restimatedCost\x12!\n" +
+	"\fadmission_id\x18\v \x01(\tR\vadmissionId\x12+\n" +
+	"\x03age\x18\f \x01(\v2\x19.google.protobuf.DurationR\x03age\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"F\n" +
@@ -3031,7 +3112,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_RETRY\x10\x01\x12\x12\n" +
 	"\x0eACTION_CORRECT\x10\x02\x12\x0f\n" +
-	"\vACTION_FAIL\x10\x03*\xdf\x04\n" +
+	"\vACTION_FAIL\x10\x03*\xf9\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREASON_EXPLICIT_NOT_RETRYABLE\x10\x01\x12\x1a\n" +
@@ -3053,7 +3134,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x1cREASON_UPSTREAM_COOLING_DOWN\x10\x10\x12\x13\n" +
 	"\x0fREASON_ADMITTED\x10\x11\x12\x1a\n" +
 	"\x16REASON_SERVER_PUSHBACK\x10\x12\x12\x1d\n" +
-	"\x19REASON_UPSTREAM_SATURATED\x10\x13*\x89\x01\n" +
+	"\x19REASON_UPSTREAM_SATURATED\x10\x13\x12\x18\n" +
+	"\x14REASON_WAIT_TOO_LONG\x10\x14*\x89\x01\n" +
 	"\n" +
 	"PaceSource\x12\x1b\n" +
 	"\x17PACE_SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -3165,40 +3247,41 @@ var file_squawk_v1_policy_proto_depIdxs = []int32{
 	32, // 28: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
 	32, // 29: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
 	31, // 30: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
-	21, // 31: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
-	26, // 32: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
-	4,  // 33: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
-	32, // 34: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
-	32, // 35: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
-	3,  // 36: squawk.v1.UpstreamState.pace_source:type_name -> squawk.v1.PaceSource
-	32, // 37: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
-	27, // 38: squawk.v1.UpstreamState.fleet:type_name -> squawk.v1.FleetState
-	4,  // 39: squawk.v1.FleetState.breaker_state:type_name -> squawk.v1.BreakerState
-	32, // 40: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
-	32, // 41: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
-	32, // 42: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
-	33, // 43: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
-	6,  // 44: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
-	8,  // 45: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
-	10, // 46: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
-	13, // 47: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
-	16, // 48: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
-	19, // 49: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
-	22, // 50: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
-	24, // 51: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
-	7,  // 52: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
-	9,  // 53: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
-	11, // 54: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
-	15, // 55: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
-	18, // 56: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
-	20, // 57: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
-	23, // 58: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
-	25, // 59: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
-	52, // [52:60] is the sub-list for method output_type
-	44, // [44:52] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	32, // 31: squawk.v1.Outcome.age:type_name -> google.protobuf.Duration
+	21, // 32: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
+	26, // 33: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
+	4,  // 34: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
+	32, // 35: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
+	32, // 36: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
+	3,  // 37: squawk.v1.UpstreamState.pace_source:type_name -> squawk.v1.PaceSource
+	32, // 38: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
+	27, // 39: squawk.v1.UpstreamState.fleet:type_name -> squawk.v1.FleetState
+	4,  // 40: squawk.v1.FleetState.breaker_state:type_name -> squawk.v1.BreakerState
+	32, // 41: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
+	32, // 42: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
+	32, // 43: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
+	33, // 44: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
+	6,  // 45: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
+	8,  // 46: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
+	10, // 47: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
+	13, // 48: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
+	16, // 49: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
+	19, // 50: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
+	22, // 51: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
+	24, // 52: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
+	7,  // 53: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
+	9,  // 54: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
+	11, // 55: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
+	15, // 56: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
+	18, // 57: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
+	20, // 58: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
+	23, // 59: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
+	25, // 60: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
+	53, // [53:61] is the sub-list for method output_type
+	45, // [45:53] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_squawk_v1_policy_proto_init() }

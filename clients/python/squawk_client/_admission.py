@@ -48,6 +48,10 @@ class Admission:
     # UPSTREAM_SATURATED: the daemon's sentence naming the limit that refused
     # the call and its number; "" from a daemon that sends none.
     explanation: str = ""
+    # When allowed: the admission's id, which the call's outcome names so
+    # that it counts for the learned concurrency limit (every permit of a
+    # lease shares it); "" when the daemon gives none.
+    admission_id: str = ""
 
 
 OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
@@ -113,4 +117,17 @@ def admission(reply: pb.AdmitResponse) -> Admission:
         # Whatever answers at the daemon's address: bounded and redacted
         # before it reaches an error message.
         explanation=shown_text(reply.explanation, MAX_EXPLANATION_CHARS) if not allowed else "",
+        admission_id=_admission_id(reply.admission_id) if allowed else "",
     )
+
+
+def _admission_id(text: str) -> str:
+    # Sent back as it came, so only in the shape the daemon gives (16
+    # lowercase hex digits): anything else would have the report refused.
+    if len(text) == _ID_DIGITS and _HEX.issuperset(text):
+        return text
+    return ""
+
+
+_ID_DIGITS = 16
+_HEX = frozenset("0123456789abcdef")

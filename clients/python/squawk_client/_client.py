@@ -17,6 +17,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import NoReturn
 
@@ -182,18 +183,18 @@ class _Policy:
 
     def step_request(
         self, key: Key, deadline: timedelta | None, cost: float
-    ) -> pb.AdmitRequest | None:
-        """The runner's Admit for a dispatch to `key`, or None when a spare
-        leased permit starts it without asking."""
-        if self.leases.take(key):
-            return None
+    ) -> pb.AdmitRequest | Admission:
+        """The runner's Admit for a dispatch to `key`, or the admission of a
+        spare leased permit that starts it without asking."""
+        if (leased := self.leases.take(key)) is not None:
+            return replace(LEASED, admission_id=leased)
         profile, upstream, capability = key
         permits = self.leases.wanted(key)
         return admit_request(upstream, capability, profile, deadline, cost, permits)
 
     def step_admission(self, key: Key, admission: Admission) -> Admission:
         if admission.allowed and not admission.fallback:
-            self.leases.granted(key, admission.permits, admission.lease)
+            self.leases.granted(key, admission.permits, admission.lease, admission.admission_id)
         return admission
 
     def unreported(self, exc: grpc.RpcError, count: int) -> None:
@@ -408,8 +409,8 @@ class SquawkClient:
         """The runners' Admit: a spare leased permit when one is valid, else
         Admit asking for as many permits as recent dispatches to the key."""
         request = self._policy.step_request(key, deadline, cost)
-        if request is None:
-            return LEASED
+        if isinstance(request, Admission):
+            return request
         return self._policy.step_admission(key, self._admit(request))
 
     def _report_later(self, outcome: pb.Outcome) -> None:
@@ -425,6 +426,8 @@ class SquawkClient:
 
     def _report_loop(self) -> None:
         while (batch := self._policy.outbox.next_batch()) is not None:
+            if not batch:  # every outcome taken was too old to send
+                continue
             try:
                 self._stub.ReportOutcome(
                     pb.ReportOutcomeRequest(outcomes=batch), timeout=self._policy.call_timeout_s
@@ -623,8 +626,8 @@ class AsyncSquawkClient:
         """The runners' Admit: a spare leased permit when one is valid, else
         Admit asking for as many permits as recent dispatches to the key."""
         request = self._policy.step_request(key, deadline, cost)
-        if request is None:
-            return LEASED
+        if isinstance(request, Admission):
+            return request
         return self._policy.step_admission(key, await self._admit(request))
 
     def _report_later(self, outcome: pb.Outcome) -> None:
@@ -646,6 +649,8 @@ class AsyncSquawkClient:
                     async with asyncio.timeout(due):
                         await self._full.wait()
             batch = outbox.take()
+            if not batch:  # every outcome taken was too old to send
+                continue
             try:
                 await self._stub.ReportOutcome(
                     pb.ReportOutcomeRequest(outcomes=batch), timeout=self._policy.call_timeout_s

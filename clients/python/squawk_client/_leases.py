@@ -13,7 +13,8 @@ of executors rather than the number of calls.
 
 The client gives up its spare permits early when a dispatch to the key
 fails: the breaker may be opening or the upstream throttling, and the next
-dispatch should hear the daemon's answer.
+dispatch should hear the daemon's answer. Every permit of a grant carries
+its admission id, which each dispatch's outcome names.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ MAX_KEYS = 1024
 @dataclass
 class _Slot:
     spare: int = 0
+    # The grant's admission id (AdmitResponse.admission_id).
+    admission_id: str = ""
     # The monotonic time the spare permits lapse.
     until: float = 0.0
     period: float = DEFAULT_PERIOD
@@ -58,16 +61,17 @@ class Leases:
         self._slots: dict[Key, _Slot] = {}
         self._lock = threading.Lock()
 
-    def take(self, key: Key) -> bool:
-        """Start a dispatch on a spare permit; False when none is valid."""
+    def take(self, key: Key) -> str | None:
+        """Start a dispatch on a spare permit: its grant's admission id; None
+        when no permit is valid."""
         now = self._clock()
         with self._lock:
             slot = self._slots.get(key)
             if slot is None or slot.spare <= 0 or now >= slot.until:
-                return False
+                return None
             slot.spare -= 1
             slot.starts.append(now)
-            return True
+            return slot.admission_id
 
     def wanted(self, key: Key) -> int:
         """The permits to ask for: this dispatch and the others the client
@@ -81,7 +85,9 @@ class Leases:
                 slot.starts.popleft()
             return min(len(slot.starts) + 1, MAX_PERMITS)
 
-    def granted(self, key: Key, permits: int, lease: timedelta | None) -> None:
+    def granted(
+        self, key: Key, permits: int, lease: timedelta | None, admission_id: str = ""
+    ) -> None:
         """Record a grant of `permits` (the asking dispatch's included)."""
         now = self._clock()
         with self._lock:
@@ -94,6 +100,7 @@ class Leases:
             seconds = 0.0 if lease is None else min(lease.total_seconds(), MAX_LEASE)
             if permits > 1 and seconds > 0:
                 slot.spare = min(permits, MAX_PERMITS) - 1
+                slot.admission_id = admission_id
                 slot.until = now + seconds
                 slot.period = seconds
             else:

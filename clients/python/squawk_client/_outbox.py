@@ -12,6 +12,12 @@ or refused the batch), one pushed out of a full queue, or one queued after
 close is counted in `dropped`. The queue is bounded (MAX_QUEUED): a daemon
 that is away for long costs the executor a fixed amount of memory.
 
+Each outcome goes with its `age`, the time since it was queued (right
+after its response came): the daemon reads its headers' absolute resets
+as of then, not as of the batch. One older than Outcome.age's bound
+(MAX_AGE, a minute) is dropped and counted rather than sent: the daemon
+would refuse the whole batch for it.
+
 The bookkeeping is here once; each client only differs in what waits for
 the next batch: a daemon thread (SquawkClient) or a task on the client's
 event loop (AsyncSquawkClient).
@@ -24,9 +30,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from squawk.policy.limits import MAX_OUTCOME_AGE
 from squawk.v1 import policy_pb2 as pb
 
-__all__ = ["MAX_BATCH", "MAX_DELAY", "MAX_QUEUED", "Outbox"]
+__all__ = ["MAX_AGE", "MAX_BATCH", "MAX_DELAY", "MAX_QUEUED", "Outbox"]
 
 # How late an outcome may reach the daemon: its breaker and pace read
 # outcomes, so a batch must stay young next to their windows (seconds).
@@ -35,6 +42,8 @@ MAX_DELAY = 0.05
 MAX_BATCH = 100
 # Outcomes waiting at most; past it the oldest is dropped (and counted).
 MAX_QUEUED = 10 * MAX_BATCH
+# The oldest outcome sent (Outcome.age's bound, seconds).
+MAX_AGE = MAX_OUTCOME_AGE.total_seconds()
 
 
 class Outbox:
@@ -105,5 +114,15 @@ class Outbox:
         return max(0.0, self._items[0][0] + MAX_DELAY - self._clock())
 
     def _take(self) -> list[pb.Outcome]:
-        count = min(len(self._items), MAX_BATCH)
-        return [self._items.popleft()[1] for _ in range(count)]
+        now = self._clock()
+        items = self._items
+        batch: list[pb.Outcome] = []
+        while items and len(batch) < MAX_BATCH:
+            queued, outcome = items.popleft()
+            age = now - queued
+            if age > MAX_AGE:
+                self.dropped += 1
+                continue
+            outcome.age.FromNanoseconds(round(max(age, 0.0) * 1e9))
+            batch.append(outcome)
+        return batch

@@ -200,6 +200,10 @@ class _Attempts:
         self.key = (options.profile, options.upstream, options.capability)
         # The step's last error, the cause of a FAIL that comes before a call.
         self.last_error: BaseException | None = None
+        # The admission of the dispatch now out (AdmitResponse.admission_id),
+        # which its outcome names: only then does it count for the learned
+        # concurrency limit (its slot freed, its latency read).
+        self.admission_id = ""
 
     def request(self, exc: BaseException) -> pb.DecideRetryRequest:
         o = self.options
@@ -212,6 +216,7 @@ class _Attempts:
             capability=o.capability,
             upstream=o.upstream,
             profile=o.profile,
+            admission_id=self.admission_id,
         )
         if isinstance(exc, StepError):
             request.http_status = exc.http_status
@@ -306,6 +311,7 @@ class _Attempts:
         """Raise StepFailed when an allowed dispatch's paced wait passes the
         deadline, or, without one, a day (no daemon paces that far: the Go
         and TypeScript runners refuse it too, rather than sleep on it)."""
+        self.admission_id = admission.admission_id
         o = self.options
         limit = _MAX_WAIT if o.deadline is None else self.deadline_left()
         if admission.wait <= limit:
@@ -349,6 +355,7 @@ class _Attempts:
             cost=_real_cost(result, cost_of, o.cost),
             estimated_cost=o.cost,
             headers=_pace_headers(result, headers_of),
+            admission_id=self.admission_id,
         )
         # Outcome.latency is bounded to a day (a step may run longer).
         done.latency.FromTimedelta(min(timedelta(seconds=latency), _MAX_LATENCY))

@@ -29,13 +29,26 @@ export function openAdmission(): Admission {
     permits: 1,
     lease: undefined,
     explanation: "",
+    admissionId: "",
     fallback: true,
   };
 }
 
-/** A dispatch admitted by a spare permit the client holds from an earlier grant (see leasePermits). */
-export function leasedAdmission(): Admission {
-  return { ...openAdmission(), fallback: false };
+/**
+ * A dispatch admitted by a spare permit the client holds from an earlier
+ * grant (see leasePermits): it names that grant's admission.
+ */
+export function leasedAdmission(admissionId: string): Admission {
+  return { ...openAdmission(), admissionId, fallback: false };
+}
+
+/**
+ * An answer's admission id, kept only in the shape the daemon gives (16
+ * lowercase hex digits): it is sent back, and anything else would have the
+ * report refused.
+ */
+export function admissionIdOf(text: string): string {
+  return /^[0-9a-f]{16}$/.test(text) ? text : "";
 }
 
 /** The longest deadline Admit accepts (AdmitRequest.deadline: at most a day). */
@@ -57,8 +70,13 @@ export interface Gate {
   readonly signal: AbortSignal | undefined;
 }
 
-/** What the wait for admission ends with: the FAIL that ends the step, or leave to dispatch. */
-export type Admitted = { readonly refusal: Decision } | { readonly refusal?: undefined; readonly probe: boolean };
+/**
+ * What the wait for admission ends with: the FAIL that ends the step, or
+ * leave to dispatch, with the admission its outcome names.
+ */
+export type Admitted =
+  | { readonly refusal: Decision }
+  | { readonly refusal?: undefined; readonly probe: boolean; readonly admissionId: string };
 
 /** The FAIL that ends a step the pod would not admit (in time). */
 function refused(admission: Admission, explanation: string, reason = admission.reason, retryAfter = admission.retryAfter): Decision {
@@ -106,7 +124,7 @@ export async function awaitAdmission(gate: Gate): Promise<Admitted> {
     const admission = await gate.admit(admitInput(gate), signal === undefined ? {} : { signal });
     if (admission.allowed) {
       const refusal = await paced(gate, admission);
-      return refusal === undefined ? { probe: admission.probe } : { refusal };
+      return refusal === undefined ? { probe: admission.probe, admissionId: admission.admissionId } : { refusal };
     }
     if (admission.reason === Reason.REASON_UPSTREAM_SATURATED) {
       // The daemon names the limit (the queue's, the deadline, the

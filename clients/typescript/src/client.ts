@@ -3,9 +3,9 @@
 // admissions and reports when the daemon cannot answer.
 import { connectivityState, credentials as grpcCredentials, Metadata, status, type ServiceError } from "@grpc/grpc-js";
 import { context as otelContext, propagation, type Context, type TextMapPropagator, type TextMapSetter } from "@opentelemetry/api";
-import { leasedAdmission, openAdmission } from "./admission";
+import { admissionIdOf, leasedAdmission, openAdmission } from "./admission";
 import { BATCH_ITEMS_PER_TIMEOUT, batchFromResponse, batchLocally, type BatchResult } from "./batch";
-import { durationToMs } from "./duration";
+import { durationFromMs, durationToMs } from "./duration";
 import { fallbackProfileFromEnv } from "./env";
 import { inputErrorFrom, isServiceError, SquawkError } from "./errors";
 import { fallbackDecide, type FallbackProfile } from "./fallback";
@@ -60,6 +60,9 @@ export const MAX_UPSTREAM_PAGES = 100;
 /** The most outcomes one batched ReportOutcome carries (with `batchOutcomes`). */
 export const OUTCOME_BATCH_SIZE = 100;
 
+/** Outcome.age's bound on the wire: a queued outcome older than this is not sent. */
+const MAX_OUTCOME_AGE_MS = 60_000;
+
 /** The longest a queued outcome waits before its batch is sent (with `batchOutcomes`). */
 export const OUTCOME_BATCH_DELAY_MS = 50;
 
@@ -86,6 +89,8 @@ interface Lease {
   remaining: number;
   readonly askedAt: number;
   readonly endsAt: number;
+  /** The grant's admission id, which each permit's outcome names. */
+  readonly admissionId: string;
 }
 
 /** Whether a lease has ended at `now`; a clock that went back ends it too (the wall clock is not monotonic). */
@@ -158,8 +163,11 @@ export class SquawkClient {
   private readonly leasePermits: number;
   /** Spare permits by (profile, upstream, capability). */
   private readonly leases = new Map<string, Lease>();
-  /** Outcomes queued for the next batched report, and the timer that sends them. */
-  private queued: OutcomeInput[] = [];
+  /**
+   * Outcomes queued for the next batched report, each with when it was
+   * queued (its age goes with it), and the timer that sends them.
+   */
+  private queued: { readonly outcome: OutcomeInput; readonly at: number }[] = [];
   private batchTimer: ReturnType<typeof setTimeout> | undefined;
   /** Batched reports on the wire: flush() and close() wait for them. */
   private readonly sending = new Set<Promise<void>>();
@@ -311,11 +319,13 @@ export class SquawkClient {
     const request = checked("admit", AdmitRequest.fromPartial, input);
     const pooled = request.upstream !== "" && request.permits <= 1 && this.leasePermits > 1;
     const key = leaseKey(request.profile, request.upstream, request.capability);
-    if (pooled && this.takeLeased(key)) return leasedAdmission();
+    const leased = pooled ? this.takeLeased(key) : undefined;
+    if (leased !== undefined) return leasedAdmission(leased);
     if (pooled) request.permits = this.leasePermits;
     const askedAt = this.now();
     try {
-      const response = await this.invoke<AdmitResponse>((md, co, cb) => this.stub.admit(request, md, co, cb), options);
+      const answer = await this.invoke<AdmitResponse>((md, co, cb) => this.stub.admit(request, md, co, cb), options);
+      const response = { ...answer, admissionId: admissionIdOf(answer.admissionId) };
       if (pooled) return { ...this.keepSpares(key, response, askedAt), fallback: false };
       return { ...response, fallback: false };
     } catch (error) {
@@ -324,17 +334,20 @@ export class SquawkClient {
     }
   }
 
-  /** Use one spare permit of `key`, when one is left and its lease has not ended. */
-  private takeLeased(key: string): boolean {
+  /**
+   * Use one spare permit of `key`, when one is left and its lease has not
+   * ended: the admission id of its grant; undefined when none is left.
+   */
+  private takeLeased(key: string): string | undefined {
     const lease = this.leases.get(key);
-    if (lease === undefined) return false;
+    if (lease === undefined) return undefined;
     if (ended(lease, this.now()) || lease.remaining <= 0) {
       this.leases.delete(key);
-      return false;
+      return undefined;
     }
     lease.remaining -= 1;
     if (lease.remaining === 0) this.leases.delete(key);
-    return true;
+    return lease.admissionId;
   }
 
   /**
@@ -354,7 +367,12 @@ export class SquawkClient {
       leaseMs > 0;
     if (usable) {
       if (this.leases.size >= MAX_LEASES) this.sweepLeases();
-      if (this.leases.size < MAX_LEASES) this.leases.set(key, { remaining: granted - 1, askedAt, endsAt: askedAt + leaseMs });
+      if (this.leases.size < MAX_LEASES) this.leases.set(key, {
+          remaining: granted - 1,
+          askedAt,
+          endsAt: askedAt + leaseMs,
+          admissionId: response.admissionId,
+        });
     }
     return { ...response, permits: response.allowed ? 1 : 0, lease: undefined };
   }
@@ -441,7 +459,7 @@ export class SquawkClient {
     if (!this.batchOutcomes) return false;
     if (this.closed) throw new Error(`SquawkClient for ${this.target} is closed`);
     reportRequest({ outcomes: [outcome] });
-    this.queued.push(outcome);
+    this.queued.push({ outcome, at: this.now() });
     if (this.queued.length >= OUTCOME_BATCH_SIZE) this.sendQueued();
     else this.batchTimer ??= setTimeout(() => this.sendQueued(), OUTCOME_BATCH_DELAY_MS);
     return true;
@@ -474,8 +492,17 @@ export class SquawkClient {
     clearTimeout(this.batchTimer);
     this.batchTimer = undefined;
     if (this.queued.length === 0) return;
-    const outcomes = this.queued;
+    // Each goes with its age (Outcome.age), the time since it was queued
+    // right after its response: the daemon reads an absolute reset in its
+    // headers as of then. One past the wire's bound (a minute; batches go
+    // within 50 ms) is not sent: the daemon would refuse the whole batch.
+    const now = this.now();
+    const outcomes = this.queued
+      .map(({ outcome, at }) => ({ outcome, ageMs: Math.max(0, now - at) }))
+      .filter(({ ageMs }) => ageMs <= MAX_OUTCOME_AGE_MS)
+      .map(({ outcome, ageMs }) => ({ ...outcome, age: durationFromMs(ageMs) }));
     this.queued = [];
+    if (outcomes.length === 0) return;
     const request = reportRequest({ outcomes });
     const sent = this.unary<ReportOutcomeResponse>((md, co, cb) => this.stub.reportOutcome(request, md, co, cb), {})
       .then(

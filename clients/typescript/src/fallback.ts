@@ -9,7 +9,7 @@ import { checkStatus, classifyFailure, isTerminalStatus, isTransientStatus } fro
 import { durationFromMs, durationToMs, roundHalfEven } from "./duration";
 import { declaresNotRetryable } from "./envelope";
 import { SquawkInputError } from "./errors";
-import { DEFAULT_MAX_ATTEMPTS, MAX_BODY_BYTES, PROFILE_NAME } from "./fallback_table";
+import { DEFAULT_MAX_ATTEMPTS, MAX_BODY_BYTES, MAX_RETRY_WAIT_MS, PROFILE_NAME } from "./fallback_table";
 import { pushbackRefuses, shouldRetry, waitHint } from "./headers";
 import { spentQuotaWait } from "./quota";
 import {
@@ -144,6 +144,22 @@ export function fallbackDecide(
     // The wait is the classification's; which header gave it is asked of the
     // parser that chose it.
     const hint = seen.retryAfter === undefined ? undefined : waitHint(req.headers, nowMs);
+    // Who asked for the wait, when the server did; undefined for the backoff.
+    const asker =
+      hint !== undefined
+        ? `the server's ${hint.from}`
+        : spent !== undefined
+          ? `the server's ${spent.from} (remaining 0)`
+          : undefined;
+    // Without a deadline, a wait the server asks for is held to the built-in
+    // profile's max_retry_wait; with one, the deadline judges it.
+    if (deadlineMs === undefined && asker !== undefined && waitMs > MAX_RETRY_WAIT_MS) {
+      return fail(
+        Reason.REASON_WAIT_TOO_LONG,
+        `${what}, but ${asker} asks for ${roundHalfEven(waitMs)} ms, past the profile's max_retry_wait ` +
+          `of ${MAX_RETRY_WAIT_MS} ms and there is no deadline to judge it by.`,
+      );
+    }
     const source =
       hint !== undefined
         ? `the server's ${hint.from}`

@@ -11,6 +11,7 @@ export const DEFAULT_BACKOFF_MS = {
   maxMs: 10000,
   factor: 2,
 } as const;
+export const MAX_RETRY_WAIT_MS = 300000;
 export const SINE_JITTER = 0.1;
 export const MAX_BODY_BYTES = 1048576;
 export const MAX_RETRY_AFTER_MS = 86400000;

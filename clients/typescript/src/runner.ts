@@ -209,10 +209,12 @@ async function reportSuccess(
   estimatedCost: number,
   headers: Record<string, string>,
   probe: boolean,
+  admissionId: string,
 ): Promise<void> {
   const latency = durationFromMs(Math.max(0, latencyMs));
-  // The estimate Admit was charged goes too, so that the pace charges the difference.
-  const outcome: OutcomeInput = { ...names, success: true, latency, cost, estimatedCost, headers };
+  // The estimate Admit was charged goes too, so that the pace charges the
+  // difference; the admission, so that it counts for the concurrency limit.
+  const outcome: OutcomeInput = { ...names, success: true, latency, cost, estimatedCost, headers, admissionId };
   try {
     if (!probe && client.queueOutcome?.(outcome) === true) return;
     await client.reportOutcome({ outcomes: [outcome] });
@@ -277,7 +279,8 @@ export async function runStep<P, R>(
       if (gate !== undefined) {
         const real = realCost(options.costOf, outcome.value, cost);
         const headers = paceHeaders(options.headersOf, outcome.value);
-        await reportSuccess(client, names, now() - dispatchedAt, real, cost, headers, admitted?.probe ?? false);
+        const probe = admitted?.probe ?? false;
+        await reportSuccess(client, names, now() - dispatchedAt, real, cost, headers, probe, admitted?.admissionId ?? "");
       }
       return outcome.value;
     }
@@ -297,6 +300,8 @@ export async function runStep<P, R>(
       cancelled,
       deadline: left === undefined ? undefined : durationFromMs(left),
       ...names,
+      // The failed dispatch's admission: its slot of the concurrency limit is freed only so.
+      admissionId: admitted?.admissionId ?? "",
     });
     // Once cancelled, the decision call itself must not be cut short.
     let decision = await client.decideRetry(request, cancelled ? {} : { signal });

@@ -69,6 +69,20 @@ const FOUR = { permits: 4, lease: durationFromMs(1000) };
 const ok = async (): Promise<string> => "ok";
 
 describe("spare permits", () => {
+  test("every permit of a grant names the grant's admission, which its outcome sends back", async () => {
+    await withLeases({ ...FOUR, admissionId: "00000000000000a1" }, async (client) => {
+      const ids: string[] = [];
+      for (let i = 0; i < 4; i++) ids.push((await client.admit({ upstream: "api" })).admissionId);
+      assert.deepEqual(ids, ["00000000000000a1", "00000000000000a1", "00000000000000a1", "00000000000000a1"]);
+    });
+  });
+
+  test("an admission id not in the daemon's shape is not kept (a report naming it would be refused)", async () => {
+    await withLeases({ admissionId: "00000000000000A1" }, async (client) => {
+      assert.equal((await client.admit({ upstream: "api" })).admissionId, "");
+    });
+  });
+
   test("a grant of 4 admits 4 dispatches with one Admit, and the 5th asks again", async () => {
     await withLeases(FOUR, async (client, asked) => {
       for (let i = 0; i < 4; i++) assert.equal(await runStep(client, i, ok, { upstream: "api" }), "ok");

@@ -111,6 +111,23 @@ describe("batched success reports", () => {
     assert.throws(() => c.queueOutcome({ upstream: "llm", success: true }), /closed/);
   });
 
+  test("each queued outcome goes with its age: the time since it was queued", async () => {
+    recorder = new Recorder();
+    const target = await recorder.start();
+    const clock = { ms: 1_000_000 };
+    const c = (client = new SquawkClient(target, { callTimeoutMs: 5000, batchOutcomes: true, now: () => clock.ms }));
+    c.queueOutcome({ upstream: "llm", success: true });
+    clock.ms += 30;
+    c.queueOutcome({ upstream: "llm", success: true });
+    clock.ms += 20;
+    await c.flush();
+    const ages = (recorder.reports[0] ?? []).map((o) => o.age);
+    assert.deepEqual(ages, [
+      { seconds: 0, nanos: 50_000_000 },
+      { seconds: 0, nanos: 20_000_000 },
+    ]);
+  });
+
   test("a full batch is sent at once, and the rest after the batch delay without a flush", async () => {
     const c = await start(true);
     const full = recorder.nextReport();

@@ -83,6 +83,7 @@ const ADMITTED: Admission = {
   permits: 1,
   lease: undefined,
   explanation: "",
+  admissionId: "",
   fallback: false,
 };
 

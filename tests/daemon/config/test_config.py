@@ -56,6 +56,21 @@ def test_profiles_and_capability_overrides() -> None:
     assert policy.max_body_bytes == 65536
 
 
+def test_max_retry_wait_is_a_rule_of_the_profile_and_its_capabilities() -> None:
+    """5 minutes unless the file says otherwise, as max_cool_down; a
+    capability inherits the profile's and may set its own."""
+    assert builtin_policy().profile("default").max_retry_wait == timedelta(minutes=5)
+    assert builtin_policy().profile("llm").max_retry_wait == timedelta(minutes=5)
+    policy = parse_policy(
+        "profiles:\n  default:\n    max_retry_wait: 1h\n"
+        "    capabilities:\n      search: {max_attempts: 5}\n      pay: {max_retry_wait: 10s}\n"
+    )
+    default = policy.profile("default")
+    assert default.max_retry_wait == timedelta(hours=1)
+    assert default.for_capability("search").max_retry_wait == timedelta(hours=1)
+    assert default.for_capability("pay").max_retry_wait == timedelta(seconds=10)
+
+
 def test_retryable_statuses_only_add() -> None:
     llm = parse_policy(EXAMPLE).profile("llm")
     assert {429, 500, 502, 503, 504, 529, 520, 522} == set(llm.transient_statuses)
@@ -456,6 +471,23 @@ _UP = "profiles:\n  default:\n    upstreams:\n      amadeus:\n"
         (
             "profiles:\n  default:\n    max_cool_down: 25h\n",
             "profiles.default.max_cool_down (line 3): must be between 1s and 24h, got 90000s",
+        ),
+        (
+            "profiles:\n  default:\n    max_retry_wait: 25h\n",
+            "profiles.default.max_retry_wait (line 3): must be between 1s and 24h, got 90000s",
+        ),
+        (
+            "profiles:\n  default:\n    capabilities:\n      pay:\n        max_retry_wait: 500ms\n",
+            "profiles.default.capabilities.pay.max_retry_wait (line 5): "
+            "must be between 1s and 24h, got 0.5s",
+        ),
+        (
+            "profiles:\n  default:\n    max_retry_wait: an hour\n",
+            "profiles.default.max_retry_wait (line 3): expected a duration such as 5m",
+        ),
+        (
+            _UP + "        max_retry_wait: 1m\n",
+            "profiles.default.upstreams.amadeus.max_retry_wait (line 5): unknown field",
         ),
         (
             _UP + "        max_cool_down: 500ms\n",

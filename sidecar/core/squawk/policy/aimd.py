@@ -11,10 +11,17 @@ upstream holds then (Little's law: the rate served x the latency). It goes
 off after `quiet` without a slow call. docs/upstreams.md §Pacing tells the
 rule as a user sees it.
 
-The calls in flight are counted only while the limit is on (the calls
-already out when it came on report into a count floored at 0), in two
-epochs of FLIGHT_EPOCH, so a call whose outcome never comes leaves the
-count after at most two epochs.
+The calls in flight are counted only while the limit is on, in two epochs
+of FLIGHT_EPOCH, so a call whose outcome never comes leaves the count after
+one to two epochs. Only the outcome of a call the pod admitted reaches this
+machine (the daemon ties each outcome to its admission, and an admission
+lives FLIGHT_EPOCH, the least time its count is kept): an outcome nobody
+admitted neither frees a slot nor moves the limit. Of those, only a call
+admitted while the limit was on, after it last came on, frees a slot: the
+calls already out when it came on were never counted. So the count is never
+below the admitted calls still out, and the limit holds however many
+outcomes are reported, true or made up (Netflix's limiter frees a slot
+only through the listener its acquire returned, for the same reason).
 """
 
 from __future__ import annotations
@@ -72,6 +79,9 @@ class Limit(NamedTuple):
     # The latency's fast and slow means (seconds).
     latency_fast: float = 0.0
     latency_base: float = 0.0
+    # When the count last began (the limit came on): a call admitted
+    # before then was not counted, and its outcome frees no slot.
+    on_at: float = -math.inf
 
 
 def limited(limit: Limit, now: float, quiet: float) -> bool:
@@ -101,20 +111,23 @@ def observe(
     latency: float | None,
     success: bool,
     served: float,
+    admitted_at: float,
 ) -> Limit:
-    """`limit` after one outcome at `now`. `latency`: the call's, in
-    seconds, None when it says nothing of the upstream's speed (none sent,
-    a verdict IGNORED, a throttle); `served`: the success rate (calls/s)."""
+    """`limit` after the outcome at `now` of a call the pod admitted at
+    `admitted_at` (an outcome no live admission names never comes here).
+    `latency`: the call's, in seconds, None when it says nothing of the
+    upstream's speed (none sent, a verdict IGNORED, a throttle); `served`:
+    the success rate (calls/s)."""
     on = limited(limit, now, quiet)
-    value, flight, old, epoch, slow_at, decreased_at, fast, base = limit
-    if on:
+    value, flight, old, epoch, slow_at, decreased_at, fast, base, on_at = limit
+    if on and admitted_at > on_at:
         # One call fewer in flight: the older epoch's first.
         old, flight, epoch = in_flight(limit, now)
         if old:
             old -= 1
         else:
             flight = max(flight - 1, 0)
-    elif latency is None:
+    elif not on and latency is None:
         return limit
     if latency is not None and not base:
         fast = base = latency
@@ -128,7 +141,11 @@ def observe(
                 # Evidence: the mean itself doubled. Start from the calls the
                 # upstream holds now (Little's law), cut once.
                 value = min(max(BACKOFF * (served * fast), MIN_LIMIT), MAX_LIMIT)
-                old, flight, epoch, decreased_at = 0, 0, now, now
+                old, flight, epoch, decreased_at, on_at = 0, 0, now, now, now
+            elif slow and value:
+                # A limit learned before comes back on: the calls out now
+                # were admitted while it was off, uncounted.
+                old, flight, epoch, on_at = 0, 0, now, now
         elif slow:
             if now - decreased_at >= BUCKET:
                 value, decreased_at = max(value * BACKOFF, MIN_LIMIT), now
@@ -136,7 +153,7 @@ def observe(
             value = min(value + 1.0, MAX_LIMIT)
         # The baseline moves last: both tests above read it before this call.
         base = base + LATENCY_BASE_WEIGHT * (latency - base)
-    return Limit(value, flight, old, epoch, slow_at, decreased_at, fast, base)
+    return Limit(value, flight, old, epoch, slow_at, decreased_at, fast, base, on_at)
 
 
 def _slower(latency: float, base: float) -> bool:

@@ -16,6 +16,14 @@ a reset waits until that reset (ratelimit.spent_quota_wait), as GitHub
 documents for its headers and octokit's throttling plugin does; else the
 backoff. A spent quota on another status says nothing of why it failed, so
 only the status that means "throttled" reads it.
+
+A wait the server asks for is capped at a day (MAX_RETRY_AFTER). With a
+deadline the deadline guard judges it: the deadline is the caller's
+explicit word, so a wait within it is honoured however long. Without one, a wait past the profile's
+max_retry_wait (5 min by default) fails with WAIT_TOO_LONG instead, as
+openai-python and openai-go refuse to retry past their own bound (see
+docs/policy.md). The backoff is never judged by it: its length is the
+profile's own word (backoff.max_delay), not the server's.
 """
 
 from __future__ import annotations
@@ -169,10 +177,22 @@ def _resend(
             seen,
             declared,
         )
-    wait, source = _wait(state, profile, seen, transport, clock, rng)
+    wait, source, asker = _wait(state, profile, seen, transport, clock, rng)
     past = deadline_exceeded(what, wait, state.deadline, seen, declared)
     if past is not None:
         return past
+    if asker is not None and state.deadline is None and wait > profile.max_retry_wait:
+        return Decision(
+            Action.FAIL,
+            _ZERO,
+            Reason.WAIT_TOO_LONG,
+            f"{what}, but {asker} asks for {_ms(wait)} ms, past the profile's "
+            f"max_retry_wait of {_ms(profile.max_retry_wait)} ms and there is no "
+            "deadline to judge it by.",
+            True,
+            seen,
+            declared,
+        )
     return Decision(
         Action.RETRY,
         wait,
@@ -192,18 +212,26 @@ def _wait(
     transport: bool,
     clock: Callable[[], float],
     rng: random.Random | None,
-) -> tuple[timedelta, str]:
-    """A resend's wait and where it came from, for the explanation."""
+) -> tuple[timedelta, str, str | None]:
+    """A resend's wait, where it came from (for the explanation) and, when
+    the server asked for it, who asked (None for the backoff)."""
     if seen.retry_after is not None:
         # The wait is the classification's; which header gave it is asked
         # of the parser that chose it, not guessed here.
         hint = wait_hint(state.headers, clock)
-        return seen.retry_after, "backoff" if hint is None else f"the server's {hint[1]}"
+        if hint is None:
+            return seen.retry_after, "backoff", None
+        asker = f"the server's {hint[1]}"
+        return seen.retry_after, asker, asker
     if not transport and state.http_status == 429:
         spent = spent_quota_wait(state.headers, clock())
         if spent is not None:
-            return spent[0], f"the server's {spent[1]}, remaining 0"
-    return delay(state.attempt, profile.backoff, rng), "backoff"
+            return (
+                spent[0],
+                f"the server's {spent[1]}, remaining 0",
+                f"the server's {spent[1]} (remaining 0)",
+            )
+    return delay(state.attempt, profile.backoff, rng), "backoff", None
 
 
 def resend_phrase(transport: bool, status: int) -> str:

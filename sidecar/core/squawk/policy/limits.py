@@ -35,6 +35,7 @@ __all__ = [
     "MAX_HEADER_VALUE_CHARS",
     "MAX_NAME_CHARS",
     "MAX_OUTCOMES",
+    "MAX_OUTCOME_AGE",
     "MAX_PERMITS",
     "MAX_POLICY_DURATION",
     "MAX_PROFILE_CHARS",
@@ -104,6 +105,10 @@ MAX_TOKEN_RATE = 1e9
 MAX_BATCH = 10_000
 # Outcomes in one ReportOutcome call.
 MAX_OUTCOMES = 1_000
+# The longest Outcome.age: how long a runner may hold an outcome before it
+# reports it (its batches go within 50 ms; a minute covers a daemon that
+# was away for a few retries).
+MAX_OUTCOME_AGE = timedelta(seconds=60)
 # Upstreams in one GetUpstreams answer: 1,000 of the longest rows (a
 # 128-character profile, a 256-character name, four bytes a character, every
 # number at its widest: 1,685 bytes, and 1,810 with the fleet's view of

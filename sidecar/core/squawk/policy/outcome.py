@@ -102,6 +102,11 @@ class Outcome:
     upstream's token units, 0 = unknown), `estimated` (the cost Admit was
     given, 0 = unknown) and `hint` (its rate-limit headers, read by
     squawk.policy.ratelimit) feed the upstream's pacer (squawk.policy.pacer).
+    `admission_id`: the admission the report named (0 = none), which the
+    daemon looks up (see upstream.record_outcome's `admitted_at`). `age`:
+    how long before the report the response came (seconds); `hint` and
+    `retry_after` are already read as of then, and the pacer reads the
+    hint at that moment.
     """
 
     success: bool
@@ -114,6 +119,8 @@ class Outcome:
     cost: float = 0.0
     estimated: float = 0.0
     hint: RateLimitHint | None = None
+    admission_id: int = 0
+    age: float = 0.0
 
 
 def verdict(outcome: Outcome, failure_statuses: frozenset[int]) -> Verdict:

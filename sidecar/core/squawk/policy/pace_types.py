@@ -133,6 +133,12 @@ class PaceSample(NamedTuple):
     estimated: float = 0.0
     hint: RateLimitHint | None = None
     retry_after: timedelta | None = None
+    # When the pod admitted the call (the live admission the outcome named);
+    # None when it named none: the concurrency limit does not read it.
+    admitted_at: float | None = None
+    # How long before `now` the response came (seconds): its headers are
+    # read as of then.
+    age: float = 0.0
     # The upstream answered it and no quota refused it: a success, or a
     # failure with a status that is not a quota's throttle (a 500, a 529
     # overloaded_error). What the learned pace reads as served.

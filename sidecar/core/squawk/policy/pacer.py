@@ -220,18 +220,31 @@ def observe(
             spaced, rates, now, sample.cost, sample.estimated, config._max_wait_s
         )
     if sample.hint is not None:
-        # The pace binds when calls already wait for their slots: only then
+        # As of when the response came: its resets count from then. The
+        # pace binds when calls already wait for their slots: only then
         # does a quota left unused say the pace is too low.
-        binding = spaced.tat >= now
+        read_at = now - sample.age
         quota = header_quota.read(
-            quota, sample.hint, now, config._quiet_s, seconds(max_hold), binding=binding
+            quota,
+            sample.hint,
+            read_at,
+            config._quiet_s,
+            seconds(max_hold),
+            binding=spaced.tat >= now,
         )
-    if config.concurrency and (sample.latency is not None or limit.limit):
+    admitted_at = sample.admitted_at
+    if (
+        config.concurrency
+        and admitted_at is not None
+        and (sample.latency is not None or limit.limit)
+    ):
         latency = None  # a throttle's or an IGNORED call's says nothing of speed
         if sample.latency is not None and sample.counted and not sample.throttled:
             latency = seconds(sample.latency)
         served = cubic.served(pacer.learned)
-        limit = aimd.observe(limit, now, config._quiet_s, latency, sample.success, served)
+        limit = aimd.observe(
+            limit, now, config._quiet_s, latency, sample.success, served, admitted_at
+        )
     if config.learn and not config._policy:
         held = 0.0
         if sample.throttled:

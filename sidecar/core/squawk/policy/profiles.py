@@ -9,6 +9,11 @@ Both share the same settings for the upstream state kept per (profile,
 upstream): a circuit breaker, a retry budget and the shared Retry-After
 cool-down, with the defaults of squawk.policy.breaker, .retry_budget and
 .cooldown. A profile's `upstreams` entries override them per upstream.
+
+`max_retry_wait` bounds one resend's wait as the server asks for it when
+the request has no deadline to judge it by (squawk.policy.decide): a
+`Retry-After: 3600` fails the step with WAIT_TOO_LONG rather than leave an
+executor asleep for an hour.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from types import MappingProxyType
 
 from .backoff import BackoffConfig, Jitter
 from .breaker import BreakerConfig
-from .cooldown import DEFAULT_MAX_COOL_DOWN
+from .cooldown import DEFAULT_MAX_COOL_DOWN, MAX_COOL_DOWN, MIN_COOL_DOWN
 from .outcome import STEP_TRANSIENT
 from .pacer import RateLimitConfig
 from .retry_budget import RatioBudgetConfig, RetryBudgetConfig
@@ -30,6 +35,7 @@ from .upstream import UpstreamConfig
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_RETRY_WAIT",
     "DEFAULT_MAX_UPSTREAMS",
     "LLM_RETRYABLE",
     "STEP_TRANSIENT",
@@ -38,6 +44,7 @@ __all__ = [
     "Profile",
     "builtin_policy",
     "builtin_profile",
+    "check_max_retry_wait",
 ]
 
 LLM_RETRYABLE = frozenset({429, 500, 502, 503, 504, 529})
@@ -45,6 +52,13 @@ TERMINAL = frozenset({401, 403, 405})
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 # How many (profile, upstream) states the server tracks at most.
 DEFAULT_MAX_UPSTREAMS = 10_000
+
+# The longest wait a server may ask one resend to sleep when the request
+# has no deadline: max_cool_down's default and bounds, so that the wait an
+# executor sleeps and the cool-down it shares are held to the same length.
+DEFAULT_MAX_RETRY_WAIT = DEFAULT_MAX_COOL_DOWN
+MIN_RETRY_WAIT = MIN_COOL_DOWN
+MAX_RETRY_WAIT = MAX_COOL_DOWN
 
 _NO_OVERRIDES: Mapping[str, Profile] = MappingProxyType({})
 _NO_UPSTREAMS: Mapping[str, UpstreamConfig] = MappingProxyType({})
@@ -63,6 +77,8 @@ class Profile:
     terminal_statuses: frozenset[int] = TERMINAL
     # Whether a non-transient 4xx may be answered with CORRECT.
     corrections: bool = True
+    # The longest wait the server may ask of one resend without a deadline.
+    max_retry_wait: timedelta = DEFAULT_MAX_RETRY_WAIT
     # Per-capability variants of this profile, already merged.
     capabilities: Mapping[str, Profile] = field(default_factory=lambda: _NO_OVERRIDES)
     # The upstream state's settings for every upstream not in `upstreams`.
@@ -77,6 +93,7 @@ class Profile:
     _upstream: UpstreamConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        check_max_retry_wait(self.max_retry_wait)
         # What the upstream state counts as a failure is what this profile
         # retries (squawk.policy.outcome): set here, once, on every upstream
         # config it hands out, so no `upstreams:` entry can disagree with it.
@@ -116,6 +133,13 @@ class Profile:
         if not upstream or not self.upstreams:
             return self._upstream
         return self.upstreams.get(upstream, self._upstream)
+
+
+def check_max_retry_wait(value: timedelta) -> None:
+    if not MIN_RETRY_WAIT <= value <= MAX_RETRY_WAIT:
+        raise PolicyInputError(
+            "max_retry_wait", f"must be between 1s and 24h, got {value.total_seconds():g}s"
+        )
 
 
 def builtin_profile(base: str, name: str | None = None) -> Profile:

@@ -66,6 +66,9 @@ class Reason(enum.IntEnum):
     # Admit only: the upstream's pace cannot start the call in time, or the
     # pod is shedding a sustained overload (squawk.policy.pacer).
     UPSTREAM_SATURATED = 19
+    # A server's wait past the profile's max_retry_wait, with no deadline
+    # to judge it by (squawk.policy.decide).
+    WAIT_TOO_LONG = 20
 
 
 class BreakerState(enum.IntEnum):

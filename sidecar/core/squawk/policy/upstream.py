@@ -158,6 +158,9 @@ class Admission(NamedTuple):
     # UPSTREAM_SATURATED: which limit refused the call, with its numbers
     # (squawk.policy.shed.explain says it in words). None otherwise.
     shed: Shed | None = None
+    # Allowed on a tracked upstream: the admission's id, which its outcomes
+    # name (Outcome.admission_id); the daemon gives it. 0 = none.
+    admission_id: int = 0
 
 
 class UpstreamSnapshot(NamedTuple):
@@ -261,9 +264,18 @@ def admit(
 
 
 def record_outcome(
-    state: UpstreamState, config: UpstreamConfig, now: float, outcome: Outcome
+    state: UpstreamState,
+    config: UpstreamConfig,
+    now: float,
+    outcome: Outcome,
+    admitted_at: float | None = None,
 ) -> UpstreamState:
     """The state after one admitted call's outcome.
+
+    `admitted_at`: when the pod admitted the call, when the outcome named a
+    live admission of this upstream (the daemon checks the id); None
+    otherwise, and then the learned concurrency limit does not read it
+    (squawk.policy.aimd): everything else does.
 
     Raises PolicyInputError naming the field for an outcome it cannot read
     (a status outside 0 and 100..599, a negative retry_after).
@@ -285,6 +297,8 @@ def record_outcome(
         outcome.estimated,
         outcome.hint,
         outcome.retry_after,
+        admitted_at,
+        outcome.age,
         outcome.success
         or (outcome.http_status >= 100 and not outcome.transport_failure and not quota_throttle),
     )

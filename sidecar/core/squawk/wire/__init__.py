@@ -28,6 +28,7 @@ from squawk.policy import (
 from squawk.policy.limits import (
     MAX_ADMIT_DEADLINE,
     MAX_NAME_CHARS,
+    MAX_OUTCOME_AGE,
     MAX_PERMITS,
     check_chars,
     check_count,
@@ -38,12 +39,14 @@ from squawk.policy.limits import (
 from squawk.policy.outcome import check_cost
 from squawk.policy.pacer import LEASE
 from squawk.policy.shed import explain
+from squawk.policy.text import quoted
 from squawk.v1 import policy_pb2 as pb
 
 __all__ = [
     "NO_ADMIT_ARGS",
     "UNTRACKED",
     "AdmitArgs",
+    "admission_id",
     "admission_message",
     "admit_args",
     "attempt_state",
@@ -132,7 +135,8 @@ def decision_message(d: Decision) -> pb.DecideRetryResponse:
 def outcome(message: pb.Outcome, clock: Callable[[], float], hints: bool = True) -> Outcome:
     """An executor's report, checked; its Retry-After (if any) read as
     Classify reads it. `hints`: read its rate-limit headers too (False:
-    leave them unread, no hint)."""
+    leave them unread, no hint). Its headers are read as of when the
+    response came, `age` before `clock()` (see _aged)."""
     check_chars("upstream", message.upstream, MAX_NAME_CHARS)
     check_chars("capability", message.capability, MAX_NAME_CHARS)
     check_status(message.http_status)
@@ -145,6 +149,10 @@ def outcome(message: pb.Outcome, clock: Callable[[], float], hints: bool = True)
     latency = None
     if message.HasField("latency"):
         latency = _bounded("latency", message.latency.seconds, message.latency.nanos)
+    admitted = admission_id(message.admission_id)
+    age = 0.0
+    if message.HasField("age"):
+        age = _age(message.age.seconds, message.age.nanos)
     if not headers:  # the common case: nothing to read
         return Outcome(
             message.success,
@@ -153,24 +161,74 @@ def outcome(message: pb.Outcome, clock: Callable[[], float], hints: bool = True)
             latency=latency,
             cost=cost,
             estimated=estimated,
+            admission_id=admitted,
+            age=age,
         )
+    received = _aged(clock, age)
+    wait = None if message.success else retry_after(headers, received)
+    if wait is not None and age:
+        # A relative wait began when the response came, `age` ago.
+        wait = max(wait - timedelta(seconds=age), timedelta(0))
     return Outcome(
         success=message.success,
         http_status=message.http_status,
         transport_failure=message.transport_failure,
-        retry_after=None if message.success else retry_after(headers, clock),
+        retry_after=wait,
         refused_retry=not message.success and pushback_refuses(headers),
         latency=latency,
         cost=cost,
         estimated=estimated,
-        hint=hint(headers, clock) if hints else None,
+        hint=hint(headers, received) if hints else None,
+        admission_id=admitted,
+        age=age,
     )
 
 
-def failed_attempt(state: AttemptState, decision: Decision, clock: Callable[[], float]) -> Outcome:
+def _age(seconds: int, nanos: int) -> float:
+    """Outcome.age in seconds: not negative, at most MAX_OUTCOME_AGE."""
+    value = duration("age", seconds, nanos)
+    if value > MAX_OUTCOME_AGE:
+        raise PolicyInputError(
+            "age",
+            f"{value.total_seconds():g}s is over the limit of {MAX_OUTCOME_AGE.total_seconds():g}s",
+        )
+    return value.total_seconds()
+
+
+def _aged(clock: Callable[[], float], age: float) -> Callable[[], float]:
+    """The wall clock as it read when the response came, `age` seconds ago:
+    an absolute reset (an RFC 3339 time, a Unix epoch, an HTTP-date) is read
+    against it, not against the later moment the report arrives."""
+    if not age:
+        return clock
+    return lambda: clock() - age
+
+
+# AdmitResponse.admission_id: 16 lowercase hex digits.
+_ID_DIGITS = 16
+_HEX = frozenset("0123456789abcdef")
+
+
+def admission_id(text: str, field: str = "admission_id") -> int:
+    """An outcome's admission id (0 for "", which names none); a PolicyInputError
+    naming `field` for anything but 16 lowercase hex digits."""
+    if not text:
+        return 0
+    if len(text) != _ID_DIGITS or not _HEX.issuperset(text):
+        raise PolicyInputError(
+            field,
+            f"must be {_ID_DIGITS} lowercase hex digits as AdmitResponse.admission_id "
+            f"gives it, got {quoted(text)}",
+        )
+    return int(text, 16)
+
+
+def failed_attempt(
+    state: AttemptState, decision: Decision, clock: Callable[[], float], admitted: int = 0
+) -> Outcome:
     """The failure a DecideRetry that names an upstream reports: it counts
     for the upstream's state as a ReportOutcome of it would (callers need
-    not report it again)."""
+    not report it again). `admitted`: the admission id it named (0 = none)."""
     return Outcome(
         success=False,
         http_status=state.http_status,
@@ -179,6 +237,7 @@ def failed_attempt(state: AttemptState, decision: Decision, clock: Callable[[], 
         cancelled=state.cancelled,
         refused_retry=pushback_refuses(state.headers),
         hint=hint(state.headers, clock) if state.headers else None,
+        admission_id=admitted,
     )
 
 
@@ -256,6 +315,8 @@ def admission_message(a: Admission) -> pb.AdmitResponse:
         out.lease.FromTimedelta(a.lease)
     if a.shed is not None:
         out.explanation = explain(a.shed)
+    if a.admission_id:
+        out.admission_id = f"{a.admission_id:016x}"
     return out
 
 

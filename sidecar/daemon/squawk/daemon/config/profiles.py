@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 
 import yaml
 
-from squawk.policy import BackoffConfig, Jitter, Policy, Profile, builtin_profile
+from squawk.policy import (
+    BackoffConfig,
+    Jitter,
+    Policy,
+    PolicyInputError,
+    Profile,
+    builtin_profile,
+    parse_duration,
+)
 from squawk.policy.text import quoted
 
 from ._yaml import (
@@ -34,7 +42,13 @@ __all__ = ["parse_profiles"]
 
 _BACKOFF_FIELDS = {"initial_delay", "max_delay", "factor", "jitter"}
 
-_RULE_FIELDS = {"max_attempts", "max_validation_retries", "retryable_statuses", "backoff"}
+_RULE_FIELDS = {
+    "max_attempts",
+    "max_validation_retries",
+    "max_retry_wait",
+    "retryable_statuses",
+    "backoff",
+}
 
 _PROFILE_FIELDS = _RULE_FIELDS | UPSTREAM_FIELDS | {"base", "capabilities", "upstreams"}
 
@@ -51,6 +65,8 @@ _BACKOFF_SCALARS: tuple[_Scalar, ...] = (
 _RULE_SCALARS: tuple[_Scalar, ...] = (
     ("max_attempts", "max_attempts", positive_int, "an integer >= 1"),
     ("max_validation_retries", "max_validation_retries", natural, "an integer >= 0"),
+    # The bounds are the core's (Profile refuses one out of them).
+    ("max_retry_wait", "max_retry_wait", parse_duration, "a duration such as 5m"),
 )
 
 T = TypeVar("T", BackoffConfig, Profile)
@@ -76,7 +92,11 @@ def _backoff(node: yaml.Node, path: str, base: BackoffConfig) -> BackoffConfig:
 def _rules(
     fields: Mapping[str, yaml.Node], path: str, profile: Profile, warnings: list[str]
 ) -> Profile:
-    profile = _apply(profile, fields, path, _RULE_SCALARS)
+    try:
+        profile = _apply(profile, fields, path, _RULE_SCALARS)
+    except PolicyInputError as exc:
+        at = where(fields[exc.field], f"{path}.{exc.field}")
+        raise ConfigError(f"{at}: {exc.message}") from None
     if "retryable_statuses" in fields:
         node = fields["retryable_statuses"]
         at = f"{path}.retryable_statuses"

@@ -196,9 +196,9 @@ export function actionToNumber(object: Action): number {
  * order and the first that applies decides: CANCELLED,
  * EXPLICIT_NOT_RETRYABLE, TERMINAL_STATUS, SINGLE_DISPATCH; then a transport
  * failure or transient status is resent (TRANSPORT_FAILURE,
- * TRANSIENT_STATUS) unless SERVER_PUSHBACK, ATTEMPTS_EXHAUSTED or
- * DEADLINE_EXCEEDED; then another 4xx is corrected (CORRECTION_ELIGIBLE)
- * unless HITL_PROTECTED, NO_CORRECTION_AVAILABLE or
+ * TRANSIENT_STATUS) unless SERVER_PUSHBACK, ATTEMPTS_EXHAUSTED,
+ * DEADLINE_EXCEEDED or WAIT_TOO_LONG; then another 4xx is corrected
+ * (CORRECTION_ELIGIBLE) unless HITL_PROTECTED, NO_CORRECTION_AVAILABLE or
  * CORRECTION_BUDGET_EXHAUSTED; anything else is NOT_RETRYABLE_STATUS.
  */
 export enum Reason {
@@ -307,6 +307,15 @@ export enum Reason {
    * a long wait.
    */
   REASON_UPSTREAM_SATURATED = "REASON_UPSTREAM_SATURATED",
+  /**
+   * REASON_WAIT_TOO_LONG - FAIL: a transport failure or transient status whose wait before the
+   * resend, as the server asked for it (retry-after-ms, Retry-After,
+   * grpc-retry-pushback-ms, or a spent quota's reset), is longer than the
+   * profile's max_retry_wait (5 min by default) and the request has no
+   * `deadline` to judge it by. With a deadline, DEADLINE_EXCEEDED judges the
+   * wait instead: a wait within the deadline is honoured past the bound.
+   */
+  REASON_WAIT_TOO_LONG = "REASON_WAIT_TOO_LONG",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -372,6 +381,9 @@ export function reasonFromJSON(object: any): Reason {
     case 19:
     case "REASON_UPSTREAM_SATURATED":
       return Reason.REASON_UPSTREAM_SATURATED;
+    case 20:
+    case "REASON_WAIT_TOO_LONG":
+      return Reason.REASON_WAIT_TOO_LONG;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -421,6 +433,8 @@ export function reasonToJSON(object: Reason): string {
       return "REASON_SERVER_PUSHBACK";
     case Reason.REASON_UPSTREAM_SATURATED:
       return "REASON_UPSTREAM_SATURATED";
+    case Reason.REASON_WAIT_TOO_LONG:
+      return "REASON_WAIT_TOO_LONG";
     case Reason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -469,6 +483,8 @@ export function reasonToNumber(object: Reason): number {
       return 18;
     case Reason.REASON_UPSTREAM_SATURATED:
       return 19;
+    case Reason.REASON_WAIT_TOO_LONG:
+      return 20;
     case Reason.UNRECOGNIZED:
     default:
       return -1;
@@ -921,6 +937,15 @@ export interface DecideRetryRequest {
    * refused.
    */
   profile: string;
+  /**
+   * The AdmitResponse.admission_id of the Admit that admitted the failed
+   * call, read as Outcome.admission_id is: with `upstream` set, the failure
+   * frees the call's slot of the learned concurrency limit only when it
+   * names its live admission (without it the slot stays taken until the
+   * admission expires). Optional; "" = none; else 16 lowercase hex digits.
+   * Read only with `upstream` set.
+   */
+  admissionId: string;
 }
 
 export interface DecideRetryRequest_HeadersEntry {
@@ -1327,6 +1352,19 @@ export interface AdmitResponse {
    * field. At most 512 characters. Programs read reason and retry_after.
    */
   explanation: string;
+  /**
+   * When allowed for a named upstream: this admission's id, 16 lowercase
+   * hex digits (64 random bits, not guessable from other callers' ids).
+   * Send it back in the Outcome of each call it admitted
+   * (Outcome.admission_id): one id for a grant of several permits, good for
+   * `permits` outcomes. Only an outcome naming a live admission of the same
+   * (profile, upstream) frees a slot of the learned concurrency limit or
+   * moves it (see Outcome.admission_id). An admission lives 120 s (the
+   * bound after which a call that never reported leaves the in-flight
+   * count). Empty when refused, for an empty upstream, and from a daemon
+   * older than this field.
+   */
+  admissionId: string;
 }
 
 /** Outcome is how one dispatch ended. */
@@ -1350,8 +1388,9 @@ export interface Outcome {
   /** True when no HTTP response arrived. */
   transportFailure: boolean;
   /**
-   * How long the dispatch took. Optional; accepted for the executors'
-   * convenience and not used by the pod's state today.
+   * How long the dispatch took. Optional; at most a day. The learned
+   * concurrency limit reads it, for an outcome that names its live
+   * admission (see admission_id).
    */
   latency:
     | Duration
@@ -1377,6 +1416,30 @@ export interface Outcome {
    * mean of the real costs seen stands in). Finite, 0 to 1e9.
    */
   estimatedCost: number;
+  /**
+   * The AdmitResponse.admission_id of the Admit that admitted this call.
+   * Optional; "" = none. Else exactly 16 lowercase hex digits, or the
+   * report is refused with INVALID_ARGUMENT naming the field. Only an
+   * outcome naming a live admission of its (profile, upstream), once per
+   * permit it granted, frees the call's slot of the learned concurrency
+   * limit and moves the limit (its latency, its success); an outcome
+   * without one, or naming an unknown, expired, used-up or other
+   * upstream's admission, does neither. Every outcome still counts for
+   * the breaker, the retry budget, the cool-down and the pace as the
+   * other fields say.
+   */
+  admissionId: string;
+  /**
+   * How long before this report the response was received (or the call
+   * failed). Optional; unset = now. Not negative; at most 60 s, or the
+   * report is refused with INVALID_ARGUMENT naming the field (a runner
+   * holds an outcome far less: it drops one it cannot send within that).
+   * The headers are read as of then: an absolute reset (an RFC 3339 time,
+   * a Unix epoch) or Retry-After date against the daemon's clock less
+   * `age`, and a relative reset or wait as starting `age` ago. Relative,
+   * so no clock is synchronised.
+   */
+  age: Duration | undefined;
 }
 
 export interface Outcome_HeadersEntry {
@@ -2066,6 +2129,7 @@ function createBaseDecideRetryRequest(): DecideRetryRequest {
     capability: "",
     upstream: "",
     profile: "",
+    admissionId: "",
   };
 }
 
@@ -2118,6 +2182,9 @@ export const DecideRetryRequest: MessageFns<DecideRetryRequest> = {
     }
     if (message.profile !== "") {
       writer.uint32(130).string(message.profile);
+    }
+    if (message.admissionId !== "") {
+      writer.uint32(138).string(message.admissionId);
     }
     return writer;
   },
@@ -2266,6 +2333,14 @@ export const DecideRetryRequest: MessageFns<DecideRetryRequest> = {
             message.profile = reader.string();
             continue;
           }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.admissionId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2345,6 +2420,11 @@ export const DecideRetryRequest: MessageFns<DecideRetryRequest> = {
       capability: isSet(object.capability) ? globalThis.String(object.capability) : "",
       upstream: isSet(object.upstream) ? globalThis.String(object.upstream) : "",
       profile: isSet(object.profile) ? globalThis.String(object.profile) : "",
+      admissionId: isSet(object.admissionId)
+        ? globalThis.String(object.admissionId)
+        : isSet(object.admission_id)
+        ? globalThis.String(object.admission_id)
+        : "",
     };
   },
 
@@ -2404,6 +2484,9 @@ export const DecideRetryRequest: MessageFns<DecideRetryRequest> = {
     if (message.profile !== "") {
       obj.profile = message.profile;
     }
+    if (message.admissionId !== "") {
+      obj.admissionId = message.admissionId;
+    }
     return obj;
   },
 
@@ -2438,6 +2521,7 @@ export const DecideRetryRequest: MessageFns<DecideRetryRequest> = {
     message.capability = object.capability ?? "";
     message.upstream = object.upstream ?? "";
     message.profile = object.profile ?? "";
+    message.admissionId = object.admissionId ?? "";
     return message;
   },
 };
@@ -4146,6 +4230,7 @@ function createBaseAdmitResponse(): AdmitResponse {
     permits: 0,
     lease: undefined,
     explanation: "",
+    admissionId: "",
   };
 }
 
@@ -4177,6 +4262,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     }
     if (message.explanation !== "") {
       writer.uint32(74).string(message.explanation);
+    }
+    if (message.admissionId !== "") {
+      writer.uint32(82).string(message.admissionId);
     }
     return writer;
   },
@@ -4266,6 +4354,14 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
             message.explanation = reader.string();
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.admissionId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4297,6 +4393,11 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
       permits: isSet(object.permits) ? globalThis.Number(object.permits) : 0,
       lease: isSet(object.lease) ? Duration.fromJSON(object.lease) : undefined,
       explanation: isSet(object.explanation) ? globalThis.String(object.explanation) : "",
+      admissionId: isSet(object.admissionId)
+        ? globalThis.String(object.admissionId)
+        : isSet(object.admission_id)
+        ? globalThis.String(object.admission_id)
+        : "",
     };
   },
 
@@ -4329,6 +4430,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     if (message.explanation !== "") {
       obj.explanation = message.explanation;
     }
+    if (message.admissionId !== "") {
+      obj.admissionId = message.admissionId;
+    }
     return obj;
   },
 
@@ -4350,6 +4454,7 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
       ? Duration.fromPartial(object.lease)
       : undefined;
     message.explanation = object.explanation ?? "";
+    message.admissionId = object.admissionId ?? "";
     return message;
   },
 };
@@ -4366,6 +4471,8 @@ function createBaseOutcome(): Outcome {
     headers: {},
     cost: 0,
     estimatedCost: 0,
+    admissionId: "",
+    age: undefined,
   };
 }
 
@@ -4400,6 +4507,12 @@ export const Outcome: MessageFns<Outcome> = {
     }
     if (message.estimatedCost !== 0) {
       writer.uint32(81).double(message.estimatedCost);
+    }
+    if (message.admissionId !== "") {
+      writer.uint32(90).string(message.admissionId);
+    }
+    if (message.age !== undefined) {
+      Duration.encode(message.age, writer.uint32(98).fork()).join();
     }
     return writer;
   },
@@ -4500,6 +4613,22 @@ export const Outcome: MessageFns<Outcome> = {
             message.estimatedCost = reader.double();
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.admissionId = reader.string();
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.age = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4549,6 +4678,12 @@ export const Outcome: MessageFns<Outcome> = {
         : isSet(object.estimated_cost)
         ? globalThis.Number(object.estimated_cost)
         : 0,
+      admissionId: isSet(object.admissionId)
+        ? globalThis.String(object.admissionId)
+        : isSet(object.admission_id)
+        ? globalThis.String(object.admission_id)
+        : "",
+      age: isSet(object.age) ? Duration.fromJSON(object.age) : undefined,
     };
   },
 
@@ -4590,6 +4725,12 @@ export const Outcome: MessageFns<Outcome> = {
     if (message.estimatedCost !== 0) {
       obj.estimatedCost = floatToJson(message.estimatedCost);
     }
+    if (message.admissionId !== "") {
+      obj.admissionId = message.admissionId;
+    }
+    if (message.age !== undefined) {
+      obj.age = Duration.toJSON(message.age);
+    }
     return obj;
   },
 
@@ -4618,6 +4759,8 @@ export const Outcome: MessageFns<Outcome> = {
     );
     message.cost = object.cost ?? 0;
     message.estimatedCost = object.estimatedCost ?? 0;
+    message.admissionId = object.admissionId ?? "";
+    message.age = (object.age !== undefined && object.age !== null) ? Duration.fromPartial(object.age) : undefined;
     return message;
   },
 };

@@ -37,6 +37,7 @@ from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk.wire import (
+    admission_id,
     admission_message,
     admit_args,
     attempt_state,
@@ -147,8 +148,9 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         reports (it counts for the whole pod; callers need not report it
         again) and the step's deadline."""
         state = attempt_state(request)
+        admitted = admission_id(request.admission_id)
         decision = decide(state, profile, self._clock, self._rng, policy.max_body_bytes)
-        return decision, failed_attempt(state, decision, self._clock), state.deadline
+        return decision, failed_attempt(state, decision, self._clock, admitted), state.deadline
 
     async def _decide(
         self,

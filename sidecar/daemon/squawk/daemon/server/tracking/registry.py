@@ -82,6 +82,8 @@ from squawk.policy.pacer import SHARED_SOURCES, hold_at_most, pace_source
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
 
+from .admissions import Admissions
+
 __all__ = ["NO_PACE", "Key", "PaceChange", "Transition", "UpstreamView", "Upstreams", "pinned_keys"]
 
 Key = tuple[str, str]  # (profile name, upstream)
@@ -208,6 +210,8 @@ class Upstreams:
         self._full_until = float("-inf")
         # Per profile: the one state of every name it could not track.
         self._overflow: dict[str, UpstreamState] = {}
+        # The tracked keys' live admissions, which outcomes name (admissions.py).
+        self.admissions = Admissions()
         self._pin(policy, clock())
 
     def use_policy(self, policy: Policy) -> None:
@@ -264,6 +268,7 @@ class Upstreams:
         entry = table.pop(key)
         del self._order[bisect.bisect_left(self._order, entry.seq)]
         del self._keys[entry.seq]
+        self.admissions.drop(key)
         if self._on_forget is not None:
             self._on_forget(*key)
 
@@ -373,6 +378,10 @@ class Upstreams:
         elif admission.reason is Reason.UPSTREAM_SATURATED:
             entry.shed += 1
         self._look_at_pace(key, entry, config, now)
+        if admission.allowed:
+            admitted = self.admissions.add(key, now, admission.permits)
+            # Built, not _replace()d: a third of the cost, on every Admit.
+            admission = Admission(*admission[:-1], admitted)
         return admission
 
     def would_admit(
@@ -420,7 +429,8 @@ class Upstreams:
             state = self._overflow_state(profile.name, config, now)
             self._overflow[profile.name] = record_outcome(state, config, now, _unhinted(outcome))
             return
-        self._store(key, entry, record_outcome(entry.state, config, now, outcome), now)
+        at = self._admitted(key, outcome, now)
+        self._store(key, entry, record_outcome(entry.state, config, now, outcome, at), now)
         entry.throttled += is_throttled(outcome)
         self._look_at_pace(key, entry, config, now)
 
@@ -444,7 +454,8 @@ class Upstreams:
             outcome = _unhinted(outcome)
         else:
             state = entry.state
-        state = record_outcome(state, config, now, outcome)
+        at = None if entry is None else self._admitted(key, outcome, now)
+        state = record_outcome(state, config, now, outcome, at)
         state, decision = guard_retry(state, config, now, decision, deadline, self.rng)
         if entry is None:
             self._overflow[profile.name] = state
@@ -453,6 +464,14 @@ class Upstreams:
             entry.throttled += is_throttled(outcome)
             self._look_at_pace(key, entry, config, now)
         return decision
+
+    def _admitted(self, key: Key, outcome: Outcome, now: float) -> float | None:
+        """When the call of `outcome` was admitted, when it names a live
+        admission of `key` (admissions.py); None otherwise, and then the
+        concurrency limit does not read it (squawk.policy.aimd)."""
+        if not outcome.admission_id:
+            return None
+        return self.admissions.use(key, outcome.admission_id, now)
 
     def _overflow_state(self, profile: str, config: UpstreamConfig, now: float) -> UpstreamState:
         """The profile's overflow state, with time's own step taken."""
