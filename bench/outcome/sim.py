@@ -71,9 +71,11 @@ def _go_duration(seconds: float) -> str:
     return f"{int(minutes)}m{rest:g}s" if minutes else f"{rest:g}s"
 
 
-def _headers(dialect: str, now: float, tokens: float, cap: float, rate: float) -> dict[str, str]:
+def _headers(
+    dialect: str, now: float, tokens: float, cap: float, rate: float, draw: float
+) -> dict[str, str]:
     """The headers an upstream of `dialect` sends with `tokens` of `cap`
-    left at `now`, refilling at `rate`."""
+    left at `now`, refilling at `rate`; `draw` in [0, 1) picks a lie."""
     left = max(0, int(tokens))
     full_in = (cap - tokens) / rate
     if dialect == "openai":
@@ -99,7 +101,7 @@ def _headers(dialect: str, now: float, tokens: float, cap: float, rate: float) -
         }
     if dialect == "lying":
         # A huge quota on most answers, one call left for a day on one in ten.
-        lie = hash(round(now, 6)) % 10 == 0
+        lie = draw < 0.1
         return {
             "x-ratelimit-limit": "1000000",
             "x-ratelimit-remaining": "1" if lie else "999999",
@@ -227,7 +229,7 @@ def simulate(
         ok = world.call(now)
         hint = None
         if dialect:
-            headers = _headers(dialect, now, world.tokens, world.cap, cap_at(now))
+            headers = _headers(dialect, now, world.tokens, world.cap, cap_at(now), rng.random())
             hint = rate_limit_hint(headers, EPOCH + now)
         if storm and ok and warm <= now < warm + hot and rng.random() < 0.5:
             ok, outcome = False, Outcome(False, storm)

@@ -84,6 +84,9 @@ class HeaderQuota(NamedTuple):
     # read since.
     level: float = 0.0
     lowest: float = 1.0
+    # The end of the hold the last spent reading set: a reading with calls
+    # left again ends it (not a cool-down handed over, see hold).
+    spent_until: float = -math.inf
 
 
 def read(
@@ -111,7 +114,7 @@ def read(
             quota = quota._replace(lowest=calls.level, boosted_at=now)
     if calls is not None and calls.unused:
         if binding:
-            quota = _unused(quota, now, quiet, calls.level)
+            quota = _unused(quota, now, quiet, calls.level, calls.window)
         if not calls.rate:
             return quota  # a refilling quota at least half full: no bound
     if tokens is not None and tokens.unused and not tokens.rate:
@@ -119,7 +122,13 @@ def read(
     if calls is None and tokens is None:
         return quota
     hold_s = min(max(calls.hold if calls else 0.0, tokens.hold if tokens else 0.0), max_hold)
-    hold_until = max(quota.hold_until, now + hold_s) if hold_s else quota.hold_until
+    hold_until, spent_until = quota.hold_until, quota.spent_until
+    if hold_s:
+        hold_until, spent_until = max(hold_until, now + hold_s), now + hold_s
+    elif hold_until == spent_until > now:
+        # Calls left again (a window that started over, a reset read
+        # rounded up): the quota's own hold ends.
+        hold_until = spent_until = now
     bound, before, bound_at, lifted = 0.0, 0.0, now, 0.0
     if calls is not None:
         # A refilling quota's reading bounds its rate from below (see
@@ -151,6 +160,7 @@ def read(
         quota.boosted_at,
         quota.level,
         quota.lowest,
+        spent_until,
     )
 
 
@@ -166,7 +176,9 @@ def _bounds(quota: HeaderQuota, now: float, reading: float) -> tuple[float, floa
     return reading, 0.0, now
 
 
-def _unused(quota: HeaderQuota, now: float, quiet: float, level: float) -> HeaderQuota:
+def _unused(
+    quota: HeaderQuota, now: float, quiet: float, level: float, window: float
+) -> HeaderQuota:
     """`quota` after a reading of a request quota at least half left
     (`level` of it) while its pace is in force. When it never fell under
     half since the pace last rose, and is no lower than then, the pace
@@ -174,8 +186,11 @@ def _unused(quota: HeaderQuota, now: float, quiet: float, level: float) -> Heade
     prove is below the true one; a reset that is not the window's says
     little): it rises by BOOST each BOOST_EVERY, up to MAX_BOOST times what
     the readings prove, and holds on. A window spent within itself and full
-    again at its reset, or a quota draining, does not rise."""
-    if now >= quota.until or quota.bound <= 0.0 or now - quota.boosted_at < BOOST_EVERY:
+    again at its reset (the least is read over a whole `window`), or a
+    quota draining, does not rise."""
+    if now >= quota.until or quota.bound <= 0.0:
+        return quota
+    if now - quota.boosted_at < max(BOOST_EVERY, window):
         return quota
     if level < quota.level or quota.lowest < 0.5:
         return quota._replace(level=level, lowest=level, boosted_at=now)
@@ -216,6 +231,9 @@ class _Reading(NamedTuple):
     # is nearly spent (LOW of it left, or less).
     level: float = -1.0
     low: bool = False
+    # The quota's window (seconds, 0 = none named): how long its readings
+    # take to say it went unused.
+    window: float = 0.0
 
     @property
     def unused(self) -> bool:
@@ -277,4 +295,4 @@ def _quota_rate(quota: Quota | None) -> _Reading | None:
         return _Reading(rate, hold_s, burst)
     assert limit is not None
     level = remaining / limit if limit else 1.0
-    return _Reading(rate, hold_s, burst, level, remaining < max(1.0, LOW * limit))
+    return _Reading(rate, hold_s, burst, level, remaining < max(1.0, LOW * limit), window)

@@ -221,16 +221,18 @@ def observe(
         )
     if sample.hint is not None:
         # As of when the response came: its resets count from then. The
-        # pace binds when calls already wait for their slots: only then
-        # does a quota left unused say the pace is too low.
+        # pace binds when it refuses calls or they wait past the short
+        # queue's limit: only then does a quota left unused say the pace is
+        # too low (under it, the demand is).
         read_at = now - sample.age
+        queue = pacer.queue
         quota = header_quota.read(
             quota,
             sample.hint,
             read_at,
             config._quiet_s,
             seconds(max_hold),
-            binding=spaced.tat >= now,
+            binding=queue.shed_until >= now or queue.above_since <= now,
         )
     admitted_at = sample.admitted_at
     if (
