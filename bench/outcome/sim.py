@@ -59,6 +59,7 @@ DIALECTS = {
     "anthropic-m": (60.0, "anthropic"),
     "ietf": (1.0, "ietf"),
     "coarse": (1.0, "coarse"),
+    "lying": (1.0, "lying"),
 }
 
 
@@ -70,9 +71,11 @@ def _go_duration(seconds: float) -> str:
     return f"{int(minutes)}m{rest:g}s" if minutes else f"{rest:g}s"
 
 
-def _headers(dialect: str, now: float, tokens: float, cap: float, rate: float) -> dict[str, str]:
+def _headers(
+    dialect: str, now: float, tokens: float, cap: float, rate: float, draw: float
+) -> dict[str, str]:
     """The headers an upstream of `dialect` sends with `tokens` of `cap`
-    left at `now`, refilling at `rate`."""
+    left at `now`, refilling at `rate`; `draw` in [0, 1) picks a lie."""
     left = max(0, int(tokens))
     full_in = (cap - tokens) / rate
     if dialect == "openai":
@@ -89,17 +92,27 @@ def _headers(dialect: str, now: float, tokens: float, cap: float, rate: float) -
             "anthropic-ratelimit-requests-remaining": str(left),
             "anthropic-ratelimit-requests-reset": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
-    next_token = 0.0 if tokens >= 1.0 else (1.0 - tokens) / rate
     if dialect == "ietf":
+        # A fixed window of one second: t is the whole seconds to its end,
+        # rounded up (bench/upstream-go's).
         return {
-            "ratelimit": f'"default";r={left};t={math.ceil(full_in)}',
-            "ratelimit-policy": f'"default";q={int(cap)};w={math.ceil(cap / rate)}',
+            "ratelimit": f'"default";r={left};t={math.ceil(math.floor(now) + 1 - now)}',
+            "ratelimit-policy": f'"default";q={int(cap)};w=1',
         }
-    # coarse: whole seconds until the next token, rounded up.
+    if dialect == "lying":
+        # A huge quota on most answers, one call left for a day on one in ten.
+        lie = draw < 0.1
+        return {
+            "x-ratelimit-limit": "1000000",
+            "x-ratelimit-remaining": "1" if lie else "999999",
+            "x-ratelimit-reset": "86400" if lie else "1",
+        }
+    # coarse: whole seconds until the next token, rounded up (0 when full).
+    next_token = math.ceil((math.floor(tokens) + 1 - tokens) / rate) if tokens < cap else 0
     return {
         "x-ratelimit-limit": str(int(cap)),
         "x-ratelimit-remaining": str(left),
-        "x-ratelimit-reset": str(math.ceil(next_token)),
+        "x-ratelimit-reset": str(next_token),
     }
 
 
@@ -129,12 +142,18 @@ class _World:
     cap: float
     tokens: float
     last: float = 0.0
+    # A fixed window of one second that starts over, not a bucket (ietf).
+    fixed: bool = False
     state: UpstreamState = field(default_factory=UpstreamState)
     served: list[float] = field(default_factory=list)
     sent: list[float] = field(default_factory=list)
 
     def call(self, now: float) -> bool:
-        self.tokens = min(self.cap, self.tokens + (now - self.last) * self.capacity(now))
+        if self.fixed:
+            if math.floor(now) > math.floor(self.last):
+                self.tokens = self.capacity(now)
+        else:
+            self.tokens = min(self.cap, self.tokens + (now - self.last) * self.capacity(now))
         self.last = now
         self.sent.append(now)
         if self.tokens >= 1.0:
@@ -172,7 +191,7 @@ def simulate(
     def cap_at(now: float) -> float:
         return capacity / 2 if halving and warm <= now < warm + hot else capacity
 
-    world = _World(cap_at, capacity * bucket_s, capacity * bucket_s)
+    world = _World(cap_at, capacity * bucket_s, capacity * bucket_s, fixed=dialect == "ietf")
     if dialect:
         world.tokens = capacity  # a second's worth: the quota is in use
     events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
@@ -210,7 +229,7 @@ def simulate(
         ok = world.call(now)
         hint = None
         if dialect:
-            headers = _headers(dialect, now, world.tokens, world.cap, cap_at(now))
+            headers = _headers(dialect, now, world.tokens, world.cap, cap_at(now), rng.random())
             hint = rate_limit_hint(headers, EPOCH + now)
         if storm and ok and warm <= now < warm + hot and rng.random() < 0.5:
             ok, outcome = False, Outcome(False, storm)

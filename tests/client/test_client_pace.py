@@ -243,7 +243,9 @@ def test_the_rate_limit_headers_of_a_success_set_the_daemons_pace(daemon: Daemon
     with SquawkClient(daemon.target, call_timeout=TIMEOUT) as reader:
         (row,) = reader.get_upstreams(upstream="announces")
     assert row.pace_source == pb.PACE_SOURCE_HEADERS
-    assert row.rate == pytest.approx(100)
+    # (600 - 199 - 1) calls refilled by a reset written in whole seconds:
+    # by 5 s at the latest, so at least 80/s.
+    assert row.rate == pytest.approx(80)
 
 
 def _flood(result: str) -> dict[str, str]:

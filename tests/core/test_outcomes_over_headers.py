@@ -16,12 +16,18 @@ import pytest
 
 from squawk.policy import (
     Outcome,
+    Pacer,
+    PaceSample,
     PaceSource,
     Quota,
+    RateLimitConfig,
     RateLimitHint,
     UpstreamConfig,
     UpstreamState,
     admit,
+    observe,
+    pace,
+    pacer_snapshot,
     record_outcome,
     upstream_snapshot,
 )
@@ -71,3 +77,58 @@ def test_a_whole_second_reset_is_read_as_a_second_wide() -> None:
     view = upstream_snapshot(state, config, 0.0).pace
     assert view.source is PaceSource.HEADERS
     assert view.rate == pytest.approx(18 / 1.1)
+
+
+def _reading(limit: float, remaining: float, reset: float, *, refills: bool) -> RateLimitHint:
+    return RateLimitHint(Quota(limit, remaining, timedelta(seconds=reset), None, refills), None)
+
+
+def _rate(pacer: Pacer, now: float) -> float:
+    return pacer_snapshot(pacer, RateLimitConfig(), now).rate
+
+
+def test_a_quota_left_unused_while_calls_wait_lifts_the_pace_and_only_then() -> None:
+    # A bucket of 100 read at (100 - 40 - 1) / 6 s = 9.83/s, then read at
+    # least half full every 0.1 s: the pace leaves it unused. While calls
+    # wait for the pace (one asked 10 times a slot), it rises by a quarter
+    # each 0.5 s; while none waits, the demand is what leaves it unused, and
+    # it stays.
+    config = RateLimitConfig()
+    base = observe(Pacer(), config, 0.0, _ok(_reading(100, 40, 6, refills=True)))
+    full = _ok(_reading(100, 80, 1, refills=True))
+    idle, busy = base, base
+    for i in range(1, 21):  # 2 s of readings
+        now = i / 10
+        idle = observe(idle, config, now, full)
+        for _ in range(10):
+            busy, _ = pace(busy, config, now, deadline=timedelta(seconds=30))
+        busy = observe(busy, config, now, full)
+    assert _rate(idle, 2.0) == pytest.approx(59 / 6)
+    # Four rises (at 0.5, 1.0, 1.5 and 2.0 s of waiting calls): 1.25^4 x.
+    assert _rate(busy, 2.0) == pytest.approx(59 / 6 * 1.25**4, rel=0.3)
+    assert _rate(busy, 2.0) > 1.5 * 59 / 6
+
+
+def test_a_spent_quotas_hold_ends_when_a_reading_has_calls_left() -> None:
+    # An IETF-style window spent, reset written as 1 s (rounded up): nothing
+    # starts for up to 1 s. A reading 0.2 s later with 19 left (the window
+    # started over) ends that hold at once: it was the quota's own.
+    config = RateLimitConfig()
+    spent = observe(Pacer(), config, 0.0, _ok(_reading(20, 0, 1, refills=False)))
+    assert pace(spent, config, 0.2)[1].wait == timedelta(milliseconds=800)
+    again = observe(spent, config, 0.2, _ok(_reading(20, 19, 1, refills=False)))
+    assert pace(again, config, 0.2)[1].wait == timedelta(0)
+
+
+def test_one_reading_that_lies_low_is_masked_by_the_readings_before_it() -> None:
+    # A window read at 0.95 x 20 / 1 s = 19/s, then one answer saying one
+    # call left for a day: the pace stays the largest of the last readings
+    # (a lone lie cannot space the next start 5 minutes away).
+    config = RateLimitConfig()
+    p = observe(Pacer(), config, 0.0, _ok(_reading(1000, 20, 1, refills=False)))
+    p = observe(p, config, 0.1, _ok(_reading(1000, 1, 86400, refills=False)))
+    assert _rate(p, 0.1) == pytest.approx(0.95 * 20 / 1)
+
+
+def _ok(hint: RateLimitHint) -> PaceSample:
+    return PaceSample(throttled=False, success=True, counted=True, hint=hint)

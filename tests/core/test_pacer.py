@@ -182,18 +182,21 @@ def test_a_header_pace_spaces_starts_and_lapses_after_quiet() -> None:
 
 
 def test_a_header_pace_starts_what_the_quota_has_left_at_once() -> None:
-    # GitHub: 4,900 of 5,000 left for an hour: 0.95 x 4900 / 3600 = 1.29/s,
-    # and a burst of floor(0.95 x 4900) = 4655. A burst of 100 calls with
-    # 30 s deadlines all start at once (a burst of 1 refused 96 of them).
+    # GitHub: 4,900 of 5,000 left for an hour: 0.95 x 4900 / 3600 = 1.293/s,
+    # and a burst of what that pace leaves of the 4,900 by the reset:
+    # floor(4900 - 1.293 x 3600) = 245. A burst of 100 calls with 30 s
+    # deadlines all start at once (a burst of 1 refused 96 of them).
     github = _hint(5000, 4900, 3600)
     p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=github))
     for _ in range(100):
         p, granted = pace(p, NOTHING, 0.0, deadline=timedelta(seconds=30))
         assert (granted.allowed, granted.wait) == (True, timedelta(0))
-    # 3 left for 10 s: 0.285/s (slots of 3.509 s), a burst of floor(2.85) = 2;
-    # the third start is one slot after the burst, past the 1 s queue.
+    # 3 left for 10 s: 0.285/s (slots of 3.509 s), which sends 2.85 of the 3
+    # by the reset: no burst beyond the one start (a burst of 2 on top of
+    # the pace would spend more than is left); the second start is a slot
+    # later, past the 1 s queue.
     p = observe(Pacer(), NOTHING, 0.0, OK._replace(hint=_hint(100, 3, 10)))
-    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, 0, -1]
+    assert _waits(NOTHING, [0.0, 0.0, 0.0], p) == [0, -1, -1]
 
 
 @pytest.mark.parametrize(

@@ -80,39 +80,69 @@ class HeaderQuota(NamedTuple):
     bound_at: float = -math.inf
     lifted: float = 0.0
     boosted_at: float = -math.inf
-    # The share of the quota left when the pace last rose.
+    # The share of the quota left when the pace last rose, and the least
+    # read since.
     level: float = 0.0
+    lowest: float = 1.0
+    # The end of the hold the last spent reading set: a reading with calls
+    # left again ends it (not a cool-down handed over, see hold).
+    spent_until: float = -math.inf
 
 
 def read(
-    quota: HeaderQuota, hint: RateLimitHint, now: float, quiet: float, max_hold: float
+    quota: HeaderQuota,
+    hint: RateLimitHint,
+    now: float,
+    quiet: float,
+    max_hold: float,
+    *,
+    binding: bool = False,
 ) -> HeaderQuota:
     """`quota` after one reading of the headers at `now`; `quiet`: how long
     it holds (seconds), `max_hold`: the longest hold (the upstream's
-    max_cool_down, at most MAX_HOLD)."""
+    max_cool_down, at most MAX_HOLD); `binding`: calls wait for the pace's
+    slots (a quota left unused then says the pace is too low)."""
     calls = _quota_rate(hint.requests)
     tokens = _quota_rate(hint.tokens)
-    if calls is not None and calls.rate < 0.0:
-        return _unused(quota, now, quiet, -calls.rate)
-    if tokens is not None and tokens.rate < 0.0:
+    if calls is not None and calls.level >= 0.0:
+        # The least share left read while the pace binds, over at least
+        # BOOST_EVERY: a quota left unused while nothing waits says nothing
+        # of the pace.
+        if binding:
+            quota = quota._replace(lowest=min(quota.lowest, calls.level))
+        else:
+            quota = quota._replace(lowest=calls.level, boosted_at=now)
+    if calls is not None and calls.unused:
+        if binding:
+            quota = _unused(quota, now, quiet, calls.level, calls.window)
+        if not calls.rate:
+            return quota  # a refilling quota at least half full: no bound
+    if tokens is not None and tokens.unused and not tokens.rate:
         tokens = None
     if calls is None and tokens is None:
         return quota
     hold_s = min(max(calls.hold if calls else 0.0, tokens.hold if tokens else 0.0), max_hold)
-    hold_until = max(quota.hold_until, now + hold_s) if hold_s else quota.hold_until
+    hold_until, spent_until = quota.hold_until, quota.spent_until
+    if hold_s:
+        hold_until, spent_until = max(hold_until, now + hold_s), now + hold_s
+    elif hold_until == spent_until > now:
+        # Calls left again (a window that started over, a reset read
+        # rounded up): the quota's own hold ends.
+        hold_until = spent_until = now
     bound, before, bound_at, lifted = 0.0, 0.0, now, 0.0
-    rate = calls.rate if calls else 0.0
-    if calls is not None and hint.requests is not None and hint.requests.refills:
-        # Every reading of a refilling quota bounds its rate from below (see
-        # _quota_rate); the pace is the largest bound of the last second or
-        # two, which nears the true rate as the readings' rounding differs
-        # and forgets it soon after the upstream's rate drops.
+    if calls is not None:
+        # A refilling quota's reading bounds its rate from below (see
+        # _quota_rate), a window's reads the pace that spends what is left
+        # by its reset; the pace is the largest of the last half to whole
+        # HEADER_MEMORY, which nears the true rate as the readings'
+        # rounding differs, masks a reading that lies low, and forgets it
+        # all soon after the upstream's rate drops. Outcomes lift it.
         bound, before, bound_at = _bounds(quota, now, calls.rate)
         lifted = quota.lifted
         if calls.low and now - quota.boosted_at >= BOOST_EVERY:
-            # Nearly spent: the pace sends more than the quota refills.
+            # Nearly spent: the pace sends more than the quota allows.
             lifted, quota = lifted / SETTLE_DOWN, quota._replace(boosted_at=now)
-        rate = max(bound, before, lifted)
+    rate = max(bound, before, lifted)
     token_rate = tokens.rate if tokens else 0.0
     if tokens is not None and hint.tokens is not None and hint.tokens.refills:
         recent = now - (quota.until - quiet) < HEADER_MEMORY
@@ -129,6 +159,8 @@ def read(
         lifted,
         quota.boosted_at,
         quota.level,
+        quota.lowest,
+        spent_until,
     )
 
 
@@ -144,21 +176,28 @@ def _bounds(quota: HeaderQuota, now: float, reading: float) -> tuple[float, floa
     return reading, 0.0, now
 
 
-def _unused(quota: HeaderQuota, now: float, quiet: float, level: float) -> HeaderQuota:
-    """`quota` after a reading of a refilling request quota at least half
-    full (`level` of it left) while its pace is in force. No lower than at
-    the pace's last rise, the pace leaves capacity unused (the least refill
-    rate its readings can prove is below the true one): it rises by BOOST
-    each BOOST_EVERY, up to MAX_BOOST times that rate, and holds on. Lower,
-    the pace already sends more than the quota refills: it holds."""
+def _unused(
+    quota: HeaderQuota, now: float, quiet: float, level: float, window: float
+) -> HeaderQuota:
+    """`quota` after a reading of a request quota at least half left
+    (`level` of it) while its pace is in force. When it never fell under
+    half since the pace last rose, and is no lower than then, the pace
+    leaves capacity unused (the least refill rate a bucket's readings can
+    prove is below the true one; a reset that is not the window's says
+    little): it rises by BOOST each BOOST_EVERY, up to MAX_BOOST times what
+    the readings prove, and holds on. A window spent within itself and full
+    again at its reset (the least is read over a whole `window`), or a
+    quota draining, does not rise."""
     if now >= quota.until or quota.bound <= 0.0:
         return quota
-    if level < quota.level or now - quota.boosted_at < BOOST_EVERY:
+    if now - quota.boosted_at < max(BOOST_EVERY, window):
         return quota
+    if level < quota.level or quota.lowest < 0.5:
+        return quota._replace(level=level, lowest=level, boosted_at=now)
     proven = max(quota.bound, quota.bound_before)
     lifted = min(quota.rate * BOOST, MAX_BOOST * proven, MAX_RATE)
     return quota._replace(
-        rate=lifted, lifted=lifted, boosted_at=now, until=now + quiet, level=level
+        rate=lifted, lifted=lifted, boosted_at=now, until=now + quiet, level=level, lowest=level
     )
 
 
@@ -185,17 +224,21 @@ def bounded_seconds(value: timedelta | None) -> float:
 
 
 class _Reading(NamedTuple):
-    rate: float  # units/s, 0 = only the hold
+    rate: float  # units/s, 0 = only the hold (or, unused, nothing known)
     hold: float  # seconds nothing may start, 0 = none
     burst: float  # calls that may start together
-    # A refilling quota nearly spent (LOW of it left, or less).
+    # The share of the quota left (-1: no limit to share), and whether it
+    # is nearly spent (LOW of it left, or less).
+    level: float = -1.0
     low: bool = False
+    # The quota's window (seconds, 0 = none named): how long its readings
+    # take to say it went unused.
+    window: float = 0.0
 
-
-def _unused_reading(level: float) -> _Reading:
-    """A refilling quota at least half full (`level` of it left): not what
-    limits the calls now."""
-    return _Reading(-level, 0.0, 1.0)
+    @property
+    def unused(self) -> bool:
+        """At least half the quota is left: not what limits the calls now."""
+        return self.level >= 0.5
 
 
 def _quota_rate(quota: Quota | None) -> _Reading | None:
@@ -227,11 +270,11 @@ def _quota_rate(quota: Quota | None) -> _Reading | None:
             # At least half full: it is not what limits the calls now, and
             # with few calls used the rounding makes the least refill rate
             # far too low ((2 - 1) / reset for a bucket refilling 2 / reset).
-            return _unused_reading(remaining / limit if limit else 1.0)
+            return _Reading(0.0, 0.0, burst, remaining / limit if limit else 1.0)
         refill = (used - 1.0) / latest
         rate = min(max(refill, MIN_HEADER_RATE), MAX_TOKEN_RATE)
         hold_s = min(1.0 / refill, MAX_HOLD_S) if remaining < 1.0 else 0.0
-        return _Reading(rate, hold_s, burst, remaining < max(1.0, LOW * limit))
+        return _Reading(rate, hold_s, burst, remaining / limit, remaining < max(1.0, LOW * limit))
     rates = []
     if reset:
         rates.append(remaining / latest)
@@ -244,4 +287,12 @@ def _quota_rate(quota: Quota | None) -> _Reading | None:
     best = max(rates)
     rate = min(max(HEADER_HEADROOM * best, MIN_HEADER_RATE), MAX_TOKEN_RATE) if best else 0.0
     hold_s = min(reset, MAX_HOLD_S) if remaining < 1.0 else 0.0
-    return _Reading(rate, hold_s, burst)
+    # What may start together: what is left beyond what the pace itself
+    # sends until the reset (a window of 20 a second read as 19/s and a
+    # burst of 19 would send 38 in it), at least one.
+    burst = max(1.0, min(burst, math.floor(remaining - rate * latest)))
+    if not known:
+        return _Reading(rate, hold_s, burst)
+    assert limit is not None
+    level = remaining / limit if limit else 1.0
+    return _Reading(rate, hold_s, burst, level, remaining < max(1.0, LOW * limit), window)

@@ -220,9 +220,20 @@ def observe(
             spaced, rates, now, sample.cost, sample.estimated, config._max_wait_s
         )
     if sample.hint is not None:
-        # As of when the response came: its resets count from then.
+        # As of when the response came: its resets count from then. The
+        # pace binds when it refuses calls or they wait past the short
+        # queue's limit: only then does a quota left unused say the pace is
+        # too low (under it, the demand is).
         read_at = now - sample.age
-        quota = header_quota.read(quota, sample.hint, read_at, config._quiet_s, seconds(max_hold))
+        queue = pacer.queue
+        quota = header_quota.read(
+            quota,
+            sample.hint,
+            read_at,
+            config._quiet_s,
+            seconds(max_hold),
+            binding=queue.shed_until >= now or queue.above_since <= now,
+        )
     admitted_at = sample.admitted_at
     if (
         config.concurrency
