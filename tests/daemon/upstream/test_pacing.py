@@ -396,7 +396,8 @@ def test_throttling_outcomes_switch_a_learned_pace_on(learning: Stub) -> None:
 
 def test_rate_limit_headers_on_a_success_set_the_pace(learning: Stub) -> None:
     name = "announces"
-    # 401 of 600 used, refilled in 4 s: at least (401 - 1) / 4 s = 100/s.
+    # 401 of 600 used, refilled in 4 s written in whole seconds (so by 5 s
+    # at the latest): at least (401 - 1) / 5 s = 80/s.
     headers = {
         "x-ratelimit-limit-requests": "600",
         "x-ratelimit-remaining-requests": "199",
@@ -406,7 +407,7 @@ def test_rate_limit_headers_on_a_success_set_the_pace(learning: Stub) -> None:
     learning.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[success]), timeout=5)
     row = _row(learning, "default", name)
     assert row.pace_source == pb.PACE_SOURCE_HEADERS
-    assert row.rate == pytest.approx(100)
+    assert row.rate == pytest.approx(80)
 
 
 def test_a_report_reads_the_rate_limit_headers_of_its_first_100_outcomes_that_carry_any(
@@ -633,7 +634,8 @@ def test_a_later_true_reading_takes_over_from_a_lie_at_once(learning: Stub) -> N
     assert all(r.allowed and r.wait.ToTimedelta() <= MAX_QUEUE_DELAY for r in replies)
     row = _row(learning, "default", name)
     assert row.pace_source == pb.PACE_SOURCE_HEADERS
-    assert row.rate == pytest.approx(1.9)
+    # 95 % of 4000 left over a reset of 2000 whole seconds (2001 at most).
+    assert row.rate == pytest.approx(0.95 * 4000 / 2001)
 
 
 def test_one_cost_outlier_does_not_price_every_cost_less_admit(

@@ -304,8 +304,9 @@ def record_outcome(
     )
     # Who answers a throttle (docs/upstreams.md §Pacing): a learned pace's
     # cut, unless its Retry-After is past CLOSED_AFTER (the upstream is
-    # closed, not full); the quota it carries, when it has no Retry-After;
-    # else the cool-down. A Retry-After wins over a quota, as GitHub
+    # closed, not full) or it carries its quota too (the upstream said all
+    # it knows: the fleet, which learns no pace, cools the same); the quota
+    # it carries, when it has no Retry-After; else the cool-down. A Retry-After wins over a quota, as GitHub
     # documents for its secondary limits (a 403 or 429 whose
     # x-ratelimit-remaining is not 0): the quota does not say why the
     # upstream refused, the Retry-After says how long; and the fleet's
@@ -314,12 +315,14 @@ def record_outcome(
     pacer = _pacer.observe(
         state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
     )
+    spoke = outcome.hint is not None  # the upstream named its quota
     learned = (
         throttled
         and not _closed(outcome.retry_after)
+        and not (spoke and outcome.retry_after is not None)
         and _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.LEARNED
     )
-    if throttled and outcome.hint is not None and outcome.retry_after is None:
+    if throttled and spoke and outcome.retry_after is None:
         learned = learned or (
             _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.HEADERS
         )
