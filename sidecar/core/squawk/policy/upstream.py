@@ -304,13 +304,13 @@ def record_outcome(
     )
     # Who answers a throttle (docs/upstreams.md §Pacing): a learned pace's
     # cut, unless its Retry-After is past CLOSED_AFTER (the upstream is
-    # closed, not full) or it carries its quota too (the upstream said all
-    # it knows: the fleet, which learns no pace, cools the same); the quota
-    # it carries, when it has no Retry-After; else the cool-down. A Retry-After wins over a quota, as GitHub
-    # documents for its secondary limits (a 403 or 429 whose
-    # x-ratelimit-remaining is not 0): the quota does not say why the
-    # upstream refused, the Retry-After says how long; and the fleet's
-    # store reads the same outcome the same way (squawk.policy.fleet.outcome).
+    # closed, not full) or it carries its quota too; the quota it carries,
+    # when it has no Retry-After; else the cool-down. A Retry-After wins
+    # over a quota, as GitHub documents for its secondary limits (a 403 or
+    # 429 whose x-ratelimit-remaining is not 0): the quota does not say why
+    # the upstream refused, the Retry-After says how long; and the fleet's
+    # store, which learns no pace, reads the same outcome the same way
+    # (squawk.policy.fleet.outcome).
     was_learned = _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
     pacer = _pacer.observe(
         state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
