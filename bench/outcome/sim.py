@@ -53,6 +53,7 @@ EPOCH = 1_714_564_800.0  # the simulated clock's zero, as a wall time
 # holds that many seconds of C and refills continuously (OpenAI, Anthropic)
 # or is a window that starts over (ietf, coarse).
 DIALECTS = {
+    "openai-h": (BURST_S, "openai"),
     "openai-s": (1.0, "openai"),
     "openai-m": (60.0, "openai"),
     "anthropic-s": (1.0, "anthropic"),

@@ -70,6 +70,7 @@ from .outcome import (
     verdict,
 )
 from .pacer import Pacer, PaceSample, PaceSnapshot, RateLimitConfig
+from .ratelimit import RateLimitHint
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
 from .shed import Shed
 from .timing import time_left
@@ -304,7 +305,7 @@ def record_outcome(
     )
     # Who answers a throttle (docs/upstreams.md §Pacing): a learned pace's
     # cut, unless its Retry-After is past CLOSED_AFTER (the upstream is
-    # closed, not full) or it carries its quota too; the quota it carries,
+    # closed, not full) or comes with a quota not spent; the quota it carries,
     # when it has no Retry-After; else the cool-down. A Retry-After wins
     # over a quota, as GitHub documents for its secondary limits (a 403 or
     # 429 whose x-ratelimit-remaining is not 0): the quota does not say why
@@ -319,7 +320,7 @@ def record_outcome(
     learned = (
         throttled
         and not _closed(outcome.retry_after)
-        and not (spoke and outcome.retry_after is not None)
+        and not (outcome.retry_after is not None and _unspent(outcome.hint))
         and _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.LEARNED
     )
     if throttled and spoke and outcome.retry_after is None:
@@ -339,6 +340,16 @@ def record_outcome(
             until, now, outcome.retry_after, config.share_retry_after, config.max_cool_down
         )
     return _with(state, breaker=breaker, budget=budget, cool_until=until, pacer=pacer)
+
+
+def _unspent(hint: RateLimitHint | None) -> bool:
+    """Whether the quota a throttle carries says calls are left (GitHub's
+    secondary limits: a refusal while x-ratelimit-remaining is not 0), so
+    its Retry-After, not the quota or a pace, says why and how long."""
+    if hint is None:
+        return False
+    quota = hint.requests or hint.tokens
+    return quota is not None and quota.remaining is not None and quota.remaining >= 1.0
 
 
 def _closed(retry_after: timedelta | None) -> bool:
