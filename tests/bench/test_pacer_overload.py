@@ -47,7 +47,7 @@ def test_the_learned_pace_follows_a_capacity_that_halves() -> None:
     # refuses without headers (the 10x row), and the first throttles of an
     # overload meet no pace at all: not met yet, held to where it is.
     # "openai-h" is the benchmark's older half-second bucket, with its own
-    # goal (the 10x rows of test_the_learned_pace_serves...).
+    # goal, checked by make bench-outcome's "headers" variant.
     [
         (d, 0.12, 2.0) if d == "lying" else (d, 0.02, 1.1)
         for d in sorted(DIALECTS)
