@@ -46,7 +46,13 @@ def test_the_learned_pace_follows_a_capacity_that_halves() -> None:
     # on the others) is paced by the learned pace, which refuses what it
     # refuses without headers (the 10x row), and the first throttles of an
     # overload meet no pace at all: not met yet, held to where it is.
-    [(d, 0.12, 2.0) if d == "lying" else (d, 0.02, 1.1) for d in sorted(DIALECTS)],
+    # "openai-h" is the benchmark's older half-second bucket, with its own
+    # goal, checked by make bench-outcome's "headers" variant.
+    [
+        (d, 0.12, 2.0) if d == "lying" else (d, 0.02, 1.1)
+        for d in sorted(DIALECTS)
+        if d != "openai-h"
+    ],
 )
 def test_every_header_dialect_is_paced_at_its_capacity(
     dialect: str, rejected: float, attempts: float
