@@ -79,8 +79,11 @@ def test_a_whole_second_reset_is_read_as_a_second_wide() -> None:
     assert view.rate == pytest.approx(18 / 1.1)
 
 
-def _reading(limit: float, remaining: float, reset: float, *, refills: bool) -> RateLimitHint:
-    return RateLimitHint(Quota(limit, remaining, timedelta(seconds=reset), None, refills), None)
+def _reading(
+    limit: float, remaining: float, reset: float, *, refills: bool, grain: float = 0.0
+) -> RateLimitHint:
+    quota = Quota(limit, remaining, timedelta(seconds=reset), None, refills, grain)
+    return RateLimitHint(quota, None)
 
 
 def _rate(pacer: Pacer, now: float) -> float:
@@ -88,25 +91,31 @@ def _rate(pacer: Pacer, now: float) -> float:
 
 
 def test_a_quota_left_unused_while_calls_wait_lifts_the_pace_and_only_then() -> None:
-    # A bucket of 100 read at (100 - 40 - 1) / 6 s = 9.83/s, then read at
-    # least half full every 0.1 s: the pace leaves it unused. While calls
-    # wait for the pace (one asked 10 times a slot), it rises by a quarter
-    # each 0.5 s; while none waits, the demand is what leaves it unused, and
-    # it stays.
+    # A bucket of 20 whose reset is written in whole seconds (Anthropic's):
+    # 0 s read at (20 - 5 - 1) / (0 + 1) = 14/s, then read at least half
+    # full every 0.1 s: the pace leaves it unused. While calls wait for the
+    # pace (one asked 10 times a slot), it rises by a quarter each 0.5 s;
+    # while none waits, the demand is what leaves it unused, and it stays.
+    # A reset written to the millisecond proves its rate: it does not rise.
     config = RateLimitConfig()
-    base = observe(Pacer(), config, 0.0, _ok(_reading(100, 40, 6, refills=True)))
-    full = _ok(_reading(100, 80, 1, refills=True))
+    base = observe(Pacer(), config, 0.0, _ok(_reading(20, 5, 0, refills=True, grain=1.0)))
+    full = _ok(_reading(20, 16, 0, refills=True, grain=1.0))
+    fine = observe(Pacer(), config, 0.0, _ok(_reading(20, 5, 0.75, refills=True, grain=0.001)))
+    exact = _ok(_reading(20, 16, 0.2, refills=True, grain=0.001))
     idle, busy = base, base
     for i in range(1, 21):  # 2 s of readings
         now = i / 10
         idle = observe(idle, config, now, full)
         for _ in range(10):
             busy, _ = pace(busy, config, now, deadline=timedelta(seconds=30))
+            fine, _ = pace(fine, config, now, deadline=timedelta(seconds=30))
         busy = observe(busy, config, now, full)
-    assert _rate(idle, 2.0) == pytest.approx(59 / 6)
-    # Four rises (at 0.5, 1.0, 1.5 and 2.0 s of waiting calls): 1.25^4 x.
-    assert _rate(busy, 2.0) == pytest.approx(59 / 6 * 1.25**4, rel=0.3)
-    assert _rate(busy, 2.0) > 1.5 * 59 / 6
+        fine = observe(fine, config, now, exact)
+    assert _rate(idle, 2.0) == pytest.approx(14)
+    # Rises at 0.5 s steps of waiting calls (the first waits are at 0.1):
+    # 1.25^3 at least.
+    assert _rate(busy, 2.0) >= 14 * 1.25**3
+    assert _rate(fine, 2.0) == pytest.approx(14 / 0.751)
 
 
 def test_a_spent_quotas_hold_ends_when_a_reading_has_calls_left() -> None:

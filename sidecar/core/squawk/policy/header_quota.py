@@ -49,6 +49,7 @@ HEADER_MEMORY = 1.0
 BOOST = 1.25
 BOOST_EVERY = 0.5
 LOW = 0.1
+COARSE = 0.1
 SETTLE_DOWN = 1.1
 MAX_BOOST = 4.0
 # The share of a window's `remaining / reset` (and of `remaining` as a
@@ -113,7 +114,9 @@ def read(
         else:
             quota = quota._replace(lowest=calls.level, boosted_at=now)
     if calls is not None and calls.unused:
-        if binding:
+        if binding and calls.coarse:
+            # A reset written finely proves the rate: only a coarse one's
+            # pace is corrected up by a quota left unused.
             quota = _unused(quota, now, quiet, calls.level, calls.window)
         if not calls.rate:
             return quota  # a refilling quota at least half full: no bound
@@ -234,6 +237,9 @@ class _Reading(NamedTuple):
     # The quota's window (seconds, 0 = none named): how long its readings
     # take to say it went unused.
     window: float = 0.0
+    # Its reset is written coarsely for its length (a grain of a tenth of
+    # it or more): the rate it proves may be far below the true one.
+    coarse: bool = False
 
     @property
     def unused(self) -> bool:
@@ -257,6 +263,7 @@ def _quota_rate(quota: Quota | None) -> _Reading | None:
     # second, for Anthropic's times and the IETF fields): a rate is read
     # from the latest it can be, so that it is never more than the true one.
     latest = reset + min(quota.grain, 1.0)
+    coarse = quota.grain >= COARSE * latest
     window = bounded_seconds(quota.window)
     known = limit is not None and remaining <= limit < math.inf
     if quota.refills and known and latest:
@@ -270,11 +277,13 @@ def _quota_rate(quota: Quota | None) -> _Reading | None:
             # At least half full: it is not what limits the calls now, and
             # with few calls used the rounding makes the least refill rate
             # far too low ((2 - 1) / reset for a bucket refilling 2 / reset).
-            return _Reading(0.0, 0.0, burst, remaining / limit if limit else 1.0)
+            level = remaining / limit if limit else 1.0
+            return _Reading(0.0, 0.0, burst, level, coarse=coarse)
         refill = (used - 1.0) / latest
         rate = min(max(refill, MIN_HEADER_RATE), MAX_TOKEN_RATE)
         hold_s = min(1.0 / refill, MAX_HOLD_S) if remaining < 1.0 else 0.0
-        return _Reading(rate, hold_s, burst, remaining / limit, remaining < max(1.0, LOW * limit))
+        low = remaining < max(1.0, LOW * limit)
+        return _Reading(rate, hold_s, burst, remaining / limit, low, coarse=coarse)
     rates = []
     if reset:
         rates.append(remaining / latest)
@@ -295,4 +304,5 @@ def _quota_rate(quota: Quota | None) -> _Reading | None:
         return _Reading(rate, hold_s, burst)
     assert limit is not None
     level = remaining / limit if limit else 1.0
-    return _Reading(rate, hold_s, burst, level, remaining < max(1.0, LOW * limit), window)
+    low = remaining < max(1.0, LOW * limit)
+    return _Reading(rate, hold_s, burst, level, low, window, coarse)
