@@ -259,8 +259,8 @@ E2E_MODULES = {
     "test_pod_rehearsal", "test_pushback", "test_rate_limit_config", "test_readme",
     "test_readme_metrics", "test_reflection", "test_refusal_jitter", "test_reload",
     "test_runner_vectors", "test_sdk_transports", "test_span_encoding", "test_start_errors",
-    "test_telemetry", "test_throttling", "test_tls", "test_upstreams", "test_upstreams_cli",
-    "test_vectors",
+    "test_telemetry", "test_throttling", "test_tls", "test_upstream_personalities",
+    "test_upstreams", "test_upstreams_cli", "test_vectors",
 }  # fmt: skip
 EXTERNAL_MODULES = {
     "test_bench_outcome", "test_cli_tls", "test_deploy", "test_dist", "test_examples",
@@ -269,7 +269,8 @@ EXTERNAL_MODULES = {
     "test_jaeger",
     "test_pacing",
     "test_peer_budget", "test_pod", "test_pod_rehearsal", "test_readme", "test_readme_metrics",
-    "test_refusal_jitter", "test_throttling", "test_tls", "test_upstreams",
+    "test_refusal_jitter", "test_throttling", "test_tls", "test_upstream_personalities",
+    "test_upstreams",
 }  # fmt: skip
 SESSION_DAEMON = {"daemon", "channel", "reflected"}
 

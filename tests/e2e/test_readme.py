@@ -80,6 +80,10 @@ VENV = Path(sys.prefix)
 
 # (document, first line of the block) -> why it is not run.
 NOT_RUN: dict[tuple[str, str], str] = {
+    ("docs/policy.md", "HTTP 429 is transient, but the server's Retry-After asks for"): (
+        "an explanation, not a command; the vector 'wait too long: a Retry-After past"
+        " max_retry_wait without a deadline fails' in tests/vectors/decisions.json pins it"
+    ),
     ("README.md", "make run    # creates .venv, installs, generates code, serves on"): (
         "`make run` serves until stopped and `make test` runs this very test"
     ),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 
 from conftest import Daemon, start_daemon
@@ -162,7 +163,14 @@ def test_values_at_their_bounds_are_answered(channel: grpc.Channel) -> None:
     ],
 )
 def test_a_server_hint_is_capped_at_one_day(channel: grpc.Channel, header: str, value: str) -> None:
-    request = pb.DecideRetryRequest(attempt=1, http_status=503, headers={header: value})
+    # With a day's deadline: without one, a wait past the profile's
+    # max_retry_wait fails at once (REASON_WAIT_TOO_LONG), whatever the cap.
+    request = pb.DecideRetryRequest(
+        attempt=1,
+        http_status=503,
+        headers={header: value},
+        deadline=duration_pb2.Duration(seconds=86_400),
+    )
     reply = _call(channel, "DecideRetry", request)
     assert isinstance(reply, pb.DecideRetryResponse)
     assert reply.action == pb.ACTION_RETRY
