@@ -36,7 +36,7 @@ from squawk.policy import (
     record_outcome,
     upstream_snapshot,
 )
-from squawk.policy.clocker import Clock
+from squawk.policy.clocker import BUCKET, Clock
 from squawk.policy.cubic import Learned
 from squawk.policy.pacer import hold, hold_at_most
 from squawk.policy.ratelimit import Quota, RateLimitHint
@@ -293,8 +293,8 @@ def _learned() -> Pacer:
         (0.0, 7.0),  # beta x W_max
         (1.0, 10 - 0.4 * (K - 1) ** 3),  # 9.649
         (K, 10.0),  # back at W_max after K
-        (K + 1, 10.4),
-        (K + 2, 13.2),
+        (K + 1, 10.2),  # past it, probing at 0.2: 0.2 x 1 + 10
+        (K + 2, 11.6),  # 0.2 x 8 + 10
     ],
 )
 def test_the_learned_rate_follows_cubic_with_awss_constants(after: float, rate: float) -> None:
@@ -304,8 +304,8 @@ def test_the_learned_rate_follows_cubic_with_awss_constants(after: float, rate: 
 
 
 def test_the_learned_rate_is_capped_at_twice_the_success_rate() -> None:
-    # K + 3: 0.4 * 27 + 10 = 20.8, over 2 x 10/s served.
-    assert pacer_snapshot(_learned(), NOTHING, 0.25 + K + 3).rate == pytest.approx(20.0)
+    # K + 4: 0.2 * 64 + 10 = 22.8, over 2 x 10/s served.
+    assert pacer_snapshot(_learned(), NOTHING, 0.25 + K + 4).rate == pytest.approx(20.0)
 
 
 def test_the_pod_cuts_at_most_once_per_bucket() -> None:
@@ -345,13 +345,20 @@ def test_made_up_successes_do_not_lift_a_learned_pace() -> None:
     for _ in range(1000):
         p = observe(p, NOTHING, 1.05, OK)
     # The 429 at 1.5 cuts from the success rate capped at the 9.6/s
-    # granted: 0.7 x 9.6 = 6.72/s, not 0.7 x 1599.36 = 1119.6/s.
+    # granted, and from the 1.25 s since the last cut: the 6 calls granted
+    # (not the 1,000 successes) plus what the pace held back below W_max 10
+    # in that time, 0.1 x (K^4 - (K - 1.25)^4); the middle of the two.
+    # Not 0.7 x 1599.36 = 1119.6/s.
+    held_back = 0.1 * (K**4 - (K - 1.25) ** 4)
+    w_max = (9.6 + (6 + held_back) / 1.25) / 2
     p = observe(p, NOTHING, 1.5, THROTTLED)
-    assert pacer_snapshot(p, NOTHING, 1.5).rate == pytest.approx(0.7 * 9.6)
-    # And the curve stays within twice the rate granted: at K + 3 after
-    # the cut, 0.4 x 27 + 9.6 = 20.4 is capped at 2 x 9.6 = 19.2.
-    k = (9.6 * 0.3 / 0.4) ** (1 / 3)
-    assert pacer_snapshot(p, NOTHING, 1.5 + k + 3).rate == pytest.approx(19.2)
+    assert w_max < 9.6
+    assert pacer_snapshot(p, NOTHING, 1.5).rate == pytest.approx(0.7 * w_max)
+    # And the curve stays within twice the rate granted: at K + 4 after
+    # the cut, 0.2 x 64 + W_max is capped at 2 x 9.6 = 19.2.
+    k = (w_max * 0.3 / 0.4) ** (1 / 3)
+    assert 0.2 * 64 + w_max > 19.2
+    assert pacer_snapshot(p, NOTHING, 1.5 + k + 4).rate == pytest.approx(19.2)
 
 
 def test_a_cut_read_mid_bucket_rises_to_the_whole_bucket() -> None:
@@ -376,6 +383,77 @@ def test_a_cut_read_mid_bucket_rises_to_the_whole_bucket() -> None:
     p = observe(p, NOTHING, 1.0, OK)
     assert p.learned.w_max == pytest.approx(14)
     assert pacer_snapshot(p, NOTHING, 1.0).rate == pytest.approx(8.32)
+
+
+def test_the_first_cut_rises_to_its_bucket_whatever_the_pace_granted_since() -> None:
+    # The onset of an overload, as the benchmark's four executors met it:
+    # three successes in [0, 0.5); the 429 at 0.2 arms and cools the pod
+    # for its Retry-After, 1 s; the one at 0.21 cuts from the 3 / 0.5 = 6/s
+    # then reported. The pace grants calls after the cut (at 0.3 and 0.6:
+    # the grants clock then reads a rate); the flood's other 13 successes
+    # report at 0.4 and count in the arming bucket. When that bucket
+    # completes (the success at 1.3, after the cool-down), W_max rises to
+    # the 16 / 0.5 = 32/s the upstream served: its calls started before
+    # any learned pace, so what the pace granted since says nothing of
+    # them. Held to those grants, W_max stayed at 6 and the pod was paced
+    # at a fifth of the upstream's rate for seconds.
+    cooling = PaceSample(True, False, True, retry_after=timedelta(seconds=1))
+    p = Pacer()
+    for _ in range(3):
+        p = observe(p, NOTHING, 0.0, OK)
+    p = observe(observe(p, NOTHING, 0.2, cooling), NOTHING, 0.21, cooling)
+    assert p.learned.w_max == pytest.approx(6)
+    p, granted = pace(p, NOTHING, 0.3)
+    assert granted.allowed
+    for _ in range(13):
+        p = observe(p, NOTHING, 0.4, OK)
+    p, _ = pace(p, NOTHING, 0.6)
+    p = observe(p, NOTHING, 1.3, OK)
+    assert p.learned.w_max == pytest.approx(32)
+
+
+def test_made_up_successes_in_the_first_cut_s_bucket_last_until_the_next_throttle() -> None:
+    # As above, but one caller reports 1,000 successes into the arming
+    # bucket: W_max rises with them (the first cut's bucket is not held to
+    # the grants), and the next throttle's cut, held to the calls the pace
+    # granted, takes it back under what the pod was granted.
+    cooling = PaceSample(True, False, True, retry_after=timedelta(seconds=1))
+    p = Pacer()
+    for _ in range(3):
+        p = observe(p, NOTHING, 0.0, OK)
+    p = observe(observe(p, NOTHING, 0.2, cooling), NOTHING, 0.21, cooling)
+    for _ in range(1000):
+        p = observe(p, NOTHING, 0.4, OK)
+    granted = 0
+    for at in (1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9):
+        p, answer = pace(p, NOTHING, at)
+        granted += answer.allowed
+        p = observe(p, NOTHING, at, OK)
+    assert p.learned.w_max > 1000
+    p = observe(p, NOTHING, 2.6, THROTTLED)
+    assert p.learned.w_max <= granted / BUCKET
+
+
+def test_a_later_cut_takes_the_middle_of_its_bucket_and_its_cycle() -> None:
+    # A cut at 0 at W_max 20 (K = cbrt(15)); 4 s later a throttle, the
+    # bucket then reading 28/s: the upstream's bucket had stored calls, so
+    # 28 overstates its rate. Over those 4 s the pace granted 84 calls and
+    # 80 succeeded; below W_max it held back 0.1 x K^4 (its climb from 14
+    # back to 20): (80 + 0.1 x K^4) / 4 understates the rate by what an
+    # upstream's bucket lost to overflow meanwhile. W_max is the middle.
+    k = 15 ** (1 / 3)
+    learned = Learned(
+        w_max=20.0,
+        k=k,
+        cut_at=0.0,
+        throttled_at=0.0,
+        successes=Clock(at=4.0, events=0, rate=28.0),
+        cycle=(80, 84),
+    )
+    p = observe(Pacer(learned=learned), NOTHING, 4.0, THROTTLED)
+    cycle = (80 + 0.1 * k**4) / 4
+    assert cycle < 28
+    assert p.learned.w_max == pytest.approx((28 + cycle) / 2)
 
 
 def test_the_cool_down_of_the_arming_throttle_keeps_its_calls_in_its_bucket() -> None:
@@ -408,14 +486,20 @@ def test_a_learned_rate_decays_to_the_floor_once_nothing_succeeds() -> None:
     # 50/s served, then only 429s, one per bucket. Each bucket without a
     # success folds in as 0/s: measured 50 -> 0.2 x 50 = 10 -> 2 -> 0.4,
     # and each cut sets W_max to it (floored at 0.5): the rate restarts at
-    # 0.7 x W_max, floored at 0.5/s.
-    learned = Learned(w_max=50.0, throttled_at=0.0, cut_at=-1.0, successes=Clock(0.0, 0, 50.0))
+    # 0.7 x W_max, floored at 0.5/s. The first cut, 1.5 s after the last,
+    # also reads that time: no success, and what the pace held back below
+    # W_max 50 (K = cbrt(37.5)), 0.1 x (K^4 - (K - 1.5)^4) over 1.5 s; it
+    # takes the middle of that and 10.
+    k = 37.5 ** (1 / 3)
+    learned = Learned(w_max=50.0, k=k, throttled_at=0.0, cut_at=-1.0, successes=Clock(0.0, 0, 50.0))
     p = Pacer(learned=learned)
     rates = []
     for at in (0.5, 1.0, 1.5):
         p = observe(p, NOTHING, at, THROTTLED)
         rates.append(pacer_snapshot(p, NOTHING, at).rate)
-    assert rates == pytest.approx([7.0, 1.4, 0.5])
+    cycle = 0.1 * (k**4 - (k - 1.5) ** 4) / 1.5
+    assert cycle < 10
+    assert rates == pytest.approx([0.7 * (10 + cycle) / 2, 1.4, 0.5])
 
 
 def test_the_floor_when_nothing_was_served() -> None:

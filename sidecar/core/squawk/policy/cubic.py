@@ -4,8 +4,9 @@ botocore/retries/throttling.py's CubicCalculator (BETA, SCALE), with
 adaptive.py's RateClocker (squawk.policy.clocker) and bucket.py's floor
 (MIN_RATE), the rate capped at twice the rate served. After a cut at
 W_max, rate(t) = SCALE (t - K)^3 + W_max with K = cbrt(W_max (1 - BETA) /
-SCALE), so it restarts at BETA W_max. docs/upstreams.md §Pacing (item 3)
-tells the rules; two deviations, because one pace serves the whole pod:
+SCALE), so it restarts at BETA W_max (past W_max it probes at PROBE).
+docs/upstreams.md §Pacing (item 3) tells the rules; three deviations,
+because one pace serves the whole pod:
 
 - it cuts at most once per bucket: every 429 of a pod cutting the rate
   would collapse it to the floor in a second (TCP reacts once per round
@@ -18,6 +19,13 @@ tells the rules; two deviations, because one pace serves the whole pod:
   min(measured, current) would. Nothing ties a reported success to an
   admitted call, so once a bucket of the pace's own grants is measured
   (botocore's measured_tx_rate) the success rate is read as at most that.
+- a cut after the first of an episode reads the capacity two ways: the
+  successes of its bucket, which overstate it by what the upstream's own
+  bucket had stored, and the successes since the last cut, plus what the
+  pace held back below W_max, which understate it by what that bucket
+  lost to overflow while the pace sent less; W_max is the middle. The
+  bucket's reading alone put W_max 10-25 % over a token bucket's rate, so
+  the pace met it again within two seconds of every cut.
 
 The first throttle after `quiet` only arms it (the shared cool-down answers
 that one); it switches off after `quiet` without a throttle (botocore's
@@ -83,6 +91,11 @@ OVERLOAD = 0.3
 # at least) REARM of the way from the overload's to all is a quota reached
 # on top of it (at 0.5, 13 of 16 or more: once in 400 by chance).
 REARM = 0.6
+# A cut reads the capacity over the time since the last one once it is
+# CYCLE long (see _cycle_rate); past W_max the curve probes for more at
+# PROBE, not SCALE (see rate).
+CYCLE = 2 * BUCKET
+PROBE = 0.2
 
 
 class Learned(NamedTuple):
@@ -108,6 +121,9 @@ class Learned(NamedTuple):
     # The share of throttles a cut did not lower (0 = none seen): the
     # upstream is overloaded, not full; and when the last such throttle came.
     overload: float = 0.0
+    # The successes reported and the calls a pace granted since the last
+    # cut (see _cycle_rate).
+    cycle: tuple[int, int] = (0, 0)
 
 
 def learning(learned: Learned, now: float, quiet: float) -> bool:
@@ -116,8 +132,12 @@ def learning(learned: Learned, now: float, quiet: float) -> bool:
 
 
 def rate(learned: Learned, now: float) -> float:
-    """CUBIC's rate at `now`, floored and capped."""
-    r = SCALE * (now - learned.cut_at - learned.k) ** 3 + learned.w_max
+    """CUBIC's rate at `now`, floored and capped. Past W_max (a capacity
+    measured, see _cut) the curve probes at PROBE: an upstream's bucket
+    hides an overshoot for seconds, then throttles it all at once, and the
+    gentler the probe the less it overshoots by then."""
+    t = now - learned.cut_at - learned.k
+    r = (SCALE if t < 0.0 else PROBE) * t**3 + learned.w_max
     r = min(r, 2.0 * _checked(learned, served(learned)), MAX_RATE)
     return max(r, MIN_RATE)
 
@@ -129,9 +149,15 @@ def served(learned: Learned) -> float:
     return _served_rate(learned.successes)
 
 
-def granted(learned: Learned, now: float) -> Learned:
-    """`learned` after the learned pace granted a call at `now`."""
-    return learned._replace(grants=tick(learned.grants, bucket_of(now), 1))
+def granted(learned: Learned, now: float, by_learned: bool) -> Learned:
+    """`learned` after a pace granted a call at `now`; `by_learned`: the
+    learned pace was the one in force."""
+    successes, grants = learned.cycle
+    if not by_learned:
+        return learned._replace(cycle=(successes, grants + 1))
+    return learned._replace(
+        grants=tick(learned.grants, bucket_of(now), 1), cycle=(successes, grants + 1)
+    )
 
 
 def observe(
@@ -142,6 +168,9 @@ def observe(
     when a quota did; `hold`: a throttle's Retry-After (seconds, 0 = none),
     already bounded."""
     after = _measure(learned, now, 1 if served else 0)
+    if served:
+        successes, grants = after.cycle
+        after = after._replace(cycle=(successes + 1, grants))
     after = _tally(after, now, throttled)
     if throttled:
         after = _cut(learned, after, now, quiet, hold)
@@ -197,14 +226,17 @@ def _measure(learned: Learned, now: float, add: int) -> Learned:
         return learned
     learned = learned._replace(successes=successes)
     if old.at != -math.inf and bucket > old.at and learned.w_max > 0.0 and learned.cut_at >= old.at:
-        # The bucket of the last cut is complete: its successes are what
-        # the upstream served while it throttled, the reading the cut took
-        # only a part of (the throttle came before the successes of the
-        # same moment were reported). W_max rises to it, held to what the
-        # pace granted as a cut is: otherwise successes no Admit granted
-        # would lift it without bound.
-        w_max = min(_checked(learned, old.events / BUCKET), MAX_RATE)
-        if w_max > learned.w_max:
+        # The bucket of an episode's first cut is complete: its successes
+        # are what the upstream served while it throttled, the reading the
+        # cut took only a part of (the throttle came before the successes
+        # of the same moment were reported, and the arming throttle's
+        # cool-down kept them in it). W_max rises to it. Not held to the
+        # grants: the calls of that bucket started before any learned pace
+        # did; made-up successes can lift it only until the next throttle,
+        # whose cut is held to what the pace granted. A later cut reads a
+        # whole cycle (see _cut) and does not rise.
+        w_max = min(old.events / BUCKET, MAX_RATE)
+        if learned.cut_at == learned.tested_at and w_max > learned.w_max:
             learned = _with_w_max(learned, w_max)
     return learned
 
@@ -244,7 +276,12 @@ def _cut(before: Learned, learned: Learned, now: float, quiet: float, hold: floa
     # more than the pace granted.
     w_max = _served_rate(learned.successes)
     if learning(before, now, quiet):
+        # The bucket's reading is at least the capacity (what the upstream
+        # had stored was served on top), the cycle's at most (what it
+        # refilled while the pace sent less was lost when it overflowed):
+        # the middle.
         w_max = _checked(before, w_max)
+        w_max = min(w_max, (w_max + _cycle_rate(before, now)) / 2.0)
     else:
         # A new episode: grants counted in an old one say nothing now, and
         # its first cut is the test of the throttles (see _judged).
@@ -254,7 +291,26 @@ def _cut(before: Learned, learned: Learned, now: float, quiet: float, hold: floa
             since_cut=(0, 0),
             tested_at=now,
         )
-    return _with_w_max(learned, min(w_max, MAX_RATE))._replace(cut_at=now)
+    return _with_w_max(learned, min(w_max, MAX_RATE))._replace(cut_at=now, cycle=(0, 0))
+
+
+def _cycle_rate(learned: Learned, now: float) -> float:
+    """What the upstream could serve, read over the time since the last
+    cut: the successes since (held to what the pace granted), plus what
+    the pace itself held back below W_max while it climbed back to it. The
+    last cut and this one both met the upstream with nothing left, so what
+    it refilled in between was served, or held back by the pace (and kept
+    in its bucket, served later, or lost to a small one: counted once
+    either way). math.inf when the last cut is too recent to say."""
+    since = max(learned.cut_at, learned.paused_until)
+    elapsed = now - since
+    if elapsed < CYCLE:
+        return math.inf
+    successes, grants = learned.cycle
+    k = learned.k
+    a, b = min(since - learned.cut_at, k), min(now - learned.cut_at, k)
+    held_back = SCALE / 4.0 * ((k - a) ** 4 - (k - b) ** 4)
+    return max((min(successes, grants) + held_back) / elapsed, MIN_RATE)
 
 
 def _with_w_max(learned: Learned, w_max: float) -> Learned:

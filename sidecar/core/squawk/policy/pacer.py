@@ -189,9 +189,7 @@ def pace(
         why = Shed(cause, wait_s, most, rates.rate, rates.token_rate, rates.source, by, past)
         retry_after = spread(time_left(now + min(left, bound), now), rng)
         return pacer._replace(spacing=spaced, queue=queue), Pace(False, _ZERO, retry_after, 0, why)
-    learned = pacer.learned
-    if rates.source is PaceSource.LEARNED:
-        learned = cubic.granted(learned, now)
+    learned = cubic.granted(pacer.learned, now, rates.source is PaceSource.LEARNED)
     return Pacer(
         spacing.reserve(spaced, rates, start, units, config._max_wait_s),
         queue,
