@@ -10,7 +10,11 @@
 // rate-limit headers it sends on every answer (200 and 429), each in the form
 // its provider documents (see dialects). A storm (GET /storm?p=X) answers
 // that share of calls 529 with Anthropic's overloaded_error body, no
-// rate-limit headers and no Retry-After, whatever the bucket holds.
+// rate-limit headers and no Retry-After, whatever the bucket holds. Its
+// 529s fall on each step's n-th attempt by a hash of (-seed, step, n), not
+// by the order calls arrive in: every mode of a run meets the same 529s on
+// the same steps' attempts, so the modes differ by their policy alone (the
+// attempts they spend, the deadline, when they retry), not by their luck.
 //
 // GET /call?step=ID with an X-Executor header is the upstream call; POST
 // /v1/chat/completions and /v1/messages are the same call in the shapes of
@@ -21,13 +25,17 @@
 package main
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"hash/fnv"
+	"io"
 	"log"
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -149,7 +157,35 @@ type upstream struct {
 	windowEnd  time.Time // a fixed window's end
 	last       time.Time
 	rng        *rand.Rand
+	seed       uint64
+	attempts   map[string]uint64 // per step: the attempts seen
 	counts     map[key]*[4]int64
+}
+
+// stormHits says whether the storm answers this attempt of `step` 529: the
+// attempt's draw is a hash of (seed, step, attempt), the same in every
+// mode of a run. A call with no step draws from the rng.
+func (u *upstream) stormHits(step string) bool {
+	if step == "" {
+		return u.rng.Float64() < u.storm
+	}
+	n := u.attempts[step]
+	u.attempts[step] = n + 1
+	h := fnv.New64a()
+	var buf [16]byte
+	binary.LittleEndian.PutUint64(buf[:8], u.seed)
+	binary.LittleEndian.PutUint64(buf[8:], n)
+	h.Write(buf[:])
+	h.Write([]byte(step))
+	return float64(mix(h.Sum64())>>11)/(1<<53) < u.storm
+}
+
+// mix is splitmix64's finalizer: FNV's last bytes barely reach its high
+// bits, so steps that differ near their end would share their fates.
+func mix(z uint64) uint64 {
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 func (u *upstream) size() float64 {
@@ -175,12 +211,12 @@ func (u *upstream) refill(now time.Time) {
 }
 
 // take answers one call: its status, and the limit after it.
-func (u *upstream) take(executor string, now time.Time) (status int, s snapshot) {
+func (u *upstream) take(executor, step string, now time.Time) (status int, s snapshot) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.refill(now)
 	switch {
-	case u.storm > 0 && u.rng.Float64() < u.storm:
+	case u.storm > 0 && u.stormHits(step):
 		status = StatusOverloaded
 	case u.errorRate > 0 && u.rng.Float64() < u.errorRate:
 		status = http.StatusInternalServerError
@@ -243,10 +279,32 @@ var (
 	}
 )
 
+// stepInBody finds the step an SDK's request names in its prompt ("step ID").
+var stepInBody = regexp.MustCompile(`step ([A-Za-z0-9_-]{1,64})`)
+
+// stepOf is the step a call belongs to: ?step=ID, or the one its body names.
+func stepOf(r *http.Request) string {
+	if step := r.URL.Query().Get("step"); step != "" {
+		return step
+	}
+	if r.Body == nil {
+		return ""
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+	if err != nil {
+		return ""
+	}
+	if m := stepInBody.FindSubmatch(body); m != nil {
+		return string(m[1])
+	}
+	return ""
+}
+
 func (u *upstream) handler(b bodies) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		step := stepOf(r)
 		now := time.Now()
-		status, s := u.take(r.Header.Get("X-Executor"), now)
+		status, s := u.take(r.Header.Get("X-Executor"), step, now)
 		h := w.Header()
 		if u.dialect.headers != nil && status != StatusOverloaded {
 			u.mu.Lock() // the rng is not safe for concurrent use
@@ -334,7 +392,8 @@ func main() {
 	}
 	u := &upstream{
 		rate: *rate, burstS: *burst, rejectCost: *rejectCost, errorRate: *errorRate, storm: *storm,
-		dialect: d, last: time.Now(), rng: rand.New(rand.NewPCG(*seed, 23)), counts: map[key]*[4]int64{},
+		dialect: d, last: time.Now(), rng: rand.New(rand.NewPCG(*seed, 23)), seed: *seed,
+		attempts: map[string]uint64{}, counts: map[key]*[4]int64{},
 	}
 	u.refill(u.last)
 	u.tokens = u.size()

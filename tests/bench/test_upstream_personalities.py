@@ -200,6 +200,48 @@ def test_the_storm_answers_its_share_529_as_anthropic_does(start: Start) -> None
     assert sum(r[5] for r in rows) == len(stormed)  # counted as 5xx
 
 
+def test_the_storm_gives_every_mode_the_same_529s_on_the_same_attempts(start: Start) -> None:
+    # The modes of a run are compared on their step success: the storm's
+    # 529s fall on each step's n-th attempt whatever order the calls come
+    # in, so two upstreams of the same seed, called in opposite orders
+    # (and through the SDKs' body for half the steps), answer each
+    # (step, attempt) alike, and the difference between modes is policy.
+    first = start("-capacity", "1000", "-storm", "0.5", "-seed", "9")
+    second = start("-capacity", "1000", "-storm", "0.5", "-seed", "9")
+    steps = [f"ex-{i}" for i in range(20)]
+
+    def fates(port: int, order: list[str]) -> dict[tuple[str, int], int]:
+        seen: dict[tuple[str, int], int] = {}
+        for attempt in range(3):
+            for step in order:
+                if steps.index(step) % 2:
+                    body = json.dumps(
+                        {"model": "m", "messages": [{"role": "user", "content": f"step {step}"}]}
+                    ).encode()
+                    request = urllib.request.Request(
+                        f"http://127.0.0.1:{port}/v1/messages",
+                        data=body,
+                        headers={"X-Executor": "t", "Content-Type": "application/json"},
+                    )
+                    try:
+                        with urllib.request.urlopen(request, timeout=10) as reply:
+                            status = reply.status
+                    except urllib.error.HTTPError as exc:
+                        status = exc.code
+                else:
+                    status = call(port, f"/call?step={step}")[0]
+                seen[step, attempt] = status
+        return seen
+
+    one = fates(first, steps)
+    assert one == fates(second, steps[::-1])
+    # Still half of the attempts, whichever step or attempt: Binomial(60,
+    # 0.5) is 30 +- 3.9, and each attempt's 20 draws 10 +- 2.2.
+    assert 15 <= sum(s == 529 for s in one.values()) <= 45
+    for attempt in range(3):
+        assert 3 <= sum(one[step, attempt] == 529 for step in steps) <= 17
+
+
 def test_the_sdks_parse_the_upstreams_answers(start: Start) -> None:
     port = start("-capacity", "1000", "-dialect", "openai-s")
     base = f"http://127.0.0.1:{port}"
