@@ -364,6 +364,8 @@ def checks(
                 f"<= 0.1 % Squawk calls undecided: {pct(run['undecided_share'])}",
                 le(run["undecided_share"] or 0.0, 0.001),
             ),
+            # Issue 33: with no headers, as with every header dialect.
+            *_near_capacity(mid, run),
         ]
     elif goal == "2x":
         out += [
@@ -408,16 +410,24 @@ def checks(
                 ),
             ]
     elif goal == "dialect":
-        rejected = _ratio(run["throttled"], run["attempts"])
-        out += [
-            (f"attempts <= 1.1 x C: {fmt(mid['attempts_per_c'])}", le(mid["attempts_per_c"], 1.1)),
-            (
-                f"successes >= 0.95 x C: {fmt(mid['successes_per_c'])}",
-                ge(mid["successes_per_c"], 0.95),
-            ),
-            (f"<= 2 % of attempts rejected: {pct(rejected)}", le(rejected, 0.02)),
-        ]
+        out += _near_capacity(mid, run)
     return out
+
+
+def _near_capacity(mid: dict[str, Any], run: dict[str, Any]) -> list[tuple[str, bool]]:
+    """Issue 33's goals at 10x, with or without headers: attempts <= 1.1 x
+    C, successes >= 0.95 x C in the overload, <= 2 % of the run's attempts
+    rejected."""
+    rejected = _ratio(run["throttled"], run["attempts"])
+    attempts, successes = mid["attempts_per_c"], mid["successes_per_c"]
+    return [
+        (f"attempts <= 1.1 x C: {fmt(attempts)}", attempts is not None and attempts <= 1.1),
+        (f"successes >= 0.95 x C: {fmt(successes)}", successes is not None and successes >= 0.95),
+        (
+            f"<= 2 % of attempts rejected: {pct(rejected)}",
+            rejected is not None and rejected <= 0.02,
+        ),
+    ]
 
 
 def _ratio(a: float, b: float) -> float | None:
