@@ -385,6 +385,16 @@ def test_a_cut_read_mid_bucket_rises_to_the_whole_bucket() -> None:
     assert pacer_snapshot(p, NOTHING, 1.0).rate == pytest.approx(8.32)
 
 
+def _onset() -> Pacer:
+    # Three successes at 0; 429s with Retry-After: 1 s at 0.2 (arming, and
+    # cooling the pod) and 0.21 (the first cut).
+    cooling = PaceSample(True, False, True, retry_after=timedelta(seconds=1))
+    p = Pacer()
+    for _ in range(3):
+        p = observe(p, NOTHING, 0.0, OK)
+    return observe(observe(p, NOTHING, 0.2, cooling), NOTHING, 0.21, cooling)
+
+
 def test_the_first_cut_rises_to_its_bucket_whatever_the_pace_granted_since() -> None:
     # The onset of an overload, as the benchmark's four executors met it:
     # three successes in [0, 0.5); the 429 at 0.2 arms and cools the pod
@@ -397,11 +407,7 @@ def test_the_first_cut_rises_to_its_bucket_whatever_the_pace_granted_since() -> 
     # any learned pace, so what the pace granted since says nothing of
     # them. Held to those grants, W_max stayed at 6 and the pod was paced
     # at a fifth of the upstream's rate for seconds.
-    cooling = PaceSample(True, False, True, retry_after=timedelta(seconds=1))
-    p = Pacer()
-    for _ in range(3):
-        p = observe(p, NOTHING, 0.0, OK)
-    p = observe(observe(p, NOTHING, 0.2, cooling), NOTHING, 0.21, cooling)
+    p = _onset()
     assert p.learned.w_max == pytest.approx(6)
     p, granted = pace(p, NOTHING, 0.3)
     assert granted.allowed
@@ -417,11 +423,7 @@ def test_made_up_successes_in_the_first_cut_s_bucket_last_until_the_next_throttl
     # bucket: W_max rises with them (the first cut's bucket is not held to
     # the grants), and the next throttle's cut, held to the calls the pace
     # granted, takes it back under what the pod was granted.
-    cooling = PaceSample(True, False, True, retry_after=timedelta(seconds=1))
-    p = Pacer()
-    for _ in range(3):
-        p = observe(p, NOTHING, 0.0, OK)
-    p = observe(observe(p, NOTHING, 0.2, cooling), NOTHING, 0.21, cooling)
+    p = _onset()
     for _ in range(1000):
         p = observe(p, NOTHING, 0.4, OK)
     granted = 0

@@ -168,9 +168,6 @@ def observe(
     when a quota did; `hold`: a throttle's Retry-After (seconds, 0 = none),
     already bounded."""
     after = _measure(learned, now, 1 if served else 0)
-    if served:
-        successes, grants = after.cycle
-        after = after._replace(cycle=(successes + 1, grants))
     after = _tally(after, now, throttled)
     if throttled:
         after = _cut(learned, after, now, quiet, hold)
@@ -224,7 +221,8 @@ def _measure(learned: Learned, now: float, add: int) -> Learned:
     successes = tick(old, bucket, add)
     if successes is old:
         return learned
-    learned = learned._replace(successes=successes)
+    done, grants = learned.cycle
+    learned = learned._replace(successes=successes, cycle=(done + add, grants))
     if old.at != -math.inf and bucket > old.at and learned.w_max > 0.0 and learned.cut_at >= old.at:
         # The bucket of an episode's first cut is complete: its successes
         # are what the upstream served while it throttled, the reading the
