@@ -11,6 +11,7 @@
 #   make fleet-sim                 50 pods against one failing upstream, per state store
 #   make fleet-sim-scale           1,000 pods' syncs against one Redis, beside the per-call design
 #   make bench-outcome             executors in 3 languages and 2 SDKs through overloads (about 15 minutes)
+#   make bench-overload            the daemon's own overload: 8 to 192 callers per RPC, 50 ms deadlines
 
 BENCH_SECONDS ?= 10
 BENCH_RATES   ?= 1000,5000
@@ -23,11 +24,12 @@ BENCH_BUILT   := $(BENCH_BIN)/.built
 BENCH_GO      := bench/go.mod bench/go.sum bench/executor-go/go.mod bench/executor-go/go.sum \
                  $(shell find bench clients/go -name '*.go' 2>/dev/null)
 OUTCOME_ARGS  ?=
+OVERLOAD_ARGS ?=
 BENCH_RUN      = $(BIN)/python -m bench.run --loadgen $(BENCH_BIN)/loadgen \
                  --echo-go $(BENCH_BIN)/echo-go --jaeger $(JAEGER_BIN)
 
 .PHONY: bench bench-smoke bench-core bench-build bench-profile soak fleet-sim fleet-sim-scale \
-        bench-outcome
+        bench-outcome bench-overload
 
 # go vet here keeps the Go code vet-clean wherever the smoke run runs.
 $(BENCH_BUILT): $(BENCH_GO)
@@ -53,6 +55,10 @@ bench-smoke: setup $(JAEGER_BIN) $(BENCH_BUILT) ts-build
 # the SDK mode, shorter, back to back (bench/README.md).
 bench-outcome: setup $(BENCH_BUILT) ts-build
 	$(BIN)/python -m bench.outcome.run --bin $(BENCH_BIN) --out bench/results/outcome.json $(OUTCOME_ARGS)
+
+# Issue 34's overload row: Admit, ReportOutcome and DecideRetry, N callers each.
+bench-overload: setup $(BENCH_BUILT)
+	$(BIN)/python -m bench.overload --loadgen $(BENCH_BIN)/loadgen $(OVERLOAD_ARGS)
 
 bench-core: setup
 	$(BIN)/python -m bench.core

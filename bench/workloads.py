@@ -235,11 +235,11 @@ def admit_request(upstream: str) -> pb.AdmitRequest:
     return pb.AdmitRequest(upstream=upstream, capability="search_hotels")
 
 
-def report_request(first: int) -> pb.ReportOutcomeRequest:
-    """OUTCOMES_PER_REPORT successes, over UPSTREAMS from the `first`-th on."""
+def report_request(first: int, count: int = OUTCOMES_PER_REPORT) -> pb.ReportOutcomeRequest:
+    """`count` successes, over UPSTREAMS from the `first`-th on."""
     latency = timedelta(milliseconds=120)
     outcomes = []
-    for i in range(first, first + OUTCOMES_PER_REPORT):
+    for i in range(first, first + count):
         item = pb.Outcome(
             upstream=UPSTREAMS[i % len(UPSTREAMS)],
             capability="search_hotels",

@@ -248,7 +248,8 @@ def analysis_budgets(monkeypatch: pytest.MonkeyPatch) -> list[Budget]:
 E2E_MODULES = {
     "test_address_flags", "test_admitted_outcomes", "test_analysis_config", "test_analysis_llm",
     "test_analysis_model",
-    "test_analysis_stream", "test_bench_dispatch", "test_bench_outcome", "test_canary",
+    "test_analysis_stream", "test_bench_dispatch", "test_bench_outcome", "test_bench_overload",
+    "test_canary",
     "test_check_policy_misspellings", "test_cli_tls",
     "test_client", "test_client_batch", "test_client_connect",
     "test_client_pace", "test_client_pages", "test_daemon", "test_decision_log", "test_deploy",
@@ -263,7 +264,8 @@ E2E_MODULES = {
     "test_upstreams", "test_upstreams_cli", "test_vectors",
 }  # fmt: skip
 EXTERNAL_MODULES = {
-    "test_bench_outcome", "test_cli_tls", "test_deploy", "test_dist", "test_examples",
+    "test_bench_outcome", "test_bench_overload", "test_cli_tls", "test_deploy", "test_dist",
+    "test_examples",
     "test_fallback_conformance", "test_first_run", "test_fleet_view",
     "test_fleet", "test_fleet_connect", "test_fleet_pace", "test_fleet_store", "test_fleet_tables",
     "test_jaeger",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -32,6 +31,7 @@ from bench.outcome.stats import (
 )
 from bench.procs import Processes, free_port
 from conftest import ROOT
+from go_build import go_build
 
 
 @pytest.mark.parametrize(
@@ -234,19 +234,8 @@ def test_the_table_has_a_row_per_mode_and_phase_and_the_goals() -> None:
 
 
 def build_go(tmp: Path) -> Path:
-    env = {**os.environ, "GOFLAGS": "-mod=mod"}
-    for cwd, pkg in ((ROOT / "bench", "./upstream-go"), (ROOT / "bench" / "executor-go", ".")):
-        done = subprocess.run(
-            ["go", "build", "-o", str(tmp) + "/", pkg],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert done.returncode == 0, f"go build {pkg} failed:\n{done.stderr}"
-    return tmp
+    go_build(ROOT / "bench", "./upstream-go", tmp)
+    return go_build(ROOT / "bench" / "executor-go", ".", tmp)
 
 
 def call(port: int, executor: str = "t") -> tuple[int, dict[str, str]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 import urllib.error
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.outcome import run
 from bench.procs import Processes, free_port
 from conftest import ROOT
+from go_build import go_build
 from squawk.policy.ratelimit import Quota, rate_limit_hint
 
 C = 2.0  # calls/s: a token every 0.5 s, so the few calls of a test refill next to nothing
@@ -39,17 +39,7 @@ Start = Callable[..., int]  # the upstream with these flags: its port
 @pytest.fixture(scope="module")
 def upstream_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("upstream-bin")
-    done = subprocess.run(
-        ["go", "build", "-o", str(out) + "/", "./upstream-go"],
-        cwd=ROOT / "bench",
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, f"go build failed:\n{done.stderr}"
-    return out / "upstream-go"
+    return go_build(ROOT / "bench", "./upstream-go", out) / "upstream-go"
 
 
 @pytest.fixture
