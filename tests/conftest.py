@@ -247,7 +247,7 @@ def analysis_budgets(monkeypatch: pytest.MonkeyPatch) -> list[Budget]:
 # `pytest -m "not e2e and not external"` runs the core's tests alone.
 E2E_MODULES = {
     "test_address_flags", "test_admitted_outcomes", "test_analysis_config", "test_analysis_llm",
-    "test_analysis_model",
+    "test_analysis_model", "test_behind",
     "test_analysis_stream", "test_bench_dispatch", "test_bench_outcome", "test_bench_overload",
     "test_canary",
     "test_check_policy_misspellings", "test_cli_tls",

@@ -202,8 +202,9 @@ func (c *Client) CheckDispatch(ctx context.Context, req *squawkv1.CheckDispatchR
 }
 
 // fallbackCodes are the statuses that say the daemon did not decide. The
-// daemon itself answers only INVALID_ARGUMENT and INTERNAL; the others come
-// from gRPC or a proxy: unreachable or too slow, CANCELLED by the server or
+// daemon itself answers INVALID_ARGUMENT, INTERNAL and RESOURCE_EXHAUSTED (a
+// call that reached it too close to its deadline); the others come from
+// gRPC or a proxy: unreachable or too slow, CANCELLED by the server or
 // a proxy (under load, or on shutdown; the caller's own cancellation is an
 // ended ctx, which never falls back), RESOURCE_EXHAUSTED (overload, an
 // answer over the size limit), UNKNOWN (an answer that could not be read),

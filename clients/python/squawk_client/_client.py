@@ -85,10 +85,11 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 # The statuses that say the daemon did not decide, so the fallback answers
-# (and Admit and ReportOutcome fail open). The daemon itself answers only
-# INVALID_ARGUMENT and INTERNAL; the others come from gRPC or a proxy:
-# unreachable or too slow, CANCELLED by the server or a proxy (under load, or
-# on shutdown), RESOURCE_EXHAUSTED (overload, an answer over the size limit),
+# (and Admit and ReportOutcome fail open). The daemon itself answers
+# INVALID_ARGUMENT, INTERNAL and RESOURCE_EXHAUSTED (a call that reached it
+# too close to its deadline: not decided); the others come from gRPC or a
+# proxy: unreachable or too slow, CANCELLED by the server or a proxy (under
+# load, or on shutdown), RESOURCE_EXHAUSTED (overload, an answer over the size limit),
 # UNKNOWN (an answer that could not be read), UNIMPLEMENTED (an older daemon,
 # or another server at the address), ABORTED and DATA_LOSS. The executor's
 # own cancellation never gets here: asyncio raises CancelledError, not an

@@ -106,8 +106,9 @@ const ANALYZE_TIMEOUT_MS = 30_000;
 
 /**
  * Codes that mean "the daemon did not decide": the fallback takes over. The
- * daemon itself answers only INVALID_ARGUMENT and INTERNAL; the others come
- * from gRPC or a proxy: unreachable or too slow, CANCELLED by the server or a
+ * daemon itself answers INVALID_ARGUMENT, INTERNAL and RESOURCE_EXHAUSTED (a
+ * call that reached it too close to its deadline); the others come from gRPC
+ * or a proxy: unreachable or too slow, CANCELLED by the server or a
  * proxy (under load, or on shutdown; the caller's own abort rejects with
  * `signal.reason` and never falls back), RESOURCE_EXHAUSTED (overload, an
  * answer over the size limit), UNKNOWN (an answer that could not be read),

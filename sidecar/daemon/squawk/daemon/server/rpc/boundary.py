@@ -7,6 +7,14 @@ generic message and the traceback in the log, so a request can never crash
 the daemon. Every message that reaches a caller passes `shown_text`:
 redacted, bounded, valid UTF-8.
 
+A call that reaches its method with less than BEHIND_S of its deadline
+left is answered RESOURCE_EXHAUSTED at once, not decided (the clients'
+fallback answers it): deciding it would only answer after its caller gave
+up. Under more callers than it can serve, the daemon otherwise spends its
+time on answers nobody waits for, and the work it does in time collapses
+(bench/REPORT.md, "The daemon's own overload"); dropped early, the stale
+calls cost it little, and the fresh ones are decided in time.
+
 The span of a refused call keeps less than the caller is told: the code and
 the field, as the schema names it. A refusal's text can echo a body's keys
 or a header's name, which are not secrets `shown_text` would catch but are
@@ -36,13 +44,21 @@ from ..telemetry.spans import CallSpan, ServerSpans
 from .bodies import Malformed, Unparsed, reader
 from .turns import Turns
 
-__all__ = ["INTERNAL", "MAX_ERROR_CHARS", "boundary", "register"]
+__all__ = ["BEHIND", "BEHIND_S", "INTERNAL", "MAX_ERROR_CHARS", "boundary", "register"]
 
 # The longest status message a refused call carries.
 MAX_ERROR_CHARS = 1_024
 # A field path names request fields and caller-chosen keys; this bounds the keys.
 MAX_FIELD_CHARS = 256
 INTERNAL = "internal error; see the daemon's log"
+# The least time left (seconds) a call needs to be decided and answered
+# before its deadline: a decision takes about a millisecond on an idle
+# daemon, its answer's trip back the rest.
+BEHIND_S = 0.005
+BEHIND = (
+    "not decided: the call reached the daemon too close to its deadline"
+    " (the daemon is behind its callers); the client's fallback answers it"
+)
 # The standard trailer of gRPC's rich error model (what grpcio-status writes).
 _STATUS_DETAILS = "grpc-status-details-bin"
 _NO_DETAILS: tuple[tuple[str, bytes], ...] = ()
@@ -85,6 +101,10 @@ def boundary(method: Method[S, Req, Resp]) -> Method[S, Req, Resp]:
 
     @functools.wraps(method)
     async def wrapper(self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
+        left = context.time_remaining()
+        if left is not None and left < BEHIND_S:
+            self._observer.refused(rpc, "behind")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, BEHIND)
         spans = self._spans
         if spans is None:
             return await _answer(self, method, request, context, None)

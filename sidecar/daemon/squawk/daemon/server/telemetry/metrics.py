@@ -91,7 +91,8 @@ class Metrics:
         self.refused = Counter(
             "squawk_refused_calls",
             "Calls answered with an error, by RPC, cause (malformed, invalid_argument, "
-            "internal, cancelled: the caller went away) and gRPC status code.",
+            "internal, cancelled: the caller went away, behind: too close to its deadline "
+            "to be decided) and gRPC status code.",
             ["rpc", "cause", "code"],
             registry=self.registry,
         )

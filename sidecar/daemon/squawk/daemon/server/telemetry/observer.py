@@ -57,6 +57,7 @@ _CODES = {
     "invalid_argument": "INVALID_ARGUMENT",
     "internal": "INTERNAL",
     "cancelled": "CANCELLED",
+    "behind": "RESOURCE_EXHAUSTED",
 }
 
 
@@ -267,6 +268,13 @@ class Observer:
         also = f" ({held} more since the last report)" if held else ""
         if cause == "malformed":
             log.warning("%s: a request body that is not a valid message%s", rpc, also)
+        elif cause == "behind":
+            log.warning(
+                "%s: a call reached the daemon too close to its deadline to be decided in time,"
+                " answered RESOURCE_EXHAUSTED: the daemon is behind its callers%s",
+                rpc,
+                also,
+            )
         else:
             log.error("internal error in %s%s", rpc, also, exc_info=exc_info)
 
