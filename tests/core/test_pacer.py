@@ -1112,6 +1112,25 @@ def test_a_header_pace_never_spaces_starts_past_the_max_cool_down(max_cool_down:
     assert granted.allowed
 
 
+def test_a_lie_nothing_contradicts_holds_no_longer_than_its_reading() -> None:
+    # The first two answers both lie (one call left for a day) and the pod
+    # sends nothing more, so no true reading comes: the pace the lie set
+    # lapses `quiet` after it, and so does every start it spaced. It held
+    # the upstream for max_cool_down (5 min) before.
+    config = UpstreamConfig()
+    quiet = config.rate_limit.quiet.total_seconds()
+    state = record_outcome(UpstreamState(), config, 0.0, Outcome(True, hint=LIE))
+    state, first = admit(state, config, 0.0)
+    assert first.allowed
+    state = record_outcome(state, config, 0.1, Outcome(True, hint=LIE))
+    state, refused = admit(state, config, 1.0)
+    assert refused.reason is Reason.UPSTREAM_SATURATED
+    assert refused.retry_after is not None
+    assert refused.retry_after <= timedelta(seconds=quiet * 1.2)  # with its jitter
+    _, granted = admit(state, config, 0.1 + quiet)
+    assert granted.allowed and granted.wait == timedelta(0)
+
+
 def _policy_rate(rate: float) -> UpstreamConfig:
     return UpstreamConfig(rate_limit=RateLimitConfig(rate=rate))
 

@@ -171,6 +171,13 @@ def pace(
     if share < 1.0 and rates.source in SHARED_SOURCES:
         rates = spacing.shared(rates, share)
     bound = _bound(rates.source, max_hold)
+    if rates.source is PaceSource.HEADERS:
+        # A header pace lapses with its reading (`until`): a start, slot or
+        # retry it spaced past then would wait for a pace no longer in
+        # force, and with no call out no reading comes to correct one that
+        # lied ("one call left for a day"). The first start after it reads
+        # the headers anew.
+        bound = min(bound, max(quota.until, quota.hold_until) - now)
     rates = spacing.bounded(rates, bound)
     spaced = spacing.current(pacer.spacing, rates, now)
     units = cost if cost > 0.0 else spaced.mean_cost
