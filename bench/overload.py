@@ -13,6 +13,11 @@ health checks' p99. Issue 34's goals: decided in time per second never below 80 
 peak over N; at least 99 % of calls answered (decided or not) before the
 deadline; health p99 <= 100 ms.
 
+Beside each N, the same callers drive the Python echo floor
+(bench/echo_server.py: a bare grpc.aio server with the daemon's options
+that returns the request's bytes, on the same payloads): what any Python
+gRPC server answers in time under that load, the ceiling of the daemon's.
+
 It reports; a missed goal is not an error. Exit status 1 only when a run
 fails to run.
 """
@@ -36,6 +41,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from .corpus import corpus
+from .echo_server import ECHO_METHOD
 from .procs import Processes, free_port
 from .targets import ROOT, SQUAWK, clean_env, command
 from .workloads import SERVICE, UPSTREAMS, admit_request, report_request
@@ -95,16 +101,24 @@ class _Health(threading.Thread):
 
 
 def measure(
-    loadgen: Path, address: str, files: dict[str, Path], callers: int, seconds: float
+    loadgen: Path,
+    address: str,
+    files: dict[str, Path],
+    callers: int,
+    seconds: float,
+    *,
+    floor: bool = False,
 ) -> dict[str, Any]:
-    """One N: the three loops at once and the health checks beside them."""
+    """One N: the three loops at once and the health checks beside them;
+    `floor`: against the echo floor (every loop on its Echo method, no
+    health checks: it serves none)."""
     gens: dict[str, subprocess.Popen[str]] = {}
     for rpc in RPCS:
         gens[rpc] = subprocess.Popen(
             [
                 str(loadgen),
                 f"-target={address}",
-                f"-method={SERVICE}{rpc}",
+                f"-method={ECHO_METHOD if floor else SERVICE + rpc}",
                 f"-payloads={files[rpc]}",
                 "-mode=closed",
                 f"-concurrency={callers}",
@@ -118,7 +132,8 @@ def measure(
             text=True,
         )
     health = _Health(address)
-    health.start()
+    if not floor:
+        health.start()
     rows: dict[str, Any] = {}
     try:
         for rpc, gen in gens.items():
@@ -147,7 +162,8 @@ def measure(
             if gen.poll() is None:
                 gen.kill()
                 gen.wait()
-        health.stop()
+        if not floor:
+            health.stop()
     latencies = sorted(health.latencies)
     return {
         "callers": callers,
@@ -165,7 +181,7 @@ def measure(
 def render(rows: list[dict[str, Any]]) -> str:
     peak = max((r["decided_per_s"] for r in rows), default=0.0)
     lines = [
-        "callers/RPC  decided/s  of peak  answered  health p99 ms  "
+        "callers/RPC  decided/s  of peak  answered  health p99 ms  floor answered/s  floor answered  "
         + "  ".join(f"{rpc} decided/s shed/s late" for rpc in RPCS)
     ]
     for r in rows:
@@ -176,7 +192,8 @@ def render(rows: list[dict[str, Any]]) -> str:
         )
         lines.append(
             f"{r['callers']:11}  {r['decided_per_s']:9.0f}  {r['decided_per_s'] / peak:7.0%}"
-            f"  {r['answered_share']:8.1%}  {r['health_p99_ms']:13.1f}  {per}"
+            f"  {r['answered_share']:8.1%}  {r['health_p99_ms']:13.1f}"
+            f"  {r['floor']['decided_per_s']:16.0f}  {r['floor']['answered_share']:14.1%}  {per}"
         )
     return "\n".join(lines)
 
@@ -204,7 +221,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 argv_ = command(SQUAWK, address, f"127.0.0.1:{free_port()}")
                 daemon = procs.start("squawk", argv_, clean_env(), cwd=ROOT)
                 _wait_serving(address, daemon.alive)
-                rows.append(measure(args.loadgen, address, files, n, args.seconds))
+                row = measure(args.loadgen, address, files, n, args.seconds)
+            with Processes(Path(tmp)) as procs:
+                address = f"127.0.0.1:{free_port()}"
+                echo = [sys.executable, "-m", "bench.echo_server", "--listen", address]
+                floor = procs.start("echo-py", echo, clean_env(), cwd=ROOT)
+                _wait_serving(address, floor.alive, ECHO_METHOD)
+                row["floor"] = measure(args.loadgen, address, files, n, args.seconds, floor=True)
+            rows.append(row)
             print(render(rows).splitlines()[-1], flush=True)
     print(render(rows))
     report = {"date": started.isoformat(timespec="seconds"), "deadline_ms": DEADLINE_MS}
@@ -213,13 +237,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _wait_serving(address: str, alive: Callable[[], bool], timeout_s: float = 30.0) -> None:
+def _wait_serving(
+    address: str, alive: Callable[[], bool], method: str | None = None, timeout_s: float = 30.0
+) -> None:
+    """Until the server at `address` answers a health check (or, with
+    `method`, a call of it with an empty body)."""
     deadline = time.monotonic() + timeout_s
     with grpc.insecure_channel(address) as channel:
-        check = _health_check(channel)
+        check: Callable[..., Any] = _health_check(channel)
+        request: Any = health_pb2.HealthCheckRequest()
+        if method is not None:
+            check, request = channel.unary_unary(method), b""
         while time.monotonic() < deadline and alive():
             try:
-                check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                check(request, timeout=1.0)
                 return
             except grpc.RpcError:
                 time.sleep(0.05)

@@ -1,6 +1,6 @@
 """The overload row (`make bench-overload`) runs, and measures what it says:
-a tiny run against a real daemon over a real socket, with the real load
-generator. No timing is asserted (a CI machine is too noisy): only that
+a tiny run against a real daemon (and the echo floor beside it) over a
+real socket, with the real load generator. No timing is asserted (a CI machine is too noisy): only that
 every RPC's payloads are decided by the daemon (a row of errors would
 measure the error path) and that the figures add up."""
 
@@ -42,5 +42,12 @@ def test_a_tiny_overload_run(loadgen: Path, tmp_path: Path) -> None:
         )
         assert 0.0 <= row["answered_share"] <= 1.0
         assert row["health_p99_ms"] is not None
+        # The echo floor beside it, on the same payloads: answered by the
+        # bare server (its Echo method), every loop.
+        floor = row["floor"]
+        assert set(floor["rpcs"]) == set(overload.RPCS)
+        for rpc, figures in floor["rpcs"].items():
+            assert figures["decided_per_s"] > 0, rpc
+            assert set(figures["codes"]) <= {"DeadlineExceeded", "Canceled"}, rpc
     text = overload.render(report["rows"])
     assert len(text.splitlines()) == 3
