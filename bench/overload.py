@@ -181,7 +181,8 @@ def measure(
 def render(rows: list[dict[str, Any]]) -> str:
     peak = max((r["decided_per_s"] for r in rows), default=0.0)
     lines = [
-        "callers/RPC  decided/s  of peak  answered  health p99 ms  floor answered/s  floor answered  "
+        "callers/RPC  decided/s  of peak  answered  health p99 ms"
+        + "  floor answered/s  floor answered  "
         + "  ".join(f"{rpc} decided/s shed/s late" for rpc in RPCS)
     ]
     for r in rows:

@@ -1,8 +1,9 @@
 """The overload row (`make bench-overload`) runs, and measures what it says:
 a tiny run against a real daemon (and the echo floor beside it) over a
-real socket, with the real load generator. No timing is asserted (a CI machine is too noisy): only that
-every RPC's payloads are decided by the daemon (a row of errors would
-measure the error path) and that the figures add up."""
+real socket, with the real load generator. No timing is asserted (a CI
+machine is too noisy): only that every RPC's payloads are decided by the
+daemon (a row of errors would measure the error path) and that the
+figures add up."""
 
 from __future__ import annotations
 
