@@ -259,7 +259,8 @@ E2E_MODULES = {
     "test_peer_budget", "test_pod",
     "test_pod_rehearsal", "test_pushback", "test_rate_limit_config", "test_readme",
     "test_readme_metrics", "test_reflection", "test_refusal_jitter", "test_reload",
-    "test_runner_vectors", "test_sdk_transports", "test_span_encoding", "test_start_errors",
+    "test_runner_vectors", "test_sdk_transports", "test_shedding_order", "test_span_encoding",
+    "test_start_errors",
     "test_telemetry", "test_throttling", "test_tls", "test_upstream_personalities",
     "test_upstreams", "test_upstreams_cli", "test_vectors",
 }  # fmt: skip

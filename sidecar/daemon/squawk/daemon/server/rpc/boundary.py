@@ -13,7 +13,11 @@ fallback answers it): deciding it would only answer after its caller gave
 up. Under more callers than it can serve, the daemon otherwise spends its
 time on answers nobody waits for, and the work it does in time collapses
 (bench/REPORT.md, "The daemon's own overload"); dropped early, the stale
-calls cost it little, and the fresh ones are decided in time.
+calls cost it little, and the fresh ones are decided in time. The share of
+calls that arrive so sets the daemon's overload level (overload.py), which
+sheds AnalyzeError and Classify first, then DecideRetryBatch. Every such
+answer carries gRPC's retry pushback, and a ReportOutcome's outcomes are
+counted, never dropped silently.
 
 The span of a refused call keeps less than the caller is told: the code and
 the field, as the schema names it. A refusal's text can echo a body's keys
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar, cast
 
@@ -41,10 +46,20 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from ..telemetry.observer import Observer
 from ..telemetry.spans import CallSpan, ServerSpans
+from . import overload
 from .bodies import Malformed, Unparsed, reader
 from .turns import Turns
 
-__all__ = ["BEHIND", "BEHIND_S", "INTERNAL", "MAX_ERROR_CHARS", "boundary", "register"]
+__all__ = [
+    "BEHIND",
+    "BEHIND_S",
+    "INTERNAL",
+    "MAX_ERROR_CHARS",
+    "OVERLOADED",
+    "PUSHBACK",
+    "boundary",
+    "register",
+]
 
 # The longest status message a refused call carries.
 MAX_ERROR_CHARS = 1_024
@@ -59,6 +74,13 @@ BEHIND = (
     "not decided: the call reached the daemon too close to its deadline"
     " (the daemon is behind its callers); the client's fallback answers it"
 )
+OVERLOADED = (
+    "not decided: the daemon is overloaded and sheds this kind of call first"
+    " (its overload level); the client's fallback answers it"
+)
+# gRPC's retry pushback (A6): how long a caller should wait before asking
+# again, one overload interval (a level is set per interval).
+PUSHBACK = (("grpc-retry-pushback-ms", str(round(overload.INTERVAL * 1000))),)
 # The standard trailer of gRPC's rich error model (what grpcio-status writes).
 _STATUS_DETAILS = "grpc-status-details-bin"
 _NO_DETAILS: tuple[tuple[str, bytes], ...] = ()
@@ -68,6 +90,7 @@ class _Observed(Protocol):
     _observer: Observer
     _spans: ServerSpans | None
     _turns: Turns
+    _overload: overload.Overload
 
 
 S = TypeVar("S", bound=_Observed)
@@ -98,13 +121,24 @@ def register(servicer: pb_grpc.PolicyServiceServicer, server: grpc.aio.Server) -
 
 def boundary(method: Method[S, Req, Resp]) -> Method[S, Req, Resp]:
     rpc = method.__name__
+    shed = overload.shed_class(rpc)
 
     @functools.wraps(method)
     async def wrapper(self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
         left = context.time_remaining()
-        if left is not None and left < BEHIND_S:
+        behind = left is not None and left < BEHIND_S
+        before = self._overload
+        self._overload = state = overload.arrived(before, time.monotonic(), behind)
+        if state.level != before.level:
+            self._observer.overload_level(state.level, before.level)
+        if behind:
             self._observer.refused(rpc, "behind")
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, BEHIND)
+            if isinstance(request, pb.ReportOutcomeRequest):
+                self._observer.shed_outcomes(len(request.outcomes))
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, BEHIND, PUSHBACK)
+        if overload.sheds(state, shed):
+            self._observer.refused(rpc, "overloaded")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, OVERLOADED, PUSHBACK)
         spans = self._spans
         if spans is None:
             return await _answer(self, method, request, context, None)

@@ -59,6 +59,7 @@ from ..tracking.pod_store import PodStore, Source
 from ..tracking.registry import NO_PACE, Upstreams, UpstreamView
 from .boundary import INTERNAL, MAX_ERROR_CHARS, boundary, register
 from .decisions import StatelessDecisions
+from .overload import Overload
 from .turns import Turns
 
 __all__ = ["MAX_HINTS", "PolicyServicer", "register"]
@@ -119,6 +120,8 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         # calls are answered between two slices, and a call whose caller
         # has gone stops at its next one.
         self._turns = Turns()
+        # The daemon's own overload level (overload.py), moved by each call.
+        self._overload = Overload()
 
     @property
     def observes_log(self) -> bool:

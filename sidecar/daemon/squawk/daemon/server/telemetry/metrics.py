@@ -92,7 +92,8 @@ class Metrics:
             "squawk_refused_calls",
             "Calls answered with an error, by RPC, cause (malformed, invalid_argument, "
             "internal, cancelled: the caller went away, behind: too close to its deadline "
-            "to be decided) and gRPC status code.",
+            "to be decided, overloaded: shed by the daemon's overload level) and gRPC "
+            "status code.",
             ["rpc", "cause", "code"],
             registry=self.registry,
         )
@@ -185,6 +186,20 @@ class Metrics:
             "Admit calls refused UPSTREAM_SATURATED: the pace could not start them "
             "before their deadline, or the queue was kept short. By profile and upstream.",
             ["profile", "upstream"],
+            registry=self.registry,
+        )
+        self.shed_outcomes = Counter(
+            "squawk_shed_outcomes",
+            "Outcomes in ReportOutcome calls the daemon answered 'not decided' without "
+            "recording them (the call reached it too close to its deadline): the outcomes "
+            "its state never saw.",
+            registry=self.registry,
+        )
+        self.overload_level = Gauge(
+            "squawk_overload_level",
+            "The daemon's own overload level: 0 none; 1 AnalyzeError and Classify are "
+            "shed; 2 DecideRetryBatch too. Set each 250 ms by the share of calls that "
+            "reached the daemon too close to their deadline.",
             registry=self.registry,
         )
         self.untracked = Counter(

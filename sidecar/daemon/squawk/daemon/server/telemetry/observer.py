@@ -58,6 +58,7 @@ _CODES = {
     "internal": "INTERNAL",
     "cancelled": "CANCELLED",
     "behind": "RESOURCE_EXHAUSTED",
+    "overloaded": "RESOURCE_EXHAUSTED",
 }
 
 
@@ -252,6 +253,29 @@ class Observer:
         if self.metrics is not None:
             self.metrics.state_restored.inc(count)
 
+    def shed_outcomes(self, count: int) -> None:
+        """Count the outcomes of a ReportOutcome answered without being recorded."""
+        if self.metrics is not None and count:
+            self.metrics.shed_outcomes.inc(count)
+
+    def overload_level(self, level: int, before: int) -> None:
+        """The daemon's own overload level changed: the gauge, and a line."""
+        if self.metrics is not None:
+            self.metrics.overload_level.set(level)
+        held = self._throttle.ready("overload")
+        if held is None:
+            return
+        shed = (
+            "nothing",
+            "AnalyzeError and Classify",
+            "AnalyzeError, Classify and DecideRetryBatch",
+        )
+        why = " (calls reach the daemon too close to their deadline)" if level > before else ""
+        also = f" ({held} more changes since the last report)" if held else ""
+        (log.warning if level > before else log.info)(
+            "overload level %d -> %d%s: shedding %s%s", before, level, why, shed[level], also
+        )
+
     def refused(self, rpc: str, cause: str, exc_info: bool = False) -> None:
         """Count a call answered with an error; log the unexpected ones, throttled.
 
@@ -268,6 +292,10 @@ class Observer:
         also = f" ({held} more since the last report)" if held else ""
         if cause == "malformed":
             log.warning("%s: a request body that is not a valid message%s", rpc, also)
+        elif cause == "overloaded":
+            log.warning(
+                "%s: shed by the daemon's overload level, answered RESOURCE_EXHAUSTED%s", rpc, also
+            )
         elif cause == "behind":
             log.warning(
                 "%s: a call reached the daemon too close to its deadline to be decided in time,"
