@@ -48,13 +48,10 @@ class BackoffConfig:
     _initial_ms: float = field(init=False, repr=False, compare=False)
     _max_ms: float = field(init=False, repr=False, compare=False)
     _precomputed: tuple[timedelta, ...] = field(init=False, repr=False, compare=False)
-    # Read on every stateless DecideRetry (whether its answer may be kept).
-    _deterministic: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_initial_ms", self.initial / _ONE_MS)
         object.__setattr__(self, "_max_ms", self.max / _ONE_MS)
-        object.__setattr__(self, "_deterministic", self.jitter in (Jitter.SINE, Jitter.NONE))
         table = (
             [_delay(n, self, None) for n in range(1, _PRECOMPUTED + 1)]
             if self.deterministic
@@ -65,7 +62,7 @@ class BackoffConfig:
     @property
     def deterministic(self) -> bool:
         """Whether equal attempts always wait the same (no random source is read)."""
-        return self._deterministic
+        return self.jitter in (Jitter.SINE, Jitter.NONE)
 
 
 def _base_ms(attempt: int, cfg: BackoffConfig) -> float:

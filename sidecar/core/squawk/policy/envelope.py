@@ -36,12 +36,6 @@ def read_envelope(body: bytes) -> Envelope:
     # Skip the JSON parse for bodies that cannot be an object.
     if not body or body.lstrip()[:1] != b"{":
         return _NOTHING
-    if b"success" not in body and b"\\" not in body and b"\x00" not in body:
-        # No "success" key can be in it: ASCII text is its own bytes in
-        # UTF-8, a UTF-16 or UTF-32 body has a NUL byte in every ASCII
-        # character, and only an escape could spell the key otherwise. Most
-        # JSON error bodies are not envelopes; a scan is cheaper than a parse.
-        return _NOTHING
     try:
         doc = _parse(body)
     except (ValueError, RecursionError):

@@ -95,18 +95,11 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
     map as it is) items() goes through the generic Mapping mixin and costs
     three times as much. `in` before indexing, because indexing a protobuf
     map with a missing key inserts it.
-
-    Most lookups miss (a request carries none of most hint headers), so
-    each key is compared by length before it is lowered: every name asked
-    for is ASCII, and the only characters whose lower case is ASCII (A-Z,
-    and the Kelvin sign for k) lower to one character each, so a key of
-    another length never lowers to `name`.
     """
     if name in headers:
         return headers[name]
-    size = len(name)
     for key in headers:
-        if len(key) == size and key.lower() == name:
+        if key.lower() == name:
             return headers[key]
     return None
 

@@ -194,9 +194,4 @@ def duration(field: str, seconds: int, nanos: int) -> timedelta:
         raise PolicyInputError(field, "seconds and nanos must have the same sign")
     if seconds < 0 or nanos < 0:
         raise PolicyInputError(field, "must not be negative")
-    micros, rest = divmod(nanos, 1000)
-    if rest == 0:
-        # Whole microseconds (every deadline a client library sends): the
-        # same value by integers, which timedelta builds at half the cost.
-        return timedelta(0, seconds, micros)
     return timedelta(seconds=seconds, microseconds=nanos / 1000)

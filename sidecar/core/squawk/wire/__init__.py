@@ -6,18 +6,14 @@ plain int. Nothing here decides anything.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import NamedTuple
-
-from google.protobuf.duration_pb2 import Duration
 
 from squawk.policy import (
     Admission,
     AttemptState,
     BreakerState,
-    Category,
     Classification,
     Decision,
     Failure,
@@ -60,7 +56,6 @@ __all__ = [
     "failure",
     "fill_classification",
     "fill_decision",
-    "fill_duration",
     "hint",
     "outcome",
     "rate_limited",
@@ -78,12 +73,6 @@ def failure(request: pb.ClassifyRequest) -> Failure:
 
 
 def attempt_state(request: pb.DecideRetryRequest) -> AttemptState:
-    # Each HasField and each read of a submessage costs a call into
-    # protobuf: the deadline is read once, and only when it is set.
-    deadline = None
-    if request.HasField("deadline"):
-        given = request.deadline
-        deadline = duration("deadline", given.seconds, given.nanos)
     return AttemptState(
         attempt=request.attempt,
         max_attempts=request.max_attempts if request.HasField("max_attempts") else None,
@@ -99,71 +88,39 @@ def attempt_state(request: pb.DecideRetryRequest) -> AttemptState:
         hitl_approved=request.hitl_approved,
         delegated_orchestrator=request.delegated_orchestrator,
         cancelled=request.cancelled,
-        deadline=deadline,
+        deadline=(
+            duration("deadline", request.deadline.seconds, request.deadline.nanos)
+            if request.HasField("deadline")
+            else None
+        ),
         capability=request.capability,
         upstream=request.upstream,
     )
 
 
-def fill_duration(td: timedelta, out: Duration) -> None:
-    """`out.FromTimedelta(td)` without its type checks and method lookups,
-    which cost more than the two fields: every decision's reply fills one
-    to three of these. The sign rule is protobuf's (nanos take the sign of
-    the seconds), as FromTimedelta applies it."""
-    seconds = td.days * 86_400 + td.seconds
-    nanos = td.microseconds * 1_000
-    if seconds < 0 and nanos > 0:
-        seconds += 1
-        nanos -= 1_000_000_000
-    out.seconds = seconds
-    out.nanos = nanos
-
-
-# Distinct status parts a reply may copy from: one per (upstream status,
-# retryable, transport) a profile can produce is some 2,400; the daemon's
-# profiles retry a few dozen statuses, so a few hundred are ever in use.
-_STATUS_PARTS = 1_024
-
-
-@functools.lru_cache(maxsize=_STATUS_PARTS)
-def _status_part(
-    http_status: int, category: Category, retryable: bool, code: str, upstream_status: int
-) -> pb.ClassifyResponse:
-    """The fields of a classification that its status alone decides, as a
-    message to copy from (shared: never changed). Copying it costs a third
-    of setting its five fields one by one, and every DecideRetry reply and
-    every Classify reply carries one. Keyed by the status fields only: the
-    caller's text is never part of the key."""
-    return pb.ClassifyResponse(
-        http_status=http_status,
-        category=category,  # type: ignore[arg-type]
-        retryable=retryable,
-        code=code,
-        upstream_status=upstream_status,
-    )
-
-
 def fill_classification(c: Classification, out: pb.ClassifyResponse) -> pb.ClassifyResponse:
-    """Make `out` hold `c`, and nothing else. Filling a message in place,
-    rather than building nested messages that protobuf then copies, halves
-    the conversion's cost."""
-    out.CopyFrom(_status_part(c.http_status, c.category, c.retryable, c.code, c.upstream_status))
-    if c.redacted_message:
-        out.redacted_message = c.redacted_message
+    """Write `c` into `out`. Filling a message in place, rather than building
+    nested messages that protobuf then copies, halves the conversion's cost."""
+    out.http_status = c.http_status
+    out.category = c.category  # type: ignore[assignment]
+    out.retryable = c.retryable
+    out.code = c.code
+    out.upstream_status = c.upstream_status
+    out.redacted_message = c.redacted_message
     if c.retry_after is not None:
-        fill_duration(c.retry_after, out.retry_after)
+        out.retry_after.FromTimedelta(c.retry_after)
     return out
 
 
 def fill_decision(d: Decision, out: pb.DecideRetryResponse) -> pb.DecideRetryResponse:
     out.action = d.action  # type: ignore[assignment]
-    fill_duration(d.delay, out.delay)
+    out.delay.FromTimedelta(d.delay)
     out.reason = d.reason  # type: ignore[assignment]
     out.explanation = d.explanation
     out.consumes_attempt = d.consumes_attempt
     fill_classification(d.classification, out.classification)
     if d.retry_after is not None:
-        fill_duration(d.retry_after, out.retry_after)
+        out.retry_after.FromTimedelta(d.retry_after)
     return out
 
 

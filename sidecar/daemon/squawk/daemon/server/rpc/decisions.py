@@ -53,9 +53,6 @@ class StatelessDecisions:
         self._clock = clock
         self._rng = rng
         self._max_body_bytes = max_body_bytes
-        # One for every decision: decide() runs to its end without awaiting,
-        # so no two decisions ever read it at once.
-        self._watched = _WatchedClock(clock)
         self._answers: OrderedDict[bytes, tuple[Decision, pb.DecideRetryResponse]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -75,8 +72,7 @@ class StatelessDecisions:
         if found is not None:
             answers.move_to_end(key)
             return found
-        clock = self._watched
-        clock.read = False
+        clock = _WatchedClock(self._clock)
         decision = self._decide(request, profile, clock)
         answer = (decision, decision_message(decision))
         if not clock.read and len(key) <= MAX_KEY_BYTES:
