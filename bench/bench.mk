@@ -12,6 +12,7 @@
 #   make fleet-sim-scale           1,000 pods' syncs against one Redis, beside the per-call design
 #   make bench-outcome             executors in 3 languages and 2 SDKs through overloads (about 15 minutes)
 #   make bench-overload            the daemon's own overload: 8 to 192 callers per RPC, 50 ms deadlines
+#   make bench-paced               what a dispatch costs the daemon under a declared pace (about a minute)
 
 BENCH_SECONDS ?= 10
 BENCH_RATES   ?= 1000,5000
@@ -25,11 +26,12 @@ BENCH_GO      := bench/go.mod bench/go.sum bench/executor-go/go.mod bench/execut
                  $(shell find bench clients/go -name '*.go' 2>/dev/null)
 OUTCOME_ARGS  ?=
 OVERLOAD_ARGS ?=
+PACED_ARGS    ?=
 BENCH_RUN      = $(BIN)/python -m bench.run --loadgen $(BENCH_BIN)/loadgen \
                  --echo-go $(BENCH_BIN)/echo-go --jaeger $(JAEGER_BIN)
 
 .PHONY: bench bench-smoke bench-core bench-build bench-profile soak fleet-sim fleet-sim-scale \
-        bench-outcome bench-overload
+        bench-outcome bench-overload bench-paced
 
 # go vet here keeps the Go code vet-clean wherever the smoke run runs.
 $(BENCH_BUILT): $(BENCH_GO)
@@ -59,6 +61,10 @@ bench-outcome: setup $(BENCH_BUILT) ts-build
 # Issue 34's overload row: Admit, ReportOutcome and DecideRetry, N callers each.
 bench-overload: setup $(BENCH_BUILT)
 	$(BIN)/python -m bench.overload --loadgen $(BENCH_BIN)/loadgen $(OVERLOAD_ARGS)
+
+# Issue 34's paced dispatch row: four executors at 1,000/s under a declared pace.
+bench-paced: setup
+	$(BIN)/python -m bench.paced $(PACED_ARGS)
 
 bench-core: setup
 	$(BIN)/python -m bench.core

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,7 @@ def run_executors(
     payload_file: Path,
     counter: Callable[[], float] | None = None,
     on_mark: Callable[[str], None] | None = None,
+    extra: Sequence[str] = (),
 ) -> Outcome:
     """Run the row's executors once (run_load's signature and Outcome);
     raise RuntimeError when they fail to run."""
@@ -144,6 +145,7 @@ def run_executors(
                 f"--seed={i}",
                 f"--ready={ready[i]}",
                 f"--out={outs[i]}",
+                *extra,
             ]
             executors.append(procs.start(f"executor-{i}", argv, clean_env(), load.cpus, ROOT))
         _wait_ready(executors, ready)

@@ -134,6 +134,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     names: Sequence[str] = args.upstreams.split(",")
     client = AsyncSquawkClient(args.target)
     client._stub = CountedStub(client._stub, tally)  # type: ignore[assignment]
+    if args.no_lease:
+        # The baseline of the paced row: one Admit per dispatch, as before leases.
+        client._policy.leases.wanted = lambda key: 1  # type: ignore[method-assign]
     in_flight: set[asyncio.Task[None]] = set()
 
     async def dispatch(n: int, due: float) -> None:
@@ -193,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ready", required=True, help="created after the first dispatch")
     p.add_argument("--out", required=True, help="the result, as JSON")
+    p.add_argument("--no-lease", action="store_true", help="ask one permit per dispatch")
     args = p.parse_args(argv)
     started = time.monotonic()
     result = asyncio.run(run(args))

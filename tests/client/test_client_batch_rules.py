@@ -43,6 +43,23 @@ def test_a_batch_is_due_fifty_ms_after_its_oldest_outcome() -> None:
     assert box.due_in() is None
 
 
+def test_a_patient_outcome_waits_a_lease_unless_another_is_behind_it() -> None:
+    # A success of a paced lease may wait 200 ms (one lease); an impatient
+    # outcome queued behind it is due 50 ms after itself, and takes it along.
+    clock = Clock()
+    box = Outbox(clock)
+    box.put(_outcome(1), patient=True)
+    assert box.due_in() == pytest.approx(0.200)
+    clock.now += 0.100
+    box.put(_outcome(2), patient=True)
+    assert box.due_in() == pytest.approx(0.100)  # the oldest's 200 ms
+    box.put(_outcome(3))
+    assert box.due_in() == pytest.approx(0.050)
+    clock.now += 0.050
+    assert [o.upstream for o in box.take()] == ["u1", "u2", "u3"]
+    assert box.due_in() is None
+
+
 def test_a_full_batch_is_due_at_once_and_holds_one_hundred() -> None:
     box = Outbox(Clock())
     full = [box.put(_outcome(n)) for n in range(250)]
@@ -99,9 +116,9 @@ def test_spare_permits_start_dispatches_until_the_lease_ends() -> None:
     leases.granted(KEY, 3, timedelta(milliseconds=200), "00000000000000aa")
     clock.now += 0.100
     # Each spare permit names the grant's admission, as its outcome must.
-    assert leases.take(KEY) == "00000000000000aa"
+    assert leases.take(KEY) == ("00000000000000aa", 0.0, 0.0)
     clock.now += 0.099
-    assert leases.take(KEY) == "00000000000000aa"
+    assert leases.take(KEY) == ("00000000000000aa", 0.0, 0.0)
     assert leases.take(KEY) is None  # two spares, both used
     leases.granted(KEY, 3, timedelta(milliseconds=200), "00000000000000bb")
     clock.now += 0.200

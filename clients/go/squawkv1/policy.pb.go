@@ -1986,7 +1986,13 @@ type AdmitResponse struct {
 	// bound after which a call that never reported leaves the in-flight
 	// count). Empty when refused, for an empty upstream, and from a daemon
 	// older than this field.
-	AdmissionId   string `protobuf:"bytes,10,opt,name=admission_id,json=admissionId,proto3" json:"admission_id,omitempty"`
+	AdmissionId string `protobuf:"bytes,10,opt,name=admission_id,json=admissionId,proto3" json:"admission_id,omitempty"`
+	// When permits > 1: permit i (the first is 0) starts no earlier than
+	// wait + i x spacing from now, and may start later, until the lease
+	// ends. Zero: every permit may start at once. For leases of paced starts;
+	// a daemon that grants several permits only when nothing paces (this
+	// one) sends zero. The clients honour it (tests/vectors/leases.json).
+	Spacing       *durationpb.Duration `protobuf:"bytes,11,opt,name=spacing,proto3" json:"spacing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2089,6 +2095,13 @@ func (x *AdmitResponse) GetAdmissionId() string {
 		return x.AdmissionId
 	}
 	return ""
+}
+
+func (x *AdmitResponse) GetSpacing() *durationpb.Duration {
+	if x != nil {
+		return x.Spacing
+	}
+	return nil
 }
 
 // Outcome is how one dispatch ended.
@@ -3014,7 +3027,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\aprofile\x18\x03 \x01(\tR\aprofile\x125\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12\x12\n" +
 	"\x04cost\x18\x05 \x01(\x01R\x04cost\x12\x18\n" +
-	"\apermits\x18\x06 \x01(\x05R\apermits\"\xa3\x03\n" +
+	"\apermits\x18\x06 \x01(\x05R\apermits\"\xd8\x03\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12)\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12:\n" +
@@ -3027,7 +3040,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x05lease\x18\b \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12 \n" +
 	"\vexplanation\x18\t \x01(\tR\vexplanation\x12!\n" +
 	"\fadmission_id\x18\n" +
-	" \x01(\tR\vadmissionId\"\xfe\x03\n" +
+	" \x01(\tR\vadmissionId\x123\n" +
+	"\aspacing\x18\v \x01(\v2\x19.google.protobuf.DurationR\aspacing\"\xfe\x03\n" +
 	"\aOutcome\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
 	"\n" +
@@ -3245,43 +3259,44 @@ var file_squawk_v1_policy_proto_depIdxs = []int32{
 	4,  // 26: squawk.v1.AdmitResponse.breaker_state:type_name -> squawk.v1.BreakerState
 	32, // 27: squawk.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
 	32, // 28: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
-	32, // 29: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
-	31, // 30: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
-	32, // 31: squawk.v1.Outcome.age:type_name -> google.protobuf.Duration
-	21, // 32: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
-	26, // 33: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
-	4,  // 34: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
-	32, // 35: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
-	32, // 36: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
-	3,  // 37: squawk.v1.UpstreamState.pace_source:type_name -> squawk.v1.PaceSource
-	32, // 38: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
-	27, // 39: squawk.v1.UpstreamState.fleet:type_name -> squawk.v1.FleetState
-	4,  // 40: squawk.v1.FleetState.breaker_state:type_name -> squawk.v1.BreakerState
-	32, // 41: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
-	32, // 42: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
-	32, // 43: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
-	33, // 44: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
-	6,  // 45: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
-	8,  // 46: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
-	10, // 47: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
-	13, // 48: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
-	16, // 49: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
-	19, // 50: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
-	22, // 51: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
-	24, // 52: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
-	7,  // 53: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
-	9,  // 54: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
-	11, // 55: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
-	15, // 56: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
-	18, // 57: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
-	20, // 58: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
-	23, // 59: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
-	25, // 60: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
-	53, // [53:61] is the sub-list for method output_type
-	45, // [45:53] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	32, // 29: squawk.v1.AdmitResponse.spacing:type_name -> google.protobuf.Duration
+	32, // 30: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
+	31, // 31: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
+	32, // 32: squawk.v1.Outcome.age:type_name -> google.protobuf.Duration
+	21, // 33: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
+	26, // 34: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
+	4,  // 35: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
+	32, // 36: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
+	32, // 37: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
+	3,  // 38: squawk.v1.UpstreamState.pace_source:type_name -> squawk.v1.PaceSource
+	32, // 39: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
+	27, // 40: squawk.v1.UpstreamState.fleet:type_name -> squawk.v1.FleetState
+	4,  // 41: squawk.v1.FleetState.breaker_state:type_name -> squawk.v1.BreakerState
+	32, // 42: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
+	32, // 43: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
+	32, // 44: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
+	33, // 45: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
+	6,  // 46: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
+	8,  // 47: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
+	10, // 48: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
+	13, // 49: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
+	16, // 50: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
+	19, // 51: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
+	22, // 52: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
+	24, // 53: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
+	7,  // 54: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
+	9,  // 55: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
+	11, // 56: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
+	15, // 57: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
+	18, // 58: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
+	20, // 59: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
+	23, // 60: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
+	25, // 61: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
+	54, // [54:62] is the sub-list for method output_type
+	46, // [46:54] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_squawk_v1_policy_proto_init() }

@@ -52,6 +52,9 @@ class Admission:
     # that it counts for the learned concurrency limit (every permit of a
     # lease shares it); "" when the daemon gives none.
     admission_id: str = ""
+    # When permits > 1 under a pace: the spare permits start this far
+    # apart after the first (see squawk_client._leases); zero otherwise.
+    spacing: timedelta = timedelta(0)
 
 
 OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
@@ -118,7 +121,17 @@ def admission(reply: pb.AdmitResponse) -> Admission:
         # before it reaches an error message.
         explanation=shown_text(reply.explanation, MAX_EXPLANATION_CHARS) if not allowed else "",
         admission_id=_admission_id(reply.admission_id) if allowed else "",
+        spacing=_spacing(reply) if permits > 1 else timedelta(0),
     )
+
+
+# The longest spacing honoured: a lease is at most a second (the client's
+# MAX_LEASE), so anything longer starts no spare permit within it.
+_MAX_SPACING = timedelta(seconds=1)
+
+
+def _spacing(reply: pb.AdmitResponse) -> timedelta:
+    return min(max(reply.spacing.ToTimedelta(), timedelta(0)), _MAX_SPACING)
 
 
 def _admission_id(text: str) -> str:

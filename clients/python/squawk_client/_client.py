@@ -187,15 +187,29 @@ class _Policy:
     ) -> pb.AdmitRequest | Admission:
         """The runner's Admit for a dispatch to `key`, or the admission of a
         spare leased permit that starts it without asking."""
-        if (leased := self.leases.take(key)) is not None:
-            return replace(LEASED, admission_id=leased)
+        left = None if deadline is None else deadline.total_seconds()
+        if (leased := self.leases.take(key, left)) is not None:
+            admission_id, wait, spacing = leased
+            return replace(
+                LEASED,
+                admission_id=admission_id,
+                wait=timedelta(seconds=wait),
+                spacing=timedelta(seconds=spacing),
+            )
         profile, upstream, capability = key
-        permits = self.leases.wanted(key)
+        permits = self.leases.ask(key)
         return admit_request(upstream, capability, profile, deadline, cost, permits)
 
     def step_admission(self, key: Key, admission: Admission) -> Admission:
         if admission.allowed and not admission.fallback:
-            self.leases.granted(key, admission.permits, admission.lease, admission.admission_id)
+            self.leases.granted(
+                key,
+                admission.permits,
+                admission.lease,
+                admission.admission_id,
+                admission.wait,
+                admission.spacing,
+            )
         return admission
 
     def unreported(self, exc: grpc.RpcError, count: int) -> None:
@@ -414,9 +428,10 @@ class SquawkClient:
             return request
         return self._policy.step_admission(key, self._admit(request))
 
-    def _report_later(self, outcome: pb.Outcome) -> None:
-        """Queue a runner's outcome; sent in a batch by a background thread."""
-        self._policy.outbox.put(outcome)
+    def _report_later(self, outcome: pb.Outcome, patient: bool = False) -> None:
+        """Queue a runner's outcome (`patient`: see Outbox.put); sent in a
+        batch by a background thread."""
+        self._policy.outbox.put(outcome, patient)
         if self._reporter is None:
             with self._reporter_lock:
                 if self._reporter is None:
@@ -631,9 +646,10 @@ class AsyncSquawkClient:
             return request
         return self._policy.step_admission(key, await self._admit(request))
 
-    def _report_later(self, outcome: pb.Outcome) -> None:
-        """Queue a runner's outcome; sent in a batch by a task on this loop."""
-        full = self._policy.outbox.put(outcome)
+    def _report_later(self, outcome: pb.Outcome, patient: bool = False) -> None:
+        """Queue a runner's outcome (`patient`: see Outbox.put); sent in a
+        batch by a task on this loop."""
+        full = self._policy.outbox.put(outcome, patient)
         if self._reporter is None or self._reporter.done():
             self._reporter = asyncio.get_running_loop().create_task(self._report_loop())
         elif full:

@@ -7,6 +7,13 @@ everything left when it closes; so a busy executor costs the daemon one
 ReportOutcome per batch instead of one per dispatch. Envoy's rate-limit
 quota service reports usage the same way, periodically, not per request.
 
+A patient outcome (a success started on a lease of paced starts) may wait
+PATIENT_DELAY, the lease's length: under a declared or announced rate
+nothing in the pod reads a success sooner (the rate is not learned from
+it, its headers are read as of their age), so a busy executor reports once
+a lease, not four times. Any other outcome queued behind it brings the
+batch back to MAX_DELAY.
+
 Nothing is lost silently: an outcome the daemon did not take (it was away,
 or refused the batch), one pushed out of a full queue, or one queued after
 close is counted in `dropped`. The queue is bounded (MAX_QUEUED): a daemon
@@ -25,19 +32,23 @@ event loop (AsyncSquawkClient).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
 from squawk.policy.limits import MAX_OUTCOME_AGE
+from squawk.policy.pace_types import LEASE
 from squawk.v1 import policy_pb2 as pb
 
-__all__ = ["MAX_AGE", "MAX_BATCH", "MAX_DELAY", "MAX_QUEUED", "Outbox"]
+__all__ = ["MAX_AGE", "MAX_BATCH", "MAX_DELAY", "MAX_QUEUED", "PATIENT_DELAY", "Outbox"]
 
 # How late an outcome may reach the daemon: its breaker and pace read
 # outcomes, so a batch must stay young next to their windows (seconds).
 MAX_DELAY = 0.05
+# How late a patient outcome may reach it (seconds): one lease.
+PATIENT_DELAY = LEASE.total_seconds()
 # Outcomes per ReportOutcome (the RPC takes up to 1,000).
 MAX_BATCH = 100
 # Outcomes waiting at most; past it the oldest is dropped (and counted).
@@ -49,14 +60,18 @@ MAX_AGE = MAX_OUTCOME_AGE.total_seconds()
 class Outbox:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        # (when queued, on the monotonic clock; the outcome), oldest first.
-        self._items: deque[tuple[float, pb.Outcome]] = deque()
+        # (when queued and when due, on the monotonic clock; the outcome),
+        # oldest first.
+        self._items: deque[tuple[float, float, pb.Outcome]] = deque()
+        # When the queue's batch is due (monotonic; inf = empty).
+        self._due = math.inf
         self._ready = threading.Condition()
         self._closing = False
         self.dropped = 0
 
-    def put(self, outcome: pb.Outcome) -> bool:
-        """Queue `outcome`; True when a batch is full and should go now."""
+    def put(self, outcome: pb.Outcome, patient: bool = False) -> bool:
+        """Queue `outcome` (`patient`: it may wait PATIENT_DELAY); True when
+        a batch is full and should go now."""
         with self._ready:
             if self._closing:
                 self.dropped += 1
@@ -64,10 +79,14 @@ class Outbox:
             if len(self._items) >= MAX_QUEUED:
                 self._items.popleft()
                 self.dropped += 1
-            self._items.append((self._clock(), outcome))
+            now = self._clock()
+            due = now + (PATIENT_DELAY if patient else MAX_DELAY)
+            self._items.append((now, due, outcome))
+            sooner = due < self._due
+            self._due = min(self._due, due)
             full = len(self._items) >= MAX_BATCH
-            # A waiting thread needs waking only to start its timer or send now.
-            if full or len(self._items) == 1:
+            # A waiting thread needs waking only to set its timer or send now.
+            if full or sooner:
                 self._ready.notify()
             return full
 
@@ -111,18 +130,19 @@ class Outbox:
             return None
         if len(self._items) >= MAX_BATCH or self._closing:
             return 0.0
-        return max(0.0, self._items[0][0] + MAX_DELAY - self._clock())
+        return max(0.0, self._due - self._clock())
 
     def _take(self) -> list[pb.Outcome]:
         now = self._clock()
         items = self._items
         batch: list[pb.Outcome] = []
         while items and len(batch) < MAX_BATCH:
-            queued, outcome = items.popleft()
+            queued, _, outcome = items.popleft()
             age = now - queued
             if age > MAX_AGE:
                 self.dropped += 1
                 continue
             outcome.age.FromNanoseconds(round(max(age, 0.0) * 1e9))
             batch.append(outcome)
+        self._due = min((due for _, due, _ in items), default=math.inf)
         return batch

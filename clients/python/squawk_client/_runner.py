@@ -204,6 +204,9 @@ class _Attempts:
         # which its outcome names: only then does it count for the learned
         # concurrency limit (its slot freed, its latency read).
         self.admission_id = ""
+        # Whether that dispatch started on a lease of paced starts: its
+        # success may wait a lease to be reported (squawk_client._outbox).
+        self.patient = False
 
     def request(self, exc: BaseException) -> pb.DecideRetryRequest:
         o = self.options
@@ -312,6 +315,7 @@ class _Attempts:
         deadline, or, without one, a day (no daemon paces that far: the Go
         and TypeScript runners refuse it too, rather than sleep on it)."""
         self.admission_id = admission.admission_id
+        self.patient = admission.spacing > timedelta(0)
         o = self.options
         limit = _MAX_WAIT if o.deadline is None else self.deadline_left()
         if admission.wait <= limit:
@@ -426,7 +430,7 @@ async def run_step(
                 await sleep(decision.delay.total_seconds())
         else:
             if done := state.success(time.monotonic() - started, result, cost_of, headers_of):
-                client._report_later(done)
+                client._report_later(done, state.patient)
             return result
 
 
@@ -499,7 +503,7 @@ def run_step_sync(
                 raise StepCancelled("cancelled while waiting to retry") from exc
         else:
             if done := state.success(time.monotonic() - started, result, cost_of, headers_of):
-                client._report_later(done)
+                client._report_later(done, state.patient)
             return result
 
 

@@ -1365,6 +1365,14 @@ export interface AdmitResponse {
    * older than this field.
    */
   admissionId: string;
+  /**
+   * When permits > 1: permit i (the first is 0) starts no earlier than
+   * wait + i x spacing from now, and may start later, until the lease
+   * ends. Zero: every permit may start at once. For leases of paced starts;
+   * a daemon that grants several permits only when nothing paces (this
+   * one) sends zero. The clients honour it (tests/vectors/leases.json).
+   */
+  spacing: Duration | undefined;
 }
 
 /** Outcome is how one dispatch ended. */
@@ -4231,6 +4239,7 @@ function createBaseAdmitResponse(): AdmitResponse {
     lease: undefined,
     explanation: "",
     admissionId: "",
+    spacing: undefined,
   };
 }
 
@@ -4265,6 +4274,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     }
     if (message.admissionId !== "") {
       writer.uint32(82).string(message.admissionId);
+    }
+    if (message.spacing !== undefined) {
+      Duration.encode(message.spacing, writer.uint32(90).fork()).join();
     }
     return writer;
   },
@@ -4362,6 +4374,14 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
             message.admissionId = reader.string();
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.spacing = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4398,6 +4418,7 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
         : isSet(object.admission_id)
         ? globalThis.String(object.admission_id)
         : "",
+      spacing: isSet(object.spacing) ? Duration.fromJSON(object.spacing) : undefined,
     };
   },
 
@@ -4433,6 +4454,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     if (message.admissionId !== "") {
       obj.admissionId = message.admissionId;
     }
+    if (message.spacing !== undefined) {
+      obj.spacing = Duration.toJSON(message.spacing);
+    }
     return obj;
   },
 
@@ -4455,6 +4479,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
       : undefined;
     message.explanation = object.explanation ?? "";
     message.admissionId = object.admissionId ?? "";
+    message.spacing = (object.spacing !== undefined && object.spacing !== null)
+      ? Duration.fromPartial(object.spacing)
+      : undefined;
     return message;
   },
 };
