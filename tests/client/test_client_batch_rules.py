@@ -182,3 +182,23 @@ def test_a_failure_gives_up_the_spare_permits_and_a_single_grant_too() -> None:
     leases.granted(KEY, 1, None)  # the daemon limits the key now
     assert leases.take(KEY) is None
     assert leases.take(("default", "other", "")) is None
+
+
+def test_concurrent_steps_ask_for_one_lease_at_a_time() -> None:
+    # While an Admit asking several permits is out for a key, the steps
+    # arriving meanwhile ask one each: each asking a whole lease would
+    # reserve the key's demand many times over. The answer (or a lease's
+    # time, when none comes) frees the key to ask several again.
+    clock = Clock()
+    leases = Leases(clock)
+    for _ in range(5):
+        leases.granted(KEY, 1, None)
+    assert leases.ask(KEY) == 6
+    assert leases.ask(KEY) == 1
+    leases.answered(KEY)
+    assert leases.ask(KEY) == 6
+    clock.now += 1.0  # no answer came: a second later the starts are old too
+    assert leases.ask(KEY) == 1
+    for _ in range(3):
+        leases.granted(KEY, 1, None)
+    assert leases.ask(KEY) == 4

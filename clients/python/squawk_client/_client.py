@@ -200,7 +200,9 @@ class _Policy:
         permits = self.leases.ask(key)
         return admit_request(upstream, capability, profile, deadline, cost, permits)
 
-    def step_admission(self, key: Key, admission: Admission) -> Admission:
+    def step_admission(self, key: Key, admission: Admission, asked: int = 1) -> Admission:
+        if asked > 1:
+            self.leases.answered(key)
         if admission.allowed and not admission.fallback:
             self.leases.granted(
                 key,
@@ -426,7 +428,7 @@ class SquawkClient:
         request = self._policy.step_request(key, deadline, cost)
         if isinstance(request, Admission):
             return request
-        return self._policy.step_admission(key, self._admit(request))
+        return self._policy.step_admission(key, self._admit(request), request.permits)
 
     def _report_later(self, outcome: pb.Outcome, patient: bool = False) -> None:
         """Queue a runner's outcome (`patient`: see Outbox.put); sent in a
@@ -644,7 +646,8 @@ class AsyncSquawkClient:
         request = self._policy.step_request(key, deadline, cost)
         if isinstance(request, Admission):
             return request
-        return self._policy.step_admission(key, await self._admit(request))
+        admission = await self._admit(request)
+        return self._policy.step_admission(key, admission, request.permits)
 
     def _report_later(self, outcome: pb.Outcome, patient: bool = False) -> None:
         """Queue a runner's outcome (`patient`: see Outbox.put); sent in a

@@ -139,8 +139,6 @@ class Leases:
                     self._forget_idle(now)
                 slot = self._slots[key] = _Slot()
             slot.starts.append(now)
-            if permits > 1 or lease is not None:
-                slot.asking_until = 0.0
             seconds = 0.0 if lease is None else min(lease.total_seconds(), MAX_LEASE)
             if permits > 1 and seconds > 0:
                 slot.spare = min(permits, MAX_PERMITS) - 1
@@ -152,6 +150,13 @@ class Leases:
             else:
                 # A single grant: the daemon limits the key now; spares go.
                 slot.spare = 0
+
+    def answered(self, key: Key) -> None:
+        """The Admit asking several permits for `key` was answered (or failed)."""
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is not None:
+                slot.asking_until = 0.0
 
     def revoke(self, key: Key) -> None:
         """Give up the key's spare permits (a dispatch to it failed)."""
