@@ -1,6 +1,7 @@
 package squawk
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -8,10 +9,15 @@ import (
 // A busy executor asks Admit for several permits at once and hands the
 // spare ones to its next dispatches to the same (profile, upstream,
 // capability) without asking again, so that it costs the daemon one Admit
-// per many dispatches. The pod grants more than one only when nothing
-// limits the upstream (breaker closed, no cool-down, no pace), so a spare
-// permit is always a start now; it is used only within the lease the pod
-// gave it, and one that is not used lapses.
+// per many dispatches. The pod grants more than one with the breaker closed
+// and no cool-down, while nothing paces the upstream or under a declared or
+// announced rate; a spare permit is used only within the lease the pod gave
+// it, and one that is not used lapses. Under a pace the permits are starts
+// Spacing apart after the answer's Wait, each reserved in the pod's pace: a
+// spare permit is never used before its start (the dispatch sleeps until
+// it, as for a paced Admit's wait), nor for a step whose deadline comes
+// first (that one asks the pod). The rules are those of the shared vectors,
+// tests/vectors/leases.json, the same in every client.
 
 // permitWindow is how far back Run looks to size its ask: it asks for as
 // many permits as it started dispatches to the key in the last window,
@@ -31,16 +37,37 @@ const maxLease = time.Second
 
 type leaseKey struct{ profile, upstream, capability string }
 
-// grant is the spare permits of one answer and when they lapse.
+// noDeadline is the time left of a step without a deadline.
+const noDeadline = time.Duration(math.MaxInt64)
+
+// grant is the spare permits of one answer, when they start and when they
+// lapse.
 type grant struct {
 	spare int
 	until time.Time
+	// next is when the next spare permit may start; spacing is the time
+	// between the spare permits' starts (0: each may start at once).
+	next    time.Time
+	spacing time.Duration
 	// admission is the answer's AdmissionID, which each permit's outcome names.
 	admission string
 }
 
+// permit is a spare permit taken for a dispatch.
+type permit struct {
+	// admission is its grant's AdmissionID.
+	admission string
+	// wait is how long to sleep before dispatching on it: its start.
+	wait time.Duration
+	// spacing is its grant's: above zero, the permit is one of a lease of
+	// paced starts.
+	spacing time.Duration
+}
+
 type leaseEntry struct {
-	grants []grant // in the order granted
+	// lease is the spare permits of the latest grant: a later answer
+	// replaces them.
+	lease grant
 	// Dispatches started in the current window (from windowStart) and in
 	// the one before it.
 	windowStart time.Time
@@ -53,40 +80,58 @@ type leaseTable struct {
 	entries map[leaseKey]*leaseEntry
 }
 
-// start counts a dispatch to key at now and either takes a spare permit for
-// it (spare is true: dispatch now, without Admit) or says how many permits
-// to ask Admit for, 1 to maxPermits.
-func (l *leaseTable) start(key leaseKey, now time.Time) (spare bool, admission string, ask int) {
+// start counts a dispatch to key at now, with left the time before its
+// step's deadline (noDeadline: none), and either takes a spare permit for
+// it (spare is true: sleep p.wait, then dispatch without Admit) or says how
+// many permits to ask Admit for, 1 to maxPermits. A spare permit whose
+// start is not before the deadline is not taken: it stays for the next
+// dispatch, and this one asks.
+func (l *leaseTable) start(key leaseKey, now time.Time, left time.Duration) (p permit, spare bool, ask int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.entry(key, now)
 	if e == nil {
-		return false, "", 1
+		return permit{}, false, 1
 	}
 	e.count(now)
-	for len(e.grants) > 0 {
-		g := &e.grants[0]
-		if g.spare > 0 && now.Before(g.until) {
+	if g := &e.lease; g.live(now) {
+		if wait := max(g.next.Sub(now), 0); wait < left {
 			g.spare--
-			return true, g.admission, 0
+			g.next = g.next.Add(g.spacing)
+			return permit{admission: g.admission, wait: wait, spacing: g.spacing}, true, 0
 		}
-		e.grants = e.grants[1:]
 	}
-	return false, "", min(max(e.current, e.previous, 1), maxPermits)
+	return permit{}, false, min(max(e.current, e.previous, 1), maxPermits)
 }
 
-// keep stores the spare permits of an allowed answer a, received at now,
-// to key. Only a grant to start now has spares: a paced start or a probe
-// is for one dispatch.
-func (l *leaseTable) keep(key leaseKey, now time.Time, a Admission) {
-	if !a.Allowed || a.Permits <= 1 || a.Lease <= 0 || a.Wait > 0 || a.Probe {
+// keep stores the spare permits of an allowed answer a to key, asked at
+// asked and received at answered: the lease runs from the ask (a spare is
+// never used after it ends), the starts from the answer (none is used
+// before its start). An answer of more than one permit with a lease
+// replaces the spare permits kept; any other grant drops them, since the
+// pod limits the upstream now, and so does a probe, which is for one
+// dispatch. A refusal or a fail-open admission leaves them.
+func (l *leaseTable) keep(key leaseKey, asked, answered time.Time, a Admission) {
+	if !a.Allowed || a.Fallback {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e := l.entry(key, now); e != nil {
-		e.grants = append(e.grants, grant{spare: a.Permits - 1, until: now.Add(min(a.Lease, maxLease)),
-			admission: a.AdmissionID})
+	e := l.entry(key, asked)
+	if e == nil {
+		return
+	}
+	if a.Permits <= 1 || a.Lease <= 0 || a.Probe {
+		e.lease = grant{}
+		return
+	}
+	spacing := max(a.Spacing, 0)
+	e.lease = grant{
+		spare:     a.Permits - 1,
+		until:     asked.Add(min(a.Lease, maxLease)),
+		next:      answered.Add(max(a.Wait, 0) + spacing),
+		spacing:   spacing,
+		admission: a.AdmissionID,
 	}
 }
 
@@ -96,7 +141,7 @@ func (l *leaseTable) drop(key leaseKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e := l.entries[key]; e != nil {
-		e.grants = nil
+		e.lease = grant{}
 	}
 }
 
@@ -123,14 +168,15 @@ func (l *leaseTable) entry(key leaseKey, now time.Time) *leaseEntry {
 // windows; l.mu is held.
 func (l *leaseTable) sweep(now time.Time) {
 	for k, e := range l.entries {
-		live := false
-		for _, g := range e.grants {
-			live = live || (g.spare > 0 && now.Before(g.until))
-		}
-		if !live && now.Sub(e.windowStart) >= 2*permitWindow {
+		if !e.lease.live(now) && now.Sub(e.windowStart) >= 2*permitWindow {
 			delete(l.entries, k)
 		}
 	}
+}
+
+// live says whether g has a spare permit at now.
+func (g *grant) live(now time.Time) bool {
+	return g.spare > 0 && now.Before(g.until)
 }
 
 // count adds a dispatch at now to the windows.

@@ -2,12 +2,15 @@ package squawk
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/squawk-dev/squawk/clients/go/squawkv1"
 )
 
 // fakeClock is a clock the test moves by hand.
@@ -86,18 +89,106 @@ func TestRunAsksForWhatItStartedInTheLastWindow(t *testing.T) {
 	}
 }
 
-// A paced start and a probe are for one dispatch, whatever permits they
-// state.
-func TestRunKeepsNoSpareOfAPacedOrProbeGrant(t *testing.T) {
+// A probe is for one dispatch, whatever permits it states. (A paced grant
+// keeps its spares: see TestRunSleepsUntilALeasedPermitsStart.)
+func TestRunKeepsNoSpareOfAProbeGrant(t *testing.T) {
 	c, sd, _ := leasedClient(t,
-		`{"allowed": true, "permits": 3, "lease": "1s", "wait": "0.100s"}`,
 		`{"allowed": true, "permits": 3, "lease": "1s", "probe": true}`,
 		`{"allowed": true, "permits": 1}`)
-	for range 3 {
+	for range 2 {
 		dispatch(t, c, "")
 	}
-	if n := len(sd.admitted()); n != 3 {
-		t.Errorf("%d Admits for three dispatches, want 3", n)
+	if n := len(sd.admitted()); n != 2 {
+		t.Errorf("%d Admits for two dispatches, want 2", n)
+	}
+}
+
+// sleeps records the waits Run sleeps, without sleeping.
+type sleeps struct {
+	mu  sync.Mutex
+	got []time.Duration
+}
+
+func (s *sleeps) sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got = append(s.got, d)
+	return ctx.Err()
+}
+
+// A lease of paced starts: the first permit waits the answer's Wait, and
+// each spare one is slept until its own start, Wait + i x Spacing from the
+// answer, like a paced Admit's wait, without asking again.
+func TestRunSleepsUntilALeasedPermitsStart(t *testing.T) {
+	c, sd, clock := leasedClient(t,
+		`{"allowed": true, "permits": 3, "lease": "0.200s", "wait": "0.010s", "spacing": "0.050s"}`,
+		`{"allowed": true, "permits": 1}`)
+	var s sleeps
+	run := func() {
+		t.Helper()
+		if _, err := Run(context.Background(), c, 0, func(context.Context, int) (int, error) { return 0, nil },
+			RunOptions[int]{Upstream: "api.example", Sleep: s.sleep}); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	}
+	run()                                 // the answer's wait: 10 ms
+	run()                                 // the first spare starts at 60 ms
+	clock.advance(100 * time.Millisecond) // the second at 110 ms
+	run()
+	if n := len(sd.admitted()); n != 1 {
+		t.Errorf("%d Admits for three dispatches on three permits, want 1", n)
+	}
+	want := []time.Duration{10 * time.Millisecond, 60 * time.Millisecond, 10 * time.Millisecond}
+	if !slices.Equal(s.got, want) {
+		t.Errorf("slept %v, want %v", s.got, want)
+	}
+}
+
+// A spare permit that starts past the step's deadline is not used: the
+// step asks Admit instead, and sleeps nothing.
+func TestRunAsksWhenTheLeasedPermitStartsPastTheDeadline(t *testing.T) {
+	c, sd, _ := leasedClient(t,
+		`{"allowed": true, "permits": 3, "lease": "0.200s", "spacing": "0.100s"}`,
+		`{"allowed": true, "permits": 1}`)
+	var s sleeps
+	step := func(context.Context, int) (int, error) { return 0, nil }
+	if _, err := Run(context.Background(), c, 0, step, RunOptions[int]{Upstream: "api.example", Sleep: s.sleep}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := Run(ctx, c, 0, step, RunOptions[int]{Upstream: "api.example", Sleep: s.sleep}); err != nil {
+		t.Fatalf("Run with a deadline before the spare's start: %v", err)
+	}
+	if n := len(sd.admitted()); n != 2 {
+		t.Errorf("%d Admits, want 2: the spare starts past the deadline", n)
+	}
+	if len(s.got) != 0 {
+		t.Errorf("slept %v, want nothing", s.got)
+	}
+}
+
+// A step whose ctx ends while it waits for its leased permit's start ends
+// cancelled, without dispatching.
+func TestRunCancelledWhileWaitingForALeasedPermit(t *testing.T) {
+	c, _, _ := leasedClient(t, `{"allowed": true, "permits": 2, "lease": "0.200s", "spacing": "0.050s"}`)
+	dispatch(t, c, "")
+	called := false
+	_, err := Run(context.Background(), c, 0, func(context.Context, int) (int, error) {
+		called = true
+		return 0, nil
+	}, RunOptions[int]{Upstream: "api.example", Sleep: func(_ context.Context, d time.Duration) error {
+		if d != 50*time.Millisecond {
+			t.Errorf("slept %v, want the spare's start, 50ms", d)
+		}
+		return context.Canceled
+	}})
+	var re *RunError
+	if !errors.As(err, &re) || re.Decision.Reason != squawkv1.Reason_REASON_CANCELLED || re.Calls != 0 {
+		t.Fatalf("Run = %v, want a RunError cancelled before any call", err)
+	}
+	if called {
+		t.Error("the step was dispatched after its wait was cancelled")
 	}
 }
 
@@ -118,19 +209,19 @@ func TestLeaseTableIsBounded(t *testing.T) {
 	var l leaseTable
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range maxLeaseKeys {
-		l.start(leaseKey{upstream: fmt.Sprint(i)}, t0)
+		l.start(leaseKey{upstream: fmt.Sprint(i)}, t0, noDeadline)
 	}
 	key := leaseKey{upstream: "one too many"}
-	l.start(key, t0)
-	if spare, _, ask := l.start(key, t0); spare || ask != 1 {
+	l.start(key, t0, noDeadline)
+	if _, spare, ask := l.start(key, t0, noDeadline); spare || ask != 1 {
 		t.Errorf("start past the bound = %v, %d; want false, 1", spare, ask)
 	}
 	if len(l.entries) != maxLeaseKeys {
 		t.Errorf("%d keys tracked, want %d", len(l.entries), maxLeaseKeys)
 	}
 	later := t0.Add(2 * permitWindow)
-	l.start(key, later)
-	if spare, _, ask := l.start(key, later); spare || ask != 2 || len(l.entries) != 1 {
+	l.start(key, later, noDeadline)
+	if _, spare, ask := l.start(key, later, noDeadline); spare || ask != 2 || len(l.entries) != 1 {
 		t.Errorf("after the idle keys' windows: start = %v, %d with %d keys; want false, 2 with 1", spare, ask, len(l.entries))
 	}
 }

@@ -96,7 +96,7 @@ func TestReportAfterCloseFailsOpenAtOnce(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	c.reportSuccess(&squawkv1.AdmitRequest{Upstream: "api.example"}, "", time.Millisecond, nil)
+	c.reportSuccess(&squawkv1.AdmitRequest{Upstream: "api.example"}, admitted{}, time.Millisecond, nil)
 	if c.FallbackCount() != 1 {
 		t.Errorf("FallbackCount = %d, want 1", c.FallbackCount())
 	}

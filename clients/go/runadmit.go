@@ -16,22 +16,41 @@ import (
 // here: the DecideRetry the runner sends carries the upstream, and the
 // daemon records the failure there.
 
+// admitted is what a dispatch starts on: the admission id its outcome
+// names (empty when the pod gave none).
+type admitted struct {
+	id string
+}
+
 // awaitAdmission asks the pod to admit the next dispatch, waiting out its
-// refusals and its paced start with sleep. It returns nil once the
-// dispatch may start, with the admission id its outcome names (empty when
-// the pod gave none), else a *RunError without Calls and Err (Run fills
-// them in) whose Decision or Cause says why the step ends: a saturated
-// upstream (refused, or a paced start past ctx's deadline), another refusal
-// past ctx's deadline, more than budget refusals in a row, Admit's own
-// error, or ctx ending. Each Admit carries the time left before ctx's
-// deadline, so the pod can refuse at once what its pace cannot start in
-// time (shed at the source) instead of queueing it.
+// refusals and its paced start with sleep. It returns a nil *RunError once
+// the dispatch may start, with what it starts on, else a *RunError without
+// Calls and Err (Run fills them in) whose Decision or Cause says why the
+// step ends: a saturated upstream (refused, or a paced start past ctx's
+// deadline), another refusal past ctx's deadline, more than budget
+// refusals in a row, Admit's own error, or ctx ending. Each Admit carries
+// the time left before ctx's deadline, so the pod can refuse at once what
+// its pace cannot start in time (shed at the source) instead of queueing
+// it. A spare permit of the key's lease starts the dispatch without Admit,
+// after sleeping until its start, which is before ctx's deadline (one that
+// is not is left for the next dispatch, and this one asks).
 func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest, budget int,
-	sleep func(context.Context, time.Duration) error) (string, *RunError) {
+	sleep func(context.Context, time.Duration) error) (admitted, *RunError) {
 	key := leaseKey{req.GetProfile(), req.GetUpstream(), req.GetCapability()}
-	spare, leased, ask := c.leases.start(key, c.cfg.now())
+	left := noDeadline
+	if deadline, ok := ctx.Deadline(); ok {
+		left = time.Until(deadline)
+	}
+	p, spare, ask := c.leases.start(key, c.cfg.now(), left)
 	if spare {
-		return leased, nil
+		// Slept as a paced Admit's wait is: the permit's start is
+		// reserved in the pod's pace.
+		if p.wait > 0 {
+			if err := sleep(ctx, p.wait); err != nil {
+				return admitted{}, &RunError{Decision: cancelledAdmission(), Cause: err}
+			}
+		}
+		return admitted{p.admission}, nil
 	}
 	req.Permits = int32(ask)
 	for refusals := 1; ; refusals++ {
@@ -42,7 +61,8 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			req.Deadline = durationpb.New(min(max(0, time.Until(deadline)), maxAdmitWait))
 		}
 		// A lease runs from the pod's answer; timed from the ask, a spare
-		// is never used after it ends.
+		// is never used after it ends (and its starts, timed from the
+		// answer, never before they come).
 		asked := c.cfg.now()
 		a, err := c.Admit(ctx, req)
 		if err != nil {
@@ -50,26 +70,26 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			if ctx.Err() != nil {
 				stop.Decision = cancelledAdmission()
 			}
-			return "", stop
+			return admitted{}, stop
 		}
 		if a.Allowed {
-			c.leases.keep(key, asked, a)
+			c.leases.keep(key, asked, c.cfg.now(), a)
 			if a.Wait <= 0 {
-				return a.AdmissionID, nil
+				return admitted{a.AdmissionID}, nil
 			}
 			// The pod grants waits shorter than the deadline it was sent;
 			// one that is not (time passed on the way, or an older or
 			// confused daemon) is not slept, since its call would start
 			// too late.
 			if hasDeadline && a.Wait > time.Until(deadline) {
-				return "", &RunError{Decision: saturated(a.Wait, fmt.Sprintf(
+				return admitted{}, &RunError{Decision: saturated(a.Wait, fmt.Sprintf(
 					"The pod paces the dispatches to %s: this one could start in %d ms, past the step's deadline.",
 					req.GetUpstream(), roundMS(a.Wait)))}
 			}
 			if err := sleep(ctx, a.Wait); err != nil {
-				return "", &RunError{Decision: cancelledAdmission(), Cause: err}
+				return admitted{}, &RunError{Decision: cancelledAdmission(), Cause: err}
 			}
-			return a.AdmissionID, nil
+			return admitted{a.AdmissionID}, nil
 		}
 		// Saturation is the pod shedding at the source a call its pace
 		// cannot serve in time: waiting its retry_after and asking again
@@ -82,11 +102,11 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			if why == "" {
 				why = "The upstream's pace cannot start it within the step's deadline or the queue's limit."
 			}
-			return "", &RunError{Decision: saturated(a.RetryAfter, fmt.Sprintf(
+			return admitted{}, &RunError{Decision: saturated(a.RetryAfter, fmt.Sprintf(
 				"The pod refused the dispatch to %s: %s. %s", req.GetUpstream(), a.Reason, why))}
 		}
 		if hasDeadline && a.RetryAfter > time.Until(deadline) {
-			return "", &RunError{Decision: refused(a, fmt.Sprintf(
+			return admitted{}, &RunError{Decision: refused(a, fmt.Sprintf(
 				"The pod refused the dispatch to %s: %s; it admits again in %d ms, past the step's deadline.",
 				req.GetUpstream(), a.Reason, roundMS(a.RetryAfter)))}
 		}
@@ -94,11 +114,11 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 		// the refusals in a row, so that a breaker that never recovers ends
 		// the step instead of holding it forever.
 		if refusals > budget {
-			return "", &RunError{Decision: refused(a, fmt.Sprintf(
+			return admitted{}, &RunError{Decision: refused(a, fmt.Sprintf(
 				"The pod refused the dispatch to %s %d times in a row: %s.", req.GetUpstream(), refusals, a.Reason))}
 		}
 		if err := sleep(ctx, a.RetryAfter); err != nil {
-			return "", &RunError{Decision: cancelledAdmission(), Cause: err}
+			return admitted{}, &RunError{Decision: cancelledAdmission(), Cause: err}
 		}
 	}
 }
@@ -146,9 +166,9 @@ func cancelledAdmission() Decision {
 // success that lands as ctx ends is still counted; its error is ignored:
 // the step has its result, and a report lost to a slow or absent daemon
 // costs the breaker one sample.
-func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, admission string, latency time.Duration, result any) {
+func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, admission admitted, latency time.Duration, result any) {
 	c.queueOutcome(&squawkv1.Outcome{
-		AdmissionId: admission,
+		AdmissionId: admission.id,
 		Upstream:    req.GetUpstream(),
 		Capability:  req.GetCapability(),
 		Profile:     req.GetProfile(),

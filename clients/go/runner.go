@@ -82,7 +82,11 @@ type RunOptions[P any] struct {
 // its RetryAfter with opts.Sleep and asks again, but ends the step with a
 // FAIL carrying the refusal's reason when the wait would outlast ctx's
 // deadline, or on the refusal after as many in a row as the attempt budget.
-// After a success it reports the outcome (with the step's latency, the
+// A busy key asks Admit for several permits: the spare permits of a grant
+// start its next dispatches without Admit, each after its start (the
+// lease's spacing under a pace) slept with opts.Sleep like a paced Wait; a
+// spare permit that would start past ctx's deadline is left, and Admit
+// asked. After a success it reports the outcome (with the step's latency, the
 // result's Cost when it is a Coster, else opts.Cost, and the rate-limit
 // headers of a RateLimitHeaderer result) through c.ReportOutcome, batched with the client's other
 // reports (see WithOutcomeDelay); their errors are ignored. Admit and
@@ -108,8 +112,9 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 	attempt, corrections := 1, 0
 	var lastErr error
 	for calls := 1; ; calls++ {
-		// The dispatch's admission, which its outcome names (see Admission.AdmissionID).
-		var admission string
+		// The dispatch's admission, which its outcome names (see
+		// Admission.AdmissionID).
+		var admission admitted
 		if admit != nil {
 			var stop *RunError
 			if admission, stop = c.awaitAdmission(ctx, admit, budget, sleep); stop != nil {
@@ -130,7 +135,7 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 			c.leases.drop(leaseKey{admit.GetProfile(), admit.GetUpstream(), admit.GetCapability()})
 		}
 		req := opts.request(ctx, err, attempt, corrections)
-		req.AdmissionId = admission
+		req.AdmissionId = admission.id
 		if ctx.Err() != nil {
 			// The daemon cannot be asked on an ended ctx, and the answer is
 			// fixed: nothing is retried after cancellation.

@@ -42,12 +42,19 @@ type Admission struct {
 	// asking again.
 	Wait time.Duration
 	// Permits is, when allowed, how many dispatches the answer admits (1
-	// unless more were asked with AdmitRequest.Permits and nothing limits
-	// the upstream); 0 when refused.
+	// unless more were asked with AdmitRequest.Permits, the breaker is
+	// closed with no cool-down, and nothing paces the upstream or it is
+	// paced at a declared or announced rate); 0 when refused.
 	Permits int
 	// Lease is, when Permits > 1, how long the permits after the first stay
 	// valid from the answer; a permit not used by then lapses.
 	Lease time.Duration
+	// Spacing is, when Permits > 1 under a pace, the time between the
+	// permits' starts: permit i (the first is 0) starts no earlier than
+	// Wait + i x Spacing from the answer. Zero when nothing paces (every
+	// permit may start at once), and when Permits is 1. At most a second
+	// (the longest lease kept).
+	Spacing time.Duration
 	// BreakerState is the upstream's breaker after this call.
 	BreakerState squawkv1.BreakerState
 	// Probe is true for one of the half-open probes, whose outcome decides
@@ -78,6 +85,9 @@ func (a Admission) String() string {
 		}
 		if a.Permits > 1 {
 			fmt.Fprintf(&b, " x%d for %v", a.Permits, a.Lease)
+			if a.Spacing > 0 {
+				fmt.Fprintf(&b, " every %v", a.Spacing)
+			}
 		}
 		fmt.Fprintf(&b, " (%s)", breaker)
 	} else {
@@ -103,8 +113,8 @@ func (a Admission) String() string {
 //
 // The daemon's answer is bounded before it is used, as any answer from the
 // wire: a negative or unreadable duration is zero, a wait, retry-after or
-// lease over a day is a day, and permits are clamped to 0..100 (at least 1
-// when allowed).
+// lease over a day is a day, a spacing over a second is a second, and
+// permits are clamped to 0..100 (at least 1 when allowed).
 func (c *Client) Admit(ctx context.Context, req *squawkv1.AdmitRequest) (Admission, error) {
 	if req == nil {
 		return Admission{}, nilRequest("Admit")
@@ -154,9 +164,15 @@ func admissionFromProto(resp *squawkv1.AdmitResponse) Admission {
 	a.Permits = min(max(int(resp.GetPermits()), 1), maxPermits)
 	if a.Permits > 1 {
 		a.Lease = boundedWait(resp.GetLease())
+		a.Spacing = min(boundedWait(resp.GetSpacing()), maxSpacing)
 	}
 	return a
 }
+
+// maxSpacing is the longest spacing read from an answer: a lease is kept a
+// second at most (maxLease), so a longer one starts no spare permit within
+// it.
+const maxSpacing = maxLease
 
 // admissionID keeps an answer's admission id only in the shape the daemon
 // gives (16 lowercase hex digits): it is sent back, and anything else would
