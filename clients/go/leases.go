@@ -60,7 +60,8 @@ type permit struct {
 	// wait is how long to sleep before dispatching on it: its start.
 	wait time.Duration
 	// spacing is its grant's: above zero, the permit is one of a lease of
-	// paced starts.
+	// paced starts, whose success may wait to be reported (see
+	// patientOutcomeDelay).
 	spacing time.Duration
 }
 

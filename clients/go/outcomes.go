@@ -14,14 +14,26 @@ import (
 // with others, when WithOutcomeDelay is not given.
 const DefaultOutcomeDelay = 50 * time.Millisecond
 
+// patientOutcomeDelay is how long a patient report may be held: the
+// success of a dispatch started on a lease of paced starts (a Spacing
+// above zero) waits up to the pod's lease (200 ms), so that a busy
+// executor reports once a lease rather than four times. Under a declared
+// or announced rate nothing in the pod reads such a success sooner: the
+// rate is not learned from it, and its headers are read as of their age.
+// The same in every client.
+const patientOutcomeDelay = 200 * time.Millisecond
+
 // outcomeBatchSize is the most outcomes Run's reports hold before they are
 // sent, whatever their age: a busy executor sends one ReportOutcome per 100
 // successes instead of one each.
 const outcomeBatchSize = 100
 
 // outcomeQueue holds Run's success reports until they are sent together:
-// DefaultOutcomeDelay after the first one queued, when 100 are queued, or
-// on Close. A report is only a sample for the pod's breaker, budget and
+// when the batch is due, when 100 are queued, or on Close. Each report is
+// due the outcome delay (DefaultOutcomeDelay unless WithOutcomeDelay) after
+// it was queued, a patient one patientOutcomeDelay after (or the delay,
+// when longer), and the batch at the earliest due time of what it holds:
+// a report queued behind a patient one brings the batch back to its own. A report is only a sample for the pod's breaker, budget and
 // pace, so a little lateness costs nothing; the daemon's work per dispatch
 // is what a busy pod pays for.
 //
@@ -34,15 +46,22 @@ type outcomeQueue struct {
 	mu      sync.Mutex
 	pending []*squawkv1.Outcome
 	// queued is when each pending report was queued, in the same order.
-	queued  []time.Time
+	queued []time.Time
+	// due is when the batch is due (on the client's clock), which the
+	// timer keeps; zero when nothing is pending.
+	due     time.Time
 	timer   *time.Timer
 	closed  bool
 	sending sync.WaitGroup
+	// afterFunc arms the timer; nil = time.AfterFunc. Tests swap it to see
+	// when a batch is due without waiting for it.
+	afterFunc func(time.Duration, func()) *time.Timer
 }
 
 // queueOutcome reports o with the next batch, or at once when batching is
-// off or the client is closed (where the call fails open at once).
-func (c *Client) queueOutcome(o *squawkv1.Outcome) {
+// off or the client is closed (where the call fails open at once); a
+// patient o may wait patientOutcomeDelay.
+func (c *Client) queueOutcome(o *squawkv1.Outcome, patient bool) {
 	q := &c.outcomes
 	q.mu.Lock()
 	if c.cfg.outcomeDelay <= 0 || q.closed {
@@ -51,11 +70,25 @@ func (c *Client) queueOutcome(o *squawkv1.Outcome) {
 		c.sendOutcomes([]*squawkv1.Outcome{o})
 		return
 	}
+	now, delay := c.cfg.now(), c.cfg.outcomeDelay
+	if patient {
+		delay = max(delay, patientOutcomeDelay)
+	}
 	q.pending = append(q.pending, o)
-	q.queued = append(q.queued, c.cfg.now())
+	q.queued = append(q.queued, now)
 	if len(q.pending) < outcomeBatchSize {
-		if q.timer == nil {
-			q.timer = time.AfterFunc(c.cfg.outcomeDelay, c.flushDue)
+		if due := now.Add(delay); q.timer == nil || due.Before(q.due) {
+			// Stopped too late (it fired, and its flushDue waits for
+			// q.mu), the old timer sends this report early with the
+			// rest, which is never wrong.
+			if q.timer != nil {
+				q.timer.Stop()
+			}
+			arm := q.afterFunc
+			if arm == nil {
+				arm = time.AfterFunc
+			}
+			q.due, q.timer = due, arm(delay, c.flushDue)
 		}
 		q.mu.Unlock()
 		return
@@ -86,7 +119,7 @@ func (q *outcomeQueue) take(now time.Time) []*squawkv1.Outcome {
 		o.Age = durationpb.New(age)
 		batch = append(batch, o)
 	}
-	q.pending, q.queued = nil, nil
+	q.pending, q.queued, q.due = nil, nil, time.Time{}
 	if q.timer != nil {
 		q.timer.Stop()
 		q.timer = nil
@@ -94,7 +127,7 @@ func (q *outcomeQueue) take(now time.Time) []*squawkv1.Outcome {
 	return batch
 }
 
-// flushDue sends the queue when its oldest report is due.
+// flushDue sends the queue when its batch is due.
 func (c *Client) flushDue() {
 	q := &c.outcomes
 	q.mu.Lock()

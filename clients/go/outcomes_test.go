@@ -3,6 +3,7 @@ package squawk
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,5 +140,109 @@ func TestEachReportGoesWithItsAge(t *testing.T) {
 	}
 	if want := []time.Duration{50 * time.Millisecond, 20 * time.Millisecond}; !slices.Equal(ages, want) {
 		t.Errorf("ages %v, want %v", ages, want)
+	}
+}
+
+// armed records the delays the outcome queue arms its timer with; the
+// timers it returns never fire within a test, so only the count and Close
+// send.
+type armed struct {
+	mu  sync.Mutex
+	got []time.Duration
+}
+
+func (a *armed) afterFunc(d time.Duration, f func()) *time.Timer {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.got = append(a.got, d)
+	return time.AfterFunc(time.Hour, f)
+}
+
+func (a *armed) delays() []time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.got)
+}
+
+// A success started on a lease of paced starts (a spacing above zero),
+// whether on its first permit or a spare one, may be held a lease (200 ms)
+// before its batch goes; one started on a lease nothing paces, or on a
+// single permit, keeps the outcome delay; and a report queued behind a
+// patient one brings the batch due back to its own time, the earliest of
+// what the batch holds.
+func TestAPatientSuccessIsHeldALeaseUntilAnImpatientOneJoinsIt(t *testing.T) {
+	c, sd, clock := leasedClient(t,
+		`{"allowed": true, "permits": 3, "lease": "0.200s", "spacing": "0.005s"}`, // capability "paced"
+		`{"allowed": true, "permits": 3, "lease": "0.200s"}`,                      // capability "unpaced"
+		`{"allowed": true, "permits": 1}`)                                         // capability "single"
+	var a armed
+	c.outcomes.afterFunc = a.afterFunc
+	t0 := clock.now()
+	due := func() time.Duration {
+		c.outcomes.mu.Lock()
+		defer c.outcomes.mu.Unlock()
+		return c.outcomes.due.Sub(t0)
+	}
+
+	dispatch(t, c, "paced") // the lease's first permit: patient
+	if got, want := a.delays(), []time.Duration{patientOutcomeDelay}; !slices.Equal(got, want) || due() != 200*time.Millisecond {
+		t.Fatalf("after a paced lease's success: armed %v, due at %v; want %v, at 200ms", got, due(), want)
+	}
+	clock.advance(10 * time.Millisecond)
+	dispatch(t, c, "paced") // a spare permit, started at once: patient, due later
+	if got := a.delays(); len(got) != 1 || due() != 200*time.Millisecond {
+		t.Fatalf("after a spare's success: armed %v, due at %v; want the batch due at 200ms still", got, due())
+	}
+	clock.advance(10 * time.Millisecond)
+	dispatch(t, c, "unpaced") // a lease nothing paces: the outcome delay
+	want := []time.Duration{patientOutcomeDelay, DefaultOutcomeDelay}
+	if got := a.delays(); !slices.Equal(got, want) || due() != 70*time.Millisecond {
+		t.Fatalf("after an unpaced lease's success: armed %v, due at %v; want %v, at 70ms", got, due(), want)
+	}
+	clock.advance(10 * time.Millisecond)
+	dispatch(t, c, "single") // due at 80 ms: after the batch, which stays due at 70
+	if got := a.delays(); !slices.Equal(got, want) || due() != 70*time.Millisecond {
+		t.Fatalf("after a single permit's success: armed %v, due at %v; want %v, at 70ms", got, due(), want)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sd.reportBatches(); !slices.Equal(got, []int{4}) {
+		t.Errorf("ReportOutcome batches %v, want the four reports in one", got)
+	}
+}
+
+// An outcome delay longer than a lease holds a patient report as long as
+// the others: patience never sends a report sooner.
+func TestAPatientSuccessWaitsAtLeastTheOutcomeDelay(t *testing.T) {
+	c, _, _ := leasedClient(t, `{"allowed": true, "permits": 3, "lease": "0.200s", "spacing": "0.005s"}`)
+	c.cfg.outcomeDelay = 500 * time.Millisecond
+	var a armed
+	c.outcomes.afterFunc = a.afterFunc
+	dispatch(t, c, "")
+	if got, want := a.delays(), []time.Duration{500 * time.Millisecond}; !slices.Equal(got, want) {
+		t.Errorf("armed %v, want %v", got, want)
+	}
+}
+
+// On the real timer, a patient report is not sent within the outcome delay
+// but is sent after the lease, without Close.
+func TestRunSendsAPatientReportAfterALease(t *testing.T) {
+	c, sd := scriptedClient(t, `{"allowed": true, "permits": 3, "lease": "0.200s", "spacing": "0.050s"}`)
+	succeed(t, c, 1)
+	// A timer armed for 200 ms cannot fire sooner, however loaded the machine.
+	time.Sleep(2 * DefaultOutcomeDelay)
+	if got := sd.reportBatches(); len(got) != 0 {
+		t.Fatalf("ReportOutcome batches %v within %v, want none before the lease", got, 2*DefaultOutcomeDelay)
+	}
+	// Only a hang is the defect here: the bound is generous.
+	for end := time.Now().Add(10 * time.Second); len(sd.reportBatches()) == 0; {
+		if time.Now().After(end) {
+			t.Fatal("the patient report was never sent")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := sd.reportBatches(); !slices.Equal(got, []int{1}) {
+		t.Errorf("ReportOutcome batches %v, want [1]", got)
 	}
 }

@@ -17,9 +17,12 @@ import (
 // daemon records the failure there.
 
 // admitted is what a dispatch starts on: the admission id its outcome
-// names (empty when the pod gave none).
+// names (empty when the pod gave none), and whether its permit is one of a
+// lease of paced starts (a Spacing above zero), whose success may wait a
+// lease to be reported (see patientOutcomeDelay).
 type admitted struct {
-	id string
+	id      string
+	patient bool
 }
 
 // awaitAdmission asks the pod to admit the next dispatch, waiting out its
@@ -50,7 +53,7 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 				return admitted{}, &RunError{Decision: cancelledAdmission(), Cause: err}
 			}
 		}
-		return admitted{p.admission}, nil
+		return admitted{p.admission, p.spacing > 0}, nil
 	}
 	req.Permits = int32(ask)
 	for refusals := 1; ; refusals++ {
@@ -75,7 +78,7 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 		if a.Allowed {
 			c.leases.keep(key, asked, c.cfg.now(), a)
 			if a.Wait <= 0 {
-				return admitted{a.AdmissionID}, nil
+				return admitted{a.AdmissionID, a.Spacing > 0}, nil
 			}
 			// The pod grants waits shorter than the deadline it was sent;
 			// one that is not (time passed on the way, or an older or
@@ -89,7 +92,7 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			if err := sleep(ctx, a.Wait); err != nil {
 				return admitted{}, &RunError{Decision: cancelledAdmission(), Cause: err}
 			}
-			return admitted{a.AdmissionID}, nil
+			return admitted{a.AdmissionID, a.Spacing > 0}, nil
 		}
 		// Saturation is the pod shedding at the source a call its pace
 		// cannot serve in time: waiting its retry_after and asking again
@@ -165,7 +168,8 @@ func cancelledAdmission() Decision {
 // goes with the client's next batch (see WithOutcomeDelay), so that a
 // success that lands as ctx ends is still counted; its error is ignored:
 // the step has its result, and a report lost to a slow or absent daemon
-// costs the breaker one sample.
+// costs the breaker one sample. The success of a dispatch started on a
+// lease of paced starts (admission.patient) may wait longer in its batch.
 func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, admission admitted, latency time.Duration, result any) {
 	c.queueOutcome(&squawkv1.Outcome{
 		AdmissionId: admission.id,
@@ -178,5 +182,5 @@ func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, admission admitted, l
 		// The estimate Admit was charged, so that the pace charges the difference.
 		EstimatedCost: req.GetCost(),
 		Headers:       paceHeaders(result),
-	})
+	}, admission.patient)
 }

@@ -113,7 +113,7 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 	var lastErr error
 	for calls := 1; ; calls++ {
 		// The dispatch's admission, which its outcome names (see
-		// Admission.AdmissionID).
+		// Admission.AdmissionID), and whether its permit is a paced lease's.
 		var admission admitted
 		if admit != nil {
 			var stop *RunError
