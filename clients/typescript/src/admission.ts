@@ -1,7 +1,8 @@
 // Admission before a dispatch: the client's fail-open answer, and the
 // runner's wait for the pod to admit a call to an upstream.
 import { durationFromMs, durationToMs, roundHalfEven } from "./duration";
-import { Action, BreakerState, Reason } from "./gen/squawk/v1/policy";
+import type { Duration } from "./gen/google/protobuf/duration";
+import { Action, BreakerState, Reason, type AdmitResponse } from "./gen/squawk/v1/policy";
 import type { Admission, AdmitInput, CallOptions, Decision } from "./options";
 import { untilAborted, type Sleep } from "./wait";
 
@@ -30,16 +31,51 @@ export function openAdmission(): Admission {
     lease: undefined,
     explanation: "",
     admissionId: "",
+    spacing: undefined,
     fallback: true,
   };
 }
 
+/** A spare permit taken from a lease: its grant's admission, and its start. */
+export interface LeasedPermit {
+  /** The grant's admission id, which the dispatch's outcome names. */
+  readonly admissionId: string;
+  /** How long to wait for the permit's start, ms (0: it may start now). */
+  readonly waitMs: number;
+  /** The grant's spacing, ms (0: nothing paces the upstream). */
+  readonly spacingMs: number;
+}
+
 /**
  * A dispatch admitted by a spare permit the client holds from an earlier
- * grant (see leasePermits): it names that grant's admission.
+ * grant (see leasePermits): it names that grant's admission, and waits for
+ * the permit's start as for a paced Admit's `wait`.
  */
-export function leasedAdmission(admissionId: string): Admission {
-  return { ...openAdmission(), admissionId, fallback: false };
+export function leasedAdmission(permit: LeasedPermit): Admission {
+  return {
+    ...openAdmission(),
+    admissionId: permit.admissionId,
+    wait: permit.waitMs > 0 ? durationFromMs(permit.waitMs) : undefined,
+    spacing: permit.spacingMs > 0 ? durationFromMs(permit.spacingMs) : undefined,
+    fallback: false,
+  };
+}
+
+/**
+ * The longest spacing honoured: a lease is kept at most a second, so a
+ * longer spacing would start no spare permit within it.
+ */
+export const MAX_SPACING_MS = 1000;
+
+/**
+ * An answer's spacing, clamped to [0, 1 s]: undefined (zero) unless it
+ * grants more than one permit, as the Python client reads it.
+ */
+export function spacingOf(answer: AdmitResponse): Duration | undefined {
+  if (!(answer.allowed && answer.permits > 1) || answer.spacing === undefined) return undefined;
+  const ms = durationToMs(answer.spacing);
+  if (!(ms > 0)) return undefined;
+  return ms > MAX_SPACING_MS ? durationFromMs(MAX_SPACING_MS) : answer.spacing;
 }
 
 /**
@@ -72,11 +108,13 @@ export interface Gate {
 
 /**
  * What the wait for admission ends with: the FAIL that ends the step, or
- * leave to dispatch, with the admission its outcome names.
+ * leave to dispatch, with the admission its outcome names and whether the
+ * dispatch starts on a lease of paced starts (`patient`: its success may
+ * wait longer in a batched report).
  */
 export type Admitted =
   | { readonly refusal: Decision }
-  | { readonly refusal?: undefined; readonly probe: boolean; readonly admissionId: string };
+  | { readonly refusal?: undefined; readonly probe: boolean; readonly admissionId: string; readonly patient: boolean };
 
 /** The FAIL that ends a step the pod would not admit (in time). */
 function refused(admission: Admission, explanation: string, reason = admission.reason, retryAfter = admission.retryAfter): Decision {
@@ -110,13 +148,14 @@ function admitInput(gate: Gate): AdmitInput {
 /**
  * Ask the pod to admit one dispatch (with the step's deadline left and its
  * estimated cost), waiting out each refusal's retry_after (cancellable).
- * Resolves undefined once the dispatch may start: admitted, and the pacer's
- * `wait` slept (a zero wait is no sleep), without asking again. Resolves
- * with the FAIL decision that ends the step: a refusal with
- * REASON_UPSTREAM_SATURATED at once (the pod sheds what it cannot start in
- * time; no sleep), a paced wait longer than the deadline left (the same
- * reason, without sleeping), a refusal past the attempt budget in a row, or
- * one whose retry_after outlasts the deadline. A refusal consumes no attempt.
+ * Resolves with the admission once the dispatch may start: admitted, and
+ * the pacer's `wait` slept (a zero wait is no sleep), without asking again;
+ * a spare permit of a lease (see leasePermits) comes with the wait for its
+ * start, slept the same way. Resolves with the FAIL decision that ends
+ * the step: a refusal with REASON_UPSTREAM_SATURATED at once (the pod sheds
+ * what it cannot start in time; no sleep), a paced wait longer than the
+ * deadline left (the same reason, without sleeping), a refusal past the
+ * attempt budget in a row, or one whose retry_after outlasts the deadline. A refusal consumes no attempt.
  */
 export async function awaitAdmission(gate: Gate): Promise<Admitted> {
   const { upstream, signal } = gate;
@@ -124,7 +163,9 @@ export async function awaitAdmission(gate: Gate): Promise<Admitted> {
     const admission = await gate.admit(admitInput(gate), signal === undefined ? {} : { signal });
     if (admission.allowed) {
       const refusal = await paced(gate, admission);
-      return refusal === undefined ? { probe: admission.probe, admissionId: admission.admissionId } : { refusal };
+      if (refusal !== undefined) return { refusal };
+      const patient = admission.spacing !== undefined && durationToMs(admission.spacing) > 0;
+      return { probe: admission.probe, admissionId: admission.admissionId, patient };
     }
     if (admission.reason === Reason.REASON_UPSTREAM_SATURATED) {
       // The daemon names the limit (the queue's, the deadline, the
@@ -154,9 +195,10 @@ export async function awaitAdmission(gate: Gate): Promise<Admitted> {
 }
 
 /**
- * Sleep an admitted dispatch's paced start, or end the step when the start
- * would come after its deadline: REASON_UPSTREAM_SATURATED, with the wait
- * as the time after which a new step could start.
+ * Sleep an admitted dispatch's paced start (a paced Admit's or a leased
+ * permit's), or end the step when the start would come after its
+ * deadline: REASON_UPSTREAM_SATURATED, with the wait as the time after
+ * which a new step could start.
  */
 async function paced(gate: Gate, admission: Admission): Promise<Decision | undefined> {
   const waitMs = admission.wait === undefined ? 0 : durationToMs(admission.wait);

@@ -3,7 +3,7 @@
 // admissions and reports when the daemon cannot answer.
 import { connectivityState, credentials as grpcCredentials, Metadata, status, type ServiceError } from "@grpc/grpc-js";
 import { context as otelContext, propagation, type Context, type TextMapPropagator, type TextMapSetter } from "@opentelemetry/api";
-import { admissionIdOf, leasedAdmission, openAdmission } from "./admission";
+import { admissionIdOf, leasedAdmission, openAdmission, spacingOf, type LeasedPermit } from "./admission";
 import { BATCH_ITEMS_PER_TIMEOUT, batchFromResponse, batchLocally, type BatchResult } from "./batch";
 import { durationFromMs, durationToMs } from "./duration";
 import { fallbackProfileFromEnv } from "./env";
@@ -63,8 +63,18 @@ export const OUTCOME_BATCH_SIZE = 100;
 /** Outcome.age's bound on the wire: a queued outcome older than this is not sent. */
 const MAX_OUTCOME_AGE_MS = 60_000;
 
-/** The longest a queued outcome waits before its batch is sent (with `batchOutcomes`). */
+/** The longest a queued outcome waits before its batch is sent (with `batchOutcomes`); a patient one may wait a lease, 200 ms. */
 export const OUTCOME_BATCH_DELAY_MS = 50;
+
+/**
+ * The longest a patient outcome waits (a success started on a lease of
+ * paced starts): one lease (the pod's 200 ms). Under a declared or
+ * announced rate nothing in the pod reads a success sooner (the rate is not
+ * learned from it, its headers are read as of their age), so a busy
+ * executor reports once a lease, not four times. Any other outcome queued
+ * behind it brings the batch back to OUTCOME_BATCH_DELAY_MS.
+ */
+export const OUTCOME_BATCH_PATIENT_DELAY_MS = 200;
 
 /** The most permits one Admit may ask for (AdmitRequest.permits). */
 const MAX_LEASE_PERMITS = 100;
@@ -80,15 +90,25 @@ const MAX_LEASE_MS = 1000;
 const MAX_LEASES = 1000;
 
 /** The key of a lease: an empty profile is "default", as the daemon reads it. */
-function leaseKey(profile: string, upstream: string, capability: string): string {
+export function leaseKey(profile: string, upstream: string, capability: string): string {
   return JSON.stringify([profile === "" ? "default" : profile, upstream, capability]);
 }
 
-/** Spare permits of one Admit answer: how many are left, from when and until when (the client's clock). */
+/**
+ * Spare permits of one Admit answer: how many are left, from when and until
+ * when, and when the next one may start (the client's clock, ms).
+ */
 interface Lease {
   remaining: number;
   readonly askedAt: number;
   readonly endsAt: number;
+  /**
+   * When the next spare permit may start: the answer's arrival + its wait
+   * + one spacing for the first, one spacing more for each taken since.
+   */
+  nextStartAt: number;
+  /** The time between the spare permits' starts (0: each may start at once). */
+  readonly spacingMs: number;
   /** The grant's admission id, which each permit's outcome names. */
   readonly admissionId: string;
 }
@@ -96,6 +116,106 @@ interface Lease {
 /** Whether a lease has ended at `now`; a clock that went back ends it too (the wall clock is not monotonic). */
 function ended(lease: Lease, now: number): boolean {
   return now >= lease.endsAt || now < lease.askedAt;
+}
+
+/** An allowed Admit answer as the lease table reads it (ms; an absent field is the answer's default). */
+export interface Grant {
+  /** The permits granted, the asking dispatch's included. */
+  readonly permits: number;
+  /** How long the spare permits stay valid (0 or absent: no lease). */
+  readonly leaseMs?: number;
+  /** When the asking dispatch starts (its pacer wait). */
+  readonly waitMs?: number;
+  /** The time between the permits' starts (0 or absent: nothing paces). */
+  readonly spacingMs?: number;
+  readonly admissionId: string;
+}
+
+/**
+ * @internal The spare permits by (profile, upstream, capability), on the
+ * client's clock: the rules of tests/vectors/leases.json, which every
+ * client runs. A grant of more than one permit with a lease keeps
+ * permits - 1 spare ones, until the lease ends (at most MAX_LEASE_MS);
+ * spare permit i starts no earlier than the answer + wait + i x spacing,
+ * each start reserved in the pod's pace. A take gets the next one in order
+ * with the wait for its start, or none when that start is not before the
+ * step's deadline (the permit stays for the next take). A later lease
+ * replaces them; any other grant, or a failure of the upstream
+ * (dropUpstream), drops them.
+ */
+export class Leases {
+  private readonly byKey = new Map<string, Lease>();
+
+  constructor(private readonly now: () => number) {}
+
+  /**
+   * Use the next spare permit of `key` (its grant's admission id, and the
+   * ms to wait for its start), when one is left, its lease has not ended,
+   * and its start comes before `deadlineLeftMs` (undefined: no deadline);
+   * undefined otherwise: ask Admit.
+   */
+  take(key: string, deadlineLeftMs: number | undefined): LeasedPermit | undefined {
+    const lease = this.byKey.get(key);
+    if (lease === undefined) return undefined;
+    const now = this.now();
+    if (ended(lease, now) || lease.remaining <= 0) {
+      this.byKey.delete(key);
+      return undefined;
+    }
+    const waitMs = Math.max(0, lease.nextStartAt - now);
+    // A start the step's deadline comes first to: this step asks the pod,
+    // and the permit stays for the next one.
+    if (deadlineLeftMs !== undefined && waitMs >= deadlineLeftMs) return undefined;
+    lease.remaining -= 1;
+    lease.nextStartAt += lease.spacingMs;
+    if (lease.remaining === 0) this.byKey.delete(key);
+    return { admissionId: lease.admissionId, waitMs, spacingMs: lease.spacingMs };
+  }
+
+  /**
+   * Record an allowed answer for `key`, asked at `askedAt`: a grant of more
+   * than one permit with a lease replaces the spare permits (its lease runs
+   * from when the client asked, its starts from the answer's arrival, so
+   * both err towards the pod's); any other drops them.
+   */
+  granted(key: string, grant: Grant, askedAt: number): void {
+    const leaseMs = Math.min(grant.leaseMs ?? 0, MAX_LEASE_MS);
+    const permits = Math.min(grant.permits, MAX_LEASE_PERMITS);
+    if (!(permits > 1 && leaseMs > 0)) {
+      // A single grant: the pod limits the key now; the spare ones go.
+      this.byKey.delete(key);
+      return;
+    }
+    const spacingMs = Math.max(0, grant.spacingMs ?? 0);
+    const lease: Lease = {
+      remaining: permits - 1,
+      askedAt,
+      endsAt: askedAt + leaseMs,
+      nextStartAt: this.now() + Math.max(0, grant.waitMs ?? 0) + spacingMs,
+      spacingMs,
+      admissionId: grant.admissionId,
+    };
+    if (!this.byKey.has(key) && this.byKey.size >= MAX_LEASES) this.sweep();
+    if (this.byKey.has(key) || this.byKey.size < MAX_LEASES) this.byKey.set(key, lease);
+  }
+
+  /** Forget the spare permits of `key` (a grant not to keep came for it). */
+  drop(key: string): void {
+    this.byKey.delete(key);
+  }
+
+  /** Forget the spare permits of (profile, upstream), of every capability (a dispatch to it failed). */
+  dropUpstream(profile: string, upstream: string): void {
+    if (this.byKey.size === 0) return;
+    const prefix = leaseKey(profile, upstream, "").slice(0, -3);
+    for (const key of this.byKey.keys()) if (key.startsWith(prefix)) this.byKey.delete(key);
+  }
+
+  /** Forget the ended leases. */
+  private sweep(): void {
+    const now = this.now();
+    for (const [key, lease] of this.byKey) if (ended(lease, now)) this.byKey.delete(key);
+  }
 }
 
 /** Each GetUpstreams page's deadline when the call names none (the Python client's too). */
@@ -163,13 +283,15 @@ export class SquawkClient {
   private readonly batchOutcomes: boolean;
   private readonly leasePermits: number;
   /** Spare permits by (profile, upstream, capability). */
-  private readonly leases = new Map<string, Lease>();
+  private readonly leases: Leases;
   /**
    * Outcomes queued for the next batched report, each with when it was
    * queued (its age goes with it), and the timer that sends them.
    */
   private queued: { readonly outcome: OutcomeInput; readonly at: number }[] = [];
   private batchTimer: ReturnType<typeof setTimeout> | undefined;
+  /** When the queued batch is due (the client's clock; Infinity when empty): the earliest due time of what it holds. */
+  private batchDueAt = Number.POSITIVE_INFINITY;
   /** Batched reports on the wire: flush() and close() wait for them. */
   private readonly sending = new Set<Promise<void>>();
 
@@ -182,6 +304,7 @@ export class SquawkClient {
     this.propagator = options.propagator;
     this.fallbackProfile = Object.freeze({ ...fallbackProfileFromEnv(), ...options.fallbackProfile });
     this.now = options.now ?? Date.now;
+    this.leases = new Leases(this.now);
     this.onFallback = options.onFallback;
     this.batchOutcomes = options.batchOutcomes ?? false;
     this.leasePermits = options.leasePermits ?? 1;
@@ -233,7 +356,7 @@ export class SquawkClient {
   async decideRetry(input: DecideRetryInput, options: CallOptions = {}): Promise<Decision> {
     const request = decideRequest(input);
     // A failure of the upstream: its spare permits lapse, the pod decides again.
-    if (request.upstream !== "") this.dropLeases(request.profile, request.upstream);
+    if (request.upstream !== "") this.leases.dropUpstream(request.profile, request.upstream);
     try {
       const response = await this.invoke<DecideRetryResponse>(
         (md, co, cb) => this.stub.decideRetry(request, md, co, cb),
@@ -314,19 +437,23 @@ export class SquawkClient {
    * in time. With `leasePermits` (and no `permits` of the caller's), a
    * grant's spare permits answer the next admits of the same (profile,
    * upstream, capability) without a call; such an answer, and the one that
-   * brought them, says `permits: 1` and no `lease`.
+   * brought them, says `permits: 1` and no `lease`. Under a pace a spare
+   * permit's answer carries the `wait` for its start (the grant's `spacing`
+   * apart), and one that would start no sooner than the `deadline` is left
+   * for a later admit: this one asks the daemon.
    */
   async admit(input: AdmitInput, options: CallOptions = {}): Promise<Admission> {
     const request = checked("admit", AdmitRequest.fromPartial, input);
     const pooled = request.upstream !== "" && request.permits <= 1 && this.leasePermits > 1;
     const key = leaseKey(request.profile, request.upstream, request.capability);
-    const leased = pooled ? this.takeLeased(key) : undefined;
+    const left = request.deadline === undefined ? undefined : durationToMs(request.deadline);
+    const leased = pooled ? this.leases.take(key, left) : undefined;
     if (leased !== undefined) return leasedAdmission(leased);
     if (pooled) request.permits = this.leasePermits;
     const askedAt = this.now();
     try {
       const answer = await this.invoke<AdmitResponse>((md, co, cb) => this.stub.admit(request, md, co, cb), options);
-      const response = { ...answer, admissionId: admissionIdOf(answer.admissionId) };
+      const response = { ...answer, admissionId: admissionIdOf(answer.admissionId), spacing: spacingOf(answer) };
       if (pooled) return { ...this.keepSpares(key, response, askedAt), fallback: false };
       return { ...response, fallback: false };
     } catch (error) {
@@ -336,59 +463,32 @@ export class SquawkClient {
   }
 
   /**
-   * Use one spare permit of `key`, when one is left and its lease has not
-   * ended: the admission id of its grant; undefined when none is left.
-   */
-  private takeLeased(key: string): string | undefined {
-    const lease = this.leases.get(key);
-    if (lease === undefined) return undefined;
-    if (ended(lease, this.now()) || lease.remaining <= 0) {
-      this.leases.delete(key);
-      return undefined;
-    }
-    lease.remaining -= 1;
-    if (lease.remaining === 0) this.leases.delete(key);
-    return lease.admissionId;
-  }
-
-  /**
    * Keep the spare permits of a grant (this call uses one): only a closed,
    * non-probe grant of more than one, never more than asked, for at most
-   * MAX_LEASE_MS from when the client asked. Answers the admission of this call.
+   * MAX_LEASE_MS from when the client asked; any other grant drops the
+   * key's spare permits (the pod limits it now). Answers the admission of
+   * this call, which keeps the grant's wait and spacing.
    */
   private keepSpares(key: string, response: AdmitResponse, askedAt: number): AdmitResponse {
-    const leaseMs = response.lease === undefined ? 0 : Math.min(durationToMs(response.lease), MAX_LEASE_MS);
-    const granted = Math.min(response.permits, this.leasePermits);
-    const usable =
-      response.allowed &&
-      !response.probe &&
-      response.breakerState === BreakerState.BREAKER_STATE_CLOSED &&
-      !(response.wait !== undefined && durationToMs(response.wait) > 0) &&
-      granted > 1 &&
-      leaseMs > 0;
-    if (usable) {
-      if (this.leases.size >= MAX_LEASES) this.sweepLeases();
-      if (this.leases.size < MAX_LEASES) this.leases.set(key, {
-          remaining: granted - 1,
-          askedAt,
-          endsAt: askedAt + leaseMs,
+    // A refusal leaves them: it may be this step's deadline the pace cannot
+    // meet, and the spare permits' starts are reserved for the next steps.
+    if (!response.allowed) return { ...response, permits: 0, lease: undefined };
+    if (!response.probe && response.breakerState === BreakerState.BREAKER_STATE_CLOSED) {
+      this.leases.granted(
+        key,
+        {
+          permits: Math.min(response.permits, this.leasePermits),
+          leaseMs: response.lease === undefined ? 0 : durationToMs(response.lease),
+          waitMs: response.wait === undefined ? 0 : durationToMs(response.wait),
+          spacingMs: response.spacing === undefined ? 0 : durationToMs(response.spacing),
           admissionId: response.admissionId,
-        });
+        },
+        askedAt,
+      );
+    } else {
+      this.leases.drop(key);
     }
-    return { ...response, permits: response.allowed ? 1 : 0, lease: undefined };
-  }
-
-  /** Forget the ended leases. */
-  private sweepLeases(): void {
-    const now = this.now();
-    for (const [key, lease] of this.leases) if (ended(lease, now)) this.leases.delete(key);
-  }
-
-  /** Forget the spare permits of (profile, upstream), of every capability. */
-  private dropLeases(profile: string, upstream: string): void {
-    if (this.leases.size === 0) return;
-    const prefix = leaseKey(profile, upstream, "").slice(0, -3);
-    for (const key of this.leases.keys()) if (key.startsWith(prefix)) this.leases.delete(key);
+    return { ...response, permits: 1, lease: undefined };
   }
 
   /**
@@ -454,15 +554,28 @@ export class SquawkClient {
    * one it refuses (an outcome past a bound of ReportOutcome, or of a
    * profile it does not know) is dropped whole, so queue outcomes whose
    * names Admit accepted, as the runner does: a lost report only makes the
-   * pod's view a little older.
+   * pod's view a little older. The batch goes when the earliest of its
+   * outcomes is due: OUTCOME_BATCH_DELAY_MS after it was queued, or a lease
+   * (200 ms) for one queued `patient` (the runner's success started on a
+   * lease of paced starts).
    */
-  queueOutcome(outcome: OutcomeInput): boolean {
+  queueOutcome(outcome: OutcomeInput, options: { readonly patient?: boolean } = {}): boolean {
     if (!this.batchOutcomes) return false;
     if (this.closed) throw new Error(`SquawkClient for ${this.target} is closed`);
     reportRequest({ outcomes: [outcome] });
-    this.queued.push({ outcome, at: this.now() });
-    if (this.queued.length >= OUTCOME_BATCH_SIZE) this.sendQueued();
-    else this.batchTimer ??= setTimeout(() => this.sendQueued(), OUTCOME_BATCH_DELAY_MS);
+    const at = this.now();
+    this.queued.push({ outcome, at });
+    if (this.queued.length >= OUTCOME_BATCH_SIZE) {
+      this.sendQueued();
+      return true;
+    }
+    const delayMs = options.patient === true ? OUTCOME_BATCH_PATIENT_DELAY_MS : OUTCOME_BATCH_DELAY_MS;
+    if (at + delayMs < this.batchDueAt) {
+      // Due sooner than the batch: its timer is set anew.
+      this.batchDueAt = at + delayMs;
+      clearTimeout(this.batchTimer);
+      this.batchTimer = setTimeout(() => this.sendQueued(), delayMs);
+    }
     return true;
   }
 
@@ -492,11 +605,12 @@ export class SquawkClient {
   private sendQueued(): void {
     clearTimeout(this.batchTimer);
     this.batchTimer = undefined;
+    this.batchDueAt = Number.POSITIVE_INFINITY;
     if (this.queued.length === 0) return;
     // Each goes with its age (Outcome.age), the time since it was queued
     // right after its response: the daemon reads an absolute reset in its
     // headers as of then. One past the wire's bound (a minute; batches go
-    // within 50 ms) is not sent: the daemon would refuse the whole batch.
+    // within 200 ms) is not sent: the daemon would refuse the whole batch.
     const now = this.now();
     const outcomes = this.queued
       .map(({ outcome, at }) => ({ outcome, ageMs: Math.max(0, now - at) }))

@@ -102,20 +102,28 @@ export interface SquawkClientOptions {
    * Send the runner's success reports in batches (default false): each is
    * queued and sent with others in one ReportOutcome, at most
    * OUTCOME_BATCH_SIZE (100) at once and OUTCOME_BATCH_DELAY_MS (50 ms)
-   * after the first was queued; `flush()` and `close()` send the rest. A
-   * busy executor then costs the daemon one report per 100 successes
-   * instead of one per success; the pod hears of them up to 50 ms later.
-   * A half-open probe's success is always reported at once.
+   * after the first was queued (200 ms for a success started on a lease of
+   * paced starts, while nothing else is queued behind it); `flush()` and
+   * `close()` send the rest. A busy executor then costs the daemon one
+   * report per 100 successes instead of one per success; the pod hears of
+   * them up to 50 ms later (a paced lease's, up to 200 ms). A half-open
+   * probe's success is always reported at once.
    */
   readonly batchOutcomes?: boolean;
   /**
    * Permits to ask each Admit for, 1 to 100 (default 1: one per call). Above
-   * 1, an answer that grants several (only an upstream nothing limits gets
-   * them) is one admission for this call, and the client keeps the rest for
-   * its next admits of the same (profile, upstream, capability), answering
-   * them without a call until the answer's `lease` ends (at most 5 s) or a
-   * failure of that upstream is sent to decideRetry. Only what the daemon
-   * granted is used, never after the lease.
+   * 1, an answer that grants several (with the breaker closed and no
+   * cool-down, when nothing paces the upstream or under a declared or
+   * announced rate) is one admission for this call, and the client keeps
+   * the rest for its next admits of the same (profile, upstream,
+   * capability), answering them without a call until the answer's `lease`
+   * ends (kept at most 1 s), another grant replaces them, or a failure of
+   * that upstream is sent to decideRetry. Under a pace spare permit i
+   * starts no earlier than the answer's `wait` + i x `spacing`: its
+   * admission carries the wait left, which the runner sleeps, and one that
+   * would start no sooner than the admit's `deadline` is left for the next.
+   * Only what the daemon granted is used, never before its start nor after
+   * the lease.
    */
   readonly leasePermits?: number;
 }

@@ -30,9 +30,10 @@ export interface DecisionSource {
    * Optional: take a success's outcome into a batched report, answering
    * true; false when the source does not batch (the runner then calls
    * reportOutcome and waits for it). SquawkClient's batches with its
-   * `batchOutcomes` option.
+   * `batchOutcomes` option. `patient`: the dispatch started on a lease of
+   * paced starts, and its report may wait longer (a lease, 200 ms).
    */
-  queueOutcome?(outcome: OutcomeInput): boolean;
+  queueOutcome?(outcome: OutcomeInput, options?: { readonly patient?: boolean }): boolean;
   /** Its default profile: the attempt budget and backoff of a forced resend. */
   readonly fallbackProfile: FallbackProfile;
 }
@@ -80,9 +81,10 @@ export interface RunStepOptions<P, R = unknown> {
    * The upstream the step calls. When set, the pod admits each dispatch
    * first (a refusal waits its retry_after, or ends the step past the
    * deadline or after `maxAttempts` refusals in a row; an admission's paced
-   * `wait` is slept before the dispatch, or ends the step when it passes the
-   * deadline; a REASON_UPSTREAM_SATURATED refusal ends it at once) and
-   * hears of each success; unset, neither happens.
+   * `wait`, or a leased permit's wait for its start, is slept before the
+   * dispatch, or ends the step when it passes the deadline; a
+   * REASON_UPSTREAM_SATURATED refusal ends it at once) and hears of each
+   * success; unset, neither happens.
    */
   readonly upstream?: string;
   readonly profile?: string;
@@ -183,6 +185,9 @@ function failureFields(error: unknown, maxBodyBytes: number): Partial<DecideRetr
   };
 }
 
+/** The admission of a step without an upstream (never reported). */
+const NOT_GATED = { probe: false, admissionId: "", patient: false } as const;
+
 type Settled<R> = { readonly ok: true; readonly value: R } | { readonly ok: false; readonly error: unknown };
 
 async function settle<R>(call: () => Promise<R>): Promise<Settled<R>> {
@@ -197,7 +202,8 @@ async function settle<R>(call: () => Promise<R>): Promise<Settled<R>> {
  * Tell the pod a dispatch to the upstream succeeded: queued into the
  * source's batch when it batches, except a half-open probe's (the breaker
  * waits for the probes' results), else reported now. Its errors are
- * ignored: the step's result stands whatever the report does. No signal
+ * ignored: the step's result stands whatever the report does. A success
+ * started on a lease of paced starts is queued patient. No signal
  * either: the report is bounded by the call timeout, and a success should
  * be counted even when the caller aborts right after it.
  */
@@ -208,15 +214,15 @@ async function reportSuccess(
   cost: number,
   estimatedCost: number,
   headers: Record<string, string>,
-  probe: boolean,
-  admissionId: string,
+  admitted: { readonly probe: boolean; readonly admissionId: string; readonly patient: boolean },
 ): Promise<void> {
   const latency = durationFromMs(Math.max(0, latencyMs));
   // The estimate Admit was charged goes too, so that the pace charges the
   // difference; the admission, so that it counts for the concurrency limit.
+  const { probe, admissionId, patient } = admitted;
   const outcome: OutcomeInput = { ...names, success: true, latency, cost, estimatedCost, headers, admissionId };
   try {
-    if (!probe && client.queueOutcome?.(outcome) === true) return;
+    if (!probe && client.queueOutcome?.(outcome, { patient }) === true) return;
     await client.reportOutcome({ outcomes: [outcome] });
   } catch {
     // Fail open: a lost report only makes the pod's view of the upstream a little older.
@@ -279,8 +285,7 @@ export async function runStep<P, R>(
       if (gate !== undefined) {
         const real = realCost(options.costOf, outcome.value, cost);
         const headers = paceHeaders(options.headersOf, outcome.value);
-        const probe = admitted?.probe ?? false;
-        await reportSuccess(client, names, now() - dispatchedAt, real, cost, headers, probe, admitted?.admissionId ?? "");
+        await reportSuccess(client, names, now() - dispatchedAt, real, cost, headers, admitted ?? NOT_GATED);
       }
       return outcome.value;
     }

@@ -2,11 +2,12 @@
 // loopback server that records every ReportOutcome: how many RPCs a busy
 // executor costs the daemon, and that nothing queued is lost on close.
 import assert from "node:assert/strict";
-import { afterEach, describe, test } from "node:test";
+import { afterEach, describe, test, type TestContext } from "node:test";
 import { Server, ServerCredentials, status, type ServiceError, type UntypedServiceImplementation } from "@grpc/grpc-js";
 import {
   AdmitResponse,
   BreakerState,
+  OUTCOME_BATCH_DELAY_MS,
   OUTCOME_BATCH_SIZE,
   Reason,
   runStep,
@@ -15,6 +16,7 @@ import {
   type Outcome,
   type ReportOutcomeRequest,
 } from "../src/index";
+import { OUTCOME_BATCH_PATIENT_DELAY_MS } from "../src/client";
 import { PolicyServiceService } from "../src/gen/squawk/v1/policy";
 
 type Callback<T> = (error: Partial<ServiceError> | null, response?: T) => void;
@@ -142,6 +144,55 @@ describe("batched success reports", () => {
     assert.deepEqual(
       recorder.reports.map((r) => r.length),
       [OUTCOME_BATCH_SIZE, 1],
+    );
+  });
+
+  test("a patient success waits a lease for its batch; an outcome behind it that is not brings the batch back", async (t: TestContext) => {
+    recorder = new Recorder();
+    const target = await recorder.start();
+    const clock = { ms: 1_000_000 };
+    const c = (client = new SquawkClient(target, { callTimeoutMs: 5000, batchOutcomes: true, now: () => clock.ms }));
+    // The batch timer on a clock the test moves: each send is counted when it starts.
+    const sends = t.mock.method(c as unknown as { sendQueued(): void }, "sendQueued");
+    t.mock.timers.enable({ apis: ["setTimeout"] });
+    const advance = (ms: number): void => {
+      clock.ms += ms;
+      t.mock.timers.tick(ms);
+    };
+    const patient = { upstream: "llm", success: true, cost: 1 };
+    const impatient = { upstream: "llm", success: true, cost: 2 };
+
+    c.queueOutcome(patient, { patient: true });
+    advance(OUTCOME_BATCH_DELAY_MS);
+    assert.equal(sends.mock.callCount(), 0, "a patient outcome alone is not sent after 50 ms");
+    advance(OUTCOME_BATCH_PATIENT_DELAY_MS - OUTCOME_BATCH_DELAY_MS - 1);
+    assert.equal(sends.mock.callCount(), 0);
+    advance(1);
+    assert.equal(sends.mock.callCount(), 1, "it is sent 200 ms after it was queued");
+
+    // An impatient outcome queued 100 ms after a patient one: the batch is due 50 ms after it.
+    c.queueOutcome(patient, { patient: true });
+    advance(100);
+    c.queueOutcome(impatient);
+    advance(OUTCOME_BATCH_DELAY_MS - 1);
+    assert.equal(sends.mock.callCount(), 1);
+    advance(1);
+    assert.equal(sends.mock.callCount(), 2, "sent at 150 ms, not 200");
+
+    // A patient outcome behind an impatient one does not hold the batch back.
+    c.queueOutcome(impatient);
+    advance(10);
+    c.queueOutcome(patient, { patient: true });
+    advance(OUTCOME_BATCH_DELAY_MS - 10);
+    assert.equal(sends.mock.callCount(), 3, "sent 50 ms after the impatient one");
+    advance(OUTCOME_BATCH_PATIENT_DELAY_MS);
+    assert.equal(sends.mock.callCount(), 3, "and no timer was left behind");
+
+    t.mock.timers.reset();
+    await c.flush();
+    assert.deepEqual(
+      recorder.reports.map((r) => r.map((o) => o.cost)),
+      [[1], [1, 2], [2, 1]],
     );
   });
 

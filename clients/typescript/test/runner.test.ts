@@ -84,6 +84,7 @@ const ADMITTED: Admission = {
   lease: undefined,
   explanation: "",
   admissionId: "",
+  spacing: undefined,
   fallback: false,
 };
 
