@@ -9,11 +9,11 @@ import (
 // A busy executor asks Admit for several permits at once and hands the
 // spare ones to its next dispatches to the same (profile, upstream,
 // capability) without asking again, so that it costs the daemon one Admit
-// per many dispatches. The pod grants more than one with the breaker closed
-// and no cool-down, while nothing paces the upstream or under a declared or
-// announced rate; a spare permit is used only within the lease the pod gave
-// it, and one that is not used lapses. Under a pace the permits are starts
-// Spacing apart after the answer's Wait, each reserved in the pod's pace: a
+// per many dispatches. The pod grants more than one while nothing limits
+// the upstream (breaker closed, no cool-down, no pace); a spare permit is
+// used only within the lease the pod gave it, and one that is not used
+// lapses. A lease of paced starts (a Spacing above zero; this daemon grants
+// none yet) has its permits start Spacing apart after the answer's Wait: a
 // spare permit is never used before its start (the dispatch sleeps until
 // it, as for a paced Admit's wait), nor for a step whose deadline comes
 // first (that one asks the pod). The rules are those of the shared vectors,

@@ -17,9 +17,10 @@ const DefaultOutcomeDelay = 50 * time.Millisecond
 // patientOutcomeDelay is how long a patient report may be held: the
 // success of a dispatch started on a lease of paced starts (a Spacing
 // above zero) waits up to the pod's lease (200 ms), so that a busy
-// executor reports once a lease rather than four times. Under a declared
-// or announced rate nothing in the pod reads such a success sooner: the
-// rate is not learned from it, and its headers are read as of their age.
+// executor reports once a lease rather than four times. Such a lease comes
+// only under a declared or announced rate, where nothing in the pod reads
+// such a success sooner: the rate is not learned from it, and its headers
+// are read as of their age.
 // The same in every client.
 const patientOutcomeDelay = 200 * time.Millisecond
 

@@ -42,9 +42,8 @@ type Admission struct {
 	// asking again.
 	Wait time.Duration
 	// Permits is, when allowed, how many dispatches the answer admits (1
-	// unless more were asked with AdmitRequest.Permits, the breaker is
-	// closed with no cool-down, and nothing paces the upstream or it is
-	// paced at a declared or announced rate); 0 when refused.
+	// unless more were asked with AdmitRequest.Permits and nothing limits
+	// the upstream: breaker closed, no cool-down, no pace); 0 when refused.
 	Permits int
 	// Lease is, when Permits > 1, how long the permits after the first stay
 	// valid from the answer; a permit not used by then lapses.

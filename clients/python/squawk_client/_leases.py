@@ -2,18 +2,18 @@
 
 A busy executor asks Admit for as many permits as it dispatched to the same
 (profile, upstream, capability) in the last lease period (1 to 100); the
-daemon grants more than one with the breaker closed and no cool-down, while
-nothing paces the upstream or under a declared or announced rate, with a
-short lease. The first permit starts the asking dispatch; the spare ones
-start the client's next dispatches to that key without asking again, and
-only until the lease ends: what the daemon granted, never more, never later.
-Under a pace the permits are starts `spacing` apart, each reserved in the
-pod's pace: a spare permit is never used before its start (the dispatch
-waits for it, as for a paced Admit's wait), nor for a step whose deadline
-comes first (that one asks the daemon). Doorman's capacity leases and
-Envoy's rate-limit quota assignments work the same way (a grant that
-expires, refreshed by the client), so the daemon's load follows the number
-of executors rather than the number of calls.
+daemon grants more than one while nothing limits the upstream (breaker
+closed, no cool-down, no pace), with a short lease. The first permit starts
+the asking dispatch; the spare ones start the client's next dispatches to
+that key without asking again, and only until the lease ends: what the
+daemon granted, never more, never later. A lease of paced starts
+(AdmitResponse.spacing above zero; this daemon grants none yet) has its
+permits start `spacing` apart: a spare permit is never used before its start
+(the dispatch waits for it, as for a paced Admit's wait), nor for a step
+whose deadline comes first (that one asks the daemon). Doorman's capacity
+leases and Envoy's rate-limit quota assignments work the same way (a grant
+that expires, refreshed by the client), so the daemon's load follows the
+number of executors rather than the number of calls.
 
 The client gives up its spare permits early when a dispatch to the key
 fails: the breaker may be opening or the upstream throttling, and the next

@@ -8,11 +8,11 @@ ReportOutcome per batch instead of one per dispatch. Envoy's rate-limit
 quota service reports usage the same way, periodically, not per request.
 
 A patient outcome (a success started on a lease of paced starts) may wait
-PATIENT_DELAY, the lease's length: under a declared or announced rate
-nothing in the pod reads a success sooner (the rate is not learned from
-it, its headers are read as of their age), so a busy executor reports once
-a lease, not four times. Any other outcome queued behind it brings the
-batch back to MAX_DELAY.
+PATIENT_DELAY, the lease's length: a lease is only granted under a declared
+or announced rate, where nothing in the pod reads a success sooner (the rate
+is not learned from it, its headers are read as of their age), so a busy
+executor reports once a lease, not four times. Any other outcome queued
+behind it brings the batch back to MAX_DELAY.
 
 Nothing is lost silently: an outcome the daemon did not take (it was away,
 or refused the batch), one pushed out of a full queue, or one queued after

@@ -68,8 +68,9 @@ export const OUTCOME_BATCH_DELAY_MS = 50;
 
 /**
  * The longest a patient outcome waits (a success started on a lease of
- * paced starts): one lease (the pod's 200 ms). Under a declared or
- * announced rate nothing in the pod reads a success sooner (the rate is not
+ * paced starts): one lease (the pod's 200 ms). Such a lease comes only
+ * under a declared or announced rate, where nothing in the pod reads a
+ * success sooner (the rate is not
  * learned from it, its headers are read as of their age), so a busy
  * executor reports once a lease, not four times. Any other outcome queued
  * behind it brings the batch back to OUTCOME_BATCH_DELAY_MS.

@@ -112,9 +112,8 @@ export interface SquawkClientOptions {
   readonly batchOutcomes?: boolean;
   /**
    * Permits to ask each Admit for, 1 to 100 (default 1: one per call). Above
-   * 1, an answer that grants several (with the breaker closed and no
-   * cool-down, when nothing paces the upstream or under a declared or
-   * announced rate) is one admission for this call, and the client keeps
+   * 1, an answer that grants several (while nothing limits the upstream:
+   * breaker closed, no cool-down, no pace) is one admission for this call, and the client keeps
    * the rest for its next admits of the same (profile, upstream,
    * capability), answering them without a call until the answer's `lease`
    * ends (kept at most 1 s), another grant replaces them, or a failure of
