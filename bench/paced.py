@@ -82,7 +82,7 @@ def render(report: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.paced", description=__doc__)
     ap.add_argument("--rate", type=float, default=1000.0, help="dispatches/s offered, in all")
-    ap.add_argument("--pace", type=float, default=1000.0, help="the declared rate, calls/s")
+    ap.add_argument("--pace", type=float, default=1250.0, help="the declared rate, calls/s")
     ap.add_argument("--seconds", type=float, default=10.0, help="measurement window per run")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/paced.json")
