@@ -176,13 +176,16 @@ def simulate(
     report_delay: float = 0.05,
     config: UpstreamConfig | None = None,
     squawk: bool = True,
+    burst_s: float = BURST_S,
 ) -> Result:
     """One run of `variant` ("2x", "10x", "halving", or "storm-S": half the
     calls of the middle phase answered status S at random, at 0.5 x C).
-    `squawk`: admit every attempt (else send at once, a plain retry loop)."""
+    `squawk`: admit every attempt (else send at once, a plain retry loop).
+    `burst_s`: the seconds of C a header-less upstream's bucket holds (a
+    dialect's has its own): the learned pace must hold for any."""
     halving = variant == "halving"
     storm = int(variant[6:]) if variant.startswith("storm-") else 0
-    bucket_s, dialect = DIALECTS.get(variant, (BURST_S, ""))
+    bucket_s, dialect = DIALECTS.get(variant, (burst_s, ""))
     overload = 0.8 if halving else 0.5 if storm else 10.0 if dialect else float(variant.rstrip("x"))
     low = 0.8 if halving else 0.5
     cfg = config or UpstreamConfig()
@@ -279,6 +282,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--variants", default="2x,10x,halving,storm-529,storm-429," + ",".join(DIALECTS)
     )
     ap.add_argument("--report-delay", type=float, default=0.05, help="seconds (default 0.05)")
+    ap.add_argument(
+        "--burst",
+        type=float,
+        default=BURST_S,
+        help=f"seconds of C a header-less upstream stores (default {BURST_S})",
+    )
     args = ap.parse_args(argv)
     print(
         "variant    successes / C: mean  p10   min   attempts / C: mean  max"
@@ -286,9 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for variant in args.variants.split(","):
         runs = [
-            simulate(variant, seed, report_delay=args.report_delay) for seed in range(args.seeds)
+            simulate(variant, seed, report_delay=args.report_delay, burst_s=args.burst)
+            for seed in range(args.seeds)
         ]
-        plain = [simulate(variant, seed, squawk=False) for seed in range(args.seeds)]
+        plain = [
+            simulate(variant, seed, squawk=False, burst_s=args.burst) for seed in range(args.seeds)
+        ]
         ok = sorted(r.successes_per_c for r in runs)
         sent = [r.attempts_per_c for r in runs]
         steps = [r.step_success for r in runs]
