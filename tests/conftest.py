@@ -252,7 +252,7 @@ E2E_MODULES = {
     "test_bench_paced",
     "test_canary",
     "test_check_policy_misspellings", "test_cli_tls",
-    "test_client", "test_client_batch", "test_client_connect",
+    "test_client", "test_client_batch", "test_client_cap", "test_client_connect",
     "test_client_pace", "test_client_pages", "test_lease_bounds",
     "test_daemon", "test_decision_log", "test_deploy",
     "test_dist", "test_examples", "test_fallback_conformance", "test_first_run", "test_fleet",

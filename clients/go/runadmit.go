@@ -115,8 +115,10 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 		}
 		// A refusal consumes no attempt, but the attempt budget also bounds
 		// the refusals in a row, so that a breaker that never recovers ends
-		// the step instead of holding it forever.
-		if refusals > budget {
+		// the step instead of holding it forever. A full in-flight cap is
+		// waited out for as long as the deadline allows: its refusals are a
+		// semaphore's queue, not an upstream that failed.
+		if refusals > budget && a.Reason != squawkv1.Reason_REASON_IN_FLIGHT_CAP {
 			return admitted{}, &RunError{Decision: refused(a, fmt.Sprintf(
 				"The pod refused the dispatch to %s %d times in a row: %s.", req.GetUpstream(), refusals, a.Reason))}
 		}

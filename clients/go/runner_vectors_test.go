@@ -599,6 +599,7 @@ var admissionReasons = map[squawkv1.Reason]bool{
 	squawkv1.Reason_REASON_CIRCUIT_OPEN:          true,
 	squawkv1.Reason_REASON_UPSTREAM_COOLING_DOWN: true,
 	squawkv1.Reason_REASON_UPSTREAM_SATURATED:    true,
+	squawkv1.Reason_REASON_IN_FLIGHT_CAP:         true,
 }
 
 // nonNil makes an empty list and a missing one compare equal.

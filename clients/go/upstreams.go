@@ -24,9 +24,10 @@ type Admission struct {
 	// Allowed says whether to dispatch now.
 	Allowed bool
 	// Reason is REASON_ADMITTED when allowed, else REASON_CIRCUIT_OPEN,
-	// REASON_UPSTREAM_COOLING_DOWN or REASON_UPSTREAM_SATURATED (the pace
+	// REASON_UPSTREAM_COOLING_DOWN, REASON_UPSTREAM_SATURATED (the pace
 	// cannot start the call in time, or its concurrency limit is full;
-	// Explanation says which).
+	// Explanation says which) or REASON_IN_FLIGHT_CAP (the declared cap on
+	// calls in flight is full: ask again after RetryAfter).
 	Reason squawkv1.Reason
 	// Explanation is, when refused REASON_UPSTREAM_SATURATED, the daemon's
 	// sentence naming the limit that refused the call and its number (the

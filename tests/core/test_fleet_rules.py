@@ -249,12 +249,15 @@ def test_only_the_admitted_count_as_demand() -> None:
         Admission(False, Reason.UPSTREAM_SATURATED, timedelta(1), BreakerState.CLOSED, False),
         Admission(False, Reason.CIRCUIT_OPEN, timedelta(1), BreakerState.OPEN, False),
         Admission(False, Reason.UPSTREAM_COOLING_DOWN, timedelta(1), BreakerState.CLOSED, False),
+        Admission(False, Reason.IN_FLIGHT_CAP, timedelta(1), BreakerState.CLOSED, False),
     ]
     for answer in answers:
         delta = asked(delta, answer)
     # The refused ask for probe slots (they come back); only the admitted
     # call is demand: a pace refusal starts nothing, and a caller spinning
-    # on it must not win the rate. The pace's refusal is noted (`shed`).
+    # on it must not win the rate. The pace's refusal is noted (`shed`). A
+    # full cap's refusal (a caller waiting for a slot asks again and again)
+    # is none of these.
     assert (delta.asked, delta.wanted, delta.shed) == (3, 1, 1)
 
 

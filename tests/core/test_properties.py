@@ -272,7 +272,8 @@ def test_no_input_holds_the_upstream_past_its_max_cool_down(events: list[Any]) -
     last = now
     for step, event in events:
         now += step
-        last = now
+        # The last input: this event, or a start granted later than it.
+        last = max(last, now)
         bound = config.max_cool_down
         if event[0] == "report":
             _, status, headers, retry_after, cost, estimated = event
@@ -301,7 +302,7 @@ def test_no_input_holds_the_upstream_past_its_max_cool_down(events: list[Any]) -
             state, answer = admit(state, config, now, cost=cost, share=share)
             if answer.allowed:
                 assert answer.wait <= config.rate_limit.max_queue_delay
-                last = now + seconds(answer.wait)
+                last = max(last, now + seconds(answer.wait))
             elif answer.reason is not Reason.CIRCUIT_OPEN:
                 assert answer.retry_after is not None and answer.retry_after <= bound
         assert state.cool_until <= now + seconds(bound)

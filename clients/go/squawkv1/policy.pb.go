@@ -253,6 +253,14 @@ const (
 	// `deadline` to judge it by. With a deadline, DEADLINE_EXCEEDED judges the
 	// wait instead: a wait within the deadline is honoured past the bound.
 	Reason_REASON_WAIT_TOO_LONG Reason = 20
+	// An Admit refusal: the upstream's declared cap on calls in flight
+	// (rate_limit.max_in_flight) is full. Wait retry_after (jittered: a short
+	// share of the calls' mean length) and ask again, as long as the step's
+	// deadline allows: a call never goes out without a slot, and a slot
+	// frees when a call's outcome is reported. Refusals of this reason do not
+	// count against the attempt budget. AdmitResponse.explanation says so,
+	// with the cap.
+	Reason_REASON_IN_FLIGHT_CAP Reason = 21
 )
 
 // Enum value maps for Reason.
@@ -279,6 +287,7 @@ var (
 		18: "REASON_SERVER_PUSHBACK",
 		19: "REASON_UPSTREAM_SATURATED",
 		20: "REASON_WAIT_TOO_LONG",
+		21: "REASON_IN_FLIGHT_CAP",
 	}
 	Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":                 0,
@@ -302,6 +311,7 @@ var (
 		"REASON_SERVER_PUSHBACK":             18,
 		"REASON_UPSTREAM_SATURATED":          19,
 		"REASON_WAIT_TOO_LONG":               20,
+		"REASON_IN_FLIGHT_CAP":               21,
 	}
 )
 
@@ -3126,7 +3136,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_RETRY\x10\x01\x12\x12\n" +
 	"\x0eACTION_CORRECT\x10\x02\x12\x0f\n" +
-	"\vACTION_FAIL\x10\x03*\xf9\x04\n" +
+	"\vACTION_FAIL\x10\x03*\x93\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dREASON_EXPLICIT_NOT_RETRYABLE\x10\x01\x12\x1a\n" +
@@ -3149,7 +3159,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x0fREASON_ADMITTED\x10\x11\x12\x1a\n" +
 	"\x16REASON_SERVER_PUSHBACK\x10\x12\x12\x1d\n" +
 	"\x19REASON_UPSTREAM_SATURATED\x10\x13\x12\x18\n" +
-	"\x14REASON_WAIT_TOO_LONG\x10\x14*\x89\x01\n" +
+	"\x14REASON_WAIT_TOO_LONG\x10\x14\x12\x18\n" +
+	"\x14REASON_IN_FLIGHT_CAP\x10\x15*\x89\x01\n" +
 	"\n" +
 	"PaceSource\x12\x1b\n" +
 	"\x17PACE_SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +

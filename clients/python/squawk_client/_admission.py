@@ -28,7 +28,9 @@ class Admission:
     allowed: bool
     # ADMITTED, or why not: CIRCUIT_OPEN, UPSTREAM_COOLING_DOWN,
     # UPSTREAM_SATURATED (the pace cannot start the call in time, or its
-    # concurrency limit is full; `explanation` says which).
+    # concurrency limit is full; `explanation` says which), IN_FLIGHT_CAP
+    # (the declared cap on calls in flight is full: ask again after
+    # retry_after).
     reason: Reason
     # When refused: how long until a call could be admitted.
     retry_after: timedelta

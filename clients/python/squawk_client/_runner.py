@@ -302,7 +302,9 @@ class _Attempts:
                 f"The pod refused the dispatch to {o.upstream}: {reason}; it admits again in "
                 f"{round(wait.total_seconds() * 1000)} ms, past the step's deadline."
             )
-        elif refusals > self.budget:
+        elif refusals > self.budget and admission.reason is not Reason.IN_FLIGHT_CAP:
+            # A full in-flight cap is waited out as long as the deadline
+            # allows: its refusals are a semaphore's queue, not a failure.
             why = (
                 f"The pod refused the dispatch to {o.upstream} {refusals} times in a row: {reason}."
             )

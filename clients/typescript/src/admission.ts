@@ -155,7 +155,8 @@ function admitInput(gate: Gate): AdmitInput {
  * the step: a refusal with REASON_UPSTREAM_SATURATED at once (the pod sheds
  * what it cannot start in time; no sleep), a paced wait longer than the
  * deadline left (the same reason, without sleeping), a refusal past the
- * attempt budget in a row, or one whose retry_after outlasts the deadline. A refusal consumes no attempt.
+ * attempt budget in a row (REASON_IN_FLIGHT_CAP's are not counted), or one
+ * whose retry_after outlasts the deadline. A refusal consumes no attempt.
  */
 export async function awaitAdmission(gate: Gate): Promise<Admitted> {
   const { upstream, signal } = gate;
@@ -185,7 +186,9 @@ export async function awaitAdmission(gate: Gate): Promise<Admitted> {
         `it admits again in ${roundHalfEven(waitMs)} ms, past the step's deadline.`;
       return { refusal: refused(admission, explanation) };
     }
-    if (refusals > gate.budget) {
+    // A full in-flight cap is waited out for as long as the deadline allows:
+    // its refusals are a semaphore's queue, not an upstream that failed.
+    if (refusals > gate.budget && admission.reason !== Reason.REASON_IN_FLIGHT_CAP) {
       const explanation = `The pod refused the dispatch to ${upstream} ${refusals} times in a row: ${admission.reason}.`;
       return { refusal: refused(admission, explanation) };
     }

@@ -83,7 +83,8 @@ export interface RunStepOptions<P, R = unknown> {
    * deadline or after `maxAttempts` refusals in a row; an admission's paced
    * `wait`, or a leased permit's wait for its start, is slept before the
    * dispatch, or ends the step when it passes the deadline; a
-   * REASON_UPSTREAM_SATURATED refusal ends it at once) and hears of each
+   * REASON_UPSTREAM_SATURATED refusal ends it at once; a full cap's
+   * REASON_IN_FLIGHT_CAP is waited out within the deadline, not counted) and hears of each
    * success; unset, neither happens.
    */
   readonly upstream?: string;

@@ -203,6 +203,8 @@ profiles:
     rate_limit: {token_rate: 10000, token_burst: 10000}
   slow:
     rate_limit: {rate: 0.1, burst: 1}
+  capped:
+    rate_limit: {max_in_flight: 1}
 """
 SLOT_MS = 200  # 1 / rate
 MS = timedelta(milliseconds=1)
@@ -670,3 +672,35 @@ def test_one_cost_outlier_does_not_price_every_cost_less_admit(
     time.sleep(2.2)
     replies = [admit() for _ in range(40)]
     assert all(r.allowed and r.wait.ToTimedelta() <= MAX_QUEUE_DELAY for r in replies)
+
+
+def test_a_full_cap_refuses_in_flight_cap_and_counts_it(paced: tuple[Daemon, Stub, int]) -> None:
+    _, stub, port = paced
+
+    def admit() -> pb.AdmitResponse:
+        reply: pb.AdmitResponse = stub.Admit(
+            pb.AdmitRequest(profile="capped", upstream="one-key"), timeout=5
+        )
+        return reply
+
+    first = admit()
+    assert first.allowed and first.admission_id
+    refused = admit()
+    assert (refused.allowed, refused.reason) == (False, pb.REASON_IN_FLIGHT_CAP)
+    assert refused.explanation == (
+        "The upstream's cap of 1 calls in flight (rate_limit.max_in_flight) is full."
+    )
+    # The outcome naming the admission frees the slot; one naming none
+    # (made up) would not.
+    made_up = pb.Outcome(profile="capped", upstream="one-key", success=True)
+    stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[made_up] * 3), timeout=5)
+    assert not admit().allowed
+    done = pb.Outcome(
+        profile="capped", upstream="one-key", success=True, admission_id=first.admission_id
+    )
+    stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[done]), timeout=5)
+    assert admit().allowed
+    row = _row(stub, "capped", "one-key")
+    assert (row.concurrency_limit, row.in_flight) == (1, 1)
+    labels = '{profile="capped",upstream="one-key"}'
+    assert scrape(port)[f"squawk_admit_cap_full_total{labels}"] == 2

@@ -12,7 +12,7 @@ off after `quiet` without a slow call. docs/upstreams.md §Pacing tells the
 rule as a user sees it.
 
 The calls in flight are counted only while the limit is on, in two epochs
-of FLIGHT_EPOCH, so a call whose outcome never comes leaves the count after
+of FLIGHT_EPOCH (squawk.policy.flight), so a call whose outcome never comes leaves the count after
 one to two epochs. Only the outcome of a call the pod admitted reaches this
 machine (the daemon ties each outcome to its admission, and an admission
 lives FLIGHT_EPOCH, the least time its count is kept): an outcome nobody
@@ -30,6 +30,7 @@ import math
 from typing import NamedTuple
 
 from .clocker import BUCKET
+from .flight import FLIGHT_EPOCH, one_fewer, roll
 
 __all__ = [
     "BACKOFF",
@@ -61,8 +62,6 @@ SLOW_MIN = 0.01
 # The latency's means: fast (the upstream now) and slow (its baseline).
 LATENCY_FAST_WEIGHT = 0.1
 LATENCY_BASE_WEIGHT = 0.01
-# Calls admitted and never reported leave the count after one to two epochs.
-FLIGHT_EPOCH = 120.0
 
 
 class Limit(NamedTuple):
@@ -90,12 +89,9 @@ def limited(limit: Limit, now: float, quiet: float) -> bool:
 
 
 def in_flight(limit: Limit, now: float) -> tuple[int, int, float]:
-    """(old, current, epoch start) at `now`: an epoch over rolls the count."""
-    if now - limit.epoch_at < FLIGHT_EPOCH:
-        return limit.flight_old, limit.flight, limit.epoch_at
-    if now - limit.epoch_at < 2 * FLIGHT_EPOCH:
-        return limit.flight, 0, limit.epoch_at + FLIGHT_EPOCH
-    return 0, 0, now
+    """(old, current, epoch start) at `now`: an epoch over rolls the count
+    (squawk.policy.flight)."""
+    return roll(limit.flight, limit.flight_old, limit.epoch_at, now)
 
 
 def started(limit: Limit, now: float) -> Limit:
@@ -121,12 +117,8 @@ def observe(
     on = limited(limit, now, quiet)
     value, flight, old, epoch, slow_at, decreased_at, fast, base, on_at = limit
     if on and admitted_at > on_at:
-        # One call fewer in flight: the older epoch's first.
         old, flight, epoch = in_flight(limit, now)
-        if old:
-            old -= 1
-        else:
-            flight = max(flight - 1, 0)
+        old, flight = one_fewer(old, flight)
     elif not on and latency is None:
         return limit
     if latency is not None and not base:

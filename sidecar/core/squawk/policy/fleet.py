@@ -229,6 +229,10 @@ def asked(delta: Delta, admission: Admission) -> Delta:
     """One Admit's answer, allowed or not."""
     if admission.allowed:
         return delta._replace(wanted=min(delta.wanted + 1, MAX_DELTA))
+    if admission.reason is Reason.IN_FLIGHT_CAP:
+        # A caller waiting for a slot asks about twenty times per call it
+        # waits for: neither demand nor a breaker's refusal.
+        return delta
     shed = delta.shed
     if admission.reason is Reason.UPSTREAM_SATURATED:
         shed = min(shed + 1, MAX_DELTA)

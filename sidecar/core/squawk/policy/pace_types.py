@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import NamedTuple
 
+from .capped import MAX_IN_FLIGHT
 from .limits import (
     MAX_BURST,
     MAX_POLICY_DURATION,
@@ -70,6 +71,9 @@ class RateLimitConfig:
     max_queue_delay: timedelta = timedelta(seconds=1)
     # Learn an AIMD concurrency limit for an upstream that slows down.
     concurrency: bool = True
+    # The most calls in flight the pod may have out to the upstream, as its
+    # provider allows; None = no cap (squawk.policy.capped).
+    max_in_flight: int | None = None
     # Derived once: pace() runs on every Admit.
     _policy: bool = field(init=False, repr=False, compare=False)
     _quiet_s: float = field(init=False, repr=False, compare=False)
@@ -81,6 +85,8 @@ class RateLimitConfig:
         if self.rate is not None:
             _check_rate("rate", self.rate, MAX_RATE)
         check_count("burst", self.burst, high=MAX_BURST)
+        if self.max_in_flight is not None:
+            check_count("max_in_flight", self.max_in_flight, high=MAX_IN_FLIGHT)
         if self.token_rate is not None:
             _check_rate("token_rate", self.token_rate, MAX_TOKEN_RATE)
         check_number("token_burst", self.token_burst, MAX_TOKEN_RATE, zero=True)

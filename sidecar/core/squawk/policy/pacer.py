@@ -5,18 +5,19 @@ UpstreamState; admit() asks `pace()` after the cool-down and the breaker
 let a call through, and record_outcome() feeds every finished call to
 `observe()`. docs/upstreams.md §Pacing is the manual.
 
-A Pacer is the states of five small machines, each in its own module with
+A Pacer is the states of six small machines, each in its own module with
 its own rules; this module holds only the precedence between them:
 
 - spacing.py: GCRA's arrival times (and the mean cost), which space starts;
 - short_queue.py: CoDel's short queue, which bounds the wait and sheds;
 - header_quota.py: the pace the upstream's headers announce, and holds;
 - cubic.py (with clocker.py): the rate learned from throttling;
-- aimd.py: the concurrency limit learned from slowness.
+- aimd.py: the concurrency limit learned from slowness;
+- capped.py: the cap on calls in flight the policy declares.
 
 The pace in force is the policy's, else the headers', else the learned one
-(`PaceSource`); the concurrency limit refuses before any of them; a hold
-delays every start. With none of them the pacer does nothing: pace()
+(`PaceSource`); the declared cap, then the concurrency limit, refuse
+before any of them; a hold delays every start. With none of them the pacer does nothing: pace()
 grants at once, returns the state it was given, and lets a busy executor
 take up to MAX_PERMITS permits with one answer (a lease of LEASE).
 """
@@ -27,9 +28,10 @@ import random
 from datetime import timedelta
 from typing import NamedTuple
 
-from . import aimd, cubic, header_quota, short_queue, spacing
+from . import aimd, capped, cubic, header_quota, short_queue, spacing
 from .aimd import Limit
 from .aimd import limited as _limited
+from .capped import NOT_DECLARED, Capped
 from .clocker import BUCKET, SMOOTHING
 from .cooldown import spread
 from .cubic import BETA, MIN_RATE, SCALE, Learned
@@ -92,6 +94,7 @@ class Pacer(NamedTuple):
     quota: HeaderQuota = HeaderQuota()
     learned: Learned = Learned()
     concurrency: Limit = Limit()
+    capped: Capped = NOT_DECLARED
 
 
 def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> Rates:
@@ -148,8 +151,20 @@ def pace(
     (squawk.policy.upstream.admit checks them).
     """
     quota = pacer.quota
+    cap = config.max_in_flight
+    if cap:
+        pacer = _declared(pacer, now)
+        old, current, _ = capped.in_flight(pacer.capped, now)
+        if old + current >= cap:
+            frees = timedelta(seconds=capped.retry_after(pacer.capped))
+            full = Shed(ShedCause.CAP, 0.0, float(cap))
+            return pacer, Pace(False, _ZERO, spread(frees, rng), 0, full)
+    elif pacer.capped is not NOT_DECLARED:
+        # Not declared now: a cap declared again later counts afresh.
+        pacer = pacer._replace(capped=NOT_DECLARED)
     if (
-        not config._policy
+        not cap
+        and not config._policy
         and now >= quota.until
         and now >= quota.hold_until
         and not _learning(pacer.learned, now, config._quiet_s)
@@ -203,6 +218,7 @@ def pace(
         quota,
         learned,
         aimd.started(limit, now) if limited else limit,
+        capped.started(pacer.capped, now) if cap else pacer.capped,
     ), Pace(True, wait, None, 1)
 
 
@@ -240,6 +256,10 @@ def observe(
             binding=queue.shed_until >= now or queue.above_since <= now,
         )
     admitted_at = sample.admitted_at
+    slots = pacer.capped
+    if config.max_in_flight and admitted_at is not None:
+        took = None if sample.latency is None else seconds(sample.latency)
+        slots = capped.finished(slots, now, admitted_at, took)
     if (
         config.concurrency
         and admitted_at is not None
@@ -264,9 +284,15 @@ def observe(
         and quota is pacer.quota
         and learned is pacer.learned
         and limit is pacer.concurrency
+        and slots is pacer.capped
     ):
         return pacer
-    return Pacer(spaced, pacer.queue, quota, learned, limit)
+    return Pacer(spaced, pacer.queue, quota, learned, limit, slots)
+
+
+def _declared(pacer: Pacer, now: float) -> Pacer:
+    held = capped.declared(pacer.capped, now)
+    return pacer if held is pacer.capped else pacer._replace(capped=held)
 
 
 def hold(pacer: Pacer, until: float) -> Pacer:
@@ -308,6 +334,10 @@ def pacer_snapshot(
     if _limited(concurrency, now, config._quiet_s):
         old, current, _ = aimd.in_flight(concurrency, now)
         limit, in_flight = int(concurrency.limit), old + current
+    if config.max_in_flight:
+        old, current, _ = capped.in_flight(pacer.capped, now)
+        limit = min(limit or config.max_in_flight, config.max_in_flight)
+        in_flight = max(in_flight, old + current)
     hold_until = pacer.quota.hold_until
     if rates is NO_RATES and now >= hold_until:
         return PaceSnapshot(PaceSource.NONE, 0.0, 0.0, _ZERO, limit, in_flight)
@@ -340,4 +370,5 @@ def pacer_is_idle(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
         and now - pacer.learned.throttled_at >= quiet  # neither learning nor armed
         and not _limited(pacer.concurrency, now, quiet)
         and spacing.is_idle(pacer.spacing, now)
+        and sum(capped.in_flight(pacer.capped, now)[:2]) == 0
     )

@@ -37,6 +37,8 @@ class ShedCause(enum.Enum):
     DEADLINE = 3
     # The concurrency limit is full: no start at all until a call ends.
     IN_FLIGHT = 4
+    # The declared cap on calls in flight (rate_limit.max_in_flight) is full.
+    CAP = 5
 
 
 class WaitCause(enum.Enum):
@@ -82,6 +84,11 @@ def explain(shed: Shed) -> str:
         return (
             f"The upstream's concurrency limit of {_number(shed.limit)} calls in flight "
             "(learned as its latency rose) is full."
+        )
+    if shed.cause is ShedCause.CAP:
+        return (
+            f"The upstream's cap of {_number(shed.limit)} calls in flight "
+            "(rate_limit.max_in_flight) is full."
         )
     waited = f"The call would wait {_duration(shed.wait)} {_waited_for(shed)}"
     if shed.cause is ShedCause.DEADLINE:

@@ -69,6 +69,7 @@ class Reason(enum.IntEnum):
     # A server's wait past the profile's max_retry_wait, with no deadline
     # to judge it by (squawk.policy.decide).
     WAIT_TOO_LONG = 20
+    IN_FLIGHT_CAP = 21
 
 
 class BreakerState(enum.IntEnum):

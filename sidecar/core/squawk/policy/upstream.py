@@ -72,7 +72,7 @@ from .outcome import (
 from .pacer import Pacer, PaceSample, PaceSnapshot, RateLimitConfig
 from .ratelimit import RateLimitHint
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
-from .shed import Shed
+from .shed import Shed, ShedCause
 from .timing import time_left
 from .types import BreakerState, PaceSource, PolicyInputError, Reason
 
@@ -244,9 +244,10 @@ def admit(
         # otherwise wait a whole open period for an outcome that never comes.
         if probe:
             breaker = _breaker.advance(state.breaker, cb, now)
+        full = paced.shed is not None and paced.shed.cause is ShedCause.CAP
         refused = Admission(
             False,
-            Reason.UPSTREAM_SATURATED,
+            Reason.IN_FLIGHT_CAP if full else Reason.UPSTREAM_SATURATED,
             paced.retry_after,
             breaker.state,
             False,

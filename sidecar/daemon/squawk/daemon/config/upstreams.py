@@ -11,7 +11,8 @@ profiles:
     share_retry_after: true
     max_cool_down: 5m           # the longest one shared Retry-After cools it (1s..24h)
     rate_limit: {rate: 50, burst: 10, token_rate: 30000, token_burst: 60000, learn: true,
-                 quiet: 30s, max_queue_delay: 1s, concurrency: true}   # the pacer
+                 quiet: 30s, max_queue_delay: 1s, concurrency: true,
+                 max_in_flight: 4}   # the pacer
     upstreams:                  # per-upstream overrides of the five above
       amadeus:
         circuit_breaker: {open_for: 10s}
@@ -95,6 +96,7 @@ _RATE_LIMIT: tuple[_Scalar, ...] = (
     ("quiet", parse_duration, _DURATION),
     ("max_queue_delay", parse_duration, _DURATION),
     ("concurrency", boolean, "true or false"),
+    ("max_in_flight", integer, "an integer"),
 )
 _BudgetType = type[RatioBudgetConfig] | type[TokenBucketConfig]
 _BUDGETS: dict[str, tuple[_BudgetType, tuple[_Scalar, ...]]] = {

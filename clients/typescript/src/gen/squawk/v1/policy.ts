@@ -316,6 +316,16 @@ export enum Reason {
    * wait instead: a wait within the deadline is honoured past the bound.
    */
   REASON_WAIT_TOO_LONG = "REASON_WAIT_TOO_LONG",
+  /**
+   * REASON_IN_FLIGHT_CAP - An Admit refusal: the upstream's declared cap on calls in flight
+   * (rate_limit.max_in_flight) is full. Wait retry_after (jittered: a short
+   * share of the calls' mean length) and ask again, as long as the step's
+   * deadline allows: a call never goes out without a slot, and a slot
+   * frees when a call's outcome is reported. Refusals of this reason do not
+   * count against the attempt budget. AdmitResponse.explanation says so,
+   * with the cap.
+   */
+  REASON_IN_FLIGHT_CAP = "REASON_IN_FLIGHT_CAP",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -384,6 +394,9 @@ export function reasonFromJSON(object: any): Reason {
     case 20:
     case "REASON_WAIT_TOO_LONG":
       return Reason.REASON_WAIT_TOO_LONG;
+    case 21:
+    case "REASON_IN_FLIGHT_CAP":
+      return Reason.REASON_IN_FLIGHT_CAP;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -435,6 +448,8 @@ export function reasonToJSON(object: Reason): string {
       return "REASON_UPSTREAM_SATURATED";
     case Reason.REASON_WAIT_TOO_LONG:
       return "REASON_WAIT_TOO_LONG";
+    case Reason.REASON_IN_FLIGHT_CAP:
+      return "REASON_IN_FLIGHT_CAP";
     case Reason.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -485,6 +500,8 @@ export function reasonToNumber(object: Reason): number {
       return 19;
     case Reason.REASON_WAIT_TOO_LONG:
       return 20;
+    case Reason.REASON_IN_FLIGHT_CAP:
+      return 21;
     case Reason.UNRECOGNIZED:
     default:
       return -1;

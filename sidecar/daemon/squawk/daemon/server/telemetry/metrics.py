@@ -188,6 +188,14 @@ class Metrics:
             ["profile", "upstream"],
             registry=self.registry,
         )
+        self.admit_cap_full = Counter(
+            "squawk_admit_cap_full",
+            "Admit calls refused IN_FLIGHT_CAP: the upstream's declared cap on calls in "
+            "flight (rate_limit.max_in_flight) was full, and the caller waits for a slot. "
+            "By profile and upstream.",
+            ["profile", "upstream"],
+            registry=self.registry,
+        )
         self.shed_outcomes = Counter(
             "squawk_shed_outcomes",
             "Outcomes in ReportOutcome calls the daemon answered 'not decided' without "

@@ -79,7 +79,7 @@ class Observer:
         # Each decision's metric series, by (rpc, action, reason, state): see _series.
         self._counted: dict[tuple[str, Field, Field, Field | None], _Series] = {}
         # Each key's squawk_pace_wait_seconds and squawk_admit_shed_total children.
-        self._pace_series: dict[Key, tuple[Any, Any]] = {}
+        self._pace_series: dict[Key, tuple[Any, Any, Any]] = {}
 
     def _safe(self, fields: Mapping[str, Field]) -> dict[str, Field]:
         out = dict(fields)
@@ -228,7 +228,11 @@ class Observer:
         series = self._pace_series.get(key)
         if series is None:
             labels = (label_value(profile), self._upstream_label(key))
-            series = (m.pace_wait.labels(*labels), m.admit_shed.labels(*labels))
+            series = (
+                m.pace_wait.labels(*labels),
+                m.admit_shed.labels(*labels),
+                m.admit_cap_full.labels(*labels),
+            )
             if len(self._pace_series) >= _SHOWN_CACHE:
                 self._pace_series.clear()
             self._pace_series[key] = series
@@ -236,6 +240,8 @@ class Observer:
             series[0].observe(reply.wait.ToNanoseconds() / 1e9)
         elif reply.reason == pb.REASON_UPSTREAM_SATURATED:
             series[1].inc()
+        elif reply.reason == pb.REASON_IN_FLIGHT_CAP:
+            series[2].inc()
 
     def store_up(self, up: bool) -> None:
         """The fleet state store went away (False) or came back (True)."""
