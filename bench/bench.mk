@@ -13,6 +13,7 @@
 #   make bench-outcome             executors in 3 languages and 2 SDKs through overloads (about 15 minutes)
 #   make bench-overload            the daemon's own overload: 8 to 192 callers per RPC, 50 ms deadlines
 #   make bench-paced               what a dispatch costs the daemon under a declared pace (about a minute)
+#   make bench-capped              a key capped at K calls in flight, shared by four executors (about 2 minutes)
 
 BENCH_SECONDS ?= 10
 BENCH_RATES   ?= 1000,5000
@@ -27,11 +28,12 @@ BENCH_GO      := bench/go.mod bench/go.sum bench/executor-go/go.mod bench/execut
 OUTCOME_ARGS  ?=
 OVERLOAD_ARGS ?=
 PACED_ARGS    ?=
+CAPPED_ARGS   ?=
 BENCH_RUN      = $(BIN)/python -m bench.run --loadgen $(BENCH_BIN)/loadgen \
                  --echo-go $(BENCH_BIN)/echo-go --jaeger $(JAEGER_BIN)
 
 .PHONY: bench bench-smoke bench-core bench-build bench-profile soak fleet-sim fleet-sim-scale \
-        bench-outcome bench-overload bench-paced
+        bench-outcome bench-overload bench-paced bench-capped
 
 # go vet here keeps the Go code vet-clean wherever the smoke run runs.
 $(BENCH_BUILT): $(BENCH_GO)
@@ -65,6 +67,10 @@ bench-overload: setup $(BENCH_BUILT)
 # Issue 34's paced dispatch row: four executors at 1,000/s under a declared pace.
 bench-paced: setup
 	$(BIN)/python -m bench.paced $(PACED_ARGS)
+
+# Issue 35's capped-credential row: K = 1, 4, 15, with and without the cap declared.
+bench-capped: setup
+	$(BIN)/python -m bench.capped $(CAPPED_ARGS)
 
 bench-core: setup
 	$(BIN)/python -m bench.core

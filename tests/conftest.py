@@ -249,7 +249,7 @@ E2E_MODULES = {
     "test_address_flags", "test_admitted_outcomes", "test_analysis_config", "test_analysis_llm",
     "test_analysis_model", "test_behind",
     "test_analysis_stream", "test_bench_dispatch", "test_bench_outcome", "test_bench_overload",
-    "test_bench_paced",
+    "test_bench_paced", "test_bench_capped",
     "test_canary",
     "test_check_policy_misspellings", "test_cli_tls",
     "test_client", "test_client_batch", "test_client_cap", "test_client_connect",

@@ -86,7 +86,9 @@ const maxOutcomeDelay = time.Second
 // after the first one held, at once when 100 are held, and on Close, so
 // close the client before the process exits. A success started on a lease
 // of paced starts (Admission.Spacing above zero) may be held 200 ms, or d
-// when longer, unless a report held with it is due sooner. Default 50 ms
+// when longer, unless a report held with it is due sooner. The success of
+// a call that holds a slot of a declared cap (Admission.HoldsSlot) is not
+// held: it goes at once, with whatever is held with it. Default 50 ms
 // (DefaultOutcomeDelay); 0 sends each report when its step succeeds. d must
 // be from 0 to 1 s. A batch that fails open counts one fallback.
 func WithOutcomeDelay(d time.Duration) Option {

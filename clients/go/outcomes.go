@@ -34,7 +34,12 @@ const outcomeBatchSize = 100
 // due the outcome delay (DefaultOutcomeDelay unless WithOutcomeDelay) after
 // it was queued, a patient one patientOutcomeDelay after (or the delay,
 // when longer), and the batch at the earliest due time of what it holds:
-// a report queued behind a patient one brings the batch back to its own. A report is only a sample for the pod's breaker, budget and
+// a report queued behind a patient one brings the batch back to its own.
+// An urgent report (the success of a call that held a slot of the
+// upstream's declared cap on calls in flight, see Admission.HoldsSlot)
+// makes the batch due now, whatever else it holds: the pod frees the slot
+// only when the outcome comes, and another caller may be waiting for it.
+// Any other report is only a sample for the pod's breaker, budget and
 // pace, so a little lateness costs nothing; the daemon's work per dispatch
 // is what a busy pod pays for.
 //
@@ -61,8 +66,9 @@ type outcomeQueue struct {
 
 // queueOutcome reports o with the next batch, or at once when batching is
 // off or the client is closed (where the call fails open at once); a
-// patient o may wait patientOutcomeDelay.
-func (c *Client) queueOutcome(o *squawkv1.Outcome, patient bool) {
+// patient o may wait patientOutcomeDelay, and an urgent one sends its
+// batch now.
+func (c *Client) queueOutcome(o *squawkv1.Outcome, patient, urgent bool) {
 	q := &c.outcomes
 	q.mu.Lock()
 	if c.cfg.outcomeDelay <= 0 || q.closed {
@@ -77,7 +83,7 @@ func (c *Client) queueOutcome(o *squawkv1.Outcome, patient bool) {
 	}
 	q.pending = append(q.pending, o)
 	q.queued = append(q.queued, now)
-	if len(q.pending) < outcomeBatchSize {
+	if len(q.pending) < outcomeBatchSize && !urgent {
 		if due := now.Add(delay); q.timer == nil || due.Before(q.due) {
 			// Stopped too late (it fired, and its flushDue waits for
 			// q.mu), the old timer sends this report early with the
@@ -94,6 +100,7 @@ func (c *Client) queueOutcome(o *squawkv1.Outcome, patient bool) {
 		q.mu.Unlock()
 		return
 	}
+	// Full or urgent: the batch goes now, off the step's goroutine.
 	batch := q.take(c.cfg.now())
 	q.sending.Add(1)
 	q.mu.Unlock()

@@ -246,3 +246,99 @@ func TestRunSendsAPatientReportAfterALease(t *testing.T) {
 		t.Errorf("ReportOutcome batches %v, want [1]", got)
 	}
 }
+
+// held is how many reports the outcome queue holds and when their batch is
+// due (zero when none).
+func held(c *Client) (int, time.Time) {
+	c.outcomes.mu.Lock()
+	defer c.outcomes.mu.Unlock()
+	return len(c.outcomes.pending), c.outcomes.due
+}
+
+// The success of a call that held a slot of a declared cap on calls in
+// flight sends its batch when it is queued, with what the batch held
+// (patient or not), without arming a timer; the next report is held by the
+// usual rules again.
+func TestAnUrgentSuccessSendsItsBatchAtOnce(t *testing.T) {
+	c, sd, clock := leasedClient(t,
+		`{"allowed": true, "permits": 3, "lease": "0.200s", "spacing": "0.005s"}`, // capability "paced"
+		`{"allowed": true, "permits": 1}`,                                         // capability "single"
+		`{"allowed": true, "permits": 1, "holdsSlot": true}`,                      // capability "capped"
+		`{"allowed": true, "permits": 1}`)                                         // capability "single"
+	var a armed
+	c.outcomes.afterFunc = a.afterFunc
+
+	dispatch(t, c, "paced")
+	clock.advance(10 * time.Millisecond)
+	dispatch(t, c, "single")
+	clock.advance(10 * time.Millisecond)
+	dispatch(t, c, "capped")
+	if n, due := held(c); n != 0 || !due.IsZero() {
+		t.Fatalf("after a success holding a slot: %d reports held, due %v; want none held", n, due)
+	}
+	c.outcomes.sending.Wait()
+	if got := sd.reportBatches(); !slices.Equal(got, []int{3}) {
+		t.Fatalf("ReportOutcome batches %v before Close, want the three reports in one", got)
+	}
+	want := []time.Duration{patientOutcomeDelay, DefaultOutcomeDelay}
+	if got := a.delays(); !slices.Equal(got, want) {
+		t.Fatalf("armed %v, want %v: no timer for the urgent report", got, want)
+	}
+
+	dispatch(t, c, "single")
+	want = append(want, DefaultOutcomeDelay)
+	if n, _ := held(c); n != 1 || !slices.Equal(a.delays(), want) {
+		t.Fatalf("after the next success: %d held, armed %v; want 1 held, armed %v", n, a.delays(), want)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sd.reportBatches(); !slices.Equal(got, []int{3, 1}) {
+		t.Errorf("ReportOutcome batches %v, want [3 1]", got)
+	}
+}
+
+// On the real timer, with an outcome delay too long to fire, Run reports
+// the success of a call that held a slot before Close, naming its
+// admission: the pod frees the slot only then.
+func TestRunReportsASuccessHoldingASlotAtOnce(t *testing.T) {
+	c, sd := scriptedClient(t, `{"allowed": true, "permits": 1, "admissionId": "00000000000000ab", "holdsSlot": true}`)
+	c.cfg.outcomeDelay = time.Hour
+	succeed(t, c, 1)
+	// Only a hang is the defect here: the bound is generous.
+	for end := time.Now().Add(10 * time.Second); len(sd.reportBatches()) == 0; {
+		if time.Now().After(end) {
+			t.Fatal("the report of a success holding a slot was held")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := sd.reportBatches(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("ReportOutcome batches %v, want [1]", got)
+	}
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	if got := sd.reported[0].GetAdmissionId(); got != "00000000000000ab" {
+		t.Errorf("reported admission %q, want 00000000000000ab", got)
+	}
+}
+
+// Only the dispatch on the answer holds its slot: a spare permit of the
+// same answer (which a daemon should not lease under a cap) is reported by
+// the usual rules.
+func TestASparePermitHoldsNoSlot(t *testing.T) {
+	c, sd, _ := leasedClient(t, `{"allowed": true, "permits": 2, "lease": "0.200s", "holdsSlot": true}`)
+	var a armed
+	c.outcomes.afterFunc = a.afterFunc
+	dispatch(t, c, "")
+	c.outcomes.sending.Wait()
+	dispatch(t, c, "")
+	if n := len(sd.admitted()); n != 1 {
+		t.Fatalf("%d Admits, want the second dispatch on the spare permit", n)
+	}
+	if got := sd.reportBatches(); !slices.Equal(got, []int{1}) {
+		t.Errorf("ReportOutcome batches %v before Close, want only the first success sent", got)
+	}
+	if n, _ := held(c); n != 1 || !slices.Equal(a.delays(), []time.Duration{DefaultOutcomeDelay}) {
+		t.Errorf("%d held, armed %v; want the spare's success held the outcome delay", n, a.delays())
+	}
+}

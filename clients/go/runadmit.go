@@ -19,10 +19,14 @@ import (
 // admitted is what a dispatch starts on: the admission id its outcome
 // names (empty when the pod gave none), and whether its permit is one of a
 // lease of paced starts (a Spacing above zero), whose success may wait a
-// lease to be reported (see patientOutcomeDelay).
+// lease to be reported (see patientOutcomeDelay), or holds a slot of the
+// upstream's declared cap on calls in flight (Admission.HoldsSlot), whose
+// success is reported at once. A spare permit of a lease holds no slot: the
+// pod grants no lease under a cap.
 type admitted struct {
 	id      string
 	patient bool
+	urgent  bool
 }
 
 // awaitAdmission asks the pod to admit the next dispatch, waiting out its
@@ -53,7 +57,7 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 				return admitted{}, &RunError{Decision: cancelledAdmission(), Cause: err}
 			}
 		}
-		return admitted{p.admission, p.spacing > 0}, nil
+		return admitted{p.admission, p.spacing > 0, false}, nil
 	}
 	req.Permits = int32(ask)
 	for refusals := 1; ; refusals++ {
@@ -78,7 +82,7 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 		if a.Allowed {
 			c.leases.keep(key, asked, c.cfg.now(), a)
 			if a.Wait <= 0 {
-				return admitted{a.AdmissionID, a.Spacing > 0}, nil
+				return admitted{a.AdmissionID, a.Spacing > 0, a.HoldsSlot}, nil
 			}
 			// The pod grants waits shorter than the deadline it was sent;
 			// one that is not (time passed on the way, or an older or
@@ -92,7 +96,7 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			if err := sleep(ctx, a.Wait); err != nil {
 				return admitted{}, &RunError{Decision: cancelledAdmission(), Cause: err}
 			}
-			return admitted{a.AdmissionID, a.Spacing > 0}, nil
+			return admitted{a.AdmissionID, a.Spacing > 0, a.HoldsSlot}, nil
 		}
 		// Saturation is the pod shedding at the source a call its pace
 		// cannot serve in time: waiting its retry_after and asking again
@@ -171,7 +175,9 @@ func cancelledAdmission() Decision {
 // success that lands as ctx ends is still counted; its error is ignored:
 // the step has its result, and a report lost to a slow or absent daemon
 // costs the breaker one sample. The success of a dispatch started on a
-// lease of paced starts (admission.patient) may wait longer in its batch.
+// lease of paced starts (admission.patient) may wait longer in its batch;
+// that of one holding a slot of a declared cap (admission.urgent) sends its
+// batch at once.
 func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, admission admitted, latency time.Duration, result any) {
 	c.queueOutcome(&squawkv1.Outcome{
 		AdmissionId: admission.id,
@@ -184,5 +190,5 @@ func (c *Client) reportSuccess(req *squawkv1.AdmitRequest, admission admitted, l
 		// The estimate Admit was charged, so that the pace charges the difference.
 		EstimatedCost: req.GetCost(),
 		Headers:       paceHeaders(result),
-	}, admission.patient)
+	}, admission.patient, admission.urgent)
 }

@@ -71,6 +71,12 @@ type Admission struct {
 	// concurrency limit. Every permit of a lease shares it. Empty from an
 	// older daemon, for an empty upstream, and when falling back.
 	AdmissionID string
+	// HoldsSlot is, when allowed, whether the call holds a slot of the
+	// upstream's declared cap on calls in flight until its outcome names
+	// AdmissionID: report that outcome at once, since another caller may be
+	// waiting for the slot (Run does). False when refused, from an older
+	// daemon, and when falling back.
+	HoldsSlot bool
 }
 
 // String is a short log-friendly form, e.g. "ADMITTED (breaker CLOSED)" or
@@ -161,6 +167,7 @@ func admissionFromProto(resp *squawkv1.AdmitResponse) Admission {
 	}
 	a.Wait = boundedWait(resp.GetWait())
 	a.AdmissionID = admissionID(resp.GetAdmissionId())
+	a.HoldsSlot = resp.GetHoldsSlot()
 	a.Permits = min(max(int(resp.GetPermits()), 1), maxPermits)
 	if a.Permits > 1 {
 		a.Lease = boundedWait(resp.GetLease())

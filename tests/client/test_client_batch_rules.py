@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 from squawk.v1 import policy_pb2 as pb
+from squawk_client._admission import admission
 from squawk_client._leases import Leases
 from squawk_client._outbox import MAX_QUEUED, Outbox
 
@@ -58,6 +59,18 @@ def test_a_patient_outcome_waits_a_lease_unless_another_is_behind_it() -> None:
     clock.now += 0.050
     assert [o.upstream for o in box.take()] == ["u1", "u2", "u3"]
     assert box.due_in() is None
+
+
+def test_an_urgent_outcome_sends_the_batch_at_once() -> None:
+    # A call that held a slot of a declared cap: another caller waits for
+    # it, so its batch (and whatever waits in it) goes now.
+    clock = Clock()
+    box = Outbox(clock)
+    assert box.put(_outcome(1)) is False
+    clock.now += 0.010
+    assert box.put(_outcome(2), urgent=True) is True
+    assert box.due_in() == 0.0
+    assert [o.upstream for o in box.take()] == ["u1", "u2"]
 
 
 def test_a_full_batch_is_due_at_once_and_holds_one_hundred() -> None:
@@ -202,3 +215,9 @@ def test_concurrent_steps_ask_for_one_lease_at_a_time() -> None:
     for _ in range(3):
         leases.granted(KEY, 1, None)
     assert leases.ask(KEY) == 4
+
+
+def test_only_an_allowed_answer_holds_a_slot() -> None:
+    assert admission(pb.AdmitResponse(allowed=True, holds_slot=True)).holds_slot
+    # A refusal holds nothing, whatever a confused server says.
+    assert not admission(pb.AdmitResponse(allowed=False, holds_slot=True)).holds_slot

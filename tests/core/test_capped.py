@@ -25,11 +25,12 @@ from squawk.policy import (
     record_outcome,
     upstream_snapshot,
 )
-from squawk.policy.capped import retry_after
+from squawk.policy.capped import refused
 from squawk.policy.flight import FLIGHT_EPOCH
 from squawk.policy.shed import explain
 
 CAP2 = UpstreamConfig(rate_limit=RateLimitConfig(max_in_flight=2))
+CAP4 = UpstreamConfig(rate_limit=RateLimitConfig(max_in_flight=4))
 OK = Outcome(True, latency=timedelta(seconds=1))
 
 
@@ -80,13 +81,31 @@ def test_a_full_cap_says_to_ask_again_after_a_twentieth_of_a_call() -> None:
     state = _admitted(state, CAP2, 0.0)
     state = record_outcome(state, CAP2, 1.0, OK, admitted_at=0.0)
     state = _admitted(state, CAP2, 1.0)
-    assert retry_after(state.pacer.capped) == pytest.approx(0.05)
+    assert refused(state.pacer.capped, 1.0, 2)[1] == pytest.approx(0.05)
     # Jittered upwards by at most a fifth, never less.
-    _, refused = admit(state, CAP2, 1.0)
-    assert refused.retry_after is not None
-    assert 50 <= refused.retry_after / timedelta(milliseconds=1) <= 60
+    _, answer = admit(state, CAP2, 1.0)
+    assert answer.retry_after is not None
+    assert 50 <= answer.retry_after / timedelta(milliseconds=1) <= 60
     # Nothing known of the calls yet: 5 ms, the least.
-    assert retry_after(UpstreamState().pacer.capped) == pytest.approx(0.005)
+    assert refused(UpstreamState().pacer.capped, 0.0, 2)[1] == pytest.approx(0.005)
+
+
+def test_many_callers_waiting_ask_less_often_each() -> None:
+    # Calls of 1 s under a cap of 4: the daemon answers about 20 x sqrt(4)
+    # = 40 asks a second. Refusals at 400 a second (many callers waiting)
+    # make each wait ten times the 50 ms, so the asks fall back to about 40.
+    state = _admitted(UpstreamState(), CAP4, 0.0)
+    state = record_outcome(state, CAP4, 1.0, OK, admitted_at=0.0)
+    for _ in range(4):
+        state = _admitted(state, CAP4, 1.0)
+    capped, now = state.pacer.capped, 1.0
+    waits = []
+    for _ in range(2000):  # 400 refusals a second, for 5 s
+        now += 0.0025
+        capped, wait = refused(capped, now, 4)
+        waits.append(wait)
+    assert waits[0] == pytest.approx(0.05)
+    assert waits[-1] == pytest.approx(0.5, rel=0.02)
 
 
 def test_the_cap_grants_one_permit_an_answer_and_shows_in_the_snapshot() -> None:

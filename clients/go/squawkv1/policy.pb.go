@@ -2002,7 +2002,12 @@ type AdmitResponse struct {
 	// ends. Zero: every permit may start at once. For leases of paced starts;
 	// a daemon that grants several permits only when nothing paces (this
 	// one) sends zero. The clients honour it (tests/vectors/leases.json).
-	Spacing       *durationpb.Duration `protobuf:"bytes,11,opt,name=spacing,proto3" json:"spacing,omitempty"`
+	Spacing *durationpb.Duration `protobuf:"bytes,11,opt,name=spacing,proto3" json:"spacing,omitempty"`
+	// When allowed: the call holds a slot of the upstream's declared cap on
+	// calls in flight (rate_limit.max_in_flight) until its outcome names this
+	// admission. Report that outcome at once rather than in a later batch:
+	// another caller waits for the slot.
+	HoldsSlot     bool `protobuf:"varint,12,opt,name=holds_slot,json=holdsSlot,proto3" json:"holds_slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2112,6 +2117,13 @@ func (x *AdmitResponse) GetSpacing() *durationpb.Duration {
 		return x.Spacing
 	}
 	return nil
+}
+
+func (x *AdmitResponse) GetHoldsSlot() bool {
+	if x != nil {
+		return x.HoldsSlot
+	}
+	return false
 }
 
 // Outcome is how one dispatch ended.
@@ -3037,7 +3049,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\aprofile\x18\x03 \x01(\tR\aprofile\x125\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12\x12\n" +
 	"\x04cost\x18\x05 \x01(\x01R\x04cost\x12\x18\n" +
-	"\apermits\x18\x06 \x01(\x05R\apermits\"\xd8\x03\n" +
+	"\apermits\x18\x06 \x01(\x05R\apermits\"\xf7\x03\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12)\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12:\n" +
@@ -3051,7 +3063,9 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\vexplanation\x18\t \x01(\tR\vexplanation\x12!\n" +
 	"\fadmission_id\x18\n" +
 	" \x01(\tR\vadmissionId\x123\n" +
-	"\aspacing\x18\v \x01(\v2\x19.google.protobuf.DurationR\aspacing\"\xfe\x03\n" +
+	"\aspacing\x18\v \x01(\v2\x19.google.protobuf.DurationR\aspacing\x12\x1d\n" +
+	"\n" +
+	"holds_slot\x18\f \x01(\bR\tholdsSlot\"\xfe\x03\n" +
 	"\aOutcome\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
 	"\n" +

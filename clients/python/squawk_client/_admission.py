@@ -57,6 +57,9 @@ class Admission:
     # When permits > 1 under a pace: the spare permits start this far
     # apart after the first (see squawk_client._leases); zero otherwise.
     spacing: timedelta = timedelta(0)
+    # When allowed: the call holds a slot of the upstream's declared cap on
+    # calls in flight; its outcome is reported at once.
+    holds_slot: bool = False
 
 
 OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
@@ -124,6 +127,7 @@ def admission(reply: pb.AdmitResponse) -> Admission:
         explanation=shown_text(reply.explanation, MAX_EXPLANATION_CHARS) if not allowed else "",
         admission_id=_admission_id(reply.admission_id) if allowed else "",
         spacing=_spacing(reply) if permits > 1 else timedelta(0),
+        holds_slot=allowed and reply.holds_slot,
     )
 
 

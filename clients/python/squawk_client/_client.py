@@ -430,10 +430,12 @@ class SquawkClient:
             return request
         return self._policy.step_admission(key, self._admit(request), request.permits)
 
-    def _report_later(self, outcome: pb.Outcome, patient: bool = False) -> None:
-        """Queue a runner's outcome (`patient`: see Outbox.put); sent in a
-        batch by a background thread."""
-        self._policy.outbox.put(outcome, patient)
+    def _report_later(
+        self, outcome: pb.Outcome, patient: bool = False, urgent: bool = False
+    ) -> None:
+        """Queue a runner's outcome (`patient`, `urgent`: see Outbox.put);
+        sent in a batch by a background thread."""
+        self._policy.outbox.put(outcome, patient, urgent)
         if self._reporter is None:
             with self._reporter_lock:
                 if self._reporter is None:
@@ -649,10 +651,12 @@ class AsyncSquawkClient:
         admission = await self._admit(request)
         return self._policy.step_admission(key, admission, request.permits)
 
-    def _report_later(self, outcome: pb.Outcome, patient: bool = False) -> None:
-        """Queue a runner's outcome (`patient`: see Outbox.put); sent in a
-        batch by a task on this loop."""
-        full = self._policy.outbox.put(outcome, patient)
+    def _report_later(
+        self, outcome: pb.Outcome, patient: bool = False, urgent: bool = False
+    ) -> None:
+        """Queue a runner's outcome (`patient`, `urgent`: see Outbox.put);
+        sent in a batch by a task on this loop."""
+        full = self._policy.outbox.put(outcome, patient, urgent)
         if self._reporter is None or self._reporter.done():
             self._reporter = asyncio.get_running_loop().create_task(self._report_loop())
         elif full:

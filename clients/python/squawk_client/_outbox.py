@@ -12,7 +12,9 @@ PATIENT_DELAY, the lease's length: a lease is only granted under a declared
 or announced rate, where nothing in the pod reads a success sooner (the rate
 is not learned from it, its headers are read as of their age), so a busy
 executor reports once a lease, not four times. Any other outcome queued
-behind it brings the batch back to MAX_DELAY.
+behind it brings the batch back to MAX_DELAY. An urgent outcome (a call
+that held a slot of a declared cap on calls in flight, which another caller
+may be waiting for) sends the batch at once.
 
 Nothing is lost silently: an outcome the daemon did not take (it was away,
 or refused the batch), one pushed out of a full queue, or one queued after
@@ -69,9 +71,10 @@ class Outbox:
         self._closing = False
         self.dropped = 0
 
-    def put(self, outcome: pb.Outcome, patient: bool = False) -> bool:
-        """Queue `outcome` (`patient`: it may wait PATIENT_DELAY); True when
-        a batch is full and should go now."""
+    def put(self, outcome: pb.Outcome, patient: bool = False, urgent: bool = False) -> bool:
+        """Queue `outcome` (`patient`: it may wait PATIENT_DELAY; `urgent`:
+        it frees a slot another caller waits for, so the batch goes now);
+        True when the batch should go now (full, or urgent)."""
         with self._ready:
             if self._closing:
                 self.dropped += 1
@@ -80,7 +83,7 @@ class Outbox:
                 self._items.popleft()
                 self.dropped += 1
             now = self._clock()
-            due = now + (PATIENT_DELAY if patient else MAX_DELAY)
+            due = now if urgent else now + (PATIENT_DELAY if patient else MAX_DELAY)
             self._items.append((now, due, outcome))
             sooner = due < self._due
             self._due = min(self._due, due)
@@ -88,7 +91,7 @@ class Outbox:
             # A waiting thread needs waking only to set its timer or send now.
             if full or sooner:
                 self._ready.notify()
-            return full
+            return full or urgent
 
     def due_in(self) -> float | None:
         """Seconds until the next batch is due (0 = now); None when empty."""

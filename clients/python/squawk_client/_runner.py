@@ -207,6 +207,9 @@ class _Attempts:
         # Whether that dispatch started on a lease of paced starts: its
         # success may wait a lease to be reported (squawk_client._outbox).
         self.patient = False
+        # ... and whether it holds a slot of a declared cap: its success is
+        # reported at once, for the caller waiting for the slot.
+        self.urgent = False
 
     def request(self, exc: BaseException) -> pb.DecideRetryRequest:
         o = self.options
@@ -318,6 +321,7 @@ class _Attempts:
         and TypeScript runners refuse it too, rather than sleep on it)."""
         self.admission_id = admission.admission_id
         self.patient = admission.spacing > timedelta(0)
+        self.urgent = admission.holds_slot
         o = self.options
         limit = _MAX_WAIT if o.deadline is None else self.deadline_left()
         if admission.wait <= limit:
@@ -432,7 +436,7 @@ async def run_step(
                 await sleep(decision.delay.total_seconds())
         else:
             if done := state.success(time.monotonic() - started, result, cost_of, headers_of):
-                client._report_later(done, state.patient)
+                client._report_later(done, state.patient, state.urgent)
             return result
 
 
@@ -505,7 +509,7 @@ def run_step_sync(
                 raise StepCancelled("cancelled while waiting to retry") from exc
         else:
             if done := state.success(time.monotonic() - started, result, cost_of, headers_of):
-                client._report_later(done, state.patient)
+                client._report_later(done, state.patient, state.urgent)
             return result
 
 

@@ -32,6 +32,7 @@ export function openAdmission(): Admission {
     explanation: "",
     admissionId: "",
     spacing: undefined,
+    holdsSlot: false,
     fallback: true,
   };
 }
@@ -49,7 +50,8 @@ export interface LeasedPermit {
 /**
  * A dispatch admitted by a spare permit the client holds from an earlier
  * grant (see leasePermits): it names that grant's admission, and waits for
- * the permit's start as for a paced Admit's `wait`.
+ * the permit's start as for a paced Admit's `wait`. It holds no slot of a
+ * declared cap on calls in flight: the pod grants no lease under one.
  */
 export function leasedAdmission(permit: LeasedPermit): Admission {
   return {
@@ -108,13 +110,21 @@ export interface Gate {
 
 /**
  * What the wait for admission ends with: the FAIL that ends the step, or
- * leave to dispatch, with the admission its outcome names and whether the
+ * leave to dispatch, with the admission its outcome names, whether the
  * dispatch starts on a lease of paced starts (`patient`: its success may
- * wait longer in a batched report).
+ * wait longer in a batched report) and whether it holds a slot of the
+ * upstream's declared cap on calls in flight (`urgent`: its success is
+ * reported at once, for the caller waiting for the slot).
  */
 export type Admitted =
   | { readonly refusal: Decision }
-  | { readonly refusal?: undefined; readonly probe: boolean; readonly admissionId: string; readonly patient: boolean };
+  | {
+      readonly refusal?: undefined;
+      readonly probe: boolean;
+      readonly admissionId: string;
+      readonly patient: boolean;
+      readonly urgent: boolean;
+    };
 
 /** The FAIL that ends a step the pod would not admit (in time). */
 function refused(admission: Admission, explanation: string, reason = admission.reason, retryAfter = admission.retryAfter): Decision {
@@ -166,7 +176,7 @@ export async function awaitAdmission(gate: Gate): Promise<Admitted> {
       const refusal = await paced(gate, admission);
       if (refusal !== undefined) return { refusal };
       const patient = admission.spacing !== undefined && durationToMs(admission.spacing) > 0;
-      return { probe: admission.probe, admissionId: admission.admissionId, patient };
+      return { probe: admission.probe, admissionId: admission.admissionId, patient, urgent: admission.holdsSlot };
     }
     if (admission.reason === Reason.REASON_UPSTREAM_SATURATED) {
       // The daemon names the limit (the queue's, the deadline, the

@@ -454,7 +454,13 @@ export class SquawkClient {
     const askedAt = this.now();
     try {
       const answer = await this.invoke<AdmitResponse>((md, co, cb) => this.stub.admit(request, md, co, cb), options);
-      const response = { ...answer, admissionId: admissionIdOf(answer.admissionId), spacing: spacingOf(answer) };
+      const response = {
+        ...answer,
+        admissionId: admissionIdOf(answer.admissionId),
+        spacing: spacingOf(answer),
+        // A refusal holds nothing, whatever the answer says.
+        holdsSlot: answer.allowed && answer.holdsSlot,
+      };
       if (pooled) return { ...this.keepSpares(key, response, askedAt), fallback: false };
       return { ...response, fallback: false };
     } catch (error) {
@@ -558,15 +564,21 @@ export class SquawkClient {
    * pod's view a little older. The batch goes when the earliest of its
    * outcomes is due: OUTCOME_BATCH_DELAY_MS after it was queued, or a lease
    * (200 ms) for one queued `patient` (the runner's success started on a
-   * lease of paced starts).
+   * lease of paced starts). One queued `urgent` (the runner's success of a
+   * call that held a slot of a declared cap on calls in flight, which
+   * another caller may be waiting for) sends the batch now, with whatever
+   * it holds.
    */
-  queueOutcome(outcome: OutcomeInput, options: { readonly patient?: boolean } = {}): boolean {
+  queueOutcome(
+    outcome: OutcomeInput,
+    options: { readonly patient?: boolean; readonly urgent?: boolean } = {},
+  ): boolean {
     if (!this.batchOutcomes) return false;
     if (this.closed) throw new Error(`SquawkClient for ${this.target} is closed`);
     reportRequest({ outcomes: [outcome] });
     const at = this.now();
     this.queued.push({ outcome, at });
-    if (this.queued.length >= OUTCOME_BATCH_SIZE) {
+    if (this.queued.length >= OUTCOME_BATCH_SIZE || options.urgent === true) {
       this.sendQueued();
       return true;
     }

@@ -107,7 +107,9 @@ export interface SquawkClientOptions {
    * `close()` send the rest. A busy executor then costs the daemon one
    * report per 100 successes instead of one per success; the pod hears of
    * them up to 50 ms later (a paced lease's, up to 200 ms). A half-open
-   * probe's success is always reported at once.
+   * probe's success is always reported at once, and one of a call that held
+   * a slot of a declared cap on calls in flight (`holdsSlot`) sends its
+   * batch at once.
    */
   readonly batchOutcomes?: boolean;
   /**

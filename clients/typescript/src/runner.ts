@@ -32,8 +32,11 @@ export interface DecisionSource {
    * reportOutcome and waits for it). SquawkClient's batches with its
    * `batchOutcomes` option. `patient`: the dispatch started on a lease of
    * paced starts, and its report may wait longer (a lease, 200 ms).
+   * `urgent`: the dispatch held a slot of the upstream's declared cap on
+   * calls in flight, and its report goes now (another caller may be
+   * waiting for the slot).
    */
-  queueOutcome?(outcome: OutcomeInput, options?: { readonly patient?: boolean }): boolean;
+  queueOutcome?(outcome: OutcomeInput, options?: { readonly patient?: boolean; readonly urgent?: boolean }): boolean;
   /** Its default profile: the attempt budget and backoff of a forced resend. */
   readonly fallbackProfile: FallbackProfile;
 }
@@ -187,7 +190,7 @@ function failureFields(error: unknown, maxBodyBytes: number): Partial<DecideRetr
 }
 
 /** The admission of a step without an upstream (never reported). */
-const NOT_GATED = { probe: false, admissionId: "", patient: false } as const;
+const NOT_GATED = { probe: false, admissionId: "", patient: false, urgent: false } as const;
 
 type Settled<R> = { readonly ok: true; readonly value: R } | { readonly ok: false; readonly error: unknown };
 
@@ -204,7 +207,8 @@ async function settle<R>(call: () => Promise<R>): Promise<Settled<R>> {
  * source's batch when it batches, except a half-open probe's (the breaker
  * waits for the probes' results), else reported now. Its errors are
  * ignored: the step's result stands whatever the report does. A success
- * started on a lease of paced starts is queued patient. No signal
+ * started on a lease of paced starts is queued patient, one holding a
+ * slot of a declared cap urgent. No signal
  * either: the report is bounded by the call timeout, and a success should
  * be counted even when the caller aborts right after it.
  */
@@ -215,15 +219,15 @@ async function reportSuccess(
   cost: number,
   estimatedCost: number,
   headers: Record<string, string>,
-  admitted: { readonly probe: boolean; readonly admissionId: string; readonly patient: boolean },
+  admitted: { readonly probe: boolean; readonly admissionId: string; readonly patient: boolean; readonly urgent: boolean },
 ): Promise<void> {
   const latency = durationFromMs(Math.max(0, latencyMs));
   // The estimate Admit was charged goes too, so that the pace charges the
   // difference; the admission, so that it counts for the concurrency limit.
-  const { probe, admissionId, patient } = admitted;
+  const { probe, admissionId, patient, urgent } = admitted;
   const outcome: OutcomeInput = { ...names, success: true, latency, cost, estimatedCost, headers, admissionId };
   try {
-    if (!probe && client.queueOutcome?.(outcome, { patient }) === true) return;
+    if (!probe && client.queueOutcome?.(outcome, { patient, urgent }) === true) return;
     await client.reportOutcome({ outcomes: [outcome] });
   } catch {
     // Fail open: a lost report only makes the pod's view of the upstream a little older.

@@ -314,6 +314,37 @@ describe("spare permits", () => {
     }
   });
 
+  test("the runner queues the success of a dispatch holding a slot as urgent; a spare permit's holds none", async (t: TestContext) => {
+    // A daemon grants no lease under a cap; one that did would free the
+    // slot with the asking dispatch's outcome.
+    await withLeases(
+      { ...FOUR, holdsSlot: true },
+      async (client) => {
+        const queued = t.mock.method(client, "queueOutcome");
+        for (let i = 0; i < 3; i++) await runStep(client, i, ok, { upstream: "api" });
+        const calls = queued.mock.calls.map((c) => c.arguments as unknown as [OutcomeInput, { urgent?: boolean }]);
+        assert.deepEqual(
+          calls.map(([, options]) => options.urgent),
+          [true, false, false],
+        );
+      },
+      true,
+    );
+  });
+
+  test("only an allowed answer holds a slot, whatever a refusal says", async () => {
+    for (const [grant, want] of [
+      [{ holdsSlot: true }, true],
+      [{ allowed: false, reason: Reason.REASON_IN_FLIGHT_CAP, holdsSlot: true }, false],
+    ] as const) {
+      await withLeases(grant, async (client) => {
+        assert.equal((await client.admit({ upstream: "api" })).holdsSlot, want);
+        // The caller's own permits: the answer as the daemon sent it, read the same way.
+        assert.equal((await client.admit({ upstream: "api", permits: 4 })).holdsSlot, want);
+      });
+    }
+  });
+
   test("a clock that goes back ends the lease rather than stretching it", async () => {
     await withLeases(FOUR, async (client, asked, clock) => {
       await client.admit({ upstream: "api" });

@@ -21,11 +21,15 @@ import { PolicyServiceService } from "../src/gen/squawk/v1/policy";
 
 type Callback<T> = (error: Partial<ServiceError> | null, response?: T) => void;
 
-/** A server that admits everything (a probe when `probe`), and records each ReportOutcome's outcomes. */
+/**
+ * A server that admits everything (a probe when `probe`; with `grant`'s
+ * fields over its answer), and records each ReportOutcome's outcomes.
+ */
 class Recorder {
   readonly reports: Outcome[][] = [];
   readonly server = new Server();
   probe = false;
+  grant: Partial<AdmitResponse> = {};
   /** Resolved by the next report. */
   private waiting: (() => void) | undefined;
 
@@ -43,6 +47,7 @@ class Recorder {
           breakerState: this.probe ? BreakerState.BREAKER_STATE_HALF_OPEN : BreakerState.BREAKER_STATE_CLOSED,
           probe: this.probe,
           permits: 1,
+          ...this.grant,
         }),
       );
     impl["reportOutcome"] = (call: { request: ReportOutcomeRequest }, callback: Callback<{ recorded: number }>) => {
@@ -193,6 +198,55 @@ describe("batched success reports", () => {
     assert.deepEqual(
       recorder.reports.map((r) => r.map((o) => o.cost)),
       [[1], [1, 2], [2, 1]],
+    );
+  });
+
+  test("an urgent outcome sends its batch when queued, with what it holds; the next is held again", async (t: TestContext) => {
+    recorder = new Recorder();
+    const target = await recorder.start();
+    const clock = { ms: 1_000_000 };
+    const c = (client = new SquawkClient(target, { callTimeoutMs: 5000, batchOutcomes: true, now: () => clock.ms }));
+    const sends = t.mock.method(c as unknown as { sendQueued(): void }, "sendQueued");
+    t.mock.timers.enable({ apis: ["setTimeout"] });
+    const advance = (ms: number): void => {
+      clock.ms += ms;
+      t.mock.timers.tick(ms);
+    };
+
+    c.queueOutcome({ upstream: "llm", success: true, cost: 1 }, { patient: true });
+    advance(10);
+    c.queueOutcome({ upstream: "llm", success: true, cost: 2 });
+    advance(10);
+    assert.equal(c.queueOutcome({ upstream: "llm", success: true, cost: 3 }, { urgent: true }), true);
+    assert.equal(sends.mock.callCount(), 1, "sent when the urgent outcome is queued");
+    advance(OUTCOME_BATCH_PATIENT_DELAY_MS);
+    assert.equal(sends.mock.callCount(), 1, "and no timer was left behind");
+
+    c.queueOutcome({ upstream: "llm", success: true, cost: 4 });
+    advance(OUTCOME_BATCH_DELAY_MS - 1);
+    assert.equal(sends.mock.callCount(), 1, "the next outcome waits the batch delay");
+    advance(1);
+    assert.equal(sends.mock.callCount(), 2);
+
+    t.mock.timers.reset();
+    await c.flush();
+    assert.deepEqual(
+      recorder.reports.map((r) => r.map((o) => o.cost)),
+      [[1, 2, 3], [4]],
+    );
+  });
+
+  test("the success of a call holding a slot of a declared cap is sent as its step returns, naming its admission", async (t: TestContext) => {
+    const c = await start(true);
+    recorder.grant = { holdsSlot: true, admissionId: "00000000000000c7" };
+    const sends = t.mock.method(c as unknown as { sendQueued(): void }, "sendQueued");
+    const report = recorder.nextReport();
+    await run(c, 7);
+    assert.equal(sends.mock.callCount(), 1, "on its way before the batch delay");
+    await report;
+    assert.deepEqual(
+      recorder.reports.map((r) => r.map((o) => [o.cost, o.admissionId])),
+      [[[7, "00000000000000c7"]]],
     );
   });
 

@@ -85,6 +85,7 @@ const ADMITTED: Admission = {
   explanation: "",
   admissionId: "",
   spacing: undefined,
+  holdsSlot: false,
   fallback: false,
 };
 

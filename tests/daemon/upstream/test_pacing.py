@@ -684,7 +684,9 @@ def test_a_full_cap_refuses_in_flight_cap_and_counts_it(paced: tuple[Daemon, Stu
         return reply
 
     first = admit()
-    assert first.allowed and first.admission_id
+    # The call holds a slot: its outcome is to be reported at once.
+    assert first.allowed and first.admission_id and first.holds_slot
+    assert not _paced_admit(stub, "uncapped").holds_slot
     refused = admit()
     assert (refused.allowed, refused.reason) == (False, pb.REASON_IN_FLIGHT_CAP)
     assert refused.explanation == (

@@ -37,7 +37,7 @@ __all__ = [
     "declared",
     "finished",
     "in_flight",
-    "retry_after",
+    "refused",
     "started",
 ]
 
@@ -52,6 +52,16 @@ _LATENCY_WEIGHT = 0.2
 _POLL_SHARE = 0.05
 _SOONEST = 0.005
 _LATEST = 1.0
+# ... unless the refusals come faster than POLLS x sqrt(cap) per call's
+# length, or MAX_ASKS a second: then many callers wait, a slot that frees is
+# taken soon by one of them anyway, and each waits longer between asks in
+# proportion, so the daemon answers about that many asks however many wait
+# (twenty per call's length for a cap of 1, about 77 for a cap of 15; at
+# most 100 a second, a slot taken within about 10 ms of freeing).
+_POLLS = 20.0
+_MAX_ASKS = 100.0
+# The refusals' rate is an average over about this long (seconds).
+_REFUSALS_S = 1.0
 
 
 class Capped(NamedTuple):
@@ -65,6 +75,10 @@ class Capped(NamedTuple):
     on_at: float = math.inf
     # The mean latency of the calls it counted (seconds, 0 = none yet).
     latency: float = 0.0
+    # The rate of its refusals (per second, an average over _REFUSALS_S),
+    # and when it last moved.
+    refusals: float = 0.0
+    refused_at: float = -math.inf
 
 
 NOT_DECLARED = Capped()
@@ -74,7 +88,7 @@ def declared(capped: Capped, now: float) -> Capped:
     """`capped` with the cap declared at `now` if it was not before."""
     if capped.on_at != math.inf:
         return capped
-    return Capped(0, 0, now, now, capped.latency)
+    return Capped(0, 0, now, now, capped.latency, capped.refusals, capped.refused_at)
 
 
 def in_flight(capped: Capped, now: float) -> tuple[int, int, float]:
@@ -98,9 +112,16 @@ def finished(capped: Capped, now: float, admitted_at: float, latency: float | No
     mean = capped.latency
     if latency is not None and latency >= 0.0:
         mean = latency if not mean else mean + _LATENCY_WEIGHT * (latency - mean)
-    return Capped(current, old, epoch, capped.on_at, mean)
+    return capped._replace(flight=current, flight_old=old, epoch_at=epoch, latency=mean)
 
 
-def retry_after(capped: Capped) -> float:
-    """Seconds a caller refused by a full cap waits before asking again."""
-    return min(max(_POLL_SHARE * capped.latency, _SOONEST), _LATEST)
+def refused(capped: Capped, now: float, cap: int) -> tuple[Capped, float]:
+    """(capped, seconds): after a full cap refused a caller at `now`, and how
+    long that caller waits before asking again."""
+    decay = math.exp(-max(now - capped.refused_at, 0.0) / _REFUSALS_S)
+    rate = capped.refusals * decay + 1.0 / _REFUSALS_S
+    wait = _POLL_SHARE * capped.latency
+    if capped.latency > 0.0:
+        wanted = min(_POLLS * math.sqrt(cap) / capped.latency, _MAX_ASKS)
+        wait *= max(1.0, rate / wanted)
+    return capped._replace(refusals=rate, refused_at=now), min(max(wait, _SOONEST), _LATEST)

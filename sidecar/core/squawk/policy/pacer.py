@@ -156,9 +156,10 @@ def pace(
         pacer = _declared(pacer, now)
         old, current, _ = capped.in_flight(pacer.capped, now)
         if old + current >= cap:
-            frees = timedelta(seconds=capped.retry_after(pacer.capped))
+            slots, again = capped.refused(pacer.capped, now, cap)
             full = Shed(ShedCause.CAP, 0.0, float(cap))
-            return pacer, Pace(False, _ZERO, spread(frees, rng), 0, full)
+            after = timedelta(seconds=again)
+            return pacer._replace(capped=slots), Pace(False, _ZERO, spread(after, rng), 0, full)
     elif pacer.capped is not NOT_DECLARED:
         # Not declared now: a cap declared again later counts afresh.
         pacer = pacer._replace(capped=NOT_DECLARED)

@@ -159,6 +159,9 @@ class Admission(NamedTuple):
     # UPSTREAM_SATURATED: which limit refused the call, with its numbers
     # (squawk.policy.shed.explain says it in words). None otherwise.
     shed: Shed | None = None
+    # Allowed: the call holds a slot of the declared cap on calls in flight
+    # until its outcome names this admission (report it at once).
+    holds_slot: bool = False
     # Allowed on a tracked upstream: the admission's id, which its outcomes
     # name (Outcome.admission_id); the daemon gives it. 0 = none.
     admission_id: int = 0
@@ -259,9 +262,20 @@ def admit(
     # One deposit per answer, not per permit (see the module docstring).
     budget = state.budget if retry else _budget.deposit(state.budget, config.retry_budget, now)
     lease = _pacer.LEASE if granted > 1 else None
+    holds_slot = config.rate_limit.max_in_flight is not None
     return (
         _with(state, breaker=breaker, budget=budget, pacer=pacer),
-        Admission(True, None, None, breaker.state, probe, paced.wait, granted, lease),
+        Admission(
+            True,
+            None,
+            None,
+            breaker.state,
+            probe,
+            paced.wait,
+            granted,
+            lease,
+            holds_slot=holds_slot,
+        ),
     )
 
 

@@ -317,6 +317,8 @@ def admission_message(a: Admission) -> pb.AdmitResponse:
         out.explanation = explain(a.shed)
     if a.admission_id:
         out.admission_id = f"{a.admission_id:016x}"
+    if a.holds_slot:
+        out.holds_slot = True
     return out
 
 

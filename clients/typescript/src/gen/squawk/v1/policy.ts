@@ -1389,7 +1389,16 @@ export interface AdmitResponse {
    * a daemon that grants several permits only when nothing paces (this
    * one) sends zero. The clients honour it (tests/vectors/leases.json).
    */
-  spacing: Duration | undefined;
+  spacing:
+    | Duration
+    | undefined;
+  /**
+   * When allowed: the call holds a slot of the upstream's declared cap on
+   * calls in flight (rate_limit.max_in_flight) until its outcome names this
+   * admission. Report that outcome at once rather than in a later batch:
+   * another caller waits for the slot.
+   */
+  holdsSlot: boolean;
 }
 
 /** Outcome is how one dispatch ended. */
@@ -4257,6 +4266,7 @@ function createBaseAdmitResponse(): AdmitResponse {
     explanation: "",
     admissionId: "",
     spacing: undefined,
+    holdsSlot: false,
   };
 }
 
@@ -4294,6 +4304,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     }
     if (message.spacing !== undefined) {
       Duration.encode(message.spacing, writer.uint32(90).fork()).join();
+    }
+    if (message.holdsSlot !== false) {
+      writer.uint32(96).bool(message.holdsSlot);
     }
     return writer;
   },
@@ -4399,6 +4412,14 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
             message.spacing = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.holdsSlot = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4436,6 +4457,11 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
         ? globalThis.String(object.admission_id)
         : "",
       spacing: isSet(object.spacing) ? Duration.fromJSON(object.spacing) : undefined,
+      holdsSlot: isSet(object.holdsSlot)
+        ? globalThis.Boolean(object.holdsSlot)
+        : isSet(object.holds_slot)
+        ? globalThis.Boolean(object.holds_slot)
+        : false,
     };
   },
 
@@ -4474,6 +4500,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     if (message.spacing !== undefined) {
       obj.spacing = Duration.toJSON(message.spacing);
     }
+    if (message.holdsSlot !== false) {
+      obj.holdsSlot = message.holdsSlot;
+    }
     return obj;
   },
 
@@ -4499,6 +4528,7 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     message.spacing = (object.spacing !== undefined && object.spacing !== null)
       ? Duration.fromPartial(object.spacing)
       : undefined;
+    message.holdsSlot = object.holdsSlot ?? false;
     return message;
   },
 };
