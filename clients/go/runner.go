@@ -40,6 +40,12 @@ type RunOptions[P any] struct {
 	// success, unless the result is a Coster. 0 = unknown. Finite, 0 to
 	// 1e9. Used only with Upstream.
 	Cost float64
+	// Criticality is how much the step matters when the upstream's pace
+	// cannot serve every call: sent with each Admit, where the lower levels
+	// are given shorter waits, so shed first. Unset (CRITICALITY_UNSPECIFIED):
+	// ctx's (see CriticalityFrom), else CRITICAL. Either way it is put in the
+	// ctx step is called with, so the steps it runs inherit it.
+	Criticality squawkv1.Criticality
 	// HITLApproved marks the step's inputs as approved by a human: they
 	// are never corrected.
 	HITLApproved bool
@@ -72,8 +78,8 @@ type RunOptions[P any] struct {
 // are an *InputError before step is called.
 //
 // With opts.Upstream set, each dispatch (the first and every resend) waits
-// for c.Admit, which is sent the time left before ctx's deadline and
-// opts.Cost. An admission with a Wait (the pod's pace) is slept with
+// for c.Admit, which is sent the time left before ctx's deadline,
+// opts.Cost and the step's criticality (opts.Criticality, else ctx's). An admission with a Wait (the pod's pace) is slept with
 // opts.Sleep, then the step is dispatched without asking again; a Wait
 // longer than the time left ends the step at once, without sleeping, with a
 // FAIL whose reason is REASON_UPSTREAM_SATURATED. A refusal with that
@@ -104,10 +110,11 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 	if opts.MaxAttempts != nil {
 		budget = *opts.MaxAttempts
 	}
+	level, stepCtx := stepCriticality(ctx, opts.Criticality)
 	var admit *squawkv1.AdmitRequest
 	if opts.Upstream != "" {
 		admit = &squawkv1.AdmitRequest{Upstream: opts.Upstream, Capability: opts.Capability, Profile: opts.Profile,
-			Cost: opts.Cost}
+			Cost: opts.Cost, Criticality: level}
 	}
 	attempt, corrections := 1, 0
 	var lastErr error
@@ -123,7 +130,7 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 			}
 		}
 		started := time.Now()
-		result, err := step(ctx, params)
+		result, err := step(stepCtx, params)
 		if err == nil {
 			if admit != nil {
 				c.reportSuccess(admit, admission, time.Since(started), result)
@@ -198,6 +205,11 @@ func (o *RunOptions[P]) validate() error {
 	if x := o.Cost; math.IsNaN(x) || x < 0 || x > maxCost {
 		return &InputError{Field: "cost",
 			Message: fmt.Sprintf("RunOptions.Cost must be a finite number from 0 to 1e9, got %v", x)}
+	}
+	// The daemon refuses an unknown level; caught here, before the step runs.
+	if _, known := squawkv1.Criticality_name[int32(o.Criticality)]; !known {
+		return &InputError{Field: "criticality",
+			Message: fmt.Sprintf("RunOptions.Criticality must be one of squawkv1.Criticality's values, got %d", o.Criticality)}
 	}
 	return nil
 }

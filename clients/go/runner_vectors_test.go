@@ -74,6 +74,7 @@ type runnerOptions struct {
 	Upstream              string  `json:"upstream"`
 	Profile               string  `json:"profile"`
 	Cost                  float64 `json:"cost"`
+	Criticality           string  `json:"criticality"`
 	HITLApproved          bool    `json:"hitlApproved"`
 	DelegatedOrchestrator bool    `json:"delegatedOrchestrator"`
 }
@@ -450,6 +451,7 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 		Upstream:              tc.Options.Upstream,
 		Profile:               tc.Options.Profile,
 		Cost:                  tc.Options.Cost,
+		Criticality:           vectorCriticality(t, tc.Options.Criticality),
 		HITLApproved:          tc.Options.HITLApproved,
 		DelegatedOrchestrator: tc.Options.DelegatedOrchestrator,
 		Sleep: func(ctx context.Context, d time.Duration) error {
@@ -618,4 +620,18 @@ func mustCode(t *testing.T, name string) codes.Code {
 		t.Fatalf("status name %q: %v", name, err)
 	}
 	return code
+}
+
+// vectorCriticality is a case's criticality option, the enum value's name
+// as proto3 JSON writes it ("" = none named).
+func vectorCriticality(t *testing.T, name string) squawkv1.Criticality {
+	t.Helper()
+	if name == "" {
+		return squawkv1.Criticality_CRITICALITY_UNSPECIFIED
+	}
+	level, ok := squawkv1.Criticality_value[name]
+	if !ok {
+		t.Fatalf("unknown criticality %q", name)
+	}
+	return squawkv1.Criticality(level)
 }

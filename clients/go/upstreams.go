@@ -115,7 +115,9 @@ func (a Admission) String() string {
 // (REASON_ADMITTED, one permit, breaker CLOSED) with Fallback set and
 // counted in FallbackCount, since a missing sidecar must not stop every
 // dispatch. WithFallbackDisabled returns the daemon's error instead. A
-// request the daemon refuses is an *InputError.
+// request the daemon refuses is an *InputError. req.Criticality is how much
+// the call matters (unset = CRITICAL); Admit does not read ctx's, so pass
+// CriticalityFrom(ctx) to send the running step's.
 //
 // The daemon's answer is bounded before it is used, as any answer from the
 // wire: a negative or unreadable duration is zero, a wait, retry-after or

@@ -354,6 +354,7 @@ def test_the_public_names_are_pinned() -> None:
             "CheckDispatchResponse",
             "ClassifyRequest",
             "ClassifyResponse",
+            "Criticality",
             "DecideRetryRequest",
             "DecideRetryResponse",
             "Decision",
@@ -372,6 +373,7 @@ def test_the_public_names_are_pinned() -> None:
             "StepOptions",
             "Tier",
             "UpstreamState",
+            "criticality",
             "run_step",
             "run_step_sync",
         ]

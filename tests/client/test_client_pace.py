@@ -19,6 +19,7 @@ from scripted_admit import AdmitServer, admit_servers
 from squawk.v1 import policy_pb2 as pb
 from squawk_client import (
     AsyncSquawkClient,
+    Criticality,
     Reason,
     SquawkClient,
     SquawkInputError,
@@ -26,6 +27,7 @@ from squawk_client import (
     StepError,
     StepFailed,
     StepOptions,
+    criticality,
     run_step,
     run_step_sync,
 )
@@ -292,3 +294,52 @@ def test_a_header_flood_reports_at_most_the_daemons_limit(admitting: Start) -> N
         run_step_sync(client, str, 1, options=StepOptions(upstream="a"), headers_of=_flood)
     (reported,) = server.reported
     assert len(reported["headers"]) == 64
+
+
+def test_a_step_s_criticality_goes_with_admit_and_its_own_steps_inherit_it(
+    admitting: Start,
+) -> None:
+    target, server = admitting([ADMITTED] * 6)
+    outer = StepOptions(upstream="a", criticality=Criticality.SHEDDABLE)
+    with SquawkClient(target, call_timeout=TIMEOUT) as client:
+
+        def inner(n: int) -> Criticality | None:
+            # A step run inside another, naming none, inherits its level; one
+            # naming its own keeps it.
+            run_step_sync(client, str, n, options=StepOptions(upstream="b"))
+            run_step_sync(
+                client, str, n, options=StepOptions(upstream="c", criticality=Criticality.CRITICAL)
+            )
+            return criticality()
+
+        assert run_step_sync(client, inner, 1, options=outer) is Criticality.SHEDDABLE
+        assert criticality() is None  # outside every step again
+        run_step_sync(client, str, 2, options=StepOptions(upstream="d"))
+
+        async def main() -> None:
+            async with AsyncSquawkClient(target, call_timeout=TIMEOUT) as aclient:
+
+                async def leaf(n: int) -> int:
+                    await asyncio.sleep(0)  # across an await, and in a task of its own
+                    return await asyncio.create_task(asyncio.sleep(0, n))
+
+                async def nested(n: int) -> int:
+                    return await run_step(aclient, leaf, n, options=StepOptions(upstream="f"))
+
+                await run_step(
+                    aclient,
+                    nested,
+                    0,
+                    options=StepOptions(upstream="e", criticality=Criticality.SHEDDABLE_PLUS),
+                )
+
+        asyncio.run(main())
+    sent = [(r["upstream"], r.get("criticality")) for r in server.admit_requests]
+    assert sent == [
+        ("a", "CRITICALITY_SHEDDABLE"),
+        ("b", "CRITICALITY_SHEDDABLE"),
+        ("c", "CRITICALITY_CRITICAL"),
+        ("d", None),
+        ("e", "CRITICALITY_SHEDDABLE_PLUS"),
+        ("f", "CRITICALITY_SHEDDABLE_PLUS"),
+    ]

@@ -30,6 +30,7 @@ from scripted_admit import AdmitServer, admit_servers
 from squawk.v1 import policy_pb2 as pb
 from squawk_client import (
     AsyncSquawkClient,
+    Criticality,
     Decision,
     ErrorInfo,
     SquawkClient,
@@ -85,6 +86,11 @@ class Script:
             hitl_approved=o.get("hitlApproved", False),
             delegated_orchestrator=o.get("delegatedOrchestrator", False),
             cost=float(o.get("cost", 0)),
+            criticality=(
+                Criticality[o["criticality"].removeprefix("CRITICALITY_")]
+                if "criticality" in o
+                else None
+            ),
         )
 
     def step(self, params: Any) -> Any:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from squawk.policy import (
     BreakerConfig,
+    Criticality,
     Outcome,
     Pacer,
     PaceSample,
@@ -1196,3 +1197,56 @@ def test_one_cost_outlier_moves_the_mean_cost_by_at_most_a_fifth() -> None:
         granted += answer.allowed
         now = round(now + 0.005, 6)
     assert granted >= 41
+
+
+@pytest.mark.parametrize(
+    ("criticality", "longest_ms"),
+    [
+        # rate 10 (a slot of 100 ms), the queue's limit 1 s: the waits each
+        # level may be given are the limit's whole, half and quarter.
+        (Criticality.CRITICAL_PLUS, 1000),
+        (Criticality.CRITICAL, 1000),
+        (Criticality.SHEDDABLE_PLUS, 500),
+        (Criticality.SHEDDABLE, 200),  # 250 ms: the slot at 300 ms is past it
+    ],
+)
+def test_the_lower_levels_are_given_shorter_waits(
+    criticality: Criticality, longest_ms: int
+) -> None:
+    config = RateLimitConfig(rate=10)
+    p, waits = Pacer(), []
+    for _ in range(12):
+        p, granted = pace(p, config, 0.0, criticality=criticality)
+        if not granted.allowed:
+            break
+        waits.append(granted.wait // MS)
+    assert waits[-1] == longest_ms
+    assert granted.allowed is False and granted.shed is not None
+
+
+def test_a_critical_call_finds_the_queue_short_behind_sheddable_ones() -> None:
+    # Sheddable calls fill the queue only to their quarter (250 ms); a
+    # critical call arriving then waits 300 ms, and is admitted.
+    config = RateLimitConfig(rate=10)
+    p = Pacer()
+    for _ in range(10):
+        p, _ = pace(p, config, 0.0, criticality=Criticality.SHEDDABLE)
+    _, critical = pace(p, config, 0.0)
+    assert (critical.allowed, critical.wait) == (True, 300 * MS)
+
+
+def test_critical_plus_waits_past_the_short_queue() -> None:
+    # rate 10: six calls at 0 take the starts to 500 ms, one more at 50 ms
+    # to 600 ms; a queue past the short limit (four slots, 400 ms) for 100
+    # ms turns the short queue on. At 200 ms a CRITICAL call's 500 ms wait
+    # is past it and refused; a CRITICAL_PLUS one may wait the whole 1 s.
+    config = RateLimitConfig(rate=10)
+    p = Pacer()
+    for _ in range(6):
+        p, _ = pace(p, config, 0.0)
+    p, _ = pace(p, config, 0.05)
+    p, critical = pace(p, config, 0.2)
+    assert p.queue.short_on
+    assert critical.shed is not None and critical.shed.limit == pytest.approx(0.4)
+    _, plus = pace(p, config, 0.2, criticality=Criticality.CRITICAL_PLUS)
+    assert (plus.allowed, plus.wait) == (True, 500 * MS)

@@ -342,6 +342,70 @@ func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{2}
 }
 
+// Criticality is how much a call matters when the pod cannot serve every
+// call to an upstream: Google's four levels (the SRE book, "Handling
+// Overload"), propagated with the request. The lower levels are shed first.
+type Criticality int32
+
+const (
+	// Not set: read as CRITICAL.
+	Criticality_CRITICALITY_UNSPECIFIED Criticality = 0
+	// Shed last: waits up to the queue's whole limit (max_queue_delay) even
+	// while the pod keeps its queue short against a sustained overload.
+	Criticality_CRITICALITY_CRITICAL_PLUS Criticality = 1
+	// The default: waits up to the queue's limit in force.
+	Criticality_CRITICALITY_CRITICAL Criticality = 2
+	// Waits up to half the queue's limit in force.
+	Criticality_CRITICALITY_SHEDDABLE_PLUS Criticality = 3
+	// Shed first: waits up to a quarter of the queue's limit in force.
+	Criticality_CRITICALITY_SHEDDABLE Criticality = 4
+)
+
+// Enum value maps for Criticality.
+var (
+	Criticality_name = map[int32]string{
+		0: "CRITICALITY_UNSPECIFIED",
+		1: "CRITICALITY_CRITICAL_PLUS",
+		2: "CRITICALITY_CRITICAL",
+		3: "CRITICALITY_SHEDDABLE_PLUS",
+		4: "CRITICALITY_SHEDDABLE",
+	}
+	Criticality_value = map[string]int32{
+		"CRITICALITY_UNSPECIFIED":    0,
+		"CRITICALITY_CRITICAL_PLUS":  1,
+		"CRITICALITY_CRITICAL":       2,
+		"CRITICALITY_SHEDDABLE_PLUS": 3,
+		"CRITICALITY_SHEDDABLE":      4,
+	}
+)
+
+func (x Criticality) Enum() *Criticality {
+	p := new(Criticality)
+	*p = x
+	return p
+}
+
+func (x Criticality) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Criticality) Descriptor() protoreflect.EnumDescriptor {
+	return file_squawk_v1_policy_proto_enumTypes[3].Descriptor()
+}
+
+func (Criticality) Type() protoreflect.EnumType {
+	return &file_squawk_v1_policy_proto_enumTypes[3]
+}
+
+func (x Criticality) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Criticality.Descriptor instead.
+func (Criticality) EnumDescriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{3}
+}
+
 // PaceSource says where an upstream's pace comes from (see UpstreamState).
 type PaceSource int32
 
@@ -389,11 +453,11 @@ func (x PaceSource) String() string {
 }
 
 func (PaceSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_squawk_v1_policy_proto_enumTypes[3].Descriptor()
+	return file_squawk_v1_policy_proto_enumTypes[4].Descriptor()
 }
 
 func (PaceSource) Type() protoreflect.EnumType {
-	return &file_squawk_v1_policy_proto_enumTypes[3]
+	return &file_squawk_v1_policy_proto_enumTypes[4]
 }
 
 func (x PaceSource) Number() protoreflect.EnumNumber {
@@ -402,7 +466,7 @@ func (x PaceSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use PaceSource.Descriptor instead.
 func (PaceSource) EnumDescriptor() ([]byte, []int) {
-	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{3}
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{4}
 }
 
 // BreakerState is the state of a circuit breaker.
@@ -446,11 +510,11 @@ func (x BreakerState) String() string {
 }
 
 func (BreakerState) Descriptor() protoreflect.EnumDescriptor {
-	return file_squawk_v1_policy_proto_enumTypes[4].Descriptor()
+	return file_squawk_v1_policy_proto_enumTypes[5].Descriptor()
 }
 
 func (BreakerState) Type() protoreflect.EnumType {
-	return &file_squawk_v1_policy_proto_enumTypes[4]
+	return &file_squawk_v1_policy_proto_enumTypes[5]
 }
 
 func (x BreakerState) Number() protoreflect.EnumNumber {
@@ -459,7 +523,7 @@ func (x BreakerState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BreakerState.Descriptor instead.
 func (BreakerState) EnumDescriptor() ([]byte, []int) {
-	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{4}
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{5}
 }
 
 // AnalysisSource is which analyzer produced the answer.
@@ -508,11 +572,11 @@ func (x AnalysisSource) String() string {
 }
 
 func (AnalysisSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_squawk_v1_policy_proto_enumTypes[5].Descriptor()
+	return file_squawk_v1_policy_proto_enumTypes[6].Descriptor()
 }
 
 func (AnalysisSource) Type() protoreflect.EnumType {
-	return &file_squawk_v1_policy_proto_enumTypes[5]
+	return &file_squawk_v1_policy_proto_enumTypes[6]
 }
 
 func (x AnalysisSource) Number() protoreflect.EnumNumber {
@@ -521,7 +585,7 @@ func (x AnalysisSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AnalysisSource.Descriptor instead.
 func (AnalysisSource) EnumDescriptor() ([]byte, []int) {
-	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{5}
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{6}
 }
 
 // ClassifyRequest is one failed upstream call, as a tool saw it. Every field
@@ -1874,7 +1938,13 @@ type AdmitRequest struct {
 	// How many dispatches the executor asks to start with this one answer (a
 	// busy executor's lease; see AdmitResponse.permits). Optional; 0 or 1 =
 	// one; at most 100.
-	Permits       int32 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
+	Permits int32 `protobuf:"varint,6,opt,name=permits,proto3" json:"permits,omitempty"`
+	// How much the call matters when the upstream's pace cannot serve every
+	// call: the lower the level, the shorter the wait it may be given before
+	// it is refused REASON_UPSTREAM_SATURATED, so its calls are shed before
+	// those of a higher level, which then find the queue short. Optional;
+	// unset = CRITICAL. An unknown value is refused with INVALID_ARGUMENT.
+	Criticality   Criticality `protobuf:"varint,7,opt,name=criticality,proto3,enum=squawk.v1.Criticality" json:"criticality,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1949,6 +2019,13 @@ func (x *AdmitRequest) GetPermits() int32 {
 		return x.Permits
 	}
 	return 0
+}
+
+func (x *AdmitRequest) GetCriticality() Criticality {
+	if x != nil {
+		return x.Criticality
+	}
+	return Criticality_CRITICALITY_UNSPECIFIED
 }
 
 // AdmitResponse is the pod's answer for one dispatch.
@@ -3040,7 +3117,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x124\n" +
 	"\n" +
 	"violations\x18\x02 \x03(\v2\x14.squawk.v1.ViolationR\n" +
-	"violations\"\xc9\x01\n" +
+	"violations\"\x83\x02\n" +
 	"\fAdmitRequest\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
 	"\n" +
@@ -3049,7 +3126,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\aprofile\x18\x03 \x01(\tR\aprofile\x125\n" +
 	"\bdeadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12\x12\n" +
 	"\x04cost\x18\x05 \x01(\x01R\x04cost\x12\x18\n" +
-	"\apermits\x18\x06 \x01(\x05R\apermits\"\xf7\x03\n" +
+	"\apermits\x18\x06 \x01(\x05R\apermits\x128\n" +
+	"\vcriticality\x18\a \x01(\x0e2\x16.squawk.v1.CriticalityR\vcriticality\"\xf7\x03\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12)\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12:\n" +
@@ -3174,7 +3252,13 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x16REASON_SERVER_PUSHBACK\x10\x12\x12\x1d\n" +
 	"\x19REASON_UPSTREAM_SATURATED\x10\x13\x12\x18\n" +
 	"\x14REASON_WAIT_TOO_LONG\x10\x14\x12\x18\n" +
-	"\x14REASON_IN_FLIGHT_CAP\x10\x15*\x89\x01\n" +
+	"\x14REASON_IN_FLIGHT_CAP\x10\x15*\x9e\x01\n" +
+	"\vCriticality\x12\x1b\n" +
+	"\x17CRITICALITY_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19CRITICALITY_CRITICAL_PLUS\x10\x01\x12\x18\n" +
+	"\x14CRITICALITY_CRITICAL\x10\x02\x12\x1e\n" +
+	"\x1aCRITICALITY_SHEDDABLE_PLUS\x10\x03\x12\x19\n" +
+	"\x15CRITICALITY_SHEDDABLE\x10\x04*\x89\x01\n" +
 	"\n" +
 	"PaceSource\x12\x1b\n" +
 	"\x17PACE_SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -3215,113 +3299,115 @@ func file_squawk_v1_policy_proto_rawDescGZIP() []byte {
 	return file_squawk_v1_policy_proto_rawDescData
 }
 
-var file_squawk_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_squawk_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_squawk_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_squawk_v1_policy_proto_goTypes = []any{
 	(ErrorCategory)(0),               // 0: squawk.v1.ErrorCategory
 	(Action)(0),                      // 1: squawk.v1.Action
 	(Reason)(0),                      // 2: squawk.v1.Reason
-	(PaceSource)(0),                  // 3: squawk.v1.PaceSource
-	(BreakerState)(0),                // 4: squawk.v1.BreakerState
-	(AnalysisSource)(0),              // 5: squawk.v1.AnalysisSource
-	(*ClassifyRequest)(nil),          // 6: squawk.v1.ClassifyRequest
-	(*ClassifyResponse)(nil),         // 7: squawk.v1.ClassifyResponse
-	(*DecideRetryRequest)(nil),       // 8: squawk.v1.DecideRetryRequest
-	(*DecideRetryResponse)(nil),      // 9: squawk.v1.DecideRetryResponse
-	(*DecideRetryBatchRequest)(nil),  // 10: squawk.v1.DecideRetryBatchRequest
-	(*DecideRetryBatchResponse)(nil), // 11: squawk.v1.DecideRetryBatchResponse
-	(*DecideRetryBatchResult)(nil),   // 12: squawk.v1.DecideRetryBatchResult
-	(*AnalyzeErrorRequest)(nil),      // 13: squawk.v1.AnalyzeErrorRequest
-	(*RejectedChange)(nil),           // 14: squawk.v1.RejectedChange
-	(*AnalyzeErrorResponse)(nil),     // 15: squawk.v1.AnalyzeErrorResponse
-	(*CheckDispatchRequest)(nil),     // 16: squawk.v1.CheckDispatchRequest
-	(*Violation)(nil),                // 17: squawk.v1.Violation
-	(*CheckDispatchResponse)(nil),    // 18: squawk.v1.CheckDispatchResponse
-	(*AdmitRequest)(nil),             // 19: squawk.v1.AdmitRequest
-	(*AdmitResponse)(nil),            // 20: squawk.v1.AdmitResponse
-	(*Outcome)(nil),                  // 21: squawk.v1.Outcome
-	(*ReportOutcomeRequest)(nil),     // 22: squawk.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 23: squawk.v1.ReportOutcomeResponse
-	(*GetUpstreamsRequest)(nil),      // 24: squawk.v1.GetUpstreamsRequest
-	(*GetUpstreamsResponse)(nil),     // 25: squawk.v1.GetUpstreamsResponse
-	(*UpstreamState)(nil),            // 26: squawk.v1.UpstreamState
-	(*FleetState)(nil),               // 27: squawk.v1.FleetState
-	nil,                              // 28: squawk.v1.ClassifyRequest.HeadersEntry
-	nil,                              // 29: squawk.v1.DecideRetryRequest.HeadersEntry
-	nil,                              // 30: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	nil,                              // 31: squawk.v1.Outcome.HeadersEntry
-	(*durationpb.Duration)(nil),      // 32: google.protobuf.Duration
-	(*structpb.Struct)(nil),          // 33: google.protobuf.Struct
-	(*structpb.Value)(nil),           // 34: google.protobuf.Value
+	(Criticality)(0),                 // 3: squawk.v1.Criticality
+	(PaceSource)(0),                  // 4: squawk.v1.PaceSource
+	(BreakerState)(0),                // 5: squawk.v1.BreakerState
+	(AnalysisSource)(0),              // 6: squawk.v1.AnalysisSource
+	(*ClassifyRequest)(nil),          // 7: squawk.v1.ClassifyRequest
+	(*ClassifyResponse)(nil),         // 8: squawk.v1.ClassifyResponse
+	(*DecideRetryRequest)(nil),       // 9: squawk.v1.DecideRetryRequest
+	(*DecideRetryResponse)(nil),      // 10: squawk.v1.DecideRetryResponse
+	(*DecideRetryBatchRequest)(nil),  // 11: squawk.v1.DecideRetryBatchRequest
+	(*DecideRetryBatchResponse)(nil), // 12: squawk.v1.DecideRetryBatchResponse
+	(*DecideRetryBatchResult)(nil),   // 13: squawk.v1.DecideRetryBatchResult
+	(*AnalyzeErrorRequest)(nil),      // 14: squawk.v1.AnalyzeErrorRequest
+	(*RejectedChange)(nil),           // 15: squawk.v1.RejectedChange
+	(*AnalyzeErrorResponse)(nil),     // 16: squawk.v1.AnalyzeErrorResponse
+	(*CheckDispatchRequest)(nil),     // 17: squawk.v1.CheckDispatchRequest
+	(*Violation)(nil),                // 18: squawk.v1.Violation
+	(*CheckDispatchResponse)(nil),    // 19: squawk.v1.CheckDispatchResponse
+	(*AdmitRequest)(nil),             // 20: squawk.v1.AdmitRequest
+	(*AdmitResponse)(nil),            // 21: squawk.v1.AdmitResponse
+	(*Outcome)(nil),                  // 22: squawk.v1.Outcome
+	(*ReportOutcomeRequest)(nil),     // 23: squawk.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 24: squawk.v1.ReportOutcomeResponse
+	(*GetUpstreamsRequest)(nil),      // 25: squawk.v1.GetUpstreamsRequest
+	(*GetUpstreamsResponse)(nil),     // 26: squawk.v1.GetUpstreamsResponse
+	(*UpstreamState)(nil),            // 27: squawk.v1.UpstreamState
+	(*FleetState)(nil),               // 28: squawk.v1.FleetState
+	nil,                              // 29: squawk.v1.ClassifyRequest.HeadersEntry
+	nil,                              // 30: squawk.v1.DecideRetryRequest.HeadersEntry
+	nil,                              // 31: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	nil,                              // 32: squawk.v1.Outcome.HeadersEntry
+	(*durationpb.Duration)(nil),      // 33: google.protobuf.Duration
+	(*structpb.Struct)(nil),          // 34: google.protobuf.Struct
+	(*structpb.Value)(nil),           // 35: google.protobuf.Value
 }
 var file_squawk_v1_policy_proto_depIdxs = []int32{
-	28, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
+	29, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
 	0,  // 1: squawk.v1.ClassifyResponse.category:type_name -> squawk.v1.ErrorCategory
-	32, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
-	29, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
-	32, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
+	33, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
+	30, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
+	33, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
 	1,  // 5: squawk.v1.DecideRetryResponse.action:type_name -> squawk.v1.Action
-	32, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
+	33, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
 	2,  // 7: squawk.v1.DecideRetryResponse.reason:type_name -> squawk.v1.Reason
-	7,  // 8: squawk.v1.DecideRetryResponse.classification:type_name -> squawk.v1.ClassifyResponse
-	32, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
-	8,  // 10: squawk.v1.DecideRetryBatchRequest.requests:type_name -> squawk.v1.DecideRetryRequest
-	12, // 11: squawk.v1.DecideRetryBatchResponse.results:type_name -> squawk.v1.DecideRetryBatchResult
-	9,  // 12: squawk.v1.DecideRetryBatchResult.decision:type_name -> squawk.v1.DecideRetryResponse
-	33, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
-	33, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
-	30, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	34, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
-	33, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
-	5,  // 18: squawk.v1.AnalyzeErrorResponse.source:type_name -> squawk.v1.AnalysisSource
-	14, // 19: squawk.v1.AnalyzeErrorResponse.rejected_changes:type_name -> squawk.v1.RejectedChange
-	33, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
-	33, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
-	17, // 22: squawk.v1.CheckDispatchResponse.violations:type_name -> squawk.v1.Violation
-	32, // 23: squawk.v1.AdmitRequest.deadline:type_name -> google.protobuf.Duration
-	2,  // 24: squawk.v1.AdmitResponse.reason:type_name -> squawk.v1.Reason
-	32, // 25: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	4,  // 26: squawk.v1.AdmitResponse.breaker_state:type_name -> squawk.v1.BreakerState
-	32, // 27: squawk.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
-	32, // 28: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
-	32, // 29: squawk.v1.AdmitResponse.spacing:type_name -> google.protobuf.Duration
-	32, // 30: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
-	31, // 31: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
-	32, // 32: squawk.v1.Outcome.age:type_name -> google.protobuf.Duration
-	21, // 33: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
-	26, // 34: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
-	4,  // 35: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
-	32, // 36: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
-	32, // 37: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
-	3,  // 38: squawk.v1.UpstreamState.pace_source:type_name -> squawk.v1.PaceSource
-	32, // 39: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
-	27, // 40: squawk.v1.UpstreamState.fleet:type_name -> squawk.v1.FleetState
-	4,  // 41: squawk.v1.FleetState.breaker_state:type_name -> squawk.v1.BreakerState
-	32, // 42: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
-	32, // 43: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
-	32, // 44: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
-	33, // 45: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
-	6,  // 46: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
-	8,  // 47: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
-	10, // 48: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
-	13, // 49: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
-	16, // 50: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
-	19, // 51: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
-	22, // 52: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
-	24, // 53: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
-	7,  // 54: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
-	9,  // 55: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
-	11, // 56: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
-	15, // 57: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
-	18, // 58: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
-	20, // 59: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
-	23, // 60: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
-	25, // 61: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
-	54, // [54:62] is the sub-list for method output_type
-	46, // [46:54] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	8,  // 8: squawk.v1.DecideRetryResponse.classification:type_name -> squawk.v1.ClassifyResponse
+	33, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
+	9,  // 10: squawk.v1.DecideRetryBatchRequest.requests:type_name -> squawk.v1.DecideRetryRequest
+	13, // 11: squawk.v1.DecideRetryBatchResponse.results:type_name -> squawk.v1.DecideRetryBatchResult
+	10, // 12: squawk.v1.DecideRetryBatchResult.decision:type_name -> squawk.v1.DecideRetryResponse
+	34, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
+	34, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
+	31, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	35, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
+	34, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
+	6,  // 18: squawk.v1.AnalyzeErrorResponse.source:type_name -> squawk.v1.AnalysisSource
+	15, // 19: squawk.v1.AnalyzeErrorResponse.rejected_changes:type_name -> squawk.v1.RejectedChange
+	34, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
+	34, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
+	18, // 22: squawk.v1.CheckDispatchResponse.violations:type_name -> squawk.v1.Violation
+	33, // 23: squawk.v1.AdmitRequest.deadline:type_name -> google.protobuf.Duration
+	3,  // 24: squawk.v1.AdmitRequest.criticality:type_name -> squawk.v1.Criticality
+	2,  // 25: squawk.v1.AdmitResponse.reason:type_name -> squawk.v1.Reason
+	33, // 26: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	5,  // 27: squawk.v1.AdmitResponse.breaker_state:type_name -> squawk.v1.BreakerState
+	33, // 28: squawk.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	33, // 29: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
+	33, // 30: squawk.v1.AdmitResponse.spacing:type_name -> google.protobuf.Duration
+	33, // 31: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
+	32, // 32: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
+	33, // 33: squawk.v1.Outcome.age:type_name -> google.protobuf.Duration
+	22, // 34: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
+	27, // 35: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
+	5,  // 36: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
+	33, // 37: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
+	33, // 38: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
+	4,  // 39: squawk.v1.UpstreamState.pace_source:type_name -> squawk.v1.PaceSource
+	33, // 40: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
+	28, // 41: squawk.v1.UpstreamState.fleet:type_name -> squawk.v1.FleetState
+	5,  // 42: squawk.v1.FleetState.breaker_state:type_name -> squawk.v1.BreakerState
+	33, // 43: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
+	33, // 44: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
+	33, // 45: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
+	34, // 46: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
+	7,  // 47: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
+	9,  // 48: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
+	11, // 49: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
+	14, // 50: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
+	17, // 51: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
+	20, // 52: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
+	23, // 53: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
+	25, // 54: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
+	8,  // 55: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
+	10, // 56: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
+	12, // 57: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
+	16, // 58: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
+	19, // 59: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
+	21, // 60: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
+	24, // 61: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
+	26, // 62: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
+	55, // [55:63] is the sub-list for method output_type
+	47, // [47:55] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_squawk_v1_policy_proto_init() }
@@ -3340,7 +3426,7 @@ func file_squawk_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_squawk_v1_policy_proto_rawDesc), len(file_squawk_v1_policy_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -1,11 +1,11 @@
 """Python client for the Squawk policy daemon.
 
 The request and response messages are squawk.v1's, re-exported here so an
-executor needs one import; Action, Reason and Category are the policy
-core's enums, whose values equal the wire's.
+executor needs one import; Action, Reason, Category and Criticality are
+the policy core's enums, whose values equal the wire's.
 """
 
-from squawk.policy import Action, BreakerState, Category, Reason
+from squawk.policy import Action, BreakerState, Category, Criticality, Reason
 from squawk.v1.policy_pb2 import (
     AnalyzeErrorRequest,
     AnalyzeErrorResponse,
@@ -33,7 +33,15 @@ from ._client import (
 )
 from ._decision import Decision
 from ._errors import SquawkError, SquawkInputError, StepError, StepFailed
-from ._runner import ErrorInfo, StepCancelled, StepOptions, Tier, run_step, run_step_sync
+from ._runner import (
+    ErrorInfo,
+    StepCancelled,
+    StepOptions,
+    Tier,
+    criticality,
+    run_step,
+    run_step_sync,
+)
 
 __all__ = [
     "DEFAULT_ANALYZE_TIMEOUT",
@@ -51,6 +59,7 @@ __all__ = [
     "CheckDispatchResponse",
     "ClassifyRequest",
     "ClassifyResponse",
+    "Criticality",
     "DecideRetryRequest",
     "DecideRetryResponse",
     "Decision",
@@ -69,6 +78,7 @@ __all__ = [
     "StepOptions",
     "Tier",
     "UpstreamState",
+    "criticality",
     "run_step",
     "run_step_sync",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from squawk.policy import BreakerState, Reason
+from squawk.policy import BreakerState, Criticality, Reason
 from squawk.policy.limits import MAX_ADMIT_DEADLINE, MAX_PERMITS
 from squawk.policy.shed import MAX_EXPLANATION_CHARS
 from squawk.policy.text import shown_text
@@ -78,6 +78,7 @@ def admit_request(
     deadline: timedelta | None,
     cost: float,
     permits: int,
+    criticality: Criticality | None = None,
 ) -> pb.AdmitRequest:
     request = pb.AdmitRequest(
         upstream=upstream,
@@ -85,6 +86,7 @@ def admit_request(
         profile=profile,
         cost=cost,
         permits=min(max(permits, 1), MAX_PERMITS),
+        criticality=0 if criticality is None else int(criticality),  # type: ignore[arg-type]
     )
     if deadline is not None:
         request.deadline.FromTimedelta(min(max(deadline, timedelta(0)), MAX_ADMIT_DEADLINE))

@@ -23,7 +23,7 @@ from typing import NoReturn
 
 import grpc
 
-from squawk.policy import Profile
+from squawk.policy import Criticality, Profile
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -183,7 +183,11 @@ class _Policy:
         self.leases = Leases()
 
     def step_request(
-        self, key: Key, deadline: timedelta | None, cost: float
+        self,
+        key: Key,
+        deadline: timedelta | None,
+        cost: float,
+        criticality: Criticality | None = None,
     ) -> pb.AdmitRequest | Admission:
         """The runner's Admit for a dispatch to `key`, or the admission of a
         spare leased permit that starts it without asking."""
@@ -198,7 +202,7 @@ class _Policy:
             )
         profile, upstream, capability = key
         permits = self.leases.ask(key)
-        return admit_request(upstream, capability, profile, deadline, cost, permits)
+        return admit_request(upstream, capability, profile, deadline, cost, permits, criticality)
 
     def step_admission(self, key: Key, admission: Admission, asked: int = 1) -> Admission:
         if asked > 1:
@@ -360,13 +364,16 @@ class SquawkClient:
         deadline: timedelta | None = None,
         cost: float = 0.0,
         permits: int = 1,
+        criticality: Criticality | None = None,
     ) -> Admission:
         """Ask before dispatching to `upstream`; fails open when the daemon is away.
 
         `deadline`: the step's time left (None = none); `cost`: the call's
         estimated cost in token units (0 = unknown); `permits`: how many
-        dispatches to start with this answer (clamped to 1..100)."""
-        return self._admit(admit_request(upstream, capability, profile, deadline, cost, permits))
+        dispatches to start with this answer (clamped to 1..100);
+        `criticality`: how much the call matters (None = CRITICAL)."""
+        request = admit_request(upstream, capability, profile, deadline, cost, permits, criticality)
+        return self._admit(request)
 
     def _admit(self, request: pb.AdmitRequest) -> Admission:
         try:
@@ -421,11 +428,16 @@ class SquawkClient:
         return reply
 
     def _admit_step(
-        self, key: Key, *, deadline: timedelta | None = None, cost: float = 0.0
+        self,
+        key: Key,
+        *,
+        deadline: timedelta | None = None,
+        cost: float = 0.0,
+        criticality: Criticality | None = None,
     ) -> Admission:
         """The runners' Admit: a spare leased permit when one is valid, else
         Admit asking for as many permits as recent dispatches to the key."""
-        request = self._policy.step_request(key, deadline, cost)
+        request = self._policy.step_request(key, deadline, cost, criticality)
         if isinstance(request, Admission):
             return request
         return self._policy.step_admission(key, self._admit(request), request.permits)
@@ -580,13 +592,15 @@ class AsyncSquawkClient:
         deadline: timedelta | None = None,
         cost: float = 0.0,
         permits: int = 1,
+        criticality: Criticality | None = None,
     ) -> Admission:
         """Ask before dispatching to `upstream`; fails open when the daemon is away.
 
         `deadline`: the step's time left (None = none); `cost`: the call's
         estimated cost in token units (0 = unknown); `permits`: how many
-        dispatches to start with this answer (clamped to 1..100)."""
-        request = admit_request(upstream, capability, profile, deadline, cost, permits)
+        dispatches to start with this answer (clamped to 1..100);
+        `criticality`: how much the call matters (None = CRITICAL)."""
+        request = admit_request(upstream, capability, profile, deadline, cost, permits, criticality)
         return await self._admit(request)
 
     async def _admit(self, request: pb.AdmitRequest) -> Admission:
@@ -641,11 +655,16 @@ class AsyncSquawkClient:
         return reply
 
     async def _admit_step(
-        self, key: Key, *, deadline: timedelta | None = None, cost: float = 0.0
+        self,
+        key: Key,
+        *,
+        deadline: timedelta | None = None,
+        cost: float = 0.0,
+        criticality: Criticality | None = None,
     ) -> Admission:
         """The runners' Admit: a spare leased permit when one is valid, else
         Admit asking for as many permits as recent dispatches to the key."""
-        request = self._policy.step_request(key, deadline, cost)
+        request = self._policy.step_request(key, deadline, cost, criticality)
         if isinstance(request, Admission):
             return request
         admission = await self._admit(request)

@@ -15,11 +15,12 @@ import itertools
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import NoReturn, TypeVar
 
-from squawk.policy import Action, PolicyInputError, Profile, Reason, delay
+from squawk.policy import Action, Criticality, PolicyInputError, Profile, Reason, delay
 from squawk.policy.limits import (
     MAX_ADMIT_DEADLINE,
     MAX_COST,
@@ -99,12 +100,46 @@ class StepOptions:
     # prompt plus expected completion tokens): sent with Admit for a token
     # rate limit and reported with the outcome. 0 = unknown; finite, 0 to 1e9.
     cost: float = 0.0
+    # How much the step matters when the upstream's pace cannot serve every
+    # call (sent with Admit; the lower levels are shed first). None: the
+    # criticality of the step this one runs inside (`criticality()`), else
+    # CRITICAL.
+    criticality: Criticality | None = None
 
     def __post_init__(self) -> None:
         try:
             check_cost("cost", self.cost)  # also refuses NaN
         except PolicyInputError as bad:
             raise SquawkInputError(bad.field, str(bad)) from None
+
+
+# The criticality of the step running now, which the steps it runs inherit
+# (a contextvar: asyncio tasks and `contextvars.copy_context()` carry it).
+_CRITICALITY: ContextVar[Criticality | None] = ContextVar("squawk_criticality", default=None)
+
+
+def criticality() -> Criticality | None:
+    """The criticality of the step running now (set by its options, or
+    inherited from the step it runs inside); None outside any step that
+    named one."""
+    return _CRITICALITY.get()
+
+
+async def _inside(level: Criticality | None, call: Awaitable[T]) -> T:
+    """Await the step's `call` with `level` as the criticality its own steps inherit."""
+    token = _CRITICALITY.set(level)
+    try:
+        return await call
+    finally:
+        _CRITICALITY.reset(token)
+
+
+def _inside_sync(level: Criticality | None, step: Callable[[P], T], params: P) -> T:
+    token = _CRITICALITY.set(level)
+    try:
+        return step(params)
+    finally:
+        _CRITICALITY.reset(token)
 
 
 # Outcome.latency's bound, as a deadline's.
@@ -198,6 +233,7 @@ class _Attempts:
         self.started = time.monotonic()
         # The upstream state the step's dispatches share, as Admit names it.
         self.key = (options.profile, options.upstream, options.capability)
+        self.criticality = options.criticality or _CRITICALITY.get()
         # The step's last error, the cause of a FAIL that comes before a call.
         self.last_error: BaseException | None = None
         # The admission of the dispatch now out (AdmitResponse.admission_id),
@@ -422,7 +458,7 @@ async def run_step(
             await _admitted(client, state, sleep)
         try:
             started = time.monotonic()
-            result = await step(params)
+            result = await _inside(state.criticality, step(params))
         except Exception as exc:
             state.failed(client._policy.leases)
             request = state.request(exc)
@@ -449,7 +485,7 @@ async def _admitted(
     refusals = 0
     while not (
         admission := await client._admit_step(
-            state.key, deadline=state.admit_deadline(), cost=o.cost
+            state.key, deadline=state.admit_deadline(), cost=o.cost, criticality=state.criticality
         )
     ).allowed:
         refusals += 1
@@ -493,7 +529,7 @@ def run_step_sync(
             _admitted_sync(client, state, wait)
         try:
             started = time.monotonic()
-            result = step(params)
+            result = _inside_sync(state.criticality, step, params)
         except Exception as exc:
             state.failed(client._policy.leases)
             request = state.request(exc)
@@ -517,7 +553,9 @@ def _admitted_sync(client: SquawkClient, state: _Attempts, wait: Callable[[float
     o = state.options
     refusals = 0
     while not (
-        admission := client._admit_step(state.key, deadline=state.admit_deadline(), cost=o.cost)
+        admission := client._admit_step(
+            state.key, deadline=state.admit_deadline(), cost=o.cost, criticality=state.criticality
+        )
     ).allowed:
         refusals += 1
         state.refused(admission, refusals)

@@ -2,7 +2,7 @@
 // runner's wait for the pod to admit a call to an upstream.
 import { durationFromMs, durationToMs, roundHalfEven } from "./duration";
 import type { Duration } from "./gen/google/protobuf/duration";
-import { Action, BreakerState, Reason, type AdmitResponse } from "./gen/squawk/v1/policy";
+import { Action, BreakerState, Reason, type AdmitResponse, type Criticality } from "./gen/squawk/v1/policy";
 import type { Admission, AdmitInput, CallOptions, Decision } from "./options";
 import { untilAborted, type Sleep } from "./wait";
 
@@ -100,6 +100,8 @@ export interface Gate {
   readonly profile: string;
   /** The step's estimated cost in the upstream's token units, sent with Admit (0 = unknown). */
   readonly cost: number;
+  /** The step's criticality, sent with Admit (undefined = unset, read as CRITICAL). */
+  readonly criticality: Criticality | undefined;
   /** Refusals in a row that may be waited out: the attempt budget. */
   readonly budget: number;
   /** The ms left of the step's deadline, or undefined without one. */
@@ -141,7 +143,7 @@ function refused(admission: Admission, explanation: string, reason = admission.r
   };
 }
 
-/** What Admit is asked for one dispatch: the names, the deadline left (capped at a day) and the estimated cost. */
+/** What Admit is asked for one dispatch: the names, the deadline left (capped at a day), the estimated cost and the criticality. */
 function admitInput(gate: Gate): AdmitInput {
   const left = gate.deadlineLeftMs();
   return {
@@ -152,6 +154,7 @@ function admitInput(gate: Gate): AdmitInput {
     // accepts: no pacer wait comes near a day.
     ...(left === undefined ? {} : { deadline: durationFromMs(Math.min(left, MAX_ADMIT_DEADLINE_MS)) }),
     ...(gate.cost > 0 ? { cost: gate.cost } : {}),
+    ...(gate.criticality === undefined ? {} : { criticality: gate.criticality }),
   };
 }
 

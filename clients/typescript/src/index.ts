@@ -28,13 +28,21 @@ export { type BackoffConfig } from "./backoff";
 export { durationFromMs, durationToMs } from "./duration";
 export { StepError, type HeaderSource, type ResponseLike, type StepErrorInit } from "./steperror";
 export { type ErrorInfo, type Tier } from "./hooks";
-export { runStep, StepFailedError, type DecisionSource, type RunStepOptions, type StepContext } from "./runner";
+export {
+  criticality,
+  runStep,
+  StepFailedError,
+  type DecisionSource,
+  type RunStepOptions,
+  type StepContext,
+} from "./runner";
 export { sleep, type Sleep } from "./wait";
 export { squawkFetch, type FetchFunction, type SquawkFetch, type SquawkFetchOptions } from "./fetch";
 export {
   Action,
   AnalysisSource,
   BreakerState,
+  Criticality,
   ErrorCategory,
   PaceSource,
   Reason,

@@ -1,9 +1,10 @@
 // runStep: run a step, and after each failure ask the policy what to do.
+import { AsyncLocalStorage } from "node:async_hooks";
 import { awaitAdmission, type Gate } from "./admission";
 import { durationFromMs, durationToMs } from "./duration";
 import { SquawkInputError } from "./errors";
 import type { FallbackProfile } from "./fallback";
-import { Action, DecideRetryRequest } from "./gen/squawk/v1/policy";
+import { Action, Criticality, DecideRetryRequest } from "./gen/squawk/v1/policy";
 import { override, tierOf, type ErrorInfo, type Tier } from "./hooks";
 import type {
   Admission,
@@ -100,6 +101,15 @@ export interface RunStepOptions<P, R = unknown> {
    */
   readonly cost?: number;
   /**
+   * How much the step matters when the upstream's pace cannot serve every
+   * call: sent with each Admit, where the lower levels are given shorter
+   * waits, so shed first. Unset (or CRITICALITY_UNSPECIFIED): the
+   * criticality of the step this one runs inside (see `criticality()`),
+   * else CRITICAL. The step function runs with it, so the steps it runs
+   * inherit it.
+   */
+  readonly criticality?: Criticality;
+  /**
    * The real cost of a successful call, read from its result, reported
    * instead of `cost`. An answer that is not a finite number from 0 to 1e9
    * (or a hook that throws) reports `cost` instead: the step's result stands.
@@ -131,6 +141,10 @@ export interface RunStepOptions<P, R = unknown> {
   readonly now?: () => number;
 }
 
+const KNOWN_CRITICALITIES: ReadonlySet<unknown> = new Set(
+  Object.values(Criticality).filter((level) => level !== Criticality.UNRECOGNIZED),
+);
+
 /** Budgets the wire cannot carry, refused before the step runs; named as on the wire (squawkFetch checks its own with it). */
 export function validate<P, R>(options: RunStepOptions<P, R>): void {
   const { maxAttempts, maxValidationRetries, deadlineMs, cost } = options;
@@ -150,12 +164,34 @@ export function validate<P, R>(options: RunStepOptions<P, R>): void {
   if (cost !== undefined && !validCost(cost)) {
     throw new SquawkInputError("cost", `cost: must be a finite number from 0 to ${MAX_COST} when set, got ${cost}`);
   }
+  const { criticality: level } = options;
+  // The daemon refuses a level it does not know; refused here, before the step runs.
+  if (level !== undefined && !KNOWN_CRITICALITIES.has(level)) {
+    throw new SquawkInputError("criticality", `criticality: must be one of Criticality's values when set, got ${String(level)}`);
+  }
   for (const field of ["capability", "upstream", "profile"] as const) {
     const value: unknown = options[field];
     if (value !== undefined && typeof value !== "string") {
       throw new SquawkInputError(field, `${field}: must be a string when set, got ${typeof value}`);
     }
   }
+}
+
+/**
+ * The criticality of the step running now, in whose store the runner runs
+ * each step function: an async context, so it follows the step's awaits,
+ * timers and promises, and the steps they run, and never leaks to a
+ * concurrent step.
+ */
+const runningCriticality = new AsyncLocalStorage<Criticality>();
+
+/**
+ * The criticality of the step running now: its `criticality` option, or the
+ * one it inherited from the step it runs inside; undefined outside any step
+ * that named one.
+ */
+export function criticality(): Criticality | undefined {
+  return runningCriticality.getStore();
 }
 
 /** The largest cost Admit and ReportOutcome accept (AdmitRequest.cost, Outcome.cost). */
@@ -247,9 +283,9 @@ async function reportSuccess(
  * Options out of range are a SquawkInputError before the step runs.
  *
  * With `options.upstream` set, each dispatch (the first, and every resend)
- * waits for the pod's admission first (Admit carries the deadline left and
- * `options.cost`), then the pacer's wait, and each success is reported with
- * the step's latency, cost and rate-limit headers (see RunStepOptions:
+ * waits for the pod's admission first (Admit carries the deadline left,
+ * `options.cost` and the step's criticality), then the pacer's wait, and
+ * each success is reported with the step's latency, cost and rate-limit headers (see RunStepOptions:
  * upstream, costOf, headersOf). A saturated
  * upstream, or a paced start past the deadline, ends the step at once with
  * REASON_UPSTREAM_SATURATED.
@@ -272,10 +308,20 @@ export async function runStep<P, R>(
   const upstream = options.upstream ?? "";
   const names = { upstream, capability: options.capability ?? "", profile: options.profile ?? "" };
   const cost = options.cost ?? 0;
+  const named = options.criticality === Criticality.CRITICALITY_UNSPECIFIED ? undefined : options.criticality;
   const gate: Gate | undefined =
     upstream === ""
       ? undefined
-      : { ...names, cost, admit: (input, o) => client.admit(input, o), budget, deadlineLeftMs, sleep: wait, signal };
+      : {
+          ...names,
+          cost,
+          criticality: named ?? criticality(),
+          admit: (input, o) => client.admit(input, o),
+          budget,
+          deadlineLeftMs,
+          sleep: wait,
+          signal,
+        };
   let attempt = 1;
   let correctionsUsed = 0;
   let error: unknown;
@@ -285,7 +331,9 @@ export async function runStep<P, R>(
     const admitted = gate === undefined ? undefined : await awaitAdmission(gate);
     if (admitted?.refusal !== undefined) throw new StepFailedError(admitted.refusal, calls - 1, error);
     const dispatchedAt = now();
-    const outcome = await settle(() => step(params, { attempt, correctionsUsed, signal }));
+    const call = (): Promise<R> => step(params, { attempt, correctionsUsed, signal });
+    // Unnamed, the level is the caller's store, already in effect here.
+    const outcome = await settle(() => (named === undefined ? call() : runningCriticality.run(named, call)));
     if (outcome.ok) {
       if (gate !== undefined) {
         const real = realCost(options.costOf, outcome.value, cost);

@@ -8,7 +8,15 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { Server, ServerCredentials, status, type ServiceError, type UntypedServiceImplementation } from "@grpc/grpc-js";
-import { AdmitRequest, AdmitResponse, Outcome as OutcomeMessage, PolicyServiceService, ReportOutcomeRequest } from "../src/gen/squawk/v1/policy";
+import {
+  AdmitRequest,
+  AdmitResponse,
+  Criticality,
+  criticalityFromJSON,
+  Outcome as OutcomeMessage,
+  PolicyServiceService,
+  ReportOutcomeRequest,
+} from "../src/gen/squawk/v1/policy";
 import {
   DecideRetryRequest,
   runStep,
@@ -100,6 +108,12 @@ function stepOptions(options: JsonObject | undefined): RunStepOptions<Params, Re
       case "deadline":
         out["deadlineMs"] = durationMs(parseDuration(String(value)));
         break;
+      case "criticality": {
+        const level = criticalityFromJSON(value);
+        assert.notEqual(level, Criticality.UNRECOGNIZED, `unknown criticality ${String(value)}`);
+        out[key] = level;
+        break;
+      }
       default:
         assert.fail(`unknown runner option ${key}`);
     }

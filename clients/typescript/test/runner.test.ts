@@ -3,9 +3,12 @@
 // runner-vectors.test against the daemon and the fallback.
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { setTimeout as delay } from "node:timers/promises";
 import {
   Action,
   BreakerState,
+  criticality,
+  Criticality,
   durationFromMs,
   durationToMs,
   Reason,
@@ -403,6 +406,9 @@ describe("runStep", () => {
     ["cost Infinity", { upstream: "llm", cost: Number.POSITIVE_INFINITY }, "cost"],
     ["cost over 1e9", { upstream: "llm", cost: 1e9 + 1 }, "cost"],
     ["a string cost", { upstream: "llm", cost: "7" }, "cost"],
+    ["a criticality by its short name", { criticality: "SHEDDABLE" }, "criticality"],
+    ["a numeric criticality", { criticality: 4 }, "criticality"],
+    ["criticality UNRECOGNIZED", { criticality: Criticality.UNRECOGNIZED }, "criticality"],
   ];
   for (const [name, options, field] of badOptions) {
     test(`${name} is refused before the step runs, naming ${field}`, async () => {
@@ -584,5 +590,84 @@ describe("runStep and the pacer", () => {
     await runStep(script, 0, async () => "ok", { upstream: "llm" });
     assert.equal(script.admits[0]?.cost, undefined);
     assert.equal(script.reports[0]?.outcomes[0]?.cost, 0);
+  });
+});
+
+describe("runStep's criticality", () => {
+  const { CRITICALITY_CRITICAL, CRITICALITY_SHEDDABLE, CRITICALITY_SHEDDABLE_PLUS } = Criticality;
+  /** Each Admit's upstream and criticality (undefined when none was sent). */
+  const sent = (script: Script): Array<[string | undefined, Criticality | undefined]> =>
+    script.admits.map((a) => [a.upstream, a.criticality]);
+
+  test("goes with every Admit of the step, resends included", async () => {
+    const script = new Script([RETRY(0)]);
+    let calls = 0;
+    const step = async (): Promise<string> => {
+      calls += 1;
+      if (calls === 1) throw new StepError("busy", { httpStatus: 503 });
+      return "ok";
+    };
+    await runStep(script, 0, step, { upstream: "a", criticality: CRITICALITY_SHEDDABLE });
+    assert.deepEqual(sent(script), [
+      ["a", CRITICALITY_SHEDDABLE],
+      ["a", CRITICALITY_SHEDDABLE],
+    ]);
+  });
+
+  test("a step inherits the level of the step it runs in, across awaits, unless it names its own", async () => {
+    const script = new Script([]);
+    const seen = await runStep(
+      script,
+      0,
+      async () => {
+        await delay(1);
+        await runStep(script, 0, async () => "ok", { upstream: "b" });
+        const levelAfterAwait = async (): Promise<Criticality | undefined> => {
+          await delay(1);
+          return criticality();
+        };
+        const own = await runStep(script, 0, levelAfterAwait, { upstream: "c", criticality: CRITICALITY_CRITICAL });
+        assert.equal(own, CRITICALITY_CRITICAL);
+        // Unnamed counts as unset: inherited too.
+        await runStep(script, 0, async () => "ok", { upstream: "d", criticality: Criticality.CRITICALITY_UNSPECIFIED });
+        await delay(1);
+        return criticality();
+      },
+      { upstream: "a", criticality: CRITICALITY_SHEDDABLE },
+    );
+    assert.equal(seen, CRITICALITY_SHEDDABLE);
+    assert.equal(criticality(), undefined, "outside every step again");
+    await runStep(script, 0, async () => "ok", { upstream: "e" });
+    assert.deepEqual(sent(script), [
+      ["a", CRITICALITY_SHEDDABLE],
+      ["b", CRITICALITY_SHEDDABLE],
+      ["c", CRITICALITY_CRITICAL],
+      ["d", CRITICALITY_SHEDDABLE],
+      ["e", undefined],
+    ]);
+    assert.ok(!("criticality" in (script.admits[4] ?? {})), "none named, none sent");
+  });
+
+  test("a step without an upstream still passes its level on; concurrent steps keep their own", async () => {
+    const script = new Script([]);
+    const nested = (upstream: string) => async (): Promise<Criticality | undefined> => {
+      await delay(1);
+      await runStep(script, 0, async () => "ok", { upstream });
+      return criticality();
+    };
+    const levels = await Promise.all([
+      runStep(script, 0, nested("x"), { criticality: CRITICALITY_SHEDDABLE }),
+      runStep(script, 0, nested("y"), { criticality: CRITICALITY_SHEDDABLE_PLUS }),
+      runStep(script, 0, nested("z")),
+    ]);
+    assert.deepEqual(levels, [CRITICALITY_SHEDDABLE, CRITICALITY_SHEDDABLE_PLUS, undefined]);
+    assert.deepEqual(
+      sent(script).sort(([a], [b]) => String(a).localeCompare(String(b))),
+      [
+        ["x", CRITICALITY_SHEDDABLE],
+        ["y", CRITICALITY_SHEDDABLE_PLUS],
+        ["z", undefined],
+      ],
+    );
   });
 });

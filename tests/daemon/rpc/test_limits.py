@@ -83,6 +83,12 @@ REFUSED: list[tuple[str, str, object, str]] = [
     ("deadline with mixed signs", "DecideRetry", _deadline(1, -5), "deadline:"),
     ("attempt 0", "DecideRetry", pb.DecideRetryRequest(attempt=0), "attempt:"),
     (
+        "a criticality squawk.v1 does not define",
+        "Admit",
+        pb.AdmitRequest(upstream="u", criticality=9),  # type: ignore[arg-type]
+        "criticality:",
+    ),
+    (
         "an unknown profile of 1 MB",
         "Classify",
         pb.ClassifyRequest(profile="p" * 1_000_000),

@@ -706,3 +706,17 @@ def test_a_full_cap_refuses_in_flight_cap_and_counts_it(paced: tuple[Daemon, Stu
     assert (row.concurrency_limit, row.in_flight) == (1, 1)
     labels = '{profile="capped",upstream="one-key"}'
     assert scrape(port)[f"squawk_admit_cap_full_total{labels}"] == 2
+
+
+def test_a_sheddable_call_is_refused_at_a_shorter_wait(paced: tuple[Daemon, Stub, int]) -> None:
+    # rate 5 (a slot of 200 ms), the queue's limit 1 s: a SHEDDABLE call may
+    # wait a quarter of it (250 ms), so the third is refused; a CRITICAL call
+    # behind them waits 400 ms and is admitted.
+    _, stub, _ = paced
+    sheddable = [
+        _paced_admit(stub, "levels", criticality=pb.CRITICALITY_SHEDDABLE) for _ in range(3)
+    ]
+    assert [a.allowed for a in sheddable] == [True, True, False]
+    assert sheddable[2].reason == pb.REASON_UPSTREAM_SATURATED
+    critical = _paced_admit(stub, "levels")
+    assert critical.allowed and 300 <= critical.wait.ToMilliseconds() <= 400

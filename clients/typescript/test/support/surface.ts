@@ -13,6 +13,7 @@ export const PUBLIC_VALUES: readonly string[] = [
   "OUTCOME_BATCH_SIZE",
   // the step runner
   "runStep",
+  "criticality",
   "sleep",
   "StepError",
   "StepFailedError",
@@ -26,6 +27,7 @@ export const PUBLIC_VALUES: readonly string[] = [
   "Action",
   "AnalysisSource",
   "BreakerState",
+  "Criticality",
   "ErrorCategory",
   "PaceSource",
   "Reason",

@@ -43,7 +43,7 @@ from .shed import Shed, ShedCause
 from .short_queue import CODEL_INTERVAL, CODEL_TARGET, SHORT_SLOTS, Queue
 from .spacing import NO_RATES, Rates, Spacing
 from .timing import seconds, time_left
-from .types import PaceSource
+from .types import Criticality, PaceSource
 
 __all__ = [
     "BETA",
@@ -136,6 +136,7 @@ def pace(
     rng: random.Random | None = None,
     share: float = 1.0,
     max_hold: timedelta = MAX_HOLD,
+    criticality: Criticality = Criticality.CRITICAL,
 ) -> tuple[Pacer, Pace]:
     """(pacer, pace): when one call (or `permits` calls) may start.
 
@@ -146,7 +147,8 @@ def pace(
     `cost`: the call's estimated token units (0 = unknown: the mean of the
     real costs seen stands in). `deadline`: the time left before the
     step's deadline; None = none. `permits` > 1 is granted (up to
-    MAX_PERMITS) only when nothing paces. `rng` jitters a refusal's
+    MAX_PERMITS) only when nothing paces. `criticality`: how long a wait
+    the call may be given (`_longest`): the lower levels are shed first. `rng` jitters a refusal's
     retry_after (None: the exact time). The caller bounds the inputs
     (squawk.policy.upstream.admit checks them).
     """
@@ -204,6 +206,8 @@ def pace(
     queue, longest = short_queue.arrive(
         pacer.queue, now, wait_s, start <= now, slot, config._max_wait_s
     )
+    if criticality is not Criticality.CRITICAL:
+        longest = _longest(criticality, longest, config._max_wait_s)
     if wait and ((deadline is not None and wait >= deadline) or wait_s > longest):
         queue, left = short_queue.refuse(queue, now, start, slot)
         left_s = None if deadline is None else seconds(deadline)
@@ -289,6 +293,21 @@ def observe(
     ):
         return pacer
     return Pacer(spaced, pacer.queue, quota, learned, limit, slots)
+
+
+# The share of the queue's limit in force a call of each level may wait
+# (CRITICAL_PLUS: the whole max_queue_delay, even while the short queue is
+# on). A sheddable call is refused at a shorter wait than a critical one, so
+# under overload the queue holds critical calls and a critical call arriving
+# waits behind at most a sheddable call's share: Google's criticality
+# shedding (the SRE book, "Handling Overload"), as a limit per level.
+_QUEUE_SHARE = {Criticality.SHEDDABLE_PLUS: 0.5, Criticality.SHEDDABLE: 0.25}
+
+
+def _longest(criticality: Criticality, longest: float, max_wait: float) -> float:
+    if criticality is Criticality.CRITICAL_PLUS:
+        return max_wait
+    return longest * _QUEUE_SHARE[criticality]
 
 
 def _declared(pacer: Pacer, now: float) -> Pacer:

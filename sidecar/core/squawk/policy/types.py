@@ -19,6 +19,7 @@ __all__ = [
     "BreakerState",
     "Category",
     "Classification",
+    "Criticality",
     "Decision",
     "Failure",
     "PaceSource",
@@ -78,6 +79,16 @@ class BreakerState(enum.IntEnum):
     CLOSED = 1
     OPEN = 2
     HALF_OPEN = 3
+
+
+class Criticality(enum.IntEnum):
+    """How much a call matters when the pod cannot serve every call: the
+    lower levels are shed first (squawk.v1 Criticality)."""
+
+    CRITICAL_PLUS = 1
+    CRITICAL = 2
+    SHEDDABLE_PLUS = 3
+    SHEDDABLE = 4
 
 
 class PaceSource(enum.IntEnum):

@@ -74,7 +74,7 @@ from .ratelimit import RateLimitHint
 from .retry_budget import Budget, RatioBudgetConfig, RetryBudgetConfig
 from .shed import Shed, ShedCause
 from .timing import time_left
-from .types import BreakerState, PaceSource, PolicyInputError, Reason
+from .types import BreakerState, Criticality, PaceSource, PolicyInputError, Reason
 
 __all__ = [
     "CLOSED_AFTER",
@@ -197,6 +197,7 @@ def admit(
     cost: float = 0.0,
     permits: int = 1,
     share: float = 1.0,
+    criticality: Criticality = Criticality.CRITICAL,
 ) -> tuple[UpstreamState, Admission]:
     """(state, admission): whether (and when) a call may go to the upstream.
 
@@ -206,7 +207,8 @@ def admit(
     the caller asks to start with this one answer (1..MAX_PERMITS); more
     than one is granted only when nothing limits the upstream. `share`:
     the fraction of the upstream's declared or announced rate this pod may
-    use (squawk.policy.fleet.share).
+    use (squawk.policy.fleet.share). `criticality`: how much the call
+    matters when the pace cannot serve every call (squawk.policy.pacer).
     Raises PolicyInputError naming the field for a value out of bounds.
     """
     check_cost("cost", cost)
@@ -241,6 +243,7 @@ def admit(
         rng=rng,
         share=share,
         max_hold=config.max_cool_down,
+        criticality=criticality,
     )
     if not paced.allowed:
         # A probe the pacer refuses takes no probe slot: the round would

@@ -15,6 +15,7 @@ from squawk.policy import (
     AttemptState,
     BreakerState,
     Classification,
+    Criticality,
     Decision,
     Failure,
     Outcome,
@@ -261,11 +262,13 @@ def rate_limited(headers: Mapping[str, str]) -> bool:
 
 class AdmitArgs(NamedTuple):
     """What an Admit asks beyond its names: the step's deadline (None =
-    none), the estimated cost (0 = unknown) and the permits (1 or more)."""
+    none), the estimated cost (0 = unknown), the permits (1 or more) and
+    the call's criticality."""
 
     deadline: timedelta | None
     cost: float
     permits: int
+    criticality: Criticality = Criticality.CRITICAL
 
 
 # The arguments of an Admit that sends none of them: read without a lookup.
@@ -276,15 +279,28 @@ def admit_args(request: pb.AdmitRequest) -> AdmitArgs:
     """Admit's deadline, cost and permits, checked: a value past its bound
     (squawk.policy.limits) is refused with a PolicyInputError naming it."""
     has_deadline = request.HasField("deadline")
-    cost, permits = request.cost, request.permits
-    if not has_deadline and cost == 0.0 and 0 <= permits <= 1:
+    cost, permits, level = request.cost, request.permits, request.criticality
+    if not has_deadline and cost == 0.0 and 0 <= permits <= 1 and not level:
         return NO_ADMIT_ARGS
     deadline = None
     if has_deadline:
         deadline = _bounded("deadline", request.deadline.seconds, request.deadline.nanos)
     check_cost("cost", cost)
     check_count("permits", permits, 0, MAX_PERMITS)
-    return AdmitArgs(deadline, cost, permits or 1)
+    return AdmitArgs(deadline, cost, permits or 1, _criticality(level))
+
+
+def _criticality(value: int) -> Criticality:
+    """AdmitRequest.criticality: unset is CRITICAL; a value squawk.v1 does
+    not define is refused, naming the field."""
+    if not value:
+        return Criticality.CRITICAL
+    try:
+        return Criticality(value)
+    except ValueError:
+        raise PolicyInputError(
+            "criticality", f"must be one of 0..{max(Criticality)}, got {value}"
+        ) from None
 
 
 def _bounded(field: str, seconds: int, nanos: int) -> timedelta:

@@ -508,6 +508,88 @@ export function reasonToNumber(object: Reason): number {
   }
 }
 
+/**
+ * Criticality is how much a call matters when the pod cannot serve every
+ * call to an upstream: Google's four levels (the SRE book, "Handling
+ * Overload"), propagated with the request. The lower levels are shed first.
+ */
+export enum Criticality {
+  /** CRITICALITY_UNSPECIFIED - Not set: read as CRITICAL. */
+  CRITICALITY_UNSPECIFIED = "CRITICALITY_UNSPECIFIED",
+  /**
+   * CRITICALITY_CRITICAL_PLUS - Shed last: waits up to the queue's whole limit (max_queue_delay) even
+   * while the pod keeps its queue short against a sustained overload.
+   */
+  CRITICALITY_CRITICAL_PLUS = "CRITICALITY_CRITICAL_PLUS",
+  /** CRITICALITY_CRITICAL - The default: waits up to the queue's limit in force. */
+  CRITICALITY_CRITICAL = "CRITICALITY_CRITICAL",
+  /** CRITICALITY_SHEDDABLE_PLUS - Waits up to half the queue's limit in force. */
+  CRITICALITY_SHEDDABLE_PLUS = "CRITICALITY_SHEDDABLE_PLUS",
+  /** CRITICALITY_SHEDDABLE - Shed first: waits up to a quarter of the queue's limit in force. */
+  CRITICALITY_SHEDDABLE = "CRITICALITY_SHEDDABLE",
+  UNRECOGNIZED = "UNRECOGNIZED",
+}
+
+export function criticalityFromJSON(object: any): Criticality {
+  switch (object) {
+    case 0:
+    case "CRITICALITY_UNSPECIFIED":
+      return Criticality.CRITICALITY_UNSPECIFIED;
+    case 1:
+    case "CRITICALITY_CRITICAL_PLUS":
+      return Criticality.CRITICALITY_CRITICAL_PLUS;
+    case 2:
+    case "CRITICALITY_CRITICAL":
+      return Criticality.CRITICALITY_CRITICAL;
+    case 3:
+    case "CRITICALITY_SHEDDABLE_PLUS":
+      return Criticality.CRITICALITY_SHEDDABLE_PLUS;
+    case 4:
+    case "CRITICALITY_SHEDDABLE":
+      return Criticality.CRITICALITY_SHEDDABLE;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return Criticality.UNRECOGNIZED;
+  }
+}
+
+export function criticalityToJSON(object: Criticality): string {
+  switch (object) {
+    case Criticality.CRITICALITY_UNSPECIFIED:
+      return "CRITICALITY_UNSPECIFIED";
+    case Criticality.CRITICALITY_CRITICAL_PLUS:
+      return "CRITICALITY_CRITICAL_PLUS";
+    case Criticality.CRITICALITY_CRITICAL:
+      return "CRITICALITY_CRITICAL";
+    case Criticality.CRITICALITY_SHEDDABLE_PLUS:
+      return "CRITICALITY_SHEDDABLE_PLUS";
+    case Criticality.CRITICALITY_SHEDDABLE:
+      return "CRITICALITY_SHEDDABLE";
+    case Criticality.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+export function criticalityToNumber(object: Criticality): number {
+  switch (object) {
+    case Criticality.CRITICALITY_UNSPECIFIED:
+      return 0;
+    case Criticality.CRITICALITY_CRITICAL_PLUS:
+      return 1;
+    case Criticality.CRITICALITY_CRITICAL:
+      return 2;
+    case Criticality.CRITICALITY_SHEDDABLE_PLUS:
+      return 3;
+    case Criticality.CRITICALITY_SHEDDABLE:
+      return 4;
+    case Criticality.UNRECOGNIZED:
+    default:
+      return -1;
+  }
+}
+
 /** PaceSource says where an upstream's pace comes from (see UpstreamState). */
 export enum PaceSource {
   /** PACE_SOURCE_UNSPECIFIED - Not set; the daemon always sets one of the others. */
@@ -1313,6 +1395,14 @@ export interface AdmitRequest {
    * one; at most 100.
    */
   permits: number;
+  /**
+   * How much the call matters when the upstream's pace cannot serve every
+   * call: the lower the level, the shorter the wait it may be given before
+   * it is refused REASON_UPSTREAM_SATURATED, so its calls are shed before
+   * those of a higher level, which then find the queue short. Optional;
+   * unset = CRITICAL. An unknown value is refused with INVALID_ARGUMENT.
+   */
+  criticality: Criticality;
 }
 
 /** AdmitResponse is the pod's answer for one dispatch. */
@@ -4103,7 +4193,15 @@ export const CheckDispatchResponse: MessageFns<CheckDispatchResponse> = {
 };
 
 function createBaseAdmitRequest(): AdmitRequest {
-  return { upstream: "", capability: "", profile: "", deadline: undefined, cost: 0, permits: 0 };
+  return {
+    upstream: "",
+    capability: "",
+    profile: "",
+    deadline: undefined,
+    cost: 0,
+    permits: 0,
+    criticality: Criticality.CRITICALITY_UNSPECIFIED,
+  };
 }
 
 export const AdmitRequest: MessageFns<AdmitRequest> = {
@@ -4125,6 +4223,9 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
     }
     if (message.permits !== 0) {
       writer.uint32(48).int32(message.permits);
+    }
+    if (message.criticality !== Criticality.CRITICALITY_UNSPECIFIED) {
+      writer.uint32(56).int32(criticalityToNumber(message.criticality));
     }
     return writer;
   },
@@ -4190,6 +4291,14 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
             message.permits = reader.int32();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.criticality = criticalityFromJSON(reader.int32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4210,6 +4319,9 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
       deadline: isSet(object.deadline) ? Duration.fromJSON(object.deadline) : undefined,
       cost: isSet(object.cost) ? globalThis.Number(object.cost) : 0,
       permits: isSet(object.permits) ? globalThis.Number(object.permits) : 0,
+      criticality: isSet(object.criticality)
+        ? criticalityFromJSON(object.criticality)
+        : Criticality.CRITICALITY_UNSPECIFIED,
     };
   },
 
@@ -4233,6 +4345,9 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
     if (message.permits !== 0) {
       obj.permits = Math.round(message.permits);
     }
+    if (message.criticality !== Criticality.CRITICALITY_UNSPECIFIED) {
+      obj.criticality = criticalityToJSON(message.criticality);
+    }
     return obj;
   },
 
@@ -4249,6 +4364,7 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
       : undefined;
     message.cost = object.cost ?? 0;
     message.permits = object.permits ?? 0;
+    message.criticality = object.criticality ?? Criticality.CRITICALITY_UNSPECIFIED;
     return message;
   },
 };

@@ -74,6 +74,11 @@ def admission_fields(
         "squawk.pace.rate": round(pace[1], 3),
         "squawk.admit.permits": reply.permits,
     }
+    if request.criticality:
+        # Checked before the span is built (squawk.wire.admit_args).
+        fields["squawk.admit.criticality"] = pb.Criticality.Name(
+            request.criticality
+        ).removeprefix("CRITICALITY_")
     if state is not None:
         fields["squawk.state"] = str(state)
     return fields

@@ -153,7 +153,9 @@ class FleetStore(PodStore):
         if view is not None and state_at(view, now) is not BreakerState.CLOSED:
             permits = 1
         share = self._share(tracked, now)
-        local = self.upstreams.admit(profile, upstream, args.deadline, args.cost, permits, share)
+        local = self.upstreams.admit(
+            profile, upstream, args.deadline, args.cost, permits, share, args.criticality
+        )
         if tracked is not None:
             tracked.delta = asked(tracked.delta, local)
         if not local.allowed or tracked is None:

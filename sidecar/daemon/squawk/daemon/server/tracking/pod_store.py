@@ -56,8 +56,13 @@ class PodStore:
         upstream: str,
         args: AdmitArgs = NO_ADMIT_ARGS,
     ) -> tuple[Admission, Source | None]:
-        """`args`: the call's deadline, cost and permits (squawk.wire.admit_args)."""
-        return self.upstreams.admit(profile, upstream, *args), None
+        """`args`: the call's deadline, cost, permits and criticality
+        (squawk.wire.admit_args)."""
+        deadline, cost, permits, criticality = args
+        admission = self.upstreams.admit(
+            profile, upstream, deadline, cost, permits, criticality=criticality
+        )
+        return admission, None
 
     async def after_failure(
         self,

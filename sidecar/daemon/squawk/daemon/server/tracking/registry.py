@@ -58,6 +58,7 @@ from typing import NamedTuple
 from squawk.policy import (
     Admission,
     BreakerState,
+    Criticality,
     Decision,
     Outcome,
     PaceSource,
@@ -340,10 +341,11 @@ class Upstreams:
         cost: float = 0.0,
         permits: int = 1,
         share: float = 1.0,
+        criticality: Criticality = Criticality.CRITICAL,
     ) -> Admission:
         """The core's admit() on the key's state: `deadline` (time left of
-        the step; None = none), `cost` (estimated token units), `permits`
-        and `share` as squawk.policy.upstream.admit reads them."""
+        the step; None = none), `cost` (estimated token units), `permits`,
+        `share` and `criticality` as squawk.policy.upstream.admit reads them."""
         now = self._clock()
         key = (profile.name, upstream)
         config = profile.for_upstream(upstream)
@@ -359,6 +361,7 @@ class Upstreams:
                 deadline=deadline,
                 cost=cost,
                 permits=permits,
+                criticality=criticality,
             )
             self._overflow[profile.name] = state
             return admission
@@ -371,6 +374,7 @@ class Upstreams:
             cost=cost,
             permits=permits,
             share=share,
+            criticality=criticality,
         )
         self._store(key, entry, state, now)
         if admission.wait:
