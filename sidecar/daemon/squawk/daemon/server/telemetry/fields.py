@@ -76,9 +76,9 @@ def admission_fields(
     }
     if request.criticality:
         # Checked before the span is built (squawk.wire.admit_args).
-        fields["squawk.admit.criticality"] = pb.Criticality.Name(
-            request.criticality
-        ).removeprefix("CRITICALITY_")
+        fields["squawk.admit.criticality"] = pb.Criticality.Name(request.criticality).removeprefix(
+            "CRITICALITY_"
+        )
     if state is not None:
         fields["squawk.state"] = str(state)
     return fields
