@@ -9,7 +9,12 @@ too late: admission fails open), never one the pod admitted past the cap."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+# bench/ is a folder at the repository's root, not an installed package,
+# and pytest puts only tests/ on the import path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import capped
 from squawk.daemon.config import parse_config

@@ -8,7 +8,12 @@ at this low rate) and that the figures add up."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+# bench/ is a folder at the repository's root, not an installed package,
+# and pytest puts only tests/ on the import path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import paced
 from squawk.daemon.config import parse_config
