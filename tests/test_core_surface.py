@@ -35,6 +35,7 @@ def test_the_public_names_are_pinned() -> None:
             "BreakerState",
             "Category",
             "Classification",
+            "Criticality",
             "Decision",
             "Failure",
             "FleetAnswer",
