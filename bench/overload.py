@@ -5,13 +5,19 @@ One daemon (the bench policy) and, for each N of --callers, N callers per
 RPC in closed loops at once: Admit, ReportOutcome (100 outcomes a report)
 and DecideRetry (the distinct corpus), each call with the clients' default
 50 ms deadline, as the hostile audit of issue 34 drove it; beside them a
-health check every 20 ms. For each N, per RPC: the calls decided in time
-per second (answered OK before the deadline), the calls answered "not
-decided" (RESOURCE_EXHAUSTED: shed), the calls that got no answer before
-their deadline (DEADLINE_EXCEEDED, or CANCELLED, at the caller); and the
-health checks' p99. Issue 34's goals: decided in time per second never below 80 % of its
-peak over N; at least 99 % of calls answered (decided or not) before the
-deadline; health p99 <= 100 ms.
+health check every 20 ms. The callers behave as executors with the
+clients do: each call passes the clients' throttle (docs/clients/README.md,
+"Client-side throttling"; the Go client's), and a caller told "not
+decided" goes on with its step on the fallback, so it asks again no sooner
+than its call's deadline after it began. For each N, per RPC: the calls
+decided in time per second (answered OK before the deadline), the calls
+answered "not decided" (RESOURCE_EXHAUSTED: shed by the daemon, or not sent
+by the client's throttle), the calls that got no answer before their
+deadline (DEADLINE_EXCEEDED, or CANCELLED, at the caller); and the health
+checks' p99. Beside them, the same callers without the throttle, on a
+fresh daemon: the run's baseline. Issue 34's goals: decided in time per
+second never below 80 % of its peak over N; at least 99 % of calls answered
+(decided or not) before the deadline; health p99 <= 100 ms.
 
 Beside each N, the same callers drive the Python echo floor
 (bench/echo_server.py: a bare grpc.aio server with the daemon's options
@@ -108,10 +114,12 @@ def measure(
     seconds: float,
     *,
     floor: bool = False,
+    throttled: bool = True,
 ) -> dict[str, Any]:
     """One N: the three loops at once and the health checks beside them;
     `floor`: against the echo floor (every loop on its Echo method, no
-    health checks: it serves none)."""
+    health checks: it serves none); `throttled`: each call through the
+    clients' throttle (the Go client's), as every client sends them."""
     gens: dict[str, subprocess.Popen[str]] = {}
     for rpc in RPCS:
         gens[rpc] = subprocess.Popen(
@@ -126,6 +134,8 @@ def measure(
                 "-warmup=1s",
                 f"-duration={seconds}s",
                 f"-timeout={DEADLINE_MS}ms",
+                "-rest",
+                *(["-throttle"] if throttled else []),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -144,15 +154,18 @@ def measure(
             window = result["window_s"] or seconds
             codes: dict[str, int] = result["codes"]
             decided = result["calls"]
-            # Go's names of the codes: a shed is the daemon's "not decided";
-            # any other failure (DeadlineExceeded, Canceled) is no answer.
+            # Go's names of the codes: a shed is the daemon's "not decided",
+            # NotSent the client's own (its throttle); any other failure
+            # (DeadlineExceeded, Canceled) is no answer.
             shed = codes.get("ResourceExhausted", 0)
-            late = result["errors"] - shed
+            not_sent = codes.get("NotSent", 0)
+            late = result["errors"] - shed - not_sent
             total = decided + result["errors"]
             rows[rpc] = {
                 "decided_per_s": decided / window,
                 "shed_per_s": shed / window,
-                "answered_share": (decided + shed) / total if total else None,
+                "not_sent_per_s": not_sent / window,
+                "answered_share": (decided + shed + not_sent) / total if total else None,
                 "late_share": late / total if total else None,
                 "codes": codes,
                 "p99_ms": result["p99_ms"],
@@ -181,7 +194,8 @@ def measure(
 def render(rows: list[dict[str, Any]]) -> str:
     peak = max((r["decided_per_s"] for r in rows), default=0.0)
     lines = [
-        "callers/RPC  decided/s  of peak  answered  health p99 ms"
+        "callers/RPC  decided/s  of peak  answered  not sent/s  health p99 ms"
+        + "  unthrottled decided/s  unthrottled answered"
         + "  floor answered/s  floor answered  "
         + "  ".join(f"{rpc} decided/s shed/s late" for rpc in RPCS)
     ]
@@ -191,9 +205,12 @@ def render(rows: list[dict[str, Any]]) -> str:
             f" {100 * (r['rpcs'][rpc]['late_share'] or 0):.1f}%"
             for rpc in RPCS
         )
+        not_sent = sum(f["not_sent_per_s"] for f in r["rpcs"].values())
+        bare = r["unthrottled"]
         lines.append(
             f"{r['callers']:11}  {r['decided_per_s']:9.0f}  {r['decided_per_s'] / peak:7.0%}"
-            f"  {r['answered_share']:8.1%}  {r['health_p99_ms']:13.1f}"
+            f"  {r['answered_share']:8.1%}  {not_sent:10.0f}  {r['health_p99_ms']:13.1f}"
+            f"  {bare['decided_per_s']:21.0f}  {bare['answered_share']:20.1%}"
             f"  {r['floor']['decided_per_s']:16.0f}  {r['floor']['answered_share']:14.1%}  {per}"
         )
     return "\n".join(lines)
@@ -223,12 +240,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 daemon = procs.start("squawk", argv_, clean_env(), cwd=ROOT)
                 _wait_serving(address, daemon.alive)
                 row = measure(args.loadgen, address, files, n, args.seconds)
+            # The same callers without the throttle, the baseline of the run.
+            with Processes(Path(tmp)) as procs:
+                address = f"127.0.0.1:{free_port()}"
+                argv_ = command(SQUAWK, address, f"127.0.0.1:{free_port()}")
+                daemon = procs.start("squawk", argv_, clean_env(), cwd=ROOT)
+                _wait_serving(address, daemon.alive)
+                row["unthrottled"] = measure(
+                    args.loadgen, address, files, n, args.seconds, throttled=False
+                )
             with Processes(Path(tmp)) as procs:
                 address = f"127.0.0.1:{free_port()}"
                 echo = [sys.executable, "-m", "bench.echo_server", "--listen", address]
                 floor = procs.start("echo-py", echo, clean_env(), cwd=ROOT)
                 _wait_serving(address, floor.alive, ECHO_METHOD)
-                row["floor"] = measure(args.loadgen, address, files, n, args.seconds, floor=True)
+                row["floor"] = measure(
+                    args.loadgen, address, files, n, args.seconds, floor=True, throttled=False
+                )
             rows.append(row)
             print(render(rows).splitlines()[-1], flush=True)
     print(render(rows))

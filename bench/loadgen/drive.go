@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,9 +34,16 @@ type tally struct {
 
 func newTally() *tally { return &tally{codes: map[string]int{}, messages: map[string]string{}} }
 
+// notSent names, among the codes, the calls the client-side throttle
+// refused without sending (a RESOURCE_EXHAUSTED of the client's own).
+const notSent = "NotSent"
+
 func (t *tally) fail(err error) {
 	t.errors.Add(1)
 	code := status.Code(err).String()
+	if strings.HasPrefix(status.Convert(err).Message(), "squawk: not sent:") {
+		code = notSent
+	}
 	t.mu.Lock()
 	t.codes[code]++
 	if _, seen := t.messages[code]; !seen {
@@ -50,6 +58,10 @@ type caller struct {
 	method   string
 	payloads [][]byte
 	timeout  time.Duration
+	// rest: an executor told "not decided" goes on with its step on the
+	// fallback, so it asks again no sooner than a call with no answer at
+	// all would have let it (the call's deadline after it began).
+	rest bool
 }
 
 func (c *caller) call(n int) error {
@@ -75,6 +87,8 @@ func closedLoop(c *caller, cfg config, marks *marker) (*tally, time.Duration) {
 				err := c.call(n)
 				if err == nil {
 					t.answered.Add(1)
+				} else if c.rest {
+					time.Sleep(time.Until(start.Add(c.timeout)))
 				}
 				if phase.Load() != measuring {
 					continue

@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/squawk-dev/squawk/bench/internal/raw"
+	squawk "github.com/squawk-dev/squawk/clients/go"
 )
 
 type config struct {
@@ -53,6 +54,8 @@ type config struct {
 	duration    time.Duration
 	timeout     time.Duration
 	maxInflight int
+	throttle    bool
+	rest        bool
 }
 
 type result struct {
@@ -119,6 +122,8 @@ func parseFlags() (config, error) {
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measurement window")
 	flag.DurationVar(&cfg.timeout, "timeout", 10*time.Second, "deadline of each call")
 	flag.IntVar(&cfg.maxInflight, "max-inflight", 2048, "cap on calls in flight, open loop")
+	flag.BoolVar(&cfg.throttle, "throttle", false, "pass each call through the Go client's client-side throttle")
+	flag.BoolVar(&cfg.rest, "rest", false, "closed loop: after a call not decided, wait out the rest of its deadline before the next")
 	flag.Parse()
 	switch {
 	case cfg.target == "" || cfg.method == "" || (len(cfg.payloads) == 0 && cfg.corpus == ""):
@@ -142,10 +147,16 @@ func dial(cfg config) ([]*grpc.ClientConn, error) {
 	defer cancel()
 	conns := make([]*grpc.ClientConn, 0, cfg.conns)
 	for range cfg.conns {
-		conn, err := grpc.NewClient(cfg.target,
+		opts := []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(raw.Codec{})),
-		)
+		}
+		if cfg.throttle {
+			// The clients' own rule, from the Go client: one throttle per
+			// connection, as each executor's client has its own.
+			opts = append(opts, grpc.WithChainUnaryInterceptor(squawk.ThrottleInterceptor()))
+		}
+		conn, err := grpc.NewClient(cfg.target, opts...)
 		if err != nil {
 			return conns, err
 		}
@@ -191,7 +202,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	c := &caller{conns: conns, method: cfg.method, payloads: payloads, timeout: cfg.timeout}
+	c := &caller{conns: conns, method: cfg.method, payloads: payloads, timeout: cfg.timeout, rest: cfg.rest}
 	marks := &marker{}
 	var t *tally
 	var elapsed time.Duration

@@ -42,6 +42,7 @@ type Client struct {
 	fallbacks atomic.Int64
 	outcomes  outcomeQueue
 	leases    leaseTable
+	throttle  *throttle // every unary call to the daemon passes through it
 }
 
 // addressVariable names the daemon's address when New is given no target
@@ -78,10 +79,13 @@ func New(target string, opts ...Option) (*Client, error) {
 	if cfg.now == nil {
 		return nil, errors.New("squawk: clock must not be nil")
 	}
+	th := newServiceThrottle()
 	dial := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(reconnect),
-		grpc.WithChainUnaryInterceptor(traceInterceptor(cfg.propagator)),
+		// The throttle first: a call it refuses never leaves, so it reaches
+		// neither the trace interceptor nor those chained by WithDialOptions.
+		grpc.WithChainUnaryInterceptor(throttleInterceptor(th), traceInterceptor(cfg.propagator)),
 	}, cfg.dialOptions...)
 	if target == "" {
 		target = os.Getenv(addressVariable)
@@ -100,7 +104,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	for _, w := range warnings {
 		slog.Warn("squawk: " + w)
 	}
-	return &Client{conn: conn, rpc: squawkv1.NewPolicyServiceClient(conn), cfg: cfg, profile: profile}, nil
+	return &Client{conn: conn, rpc: squawkv1.NewPolicyServiceClient(conn), cfg: cfg, profile: profile, throttle: th}, nil
 }
 
 // Close sends the success reports Run still holds (see WithOutcomeDelay),

@@ -69,6 +69,19 @@
 // AnalyzeError, CheckDispatch and GetUpstreams have no fallback: an
 // unreachable daemon is an error.
 //
+// # Client-side throttling
+//
+// An overloaded daemon gets fewer calls, not more. Per method, over the last
+// ten seconds, once 20 calls have ended or been refused, the client
+// refuses a call itself with probability (requests - 2 x accepts) /
+// (requests + 1), where accepts are the calls the daemon answered other
+// than RESOURCE_EXHAUSTED or DEADLINE_EXCEEDED. A call refused so is never sent and ends at once
+// as the daemon's RESOURCE_EXHAUSTED would (the fallback decides, Admit and
+// ReportOutcome fail open, the other calls return the error; the raw
+// PolicyService stub is throttled too), with a message that starts
+// "squawk: not sent:". Nothing is refused while the daemon answers at
+// least half the calls (docs/clients/README.md).
+//
 // # Errors
 //
 // Errors are wrapped with %w. A daemon error keeps its gRPC status

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -398,16 +399,26 @@ func checkAdmitRequest(t *testing.T, want json.RawMessage, got *squawkv1.AdmitRe
 // service, with code and no message, and returns its address.
 func answering(t *testing.T, code codes.Code) string {
 	t.Helper()
+	addr, _ := answeringCounted(t, code)
+	return addr
+}
+
+// answeringCounted is answering, with the number of calls the server
+// received so far.
+func answeringCounted(t *testing.T, code codes.Code) (string, *atomic.Int64) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var calls atomic.Int64
 	s := grpc.NewServer(grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error {
+		calls.Add(1)
 		return status.Error(code, "scripted status")
 	}))
 	go func() { _ = s.Serve(l) }()
 	t.Cleanup(s.Stop)
-	return l.Addr().String()
+	return l.Addr().String(), &calls
 }
 
 // runCase runs one case on c. fallback says whether the decisions come

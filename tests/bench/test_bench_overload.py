@@ -43,6 +43,12 @@ def test_a_tiny_overload_run(loadgen: Path, tmp_path: Path) -> None:
         )
         assert 0.0 <= row["answered_share"] <= 1.0
         assert row["health_p99_ms"] is not None
+        # The same callers without the throttle: decided too, and never
+        # refused by a throttle they do not have.
+        bare = row["unthrottled"]
+        for rpc, figures in bare["rpcs"].items():
+            assert figures["decided_per_s"] > 0, rpc
+            assert figures["not_sent_per_s"] == 0, rpc
         # The echo floor beside it, on the same payloads: answered by the
         # bare server (its Echo method), every loop.
         floor = row["floor"]

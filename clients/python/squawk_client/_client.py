@@ -32,6 +32,8 @@ from ._decision import Decision, fallback_decision, fallback_profile, from_messa
 from ._errors import SquawkError, SquawkInputError
 from ._leases import Key, Leases
 from ._outbox import Outbox
+from ._throttle import Throttle
+from ._throttled import AsyncThrottledStub, ThrottledStub
 
 try:  # Trace propagation is optional: only an executor that traces has the API.
     from opentelemetry import propagate
@@ -276,7 +278,7 @@ class SquawkClient:
             if credentials is not None
             else grpc.insecure_channel(_target(target), options=_CHANNEL_OPTIONS)
         )
-        self._stub = pb_grpc.PolicyServiceStub(self._channel)
+        self._stub = ThrottledStub(pb_grpc.PolicyServiceStub(self._channel), Throttle())
         self._policy = _Policy(call_timeout, fallback)
         # Held: a call's future that is garbage-collected cancels the call.
         self._connecting = _connect_now(self._channel, self._policy.call_timeout_s)
@@ -388,7 +390,7 @@ class SquawkClient:
     def report_outcome(self, outcomes: Sequence[pb.Outcome]) -> int:
         """Report finished dispatches; the number recorded (0 when the daemon is away)."""
         try:
-            reply = self._stub.ReportOutcome(
+            reply: pb.ReportOutcomeResponse = self._stub.ReportOutcome(
                 pb.ReportOutcomeRequest(outcomes=outcomes),
                 timeout=self._policy.call_timeout_s,
                 metadata=_metadata(),
@@ -505,7 +507,7 @@ class AsyncSquawkClient:
         # Starts connecting and returns at once (see _connect_now); nothing
         # is left running for close() to end.
         self._channel.get_state(try_to_connect=True)
-        self._stub = pb_grpc.PolicyServiceStub(self._channel)
+        self._stub = AsyncThrottledStub(pb_grpc.PolicyServiceStub(self._channel), Throttle())
         self._policy = _Policy(call_timeout, fallback)
         # Sends the runners' outcomes while some are queued; `_full` wakes it
         # early when a batch fills.
@@ -616,7 +618,7 @@ class AsyncSquawkClient:
     async def report_outcome(self, outcomes: Sequence[pb.Outcome]) -> int:
         """Report finished dispatches; the number recorded (0 when the daemon is away)."""
         try:
-            reply = await self._stub.ReportOutcome(
+            reply: pb.ReportOutcomeResponse = await self._stub.ReportOutcome(
                 pb.ReportOutcomeRequest(outcomes=outcomes),
                 timeout=self._policy.call_timeout_s,
                 metadata=_metadata(),

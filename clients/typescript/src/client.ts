@@ -47,6 +47,7 @@ import {
   type SquawkMethod,
 } from "./options";
 import { batchRequest, checked, decideRequest, reportRequest } from "./requests";
+import { notSentMessage, Throttle, type RpcMethod, type ThrottleVerdict } from "./throttle";
 import { unary, type Start } from "./unary";
 
 /**
@@ -253,6 +254,33 @@ const FALLBACK_CODES: ReadonlySet<status> = new Set([
   status.DATA_LOSS,
 ]);
 
+/** Each call's RPC method of squawk.v1.PolicyService, whose window throttles it. */
+const RPC_METHODS: Readonly<Record<SquawkMethod, RpcMethod>> = Object.freeze({
+  classify: "Classify",
+  decideRetry: "DecideRetry",
+  decideRetryBatch: "DecideRetryBatch",
+  analyzeError: "AnalyzeError",
+  checkDispatch: "CheckDispatch",
+  admit: "Admit",
+  reportOutcome: "ReportOutcome",
+  getUpstreams: "GetUpstreams",
+});
+
+/**
+ * A call the throttle refused, as the daemon's RESOURCE_EXHAUSTED would
+ * have ended it: a ServiceError, so that the fallback table applies
+ * unchanged (decisions from the fallback, admit and reportOutcome fail
+ * open, the other calls reject with it), counted as a fallback as today.
+ */
+function notSent(method: RpcMethod, verdict: ThrottleVerdict): ServiceError {
+  const details = notSentMessage(method, verdict);
+  return Object.assign(new Error(`${status.RESOURCE_EXHAUSTED} ${status[status.RESOURCE_EXHAUSTED]}: ${details}`), {
+    code: status.RESOURCE_EXHAUSTED,
+    details,
+    metadata: new Metadata(),
+  });
+}
+
 const metadataSetter: TextMapSetter<Metadata> = {
   set(carrier, key, value) {
     carrier.set(key, value);
@@ -295,6 +323,14 @@ export class SquawkClient {
   private batchDueAt = Number.POSITIVE_INFINITY;
   /** Batched reports on the wire: flush() and close() wait for them. */
   private readonly sending = new Set<Promise<void>>();
+  /**
+   * Client-side throttling of every call to the daemon (src/throttle.ts),
+   * on the monotonic performance.now and Math.random: once 20 calls of a
+   * method ended or were refused in the last ten seconds, a call is refused
+   * locally, as the daemon's RESOURCE_EXHAUSTED would end it, with a
+   * probability that grows while the daemon answers fewer than half of them.
+   */
+  private readonly throttle = new Throttle();
 
   /** `target`: a gRPC target; left out (or empty), SQUAWK_ADDRESS, else 127.0.0.1:50051. */
   constructor(target?: string, options: SquawkClientOptions = {}) {
@@ -360,6 +396,7 @@ export class SquawkClient {
     if (request.upstream !== "") this.leases.dropUpstream(request.profile, request.upstream);
     try {
       const response = await this.invoke<DecideRetryResponse>(
+        "decideRetry",
         (md, co, cb) => this.stub.decideRetry(request, md, co, cb),
         options,
       );
@@ -386,6 +423,7 @@ export class SquawkClient {
     const timeoutMs = options.timeoutMs ?? this.callTimeoutMs * Math.max(1, Math.ceil(n / BATCH_ITEMS_PER_TIMEOUT));
     try {
       const response = await this.invoke<DecideRetryBatchResponse>(
+        "decideRetryBatch",
         (md, co, cb) => this.stub.decideRetryBatch(request, md, co, cb),
         { ...options, timeoutMs },
       );
@@ -453,7 +491,7 @@ export class SquawkClient {
     if (pooled) request.permits = this.leasePermits;
     const askedAt = this.now();
     try {
-      const answer = await this.invoke<AdmitResponse>((md, co, cb) => this.stub.admit(request, md, co, cb), options);
+      const answer = await this.invoke<AdmitResponse>("admit", (md, co, cb) => this.stub.admit(request, md, co, cb), options);
       const response = {
         ...answer,
         admissionId: admissionIdOf(answer.admissionId),
@@ -508,6 +546,7 @@ export class SquawkClient {
     const request = reportRequest(input);
     try {
       const response = await this.invoke<ReportOutcomeResponse>(
+        "reportOutcome",
         (md, co, cb) => this.stub.reportOutcome(request, md, co, cb),
         options,
       );
@@ -632,7 +671,11 @@ export class SquawkClient {
     this.queued = [];
     if (outcomes.length === 0) return;
     const request = reportRequest({ outcomes });
-    const sent = this.unary<ReportOutcomeResponse>((md, co, cb) => this.stub.reportOutcome(request, md, co, cb), {})
+    const sent = this.unary<ReportOutcomeResponse>(
+      "reportOutcome",
+      (md, co, cb) => this.stub.reportOutcome(request, md, co, cb),
+      {},
+    )
       .then(
         () => undefined,
         (error: unknown) => {
@@ -678,7 +721,7 @@ export class SquawkClient {
 
   private async call<Res>(method: SquawkMethod, start: Start<Res>, options: CallOptions): Promise<Res> {
     try {
-      return await this.invoke(start, options);
+      return await this.invoke(method, start, options);
     } catch (error) {
       throw this.translate(method, error, options);
     }
@@ -700,13 +743,29 @@ export class SquawkClient {
     return new SquawkError(error.code, `${method}: ${error.details || error.message}`, { cause: error });
   }
 
-  private invoke<Res>(start: Start<Res>, options: CallOptions): Promise<Res> {
+  private invoke<Res>(method: SquawkMethod, start: Start<Res>, options: CallOptions): Promise<Res> {
     if (this.closed) return Promise.reject(new Error(`SquawkClient for ${this.target} is closed`));
-    return this.unary(start, options);
+    return this.unary(method, start, options);
   }
 
-  /** One call, closed or not: a closing client still sends its queued outcomes. */
-  private unary<Res>(start: Start<Res>, options: CallOptions): Promise<Res> {
-    return unary(start, this.metadata(options.context), options.timeoutMs ?? this.callTimeoutMs, options.signal);
+  /**
+   * One call, closed or not (a closing client still sends its queued
+   * outcomes), unless the throttle refuses it: then it ends at once, unsent,
+   * as a RESOURCE_EXHAUSTED from the daemon. An aborted signal rejects
+   * first with its reason, and a call the signal aborts in flight is not
+   * counted: the caller's cancellation says nothing of the daemon's load.
+   */
+  private unary<Res>(method: SquawkMethod, start: Start<Res>, options: CallOptions): Promise<Res> {
+    if (options.signal?.aborted) return Promise.reject(options.signal.reason);
+    const rpc = RPC_METHODS[method];
+    const verdict = this.throttle.allow(rpc, performance.now(), Math.random());
+    if (!verdict.send) return Promise.reject(notSent(rpc, verdict));
+    return unary(
+      start,
+      this.metadata(options.context),
+      options.timeoutMs ?? this.callTimeoutMs,
+      options.signal,
+      (code) => this.throttle.ended(rpc, performance.now(), code),
+    );
   }
 }

@@ -1,12 +1,23 @@
 // One unary gRPC call as a promise: a deadline, and a signal that cancels
 // the call and rejects with its reason.
-import type { CallOptions as GrpcCallOptions, ClientUnaryCall, Metadata, ServiceError } from "@grpc/grpc-js";
+import { status, type CallOptions as GrpcCallOptions, type ClientUnaryCall, type Metadata, type ServiceError } from "@grpc/grpc-js";
 
 type Callback<Res> = (error: ServiceError | null, response: Res) => void;
 /** Starts the call on a generated stub, e.g. `(md, co, cb) => stub.admit(request, md, co, cb)`. */
 export type Start<Res> = (metadata: Metadata, options: Partial<GrpcCallOptions>, callback: Callback<Res>) => ClientUnaryCall;
 
-export function unary<Res>(start: Start<Res>, metadata: Metadata, timeoutMs: number, signal: AbortSignal | undefined): Promise<Res> {
+/**
+ * `onEnd` hears how the call ended (its status; OK for an answer), unless
+ * the signal ended it first: the caller's own cancellation says nothing of
+ * the daemon.
+ */
+export function unary<Res>(
+  start: Start<Res>,
+  metadata: Metadata,
+  timeoutMs: number,
+  signal: AbortSignal | undefined,
+  onEnd?: (code: status) => void,
+): Promise<Res> {
   return new Promise<Res>((resolve, reject) => {
     if (signal?.aborted) {
       reject(signal.reason);
@@ -24,6 +35,7 @@ export function unary<Res>(start: Start<Res>, metadata: Metadata, timeoutMs: num
       signal?.removeEventListener("abort", onAbort);
       if (settled) return;
       settled = true;
+      onEnd?.(error ? error.code : status.OK);
       if (error) reject(error);
       else resolve(response);
     });

@@ -30,6 +30,7 @@ import {
   type RunStepOptions,
   type Tier,
 } from "../src/index";
+import { answering } from "./support/answering";
 import { Daemon, freePort, repoRoot } from "./support/daemon";
 import { assertMatches, durationMs, parseDuration, type Json, type JsonObject } from "./support/vectors";
 
@@ -291,21 +292,6 @@ describe("runner vectors in the local fallback", () => {
     test(c.name, async () => check(await runCase(c, client, true), c.fallback ?? c.expect));
   }
 });
-
-/** A loopback server answering every PolicyService call with `code` and no message. */
-async function answering(code: status): Promise<{ target: string; server: Server }> {
-  const server = new Server();
-  const impl: UntypedServiceImplementation = {};
-  for (const method of Object.keys(PolicyServiceService)) {
-    impl[method] = (_call: unknown, callback: (error: Partial<ServiceError>) => void) =>
-      callback({ code, details: "scripted status" });
-  }
-  server.addService(PolicyServiceService, impl);
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync("127.0.0.1:0", ServerCredentials.createInsecure(), (error, p) => (error ? reject(error) : resolve(p))),
-  );
-  return { target: `127.0.0.1:${port}`, server };
-}
 
 describe("runner vectors against a server answering a status", () => {
   for (const c of vectors.cases.filter((c) => c.daemonAnswers !== undefined)) {
