@@ -38,6 +38,7 @@ def test_the_public_names_are_pinned() -> None:
             "Criticality",
             "Decision",
             "Failure",
+            "Fairness",
             "FleetAnswer",
             "Jitter",
             "Outcome",

@@ -40,6 +40,9 @@ type Config struct {
 	Start       string       `json:"start"`  // holds the wall time the phases start at, once written
 	Seed        uint64       `json:"seed"`
 	Out         string       `json:"out"`
+	// The tenant variants' fairness key and weight ("" and 0: none).
+	FairnessKey    string  `json:"fairness_key"`
+	FairnessWeight float64 `json:"fairness_weight"`
 }
 
 type recorder struct {
@@ -201,6 +204,7 @@ func runOne(cfg *Config, httpc *http.Client, client *squawk.Client, rec *recorde
 	if cfg.Mode == "pod" {
 		opts.Upstream = cfg.Upstream
 	}
+	opts.FairnessKey, opts.FairnessWeight = cfg.FairnessKey, cfg.FairnessWeight
 	_, err := squawk.Run(ctx, client, id, step, opts)
 	reason := ""
 	if err != nil {

@@ -178,6 +178,8 @@ async def main(cfg: dict[str, Any]) -> None:
                         max_attempts=max_attempts,
                         deadline=timedelta(seconds=deadline_s),
                         upstream=cfg["upstream"] if mode == "pod" else "",
+                        fairness_key=cfg.get("fairness_key", ""),
+                        fairness_weight=float(cfg.get("fairness_weight", 0.0)),
                     )
                     await asyncio.wait_for(
                         run_step(client, call, step_id, options=options, headers_of=lambda h: h),

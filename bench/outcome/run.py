@@ -40,7 +40,7 @@ from google.protobuf.json_format import MessageToDict
 from squawk_client import SquawkClient, SquawkError
 
 from ..procs import Proc, Processes, free_port
-from .stats import Count, Phase, Step, phase_figures, recovery_s, sustained_rate
+from .stats import Count, Phase, Step, jain, phase_figures, recovery_s, sustained_rate
 
 ROOT = Path(__file__).resolve().parents[2]
 MODES = ("none", "stateless", "pod")
@@ -76,6 +76,9 @@ class Variant:
     storm: float = 0.0  # share of calls answered 529 in the middle phase
     sdk: str = ""  # "openai" or "anthropic": the executors drive that SDK
     modes: tuple[str, ...] = MODES  # the modes it runs in unless --modes says
+    # Per executor, in order: (fairness key, parts of the demand, weight).
+    # Empty: no keys, an equal part each.
+    tenants: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def executors(self) -> tuple[tuple[str, str], ...]:
@@ -102,6 +105,22 @@ def variants(warm: float, hot: float, after: float) -> tuple[Variant, ...]:
         Variant(d, f"10x overload, {d} headers", short, "dialect", dialect=d, modes=("pod",))
         for d in DIALECTS
     )
+
+    # Issue 35's tenants: the demand of the overload is 2.6 x C, split 1 : 1
+    # : 1 : 10 (three light tenants at 0.2 x C, within an equal part, and
+    # one flooding at 2 x C); then two tenants at weights 3 : 1, each at
+    # 2 x C (two executors each); before and after, 0.5 x C in all. The
+    # overload lasts as long as the 10x variant's: the learned pace's onset
+    # (its first second or two) is not the whole of it.
+    def tenants(x: float) -> tuple[tuple[str, float, float, float], ...]:
+        return (
+            ("before", 0.5, 1, min(warm, 2.0)),
+            (f"{x:g}x", x, 1, hot),
+            ("after", 0.5, 1, min(after, 4.0)),
+        )
+
+    keyed = (("tenant-a", 1, 1), ("tenant-b", 1, 1), ("tenant-c", 1, 1), ("tenant-flood", 10, 1))
+    weighted = (("heavy", 1, 3), ("heavy", 1, 3), ("light", 1, 1), ("light", 1, 1))
     return (
         Variant("10x", "10x overload", overload(10)),
         Variant("2x", "2x overload", overload(2)),
@@ -119,6 +138,20 @@ def variants(warm: float, hot: float, after: float) -> tuple[Variant, ...]:
         ),
         Variant("storm", "529 storm (50 % of calls), demand 0.5 x C", storm, storm=STORM_SHARE),
         *dialects,
+        Variant(
+            "tenants",
+            "four tenants, one asking 10x each other's (2.6 x C in all)",
+            tenants(2.6),
+            tenants=keyed,
+            modes=("none", "pod"),
+        ),
+        Variant(
+            "weights",
+            "two tenants at weights 3 : 1, each asking 2 x C",
+            tenants(4.0),
+            tenants=weighted,
+            modes=("none", "pod"),
+        ),
         Variant(
             "sdk-anthropic",
             "529 storm through the anthropic SDK",
@@ -225,8 +258,9 @@ def run_one(
     schedule: list[list[float]] = []
     t = 0.0
     for _, demand, _, seconds in variant.phases:
-        schedule.append([t, t + seconds, demand * capacity / len(variant.executors)])
+        schedule.append([t, t + seconds, demand * capacity])
         t += seconds
+    parts = [p for _, p, _ in variant.tenants] or [1.0] * len(variant.executors)
     start_file = tmp / f"{variant.name}-{mode}.start"
     executors: list[tuple[Proc, Path]] = []
     # The SDKs' base URLs: OpenAI's ends in /v1, Anthropic's paths start with it.
@@ -242,12 +276,15 @@ def run_one(
             "upstream": UPSTREAM_NAME,
             "deadline_s": DEADLINE_S,
             "max_attempts": MAX_ATTEMPTS,
-            "phases": schedule,
+            # This executor's part of each phase's demand.
+            "phases": [[a, b, rate * parts[i] / sum(parts)] for a, b, rate in schedule],
             "seed": 1000 * i + 7,
             "out": str(out),
             "ready": str(out.with_suffix(".ready")),
             "start": str(start_file),
         }
+        if variant.tenants and mode != "none":
+            cfg["fairness_key"], _, cfg["fairness_weight"] = variant.tenants[i]
         proc = procs.start(
             f"exec-{variant.name}-{mode}-{ident}", executor_argv(language, bin_dir, cfg), env
         )
@@ -411,7 +448,79 @@ def checks(
             ]
     elif goal == "dialect":
         out += _near_capacity(mid, run)
+    elif goal == "tenants":
+        served = tenant_served(variant, mid)
+        light = {k: v for k, v in served.items() if k != "tenant-flood"}
+        fair = tenant_fairness(variant, mid)
+        out += [
+            *(
+                (f"{k} served >= 0.95 of its demand: {pct(v)}", ge(v, 0.95))
+                for k, v in sorted(light.items())
+            ),
+            (f"Jain over served / max-min share >= 0.98: {fmt(fair)}", ge(fair, 0.98)),
+        ]
+    elif goal == "weights":
+        got = tenant_successes(variant, mid)
+        ratio = _ratio(got.get("heavy", 0), got.get("light", 0))
+        out.append(
+            (
+                f"heavy : light served within 10 % of 3: {fmt(ratio)}",
+                ratio is not None and 2.7 <= ratio <= 3.3,
+            )
+        )
     return out
+
+
+def tenant_successes(variant: Variant, phase: dict[str, Any]) -> dict[str, int]:
+    """The upstream's successes in `phase` per fairness key."""
+    got: dict[str, int] = {}
+    for (ident, _), (key, _, _) in zip(variant.executors, variant.tenants, strict=True):
+        got[key] = got.get(key, 0) + phase["successes_by_executor"].get(ident, 0)
+    return got
+
+
+def tenant_served(variant: Variant, phase: dict[str, Any]) -> dict[str, float | None]:
+    """Per fairness key: its successes in `phase` over its steps there."""
+    got = tenant_successes(variant, phase)
+    steps: dict[str, int] = {}
+    for (ident, _), (key, _, _) in zip(variant.executors, variant.tenants, strict=True):
+        steps[key] = steps.get(key, 0) + phase["steps_by_executor"].get(ident, 0)
+    return {k: _ratio(got[k], steps[k]) for k in got}
+
+
+def tenant_fairness(variant: Variant, phase: dict[str, Any]) -> float | None:
+    """Jain's index over each key's successes relative to its max-min share
+    by weight of all the successes: 1 when the upstream's service was
+    divided as max-min fairness would (the rate weighted fair queuing gives
+    each key), whoever flooded. Over successes / demand instead, a flood
+    that is refused its surplus would count as unfairness."""
+    got = tenant_successes(variant, phase)
+    demand: dict[str, float] = {}
+    weight: dict[str, float] = {}
+    for (ident, _), (key, _, w) in zip(variant.executors, variant.tenants, strict=True):
+        demand[key] = demand.get(key, 0) + phase["steps_by_executor"].get(ident, 0)
+        weight[key] = w
+    share = max_min(demand, weight, sum(got.values()))
+    return jain([got[k] / share[k] for k in got if share[k] > 0])
+
+
+def max_min(demand: dict[str, float], weight: dict[str, float], total: float) -> dict[str, float]:
+    """Each key's max-min fair share by weight of `total` (water-filling),
+    worked out here on the bench's side, apart from the daemon's rule."""
+    share = dict.fromkeys(demand, 0.0)
+    left, open_ = total, set(demand)
+    while open_ and left > 1e-9:
+        per = left / sum(weight[k] for k in open_)
+        full = {k for k in open_ if demand[k] - share[k] <= per * weight[k]}
+        if not full:
+            for k in open_:
+                share[k] += per * weight[k]
+            break
+        for k in full:
+            left -= demand[k] - share[k]
+            share[k] = demand[k]
+        open_ -= full
+    return share
 
 
 def _near_capacity(mid: dict[str, Any], run: dict[str, Any]) -> list[tuple[str, bool]]:

@@ -192,6 +192,8 @@ def phase_figures(
             for e in executors
         },
         "jain": jain([got[e] / offered[e] for e in executors]),
+        "successes_by_executor": got,
+        "steps_by_executor": offered,
         "squawk_calls": squawk_calls,
         "undecided": undecided,
         "undecided_share": _share(undecided, squawk_calls),

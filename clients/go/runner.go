@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -46,6 +48,17 @@ type RunOptions[P any] struct {
 	// ctx's (see CriticalityFrom), else CRITICAL. Either way it is put in the
 	// ctx step is called with, so the steps it runs inherit it.
 	Criticality squawkv1.Criticality
+	// FairnessKey is whose step this is (a tenant, an executor, a
+	// workflow), sent with each Admit: while the upstream's pace cannot
+	// serve every call, a key asking less than its share keeps all it asks
+	// and the others share the rest by FairnessWeight. "" = none. At most
+	// 256 characters, printable. Used only with Upstream; the steps it runs
+	// do not inherit it.
+	FairnessKey string
+	// FairnessWeight is the key's weight in that share, sent with each
+	// Admit. 0 = 1. Finite, 0 to 100. Used only with Upstream; the steps it
+	// runs do not inherit it.
+	FairnessWeight float64
 	// HITLApproved marks the step's inputs as approved by a human: they
 	// are never corrected.
 	HITLApproved bool
@@ -79,11 +92,13 @@ type RunOptions[P any] struct {
 //
 // With opts.Upstream set, each dispatch (the first and every resend) waits
 // for c.Admit, which is sent the time left before ctx's deadline,
-// opts.Cost and the step's criticality (opts.Criticality, else ctx's). An admission with a Wait (the pod's pace) is slept with
-// opts.Sleep, then the step is dispatched without asking again; a Wait
-// longer than the time left ends the step at once, without sleeping, with a
-// FAIL whose reason is REASON_UPSTREAM_SATURATED. A refusal with that
-// reason ends the step the same way at once (no sleep, no DecideRetry).
+// opts.Cost, the step's criticality (opts.Criticality, else ctx's), and
+// opts.FairnessKey and FairnessWeight. An admission with a Wait (the pod's
+// pace) is slept with opts.Sleep, then the step is dispatched without
+// asking again; a Wait longer than the time left ends the step at once,
+// without sleeping, with a FAIL whose reason is REASON_UPSTREAM_SATURATED.
+// A refusal with that reason ends the step the same way at once (no
+// sleep, no DecideRetry).
 // Any other refusal consumes no attempt and does not call step: Run waits
 // its RetryAfter with opts.Sleep and asks again, but ends the step with a
 // FAIL carrying the refusal's reason when the wait would outlast ctx's
@@ -114,7 +129,7 @@ func Run[P, R any](ctx context.Context, c *Client, params P, step func(context.C
 	var admit *squawkv1.AdmitRequest
 	if opts.Upstream != "" {
 		admit = &squawkv1.AdmitRequest{Upstream: opts.Upstream, Capability: opts.Capability, Profile: opts.Profile,
-			Cost: opts.Cost, Criticality: level}
+			Cost: opts.Cost, Criticality: level, FairnessKey: opts.FairnessKey, FairnessWeight: opts.FairnessWeight}
 	}
 	attempt, corrections := 1, 0
 	var lastErr error
@@ -211,7 +226,41 @@ func (o *RunOptions[P]) validate() error {
 		return &InputError{Field: "criticality",
 			Message: fmt.Sprintf("RunOptions.Criticality must be one of squawkv1.Criticality's values, got %d", o.Criticality)}
 	}
+	if n := utf8.RuneCountInString(o.FairnessKey); n > maxFairnessKeyChars {
+		return &InputError{Field: "fairness_key",
+			Message: fmt.Sprintf("RunOptions.FairnessKey must be at most 256 characters, got %d", n)}
+	}
+	if !printable(o.FairnessKey) {
+		return &InputError{Field: "fairness_key",
+			Message: "RunOptions.FairnessKey must hold printable characters only"}
+	}
+	if w := o.FairnessWeight; math.IsNaN(w) || w < 0 || w > maxFairnessWeight {
+		return &InputError{Field: "fairness_weight",
+			Message: fmt.Sprintf("RunOptions.FairnessWeight must be a finite number from 0 to 100, got %v", w)}
+	}
 	return nil
+}
+
+// maxFairnessKeyChars and maxFairnessWeight bound AdmitRequest's
+// fairness_key and fairness_weight, as the daemon does.
+const (
+	maxFairnessKeyChars = 256
+	maxFairnessWeight   = 100
+)
+
+// printable reports whether s is valid UTF-8 of printable characters only
+// (letters, marks, numbers, punctuation, symbols and the ASCII space), the
+// daemon's rule for a fairness key.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // maxCost bounds a step's estimated cost, as the daemon bounds

@@ -76,6 +76,8 @@ type runnerOptions struct {
 	Profile               string  `json:"profile"`
 	Cost                  float64 `json:"cost"`
 	Criticality           string  `json:"criticality"`
+	FairnessKey           string  `json:"fairnessKey"`
+	FairnessWeight        float64 `json:"fairnessWeight"`
 	HITLApproved          bool    `json:"hitlApproved"`
 	DelegatedOrchestrator bool    `json:"delegatedOrchestrator"`
 }
@@ -463,6 +465,8 @@ func runCase(t *testing.T, c *Client, rec *requestRecorder, tc runnerCase, want 
 		Profile:               tc.Options.Profile,
 		Cost:                  tc.Options.Cost,
 		Criticality:           vectorCriticality(t, tc.Options.Criticality),
+		FairnessKey:           tc.Options.FairnessKey,
+		FairnessWeight:        tc.Options.FairnessWeight,
 		HITLApproved:          tc.Options.HITLApproved,
 		DelegatedOrchestrator: tc.Options.DelegatedOrchestrator,
 		Sleep: func(ctx context.Context, d time.Duration) error {

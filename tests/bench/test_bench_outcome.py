@@ -183,6 +183,75 @@ def test_the_other_variants_goals() -> None:
     assert [h for _, h in run.checks(by_name["5xx"], errors, 20)] == [False, False]
 
 
+def test_the_tenant_goals() -> None:
+    by_name = {v.name: v for v in run.variants(1, 2, 1)}
+    tenants, weights = by_name["tenants"], by_name["weights"]
+    ids = [ident for ident, _ in tenants.executors]
+    # Steps offered in the overload: 20 per light tenant, 200 by the flood;
+    # 60 successes in all. Max-min: an equal part is 60 / 4 = 15, under
+    # every tenant's demand, so each of the four has a share of 15.
+    even = result(
+        {
+            "steps_by_executor": dict(zip(ids, [20, 20, 20, 200], strict=True)),
+            "successes_by_executor": dict(zip(ids, [15, 15, 15, 15], strict=True)),
+        },
+        {},
+        {},
+    )
+    lines = run.checks(tenants, even, 20)
+    # 15 of 20 is 75 %: the light tenants miss 0.95; the shares are fair.
+    assert [h for _, h in lines] == [False, False, False, True]
+    # 100 successes: an equal part is 25, over each light tenant's 20, so
+    # they keep 20 each and the flood gets 40. Served so, all four hold.
+    fair = result(
+        {
+            "steps_by_executor": dict(zip(ids, [20, 20, 20, 200], strict=True)),
+            "successes_by_executor": dict(zip(ids, [20, 20, 19, 41], strict=True)),
+        },
+        {},
+        {},
+    )
+    lines = run.checks(tenants, fair, 20)
+    assert [h for _, h in lines] == [True, True, True, True]
+    # First come, first served: the flood took 70 of 100.
+    unfair = result(
+        {
+            "steps_by_executor": dict(zip(ids, [20, 20, 20, 200], strict=True)),
+            "successes_by_executor": dict(zip(ids, [10, 10, 10, 70], strict=True)),
+        },
+        {},
+        {},
+    )
+    # Served 10 of 20 each; the shares are 20, 20, 20, 40, so Jain's index
+    # is over 0.5, 0.5, 0.5, 1.75: 3.25^2 / (4 x (3 x 0.25 + 3.0625)).
+    lines = run.checks(tenants, unfair, 20)
+    assert [h for _, h in lines] == [False, False, False, False]
+    assert run.tenant_fairness(tenants, unfair["phases"][1]) == pytest.approx(
+        3.25**2 / (4 * 3.8125)
+    )
+    wids = [ident for ident, _ in weights.executors]
+    three = result(
+        {"successes_by_executor": dict(zip(wids, [45, 45, 15, 15], strict=True))}, {}, {}
+    )
+    assert [h for _, h in run.checks(weights, three, 20)] == [True]  # 90 : 30
+    off = result({"successes_by_executor": dict(zip(wids, [50, 50, 15, 15], strict=True))}, {}, {})
+    assert [h for _, h in run.checks(weights, off, 20)] == [False]  # 100 : 30 = 3.33
+
+
+def test_max_min_fills_the_smallest_demands_first() -> None:
+    # 10 between demands 1, 2, 20 at equal weights: 1 and 2 are kept, 7 left.
+    assert run.max_min({"a": 1, "b": 2, "c": 20}, dict.fromkeys("abc", 1.0), 10) == {
+        "a": 1,
+        "b": 2,
+        "c": pytest.approx(7),
+    }
+    # Weights 3 : 1, both asking more: 3 and 1 of 4.
+    assert run.max_min({"h": 10, "l": 10}, {"h": 3.0, "l": 1.0}, 4) == {
+        "h": pytest.approx(3),
+        "l": pytest.approx(1),
+    }
+
+
 def test_the_storm_goals_compare_with_the_no_squawk_run() -> None:
     storms = [v for v in run.variants(1, 2, 1) if v.storm]
     assert [v.name for v in storms] == ["storm", "sdk-anthropic"]

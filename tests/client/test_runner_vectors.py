@@ -91,6 +91,8 @@ class Script:
                 if "criticality" in o
                 else None
             ),
+            fairness_key=o.get("fairnessKey", ""),
+            fairness_weight=float(o.get("fairnessWeight", 0)),
         )
 
     def step(self, params: Any) -> Any:

@@ -1944,9 +1944,20 @@ type AdmitRequest struct {
 	// it is refused REASON_UPSTREAM_SATURATED, so its calls are shed before
 	// those of a higher level, which then find the queue short. Optional;
 	// unset = CRITICAL. An unknown value is refused with INVALID_ARGUMENT.
-	Criticality   Criticality `protobuf:"varint,7,opt,name=criticality,proto3,enum=squawk.v1.Criticality" json:"criticality,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Criticality Criticality `protobuf:"varint,7,opt,name=criticality,proto3,enum=squawk.v1.Criticality" json:"criticality,omitempty"`
+	// Whose call this is (a tenant, an executor, a workflow), for fairness
+	// while the upstream's pace cannot serve every call: a key asking less
+	// than its share keeps all it asks, the keys asking more share the rest
+	// by weight (max-min fairness), and a call of a key past its share is
+	// refused REASON_UPSTREAM_SATURATED rather than queued ahead of the
+	// others. Optional; calls without one share the empty key. At most 256
+	// characters; an upstream tracks at most 64 keys, and the calls of any
+	// further ones share one.
+	FairnessKey string `protobuf:"bytes,8,opt,name=fairness_key,json=fairnessKey,proto3" json:"fairness_key,omitempty"`
+	// The key's weight in that share. Optional; 0 = 1. Finite, at most 100.
+	FairnessWeight float64 `protobuf:"fixed64,9,opt,name=fairness_weight,json=fairnessWeight,proto3" json:"fairness_weight,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AdmitRequest) Reset() {
@@ -2026,6 +2037,20 @@ func (x *AdmitRequest) GetCriticality() Criticality {
 		return x.Criticality
 	}
 	return Criticality_CRITICALITY_UNSPECIFIED
+}
+
+func (x *AdmitRequest) GetFairnessKey() string {
+	if x != nil {
+		return x.FairnessKey
+	}
+	return ""
+}
+
+func (x *AdmitRequest) GetFairnessWeight() float64 {
+	if x != nil {
+		return x.FairnessWeight
+	}
+	return 0
 }
 
 // AdmitResponse is the pod's answer for one dispatch.
@@ -3117,7 +3142,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x124\n" +
 	"\n" +
 	"violations\x18\x02 \x03(\v2\x14.squawk.v1.ViolationR\n" +
-	"violations\"\x83\x02\n" +
+	"violations\"\xcf\x02\n" +
 	"\fAdmitRequest\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
 	"\n" +
@@ -3127,7 +3152,9 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\bdeadline\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12\x12\n" +
 	"\x04cost\x18\x05 \x01(\x01R\x04cost\x12\x18\n" +
 	"\apermits\x18\x06 \x01(\x05R\apermits\x128\n" +
-	"\vcriticality\x18\a \x01(\x0e2\x16.squawk.v1.CriticalityR\vcriticality\"\xf7\x03\n" +
+	"\vcriticality\x18\a \x01(\x0e2\x16.squawk.v1.CriticalityR\vcriticality\x12!\n" +
+	"\ffairness_key\x18\b \x01(\tR\vfairnessKey\x12'\n" +
+	"\x0ffairness_weight\x18\t \x01(\x01R\x0efairnessWeight\"\xf7\x03\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12)\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12:\n" +

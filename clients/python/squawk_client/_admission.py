@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from squawk.policy import BreakerState, Criticality, Reason
+from squawk.policy import BreakerState, Criticality, Fairness, Reason
 from squawk.policy.limits import MAX_ADMIT_DEADLINE, MAX_PERMITS
 from squawk.policy.shed import MAX_EXPLANATION_CHARS
 from squawk.policy.text import shown_text
@@ -79,6 +79,7 @@ def admit_request(
     cost: float,
     permits: int,
     criticality: Criticality | None = None,
+    fairness: Fairness | None = None,
 ) -> pb.AdmitRequest:
     request = pb.AdmitRequest(
         upstream=upstream,
@@ -88,6 +89,8 @@ def admit_request(
         permits=min(max(permits, 1), MAX_PERMITS),
         criticality=0 if criticality is None else int(criticality),  # type: ignore[arg-type]
     )
+    if fairness is not None:
+        request.fairness_key, request.fairness_weight = fairness
     if deadline is not None:
         request.deadline.FromTimedelta(min(max(deadline, timedelta(0)), MAX_ADMIT_DEADLINE))
     return request

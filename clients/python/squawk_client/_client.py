@@ -23,7 +23,7 @@ from typing import NoReturn
 
 import grpc
 
-from squawk.policy import Criticality, Profile
+from squawk.policy import Criticality, Fairness, Profile
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -144,6 +144,10 @@ def _metadata() -> tuple[tuple[str, str | bytes], ...]:
     return tuple(carrier.items())
 
 
+def _fairness(key: str, weight: float) -> Fairness | None:
+    return Fairness(key, weight) if key or weight else None
+
+
 def raise_for(exc: grpc.RpcError) -> NoReturn:
     code: grpc.StatusCode = exc.code()
     details: str = exc.details() or ""
@@ -190,6 +194,7 @@ class _Policy:
         deadline: timedelta | None,
         cost: float,
         criticality: Criticality | None = None,
+        fairness: Fairness | None = None,
     ) -> pb.AdmitRequest | Admission:
         """The runner's Admit for a dispatch to `key`, or the admission of a
         spare leased permit that starts it without asking."""
@@ -204,7 +209,9 @@ class _Policy:
             )
         profile, upstream, capability = key
         permits = self.leases.ask(key)
-        return admit_request(upstream, capability, profile, deadline, cost, permits, criticality)
+        return admit_request(
+            upstream, capability, profile, deadline, cost, permits, criticality, fairness
+        )
 
     def step_admission(self, key: Key, admission: Admission, asked: int = 1) -> Admission:
         if asked > 1:
@@ -367,14 +374,27 @@ class SquawkClient:
         cost: float = 0.0,
         permits: int = 1,
         criticality: Criticality | None = None,
+        fairness_key: str = "",
+        fairness_weight: float = 0.0,
     ) -> Admission:
         """Ask before dispatching to `upstream`; fails open when the daemon is away.
 
         `deadline`: the step's time left (None = none); `cost`: the call's
         estimated cost in token units (0 = unknown); `permits`: how many
         dispatches to start with this answer (clamped to 1..100);
-        `criticality`: how much the call matters (None = CRITICAL)."""
-        request = admit_request(upstream, capability, profile, deadline, cost, permits, criticality)
+        `criticality`: how much the call matters (None = CRITICAL);
+        `fairness_key`, `fairness_weight`: whose call it is, and its
+        weight, for the pace's fair shares ("" and 0 = none, weight 1)."""
+        request = admit_request(
+            upstream,
+            capability,
+            profile,
+            deadline,
+            cost,
+            permits,
+            criticality,
+            _fairness(fairness_key, fairness_weight),
+        )
         return self._admit(request)
 
     def _admit(self, request: pb.AdmitRequest) -> Admission:
@@ -436,10 +456,11 @@ class SquawkClient:
         deadline: timedelta | None = None,
         cost: float = 0.0,
         criticality: Criticality | None = None,
+        fairness: Fairness | None = None,
     ) -> Admission:
         """The runners' Admit: a spare leased permit when one is valid, else
         Admit asking for as many permits as recent dispatches to the key."""
-        request = self._policy.step_request(key, deadline, cost, criticality)
+        request = self._policy.step_request(key, deadline, cost, criticality, fairness)
         if isinstance(request, Admission):
             return request
         return self._policy.step_admission(key, self._admit(request), request.permits)
@@ -595,14 +616,27 @@ class AsyncSquawkClient:
         cost: float = 0.0,
         permits: int = 1,
         criticality: Criticality | None = None,
+        fairness_key: str = "",
+        fairness_weight: float = 0.0,
     ) -> Admission:
         """Ask before dispatching to `upstream`; fails open when the daemon is away.
 
         `deadline`: the step's time left (None = none); `cost`: the call's
         estimated cost in token units (0 = unknown); `permits`: how many
         dispatches to start with this answer (clamped to 1..100);
-        `criticality`: how much the call matters (None = CRITICAL)."""
-        request = admit_request(upstream, capability, profile, deadline, cost, permits, criticality)
+        `criticality`: how much the call matters (None = CRITICAL);
+        `fairness_key`, `fairness_weight`: whose call it is, and its
+        weight, for the pace's fair shares ("" and 0 = none, weight 1)."""
+        request = admit_request(
+            upstream,
+            capability,
+            profile,
+            deadline,
+            cost,
+            permits,
+            criticality,
+            _fairness(fairness_key, fairness_weight),
+        )
         return await self._admit(request)
 
     async def _admit(self, request: pb.AdmitRequest) -> Admission:
@@ -663,10 +697,11 @@ class AsyncSquawkClient:
         deadline: timedelta | None = None,
         cost: float = 0.0,
         criticality: Criticality | None = None,
+        fairness: Fairness | None = None,
     ) -> Admission:
         """The runners' Admit: a spare leased permit when one is valid, else
         Admit asking for as many permits as recent dispatches to the key."""
-        request = self._policy.step_request(key, deadline, cost, criticality)
+        request = self._policy.step_request(key, deadline, cost, criticality, fairness)
         if isinstance(request, Admission):
             return request
         admission = await self._admit(request)

@@ -20,13 +20,25 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import NoReturn, TypeVar
 
-from squawk.policy import Action, Criticality, PolicyInputError, Profile, Reason, delay
+from squawk.policy import (
+    Action,
+    Criticality,
+    Fairness,
+    PolicyInputError,
+    Profile,
+    Reason,
+    delay,
+)
+from squawk.policy.fair import MAX_WEIGHT
 from squawk.policy.limits import (
     MAX_ADMIT_DEADLINE,
     MAX_COST,
     MAX_HEADER_NAME_CHARS,
     MAX_HEADER_VALUE_CHARS,
     MAX_HEADERS,
+    MAX_NAME_CHARS,
+    check_chars,
+    check_number,
 )
 from squawk.policy.outcome import check_cost
 from squawk.v1 import policy_pb2 as pb
@@ -105,10 +117,18 @@ class StepOptions:
     # criticality of the step this one runs inside (`criticality()`), else
     # CRITICAL.
     criticality: Criticality | None = None
+    # Whose step this is (a tenant, a workflow) and its weight, sent with
+    # Admit: while the upstream's pace cannot serve every call, a key asking
+    # less than its share keeps all it asks and the others share the rest by
+    # weight. "" = none; weight 0 = 1, at most 100.
+    fairness_key: str = ""
+    fairness_weight: float = 0.0
 
     def __post_init__(self) -> None:
         try:
             check_cost("cost", self.cost)  # also refuses NaN
+            check_chars("fairness_key", self.fairness_key, MAX_NAME_CHARS)
+            check_number("fairness_weight", self.fairness_weight, MAX_WEIGHT, zero=True)
         except PolicyInputError as bad:
             raise SquawkInputError(bad.field, str(bad)) from None
 
@@ -234,6 +254,11 @@ class _Attempts:
         # The upstream state the step's dispatches share, as Admit names it.
         self.key = (options.profile, options.upstream, options.capability)
         self.criticality = options.criticality or _CRITICALITY.get()
+        self.fairness = (
+            Fairness(options.fairness_key, options.fairness_weight)
+            if options.fairness_key or options.fairness_weight
+            else None
+        )
         # The step's last error, the cause of a FAIL that comes before a call.
         self.last_error: BaseException | None = None
         # The admission of the dispatch now out (AdmitResponse.admission_id),
@@ -485,7 +510,11 @@ async def _admitted(
     refusals = 0
     while not (
         admission := await client._admit_step(
-            state.key, deadline=state.admit_deadline(), cost=o.cost, criticality=state.criticality
+            state.key,
+            deadline=state.admit_deadline(),
+            cost=o.cost,
+            criticality=state.criticality,
+            fairness=state.fairness,
         )
     ).allowed:
         refusals += 1
@@ -554,7 +583,11 @@ def _admitted_sync(client: SquawkClient, state: _Attempts, wait: Callable[[float
     refusals = 0
     while not (
         admission := client._admit_step(
-            state.key, deadline=state.admit_deadline(), cost=o.cost, criticality=state.criticality
+            state.key,
+            deadline=state.admit_deadline(),
+            cost=o.cost,
+            criticality=state.criticality,
+            fairness=state.fairness,
         )
     ).allowed:
         refusals += 1

@@ -102,6 +102,10 @@ export interface Gate {
   readonly cost: number;
   /** The step's criticality, sent with Admit (undefined = unset, read as CRITICAL). */
   readonly criticality: Criticality | undefined;
+  /** Whose call it is, sent with Admit ("" = none). */
+  readonly fairnessKey: string;
+  /** The key's weight, sent with Admit (0 = 1). */
+  readonly fairnessWeight: number;
   /** Refusals in a row that may be waited out: the attempt budget. */
   readonly budget: number;
   /** The ms left of the step's deadline, or undefined without one. */
@@ -143,7 +147,7 @@ function refused(admission: Admission, explanation: string, reason = admission.r
   };
 }
 
-/** What Admit is asked for one dispatch: the names, the deadline left (capped at a day), the estimated cost and the criticality. */
+/** What Admit is asked for one dispatch: the names, the deadline left (capped at a day), the estimated cost, the criticality and the fairness key and weight. */
 function admitInput(gate: Gate): AdmitInput {
   const left = gate.deadlineLeftMs();
   return {
@@ -155,6 +159,8 @@ function admitInput(gate: Gate): AdmitInput {
     ...(left === undefined ? {} : { deadline: durationFromMs(Math.min(left, MAX_ADMIT_DEADLINE_MS)) }),
     ...(gate.cost > 0 ? { cost: gate.cost } : {}),
     ...(gate.criticality === undefined ? {} : { criticality: gate.criticality }),
+    ...(gate.fairnessKey === "" ? {} : { fairnessKey: gate.fairnessKey }),
+    ...(gate.fairnessWeight > 0 ? { fairnessWeight: gate.fairnessWeight } : {}),
   };
 }
 

@@ -110,6 +110,22 @@ export interface RunStepOptions<P, R = unknown> {
    */
   readonly criticality?: Criticality;
   /**
+   * Whose step this is (a tenant, an executor, a workflow), for fairness
+   * while the upstream's pace cannot serve every call: sent with each
+   * Admit, where a key asking less than its share keeps all it asks and
+   * the keys asking more share the rest by `fairnessWeight` (max-min
+   * fairness). Unset or "": none (the calls without one share the empty
+   * key). At most 256 characters. Nested steps do not inherit it. Used
+   * only with `upstream`.
+   */
+  readonly fairnessKey?: string;
+  /**
+   * The weight of `fairnessKey` in that share, sent with each Admit.
+   * Finite, 0 to 100; unset or 0 = 1. Nested steps do not inherit it. Used
+   * only with `upstream`.
+   */
+  readonly fairnessWeight?: number;
+  /**
    * The real cost of a successful call, read from its result, reported
    * instead of `cost`. An answer that is not a finite number from 0 to 1e9
    * (or a hook that throws) reports `cost` instead: the step's result stands.
@@ -169,6 +185,19 @@ export function validate<P, R>(options: RunStepOptions<P, R>): void {
   if (level !== undefined && !KNOWN_CRITICALITIES.has(level)) {
     throw new SquawkInputError("criticality", `criticality: must be one of Criticality's values when set, got ${String(level)}`);
   }
+  const { fairnessKey, fairnessWeight } = options;
+  if (fairnessKey !== undefined && !validFairnessKey(fairnessKey)) {
+    throw new SquawkInputError(
+      "fairness_key",
+      `fairness_key: must be a string of at most ${MAX_FAIRNESS_KEY_CHARS} characters, without a lone surrogate, when set, got ${describe(fairnessKey)}`,
+    );
+  }
+  if (fairnessWeight !== undefined && !validFairnessWeight(fairnessWeight)) {
+    throw new SquawkInputError(
+      "fairness_weight",
+      `fairness_weight: must be a finite number from 0 to ${MAX_FAIRNESS_WEIGHT} when set, got ${String(fairnessWeight)}`,
+    );
+  }
   for (const field of ["capability", "upstream", "profile"] as const) {
     const value: unknown = options[field];
     if (value !== undefined && typeof value !== "string") {
@@ -199,6 +228,33 @@ const MAX_COST = 1e9;
 
 function validCost(cost: unknown): cost is number {
   return typeof cost === "number" && Number.isFinite(cost) && cost >= 0 && cost <= MAX_COST;
+}
+
+/** The longest fairness key Admit accepts, in characters (code points, as the daemon counts them). */
+const MAX_FAIRNESS_KEY_CHARS = 256;
+/** The largest fairness weight Admit accepts (AdmitRequest.fairness_weight). */
+const MAX_FAIRNESS_WEIGHT = 100;
+
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+/**
+ * A fairness key the wire carries as given: a string of at most 256 code
+ * points, without a lone surrogate (which UTF-8 would turn into another
+ * key). Whether it is printable is the daemon's to say.
+ */
+function validFairnessKey(key: unknown): key is string {
+  if (typeof key !== "string") return false;
+  if (key.length > 2 * MAX_FAIRNESS_KEY_CHARS || LONE_SURROGATE.test(key)) return false;
+  return key.length <= MAX_FAIRNESS_KEY_CHARS || [...key].length <= MAX_FAIRNESS_KEY_CHARS;
+}
+
+function validFairnessWeight(weight: unknown): weight is number {
+  return typeof weight === "number" && Number.isFinite(weight) && weight >= 0 && weight <= MAX_FAIRNESS_WEIGHT;
+}
+
+/** A refused value, briefly: a string's length, else its type or value. */
+function describe(value: unknown): string {
+  return typeof value === "string" ? `${[...value].length} characters` : typeof value;
 }
 
 /** The cost to report for a success: the hook's reading of the result when it gives a valid one, else the estimate. */
@@ -284,7 +340,8 @@ async function reportSuccess(
  *
  * With `options.upstream` set, each dispatch (the first, and every resend)
  * waits for the pod's admission first (Admit carries the deadline left,
- * `options.cost` and the step's criticality), then the pacer's wait, and
+ * `options.cost`, the step's criticality and its fairness key and
+ * weight), then the pacer's wait, and
  * each success is reported with the step's latency, cost and rate-limit headers (see RunStepOptions:
  * upstream, costOf, headersOf). A saturated
  * upstream, or a paced start past the deadline, ends the step at once with
@@ -316,6 +373,9 @@ export async function runStep<P, R>(
           ...names,
           cost,
           criticality: named ?? criticality(),
+          // The step's own: a nested step names its own or none.
+          fairnessKey: options.fairnessKey ?? "",
+          fairnessWeight: options.fairnessWeight ?? 0,
           admit: (input, o) => client.admit(input, o),
           budget,
           deadlineLeftMs,

@@ -104,6 +104,8 @@ function stepOptions(options: JsonObject | undefined): RunStepOptions<Params, Re
       case "upstream":
       case "profile":
       case "cost":
+      case "fairnessKey":
+      case "fairnessWeight":
         out[key] = value;
         break;
       case "deadline":

@@ -409,6 +409,14 @@ describe("runStep", () => {
     ["a criticality by its short name", { criticality: "SHEDDABLE" }, "criticality"],
     ["a numeric criticality", { criticality: 4 }, "criticality"],
     ["criticality UNRECOGNIZED", { criticality: Criticality.UNRECOGNIZED }, "criticality"],
+    ["a numeric fairnessKey", { upstream: "llm", fairnessKey: 7 }, "fairness_key"],
+    ["a fairnessKey over 256 characters", { upstream: "llm", fairnessKey: "k".repeat(257) }, "fairness_key"],
+    ["a fairnessKey with a lone surrogate", { upstream: "llm", fairnessKey: "a\uD800" }, "fairness_key"],
+    ["fairnessWeight -1", { upstream: "llm", fairnessWeight: -1 }, "fairness_weight"],
+    ["fairnessWeight NaN", { upstream: "llm", fairnessWeight: Number.NaN }, "fairness_weight"],
+    ["fairnessWeight Infinity", { upstream: "llm", fairnessWeight: Number.POSITIVE_INFINITY }, "fairness_weight"],
+    ["fairnessWeight over 100", { upstream: "llm", fairnessWeight: 100.5 }, "fairness_weight"],
+    ["a string fairnessWeight", { upstream: "llm", fairnessWeight: "3" }, "fairness_weight"],
   ];
   for (const [name, options, field] of badOptions) {
     test(`${name} is refused before the step runs, naming ${field}`, async () => {
@@ -669,5 +677,60 @@ describe("runStep's criticality", () => {
         ["z", undefined],
       ],
     );
+  });
+});
+
+describe("runStep's fairness key and weight", () => {
+  /** Each Admit's upstream, fairness key and weight (undefined when not sent). */
+  const sent = (script: Script): Array<[string | undefined, string | undefined, number | undefined]> =>
+    script.admits.map((a) => [a.upstream, a.fairnessKey, a.fairnessWeight]);
+
+  test("go with every Admit of the step, resends included", async () => {
+    const script = new Script([RETRY(0)]);
+    let calls = 0;
+    const step = async (): Promise<string> => {
+      calls += 1;
+      if (calls === 1) throw new StepError("busy", { httpStatus: 503 });
+      return "ok";
+    };
+    await runStep(script, 0, step, { upstream: "a", fairnessKey: "tenant-a", fairnessWeight: 3 });
+    assert.deepEqual(sent(script), [
+      ["a", "tenant-a", 3],
+      ["a", "tenant-a", 3],
+    ]);
+  });
+
+  test("a key of 256 characters (code points) and a weight of 100 are sent; unset, \"\" and 0 are not", async () => {
+    const script = new Script([]);
+    const key = "\u{1F600}".repeat(256);
+    await runStep(script, 0, async () => "ok", { upstream: "a", fairnessKey: key, fairnessWeight: 100 });
+    await runStep(script, 0, async () => "ok", { upstream: "b", fairnessKey: "", fairnessWeight: 0 });
+    await runStep(script, 0, async () => "ok", { upstream: "c" });
+    assert.deepEqual(sent(script), [
+      ["a", key, 100],
+      ["b", undefined, undefined],
+      ["c", undefined, undefined],
+    ]);
+    for (const admit of script.admits.slice(1)) {
+      assert.ok(!("fairnessKey" in admit) && !("fairnessWeight" in admit), "none named, none sent");
+    }
+  });
+
+  test("a nested step does not inherit them", async () => {
+    const script = new Script([]);
+    await runStep(
+      script,
+      0,
+      async () => {
+        await runStep(script, 0, async () => "ok", { upstream: "b" });
+        return runStep(script, 0, async () => "ok", { upstream: "c", fairnessKey: "tenant-c" });
+      },
+      { upstream: "a", fairnessKey: "tenant-a", fairnessWeight: 2 },
+    );
+    assert.deepEqual(sent(script), [
+      ["a", "tenant-a", 2],
+      ["b", undefined, undefined],
+      ["c", "tenant-c", undefined],
+    ]);
   });
 });

@@ -13,6 +13,7 @@ from .backoff import BackoffConfig, Jitter, delay, parse_duration
 from .breaker import BreakerConfig
 from .classify import classify, status_from_text
 from .decide import decide, validate
+from .fair import Fairness
 from .guard import FleetAnswer, guard_fleet, guard_retry
 from .headers import pushback_refuses, retry_after
 from .outcome import Outcome, counts_as_failure
@@ -68,6 +69,7 @@ __all__ = [
     "Criticality",
     "Decision",
     "Failure",
+    "Fairness",
     "FleetAnswer",
     "Jitter",
     "Outcome",

@@ -13,7 +13,8 @@ its own rules; this module holds only the precedence between them:
 - header_quota.py: the pace the upstream's headers announce, and holds;
 - cubic.py (with clocker.py): the rate learned from throttling;
 - aimd.py: the concurrency limit learned from slowness;
-- capped.py: the cap on calls in flight the policy declares.
+- capped.py: the cap on calls in flight the policy declares;
+- fair.py: the max-min shares of a binding pace between fairness keys.
 
 The pace in force is the policy's, else the headers', else the learned one
 (`PaceSource`); the declared cap, then the concurrency limit, refuse
@@ -28,7 +29,7 @@ import random
 from datetime import timedelta
 from typing import NamedTuple
 
-from . import aimd, capped, cubic, header_quota, short_queue, spacing
+from . import aimd, capped, cubic, fair, header_quota, short_queue, spacing
 from .aimd import Limit
 from .aimd import limited as _limited
 from .capped import NOT_DECLARED, Capped
@@ -36,6 +37,7 @@ from .clocker import BUCKET, SMOOTHING
 from .cooldown import spread
 from .cubic import BETA, MIN_RATE, SCALE, Learned
 from .cubic import learning as _learning
+from .fair import NO_KEYS, Fair, Fairness
 from .header_quota import MAX_HOLD, MAX_HOLD_S, HeaderQuota, bounded_seconds
 from .limits import MAX_BURST, MAX_PERMITS, MAX_RATE, MAX_TOKEN_RATE
 from .pace_types import LEASE, MIN_POLICY_RATE, Pace, PaceSample, PaceSnapshot, RateLimitConfig
@@ -95,6 +97,7 @@ class Pacer(NamedTuple):
     learned: Learned = Learned()
     concurrency: Limit = Limit()
     capped: Capped = NOT_DECLARED
+    fair: Fair = NO_KEYS
 
 
 def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> Rates:
@@ -137,6 +140,7 @@ def pace(
     share: float = 1.0,
     max_hold: timedelta = MAX_HOLD,
     criticality: Criticality = Criticality.CRITICAL,
+    fairness: Fairness | None = None,
 ) -> tuple[Pacer, Pace]:
     """(pacer, pace): when one call (or `permits` calls) may start.
 
@@ -148,7 +152,11 @@ def pace(
     real costs seen stands in). `deadline`: the time left before the
     step's deadline; None = none. `permits` > 1 is granted (up to
     MAX_PERMITS) only when nothing paces. `criticality`: how long a wait
-    the call may be given (`_longest`): the lower levels are shed first. `rng` jitters a refusal's
+    the call may be given (`_longest`): the lower levels are shed first.
+    `fairness`: whose call it is; while the pace binds, a key asking more
+    than its max-min share starts no faster than that share, and is
+    refused past it (squawk.policy.fair).
+    `rng` jitters a refusal's
     retry_after (None: the exact time). The caller bounds the inputs
     (squawk.policy.upstream.admit checks them).
     """
@@ -200,6 +208,23 @@ def pace(
     spaced = spacing.current(pacer.spacing, rates, now)
     units = cost if cost > 0.0 else spaced.mean_cost
     start = spacing.start(spaced, rates, now, units, quota.hold_until, bound)
+    keys, key, own = pacer.fair, "", None
+    if fairness is not None or keys.tenants:
+        key, weight = fairness or ("", 1.0)
+        keys, key = fair.asked(keys, key, weight, now)
+        if rates.rate:
+            own = fair.share(keys, key, rates.rate, now)
+    if own is not None:
+        # Over its share: started no faster than it, and never queued past
+        # one slot of the pace, so that its surplus holds no place the keys
+        # under their share would wait behind.
+        early = fair.early(keys, key, own, start)
+        queued = start - now - 1.0 / rates.rate
+        if early > 0.0 or queued > 0.0:
+            over = Shed(ShedCause.SHARE, 0.0, own, rates.rate, 0.0, rates.source)
+            retry_after = spread(time_left(now + max(early, queued), now), rng)
+            refused = pacer._replace(spacing=spaced, fair=keys)
+            return refused, Pace(False, _ZERO, retry_after, 0, over)
     slot = min(spacing.slot(rates, units), bound)
     wait = time_left(start, now)
     wait_s = seconds(wait)
@@ -215,7 +240,8 @@ def pace(
         by = spacing.wait_cause(spaced, rates, units, quota.hold_until)
         why = Shed(cause, wait_s, most, rates.rate, rates.token_rate, rates.source, by, past)
         retry_after = spread(time_left(now + min(left, bound), now), rng)
-        return pacer._replace(spacing=spaced, queue=queue), Pace(False, _ZERO, retry_after, 0, why)
+        refused = pacer._replace(spacing=spaced, queue=queue, fair=keys)
+        return refused, Pace(False, _ZERO, retry_after, 0, why)
     learned = cubic.granted(pacer.learned, now, rates.source is PaceSource.LEARNED)
     return Pacer(
         spacing.reserve(spaced, rates, start, units, config._max_wait_s),
@@ -224,6 +250,7 @@ def pace(
         learned,
         aimd.started(limit, now) if limited else limit,
         capped.started(pacer.capped, now) if cap else pacer.capped,
+        keys if own is None else fair.reserved(keys, key, start, own),
     ), Pace(True, wait, None, 1)
 
 
@@ -292,7 +319,7 @@ def observe(
         and slots is pacer.capped
     ):
         return pacer
-    return Pacer(spaced, pacer.queue, quota, learned, limit, slots)
+    return Pacer(spaced, pacer.queue, quota, learned, limit, slots, pacer.fair)
 
 
 # The share of the queue's limit in force a call of each level may wait
@@ -391,4 +418,5 @@ def pacer_is_idle(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
         and not _limited(pacer.concurrency, now, quiet)
         and spacing.is_idle(pacer.spacing, now)
         and sum(capped.in_flight(pacer.capped, now)[:2]) == 0
+        and all(t.tat <= now for t in pacer.fair.tenants.values())
     )

@@ -1,6 +1,6 @@
 """Why the pacer shed a call (UPSTREAM_SATURATED), and the sentence that says so.
 
-The pacer refuses a call for one of four causes (`ShedCause`); `Shed`
+The pacer refuses a call for one of six causes (`ShedCause`); `Shed`
 carries the numbers that decided it, and `explain` renders them for
 AdmitResponse.explanation. A refusal once said "cannot start before the
 step's deadline" whatever refused it, and a caller refused by the queue's
@@ -39,6 +39,10 @@ class ShedCause(enum.Enum):
     IN_FLIGHT = 4
     # The declared cap on calls in flight (rate_limit.max_in_flight) is full.
     CAP = 5
+    # The call's fairness key asks more than its share of the pace while the
+    # pace binds, and started its share's worth already, or would queue
+    # (Shed.limit: the share, calls/s; Shed.rate: the pace).
+    SHARE = 6
 
 
 class WaitCause(enum.Enum):
@@ -89,6 +93,14 @@ def explain(shed: Shed) -> str:
         return (
             f"The upstream's cap of {_number(shed.limit)} calls in flight "
             "(rate_limit.max_in_flight) is full."
+        )
+    if shed.cause is ShedCause.SHARE:
+        source = _SOURCES.get(shed.source)
+        pace = f"{_number(shed.rate)}/s" + (f" ({source})" if source else "")
+        return (
+            f"The call's fairness key asks more than its share of the pace of {pace}: "
+            f"it starts at most {_number(shed.limit)}/s and does not queue "
+            "ahead of keys asking less."
         )
     waited = f"The call would wait {_duration(shed.wait)} {_waited_for(shed)}"
     if shed.cause is ShedCause.DEADLINE:

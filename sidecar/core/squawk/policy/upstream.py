@@ -56,6 +56,7 @@ from .cooldown import (
     spread,
     within,
 )
+from .fair import Fairness
 from .limits import MAX_PERMITS
 from .outcome import (
     STEP_TRANSIENT,
@@ -198,6 +199,7 @@ def admit(
     permits: int = 1,
     share: float = 1.0,
     criticality: Criticality = Criticality.CRITICAL,
+    fairness: Fairness | None = None,
 ) -> tuple[UpstreamState, Admission]:
     """(state, admission): whether (and when) a call may go to the upstream.
 
@@ -208,7 +210,9 @@ def admit(
     than one is granted only when nothing limits the upstream. `share`:
     the fraction of the upstream's declared or announced rate this pod may
     use (squawk.policy.fleet.share). `criticality`: how much the call
-    matters when the pace cannot serve every call (squawk.policy.pacer).
+    matters when the pace cannot serve every call (squawk.policy.pacer);
+    `fairness`: whose call it is, for the pace's max-min shares
+    (squawk.policy.fair).
     Raises PolicyInputError naming the field for a value out of bounds.
     """
     check_cost("cost", cost)
@@ -244,6 +248,7 @@ def admit(
         share=share,
         max_hold=config.max_cool_down,
         criticality=criticality,
+        fairness=fairness,
     )
     if not paced.allowed:
         # A probe the pacer refuses takes no probe slot: the round would

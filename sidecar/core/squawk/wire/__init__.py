@@ -26,6 +26,7 @@ from squawk.policy import (
     rate_limit_hint,
     retry_after,
 )
+from squawk.policy.fair import MAX_WEIGHT, Fairness
 from squawk.policy.limits import (
     MAX_ADMIT_DEADLINE,
     MAX_NAME_CHARS,
@@ -34,6 +35,7 @@ from squawk.policy.limits import (
     check_chars,
     check_count,
     check_headers,
+    check_number,
     check_status,
     duration,
 )
@@ -262,13 +264,14 @@ def rate_limited(headers: Mapping[str, str]) -> bool:
 
 class AdmitArgs(NamedTuple):
     """What an Admit asks beyond its names: the step's deadline (None =
-    none), the estimated cost (0 = unknown), the permits (1 or more) and
-    the call's criticality."""
+    none), the estimated cost (0 = unknown), the permits (1 or more), the
+    call's criticality and its fairness key (None = none sent)."""
 
     deadline: timedelta | None
     cost: float
     permits: int
     criticality: Criticality = Criticality.CRITICAL
+    fairness: Fairness | None = None
 
 
 # The arguments of an Admit that sends none of them: read without a lookup.
@@ -280,14 +283,29 @@ def admit_args(request: pb.AdmitRequest) -> AdmitArgs:
     (squawk.policy.limits) is refused with a PolicyInputError naming it."""
     has_deadline = request.HasField("deadline")
     cost, permits, level = request.cost, request.permits, request.criticality
-    if not has_deadline and cost == 0.0 and 0 <= permits <= 1 and not level:
+    key, weight = request.fairness_key, request.fairness_weight
+    if (
+        not has_deadline
+        and cost == 0.0
+        and 0 <= permits <= 1
+        and not level
+        and not key
+        and weight == 0.0
+    ):
         return NO_ADMIT_ARGS
     deadline = None
     if has_deadline:
         deadline = _bounded("deadline", request.deadline.seconds, request.deadline.nanos)
     check_cost("cost", cost)
     check_count("permits", permits, 0, MAX_PERMITS)
-    return AdmitArgs(deadline, cost, permits or 1, _criticality(level))
+    fairness = None
+    if key or weight:
+        check_chars("fairness_key", key, MAX_NAME_CHARS)
+        if not key.isprintable():
+            raise PolicyInputError("fairness_key", "must hold printable characters only")
+        check_number("fairness_weight", weight, MAX_WEIGHT, zero=True)
+        fairness = Fairness(key, weight or 1.0)
+    return AdmitArgs(deadline, cost, permits or 1, _criticality(level), fairness)
 
 
 def _criticality(value: int) -> Criticality:

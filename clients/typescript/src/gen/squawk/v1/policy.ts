@@ -1403,6 +1403,19 @@ export interface AdmitRequest {
    * unset = CRITICAL. An unknown value is refused with INVALID_ARGUMENT.
    */
   criticality: Criticality;
+  /**
+   * Whose call this is (a tenant, an executor, a workflow), for fairness
+   * while the upstream's pace cannot serve every call: a key asking less
+   * than its share keeps all it asks, the keys asking more share the rest
+   * by weight (max-min fairness), and a call of a key past its share is
+   * refused REASON_UPSTREAM_SATURATED rather than queued ahead of the
+   * others. Optional; calls without one share the empty key. At most 256
+   * characters; an upstream tracks at most 64 keys, and the calls of any
+   * further ones share one.
+   */
+  fairnessKey: string;
+  /** The key's weight in that share. Optional; 0 = 1. Finite, at most 100. */
+  fairnessWeight: number;
 }
 
 /** AdmitResponse is the pod's answer for one dispatch. */
@@ -4201,6 +4214,8 @@ function createBaseAdmitRequest(): AdmitRequest {
     cost: 0,
     permits: 0,
     criticality: Criticality.CRITICALITY_UNSPECIFIED,
+    fairnessKey: "",
+    fairnessWeight: 0,
   };
 }
 
@@ -4226,6 +4241,12 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
     }
     if (message.criticality !== Criticality.CRITICALITY_UNSPECIFIED) {
       writer.uint32(56).int32(criticalityToNumber(message.criticality));
+    }
+    if (message.fairnessKey !== "") {
+      writer.uint32(66).string(message.fairnessKey);
+    }
+    if (message.fairnessWeight !== 0) {
+      writer.uint32(73).double(message.fairnessWeight);
     }
     return writer;
   },
@@ -4299,6 +4320,22 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
             message.criticality = criticalityFromJSON(reader.int32());
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.fairnessKey = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 73) {
+              break;
+            }
+
+            message.fairnessWeight = reader.double();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4322,6 +4359,16 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
       criticality: isSet(object.criticality)
         ? criticalityFromJSON(object.criticality)
         : Criticality.CRITICALITY_UNSPECIFIED,
+      fairnessKey: isSet(object.fairnessKey)
+        ? globalThis.String(object.fairnessKey)
+        : isSet(object.fairness_key)
+        ? globalThis.String(object.fairness_key)
+        : "",
+      fairnessWeight: isSet(object.fairnessWeight)
+        ? globalThis.Number(object.fairnessWeight)
+        : isSet(object.fairness_weight)
+        ? globalThis.Number(object.fairness_weight)
+        : 0,
     };
   },
 
@@ -4348,6 +4395,12 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
     if (message.criticality !== Criticality.CRITICALITY_UNSPECIFIED) {
       obj.criticality = criticalityToJSON(message.criticality);
     }
+    if (message.fairnessKey !== "") {
+      obj.fairnessKey = message.fairnessKey;
+    }
+    if (message.fairnessWeight !== 0) {
+      obj.fairnessWeight = floatToJson(message.fairnessWeight);
+    }
     return obj;
   },
 
@@ -4365,6 +4418,8 @@ export const AdmitRequest: MessageFns<AdmitRequest> = {
     message.cost = object.cost ?? 0;
     message.permits = object.permits ?? 0;
     message.criticality = object.criticality ?? Criticality.CRITICALITY_UNSPECIFIED;
+    message.fairnessKey = object.fairnessKey ?? "";
+    message.fairnessWeight = object.fairnessWeight ?? 0;
     return message;
   },
 };

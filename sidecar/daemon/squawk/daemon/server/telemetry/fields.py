@@ -79,6 +79,11 @@ def admission_fields(
         fields["squawk.admit.criticality"] = pb.Criticality.Name(request.criticality).removeprefix(
             "CRITICALITY_"
         )
+    if request.fairness_key or request.fairness_weight:
+        # Checked before the span is built; the key is caller text, shown
+        # through the observer's one gate like every name.
+        fields["squawk.admit.fairness_key"] = request.fairness_key
+        fields["squawk.admit.fairness_weight"] = request.fairness_weight or 1.0
     if state is not None:
         fields["squawk.state"] = str(state)
     return fields

@@ -154,7 +154,14 @@ class FleetStore(PodStore):
             permits = 1
         share = self._share(tracked, now)
         local = self.upstreams.admit(
-            profile, upstream, args.deadline, args.cost, permits, share, args.criticality
+            profile,
+            upstream,
+            args.deadline,
+            args.cost,
+            permits,
+            share,
+            args.criticality,
+            args.fairness,
         )
         if tracked is not None:
             tracked.delta = asked(tracked.delta, local)

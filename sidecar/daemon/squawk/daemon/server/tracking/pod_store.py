@@ -56,11 +56,16 @@ class PodStore:
         upstream: str,
         args: AdmitArgs = NO_ADMIT_ARGS,
     ) -> tuple[Admission, Source | None]:
-        """`args`: the call's deadline, cost, permits and criticality
-        (squawk.wire.admit_args)."""
-        deadline, cost, permits, criticality = args
+        """`args`: the call's deadline, cost, permits, criticality and
+        fairness key (squawk.wire.admit_args)."""
         admission = self.upstreams.admit(
-            profile, upstream, deadline, cost, permits, criticality=criticality
+            profile,
+            upstream,
+            args.deadline,
+            args.cost,
+            args.permits,
+            criticality=args.criticality,
+            fairness=args.fairness,
         )
         return admission, None
 

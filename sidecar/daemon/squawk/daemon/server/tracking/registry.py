@@ -60,6 +60,7 @@ from squawk.policy import (
     BreakerState,
     Criticality,
     Decision,
+    Fairness,
     Outcome,
     PaceSource,
     Policy,
@@ -342,10 +343,12 @@ class Upstreams:
         permits: int = 1,
         share: float = 1.0,
         criticality: Criticality = Criticality.CRITICAL,
+        fairness: Fairness | None = None,
     ) -> Admission:
         """The core's admit() on the key's state: `deadline` (time left of
         the step; None = none), `cost` (estimated token units), `permits`,
-        `share` and `criticality` as squawk.policy.upstream.admit reads them."""
+        `share`, `criticality` and `fairness` as squawk.policy.upstream.admit
+        reads them."""
         now = self._clock()
         key = (profile.name, upstream)
         config = profile.for_upstream(upstream)
@@ -362,6 +365,7 @@ class Upstreams:
                 cost=cost,
                 permits=permits,
                 criticality=criticality,
+                fairness=fairness,
             )
             self._overflow[profile.name] = state
             return admission
@@ -375,6 +379,7 @@ class Upstreams:
             permits=permits,
             share=share,
             criticality=criticality,
+            fairness=fairness,
         )
         self._store(key, entry, state, now)
         if admission.wait:
