@@ -713,7 +713,7 @@ def test_a_sheddable_call_is_refused_at_a_shorter_wait(paced: tuple[Daemon, Stub
     # rate 5 (a slot of 200 ms), the queue's limit 1 s: a SHEDDABLE call may
     # wait a quarter of it (250 ms), so the third is refused; a CRITICAL call
     # behind them waits 400 ms and is admitted.
-    _, stub, _ = paced
+    _, stub, port = paced
     sheddable = [
         _paced_admit(stub, "levels", criticality=pb.CRITICALITY_SHEDDABLE) for _ in range(3)
     ]
@@ -721,6 +721,16 @@ def test_a_sheddable_call_is_refused_at_a_shorter_wait(paced: tuple[Daemon, Stub
     assert sheddable[2].reason == pb.REASON_UPSTREAM_SATURATED
     critical = _paced_admit(stub, "levels")
     assert critical.allowed and 300 <= critical.wait.ToMilliseconds() <= 400
+    # Which levels the pod shed, and admitted, in the metrics.
+    samples = scrape(port)
+    level = (
+        'squawk_admit_levels_total{{criticality="{}",profile="paced",result="{}",'
+        'upstream="levels"}}'
+    )
+    assert samples[level.format("SHEDDABLE", "admitted")] == 2
+    assert samples[level.format("SHEDDABLE", "shed")] == 1
+    assert samples[level.format("CRITICAL", "admitted")] == 1
+    assert samples[level.format("CRITICAL", "shed")] == 0
 
 
 def _tenants(stub: Stub, upstream: str, keyed: bool) -> tuple[int, int, list[str]]:
@@ -753,10 +763,16 @@ def test_a_flooding_fairness_key_leaves_the_light_one_its_calls(
 ) -> None:
     # Max-min by key: the light tenant asks 2/s of the 5/s pace and keeps
     # them; the flood gets the 3/s left and is refused past it, by name.
-    _, stub, _ = paced
+    _, stub, port = paced
     asked, granted, refusals = _tenants(stub, "fair", keyed=True)
     assert asked >= 3 and granted == asked
-    assert any("fairness key asks more than its share" in r for r in refusals)
+    by_share = [r for r in refusals if "fairness key asks more than its share" in r]
+    assert by_share
+    # Counted apart (the keys are not labels), and among the sheds.
+    labels = 'profile="paced",upstream="fair"'
+    samples = scrape(port)
+    assert samples[f"squawk_admit_share_refused_total{{{labels}}}"] == len(by_share)
+    assert samples[f"squawk_admit_shed_total{{{labels}}}"] >= len(refusals)
 
 
 def test_without_fairness_keys_the_flood_takes_the_queue(

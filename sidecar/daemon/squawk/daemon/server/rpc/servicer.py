@@ -33,6 +33,7 @@ from squawk.policy.limits import (
     MAX_UPSTREAMS_PAGE,
     check_chars,
 )
+from squawk.policy.shed import ShedCause
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
@@ -304,7 +305,10 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             if self._observer.metrics is not None and upstreams.tracks(
                 profile.name, request.upstream
             ):
-                self._observer.admitted(profile.name, request.upstream, reply)
+                by_share = admission.shed is not None and admission.shed.cause is ShedCause.SHARE
+                self._observer.admitted(
+                    profile.name, request.upstream, reply, args.criticality, by_share
+                )
         else:
             reply = admission_message(untracked(args.permits))
             pace = NO_PACE

@@ -188,6 +188,22 @@ class Metrics:
             ["profile", "upstream"],
             registry=self.registry,
         )
+        self.admit_share_refused = Counter(
+            "squawk_admit_share_refused",
+            "Admit calls refused UPSTREAM_SATURATED because their fairness key asked "
+            "more than its share of the pace (counted in squawk_admit_shed_total too). "
+            "By profile and upstream; the keys are not labels.",
+            ["profile", "upstream"],
+            registry=self.registry,
+        )
+        self.admit_levels = Counter(
+            "squawk_admit_levels",
+            "Admit calls on a tracked upstream by the call's criticality (CRITICAL_PLUS, "
+            "CRITICAL, SHEDDABLE_PLUS, SHEDDABLE) and result: admitted, or shed "
+            "(UPSTREAM_SATURATED). By profile and upstream.",
+            ["profile", "upstream", "criticality", "result"],
+            registry=self.registry,
+        )
         self.admit_cap_full = Counter(
             "squawk_admit_cap_full",
             "Admit calls refused IN_FLIGHT_CAP: the upstream's declared cap on calls in "

@@ -19,7 +19,7 @@ from typing import IO, Any, NamedTuple
 
 from prometheus_client import Counter, Histogram
 
-from squawk.policy import BreakerState, Decision, Policy
+from squawk.policy import BreakerState, Criticality, Decision, Policy
 from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
@@ -34,6 +34,16 @@ from .spans import NO_SPAN, SpanRecord, current
 __all__ = ["Observer"]
 
 log = logging.getLogger(__name__)
+
+
+class _Series4(NamedTuple):
+    """One tracked upstream's Admit series (children of its labels)."""
+
+    wait: Any
+    shed: Any
+    cap_full: Any
+    share: Any
+    levels: dict[tuple[Criticality, str], Any]
 
 
 class _Series(NamedTuple):
@@ -79,7 +89,7 @@ class Observer:
         # Each decision's metric series, by (rpc, action, reason, state): see _series.
         self._counted: dict[tuple[str, Field, Field, Field | None], _Series] = {}
         # Each key's squawk_pace_wait_seconds and squawk_admit_shed_total children.
-        self._pace_series: dict[Key, tuple[Any, Any, Any]] = {}
+        self._pace_series: dict[Key, _Series4] = {}
 
     def _safe(self, fields: Mapping[str, Field]) -> dict[str, Field]:
         out = dict(fields)
@@ -218,9 +228,17 @@ class Observer:
             also,
         )
 
-    def admitted(self, profile: str, upstream: str, reply: pb.AdmitResponse) -> None:
-        """An Admit on a tracked upstream: its paced wait, or its shedding.
-        Each key's two series are looked up once, not per call."""
+    def admitted(
+        self,
+        profile: str,
+        upstream: str,
+        reply: pb.AdmitResponse,
+        level: Criticality = Criticality.CRITICAL,
+        by_share: bool = False,
+    ) -> None:
+        """An Admit on a tracked upstream of criticality `level`: its paced
+        wait, or its shedding (`by_share`: its fairness key was over its
+        share). Each key's series are looked up once, not per call."""
         m = self.metrics
         if m is None:
             return
@@ -228,20 +246,30 @@ class Observer:
         series = self._pace_series.get(key)
         if series is None:
             labels = (label_value(profile), self._upstream_label(key))
-            series = (
+            series = _Series4(
                 m.pace_wait.labels(*labels),
                 m.admit_shed.labels(*labels),
                 m.admit_cap_full.labels(*labels),
+                m.admit_share_refused.labels(*labels),
+                {
+                    (lv, result): m.admit_levels.labels(*labels, lv.name, result)
+                    for lv in Criticality
+                    for result in ("admitted", "shed")
+                },
             )
             if len(self._pace_series) >= _SHOWN_CACHE:
                 self._pace_series.clear()
             self._pace_series[key] = series
         if reply.allowed:
-            series[0].observe(reply.wait.ToNanoseconds() / 1e9)
+            series.wait.observe(reply.wait.ToNanoseconds() / 1e9)
+            series.levels[level, "admitted"].inc()
         elif reply.reason == pb.REASON_UPSTREAM_SATURATED:
-            series[1].inc()
+            series.shed.inc()
+            series.levels[level, "shed"].inc()
+            if by_share:
+                series.share.inc()
         elif reply.reason == pb.REASON_IN_FLIGHT_CAP:
-            series[2].inc()
+            series.cap_full.inc()
 
     def store_up(self, up: bool) -> None:
         """The fleet state store went away (False) or came back (True)."""
