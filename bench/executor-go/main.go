@@ -23,6 +23,7 @@ import (
 	"time"
 
 	squawk "github.com/squawk-dev/squawk/clients/go"
+	"github.com/squawk-dev/squawk/clients/go/squawkv1"
 	"google.golang.org/grpc"
 )
 
@@ -40,9 +41,12 @@ type Config struct {
 	Start       string       `json:"start"`  // holds the wall time the phases start at, once written
 	Seed        uint64       `json:"seed"`
 	Out         string       `json:"out"`
-	// The tenant variants' fairness key and weight ("" and 0: none).
+	// The tenant variants' fairness key and weight ("" and 0: none), and
+	// the critical stream's criticality (a squawkv1.Criticality name
+	// without its prefix; "": none).
 	FairnessKey    string  `json:"fairness_key"`
 	FairnessWeight float64 `json:"fairness_weight"`
+	Criticality    string  `json:"criticality"`
 }
 
 type recorder struct {
@@ -205,6 +209,9 @@ func runOne(cfg *Config, httpc *http.Client, client *squawk.Client, rec *recorde
 		opts.Upstream = cfg.Upstream
 	}
 	opts.FairnessKey, opts.FairnessWeight = cfg.FairnessKey, cfg.FairnessWeight
+	if cfg.Criticality != "" {
+		opts.Criticality = squawkv1.Criticality(squawkv1.Criticality_value["CRITICALITY_"+cfg.Criticality])
+	}
 	_, err := squawk.Run(ctx, client, id, step, opts)
 	reason := ""
 	if err != nil {

@@ -158,6 +158,7 @@ async function one(stepId) {
     } else {
       const options = { maxAttempts: cfg.max_attempts, deadlineMs: cfg.deadline_s * 1000, signal, headersOf: (headers) => headers };
       if (cfg.mode === "pod") options.upstream = cfg.upstream;
+      if (cfg.criticality) options.criticality = squawk.Criticality[`CRITICALITY_${cfg.criticality}`];
       if (cfg.fairness_key) options.fairnessKey = cfg.fairness_key;
       if (cfg.fairness_weight) options.fairnessWeight = cfg.fairness_weight;
       await squawk.runStep(sourceFor(flag), stepId, step, options);

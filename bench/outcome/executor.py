@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from squawk.policy import Criticality
 from squawk_client import AsyncSquawkClient, StepError, StepFailed, StepOptions, run_step
 
 # The step a Squawk call belongs to: [whether any of its calls was undecided].
@@ -178,6 +179,9 @@ async def main(cfg: dict[str, Any]) -> None:
                         max_attempts=max_attempts,
                         deadline=timedelta(seconds=deadline_s),
                         upstream=cfg["upstream"] if mode == "pod" else "",
+                        criticality=Criticality[cfg["criticality"]]
+                        if "criticality" in cfg
+                        else None,
                         fairness_key=cfg.get("fairness_key", ""),
                         fairness_weight=float(cfg.get("fairness_weight", 0.0)),
                     )

@@ -76,9 +76,11 @@ class Variant:
     storm: float = 0.0  # share of calls answered 529 in the middle phase
     sdk: str = ""  # "openai" or "anthropic": the executors drive that SDK
     modes: tuple[str, ...] = MODES  # the modes it runs in unless --modes says
-    # Per executor, in order: (fairness key, parts of the demand, weight).
-    # Empty: no keys, an equal part each.
+    # Per executor, in order: (fairness key, parts of the demand, weight);
+    # a key of "" sends none. Empty: no keys, an equal part each.
     tenants: tuple[tuple[str, float, float], ...] = ()
+    # Per executor, in order: the criticality its steps send (empty: none).
+    levels: tuple[str, ...] = ()
 
     @property
     def executors(self) -> tuple[tuple[str, str], ...]:
@@ -120,6 +122,10 @@ def variants(warm: float, hot: float, after: float) -> tuple[Variant, ...]:
         )
 
     keyed = (("tenant-a", 1, 1), ("tenant-b", 1, 1), ("tenant-c", 1, 1), ("tenant-flood", 10, 1))
+    # Issue 35's critical stream: one executor's CRITICAL steps at 0.3 x C
+    # beside three executors' SHEDDABLE ones at 10 x C in all.
+    stream = (("", 0.3, 0), ("", 10 / 3, 0), ("", 10 / 3, 0), ("", 10 / 3, 0))
+    levels = ("CRITICAL", "SHEDDABLE", "SHEDDABLE", "SHEDDABLE")
     weighted = (("heavy", 1, 3), ("heavy", 1, 3), ("light", 1, 1), ("light", 1, 1))
     return (
         Variant("10x", "10x overload", overload(10)),
@@ -143,6 +149,14 @@ def variants(warm: float, hot: float, after: float) -> tuple[Variant, ...]:
             "four tenants, one asking 10x each other's (2.6 x C in all)",
             tenants(2.6),
             tenants=keyed,
+            modes=("none", "pod"),
+        ),
+        Variant(
+            "critical",
+            "a critical stream at 0.3 x C beside sheddable demand at 10 x C",
+            tenants(10.3),
+            tenants=stream,
+            levels=levels,
             modes=("none", "pod"),
         ),
         Variant(
@@ -283,8 +297,10 @@ def run_one(
             "ready": str(out.with_suffix(".ready")),
             "start": str(start_file),
         }
-        if variant.tenants and mode != "none":
+        if variant.tenants and variant.tenants[i][0] and mode != "none":
             cfg["fairness_key"], _, cfg["fairness_weight"] = variant.tenants[i]
+        if variant.levels and mode != "none":
+            cfg["criticality"] = variant.levels[i]
         proc = procs.start(
             f"exec-{variant.name}-{mode}-{ident}", executor_argv(language, bin_dir, cfg), env
         )
@@ -458,6 +474,20 @@ def checks(
                 for k, v in sorted(light.items())
             ),
             (f"Jain over served / max-min share >= 0.98: {fmt(fair)}", ge(fair, 0.98)),
+        ]
+    elif goal == "critical":
+        critical = variant.executors[variant.levels.index("CRITICAL")][0]
+        steps = mid["steps_by_executor"].get(critical, 0)
+        kept = _ratio(mid["successes_by_executor"].get(critical, 0), steps)
+        p99 = mid["p99_ms_by_executor"].get(critical)
+        unloaded = ph[0]["p99_ms_by_executor"].get(critical)
+        bound = None if unloaded is None else 1.2 * unloaded
+        out += [
+            (f"the critical stream served >= 0.99 of its demand: {pct(kept)}", ge(kept, 0.99)),
+            (
+                f"its p99 <= 1.2 x its unloaded p99: {fmt(p99, 0)} vs {fmt(unloaded, 0)} ms",
+                p99 is not None and bound is not None and p99 <= bound,
+            ),
         ]
     elif goal == "weights":
         got = tenant_successes(variant, mid)

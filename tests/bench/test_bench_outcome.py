@@ -238,6 +238,29 @@ def test_the_tenant_goals() -> None:
     assert [h for _, h in run.checks(weights, off, 20)] == [False]  # 100 : 30 = 3.33
 
 
+def test_the_critical_stream_goals() -> None:
+    critical = next(v for v in run.variants(1, 2, 1) if v.name == "critical")
+    ident = critical.executors[0][0]  # the first executor sends CRITICAL
+    assert critical.levels[0] == "CRITICAL"
+
+    def stream(served: int, p99: float, unloaded: float) -> dict[str, Any]:
+        r = result(
+            {
+                "steps_by_executor": {ident: 100},
+                "successes_by_executor": {ident: served},
+                "p99_ms_by_executor": {ident: p99},
+            },
+            {},
+            {},
+        )
+        r["phases"][0] = figures(p99_ms_by_executor={ident: unloaded})
+        return r
+
+    # 99 of 100 served, p99 120 ms against 100 unloaded: both on the bound.
+    assert [h for _, h in run.checks(critical, stream(99, 120.0, 100.0), 20)] == [True, True]
+    assert [h for _, h in run.checks(critical, stream(98, 121.0, 100.0), 20)] == [False, False]
+
+
 def test_max_min_fills_the_smallest_demands_first() -> None:
     # 10 between demands 1, 2, 20 at equal weights: 1 and 2 are kept, 7 left.
     assert run.max_min({"a": 1, "b": 2, "c": 20}, dict.fromkeys("abc", 1.0), 10) == {

@@ -1224,6 +1224,22 @@ def test_the_lower_levels_are_given_shorter_waits(
     assert granted.allowed is False and granted.shed is not None
 
 
+def test_a_call_that_sends_no_level_takes_the_policys() -> None:
+    # rate 10, the queue's limit 1 s; the policy's default SHEDDABLE gives
+    # a call without a level a quarter of it (the slot at 300 ms is past
+    # 250 ms), while a call that says CRITICAL still waits up to the whole.
+    config = RateLimitConfig(rate=10, criticality=Criticality.SHEDDABLE)
+    p, waits = Pacer(), []
+    for _ in range(12):
+        p, granted = pace(p, config, 0.0)
+        if not granted.allowed:
+            break
+        waits.append(granted.wait // MS)
+    assert waits[-1] == 200
+    _, critical = pace(p, config, 0.0, criticality=Criticality.CRITICAL)
+    assert (critical.allowed, critical.wait) == (True, 300 * MS)
+
+
 def test_a_critical_call_finds_the_queue_short_behind_sheddable_ones() -> None:
     # Sheddable calls fill the queue only to their quarter (250 ms); a
     # critical call arriving then waits 300 ms, and is admitted.

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import squawk
 from squawk.daemon.config import ConfigError, parse_policy
-from squawk.policy import RateLimitConfig
+from squawk.policy import Criticality, RateLimitConfig
 
 PACED = """\
 profiles:
@@ -81,6 +81,11 @@ _UP = "profiles:\n  default:\n    upstreams:\n      api.example:\n        rate_l
         (_RL + "      max_queue_delay: 8d\n", "rate_limit.max_queue_delay (line 4)"),
         (_RL + "      limit: 5\n", "rate_limit.limit (line 4): unknown field"),
         (
+            _RL + "      criticality: low\n",
+            "rate_limit.criticality (line 4): expected one of CRITICAL_PLUS, CRITICAL, "
+            "SHEDDABLE_PLUS, SHEDDABLE, got 'low'",
+        ),
+        (
             _UP + "          rate: nan\n",
             "profiles.default.upstreams.api.example.rate_limit.rate (line 6): must be in (0, ",
         ),
@@ -98,3 +103,14 @@ def test_check_policy_prints_the_error(tmp_path: Path) -> None:
     done = squawk("check-policy", str(path))
     assert done.returncode == 2
     assert "upstreams.api.example.rate_limit.burst (line 6): must be in 1..1000000" in done.stderr
+
+
+def test_a_default_criticality_for_calls_that_send_none() -> None:
+    policy = parse_policy(
+        "profiles:\n  batch:\n    rate_limit: {criticality: SHEDDABLE}\n"
+        "    upstreams:\n      chat:\n        rate_limit: {criticality: CRITICAL_PLUS}\n"
+    )
+    batch = policy.profile("batch")
+    assert batch.for_upstream("any").rate_limit.criticality is Criticality.SHEDDABLE
+    assert batch.for_upstream("chat").rate_limit.criticality is Criticality.CRITICAL_PLUS
+    assert RateLimitConfig().criticality is Criticality.CRITICAL

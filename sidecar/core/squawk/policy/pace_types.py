@@ -21,7 +21,7 @@ from .limits import (
 from .ratelimit import RateLimitHint
 from .shed import Shed
 from .timing import seconds
-from .types import PaceSource, PolicyInputError
+from .types import Criticality, PaceSource, PolicyInputError
 
 __all__ = [
     "LEASE",
@@ -74,6 +74,9 @@ class RateLimitConfig:
     # The most calls in flight the pod may have out to the upstream, as its
     # provider allows; None = no cap (squawk.policy.capped).
     max_in_flight: int | None = None
+    # The criticality of a call whose Admit sends none (a batch profile's
+    # SHEDDABLE, an interactive upstream's CRITICAL_PLUS).
+    criticality: Criticality = Criticality.CRITICAL
     # Derived once: pace() runs on every Admit.
     _policy: bool = field(init=False, repr=False, compare=False)
     _quiet_s: float = field(init=False, repr=False, compare=False)

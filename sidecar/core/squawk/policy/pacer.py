@@ -139,7 +139,7 @@ def pace(
     rng: random.Random | None = None,
     share: float = 1.0,
     max_hold: timedelta = MAX_HOLD,
-    criticality: Criticality = Criticality.CRITICAL,
+    criticality: Criticality | None = None,
     fairness: Fairness | None = None,
 ) -> tuple[Pacer, Pace]:
     """(pacer, pace): when one call (or `permits` calls) may start.
@@ -152,7 +152,8 @@ def pace(
     real costs seen stands in). `deadline`: the time left before the
     step's deadline; None = none. `permits` > 1 is granted (up to
     MAX_PERMITS) only when nothing paces. `criticality`: how long a wait
-    the call may be given (`_longest`): the lower levels are shed first.
+    the call may be given (`_longest`): the lower levels are shed first;
+    None: the policy's (`config.criticality`).
     `fairness`: whose call it is; while the pace binds, a key asking more
     than its max-min share starts no faster than that share, and is
     refused past it (squawk.policy.fair).
@@ -231,8 +232,9 @@ def pace(
     queue, longest = short_queue.arrive(
         pacer.queue, now, wait_s, start <= now, slot, config._max_wait_s
     )
-    if criticality is not Criticality.CRITICAL:
-        longest = _longest(criticality, longest, config._max_wait_s)
+    level = config.criticality if criticality is None else criticality
+    if level is not Criticality.CRITICAL:
+        longest = _longest(level, longest, config._max_wait_s)
     if wait and ((deadline is not None and wait >= deadline) or wait_s > longest):
         queue, left = short_queue.refuse(queue, now, start, slot)
         left_s = None if deadline is None else seconds(deadline)

@@ -198,7 +198,7 @@ def admit(
     cost: float = 0.0,
     permits: int = 1,
     share: float = 1.0,
-    criticality: Criticality = Criticality.CRITICAL,
+    criticality: Criticality | None = None,
     fairness: Fairness | None = None,
 ) -> tuple[UpstreamState, Admission]:
     """(state, admission): whether (and when) a call may go to the upstream.

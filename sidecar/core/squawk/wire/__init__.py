@@ -265,12 +265,13 @@ def rate_limited(headers: Mapping[str, str]) -> bool:
 class AdmitArgs(NamedTuple):
     """What an Admit asks beyond its names: the step's deadline (None =
     none), the estimated cost (0 = unknown), the permits (1 or more), the
-    call's criticality and its fairness key (None = none sent)."""
+    call's criticality and its fairness key (each None when none was
+    sent)."""
 
     deadline: timedelta | None
     cost: float
     permits: int
-    criticality: Criticality = Criticality.CRITICAL
+    criticality: Criticality | None = None
     fairness: Fairness | None = None
 
 
@@ -308,11 +309,12 @@ def admit_args(request: pb.AdmitRequest) -> AdmitArgs:
     return AdmitArgs(deadline, cost, permits or 1, _criticality(level), fairness)
 
 
-def _criticality(value: int) -> Criticality:
-    """AdmitRequest.criticality: unset is CRITICAL; a value squawk.v1 does
-    not define is refused, naming the field."""
+def _criticality(value: int) -> Criticality | None:
+    """AdmitRequest.criticality: unset is None (the policy's default, else
+    CRITICAL); a value squawk.v1 does not define is refused, naming the
+    field."""
     if not value:
-        return Criticality.CRITICAL
+        return None
     try:
         return Criticality(value)
     except ValueError:

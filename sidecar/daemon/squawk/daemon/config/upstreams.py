@@ -12,7 +12,8 @@ profiles:
     max_cool_down: 5m           # the longest one shared Retry-After cools it (1s..24h)
     rate_limit: {rate: 50, burst: 10, token_rate: 30000, token_burst: 60000, learn: true,
                  quiet: 30s, max_queue_delay: 1s, concurrency: true,
-                 max_in_flight: 4}   # the pacer
+                 max_in_flight: 4,
+                 criticality: CRITICAL}   # the pacer; criticality: of calls that send none
     upstreams:                  # per-upstream overrides of the five above
       amadeus:
         circuit_breaker: {open_for: 10s}
@@ -38,6 +39,7 @@ import yaml
 
 from squawk.policy import (
     BreakerConfig,
+    Criticality,
     PolicyInputError,
     Profile,
     RateLimitConfig,
@@ -47,6 +49,7 @@ from squawk.policy import (
     UpstreamConfig,
     parse_duration,
 )
+from squawk.policy.env import Malformed
 from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import quoted
 
@@ -76,6 +79,16 @@ UPSTREAM_FIELDS = {
 # config's attribute, so a bound the core refuses names the same field.
 _Scalar = tuple[str, Callable[[str], Any], str]
 _DURATION = "a duration such as 30s"
+_LEVELS = "one of " + ", ".join(level.name for level in Criticality)
+
+
+def _criticality(text: str) -> Criticality:
+    try:
+        return Criticality[text]
+    except KeyError:
+        raise Malformed from None
+
+
 _BREAKER: tuple[_Scalar, ...] = (
     ("enabled", boolean, "true or false"),
     ("failure_ratio", number, "a number"),
@@ -97,6 +110,7 @@ _RATE_LIMIT: tuple[_Scalar, ...] = (
     ("max_queue_delay", parse_duration, _DURATION),
     ("concurrency", boolean, "true or false"),
     ("max_in_flight", integer, "an integer"),
+    ("criticality", _criticality, _LEVELS),
 )
 _BudgetType = type[RatioBudgetConfig] | type[TokenBucketConfig]
 _BUDGETS: dict[str, tuple[_BudgetType, tuple[_Scalar, ...]]] = {

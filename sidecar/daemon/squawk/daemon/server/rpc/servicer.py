@@ -306,9 +306,10 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 profile.name, request.upstream
             ):
                 by_share = admission.shed is not None and admission.shed.cause is ShedCause.SHARE
-                self._observer.admitted(
-                    profile.name, request.upstream, reply, args.criticality, by_share
-                )
+                level = args.criticality
+                if level is None:
+                    level = profile.for_upstream(request.upstream).rate_limit.criticality
+                self._observer.admitted(profile.name, request.upstream, reply, level, by_share)
         else:
             reply = admission_message(untracked(args.permits))
             pace = NO_PACE

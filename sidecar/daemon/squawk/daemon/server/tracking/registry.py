@@ -342,7 +342,7 @@ class Upstreams:
         cost: float = 0.0,
         permits: int = 1,
         share: float = 1.0,
-        criticality: Criticality = Criticality.CRITICAL,
+        criticality: Criticality | None = None,
         fairness: Fairness | None = None,
     ) -> Admission:
         """The core's admit() on the key's state: `deadline` (time left of
