@@ -1008,9 +1008,10 @@ def test_another_callers_admit_is_answered_while_a_header_flood_is_recorded() ->
         with grpc.insecure_channel(daemon.target) as a, grpc.insecure_channel(daemon.target) as b:
             flooder, caller = Stub(a), Stub(b)
             seen: set[tuple[bool, int, int]] = set()
-            # A few floods, each with a marker of its own, in case the
-            # caller's Admits all fell outside one flood's recording.
-            for n in range(20):
+            # Floods, each with a marker of its own, until one is seen in
+            # the middle: the caller's Admits may all fall outside one
+            # flood's recording (on a busy machine, 20 floods once did).
+            for n in range(60):
                 marker, flooding = f"marker-{n}", threading.Event()
                 flooding.set()
 
