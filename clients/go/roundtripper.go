@@ -66,6 +66,11 @@ type RoundTripperOptions struct {
 // from memory) only when its Content-Type is application/json, so a
 // streamed body is never read.
 //
+// While a criticality is in force for the request's context (see
+// CriticalityFrom), each request carries it to the next hop in header
+// squawk-criticality (its name, e.g. SHEDDABLE), unless the request
+// already carries that header; the caller's request is not changed.
+//
 // The SDKs number their own resends in X-Stainless-Retry-Count; a request
 // whose count is above 0 is counted (SDKRetries) and, the first time,
 // logged as a warning naming the upstream. Safe for concurrent use.
@@ -110,11 +115,19 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			Message: `squawk: RoundTripper: name the upstream its requests call, e.g. "openai"`}
 	}
 	rt.notice(req)
+	sent := req // what is sent: req, or a copy carrying the criticality
+	if name := criticalityName(CriticalityFrom(req.Context())); name != "" &&
+		len(req.Header.Values(criticalityHeader)) == 0 {
+		// The level in force goes to the next hop; a RoundTripper must not
+		// change the caller's request, so a copy carries it.
+		sent = req.Clone(req.Context())
+		sent.Header.Set(criticalityHeader, name)
+	}
 	opts := RunOptions[*http.Request]{
 		Upstream: rt.upstream, Profile: rt.opts.Profile, Capability: rt.opts.Capability,
 		MaxAttempts: rt.opts.MaxAttempts, Cost: rt.opts.Cost,
 	}
-	if !replayable(req) {
+	if !replayable(sent) {
 		opts.MaxAttempts = new(1)
 	}
 	calls := 0
@@ -149,7 +162,7 @@ func (rt *RoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return readSuccess(resp)
 	}
-	done, err := Run(req.Context(), rt.c, req, step, opts)
+	done, err := Run(req.Context(), rt.c, sent, step, opts)
 	if err == nil {
 		return done.resp, nil
 	}

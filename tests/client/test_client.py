@@ -374,6 +374,7 @@ def test_the_public_names_are_pinned() -> None:
             "Tier",
             "UpstreamState",
             "criticality",
+            "criticality_from_headers",
             "run_step",
             "run_step_sync",
         ]

@@ -39,6 +39,7 @@ from ._runner import (
     StepOptions,
     Tier,
     criticality,
+    criticality_from_headers,
     run_step,
     run_step_sync,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "Tier",
     "UpstreamState",
     "criticality",
+    "criticality_from_headers",
     "run_step",
     "run_step_sync",
 ]

@@ -30,13 +30,20 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import replace
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from ._client import AsyncSquawkClient, SquawkClient
 from ._errors import StepError, StepFailed
-from ._runner import StepOptions, bounded_headers, run_step, run_step_sync
+from ._runner import (
+    CRITICALITY_HEADER,
+    StepOptions,
+    bounded_headers,
+    criticality,
+    run_step,
+    run_step_sync,
+)
 
 __all__ = ["AsyncTransport", "SyncTransport"]
 
@@ -51,7 +58,7 @@ _MAX_TOKENS = 1e9
 
 class Request(Protocol):
     @property
-    def headers(self) -> Mapping[str, str]: ...
+    def headers(self) -> MutableMapping[str, str]: ...
 
 
 class Response(Protocol):
@@ -130,7 +137,12 @@ class _Common(Generic[Req, Resp]):
         self._refusal = refusal
 
     def notice(self, request: Req) -> None:
-        """Count (and log once) a request the SDK is resending on its own."""
+        """Send the criticality in force to the next hop (unless the request
+        names one); count (and log once) a request the SDK is resending on
+        its own."""
+        level = self.options.criticality or criticality()
+        if level is not None and CRITICALITY_HEADER not in request.headers:
+            request.headers[CRITICALITY_HEADER] = level.name
         count = request.headers.get("x-stainless-retry-count", "0")
         if count.strip() in ("", "0"):
             return

@@ -14,7 +14,7 @@ import enum
 import itertools
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -143,6 +143,35 @@ def criticality() -> Criticality | None:
     inherited from the step it runs inside); None outside any step that
     named one."""
     return _CRITICALITY.get()
+
+
+# The header that carries a step's criticality to the next hop (the HTTP
+# transports send it; docs/clients/README.md, "The criticality header").
+CRITICALITY_HEADER = "squawk-criticality"
+_LEVELS = {level.name: level for level in Criticality}
+
+
+def criticality_from_headers(
+    headers: Mapping[str, str] | Iterable[tuple[str, str]],
+) -> Criticality | None:
+    """The criticality a request's squawk-criticality header names, for
+    the steps a service runs for it (StepOptions.criticality): the name and
+    the value in any case, spaces trimmed. Absent, empty, unknown, or
+    repeated with different levels (a mapping's values joined by commas
+    count as repeats): None, so the service keeps its own default."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    named: set[Criticality] = set()
+    for name, value in pairs:
+        if name.lower() != CRITICALITY_HEADER:
+            continue
+        for part in value.split(","):
+            text = part.strip(" \t")
+            # ASCII only: str.upper() folds some other letters (a long s) into one.
+            level = _LEVELS.get(text.upper()) if text.isascii() else None
+            if level is None:
+                return None
+            named.add(level)
+    return named.pop() if len(named) == 1 else None
 
 
 async def _inside(level: Criticality | None, call: Awaitable[T]) -> T:

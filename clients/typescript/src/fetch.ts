@@ -25,7 +25,16 @@
 // zero is counted (`sdkRetries`) and warned of once per wrapper.
 import { SquawkInputError } from "./errors";
 import type { Decision } from "./options";
-import { runStep, StepFailedError, validate, type DecisionSource, type RunStepOptions } from "./runner";
+import {
+  criticality,
+  CRITICALITY_HEADER,
+  criticalityHeaderValue,
+  runStep,
+  StepFailedError,
+  validate,
+  type DecisionSource,
+  type RunStepOptions,
+} from "./runner";
 import { StepError } from "./steperror";
 
 /** The Fetch API's `fetch`, as the SDKs type their `fetch` option. */
@@ -146,6 +155,23 @@ function requestHeaders(input: string | URL | Request, init: RequestInit | undef
   return input instanceof Request ? input.headers : new Headers();
 }
 
+/**
+ * What each attempt sends as `init`: a copy of the caller's (its byte body
+ * buffered), with `squawk-criticality` added when a level is in force and
+ * the request does not carry the header already. The caller's Headers and
+ * Request are never changed: the header goes on a new Headers.
+ */
+function outgoing(input: string | URL | Request, init: RequestInit | undefined): RequestInit | undefined {
+  const sent: RequestInit | undefined = init === undefined ? undefined : { ...init, body: buffered(init.body) };
+  const level = criticalityHeaderValue(criticality());
+  if (level === undefined) return sent;
+  const own = requestHeaders(input, init);
+  if (own.has(CRITICALITY_HEADER)) return sent; // the request's own value goes out as it is
+  const headers = new Headers(own);
+  headers.set(CRITICALITY_HEADER, level);
+  return { ...sent, headers };
+}
+
 /** Squawk's own 503 for a dispatch the pod refused before any call: why, and not to be retried. */
 function refusal(decision: Decision): Response {
   const reason = String(decision.reason);
@@ -171,9 +197,12 @@ function refusal(decision: Decision): Response {
  * from a clone; an event stream is never read). When the policy ends the
  * step the SDK gets the last response, or the fetch's error when none came,
  * or Squawk's own 503 (`x-squawk-reason`, `x-should-retry: false`) when the
- * pod refused the dispatch before any call. A request the SDK resends on its
- * own is counted in `sdkRetries` and warned of once. Options out of range
- * are a SquawkInputError here, before any request.
+ * pod refused the dispatch before any call. While a criticality is in force
+ * (`criticality()`: a step's own, or inherited) each request carries it as
+ * `squawk-criticality` (the level's name, e.g. SHEDDABLE), unless it has the
+ * header already. A request the SDK resends on its own is counted in
+ * `sdkRetries` and warned of once. Options out of range are a
+ * SquawkInputError here, before any request.
  */
 export function squawkFetch(client: DecisionSource, options: SquawkFetchOptions): SquawkFetch {
   const { upstream, profile, capability, maxAttempts, cost, deadlineMs } = options;
@@ -199,7 +228,7 @@ export function squawkFetch(client: DecisionSource, options: SquawkFetchOptions)
       }
     }
     const body = init?.body;
-    const sent: RequestInit | undefined = init === undefined ? undefined : { ...init, body: buffered(body) };
+    const sent = outgoing(input, init);
     // A failed response the policy resent past: its body is nobody's now.
     let dropped: Response | undefined;
 

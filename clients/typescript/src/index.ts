@@ -30,6 +30,7 @@ export { StepError, type HeaderSource, type ResponseLike, type StepErrorInit } f
 export { type ErrorInfo, type Tier } from "./hooks";
 export {
   criticality,
+  criticalityFromHeaders,
   runStep,
   StepFailedError,
   type DecisionSource,

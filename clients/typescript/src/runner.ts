@@ -223,6 +223,74 @@ export function criticality(): Criticality | undefined {
   return runningCriticality.getStore();
 }
 
+/**
+ * The header that carries a step's criticality to the next hop:
+ * `squawk-criticality: SHEDDABLE`, the level's name without its
+ * `CRITICALITY_` prefix. squawkFetch sends it while a level is in force.
+ */
+export const CRITICALITY_HEADER = "squawk-criticality";
+
+/** The levels the header names, by their upper-case names without the prefix. */
+const HEADER_LEVELS: ReadonlyMap<string, Criticality> = new Map(
+  [
+    Criticality.CRITICALITY_CRITICAL_PLUS,
+    Criticality.CRITICALITY_CRITICAL,
+    Criticality.CRITICALITY_SHEDDABLE_PLUS,
+    Criticality.CRITICALITY_SHEDDABLE,
+  ].map((level) => [level.slice("CRITICALITY_".length), level]),
+);
+
+/** The header's value for a level in force (`SHEDDABLE`), or undefined for none (unspecified, unrecognized). */
+export function criticalityHeaderValue(level: Criticality | undefined): string | undefined {
+  if (level === undefined) return undefined;
+  const name = level.startsWith("CRITICALITY_") ? level.slice("CRITICALITY_".length) : "";
+  return HEADER_LEVELS.get(name) === level ? name : undefined;
+}
+
+/** ASCII letters upper-cased, nothing else (so no other letter folds into a level's name). */
+function asciiUpper(text: string): string {
+  return text.replace(/[a-z]/g, (c) => c.toUpperCase());
+}
+
+/**
+ * The criticality a request's `squawk-criticality` header names, for a
+ * service that runs steps for incoming requests to pass as runStep's
+ * `criticality` option, so the caller's level carries on to the next hop.
+ *
+ * Takes a WHATWG `Headers` (where a repeated header arrives joined by ", ")
+ * or a record of Node's `IncomingHttpHeaders` kind (its name in any case, a
+ * value a string or an array of them). The value is one of CRITICAL_PLUS,
+ * CRITICAL, SHEDDABLE_PLUS, SHEDDABLE in any case, spaces and tabs trimmed;
+ * absent, empty, unknown (UNSPECIFIED and the enum's full `CRITICALITY_`
+ * names too) or repeated with different levels is undefined, so the step
+ * keeps its own default: a malformed header never means more than none.
+ */
+export function criticalityFromHeaders(
+  headers: Headers | Readonly<Record<string, string | readonly string[] | undefined>>,
+): Criticality | undefined {
+  const values: string[] = [];
+  if (typeof Headers !== "undefined" && headers instanceof Headers) {
+    const joined = headers.get(CRITICALITY_HEADER);
+    if (joined !== null) values.push(joined);
+  } else {
+    for (const [name, value] of Object.entries(headers)) {
+      if (name.toLowerCase() !== CRITICALITY_HEADER || value === undefined) continue;
+      if (typeof value === "string") values.push(value);
+      else values.push(...value);
+    }
+  }
+  let found: Criticality | undefined;
+  for (const value of values) {
+    // A repeated header may arrive joined by commas: each part is one value.
+    for (const part of String(value).split(",")) {
+      const level = HEADER_LEVELS.get(asciiUpper(part.replace(/^[ \t]+|[ \t]+$/g, "")));
+      if (level === undefined || (found !== undefined && found !== level)) return undefined;
+      found = level;
+    }
+  }
+  return found;
+}
+
 /** The largest cost Admit and ReportOutcome accept (AdmitRequest.cost, Outcome.cost). */
 const MAX_COST = 1e9;
 

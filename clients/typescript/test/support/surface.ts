@@ -14,6 +14,7 @@ export const PUBLIC_VALUES: readonly string[] = [
   // the step runner
   "runStep",
   "criticality",
+  "criticalityFromHeaders",
   "sleep",
   "StepError",
   "StepFailedError",
