@@ -27,6 +27,7 @@ from squawk.v1 import policy_pb2 as pb
 from ...throttle import LOG_EVERY_S, Throttle
 from ..tracking.registry import Key, PaceChange, Transition, pinned_keys
 from .decision_log import LOG_SLICE, write_line
+from .events import EventRing
 from .fields import Field, decision_fields
 from .metrics import MAX_UPSTREAM_LABELS, OTHER_UPSTREAMS, Metrics, label_value
 from .spans import NO_SPAN, SpanRecord, current
@@ -82,6 +83,8 @@ class Observer:
         self.active = metrics is not None or log is not None
         self._shown: dict[str, str] = {}
         self._throttle = Throttle(LOG_EVERY_S)
+        # What changed, and why: the event history (telemetry/events.py).
+        self.events = EventRing()
         # The keys with a metric label of their own, and the policy file's keys.
         self._labels: dict[Key, str] = {}
         self._pinned: frozenset[Key] = frozenset()
@@ -165,6 +168,13 @@ class Observer:
         fields = self._safe({"squawk.profile": t.profile, "squawk.upstream": t.upstream})
         before, after = t.before.name, t.after.name
         which = "fleet circuit breaker" if t.fleet else "circuit breaker"
+        self.events.add(
+            time.time(),
+            "fleet_breaker" if t.fleet else "breaker",
+            str(fields["squawk.profile"]),
+            str(fields["squawk.upstream"]),
+            {"from": before, "to": after},
+        )
         span = current()
         if span.is_recording():
             span.add_event(
@@ -207,6 +217,17 @@ class Observer:
         """A tracked upstream's pace changed: the gauge, and a log line
         throttled as breaker transitions are (one per source and interval)."""
         before, after = change.before.name.lower(), change.after.name.lower()
+        shown = self._safe({"squawk.profile": change.profile, "squawk.upstream": change.upstream})
+        self.events.add(
+            time.time(),
+            "pace",
+            str(shown["squawk.profile"]),
+            str(shown["squawk.upstream"]),
+            {
+                "from": f"{before} {change.rate_before:.3g}/s",
+                "to": f"{after} {change.rate_after:.3g}/s",
+            },
+        )
         if self.metrics is not None:
             label = self._upstream_label((change.profile, change.upstream))
             if label != OTHER_UPSTREAMS:
