@@ -11,12 +11,12 @@
 // New starts connecting at once, so the first call does not pay for the
 // connection, and never blocks. Client wraps every PolicyService call:
 // Classify, DecideRetry, DecideRetryBatch, AnalyzeError, CheckDispatch,
-// Admit, ReportOutcome and GetUpstreams, each taking ctx first. All but
-// AnalyzeError, which may wait on a model, and GetUpstreams, a listing off
-// the dispatch path, are bounded by the call timeout (WithCallTimeout,
-// 50 ms by default; see DefaultCallTimeout). Every call carries the W3C
-// trace context of its ctx in the outgoing gRPC metadata (traceparent,
-// tracestate, baggage).
+// Admit, ReportOutcome, GetUpstreams and GetEvents, each taking ctx first.
+// All but AnalyzeError, which may wait on a model, and GetUpstreams and
+// GetEvents, listings off the dispatch path, are bounded by the call
+// timeout (WithCallTimeout, 50 ms by default; see DefaultCallTimeout).
+// Every call carries the W3C trace context of its ctx in the outgoing gRPC
+// metadata (traceparent, tracestate, baggage).
 //
 // # Transport security
 //
@@ -40,8 +40,16 @@
 // (an Admission, whose Wait is the pace's start);
 // ReportOutcome tells the pod how dispatches ended; GetUpstreams lists the
 // state of every tracked upstream, reading the daemon's pages of 1,000 one
-// after another (GetUpstreamsPage reads one). A DecideRetry naming its upstream
-// records the failure too, and may answer more cautiously because of it.
+// after another (GetUpstreamsPage reads one). GetEvents reads one page of
+// the pod's event history: what changed in those states and why (breaker
+// transitions, pace changes, cool-downs begun, each with its cause),
+// oldest first. A reader keeps the answer's next_after (NextAfter) and
+// passes it as the next request's after to go on, from 0 for the oldest
+// event the pod still holds; lost counts the events past after that the
+// daemon no longer holds (it keeps the latest 4,096), so a reader that
+// fell behind is told so rather than shown a gap. A DecideRetry naming its
+// upstream records the failure too, and may answer more cautiously because
+// of it.
 //
 // # Local fallback
 //
@@ -66,8 +74,8 @@
 // the report records nothing (0), each counted in FallbackCount, so that a
 // missing sidecar never stops an executor. WithFallbackDisabled turns all
 // of this off; the calls then return the daemon's error. Classify,
-// AnalyzeError, CheckDispatch and GetUpstreams have no fallback: an
-// unreachable daemon is an error.
+// AnalyzeError, CheckDispatch, GetUpstreams and GetEvents have no
+// fallback: an unreachable daemon is an error.
 //
 // # Client-side throttling
 //

@@ -9,8 +9,8 @@ import (
 
 // DefaultCallTimeout bounds each Classify, DecideRetry, CheckDispatch,
 // Admit and ReportOutcome call (and DecideRetryBatch once per started 100
-// items) when WithCallTimeout is not given. AnalyzeError and GetUpstreams
-// are bounded by their ctx only.
+// items) when WithCallTimeout is not given. AnalyzeError, GetUpstreams and
+// GetEvents are bounded by their ctx only.
 const DefaultCallTimeout = 50 * time.Millisecond
 
 // Option configures a Client in New.

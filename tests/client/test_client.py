@@ -359,7 +359,10 @@ def test_the_public_names_are_pinned() -> None:
             "DecideRetryResponse",
             "Decision",
             "ErrorInfo",
+            "Event",
             "FleetState",
+            "GetEventsRequest",
+            "GetEventsResponse",
             "GetUpstreamsRequest",
             "GetUpstreamsResponse",
             "Outcome",
@@ -380,6 +383,31 @@ def test_the_public_names_are_pinned() -> None:
         ]
     )
     assert all(hasattr(squawk_client, name) for name in squawk_client.__all__)
+
+
+def test_get_events_pages_the_history_in_both_clients(daemon: Daemon) -> None:
+    throttled = pb.Outcome(upstream="py-events", http_status=429, headers={"retry-after": "30"})
+    with SquawkClient(daemon.target) as client:
+        assert client.report_outcome([throttled]) == 1
+        (event,) = client.get_events(upstream="py-events").events
+        assert event.kind == pb.EVENT_KIND_COOL_DOWN
+        assert (event.after, event.cause) == (
+            "cooling for 30 s",
+            "HTTP 429 (throttled), Retry-After 30 s",
+        )
+        first = client.get_events(page_size=1)
+        rest = client.get_events(first.next_after, page_size=500)
+        assert [e.number for e in (*first.events, *rest.events)] == list(
+            range(first.events[0].number, rest.next_after + 1)
+        )
+        with pytest.raises(SquawkInputError, match=r"^INVALID_ARGUMENT: after: must be from 0"):
+            client.get_events(-1)
+
+    async def asked() -> pb.GetEventsResponse:
+        async with AsyncSquawkClient(daemon.target) as client:
+            return await client.get_events(upstream="py-events")
+
+    assert [e.after for e in asyncio.run(asked()).events] == ["cooling for 30 s"]
 
 
 BATCH = [

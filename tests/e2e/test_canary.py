@@ -38,6 +38,7 @@ RESPONSES: dict[str, type[Message]] = {
     "DecideRetryBatch": pb.DecideRetryBatchResponse,
     "AnalyzeError": pb.AnalyzeErrorResponse,
     "CheckDispatch": pb.CheckDispatchResponse,
+    "GetEvents": pb.GetEventsResponse,
 }
 
 

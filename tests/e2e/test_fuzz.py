@@ -74,6 +74,7 @@ COVERS = {
         "one_bad_outcome.profile",
     },
     "GetUpstreams": {"profile", "page_size", "page_token", "upstream.state", "upstream.control"},
+    "GetEvents": {"after", "page_size", "profile", "upstream.state", "upstream.hostile"},
 }
 
 

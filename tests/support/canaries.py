@@ -141,6 +141,8 @@ _props = SCHEMA["properties"]
 # does not spill the rest of the request anywhere either.
 SLOTS: tuple[tuple[str, str, frozenset[str], Callable[[str], bytes]], ...] = (
     ("Classify.error_message", "Classify", OK, lambda t: _bytes(_classify(error_message=t))),
+    ("GetEvents.upstream", "GetEvents", EITHER, lambda t: _bytes(pb.GetEventsRequest(upstream=t))),
+    ("GetEvents.profile", "GetEvents", REFUSED, lambda t: _bytes(pb.GetEventsRequest(profile=t))),
     ("Classify.profile", "Classify", REFUSED, lambda t: _bytes(_classify(profile=t))),
     ("Classify.header name", "Classify", OK, lambda t: _bytes(_classify(headers={t: "1"}))),
     ("Classify.header value", "Classify", OK, lambda t: _bytes(_classify(headers={"X-Auth": t}))),

@@ -61,6 +61,7 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "Admit": pb.AdmitRequest,
     "ReportOutcome": pb.ReportOutcomeRequest,
     "GetUpstreams": pb.GetUpstreamsRequest,
+    "GetEvents": pb.GetEventsRequest,
 }
 RPCS = tuple(REQUEST_TYPES)
 MAX_BATCH = 10_000  # the documented limit (docs/policy.md, "The service")

@@ -107,6 +107,10 @@ def _listing(label: str, profile: str) -> Edge:
     return lambda: (label, pb.GetUpstreamsRequest(profile=profile).SerializeToString())
 
 
+def _events(label: str, **fields: Any) -> Edge:
+    return lambda: (label, pb.GetEventsRequest(**fields).SerializeToString())
+
+
 def _latency(seconds: int) -> pb.Outcome:
     out = _out("latency")
     out.latency.seconds = seconds
@@ -261,5 +265,13 @@ EDGES: dict[str, list[Edge]] = {
         _listing("unknown-profile", "unknown"),
         _listing("nul-profile", "default\x00"),
         _listing("tokens-profile", "tokens"),
+    ],
+    "GetEvents": [
+        _events("eyJ-upstream", upstream=EYJ),
+        _events("eyJ-profile", profile=EYJ),
+        _events("nul-upstream", upstream="open\x00"),
+        _events("after-int64-max", after=2**63 - 1),
+        _events("after-int64-min", after=-(2**63)),
+        _events("page-int32-min", page_size=-(2**31)),
     ],
 }

@@ -141,6 +141,8 @@ PRELUDES: dict[str, Callable[[], list[bytes | float]]] = {
     "ReportOutcome": _states,
     # A few hundred: a listing costs time per entry, and about a thousand are sent.
     "GetUpstreams": lambda: _named(random.Random("GetUpstreams"), 300) + _states(),
+    # The states' transitions and cool-downs, some under hostile names: the history.
+    "GetEvents": _states,
 }
 
 
@@ -172,6 +174,15 @@ def _seeds() -> dict[str, list[bytes]]:
         "Admit": [m.SerializeToString() for m in admit],
         "ReportOutcome": [m.SerializeToString() for m in reports],
         "GetUpstreams": [m.SerializeToString() for m in listings],
+        "GetEvents": [
+            m.SerializeToString()
+            for m in (
+                pb.GetEventsRequest(),
+                pb.GetEventsRequest(after=1, page_size=2),
+                pb.GetEventsRequest(profile="default", upstream="open"),
+                pb.GetEventsRequest(page_size=500),
+            )
+        ],
     }
 
 
@@ -321,8 +332,28 @@ def _list(rng: random.Random) -> tuple[str, bytes]:
     return "+".join(words), request.SerializeToString()
 
 
+def _events(rng: random.Random) -> tuple[str, bytes]:
+    """A page of the history: numbers and sizes at and past their bounds,
+    and filters by state names, churned, hostile and over-long ones."""
+    request, words = pb.GetEventsRequest(), []
+    if rng.random() < 0.5:
+        request.after = rng.choice((-(2**63), -1, 0, 1, 5, 4096, 2**31, 2**63 - 1))
+        words.append("after")
+    if rng.random() < 0.4:
+        request.page_size = rng.choice(_PAGE_SIZES)
+        words.append("page_size")
+    if rng.random() < 0.3:
+        request.profile = _profile(rng)
+        words.append("profile")
+    if rng.random() < 0.4:
+        kind, request.upstream = _upstream(rng)
+        words.append(f"upstream.{kind}")
+    return "+".join(words) or "empty", request.SerializeToString()
+
+
 HOSTILE: dict[str, Callable[[random.Random], tuple[str, bytes]]] = {
     "Admit": _admit,
     "ReportOutcome": _report_case,
     "GetUpstreams": _list,
+    "GetEvents": _events,
 }

@@ -24,6 +24,7 @@ import (
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -586,6 +587,68 @@ func (x AnalysisSource) Number() protoreflect.EnumNumber {
 // Deprecated: Use AnalysisSource.Descriptor instead.
 func (AnalysisSource) EnumDescriptor() ([]byte, []int) {
 	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{6}
+}
+
+// EventKind is what an Event is about.
+type EventKind int32
+
+const (
+	// Never sent by the daemon.
+	EventKind_EVENT_KIND_UNSPECIFIED EventKind = 0
+	// The pod's circuit breaker for the upstream changed state.
+	EventKind_EVENT_KIND_BREAKER EventKind = 1
+	// The fleet's circuit breaker changed state, as this pod read it from the
+	// Redis store.
+	EventKind_EVENT_KIND_FLEET_BREAKER EventKind = 2
+	// The pace changed source, or its rate moved by more than a fifth.
+	EventKind_EVENT_KIND_PACE EventKind = 3
+	// A shared Retry-After cool-down began (not each outcome that extends one).
+	EventKind_EVENT_KIND_COOL_DOWN EventKind = 4
+)
+
+// Enum value maps for EventKind.
+var (
+	EventKind_name = map[int32]string{
+		0: "EVENT_KIND_UNSPECIFIED",
+		1: "EVENT_KIND_BREAKER",
+		2: "EVENT_KIND_FLEET_BREAKER",
+		3: "EVENT_KIND_PACE",
+		4: "EVENT_KIND_COOL_DOWN",
+	}
+	EventKind_value = map[string]int32{
+		"EVENT_KIND_UNSPECIFIED":   0,
+		"EVENT_KIND_BREAKER":       1,
+		"EVENT_KIND_FLEET_BREAKER": 2,
+		"EVENT_KIND_PACE":          3,
+		"EVENT_KIND_COOL_DOWN":     4,
+	}
+)
+
+func (x EventKind) Enum() *EventKind {
+	p := new(EventKind)
+	*p = x
+	return p
+}
+
+func (x EventKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EventKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_squawk_v1_policy_proto_enumTypes[7].Descriptor()
+}
+
+func (EventKind) Type() protoreflect.EnumType {
+	return &file_squawk_v1_policy_proto_enumTypes[7]
+}
+
+func (x EventKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EventKind.Descriptor instead.
+func (EventKind) EnumDescriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{7}
 }
 
 // ClassifyRequest is one failed upstream call, as a tool saw it. Every field
@@ -3026,11 +3089,280 @@ func (x *FleetState) GetAge() *durationpb.Duration {
 	return nil
 }
 
+// GetEventsRequest asks for the events numbered after `after`.
+type GetEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Optional. The last event number already read (the previous answer's
+	// next_after); 0 starts from the oldest event the pod still holds.
+	// Refused when negative, or past the latest event this daemon process
+	// numbered (a number read from another process: start again from 0).
+	After int64 `protobuf:"varint,1,opt,name=after,proto3" json:"after,omitempty"`
+	// Optional. Only this profile's events; empty lists every profile's.
+	Profile string `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
+	// Optional. Only the events of the upstream of exactly this name, as
+	// callers send it; empty lists every name. At most 256 characters.
+	Upstream string `protobuf:"bytes,3,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// Optional. The most events one answer lists: 0 (unset) means 100,
+	// anything over 500 means 500; negative is refused.
+	PageSize      int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEventsRequest) Reset() {
+	*x = GetEventsRequest{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEventsRequest) ProtoMessage() {}
+
+func (x *GetEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEventsRequest.ProtoReflect.Descriptor instead.
+func (*GetEventsRequest) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetEventsRequest) GetAfter() int64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *GetEventsRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *GetEventsRequest) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *GetEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+// GetEventsResponse is one page of the event history.
+type GetEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Oldest first, each numbered one more than the event before it in the
+	// pod's history (a filter skips numbers).
+	Events []*Event `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Pass as the next request's `after` to go on: the number of the last
+	// event this answer looked at, shown or skipped by the filter.
+	NextAfter int64 `protobuf:"varint,2,opt,name=next_after,json=nextAfter,proto3" json:"next_after,omitempty"`
+	// Events after `after` the pod no longer holds: its history keeps the
+	// latest 4,096, and a reader that fell further behind lost these.
+	Lost          int64 `protobuf:"varint,3,opt,name=lost,proto3" json:"lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEventsResponse) Reset() {
+	*x = GetEventsResponse{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEventsResponse) ProtoMessage() {}
+
+func (x *GetEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEventsResponse.ProtoReflect.Descriptor instead.
+func (*GetEventsResponse) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetEventsResponse) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *GetEventsResponse) GetNextAfter() int64 {
+	if x != nil {
+		return x.NextAfter
+	}
+	return 0
+}
+
+func (x *GetEventsResponse) GetLost() int64 {
+	if x != nil {
+		return x.Lost
+	}
+	return 0
+}
+
+// Event is one change in an upstream's state, with its cause.
+type Event struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The event's number in this daemon process's history, from 1.
+	Number int64 `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
+	// When it happened.
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// What it is about.
+	Kind EventKind `protobuf:"varint,3,opt,name=kind,proto3,enum=squawk.v1.EventKind" json:"kind,omitempty"`
+	// The profile whose settings apply.
+	Profile string `protobuf:"bytes,4,opt,name=profile,proto3" json:"profile,omitempty"`
+	// The upstream's name, as any caller string is shown: secrets redacted.
+	Upstream string `protobuf:"bytes,5,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// The state before: "CLOSED" for a breaker, "none 0/s" for a pace;
+	// empty for a cool-down.
+	Before string `protobuf:"bytes,6,opt,name=before,proto3" json:"before,omitempty"`
+	// The state after: "OPEN" for a breaker, "learned 14.2/s" for a pace,
+	// "cooling for 30 s" for a cool-down.
+	After string `protobuf:"bytes,7,opt,name=after,proto3" json:"after,omitempty"`
+	// Why, in the policy's own words: the rule that fired with its numbers,
+	// and the outcome that moved the state ("5 of 10 calls in the window
+	// failed (50%): at or over failure_ratio 50% with minimum_calls 10;
+	// last: HTTP 503"). Never caller text.
+	Cause string `protobuf:"bytes,8,opt,name=cause,proto3" json:"cause,omitempty"`
+	// When the state it entered ends by itself: an OPEN breaker's half-open,
+	// a cool-down's end. Unset when nothing ends it.
+	Until         *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Event) GetNumber() int64 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *Event) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Event) GetKind() EventKind {
+	if x != nil {
+		return x.Kind
+	}
+	return EventKind_EVENT_KIND_UNSPECIFIED
+}
+
+func (x *Event) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *Event) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *Event) GetBefore() string {
+	if x != nil {
+		return x.Before
+	}
+	return ""
+}
+
+func (x *Event) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *Event) GetCause() string {
+	if x != nil {
+		return x.Cause
+	}
+	return ""
+}
+
+func (x *Event) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
 var File_squawk_v1_policy_proto protoreflect.FileDescriptor
 
 const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\n" +
-	"\x16squawk/v1/policy.proto\x12\tsquawk.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x9d\x02\n" +
+	"\x16squawk/v1/policy.proto\x12\tsquawk.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x02\n" +
 	"\x0fClassifyRequest\x12#\n" +
 	"\rerror_message\x18\x01 \x01(\tR\ferrorMessage\x12\x1f\n" +
 	"\vhttp_status\x18\x02 \x01(\x05R\n" +
@@ -3243,7 +3575,27 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"pace_share\x18\t \x01(\x01R\tpaceShare\x12\x12\n" +
 	"\x04pods\x18\n" +
 	" \x01(\x05R\x04pods\x12+\n" +
-	"\x03age\x18\v \x01(\v2\x19.google.protobuf.DurationR\x03age*\xcd\x01\n" +
+	"\x03age\x18\v \x01(\v2\x19.google.protobuf.DurationR\x03age\"{\n" +
+	"\x10GetEventsRequest\x12\x14\n" +
+	"\x05after\x18\x01 \x01(\x03R\x05after\x12\x18\n" +
+	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x1a\n" +
+	"\bupstream\x18\x03 \x01(\tR\bupstream\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\"p\n" +
+	"\x11GetEventsResponse\x12(\n" +
+	"\x06events\x18\x01 \x03(\v2\x10.squawk.v1.EventR\x06events\x12\x1d\n" +
+	"\n" +
+	"next_after\x18\x02 \x01(\x03R\tnextAfter\x12\x12\n" +
+	"\x04lost\x18\x03 \x01(\x03R\x04lost\"\xa5\x02\n" +
+	"\x05Event\x12\x16\n" +
+	"\x06number\x18\x01 \x01(\x03R\x06number\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12(\n" +
+	"\x04kind\x18\x03 \x01(\x0e2\x14.squawk.v1.EventKindR\x04kind\x12\x18\n" +
+	"\aprofile\x18\x04 \x01(\tR\aprofile\x12\x1a\n" +
+	"\bupstream\x18\x05 \x01(\tR\bupstream\x12\x16\n" +
+	"\x06before\x18\x06 \x01(\tR\x06before\x12\x14\n" +
+	"\x05after\x18\a \x01(\tR\x05after\x12\x14\n" +
+	"\x05cause\x18\b \x01(\tR\x05cause\x120\n" +
+	"\x05until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05until*\xcd\x01\n" +
 	"\rErrorCategory\x12\x1e\n" +
 	"\x1aERROR_CATEGORY_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_CATEGORY_INPUT_ERROR\x10\x01\x12\x1c\n" +
@@ -3303,7 +3655,13 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x14ANALYSIS_SOURCE_NONE\x10\x01\x12\x1d\n" +
 	"\x19ANALYSIS_SOURCE_HEURISTIC\x10\x02\x12\x17\n" +
 	"\x13ANALYSIS_SOURCE_LLM\x10\x03\x12\x1e\n" +
-	"\x1aANALYSIS_SOURCE_CONTEXTUAL\x10\x042\x85\x05\n" +
+	"\x1aANALYSIS_SOURCE_CONTEXTUAL\x10\x04*\x8c\x01\n" +
+	"\tEventKind\x12\x1a\n" +
+	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
+	"\x12EVENT_KIND_BREAKER\x10\x01\x12\x1c\n" +
+	"\x18EVENT_KIND_FLEET_BREAKER\x10\x02\x12\x13\n" +
+	"\x0fEVENT_KIND_PACE\x10\x03\x12\x18\n" +
+	"\x14EVENT_KIND_COOL_DOWN\x10\x042\xcd\x05\n" +
 	"\rPolicyService\x12C\n" +
 	"\bClassify\x12\x1a.squawk.v1.ClassifyRequest\x1a\x1b.squawk.v1.ClassifyResponse\x12L\n" +
 	"\vDecideRetry\x12\x1d.squawk.v1.DecideRetryRequest\x1a\x1e.squawk.v1.DecideRetryResponse\x12[\n" +
@@ -3312,7 +3670,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\rCheckDispatch\x12\x1f.squawk.v1.CheckDispatchRequest\x1a .squawk.v1.CheckDispatchResponse\x12:\n" +
 	"\x05Admit\x12\x17.squawk.v1.AdmitRequest\x1a\x18.squawk.v1.AdmitResponse\x12R\n" +
 	"\rReportOutcome\x12\x1f.squawk.v1.ReportOutcomeRequest\x1a .squawk.v1.ReportOutcomeResponse\x12O\n" +
-	"\fGetUpstreams\x12\x1e.squawk.v1.GetUpstreamsRequest\x1a\x1f.squawk.v1.GetUpstreamsResponseB;Z9github.com/squawk-dev/squawk/clients/go/squawkv1;squawkv1b\x06proto3"
+	"\fGetUpstreams\x12\x1e.squawk.v1.GetUpstreamsRequest\x1a\x1f.squawk.v1.GetUpstreamsResponse\x12F\n" +
+	"\tGetEvents\x12\x1b.squawk.v1.GetEventsRequest\x1a\x1c.squawk.v1.GetEventsResponseB;Z9github.com/squawk-dev/squawk/clients/go/squawkv1;squawkv1b\x06proto3"
 
 var (
 	file_squawk_v1_policy_proto_rawDescOnce sync.Once
@@ -3326,8 +3685,8 @@ func file_squawk_v1_policy_proto_rawDescGZIP() []byte {
 	return file_squawk_v1_policy_proto_rawDescData
 }
 
-var file_squawk_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_squawk_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_squawk_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_squawk_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_squawk_v1_policy_proto_goTypes = []any{
 	(ErrorCategory)(0),               // 0: squawk.v1.ErrorCategory
 	(Action)(0),                      // 1: squawk.v1.Action
@@ -3336,105 +3695,116 @@ var file_squawk_v1_policy_proto_goTypes = []any{
 	(PaceSource)(0),                  // 4: squawk.v1.PaceSource
 	(BreakerState)(0),                // 5: squawk.v1.BreakerState
 	(AnalysisSource)(0),              // 6: squawk.v1.AnalysisSource
-	(*ClassifyRequest)(nil),          // 7: squawk.v1.ClassifyRequest
-	(*ClassifyResponse)(nil),         // 8: squawk.v1.ClassifyResponse
-	(*DecideRetryRequest)(nil),       // 9: squawk.v1.DecideRetryRequest
-	(*DecideRetryResponse)(nil),      // 10: squawk.v1.DecideRetryResponse
-	(*DecideRetryBatchRequest)(nil),  // 11: squawk.v1.DecideRetryBatchRequest
-	(*DecideRetryBatchResponse)(nil), // 12: squawk.v1.DecideRetryBatchResponse
-	(*DecideRetryBatchResult)(nil),   // 13: squawk.v1.DecideRetryBatchResult
-	(*AnalyzeErrorRequest)(nil),      // 14: squawk.v1.AnalyzeErrorRequest
-	(*RejectedChange)(nil),           // 15: squawk.v1.RejectedChange
-	(*AnalyzeErrorResponse)(nil),     // 16: squawk.v1.AnalyzeErrorResponse
-	(*CheckDispatchRequest)(nil),     // 17: squawk.v1.CheckDispatchRequest
-	(*Violation)(nil),                // 18: squawk.v1.Violation
-	(*CheckDispatchResponse)(nil),    // 19: squawk.v1.CheckDispatchResponse
-	(*AdmitRequest)(nil),             // 20: squawk.v1.AdmitRequest
-	(*AdmitResponse)(nil),            // 21: squawk.v1.AdmitResponse
-	(*Outcome)(nil),                  // 22: squawk.v1.Outcome
-	(*ReportOutcomeRequest)(nil),     // 23: squawk.v1.ReportOutcomeRequest
-	(*ReportOutcomeResponse)(nil),    // 24: squawk.v1.ReportOutcomeResponse
-	(*GetUpstreamsRequest)(nil),      // 25: squawk.v1.GetUpstreamsRequest
-	(*GetUpstreamsResponse)(nil),     // 26: squawk.v1.GetUpstreamsResponse
-	(*UpstreamState)(nil),            // 27: squawk.v1.UpstreamState
-	(*FleetState)(nil),               // 28: squawk.v1.FleetState
-	nil,                              // 29: squawk.v1.ClassifyRequest.HeadersEntry
-	nil,                              // 30: squawk.v1.DecideRetryRequest.HeadersEntry
-	nil,                              // 31: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	nil,                              // 32: squawk.v1.Outcome.HeadersEntry
-	(*durationpb.Duration)(nil),      // 33: google.protobuf.Duration
-	(*structpb.Struct)(nil),          // 34: google.protobuf.Struct
-	(*structpb.Value)(nil),           // 35: google.protobuf.Value
+	(EventKind)(0),                   // 7: squawk.v1.EventKind
+	(*ClassifyRequest)(nil),          // 8: squawk.v1.ClassifyRequest
+	(*ClassifyResponse)(nil),         // 9: squawk.v1.ClassifyResponse
+	(*DecideRetryRequest)(nil),       // 10: squawk.v1.DecideRetryRequest
+	(*DecideRetryResponse)(nil),      // 11: squawk.v1.DecideRetryResponse
+	(*DecideRetryBatchRequest)(nil),  // 12: squawk.v1.DecideRetryBatchRequest
+	(*DecideRetryBatchResponse)(nil), // 13: squawk.v1.DecideRetryBatchResponse
+	(*DecideRetryBatchResult)(nil),   // 14: squawk.v1.DecideRetryBatchResult
+	(*AnalyzeErrorRequest)(nil),      // 15: squawk.v1.AnalyzeErrorRequest
+	(*RejectedChange)(nil),           // 16: squawk.v1.RejectedChange
+	(*AnalyzeErrorResponse)(nil),     // 17: squawk.v1.AnalyzeErrorResponse
+	(*CheckDispatchRequest)(nil),     // 18: squawk.v1.CheckDispatchRequest
+	(*Violation)(nil),                // 19: squawk.v1.Violation
+	(*CheckDispatchResponse)(nil),    // 20: squawk.v1.CheckDispatchResponse
+	(*AdmitRequest)(nil),             // 21: squawk.v1.AdmitRequest
+	(*AdmitResponse)(nil),            // 22: squawk.v1.AdmitResponse
+	(*Outcome)(nil),                  // 23: squawk.v1.Outcome
+	(*ReportOutcomeRequest)(nil),     // 24: squawk.v1.ReportOutcomeRequest
+	(*ReportOutcomeResponse)(nil),    // 25: squawk.v1.ReportOutcomeResponse
+	(*GetUpstreamsRequest)(nil),      // 26: squawk.v1.GetUpstreamsRequest
+	(*GetUpstreamsResponse)(nil),     // 27: squawk.v1.GetUpstreamsResponse
+	(*UpstreamState)(nil),            // 28: squawk.v1.UpstreamState
+	(*FleetState)(nil),               // 29: squawk.v1.FleetState
+	(*GetEventsRequest)(nil),         // 30: squawk.v1.GetEventsRequest
+	(*GetEventsResponse)(nil),        // 31: squawk.v1.GetEventsResponse
+	(*Event)(nil),                    // 32: squawk.v1.Event
+	nil,                              // 33: squawk.v1.ClassifyRequest.HeadersEntry
+	nil,                              // 34: squawk.v1.DecideRetryRequest.HeadersEntry
+	nil,                              // 35: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	nil,                              // 36: squawk.v1.Outcome.HeadersEntry
+	(*durationpb.Duration)(nil),      // 37: google.protobuf.Duration
+	(*structpb.Struct)(nil),          // 38: google.protobuf.Struct
+	(*structpb.Value)(nil),           // 39: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
 }
 var file_squawk_v1_policy_proto_depIdxs = []int32{
-	29, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
+	33, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
 	0,  // 1: squawk.v1.ClassifyResponse.category:type_name -> squawk.v1.ErrorCategory
-	33, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
-	30, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
-	33, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
+	37, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
+	34, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
+	37, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
 	1,  // 5: squawk.v1.DecideRetryResponse.action:type_name -> squawk.v1.Action
-	33, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
+	37, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
 	2,  // 7: squawk.v1.DecideRetryResponse.reason:type_name -> squawk.v1.Reason
-	8,  // 8: squawk.v1.DecideRetryResponse.classification:type_name -> squawk.v1.ClassifyResponse
-	33, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
-	9,  // 10: squawk.v1.DecideRetryBatchRequest.requests:type_name -> squawk.v1.DecideRetryRequest
-	13, // 11: squawk.v1.DecideRetryBatchResponse.results:type_name -> squawk.v1.DecideRetryBatchResult
-	10, // 12: squawk.v1.DecideRetryBatchResult.decision:type_name -> squawk.v1.DecideRetryResponse
-	34, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
-	34, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
-	31, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	35, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
-	34, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
+	9,  // 8: squawk.v1.DecideRetryResponse.classification:type_name -> squawk.v1.ClassifyResponse
+	37, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
+	10, // 10: squawk.v1.DecideRetryBatchRequest.requests:type_name -> squawk.v1.DecideRetryRequest
+	14, // 11: squawk.v1.DecideRetryBatchResponse.results:type_name -> squawk.v1.DecideRetryBatchResult
+	11, // 12: squawk.v1.DecideRetryBatchResult.decision:type_name -> squawk.v1.DecideRetryResponse
+	38, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
+	38, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
+	35, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	39, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
+	38, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
 	6,  // 18: squawk.v1.AnalyzeErrorResponse.source:type_name -> squawk.v1.AnalysisSource
-	15, // 19: squawk.v1.AnalyzeErrorResponse.rejected_changes:type_name -> squawk.v1.RejectedChange
-	34, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
-	34, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
-	18, // 22: squawk.v1.CheckDispatchResponse.violations:type_name -> squawk.v1.Violation
-	33, // 23: squawk.v1.AdmitRequest.deadline:type_name -> google.protobuf.Duration
+	16, // 19: squawk.v1.AnalyzeErrorResponse.rejected_changes:type_name -> squawk.v1.RejectedChange
+	38, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
+	38, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
+	19, // 22: squawk.v1.CheckDispatchResponse.violations:type_name -> squawk.v1.Violation
+	37, // 23: squawk.v1.AdmitRequest.deadline:type_name -> google.protobuf.Duration
 	3,  // 24: squawk.v1.AdmitRequest.criticality:type_name -> squawk.v1.Criticality
 	2,  // 25: squawk.v1.AdmitResponse.reason:type_name -> squawk.v1.Reason
-	33, // 26: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	37, // 26: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
 	5,  // 27: squawk.v1.AdmitResponse.breaker_state:type_name -> squawk.v1.BreakerState
-	33, // 28: squawk.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
-	33, // 29: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
-	33, // 30: squawk.v1.AdmitResponse.spacing:type_name -> google.protobuf.Duration
-	33, // 31: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
-	32, // 32: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
-	33, // 33: squawk.v1.Outcome.age:type_name -> google.protobuf.Duration
-	22, // 34: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
-	27, // 35: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
+	37, // 28: squawk.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	37, // 29: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
+	37, // 30: squawk.v1.AdmitResponse.spacing:type_name -> google.protobuf.Duration
+	37, // 31: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
+	36, // 32: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
+	37, // 33: squawk.v1.Outcome.age:type_name -> google.protobuf.Duration
+	23, // 34: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
+	28, // 35: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
 	5,  // 36: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
-	33, // 37: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
-	33, // 38: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
+	37, // 37: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
+	37, // 38: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
 	4,  // 39: squawk.v1.UpstreamState.pace_source:type_name -> squawk.v1.PaceSource
-	33, // 40: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
-	28, // 41: squawk.v1.UpstreamState.fleet:type_name -> squawk.v1.FleetState
+	37, // 40: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
+	29, // 41: squawk.v1.UpstreamState.fleet:type_name -> squawk.v1.FleetState
 	5,  // 42: squawk.v1.FleetState.breaker_state:type_name -> squawk.v1.BreakerState
-	33, // 43: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
-	33, // 44: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
-	33, // 45: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
-	34, // 46: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
-	7,  // 47: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
-	9,  // 48: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
-	11, // 49: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
-	14, // 50: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
-	17, // 51: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
-	20, // 52: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
-	23, // 53: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
-	25, // 54: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
-	8,  // 55: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
-	10, // 56: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
-	12, // 57: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
-	16, // 58: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
-	19, // 59: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
-	21, // 60: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
-	24, // 61: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
-	26, // 62: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
-	55, // [55:63] is the sub-list for method output_type
-	47, // [47:55] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	37, // 43: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
+	37, // 44: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
+	37, // 45: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
+	32, // 46: squawk.v1.GetEventsResponse.events:type_name -> squawk.v1.Event
+	40, // 47: squawk.v1.Event.time:type_name -> google.protobuf.Timestamp
+	7,  // 48: squawk.v1.Event.kind:type_name -> squawk.v1.EventKind
+	40, // 49: squawk.v1.Event.until:type_name -> google.protobuf.Timestamp
+	38, // 50: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
+	8,  // 51: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
+	10, // 52: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
+	12, // 53: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
+	15, // 54: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
+	18, // 55: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
+	21, // 56: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
+	24, // 57: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
+	26, // 58: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
+	30, // 59: squawk.v1.PolicyService.GetEvents:input_type -> squawk.v1.GetEventsRequest
+	9,  // 60: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
+	11, // 61: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
+	13, // 62: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
+	17, // 63: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
+	20, // 64: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
+	22, // 65: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
+	25, // 66: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
+	27, // 67: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
+	31, // 68: squawk.v1.PolicyService.GetEvents:output_type -> squawk.v1.GetEventsResponse
+	60, // [60:69] is the sub-list for method output_type
+	51, // [51:60] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_squawk_v1_policy_proto_init() }
@@ -3453,8 +3823,8 @@ func file_squawk_v1_policy_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_squawk_v1_policy_proto_rawDesc), len(file_squawk_v1_policy_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   26,
+			NumEnums:      8,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

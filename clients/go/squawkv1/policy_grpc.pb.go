@@ -40,6 +40,7 @@ const (
 	PolicyService_Admit_FullMethodName            = "/squawk.v1.PolicyService/Admit"
 	PolicyService_ReportOutcome_FullMethodName    = "/squawk.v1.PolicyService/ReportOutcome"
 	PolicyService_GetUpstreams_FullMethodName     = "/squawk.v1.PolicyService/GetUpstreams"
+	PolicyService_GetEvents_FullMethodName        = "/squawk.v1.PolicyService/GetEvents"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -85,6 +86,10 @@ type PolicyServiceClient interface {
 	// GetUpstreams lists the state of every tracked (profile, upstream), a
 	// page at a time.
 	GetUpstreams(ctx context.Context, in *GetUpstreamsRequest, opts ...grpc.CallOption) (*GetUpstreamsResponse, error)
+	// GetEvents pages through the pod's recent history of what changed in
+	// its upstreams' state, and why: breaker transitions (the pod's and the
+	// fleet's), pace changes and cool-downs begun, oldest first.
+	GetEvents(ctx context.Context, in *GetEventsRequest, opts ...grpc.CallOption) (*GetEventsResponse, error)
 }
 
 type policyServiceClient struct {
@@ -175,6 +180,16 @@ func (c *policyServiceClient) GetUpstreams(ctx context.Context, in *GetUpstreams
 	return out, nil
 }
 
+func (c *policyServiceClient) GetEvents(ctx context.Context, in *GetEventsRequest, opts ...grpc.CallOption) (*GetEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetEventsResponse)
+	err := c.cc.Invoke(ctx, PolicyService_GetEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility.
@@ -218,6 +233,10 @@ type PolicyServiceServer interface {
 	// GetUpstreams lists the state of every tracked (profile, upstream), a
 	// page at a time.
 	GetUpstreams(context.Context, *GetUpstreamsRequest) (*GetUpstreamsResponse, error)
+	// GetEvents pages through the pod's recent history of what changed in
+	// its upstreams' state, and why: breaker transitions (the pod's and the
+	// fleet's), pace changes and cool-downs begun, oldest first.
+	GetEvents(context.Context, *GetEventsRequest) (*GetEventsResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -251,6 +270,9 @@ func (UnimplementedPolicyServiceServer) ReportOutcome(context.Context, *ReportOu
 }
 func (UnimplementedPolicyServiceServer) GetUpstreams(context.Context, *GetUpstreamsRequest) (*GetUpstreamsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetUpstreams not implemented")
+}
+func (UnimplementedPolicyServiceServer) GetEvents(context.Context, *GetEventsRequest) (*GetEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetEvents not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 func (UnimplementedPolicyServiceServer) testEmbeddedByValue()                       {}
@@ -417,6 +439,24 @@ func _PolicyService_GetUpstreams_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_GetEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).GetEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_GetEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).GetEvents(ctx, req.(*GetEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PolicyService_ServiceDesc is the grpc.ServiceDesc for PolicyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -455,6 +495,10 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetUpstreams",
 			Handler:    _PolicyService_GetUpstreams_Handler,
+		},
+		{
+			MethodName: "GetEvents",
+			Handler:    _PolicyService_GetEvents_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

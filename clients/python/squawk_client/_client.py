@@ -449,6 +449,25 @@ class SquawkClient:
             raise_for(exc)
         return reply
 
+    def get_events(
+        self, after: int = 0, *, profile: str = "", upstream: str = "", page_size: int = 0
+    ) -> pb.GetEventsResponse:
+        """One page of the pod's event history (breaker transitions, pace
+        changes, cool-downs begun, each with its cause), oldest first, past
+        event number `after`; no fallback. Keep the answer's `next_after` and
+        pass it as `after` to go on; its `lost` counts the events past `after`
+        the daemon no longer holds."""
+        request = pb.GetEventsRequest(
+            after=after, profile=profile, upstream=upstream, page_size=page_size
+        )
+        try:
+            reply: pb.GetEventsResponse = self._stub.GetEvents(
+                request, timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(), metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise_for(exc)
+        return reply
+
     def _admit_step(
         self,
         key: Key,
@@ -684,6 +703,21 @@ class AsyncSquawkClient:
         """One page of GetUpstreams, as the daemon answers it; no fallback."""
         try:
             reply: pb.GetUpstreamsResponse = await self._stub.GetUpstreams(
+                request, timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(), metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise_for(exc)
+        return reply
+
+    async def get_events(
+        self, after: int = 0, *, profile: str = "", upstream: str = "", page_size: int = 0
+    ) -> pb.GetEventsResponse:
+        """One page of the pod's event history: as SquawkClient.get_events."""
+        request = pb.GetEventsRequest(
+            after=after, profile=profile, upstream=upstream, page_size=page_size
+        )
+        try:
+            reply: pb.GetEventsResponse = await self._stub.GetEvents(
                 request, timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(), metadata=_metadata()
             )
         except grpc.RpcError as exc:

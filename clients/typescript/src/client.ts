@@ -15,6 +15,7 @@ import {
   BreakerState,
   CheckDispatchRequest,
   ClassifyRequest,
+  GetEventsRequest,
   GetUpstreamsRequest,
   PolicyServiceClient,
   type AdmitResponse,
@@ -24,6 +25,7 @@ import {
   type DecideRetryBatchResponse,
   type DecideRetryRequest,
   type DecideRetryResponse,
+  type GetEventsResponse,
   type GetUpstreamsResponse,
   type ReportOutcomeResponse,
   type UpstreamState,
@@ -40,6 +42,7 @@ import {
   type DecideRetryBatchInput,
   type DecideRetryInput,
   type FallbackEvent,
+  type GetEventsInput,
   type GetUpstreamsInput,
   type OutcomeInput,
   type ReportOutcomeInput,
@@ -220,7 +223,7 @@ export class Leases {
   }
 }
 
-/** Each GetUpstreams page's deadline when the call names none (the Python client's too). */
+/** Each GetUpstreams and GetEvents page's deadline when the call names none (the Python client's too). */
 const UPSTREAMS_PAGE_TIMEOUT_MS = 1000;
 
 /** An analysis may call a model: it gets seconds, not the 50 ms of a decision. */
@@ -264,6 +267,7 @@ const RPC_METHODS: Readonly<Record<SquawkMethod, RpcMethod>> = Object.freeze({
   admit: "Admit",
   reportOutcome: "ReportOutcome",
   getUpstreams: "GetUpstreams",
+  getEvents: "GetEvents",
 });
 
 /**
@@ -593,6 +597,31 @@ export class SquawkClient {
   }
 
   /**
+   * One page of the pod's event history as the daemon answers it: breaker
+   * transitions (the pod's and the fleet's), pace changes and cool-downs
+   * begun, each with its `cause`, oldest first. Keep the answer's
+   * `nextAfter` and pass it as `after` to go on; `lost` counts the events
+   * past `after` the daemon no longer holds (it keeps the latest 4,096).
+   * No fallback: only the daemon knows.
+   *
+   * `after` 0 (the default) starts from the oldest event held; `profile`
+   * and `upstream` (an exact name) filter; `pageSize` is 100 when unset, 500
+   * at most. An `after` that is negative, or past the latest event this
+   * daemon process numbered (read from a daemon since restarted: start
+   * again from 0), is a SquawkInputError naming `after`. Each page gets a
+   * getUpstreams page's deadline (`timeoutMs`, else 1 s or the client's
+   * callTimeoutMs if longer).
+   */
+  async getEvents(input: GetEventsInput = {}, options: CallOptions = {}): Promise<GetEventsResponse> {
+    const request = checked("getEvents", GetEventsRequest.fromPartial, input, "", ["after"]);
+    return this.call<GetEventsResponse>(
+      "getEvents",
+      (md, co, cb) => this.stub.getEvents(request, md, co, cb),
+      { ...options, timeoutMs: this.pageTimeoutMs(options) },
+    );
+  }
+
+  /**
    * Queue one outcome for a batched report (see `batchOutcomes`). Answers
    * false, queueing nothing, when the client does not batch: report it with
    * reportOutcome. An outcome that cannot be encoded is a SquawkInputError
@@ -709,14 +738,20 @@ export class SquawkClient {
   }
 
   private upstreamsPage(request: GetUpstreamsRequest, options: CallOptions): Promise<GetUpstreamsResponse> {
-    // A page of 1,000 states is an admin read, not a step's decision: it gets
-    // the Python client's batch deadline, not the 50 ms a decision gets.
-    const timeoutMs = options.timeoutMs ?? Math.max(this.callTimeoutMs, UPSTREAMS_PAGE_TIMEOUT_MS);
     return this.call<GetUpstreamsResponse>(
       "getUpstreams",
       (md, co, cb) => this.stub.getUpstreams(request, md, co, cb),
-      { ...options, timeoutMs },
+      { ...options, timeoutMs: this.pageTimeoutMs(options) },
     );
+  }
+
+  /**
+   * A page of 1,000 states or 500 events is an admin read, not a step's
+   * decision: it gets the Python client's batch deadline, not the 50 ms a
+   * decision gets.
+   */
+  private pageTimeoutMs(options: CallOptions): number {
+    return options.timeoutMs ?? Math.max(this.callTimeoutMs, UPSTREAMS_PAGE_TIMEOUT_MS);
   }
 
   private async call<Res>(method: SquawkMethod, start: Start<Res>, options: CallOptions): Promise<Res> {

@@ -11,6 +11,7 @@ import type {
   DecideRetryRequest,
   DecideRetryResponse,
   DeepPartial,
+  GetEventsRequest,
   GetUpstreamsRequest,
   Outcome,
 } from "./gen/squawk/v1/policy";
@@ -50,6 +51,8 @@ export interface ReportOutcomeInput {
 }
 /** A GetUpstreamsRequest; an empty profile lists every profile's upstreams, an empty upstream every name; includeFleet adds the fleet's view. */
 export type GetUpstreamsInput = DeepPartial<GetUpstreamsRequest>;
+/** A GetEventsRequest; `after` 0 (unset) starts from the oldest event the pod holds, an empty profile or upstream lists every one's events. */
+export type GetEventsInput = DeepPartial<GetEventsRequest>;
 
 export type SquawkMethod =
   | "classify"
@@ -59,7 +62,8 @@ export type SquawkMethod =
   | "checkDispatch"
   | "admit"
   | "reportOutcome"
-  | "getUpstreams";
+  | "getUpstreams"
+  | "getEvents";
 
 export interface FallbackEvent {
   /**

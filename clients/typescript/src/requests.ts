@@ -24,26 +24,40 @@ function isObject(value: unknown): value is object {
 
 /**
  * Every top-level number of a request message is an int32 on the wire
- * (Classify, DecideRetry, AnalyzeError); the encoder would throw on 1.5 or
- * 2^31 with a message that names no field.
+ * (Classify, DecideRetry, AnalyzeError), but for the int64 fields named in
+ * `int64s` (GetEventsRequest.after), numbers here (forceLong=number) and so
+ * safe integers; the encoder would throw on 1.5 or 2^31 (2^53 for an
+ * int64) with a message that names no field.
  */
-function checkInt32s(message: object, prefix: string): void {
+function checkInt32s(message: object, prefix: string, int64s: readonly string[] = []): void {
   for (const [key, value] of Object.entries(message)) {
     if (typeof value !== "number") continue;
-    if (!Number.isInteger(value) || value < INT32_MIN || value > INT32_MAX) {
+    if (int64s.includes(key)) {
+      if (!Number.isSafeInteger(value)) refuse(prefix + snake(key), `must be an integer, got ${value}`);
+    } else if (!Number.isInteger(value) || value < INT32_MIN || value > INT32_MAX) {
       refuse(prefix + snake(key), `must be a 32-bit integer, got ${value}`);
     }
   }
 }
 
-/** `fromPartial(input)` for a request whose numbers are all int32, or a SquawkInputError. */
-export function checked<T extends object>(method: string, fromPartial: (input: never) => T, input: unknown, prefix = ""): T {
+/**
+ * `fromPartial(input)` for a request whose numbers are all int32 but for
+ * the int64 fields named in `int64s` (as the message names them, camelCase),
+ * or a SquawkInputError.
+ */
+export function checked<T extends object>(
+  method: string,
+  fromPartial: (input: never) => T,
+  input: unknown,
+  prefix = "",
+  int64s: readonly string[] = [],
+): T {
   if (!isObject(input)) {
     const what = input === null ? "null" : typeof input;
     refuse(prefix === "" ? "request" : prefix.slice(0, -1), `${method} needs a request object, got ${what}`);
   }
   const message = fromPartial(input as never);
-  checkInt32s(message, prefix);
+  checkInt32s(message, prefix, int64s);
   return message;
 }
 

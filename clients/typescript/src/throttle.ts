@@ -29,7 +29,8 @@ export type RpcMethod =
   | "CheckDispatch"
   | "Admit"
   | "ReportOutcome"
-  | "GetUpstreams";
+  | "GetUpstreams"
+  | "GetEvents";
 
 /** The seconds of the rolling window, one bucket each (Hystrix's 10 s window). */
 export const THROTTLE_WINDOW_SECONDS = 10;

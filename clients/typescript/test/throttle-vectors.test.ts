@@ -42,6 +42,7 @@ const METHODS: ReadonlySet<string> = new Set<RpcMethod>([
   "Admit",
   "ReportOutcome",
   "GetUpstreams",
+  "GetEvents",
 ]);
 
 /**

@@ -3,18 +3,20 @@ number, filtered by upstream, and honest about what a slow reader lost."""
 
 from __future__ import annotations
 
+import time
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from squawk.daemon.server.telemetry.events import MAX_PAGE, EventRing
 from squawk.daemon.server.telemetry.observer import Observer
-from squawk.daemon.server.tracking.registry import PaceChange, Transition
+from squawk.daemon.server.tracking.registry import CoolDown, PaceChange, Transition
 from squawk.policy import BreakerState, PaceSource
 
 
 def _fill(ring: EventRing, upstreams: list[str]) -> None:
     for i, name in enumerate(upstreams):
-        ring.add(float(i), "breaker", "default", name, {"from": "CLOSED", "to": "OPEN"})
+        ring.add(float(i), "breaker", "default", name, "CLOSED", "OPEN")
 
 
 def test_pages_come_in_order_and_resume_where_they_stopped() -> None:
@@ -70,15 +72,42 @@ def test_the_ring_never_grows_past_its_capacity(names: list[str], capacity: int)
     assert seen == list(range(len(names) - len(ring) + 1, len(names) + 1))
 
 
-def test_the_observer_keeps_each_breaker_transition_and_pace_change_redacted() -> None:
+def test_a_filter_by_profile_keeps_that_profiles_events_alone() -> None:
+    ring = EventRing(10)
+    ring.add(0.0, "pace", "default", "a", "none 0/s", "learned 4/s")
+    ring.add(1.0, "pace", "llm", "a", "none 0/s", "learned 9/s")
+    page = ring.page(0, profile="llm")
+    assert [(e.seq, e.profile) for e in page.events] == [(2, "llm")]
+    assert ring.last == 2
+
+
+def test_the_observer_keeps_each_change_with_its_cause_redacted() -> None:
     observer = Observer()
     secret = "api.example/sk-" + "a" * 40
-    observer.transition(Transition("default", secret, BreakerState.CLOSED, BreakerState.OPEN))
+    observer.transition(
+        Transition(
+            "default",
+            secret,
+            BreakerState.CLOSED,
+            BreakerState.OPEN,
+            cause="4 of 4 calls in the window failed",
+            left=30.0,
+        )
+    )
     observer.pace_changed(
         PaceChange("default", "api.example", PaceSource.NONE, PaceSource.LEARNED, 0.0, 14.2)
     )
-    first, second = observer.events.page().events
-    assert (first.kind, first.detail) == ("breaker", {"from": "CLOSED", "to": "OPEN"})
+    observer.cooled(CoolDown("default", secret, 12.0, "HTTP 429 (throttled), Retry-After 12 s"))
+    before = time.time()
+    first, second, third = observer.events.page().events
+    assert (first.kind, first.before, first.after) == ("breaker", "CLOSED", "OPEN")
+    assert first.cause == "4 of 4 calls in the window failed"
+    assert first.until is not None and 25 < first.until - before <= 30
     assert "sk-" + "a" * 40 not in first.upstream
     assert (second.kind, second.upstream) == ("pace", "api.example")
-    assert second.detail == {"from": "none 0/s", "to": "learned 14.2/s"}
+    assert (second.before, second.after) == ("none 0/s", "learned 14.2/s")
+    assert "throttling" in second.cause and second.until is None
+    assert (third.kind, third.after) == ("cool_down", "cooling for 12 s")
+    assert third.cause == "HTTP 429 (throttled), Retry-After 12 s"
+    assert "sk-" + "a" * 40 not in third.upstream
+    assert third.until is not None and 7 < third.until - before <= 12

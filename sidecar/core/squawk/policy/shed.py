@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
+from .timing import shown_seconds as _duration
 from .types import PaceSource
 
 __all__ = ["MAX_EXPLANATION_CHARS", "Shed", "ShedCause", "WaitCause", "explain"]
@@ -131,13 +132,3 @@ def _waited_for(shed: Shed) -> str:
 def _number(value: float) -> str:
     """A rate or a count: whole from 100 up, else three significant digits."""
     return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def _duration(s: float) -> str:
-    """Whole milliseconds below a second; seconds to three digits below 100 s,
-    whole seconds above."""
-    if s < 1.0:
-        return f"{round(s * 1000)} ms"
-    if s < 100.0:
-        return f"{s:.3g} s"
-    return f"{round(s)} s"

@@ -31,6 +31,7 @@ __all__ = [
     "joined",
     "rolled",
     "seconds",
+    "shown_seconds",
     "time_left",
 ]
 
@@ -116,3 +117,13 @@ def time_left(until: float, now: float) -> timedelta:
     if not ms > _NOISE_MS:
         return timedelta(0)
     return math.ceil(ms - _NOISE_MS) * _ONE_MS
+
+
+def shown_seconds(s: float) -> str:
+    """A duration for people: whole milliseconds below a second, seconds to
+    three digits below 100 s, whole seconds above."""
+    if s < 1.0:
+        return f"{round(s * 1000)} ms"
+    if s < 100.0:
+        return f"{s:.3g} s"
+    return f"{round(s)} s"

@@ -27,6 +27,7 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 from . import settings, upstream_watch
 from .config import ConfigError, load_config, load_policy, needs, parse_config, read_policy_file
 from .dial import add_target_flags, check_local, hint, open_channel
+from .event_list import list_events
 from .local import classify_locally, decide_locally
 from .pem import shown_path
 from .server.lifecycle.app import BindError, Daemon, default_shutdown_notice
@@ -180,6 +181,21 @@ def _parser() -> argparse.ArgumentParser:
         type=upstream_watch.count,
         metavar="N",
         help="with --watch: stop after N tables (1 to 1,000,000)",
+    )
+    events = sub.add_parser(
+        "events",
+        help="print the pod's history of breaker transitions, pace changes and cool-downs, "
+        "each with its cause",
+        parents=[log_level],
+    )
+    add_target_flags(events, required=True, help="the running daemon's address")
+    events.add_argument("--profile", default="", help="only this profile's events")
+    events.add_argument("--upstream", default="", help="only the events of this upstream name")
+    events.add_argument("--json", action="store_true", help="one line of JSON an event")
+    events.add_argument(
+        "--follow",
+        action="store_true",
+        help="go on printing new events every second until Ctrl-C, as tail -f",
     )
     for name in settings.POLICY.commands:
         settings.POLICY.add_flag(sub.choices[name])
@@ -370,6 +386,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 return upstream_watch.watch(args, sys.stdout, sys.stderr)
             print(list_upstreams(args))
             return 0
+        if args.command == "events":
+            return list_events(args, sys.stdout, sys.stderr)
         if args.command == "check-policy":
             print(_check_policy(args.file, args.env))
             return 0

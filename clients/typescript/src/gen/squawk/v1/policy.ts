@@ -20,6 +20,7 @@ import {
 } from "@grpc/grpc-js";
 import { Duration } from "../../google/protobuf/duration";
 import { Struct, Value } from "../../google/protobuf/struct";
+import { Timestamp } from "../../google/protobuf/timestamp";
 
 export const protobufPackage = "squawk.v1";
 
@@ -810,6 +811,84 @@ export function analysisSourceToNumber(object: AnalysisSource): number {
     case AnalysisSource.ANALYSIS_SOURCE_CONTEXTUAL:
       return 4;
     case AnalysisSource.UNRECOGNIZED:
+    default:
+      return -1;
+  }
+}
+
+/** EventKind is what an Event is about. */
+export enum EventKind {
+  /** EVENT_KIND_UNSPECIFIED - Never sent by the daemon. */
+  EVENT_KIND_UNSPECIFIED = "EVENT_KIND_UNSPECIFIED",
+  /** EVENT_KIND_BREAKER - The pod's circuit breaker for the upstream changed state. */
+  EVENT_KIND_BREAKER = "EVENT_KIND_BREAKER",
+  /**
+   * EVENT_KIND_FLEET_BREAKER - The fleet's circuit breaker changed state, as this pod read it from the
+   * Redis store.
+   */
+  EVENT_KIND_FLEET_BREAKER = "EVENT_KIND_FLEET_BREAKER",
+  /** EVENT_KIND_PACE - The pace changed source, or its rate moved by more than a fifth. */
+  EVENT_KIND_PACE = "EVENT_KIND_PACE",
+  /** EVENT_KIND_COOL_DOWN - A shared Retry-After cool-down began (not each outcome that extends one). */
+  EVENT_KIND_COOL_DOWN = "EVENT_KIND_COOL_DOWN",
+  UNRECOGNIZED = "UNRECOGNIZED",
+}
+
+export function eventKindFromJSON(object: any): EventKind {
+  switch (object) {
+    case 0:
+    case "EVENT_KIND_UNSPECIFIED":
+      return EventKind.EVENT_KIND_UNSPECIFIED;
+    case 1:
+    case "EVENT_KIND_BREAKER":
+      return EventKind.EVENT_KIND_BREAKER;
+    case 2:
+    case "EVENT_KIND_FLEET_BREAKER":
+      return EventKind.EVENT_KIND_FLEET_BREAKER;
+    case 3:
+    case "EVENT_KIND_PACE":
+      return EventKind.EVENT_KIND_PACE;
+    case 4:
+    case "EVENT_KIND_COOL_DOWN":
+      return EventKind.EVENT_KIND_COOL_DOWN;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return EventKind.UNRECOGNIZED;
+  }
+}
+
+export function eventKindToJSON(object: EventKind): string {
+  switch (object) {
+    case EventKind.EVENT_KIND_UNSPECIFIED:
+      return "EVENT_KIND_UNSPECIFIED";
+    case EventKind.EVENT_KIND_BREAKER:
+      return "EVENT_KIND_BREAKER";
+    case EventKind.EVENT_KIND_FLEET_BREAKER:
+      return "EVENT_KIND_FLEET_BREAKER";
+    case EventKind.EVENT_KIND_PACE:
+      return "EVENT_KIND_PACE";
+    case EventKind.EVENT_KIND_COOL_DOWN:
+      return "EVENT_KIND_COOL_DOWN";
+    case EventKind.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+export function eventKindToNumber(object: EventKind): number {
+  switch (object) {
+    case EventKind.EVENT_KIND_UNSPECIFIED:
+      return 0;
+    case EventKind.EVENT_KIND_BREAKER:
+      return 1;
+    case EventKind.EVENT_KIND_FLEET_BREAKER:
+      return 2;
+    case EventKind.EVENT_KIND_PACE:
+      return 3;
+    case EventKind.EVENT_KIND_COOL_DOWN:
+      return 4;
+    case EventKind.UNRECOGNIZED:
     default:
       return -1;
   }
@@ -1793,6 +1872,86 @@ export interface FleetState {
   pods: number;
   /** The time since the sync that read this view. */
   age: Duration | undefined;
+}
+
+/** GetEventsRequest asks for the events numbered after `after`. */
+export interface GetEventsRequest {
+  /**
+   * Optional. The last event number already read (the previous answer's
+   * next_after); 0 starts from the oldest event the pod still holds.
+   * Refused when negative, or past the latest event this daemon process
+   * numbered (a number read from another process: start again from 0).
+   */
+  after: number;
+  /** Optional. Only this profile's events; empty lists every profile's. */
+  profile: string;
+  /**
+   * Optional. Only the events of the upstream of exactly this name, as
+   * callers send it; empty lists every name. At most 256 characters.
+   */
+  upstream: string;
+  /**
+   * Optional. The most events one answer lists: 0 (unset) means 100,
+   * anything over 500 means 500; negative is refused.
+   */
+  pageSize: number;
+}
+
+/** GetEventsResponse is one page of the event history. */
+export interface GetEventsResponse {
+  /**
+   * Oldest first, each numbered one more than the event before it in the
+   * pod's history (a filter skips numbers).
+   */
+  events: Event[];
+  /**
+   * Pass as the next request's `after` to go on: the number of the last
+   * event this answer looked at, shown or skipped by the filter.
+   */
+  nextAfter: number;
+  /**
+   * Events after `after` the pod no longer holds: its history keeps the
+   * latest 4,096, and a reader that fell further behind lost these.
+   */
+  lost: number;
+}
+
+/** Event is one change in an upstream's state, with its cause. */
+export interface Event {
+  /** The event's number in this daemon process's history, from 1. */
+  number: number;
+  /** When it happened. */
+  time:
+    | Date
+    | undefined;
+  /** What it is about. */
+  kind: EventKind;
+  /** The profile whose settings apply. */
+  profile: string;
+  /** The upstream's name, as any caller string is shown: secrets redacted. */
+  upstream: string;
+  /**
+   * The state before: "CLOSED" for a breaker, "none 0/s" for a pace;
+   * empty for a cool-down.
+   */
+  before: string;
+  /**
+   * The state after: "OPEN" for a breaker, "learned 14.2/s" for a pace,
+   * "cooling for 30 s" for a cool-down.
+   */
+  after: string;
+  /**
+   * Why, in the policy's own words: the rule that fired with its numbers,
+   * and the outcome that moved the state ("5 of 10 calls in the window
+   * failed (50%): at or over failure_ratio 50% with minimum_calls 10;
+   * last: HTTP 503"). Never caller text.
+   */
+  cause: string;
+  /**
+   * When the state it entered ends by itself: an OPEN breaker's half-open,
+   * a cool-down's end. Unset when nothing ends it.
+   */
+  until: Date | undefined;
 }
 
 function createBaseClassifyRequest(): ClassifyRequest {
@@ -6172,6 +6331,439 @@ export const FleetState: MessageFns<FleetState> = {
   },
 };
 
+function createBaseGetEventsRequest(): GetEventsRequest {
+  return { after: 0, profile: "", upstream: "", pageSize: 0 };
+}
+
+export const GetEventsRequest: MessageFns<GetEventsRequest> = {
+  encode(message: GetEventsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.after !== 0) {
+      writer.uint32(8).int64(message.after);
+    }
+    if (message.profile !== "") {
+      writer.uint32(18).string(message.profile);
+    }
+    if (message.upstream !== "") {
+      writer.uint32(26).string(message.upstream);
+    }
+    if (message.pageSize !== 0) {
+      writer.uint32(32).int32(message.pageSize);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetEventsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetEventsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.after = longToNumber(reader.int64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.profile = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.upstream = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.pageSize = reader.int32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetEventsRequest {
+    return {
+      after: isSet(object.after) ? globalThis.Number(object.after) : 0,
+      profile: isSet(object.profile) ? globalThis.String(object.profile) : "",
+      upstream: isSet(object.upstream) ? globalThis.String(object.upstream) : "",
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+    };
+  },
+
+  toJSON(message: GetEventsRequest): unknown {
+    const obj: any = {};
+    if (message.after !== 0) {
+      obj.after = Math.round(message.after);
+    }
+    if (message.profile !== "") {
+      obj.profile = message.profile;
+    }
+    if (message.upstream !== "") {
+      obj.upstream = message.upstream;
+    }
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetEventsRequest>): GetEventsRequest {
+    return GetEventsRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetEventsRequest>): GetEventsRequest {
+    const message = createBaseGetEventsRequest();
+    message.after = object.after ?? 0;
+    message.profile = object.profile ?? "";
+    message.upstream = object.upstream ?? "";
+    message.pageSize = object.pageSize ?? 0;
+    return message;
+  },
+};
+
+function createBaseGetEventsResponse(): GetEventsResponse {
+  return { events: [], nextAfter: 0, lost: 0 };
+}
+
+export const GetEventsResponse: MessageFns<GetEventsResponse> = {
+  encode(message: GetEventsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.events) {
+      Event.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextAfter !== 0) {
+      writer.uint32(16).int64(message.nextAfter);
+    }
+    if (message.lost !== 0) {
+      writer.uint32(24).int64(message.lost);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): GetEventsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseGetEventsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.events.push(Event.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.nextAfter = longToNumber(reader.int64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.lost = longToNumber(reader.int64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): GetEventsResponse {
+    return {
+      events: globalThis.Array.isArray(object?.events) ? object.events.map((e: any) => Event.fromJSON(e)) : [],
+      nextAfter: isSet(object.nextAfter)
+        ? globalThis.Number(object.nextAfter)
+        : isSet(object.next_after)
+        ? globalThis.Number(object.next_after)
+        : 0,
+      lost: isSet(object.lost) ? globalThis.Number(object.lost) : 0,
+    };
+  },
+
+  toJSON(message: GetEventsResponse): unknown {
+    const obj: any = {};
+    if (message.events?.length) {
+      obj.events = message.events.map((e) => Event.toJSON(e));
+    }
+    if (message.nextAfter !== 0) {
+      obj.nextAfter = Math.round(message.nextAfter);
+    }
+    if (message.lost !== 0) {
+      obj.lost = Math.round(message.lost);
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<GetEventsResponse>): GetEventsResponse {
+    return GetEventsResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<GetEventsResponse>): GetEventsResponse {
+    const message = createBaseGetEventsResponse();
+    message.events = object.events?.map((e) => Event.fromPartial(e)) || [];
+    message.nextAfter = object.nextAfter ?? 0;
+    message.lost = object.lost ?? 0;
+    return message;
+  },
+};
+
+function createBaseEvent(): Event {
+  return {
+    number: 0,
+    time: undefined,
+    kind: EventKind.EVENT_KIND_UNSPECIFIED,
+    profile: "",
+    upstream: "",
+    before: "",
+    after: "",
+    cause: "",
+    until: undefined,
+  };
+}
+
+export const Event: MessageFns<Event> = {
+  encode(message: Event, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.number !== 0) {
+      writer.uint32(8).int64(message.number);
+    }
+    if (message.time !== undefined) {
+      Timestamp.encode(toTimestamp(message.time), writer.uint32(18).fork()).join();
+    }
+    if (message.kind !== EventKind.EVENT_KIND_UNSPECIFIED) {
+      writer.uint32(24).int32(eventKindToNumber(message.kind));
+    }
+    if (message.profile !== "") {
+      writer.uint32(34).string(message.profile);
+    }
+    if (message.upstream !== "") {
+      writer.uint32(42).string(message.upstream);
+    }
+    if (message.before !== "") {
+      writer.uint32(50).string(message.before);
+    }
+    if (message.after !== "") {
+      writer.uint32(58).string(message.after);
+    }
+    if (message.cause !== "") {
+      writer.uint32(66).string(message.cause);
+    }
+    if (message.until !== undefined) {
+      Timestamp.encode(toTimestamp(message.until), writer.uint32(74).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Event {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseEvent();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.number = longToNumber(reader.int64());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.time = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.kind = eventKindFromJSON(reader.int32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.profile = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.upstream = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.before = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.after = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.cause = reader.string();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.until = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Event {
+    return {
+      number: isSet(object.number) ? globalThis.Number(object.number) : 0,
+      time: isSet(object.time) ? fromJsonTimestamp(object.time) : undefined,
+      kind: isSet(object.kind) ? eventKindFromJSON(object.kind) : EventKind.EVENT_KIND_UNSPECIFIED,
+      profile: isSet(object.profile) ? globalThis.String(object.profile) : "",
+      upstream: isSet(object.upstream) ? globalThis.String(object.upstream) : "",
+      before: isSet(object.before) ? globalThis.String(object.before) : "",
+      after: isSet(object.after) ? globalThis.String(object.after) : "",
+      cause: isSet(object.cause) ? globalThis.String(object.cause) : "",
+      until: isSet(object.until) ? fromJsonTimestamp(object.until) : undefined,
+    };
+  },
+
+  toJSON(message: Event): unknown {
+    const obj: any = {};
+    if (message.number !== 0) {
+      obj.number = Math.round(message.number);
+    }
+    if (message.time !== undefined) {
+      obj.time = message.time.toISOString();
+    }
+    if (message.kind !== EventKind.EVENT_KIND_UNSPECIFIED) {
+      obj.kind = eventKindToJSON(message.kind);
+    }
+    if (message.profile !== "") {
+      obj.profile = message.profile;
+    }
+    if (message.upstream !== "") {
+      obj.upstream = message.upstream;
+    }
+    if (message.before !== "") {
+      obj.before = message.before;
+    }
+    if (message.after !== "") {
+      obj.after = message.after;
+    }
+    if (message.cause !== "") {
+      obj.cause = message.cause;
+    }
+    if (message.until !== undefined) {
+      obj.until = message.until.toISOString();
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<Event>): Event {
+    return Event.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<Event>): Event {
+    const message = createBaseEvent();
+    message.number = object.number ?? 0;
+    message.time = object.time ?? undefined;
+    message.kind = object.kind ?? EventKind.EVENT_KIND_UNSPECIFIED;
+    message.profile = object.profile ?? "";
+    message.upstream = object.upstream ?? "";
+    message.before = object.before ?? "";
+    message.after = object.after ?? "";
+    message.cause = object.cause ?? "";
+    message.until = object.until ?? undefined;
+    return message;
+  },
+};
+
 /**
  * PolicyService answers "what kind of failure is this, and what should the
  * executor do about it" from one policy shared by every executor in the pod.
@@ -6300,6 +6892,20 @@ export const PolicyServiceService = {
       Buffer.from(GetUpstreamsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetUpstreamsResponse => GetUpstreamsResponse.decode(value),
   },
+  /**
+   * GetEvents pages through the pod's recent history of what changed in
+   * its upstreams' state, and why: breaker transitions (the pod's and the
+   * fleet's), pace changes and cool-downs begun, oldest first.
+   */
+  getEvents: {
+    path: "/squawk.v1.PolicyService/GetEvents" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: GetEventsRequest): Buffer => Buffer.from(GetEventsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): GetEventsRequest => GetEventsRequest.decode(value),
+    responseSerialize: (value: GetEventsResponse): Buffer => Buffer.from(GetEventsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): GetEventsResponse => GetEventsResponse.decode(value),
+  },
 } as const;
 
 export interface PolicyServiceServer extends UntypedServiceImplementation {
@@ -6355,6 +6961,12 @@ export interface PolicyServiceServer extends UntypedServiceImplementation {
    * page at a time.
    */
   getUpstreams: handleUnaryCall<GetUpstreamsRequest, GetUpstreamsResponse>;
+  /**
+   * GetEvents pages through the pod's recent history of what changed in
+   * its upstreams' state, and why: breaker transitions (the pod's and the
+   * fleet's), pace changes and cool-downs begun, oldest first.
+   */
+  getEvents: handleUnaryCall<GetEventsRequest, GetEventsResponse>;
 }
 
 export interface PolicyServiceClient extends Client {
@@ -6522,6 +7134,26 @@ export interface PolicyServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetUpstreamsResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * GetEvents pages through the pod's recent history of what changed in
+   * its upstreams' state, and why: breaker transitions (the pod's and the
+   * fleet's), pace changes and cool-downs begun, oldest first.
+   */
+  getEvents(
+    request: GetEventsRequest,
+    callback: (error: ServiceError | null, response: GetEventsResponse) => void,
+  ): ClientUnaryCall;
+  getEvents(
+    request: GetEventsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: GetEventsResponse) => void,
+  ): ClientUnaryCall;
+  getEvents(
+    request: GetEventsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: GetEventsResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const PolicyServiceClient = makeGenericClientConstructor(
@@ -6569,6 +7201,28 @@ export type DeepPartial<T> = T extends Builtin ? T
   : T extends ReadonlyArray<infer U> ? ReadonlyArray<DeepPartial<U>>
   : T extends {} ? { [K in keyof T]?: DeepPartial<T[K]> }
   : Partial<T>;
+
+function toTimestamp(date: Date): Timestamp {
+  const seconds = Math.trunc(date.getTime() / 1_000);
+  const nanos = (date.getTime() % 1_000) * 1_000_000;
+  return { seconds, nanos };
+}
+
+function fromTimestamp(t: Timestamp): Date {
+  let millis = (t.seconds || 0) * 1_000;
+  millis += (t.nanos || 0) / 1_000_000;
+  return new globalThis.Date(millis);
+}
+
+function fromJsonTimestamp(o: any): Date {
+  if (o instanceof globalThis.Date) {
+    return o;
+  } else if (typeof o === "string") {
+    return new globalThis.Date(o);
+  } else {
+    return fromTimestamp(Timestamp.fromJSON(o));
+  }
+}
 
 function longToNumber(int64: { toString(): string }): number {
   const num = globalThis.Number(int64.toString());

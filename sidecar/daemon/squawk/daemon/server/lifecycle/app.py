@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 import logging
 import os
 import signal
 from typing import IO
 
 import grpc
+from google.protobuf import json_format
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry.sdk.trace import TracerProvider
 
-from squawk.policy import Policy
+from squawk.policy import Policy, PolicyInputError
 from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
@@ -41,9 +43,11 @@ from ...analysis.worker import lower_switch_interval
 from ...config import Config
 from ...config.state import StateSettings, Store
 from ...settings import ServeSettings
+from ..rpc.boundary import MAX_ERROR_CHARS
 from ..rpc.health import Health
 from ..rpc.reflection import enable_reflection
 from ..rpc.servicer import PolicyServicer, register
+from ..telemetry.event_page import request_from_query
 from ..telemetry.grpc_log import GRPC_LOGGER, LateAnswers
 from ..telemetry.loop_lag import watch_loop_lag
 from ..telemetry.metrics import Metrics
@@ -76,6 +80,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["PolicyService"].full_name
 # gRPC turns SO_REUSEPORT on by default, which would let a second daemon bind
 # the same port silently and steal half the calls.
 SERVER_OPTIONS = [("grpc.so_reuseport", 0)]
+_JSON = "application/json"
 
 
 def default_shutdown_notice(grace_s: float) -> float:
@@ -237,12 +242,25 @@ class Daemon:
         if self.metrics is None or not self.metrics_listen:
             return
         try:
-            self.metrics.serve(self.metrics_listen)
+            self.metrics.serve(self.metrics_listen, {"/events": self._events_json})
         except (OSError, ValueError) as exc:
             raise BindError(
                 f"cannot listen on {self.metrics_listen} for metrics: "
                 f"the address is in use or not available ({exc})"
             ) from None
+
+    def _events_json(self, query: str) -> tuple[str, str, bytes]:
+        """/events on the metrics port: GetEvents' answer as JSON (its
+        proto3 JSON mapping), its fields from the query string
+        (?after=12&upstream=search&page_size=50); a bad one is a 400 whose
+        JSON names it."""
+        try:
+            reply = self.servicer.events_page(request_from_query(query))
+        except PolicyInputError as exc:
+            # The profile's name in it is caller text: through the one gate.
+            error = shown_text(str(exc), MAX_ERROR_CHARS)
+            return "400 Bad Request", _JSON, json.dumps({"error": error}).encode()
+        return "200 OK", _JSON, json_format.MessageToJson(reply, indent=None).encode()
 
     def _remove_sockets(self) -> None:
         for bound in self._sockets:
@@ -338,6 +356,7 @@ def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodSt
         on_forget=observer.forget,
         on_untracked=observer.untracked,
         on_pace=observer.pace_changed,
+        on_cool_down=observer.cooled,
     )
     if settings.store is Store.MEMORY:
         return PodStore(upstreams)

@@ -53,6 +53,7 @@ from squawk.wire import (
 
 from ...analysis import Analyzer, AnalyzerSettings, wire
 from ..telemetry import spans
+from ..telemetry.event_page import answer
 from ..telemetry.fields import admission_fields, classification_fields, decision_fields
 from ..telemetry.observer import Observer
 from ..telemetry.spans import ServerSpans
@@ -110,6 +111,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 self._observer.forget,
                 self._observer.untracked,
                 on_pace=self._observer.pace_changed,
+                on_cool_down=self._observer.cooled,
             )
         )
         self._stateless = StatelessDecisions(clock, self._rng, policy.max_body_bytes)
@@ -385,6 +387,20 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             reply.next_page_token = str(keys[-1][0])
             reply.truncated = True
         return reply
+
+    @boundary
+    async def GetEvents(
+        self,
+        request: pb.GetEventsRequest,
+        context: grpc.aio.ServicerContext[pb.GetEventsRequest, pb.GetEventsResponse],
+    ) -> pb.GetEventsResponse:
+        """One page of the event history (telemetry/event_page.py): at most
+        MAX_PAGE events, found by index, so a call costs its page alone."""
+        return self.events_page(request)
+
+    def events_page(self, request: pb.GetEventsRequest) -> pb.GetEventsResponse:
+        """GetEvents' answer, for the metrics port's /events too (any thread)."""
+        return answer(self._observer.events, request, self._policy.profile)
 
 
 def _after(token: str) -> int:

@@ -1,8 +1,9 @@
 """The event history: a bounded ring of what changed, and why (issue 36).
 
-Each breaker transition and pace change (more kinds to come: cool-downs,
-shed bursts, lease revocations, fleet caution) is kept with its time, its
-key and its cause, in arrival order, numbered from 1. Readers page through
+Each breaker transition (the pod's and the fleet's), pace change and
+cool-down begun (more kinds to come: shed bursts, lease revocations, fleet
+caution) is kept with its time, its key and its cause, in arrival order,
+numbered from 1. Readers page through
 it by number (`after`), optionally for one upstream; a reader that falls
 behind the ring's start is told so (`lost`), never shown a gap silently.
 
@@ -17,26 +18,32 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Mapping
 from typing import NamedTuple
 
-__all__ = ["CAPACITY", "MAX_PAGE", "Event", "EventRing", "Page"]
+__all__ = ["CAPACITY", "KINDS", "MAX_PAGE", "Event", "EventRing", "Page"]
 
 # Events kept: a day of one transition a minute on each of a few hundred
 # upstreams would not fit, an hour of an incident does.
 CAPACITY = 4096
 MAX_PAGE = 500
+KINDS = ("breaker", "fleet_breaker", "pace", "cool_down")
 
 
 class Event(NamedTuple):
     seq: int
     at: float  # wall seconds
-    kind: str  # "breaker", "fleet_breaker", "pace"
+    kind: str  # one of KINDS
     profile: str
     upstream: str
-    # What changed and why, as shown strings: e.g. {"from": "CLOSED", "to":
-    # "OPEN"} or {"from": "none 0/s", "to": "learned 14.2/s"}.
-    detail: Mapping[str, str]
+    # The state before and after, as shown strings: "CLOSED" -> "OPEN",
+    # "none 0/s" -> "learned 14.2/s"; a cool-down has only `after` ("cooling").
+    before: str
+    after: str
+    # Why, in the policy's words (squawk.policy.why), or "" when unknown.
+    cause: str = ""
+    # When the state it entered ends by itself (wall seconds): an OPEN
+    # breaker's half-open, a cool-down's end; None when nothing ends it.
+    until: float | None = None
 
 
 class Page(NamedTuple):
@@ -55,29 +62,52 @@ class EventRing:
         self._numbers = itertools.count(1)
 
     def add(
-        self, at: float, kind: str, profile: str, upstream: str, detail: Mapping[str, str]
+        self,
+        at: float,
+        kind: str,
+        profile: str,
+        upstream: str,
+        before: str,
+        after: str,
+        cause: str = "",
+        until: float | None = None,
     ) -> Event:
-        event = Event(next(self._numbers), at, kind, profile, upstream, dict(detail))
+        event = Event(next(self._numbers), at, kind, profile, upstream, before, after, cause, until)
         self._events.append(event)
         return event
 
-    def page(self, after: int = 0, upstream: str | None = None, limit: int = 100) -> Page:
-        """The events numbered past `after` (for `upstream` alone, when
-        given), oldest first, at most `limit` (1..MAX_PAGE)."""
+    def page(
+        self,
+        after: int = 0,
+        upstream: str | None = None,
+        limit: int = 100,
+        profile: str | None = None,
+    ) -> Page:
+        """The events numbered past `after` (for `upstream` and `profile`
+        alone, when given), oldest first, at most `limit` (1..MAX_PAGE)."""
         limit = max(1, min(limit, MAX_PAGE))
-        first = self._events[0].seq if self._events else after + 1
+        # A copy taken in one step (the metrics port reads from its own
+        # thread while the event loop adds).
+        held = tuple(self._events)
+        first = held[0].seq if held else after + 1
         lost = max(0, first - after - 1)
         found: list[Event] = []
         last = after
-        for event in self._events:
-            if event.seq <= after:
-                continue
+        # Numbers are consecutive: the first past `after` is found by index.
+        for event in held[max(0, after - first + 1) :]:
             last = event.seq
-            if upstream is None or event.upstream == upstream:
+            if (upstream is None or event.upstream == upstream) and (
+                profile is None or event.profile == profile
+            ):
                 found.append(event)
                 if len(found) == limit:
                     break
         return Page(tuple(found), last, lost)
+
+    @property
+    def last(self) -> int:
+        """The number of the latest event (0 before the first)."""
+        return self._events[-1].seq if self._events else 0
 
     def __len__(self) -> int:
         return len(self._events)

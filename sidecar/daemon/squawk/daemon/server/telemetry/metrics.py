@@ -4,7 +4,14 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import socket
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
@@ -17,8 +24,12 @@ __all__ = [
     "OTHER_UPSTREAMS",
     "PACE_WAIT_BUCKETS",
     "Metrics",
+    "Route",
     "label_value",
 ]
+
+# A route of the metrics port: the query string to (status, content type, body).
+Route = Callable[[str], tuple[str, str, bytes]]
 
 # Upstream names are caller data: past this many tracked names with a
 # label of their own, metric labels say "other", so a caller cannot grow the
@@ -252,6 +263,38 @@ class Metrics:
             self._store_up_shown = True
         self.state_store_up.set(int(up))
 
-    def serve(self, address: str) -> None:
+    def serve(self, address: str, routes: Mapping[str, Route] | None = None) -> None:
+        """Serve the metrics on `address` (HOST:PORT) from a thread of its
+        own, and each of `routes` (a path, e.g. "/events", to what answers
+        it) beside them."""
         host, _, port = address.rpartition(":")
-        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        host = host or "127.0.0.1"
+        app = _routed(make_wsgi_app(self.registry), dict(routes or {}))
+
+        class Server(ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+            address_family = socket.getaddrinfo(host, int(port))[0][0]
+
+        httpd = make_server(host, int(port), app, Server, handler_class=_Quiet)
+        threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True).start()
+
+
+class _Quiet(WSGIRequestHandler):
+    """No line on stderr for every scrape (prometheus_client's is the same)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _routed(metrics: Any, routes: dict[str, Route]) -> Any:
+    """A WSGI app: each of `routes` by its path, the metrics for the rest."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        route = routes.get(environ.get("PATH_INFO", ""))
+        if route is None:
+            return metrics(environ, start_response)  # type: ignore[no-any-return]
+        status, kind, body = route(environ.get("QUERY_STRING", ""))
+        start_response(status, [("Content-Type", kind), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app

@@ -19,13 +19,14 @@ from typing import IO, Any, NamedTuple
 
 from prometheus_client import Counter, Histogram
 
-from squawk.policy import BreakerState, Criticality, Decision, Policy
+from squawk.policy import BreakerState, Criticality, Decision, PaceSource, Policy
 from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
+from squawk.policy.timing import shown_seconds
 from squawk.v1 import policy_pb2 as pb
 
 from ...throttle import LOG_EVERY_S, Throttle
-from ..tracking.registry import Key, PaceChange, Transition, pinned_keys
+from ..tracking.registry import CoolDown, Key, PaceChange, Transition, pinned_keys
 from .decision_log import LOG_SLICE, write_line
 from .events import EventRing
 from .fields import Field, decision_fields
@@ -61,6 +62,14 @@ _SHOWN_CACHE = 4096
 # vocabulary of RPCs, actions, rules and state sources makes a few hundred.
 _SERIES_CACHE = 1024
 _TRANSITIONS = [(a.name, b.name) for a in BreakerState for b in BreakerState if a is not b]
+
+# What a pace change's new source says of why it is in force.
+_PACE_CAUSES = {
+    PaceSource.NONE: "nothing paces the upstream: no declared rate, no headers, no throttles",
+    PaceSource.POLICY: "the rate declared in the policy (rate_limit.rate)",
+    PaceSource.HEADERS: "read from the upstream's rate-limit headers",
+    PaceSource.LEARNED: "learned from the upstream's throttling (429, 503 with Retry-After)",
+}
 
 # The status code each cause of a refused call answers with.
 _CODES = {
@@ -173,7 +182,10 @@ class Observer:
             "fleet_breaker" if t.fleet else "breaker",
             str(fields["squawk.profile"]),
             str(fields["squawk.upstream"]),
-            {"from": before, "to": after},
+            before,
+            after,
+            t.cause,
+            None if t.left is None else time.time() + t.left,
         )
         span = current()
         if span.is_recording():
@@ -223,10 +235,9 @@ class Observer:
             "pace",
             str(shown["squawk.profile"]),
             str(shown["squawk.upstream"]),
-            {
-                "from": f"{before} {change.rate_before:.3g}/s",
-                "to": f"{after} {change.rate_after:.3g}/s",
-            },
+            f"{before} {change.rate_before:.3g}/s",
+            f"{after} {change.rate_after:.3g}/s",
+            _PACE_CAUSES[change.after],
         )
         if self.metrics is not None:
             label = self._upstream_label((change.profile, change.upstream))
@@ -247,6 +258,22 @@ class Observer:
             fields["squawk.upstream"],
             fields["squawk.profile"],
             also,
+        )
+
+    def cooled(self, c: CoolDown) -> None:
+        """A tracked upstream's shared cool-down began: an event with the
+        outcome that started it and when it ends."""
+        shown = self._safe({"squawk.profile": c.profile, "squawk.upstream": c.upstream})
+        now = time.time()
+        self.events.add(
+            now,
+            "cool_down",
+            str(shown["squawk.profile"]),
+            str(shown["squawk.upstream"]),
+            "",
+            f"cooling for {shown_seconds(c.left)}",
+            c.cause,
+            now + c.left,
         )
 
     def admitted(

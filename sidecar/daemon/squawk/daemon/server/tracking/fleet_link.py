@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from squawk.policy import Profile, UpstreamConfig
+from squawk.policy import BreakerState, Profile, UpstreamConfig
 from squawk.policy.fleet import (
     NO_DELTA,
     Delta,
@@ -32,6 +32,7 @@ from squawk.policy.fleet import (
     moved,
     viewed,
 )
+from squawk.policy.why import fleet_breaker_cause
 
 from ...config.state import StateSettings
 from ...throttle import Throttle
@@ -257,7 +258,14 @@ class SyncLink:
         was, now = before.reading.state, after.reading.state
         if was is not now and self._on_transition is not None:
             kept = self.upstreams.tracks(*key)
-            self._on_transition(Transition(key[0], key[1], was, now, True, kept))
+            r = before.reading
+            half = was is BreakerState.HALF_OPEN
+            calls = r.successes + r.probe_failures if half else r.calls
+            failures = r.probe_failures if half else r.failures
+            config = tracked.profile.for_upstream(tracked.upstream).circuit_breaker
+            cause = fleet_breaker_cause(now, was, calls, failures, r.pods, config)
+            left = after.until - self._clock() if now is BreakerState.OPEN else None
+            self._on_transition(Transition(key[0], key[1], was, now, True, kept, cause, left))
 
     def _drop(self, count: int, why: str) -> None:
         """Counts the fleet will never get: counted, and logged throttled."""

@@ -83,10 +83,20 @@ from squawk.policy.outcome import is_throttled
 from squawk.policy.pacer import SHARED_SOURCES, hold_at_most, pace_source
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
+from squawk.policy.why import breaker_cause, outcome_text
 
 from .admissions import Admissions
 
-__all__ = ["NO_PACE", "Key", "PaceChange", "Transition", "UpstreamView", "Upstreams", "pinned_keys"]
+__all__ = [
+    "NO_PACE",
+    "CoolDown",
+    "Key",
+    "PaceChange",
+    "Transition",
+    "UpstreamView",
+    "Upstreams",
+    "pinned_keys",
+]
 
 Key = tuple[str, str]  # (profile name, upstream)
 # How many of the least recently used keys a new name looks through for an
@@ -136,6 +146,21 @@ class Transition(NamedTuple):
     # Whether the pod tracks the key: a fleet's transition may be about a
     # name the pod could not track, which must not take a metric label.
     tracked: bool = True
+    # Why: the rule that fired, and the outcome that moved it (squawk.policy.why).
+    cause: str = ""
+    # OPEN: seconds until it half-opens by itself; None otherwise.
+    left: float | None = None
+
+
+class CoolDown(NamedTuple):
+    """A key's shared cool-down began."""
+
+    profile: str
+    upstream: str
+    # Seconds until it ends, from now.
+    left: float
+    # The outcome that started it (squawk.policy.why.outcome_text).
+    cause: str
 
 
 class UpstreamView(NamedTuple):
@@ -189,12 +214,14 @@ class Upstreams:
         on_untracked: Callable[[str], None] | None = None,
         rng: random.Random | None = None,
         on_pace: Callable[[PaceChange], None] | None = None,
+        on_cool_down: Callable[[CoolDown], None] | None = None,
     ) -> None:
         """`on_forget(profile, upstream)`: a key was dropped (its metric
         series may go); `on_untracked(profile)`: a call about a new name
         was answered from a fresh state, for want of an idle key to drop.
         `rng` jitters every refusal's wait (squawk.policy.cooldown.spread);
-        `on_pace(change)`: a tracked key's pace changed (see PaceChange)."""
+        `on_pace(change)`: a tracked key's pace changed (see PaceChange);
+        `on_cool_down(c)`: a tracked key's cool-down began (see CoolDown)."""
         self._policy = policy
         self._clock = clock
         self.rng = rng if rng is not None else random.Random()
@@ -202,6 +229,7 @@ class Upstreams:
         self._on_forget = on_forget
         self._on_untracked = on_untracked
         self._on_pace = on_pace
+        self._on_cool_down = on_cool_down
         # The policy file's names, and (least recently used first) the rest.
         self._pinned: dict[Key, _Entry] = {}
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
@@ -323,16 +351,39 @@ class Upstreams:
             return None
         moved = advance(entry.state.breaker, config.circuit_breaker, now)
         if moved is not entry.state.breaker:
-            self._store(key, entry, replace(entry.state, breaker=moved), now)
+            self._store(key, entry, replace(entry.state, breaker=moved), now, config)
         return entry
 
-    def _store(self, key: Key, entry: _Entry, state: UpstreamState, now: float) -> None:
-        before, after = entry.state.breaker.state, state.breaker.state
+    def _store(
+        self,
+        key: Key,
+        entry: _Entry,
+        state: UpstreamState,
+        now: float,
+        config: UpstreamConfig,
+        outcome: Outcome | None = None,
+    ) -> None:
+        """Keep `state` as the key's, reporting a breaker transition and a
+        cool-down begun, each with its cause (`outcome`: what moved it)."""
+        was = entry.state
+        before, after = was.breaker.state, state.breaker.state
         entry.state = state
         if before is not after:
             entry.since = now
             if self._on_transition is not None:
-                self._on_transition(Transition(key[0], key[1], before, after))
+                cause = breaker_cause(state.breaker, before, config.circuit_breaker)
+                if outcome is not None:
+                    cause += f"; last: {outcome_text(outcome)}"
+                left = state.breaker.until - now if after is BreakerState.OPEN else None
+                self._on_transition(
+                    Transition(key[0], key[1], before, after, False, True, cause, left)
+                )
+        # A cool-down begun, not one a later hint pushes on: every throttled
+        # outcome of a storm may do that, and each would be an event.
+        begun = was.cool_until <= now < state.cool_until
+        if begun and outcome is not None and self._on_cool_down is not None:
+            left = state.cool_until - now
+            self._on_cool_down(CoolDown(key[0], key[1], left, outcome_text(outcome)))
 
     def admit(
         self,
@@ -381,7 +432,7 @@ class Upstreams:
             criticality=criticality,
             fairness=fairness,
         )
-        self._store(key, entry, state, now)
+        self._store(key, entry, state, now, config)
         if admission.wait:
             entry.paced += 1
         elif admission.reason is Reason.UPSTREAM_SATURATED:
@@ -439,7 +490,8 @@ class Upstreams:
             self._overflow[profile.name] = record_outcome(state, config, now, _unhinted(outcome))
             return
         at = self._admitted(key, outcome, now)
-        self._store(key, entry, record_outcome(entry.state, config, now, outcome, at), now)
+        state = record_outcome(entry.state, config, now, outcome, at)
+        self._store(key, entry, state, now, config, outcome)
         entry.throttled += is_throttled(outcome)
         self._look_at_pace(key, entry, config, now)
 
@@ -469,7 +521,7 @@ class Upstreams:
         if entry is None:
             self._overflow[profile.name] = state
         else:
-            self._store(key, entry, state, now)
+            self._store(key, entry, state, now, config, outcome)
             entry.throttled += is_throttled(outcome)
             self._look_at_pace(key, entry, config, now)
         return decision

@@ -1,0 +1,232 @@
+"""GetEvents over the wire: a real daemon, executors reporting what their
+upstreams answered, and the event history telling each change with its
+cause: the breaker's trip with the window that tripped it and the outcome
+that did, its half-open after open_for, a cool-down with the Retry-After
+that began it and when it ends; paged, filtered, bounded, and every bad
+field refused by name."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+
+from conftest import Daemon, free_port, start_daemon
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+POLICY = """\
+profiles:
+  default:
+    upstreams:
+      flaky:
+        circuit_breaker:
+          {minimum_calls: 4, failure_ratio: 0.5, window: 10s, open_for: 1s, half_open_probes: 2}
+"""
+SECRET = "sk-" + "q" * 40
+
+
+METRICS_PORT = free_port()
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    policy = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    policy.write_text(POLICY)
+    d = start_daemon("--policy", str(policy), "--metrics-listen", f"127.0.0.1:{METRICS_PORT}")
+    yield d
+    d.stop()
+
+
+def _http(path: str) -> tuple[int, str, bytes]:
+    """(status, content type, body) of a GET on the daemon's metrics port."""
+    url = f"http://127.0.0.1:{METRICS_PORT}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.headers["Content-Type"], r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read()
+
+
+@pytest.fixture(scope="module")
+def stubs(daemon: Daemon) -> Iterator[list[pb_grpc.PolicyServiceStub]]:
+    """Three executors of the pod, each on its own channel."""
+    channels = [grpc.insecure_channel(daemon.target) for _ in range(3)]
+    yield [pb_grpc.PolicyServiceStub(c) for c in channels]
+    for c in channels:
+        c.close()
+
+
+def _report(stub: pb_grpc.PolicyServiceStub, *outcomes: pb.Outcome) -> None:
+    stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=outcomes), timeout=5)
+
+
+def _events(stub: pb_grpc.PolicyServiceStub, **fields: Any) -> pb.GetEventsResponse:
+    reply: pb.GetEventsResponse = stub.GetEvents(pb.GetEventsRequest(**fields), timeout=5)
+    return reply
+
+
+def _all(stub: pb_grpc.PolicyServiceStub, upstream: str) -> list[pb.Event]:
+    return list(_events(stub, upstream=upstream).events)
+
+
+def test_a_trip_a_half_open_and_a_cool_down_come_with_their_causes(
+    stubs: list[pb_grpc.PolicyServiceStub],
+) -> None:
+    a, b, c = stubs
+    started = time.time()
+    # Three executors' failures fill the breaker's window: 3 of 4 failed.
+    _report(a, pb.Outcome(upstream="flaky", success=True, http_status=200))
+    _report(b, pb.Outcome(upstream="flaky", http_status=503))
+    _report(c, pb.Outcome(upstream="flaky", http_status=502))
+    _report(a, pb.Outcome(upstream="flaky", http_status=503))
+    (opened,) = _all(c, "flaky")
+    assert opened.kind == pb.EVENT_KIND_BREAKER
+    assert (opened.profile, opened.before, opened.after) == ("default", "CLOSED", "OPEN")
+    assert opened.cause == (
+        "3 of 4 calls in the window failed (75%): at or over failure_ratio 50% "
+        "with minimum_calls 4; last: HTTP 503"
+    )
+    # It half-opens by itself one open_for later: `until` says when.
+    until = opened.until.ToNanoseconds() / 1e9
+    assert started < until <= time.time() + 1.0
+    at = opened.time.ToNanoseconds() / 1e9
+    assert started - 1 <= at <= time.time()
+    time.sleep(max(0.0, until - time.time()) + 0.05)
+    a.Admit(pb.AdmitRequest(upstream="flaky"), timeout=5)  # time moves it when next read
+    events = _all(b, "flaky")
+    assert [(e.before, e.after) for e in events] == [("CLOSED", "OPEN"), ("OPEN", "HALF_OPEN")]
+    assert events[1].cause == "open for 1 s (open_for): up to 2 probes go through"
+    assert not events[1].HasField("until")
+    # A 429 with a Retry-After begins the upstream's shared cool-down.
+    _report(
+        b,
+        pb.Outcome(upstream="busy", http_status=429, headers={"retry-after": "30"}),
+    )
+    (cooled,) = _all(a, "busy")
+    assert cooled.kind == pb.EVENT_KIND_COOL_DOWN
+    assert (cooled.before, cooled.after) == ("", "cooling for 30 s")
+    assert cooled.cause == "HTTP 429 (throttled), Retry-After 30 s"
+    left = cooled.until.ToNanoseconds() / 1e9 - time.time()
+    assert 25 < left <= 30
+    # Further throttles while it runs extend it, and are no new event.
+    for _ in range(5):
+        _report(c, pb.Outcome(upstream="busy", http_status=429, headers={"retry-after": "31"}))
+    assert len(_all(a, "busy")) == 1
+
+
+def test_pages_follow_on_and_filters_skip(stubs: list[pb_grpc.PolicyServiceStub]) -> None:
+    a = stubs[0]
+    for i in range(6):
+        _report(a, pb.Outcome(upstream=f"page-{i}", http_status=429, headers={"retry-after": "9"}))
+    everything = _events(a, page_size=500)
+    numbers = [e.number for e in everything.events]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+    assert everything.next_after == numbers[-1] and everything.lost == 0
+    # Two at a time from the start, every event once, in order.
+    seen, after = [], 0
+    while True:
+        page = _events(a, after=after, page_size=2)
+        if not page.events:
+            break
+        assert len(page.events) <= 2
+        seen += [e.number for e in page.events]
+        after = page.next_after
+    assert seen == numbers
+    # A filter by name moves the reader past what it skipped.
+    only = _events(a, upstream="page-3")
+    assert [e.upstream for e in only.events] == ["page-3"]
+    assert only.next_after == numbers[-1]
+    assert _events(a, profile="default", after=numbers[-1]).events == []
+
+
+def test_a_secret_in_a_name_is_redacted_and_still_found(
+    stubs: list[pb_grpc.PolicyServiceStub],
+) -> None:
+    a = stubs[0]
+    name = f"api.example/{SECRET}"
+    _report(a, pb.Outcome(upstream=name, http_status=503, headers={"retry-after": "5"}))
+    (event,) = _all(a, name)
+    assert SECRET not in event.upstream and event.upstream.startswith("api.example/")
+    assert event.cause == "HTTP 503 (throttled), Retry-After 5 s"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"after": -1}, "after"),
+        ({"after": 10**12}, "after"),
+        ({"page_size": -1}, "page_size"),
+        ({"upstream": "x" * 257}, "upstream"),
+        ({"profile": "no-such-profile"}, "profile"),
+    ],
+)
+def test_a_bad_field_is_refused_by_name(
+    stubs: list[pb_grpc.PolicyServiceStub], fields: dict[str, object], field: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        _events(stubs[0], **fields)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (caught.value.details() or "").startswith(f"{field}:"), caught.value.details()
+
+
+def test_a_page_is_at_most_500(stubs: list[pb_grpc.PolicyServiceStub]) -> None:
+    a = stubs[0]
+    for start in range(0, 600, 100):
+        _report(
+            a,
+            *(
+                pb.Outcome(upstream=f"flood-{i}", http_status=429, headers={"retry-after": "2"})
+                for i in range(start, start + 100)
+            ),
+        )
+    assert len(_events(a, page_size=10**6).events) == 500
+    assert len(_events(a).events) == 100
+
+
+def test_the_metrics_port_serves_the_same_page_as_json(
+    stubs: list[pb_grpc.PolicyServiceStub],
+) -> None:
+    a = stubs[0]
+    _report(a, pb.Outcome(upstream="json-port", http_status=429, headers={"retry-after": "6"}))
+    status, kind, body = _http("/events?upstream=json-port&page_size=5")
+    assert (status, kind) == (200, "application/json")
+    page = json_format.Parse(body, pb.GetEventsResponse())
+    assert page == _events(a, upstream="json-port", page_size=5)
+    (event,) = json.loads(body)["events"]
+    assert (event["kind"], event["after"]) == ("EVENT_KIND_COOL_DOWN", "cooling for 6 s")
+    # Paged as the RPC is: past the last event, nothing, and the same place.
+    status, _, body = _http(f"/events?after={page.next_after}&upstream=json-port")
+    assert status == 200 and json.loads(body).get("events", []) == []
+    # The metrics are still where they were.
+    status, kind, body = _http("/metrics")
+    assert status == 200 and kind.startswith("text/plain") and b"squawk_" in body
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("after=-1", "after"),
+        ("after=ten", "after"),
+        ("after=1&after=2", "after"),
+        ("page_size=-3", "page_size"),
+        ("page_size=9999999999999999999", "page_size"),
+        ("limit=5", "limit"),
+        ("upstream=" + "x" * 300, "upstream"),
+        ("profile=" + SECRET, "profile"),
+        ("x" * 3000, "query"),
+    ],
+)
+def test_a_bad_query_is_a_400_naming_the_field(daemon: Daemon, query: str, field: str) -> None:
+    status, kind, body = _http(f"/events?{query}")
+    assert (status, kind) == (400, "application/json")
+    error = json.loads(body)["error"]
+    assert error.startswith(f"{field}:"), error
+    assert SECRET not in error
