@@ -19,6 +19,10 @@ HEALTH_PROBE_BIN ?= $(HOME)/.cache/squawk/grpc-health-probe-$(HEALTH_PROBE_VERSI
 # from the Go module proxy, once per machine.
 GRPCURL_VERSION := v1.9.4
 GRPCURL_BIN ?= $(HOME)/.cache/squawk/grpcurl-$(GRPCURL_VERSION)/grpcurl
+# promtool, the Prometheus project's rule checker (Prometheus 3.16), checks
+# deploy/prometheus's alert rules and runs their unit tests.
+PROMTOOL_VERSION := v0.316.0
+PROMTOOL_BIN ?= $(HOME)/.cache/squawk/promtool-$(PROMTOOL_VERSION)/promtool
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 # Every Python package the project's own builds install (runtime, code
 # generator, test tools, pip and the build backend) at one version each, so
@@ -144,6 +148,9 @@ $(HEALTH_PROBE_BIN):
 $(GRPCURL_BIN):
 	GOBIN=$(dir $@) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
+$(PROMTOOL_BIN):
+	GOBIN=$(dir $@) go install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+
 # tests/e2e/test_pod.py runs a Node executor on the built TypeScript client.
 TS := clients/typescript
 $(TS)/node_modules/.package-lock.json: $(TS)/package-lock.json
@@ -159,9 +166,10 @@ ts-build: $(TS)/dist/src/index.js
 # beyond the venv:  .venv/bin/pytest -m "not e2e and not external"
 # (e2e: starts a daemon or another process; external: Go, Node, Jaeger,
 # grpcurl, Redis, hadolint, ...; tests/conftest.py applies both).
-unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) ts-build
+unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) $(PROMTOOL_BIN) ts-build
 	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) SQUAWK_HEALTH_PROBE_BIN=$(HEALTH_PROBE_BIN) \
-	  SQUAWK_GRPCURL_BIN=$(GRPCURL_BIN) SQUAWK_LOCK=$(abspath $(LOCK)) $(BIN)/pytest -q
+	  SQUAWK_GRPCURL_BIN=$(GRPCURL_BIN) SQUAWK_PROMTOOL_BIN=$(PROMTOOL_BIN) \
+	  SQUAWK_LOCK=$(abspath $(LOCK)) $(BIN)/pytest -q
 
 # Go users expect generated code in the repo; --check fails on any drift.
 # clients/go/sdktest runs the RoundTripper under the real openai-go SDK, a
