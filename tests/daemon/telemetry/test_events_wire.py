@@ -29,6 +29,8 @@ profiles:
       flaky:
         circuit_breaker:
           {minimum_calls: 4, failure_ratio: 0.5, window: 10s, open_for: 1s, half_open_probes: 2}
+      status-trip:
+        circuit_breaker: {minimum_calls: 4, failure_ratio: 0.5, window: 60s, open_for: 60s}
 """
 SECRET = "sk-" + "q" * 40
 
@@ -230,3 +232,34 @@ def test_a_bad_query_is_a_400_naming_the_field(daemon: Daemon, query: str, field
     error = json.loads(body)["error"]
     assert error.startswith(f"{field}:"), error
     assert SECRET not in error
+
+
+def test_the_status_page_shows_upstreams_and_events_and_no_markup_of_theirs(
+    stubs: list[pb_grpc.PolicyServiceStub],
+) -> None:
+    a = stubs[0]
+    hostile = "<script>alert(1)</script>"
+    _report(a, pb.Outcome(upstream=hostile, http_status=429, headers={"retry-after": "8"}))
+    for _ in range(4):
+        _report(a, pb.Outcome(upstream="status-trip", http_status=503))
+    status, kind, body = _http("/status")
+    assert (status, kind) == (200, "text/html; charset=utf-8")
+    page = body.decode()
+    assert page.startswith("<!doctype html>")
+    assert '<meta http-equiv="refresh" content="2">' in page
+    # Nothing to load from elsewhere, and no script of its own or a caller's.
+    assert (
+        "<script" not in page
+        and "src=" not in page
+        and "http" not in page.replace('http-equiv="refresh"', "")
+    )
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    # The tripped upstream's row, coloured by its state, and its events.
+    assert '<tr class="OPEN"><td>default</td><td>status-trip</td><td>OPEN</td>' in page
+    assert (
+        "<td>breaker</td><td>default</td><td>status-trip</td><td>CLOSED -&gt; OPEN (until "
+    ) in page
+    assert "4 of 4 calls in the window failed (100%)" in page
+    assert "<td>cooling for 8 s (until " in page
+    # The newest event comes first.
+    assert page.index("status-trip</td><td>CLOSED") < page.index("cooling for 8 s")

@@ -30,7 +30,7 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from .dial import hint, open_channel
 
-__all__ = ["FOLLOW_EVERY_S", "event_line", "list_events"]
+__all__ = ["FOLLOW_EVERY_S", "event_cells", "event_line", "list_events"]
 
 FOLLOW_EVERY_S = 1.0
 # Pages read at most in one go: the history holds 4,096 events, 9 pages.
@@ -43,15 +43,22 @@ def _when(t: Timestamp, date: bool = True) -> str:
     return text[:-3] + "Z"
 
 
-def event_line(e: pb.Event) -> str:
-    """One event as `squawk events` prints it."""
+def event_cells(e: pb.Event) -> tuple[str, str, str, str, str, str, str]:
+    """(time, number, kind, profile, upstream, change, cause) of one event,
+    each shown as `squawk events` and the status page show it."""
     kind = pb.EventKind.Name(e.kind).removeprefix("EVENT_KIND_").lower()
     # A name is caller data: escaped, it cannot forge a line or steer the terminal.
     name = redact(repr(e.upstream)[1:-1])
     change = f"{e.before} -> {e.after}" if e.before else e.after
-    until = f" (until {_when(e.until, date=False)})" if e.HasField("until") else ""
-    cause = f": {e.cause}" if e.cause else ""
-    return f"{_when(e.time)} #{e.number} {kind} {e.profile} {name} {change}{until}{cause}"
+    if e.HasField("until"):
+        change += f" (until {_when(e.until, date=False)})"
+    return _when(e.time), f"#{e.number}", kind, e.profile, name, change, e.cause
+
+
+def event_line(e: pb.Event) -> str:
+    """One event as `squawk events` prints it."""
+    *head, cause = event_cells(e)
+    return " ".join(head) + (f": {cause}" if cause else "")
 
 
 def _read(

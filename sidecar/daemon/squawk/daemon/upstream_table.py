@@ -23,9 +23,16 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from .dial import open_channel
 
-__all__ = ["NO_FLEET_VIEW", "list_upstreams", "read_upstreams", "upstream_table"]
+__all__ = [
+    "COLUMNS",
+    "NO_FLEET_VIEW",
+    "list_upstreams",
+    "read_upstreams",
+    "row_cells",
+    "upstream_table",
+]
 
-_COLUMNS = (
+COLUMNS = (
     "PROFILE",
     "UPSTREAM",
     "BREAKER",
@@ -89,7 +96,8 @@ def _pace(s: pb.UpstreamState) -> tuple[str, str, str, str]:
     return source, rate, _seconds(s.queue_delay, 3), flight
 
 
-def _pod(s: pb.UpstreamState) -> tuple[str, ...]:
+def row_cells(s: pb.UpstreamState) -> tuple[str, ...]:
+    """One upstream's cells under COLUMNS (the table's, and the status page's)."""
     return (
         s.profile,
         # A name is caller data: escaped, it cannot forge a row or steer the terminal.
@@ -129,8 +137,8 @@ def _fleet(s: pb.UpstreamState) -> tuple[str, ...]:
 def upstream_table(states: Sequence[pb.UpstreamState], fleet: bool = False) -> str:
     """GetUpstreams as aligned columns; names are shown as the daemon holds
     them. `fleet`: the fleet's columns too ("-" on a row without a view)."""
-    header = _COLUMNS + _FLEET_COLUMNS if fleet else _COLUMNS
-    rows = [header] + [_pod(s) + _fleet(s) if fleet else _pod(s) for s in states]
+    header = COLUMNS + _FLEET_COLUMNS if fleet else COLUMNS
+    rows = [header] + [row_cells(s) + _fleet(s) if fleet else row_cells(s) for s in states]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()

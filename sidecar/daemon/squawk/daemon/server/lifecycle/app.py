@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import signal
+import time
 from typing import IO
 
 import grpc
@@ -53,6 +54,7 @@ from ..telemetry.loop_lag import watch_loop_lag
 from ..telemetry.metrics import Metrics
 from ..telemetry.observer import Observer
 from ..telemetry.spans import ServerSpans
+from ..telemetry.status_page import EVENTS, MAX_ROWS, render
 from ..telemetry.tracing import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
 from ..tracking.pod_store import PodStore
 from ..tracking.registry import Upstreams
@@ -242,7 +244,9 @@ class Daemon:
         if self.metrics is None or not self.metrics_listen:
             return
         try:
-            self.metrics.serve(self.metrics_listen, {"/events": self._events_json})
+            self._loop = asyncio.get_running_loop()
+            routes = {"/events": self._events_json, "/status": self._status_html}
+            self.metrics.serve(self.metrics_listen, routes)
         except (OSError, ValueError) as exc:
             raise BindError(
                 f"cannot listen on {self.metrics_listen} for metrics: "
@@ -261,6 +265,21 @@ class Daemon:
             error = shown_text(str(exc), MAX_ERROR_CHARS)
             return "400 Bad Request", _JSON, json.dumps({"error": error}).encode()
         return "200 OK", _JSON, json_format.MessageToJson(reply, indent=None).encode()
+
+    def _status_html(self, query: str) -> tuple[str, str, bytes]:
+        """/status on the metrics port (telemetry/status_page.py). The rows
+        are read on the event loop, which owns the registry; the metrics
+        port's thread waits for them at most a second."""
+
+        async def read() -> tuple[list[pb.UpstreamState], int]:
+            return self.servicer.upstream_rows(MAX_ROWS)
+
+        try:
+            rows, more = asyncio.run_coroutine_threadsafe(read(), self._loop).result(1.0)
+        except (TimeoutError, RuntimeError):
+            return "503 Service Unavailable", "text/plain", b"the daemon is busy: try again\n"
+        page = render(rows, more, self.servicer.latest_events(EVENTS), time.time())
+        return "200 OK", "text/html; charset=utf-8", page
 
     def _remove_sockets(self) -> None:
         for bound in self._sockets:

@@ -398,6 +398,27 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         MAX_PAGE events, found by index, so a call costs its page alone."""
         return self.events_page(request)
 
+    def upstream_rows(self, limit: int) -> tuple[list[pb.UpstreamState], int]:
+        """Up to `limit` tracked upstreams as GetUpstreams shows them, those
+        with an open breaker or a cool-down first (Upstreams.notable), and
+        how many more there are: the status page's (call it on the event
+        loop, which owns the registry)."""
+        upstreams = self.store.upstreams
+        keys, more = upstreams.notable(limit)
+        rows = []
+        for key in keys:
+            view = upstreams.view(key)
+            if view is not None:
+                _fill_upstream(view, row := pb.UpstreamState())
+                rows.append(row)
+        return rows, more
+
+    def latest_events(self, count: int) -> list[pb.Event]:
+        """The `count` latest events, oldest first (any thread)."""
+        ring = self._observer.events
+        request = pb.GetEventsRequest(after=max(0, ring.last - count), page_size=count)
+        return list(self.events_page(request).events)
+
     def events_page(self, request: pb.GetEventsRequest) -> pb.GetEventsResponse:
         """GetEvents' answer, for the metrics port's /events too (any thread)."""
         return answer(self._observer.events, request, self._policy.profile)

@@ -597,6 +597,24 @@ class Upstreams:
         age = timedelta(seconds=now - since)
         return UpstreamView(key[0], key[1], snapshot, age, entry.paced, entry.shed, entry.throttled)
 
+    def notable(self, limit: int) -> tuple[list[Key], int]:
+        """Up to `limit` tracked keys, those whose breaker is not CLOSED or
+        that are cooling down first, then the rest in tracking order; and
+        how many were left out. Reads stored states, no snapshot: a display
+        of a full registry costs its rows alone."""
+        now = self._clock()
+        keys = [key for _, key in self.page()[0]]
+
+        def calm(key: Key) -> bool:
+            entry = self._find(key)
+            if entry is None:
+                return True
+            state = entry.state
+            return state.breaker.state is BreakerState.CLOSED and state.cool_until <= now
+
+        ordered = sorted(keys, key=calm)  # stable: tracking order within each part
+        return ordered[:limit], max(0, len(ordered) - limit)
+
     def views(self, profile: str = "") -> list[UpstreamView]:
         """Every tracked upstream (of `profile`, when given), in tracking order."""
         keys, _ = self.page(profile=profile)

@@ -1,0 +1,79 @@
+"""The status page: `squawk upstreams` and the latest events as one HTML
+page on the metrics port (GET /status), for a person with a browser.
+
+Server-rendered, with no script and nothing loaded from elsewhere (its
+style is inline): it works where the pod's network reaches nothing else. It
+asks the browser to load it again every REFRESH_S seconds. Every cell is
+the same text the CLI prints (squawk.daemon.upstream_table,
+squawk.daemon.event_list: names redacted and escaped there), HTML-escaped
+here, so a name cannot add markup. Bounded: at most MAX_ROWS upstreams
+(a line says how many more) and the EVENTS latest events.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from squawk.v1 import policy_pb2 as pb
+
+from ...event_list import event_cells
+from ...upstream_table import COLUMNS, row_cells
+
+__all__ = ["EVENTS", "MAX_ROWS", "REFRESH_S", "render"]
+
+REFRESH_S = 2
+MAX_ROWS = 200
+EVENTS = 50
+
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}"
+    "table{border-collapse:collapse;margin-bottom:1.5em;font-size:0.9em}"
+    "th,td{border:1px solid #ccc;padding:0.25em 0.5em;text-align:left;vertical-align:top}"
+    "th{background:#f3f3f3}"
+    "tr.OPEN td{background:#fde2e2}tr.HALF_OPEN td{background:#fff4d6}"
+    "p.note{color:#666}"
+)
+_EVENT_COLUMNS = ("TIME", "#", "KIND", "PROFILE", "UPSTREAM", "CHANGE", "CAUSE")
+
+
+def _row(cells: Sequence[str], tag: str = "td", css: str = "") -> str:
+    inner = "".join(f"<{tag}>{html.escape(cell)}</{tag}>" for cell in cells)
+    return f'<tr class="{css}">{inner}</tr>' if css else f"<tr>{inner}</tr>"
+
+
+def render(
+    upstreams: Sequence[pb.UpstreamState], more: int, events: Sequence[pb.Event], now: float
+) -> bytes:
+    """The page: `upstreams` (the first MAX_ROWS, `more` left out), then
+    `events`, newest first; `now`: wall seconds, for its heading."""
+    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    rows = [
+        _row(cells, css=cells[2])
+        for cells in sorted(map(row_cells, upstreams), key=lambda c: (c[0], c[1]))
+    ]
+    left_out = (
+        f'<p class="note">{more} more upstreams are tracked: '
+        "<code>squawk upstreams</code> lists them all.</p>"
+        if more
+        else ""
+    )
+    none = "" if rows else '<p class="note">No upstream is tracked yet.</p>'
+    shown = [_row(event_cells(e)) for e in reversed(events)]
+    quiet = "" if shown else '<p class="note">Nothing has changed yet.</p>'
+    page = (
+        "<!doctype html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="refresh" content="{REFRESH_S}">'
+        "<title>Squawk status</title>"
+        f"<style>{_STYLE}</style></head><body>"
+        f'<h1>Squawk status</h1><p class="note">{stamp}, every {REFRESH_S} s</p>'
+        "<h2>Upstreams</h2>"
+        f"<table><thead>{_row(COLUMNS, 'th')}</thead><tbody>{''.join(rows)}</tbody></table>"
+        f"{none}{left_out}"
+        f"<h2>Latest events</h2>"
+        f"<table><thead>{_row(_EVENT_COLUMNS, 'th')}</thead><tbody>{''.join(shown)}</tbody></table>"
+        f"{quiet}</body></html>\n"
+    )
+    return page.encode()
