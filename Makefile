@@ -23,6 +23,7 @@ GRPCURL_BIN ?= $(HOME)/.cache/squawk/grpcurl-$(GRPCURL_VERSION)/grpcurl
 # deploy/prometheus's alert rules and runs their unit tests.
 PROMTOOL_VERSION := v0.316.0
 PROMTOOL_BIN ?= $(HOME)/.cache/squawk/promtool-$(PROMTOOL_VERSION)/promtool
+CHROMIUM_BIN ?= /usr/bin/chromium
 PROTOS := $(wildcard protos/squawk/v1/*.proto)
 # Every Python package the project's own builds install (runtime, code
 # generator, test tools, pip and the build backend) at one version each, so
@@ -151,6 +152,12 @@ $(GRPCURL_BIN):
 $(PROMTOOL_BIN):
 	GOBIN=$(dir $@) go install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
 
+# Debian's Chromium, headless, loads the status page in
+# tests/e2e/test_status_page.py; apt-get needs root, as CI runs here.
+$(CHROMIUM_BIN):
+	apt-get install -y --no-install-recommends chromium \
+	  || { apt-get update -qq && apt-get install -y --no-install-recommends chromium; }
+
 # tests/e2e/test_pod.py runs a Node executor on the built TypeScript client.
 TS := clients/typescript
 $(TS)/node_modules/.package-lock.json: $(TS)/package-lock.json
@@ -166,9 +173,10 @@ ts-build: $(TS)/dist/src/index.js
 # beyond the venv:  .venv/bin/pytest -m "not e2e and not external"
 # (e2e: starts a daemon or another process; external: Go, Node, Jaeger,
 # grpcurl, Redis, hadolint, ...; tests/conftest.py applies both).
-unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) $(PROMTOOL_BIN) ts-build
+unit: setup $(JAEGER_BIN) $(HEALTH_PROBE_BIN) $(GRPCURL_BIN) $(PROMTOOL_BIN) $(CHROMIUM_BIN) ts-build
 	SQUAWK_JAEGER_BIN=$(JAEGER_BIN) SQUAWK_HEALTH_PROBE_BIN=$(HEALTH_PROBE_BIN) \
 	  SQUAWK_GRPCURL_BIN=$(GRPCURL_BIN) SQUAWK_PROMTOOL_BIN=$(PROMTOOL_BIN) \
+	  SQUAWK_CHROMIUM_BIN=$(CHROMIUM_BIN) \
 	  SQUAWK_LOCK=$(abspath $(LOCK)) $(BIN)/pytest -q
 
 # Go users expect generated code in the repo; --check fails on any drift.
