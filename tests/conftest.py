@@ -255,7 +255,7 @@ E2E_MODULES = {
     "test_client", "test_client_batch", "test_client_cap", "test_client_connect",
     "test_client_pace", "test_client_pages", "test_lease_bounds",
     "test_daemon", "test_decision_log", "test_deploy",
-    "test_dist", "test_events_cli", "test_events_wire", "test_examples",
+    "test_dist", "test_events_cli", "test_events_wire", "test_examples", "test_top_cli",
     "test_fallback_conformance", "test_first_run", "test_fleet",
     "test_fleet_connect", "test_fleet_pace", "test_fleet_store", "test_fleet_tables",
     "test_fleet_view", "test_fuzz", "test_jaeger", "test_lifecycle", "test_limits",

@@ -35,6 +35,7 @@ from .server.lifecycle.listeners import AddressError, check_address
 from .server.lifecycle.reload import policy_hash
 from .server.lifecycle.tls import TlsError, TlsFiles, check_files
 from .server.telemetry.tracing import tracer_provider_from_env
+from .top import SORTS, top
 from .upstream_table import list_upstreams
 
 __all__ = ["main"]
@@ -196,6 +197,29 @@ def _parser() -> argparse.ArgumentParser:
         "--follow",
         action="store_true",
         help="go on printing new events every second until Ctrl-C, as tail -f",
+    )
+    live = sub.add_parser(
+        "top",
+        help="a live view of every upstream: state, per-second counts and the latest events",
+        parents=[log_level],
+    )
+    add_target_flags(live, required=True, help="the running daemon's address")
+    live.add_argument("--profile", default="", help="only this profile's upstreams and events")
+    live.add_argument(
+        "--interval",
+        type=upstream_watch.interval,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between refreshes (default 1; 0.1 to 3600)",
+    )
+    live.add_argument(
+        "--count", type=upstream_watch.count, metavar="N", help="stop after N refreshes"
+    )
+    live.add_argument(
+        "--sort",
+        choices=SORTS,
+        default="name",
+        help="the order within the rows with trouble and the rest (default name; s cycles)",
     )
     for name in settings.POLICY.commands:
         settings.POLICY.add_flag(sub.choices[name])
@@ -386,6 +410,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 return upstream_watch.watch(args, sys.stdout, sys.stderr)
             print(list_upstreams(args))
             return 0
+        if args.command == "top":
+            return top(args, sys.stdout, sys.stderr)
         if args.command == "events":
             return list_events(args, sys.stdout, sys.stderr)
         if args.command == "check-policy":

@@ -26,6 +26,7 @@ from .dial import open_channel
 __all__ = [
     "COLUMNS",
     "NO_FLEET_VIEW",
+    "fetch_states",
     "list_upstreams",
     "read_upstreams",
     "row_cells",
@@ -152,23 +153,31 @@ def list_upstreams(args: argparse.Namespace) -> str:
         return read_upstreams(pb_grpc.PolicyServiceStub(channel), args)
 
 
-def read_upstreams(stub: pb_grpc.PolicyServiceStub, args: argparse.Namespace) -> str:
-    """Every page of GetUpstreams, sorted by profile and name for the table.
-    With `args.fleet` the fleet's columns are added when any row has a view;
-    when none has, the pod's table and NO_FLEET_VIEW under it."""
+def fetch_states(
+    stub: pb_grpc.PolicyServiceStub, profile: str = "", fleet: bool = False
+) -> tuple[list[pb.UpstreamState], bool]:
+    """Every page of GetUpstreams, at most _MAX_PAGES; whether it stopped
+    there. Names tracked while it lists come on later pages: under a flood
+    of new names the listing stops at a bound rather than chase them."""
     states: list[pb.UpstreamState] = []
-    more = ""
-    request = pb.GetUpstreamsRequest(profile=args.profile, include_fleet=args.fleet)
-    # Names tracked while it lists come on later pages: under a flood of
-    # new names the listing stops at a bound rather than chase them.
+    request = pb.GetUpstreamsRequest(profile=profile, include_fleet=fleet)
     for _ in range(_MAX_PAGES):
         reply = stub.GetUpstreams(request, timeout=10)
         states.extend(reply.upstreams)
         if not reply.next_page_token:
-            break
+            return states, False
         request.page_token = reply.next_page_token
-    else:
-        more = f"\n(stopped after {_MAX_PAGES} pages; more upstreams are being tracked)"
+    return states, True
+
+
+def read_upstreams(stub: pb_grpc.PolicyServiceStub, args: argparse.Namespace) -> str:
+    """Every page of GetUpstreams, sorted by profile and name for the table.
+    With `args.fleet` the fleet's columns are added when any row has a view;
+    when none has, the pod's table and NO_FLEET_VIEW under it."""
+    states, stopped = fetch_states(stub, args.profile, args.fleet)
+    more = (
+        f"\n(stopped after {_MAX_PAGES} pages; more upstreams are being tracked)" if stopped else ""
+    )
     states.sort(key=lambda s: (s.profile, s.upstream))
     viewed = any(s.HasField("fleet") for s in states)
     if args.fleet and not viewed:

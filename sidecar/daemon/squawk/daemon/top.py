@@ -1,0 +1,227 @@
+"""`squawk top`: every upstream's state and what it does per second, with
+the latest events underneath, refreshed every second (issue 36).
+
+Each refresh reads GetUpstreams (every page) and the events since the last
+one (GetEvents). The per-second columns are the counters' change since the
+previous refresh over the time between them: PACED/S (Admits given a wait),
+SHED/S (refused UPSTREAM_SATURATED), THROTTLED/S (outcomes reported
+throttled); "-" on a row's first refresh. Rows with trouble come first (a
+breaker not CLOSED, a cool-down, a shed or a throttle since the last
+refresh), then by the sort key.
+
+On a terminal each refresh redraws the screen, and keys act at once: `s`
+moves to the next sort key (name, shed, throttled, paced), `f` shows only
+the rows with trouble or every row, `q` quits. Into a pipe or a file the
+output is plain and append-only, a refresh a block, as `squawk upstreams
+--watch`. A refresh that fails shows its error in place of the table and
+the view goes on. Names are shown as the CLI shows them (redacted and
+escaped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import select
+import sys
+import termios
+import time
+import tty
+from collections import deque
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import NamedTuple, TextIO
+
+import grpc
+
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+from .dial import hint, open_channel
+from .event_list import event_line
+from .upstream_table import fetch_states, row_cells
+
+__all__ = ["EVENTS_SHOWN", "SORTS", "Frame", "Rates", "frame", "top"]
+
+EVENTS_SHOWN = 8
+SORTS = ("name", "shed", "throttled", "paced")
+_CLEAR = "\x1b[H\x1b[2J"
+_COLUMNS = (
+    "PROFILE",
+    "UPSTREAM",
+    "BREAKER",
+    "FOR",
+    "COOL-DOWN",
+    "PACE",
+    "RATE",
+    "QUEUE",
+    "IN-FLIGHT",
+    "RETRIES",
+    "PACED/S",
+    "SHED/S",
+    "THROTTLED/S",
+)
+
+
+class Rates(NamedTuple):
+    paced: float | None
+    shed: float | None
+    throttled: float | None
+
+
+# A row's counters as last read: (paced, shed, throttled, when).
+Seen = dict[tuple[str, str], tuple[int, int, int, float]]
+
+
+class Frame(NamedTuple):
+    """One refresh's text, and the counters it read for the next one."""
+
+    text: str
+    seen: Seen
+
+
+def _rates(s: pb.UpstreamState, seen: Seen, now: float) -> Rates:
+    before = seen.get((s.profile, s.upstream))
+    if before is None or now <= before[3]:
+        return Rates(None, None, None)
+    dt = now - before[3]
+    return Rates(
+        max(0, s.paced - before[0]) / dt,
+        max(0, s.shed - before[1]) / dt,
+        max(0, s.throttled - before[2]) / dt,
+    )
+
+
+def _troubled(s: pb.UpstreamState, r: Rates) -> bool:
+    return (
+        s.breaker_state != pb.BREAKER_STATE_CLOSED
+        or s.cool_down_left.ToNanoseconds() > 0
+        or bool(r.shed)
+        or bool(r.throttled)
+    )
+
+
+def _per_s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def frame(
+    states: list[pb.UpstreamState],
+    events: list[pb.Event],
+    seen: Seen,
+    now: float,
+    sort: str = "name",
+    troubled_only: bool = False,
+) -> Frame:
+    """The table of `states` with their rates since `seen`, and `events`
+    (the latest, oldest first) underneath."""
+    rows = []
+    for s in states:
+        r = _rates(s, seen, now)
+        if troubled_only and not _troubled(s, r):
+            continue
+        cells = row_cells(s)
+        # row_cells' order: profile, name, breaker, for, calls, failures,
+        # retries, cool-down, pace, rate, queue, in-flight, paced, shed, throttled.
+        shown = (*cells[0:4], cells[7], *cells[8:12], cells[6])
+        key = {"shed": r.shed, "throttled": r.throttled, "paced": r.paced}.get(sort)
+        rows.append(
+            (
+                (not _troubled(s, r), -(key or 0.0), s.profile, s.upstream),
+                (*shown, _per_s(r.paced), _per_s(r.shed), _per_s(r.throttled)),
+            )
+        )
+    rows.sort(key=lambda row: row[0])
+    table = [_COLUMNS, *(cells for _, cells in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in table
+    ]
+    if troubled_only and not rows:
+        lines.append("(no upstream in trouble: f shows every one)")
+    lines += ["", "LATEST EVENTS", *(event_line(e) for e in events)]
+    if not events:
+        lines.append("(none yet)")
+    seen = {(s.profile, s.upstream): (s.paced, s.shed, s.throttled, now) for s in states}
+    return Frame("\n".join(lines), seen)
+
+
+@contextlib.contextmanager
+def _keys(terminal: bool) -> Iterator[Callable[[float], str]]:
+    """A function that waits up to its seconds for a key and returns it
+    ("" for none); on a terminal in cbreak mode, restored on the way out."""
+    fd = sys.stdin.fileno() if terminal else -1
+    if fd < 0 or not os.isatty(fd):
+
+        def wait(seconds: float) -> str:
+            time.sleep(seconds)
+            return ""
+
+        yield wait
+        return
+    saved = termios.tcgetattr(fd)
+    tty.setcbreak(fd)
+
+    def read(seconds: float) -> str:
+        ready, _, _ = select.select([fd], [], [], seconds)
+        return os.read(fd, 1).decode(errors="replace") if ready else ""
+
+    try:
+        yield read
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+
+def top(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Refresh every `args.interval` seconds, `args.count` times (None:
+    until q or Ctrl-C); the exit code of the last refresh."""
+    terminal = out.isatty()
+    sort, troubled_only = args.sort, False
+    events: deque[pb.Event] = deque(maxlen=EVENTS_SHOWN)
+    seen: Seen = {}
+    after, code, done = 0, 0, 0
+    try:
+        with open_channel(args) as channel, _keys(terminal) as key:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            while True:
+                try:
+                    states, _ = fetch_states(stub, args.profile)
+                    page = stub.GetEvents(
+                        pb.GetEventsRequest(after=after, profile=args.profile, page_size=500),
+                        timeout=10,
+                    )
+                    if page.next_after < after:  # the daemon restarted
+                        events.clear()
+                    events.extend(page.events)
+                    after = page.next_after
+                    now = time.monotonic()
+                    shown = frame(states, list(events), seen, now, sort, troubled_only)
+                    text, seen, code = shown.text, shown.seen, 0
+                except grpc.RpcError as exc:
+                    text = f"(no view: {exc.code().name})"
+                    code = 2 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT else 1
+                    if exc.code() == grpc.StatusCode.INVALID_ARGUMENT and after:
+                        after = 0  # numbers from a daemon since restarted
+                    print(f"squawk: {exc.code().name}: {exc.details()}{hint(args, exc)}", file=err)
+                stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+                heading = f"every {args.interval:g}s, {stamp}, sorted by {sort}"
+                if terminal:
+                    keys = "s: sort, f: " + ("every row" if troubled_only else "trouble only")
+                    out.write(f"{_CLEAR}{heading} ({keys}, q: quit)\n\n{text}\n")
+                else:
+                    out.write(f"# {heading}\n{text}\n\n")
+                out.flush()
+                done += 1
+                if args.count is not None and done >= args.count:
+                    return code
+                pressed = key(args.interval)
+                if pressed == "q":
+                    return code
+                if pressed == "s":
+                    sort = SORTS[(SORTS.index(sort) + 1) % len(SORTS)]
+                elif pressed == "f":
+                    troubled_only = not troubled_only
+    except KeyboardInterrupt:
+        return code

@@ -1,0 +1,178 @@
+"""`squawk top`: the live view. Its frame (rows with trouble first, rates
+as the counters' change over the time between refreshes, the latest events
+underneath) from hand-made states; then the real command against a daemon
+three executors report to, plain into a pipe, and on a terminal, where
+keys sort, filter and quit."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from google.protobuf.duration_pb2 import Duration
+
+from conftest import ROOT, SQUAWK, Daemon, start_daemon
+from squawk.daemon.top import frame
+from squawk.v1 import policy_pb2 as pb
+from squawk.v1 import policy_pb2_grpc as pb_grpc
+
+POLICY = """\
+profiles:
+  default:
+    upstreams:
+      tripping:
+        circuit_breaker: {minimum_calls: 4, failure_ratio: 0.5, window: 60s, open_for: 60s}
+"""
+
+
+def _state(
+    name: str, *, shed: int = 0, throttled: int = 0, open_: bool = False
+) -> pb.UpstreamState:
+    return pb.UpstreamState(
+        profile="default",
+        upstream=name,
+        breaker_state=pb.BREAKER_STATE_OPEN if open_ else pb.BREAKER_STATE_CLOSED,
+        shed=shed,
+        throttled=throttled,
+        pace_source=pb.PACE_SOURCE_NONE,
+    )
+
+
+def _rows(text: str) -> list[list[str]]:
+    table = text.split("\n\nLATEST EVENTS", 1)[0]
+    return [line.split() for line in table.splitlines()[1:]]
+
+
+def test_a_frame_puts_trouble_first_and_reads_rates_over_the_time_between() -> None:
+    states = [_state("calm"), _state("shedding", shed=10), _state("open", open_=True)]
+    first = frame(states, [], {}, now=100.0)
+    # The first refresh has no rate to show; the open breaker leads.
+    assert [r[1] for r in _rows(first.text)] == ["open", "calm", "shedding"]
+    assert {r[-1] for r in _rows(first.text)} == {"-"}
+    later = [_state("calm"), _state("shedding", shed=40, throttled=5), _state("open", open_=True)]
+    second = frame(later, [], first.seen, now=102.0, sort="shed")
+    rows = {r[1]: r for r in _rows(second.text)}
+    # 30 shed and 5 throttled over the 2 s between the refreshes.
+    assert rows["shedding"][-3:] == ["0", "15", "2.5"]
+    assert [r[1] for r in _rows(second.text)] == ["shedding", "open", "calm"]
+    only = frame(later, [], first.seen, now=102.0, troubled_only=True)
+    assert [r[1] for r in _rows(only.text)] == ["open", "shedding"]
+    assert "LATEST EVENTS\n(none yet)" in only.text
+
+
+def test_a_cool_down_is_trouble() -> None:
+    cooling = _state("cooling")
+    cooling.cool_down_left.CopyFrom(Duration(seconds=5))
+    shown = frame([_state("a"), cooling], [], {}, now=1.0)
+    assert [r[1] for r in _rows(shown.text)] == ["cooling", "a"]
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    path.write_text(POLICY)
+    d = start_daemon("--policy", str(path))
+    with grpc.insecure_channel(d.target) as channel:
+        stub = pb_grpc.PolicyServiceStub(channel)
+        failed = [pb.Outcome(upstream="tripping", http_status=503) for _ in range(4)]
+        stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=failed), timeout=10)
+    yield d
+    d.stop()
+
+
+def _executors(target: str, stop: threading.Event) -> list[threading.Thread]:
+    """Three executors: two report successes, one throttles on `busy`."""
+
+    def run(outcome: pb.Outcome) -> None:
+        with grpc.insecure_channel(target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            while not stop.is_set():
+                stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[outcome]), timeout=10)
+                time.sleep(0.01)
+
+    outcomes = [
+        pb.Outcome(upstream="steady", success=True),
+        pb.Outcome(upstream="steady", success=True),
+        pb.Outcome(upstream="busy", http_status=429),
+    ]
+    threads = [threading.Thread(target=run, args=(o,)) for o in outcomes]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_into_a_pipe_each_refresh_is_a_plain_block_with_its_rates(pod: Daemon) -> None:
+    stop = threading.Event()
+    threads = _executors(pod.target, stop)
+    try:
+        done = subprocess.run(
+            [*SQUAWK, "top", "--target", pod.target, "--interval", "0.5", "--count", "3"],
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if not k.startswith("SQUAWK_")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "\x1b" not in done.stdout
+    blocks = done.stdout.split("\n\n# ")
+    assert len(blocks) == 3
+    last = blocks[-1]
+    assert last.splitlines()[0].startswith("every 0.5s, ") and "sorted by name" in last
+    rows = {r[1]: r for r in _rows(last.split("\n", 1)[1])}
+    # The open breaker and the throttling upstream lead; busy throttles each second.
+    assert list(rows)[:2] == ["tripping", "busy"] or list(rows)[:2] == ["busy", "tripping"]
+    assert rows["tripping"][2] == "OPEN"
+    assert float(rows["busy"][-1]) > 0 and rows["steady"][-1] == "0"
+    assert " breaker default tripping CLOSED -> OPEN (until " in last
+
+
+def test_on_a_terminal_keys_sort_filter_and_quit(pod: Daemon) -> None:
+    main, term = pty.openpty()
+    process = subprocess.Popen(
+        [*SQUAWK, "top", "--target", pod.target, "--interval", "0.3"],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("SQUAWK_")},
+        stdin=term,
+        stdout=term,
+        stderr=subprocess.PIPE,
+    )
+    os.close(term)
+    shown = b""
+
+    def read_until(text: bytes, seconds: float = 20.0) -> None:
+        nonlocal shown
+        end = time.monotonic() + seconds
+        while text not in shown and time.monotonic() < end:
+            ready, _, _ = select.select([main], [], [], 0.2)
+            if ready:
+                shown += os.read(main, 65536)
+        assert text in shown, shown[-2000:]
+
+    try:
+        read_until(b"sorted by name (s: sort, f: trouble only, q: quit)")
+        os.write(main, b"s")
+        read_until(b"sorted by shed")
+        os.write(main, b"f")
+        read_until(b"f: every row, q: quit)")
+        os.write(main, b"q")
+        _, err = process.communicate(timeout=30)
+    finally:
+        os.close(main)
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert (process.returncode, err) == (0, b"")
+    assert shown.count(b"\x1b[H\x1b[2J") >= 3
