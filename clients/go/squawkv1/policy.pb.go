@@ -604,6 +604,10 @@ const (
 	EventKind_EVENT_KIND_PACE EventKind = 3
 	// A shared Retry-After cool-down began (not each outcome that extends one).
 	EventKind_EVENT_KIND_COOL_DOWN EventKind = 4
+	// Admit began refusing calls to the upstream (REASON_UPSTREAM_SATURATED
+	// or REASON_IN_FLIGHT_CAP) after 10 s without such a refusal: one event a
+	// burst, whose cause is its first refusal's explanation.
+	EventKind_EVENT_KIND_SHED EventKind = 5
 )
 
 // Enum value maps for EventKind.
@@ -614,6 +618,7 @@ var (
 		2: "EVENT_KIND_FLEET_BREAKER",
 		3: "EVENT_KIND_PACE",
 		4: "EVENT_KIND_COOL_DOWN",
+		5: "EVENT_KIND_SHED",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":   0,
@@ -621,6 +626,7 @@ var (
 		"EVENT_KIND_FLEET_BREAKER": 2,
 		"EVENT_KIND_PACE":          3,
 		"EVENT_KIND_COOL_DOWN":     4,
+		"EVENT_KIND_SHED":          5,
 	}
 )
 
@@ -3655,13 +3661,14 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x14ANALYSIS_SOURCE_NONE\x10\x01\x12\x1d\n" +
 	"\x19ANALYSIS_SOURCE_HEURISTIC\x10\x02\x12\x17\n" +
 	"\x13ANALYSIS_SOURCE_LLM\x10\x03\x12\x1e\n" +
-	"\x1aANALYSIS_SOURCE_CONTEXTUAL\x10\x04*\x8c\x01\n" +
+	"\x1aANALYSIS_SOURCE_CONTEXTUAL\x10\x04*\xa1\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_KIND_BREAKER\x10\x01\x12\x1c\n" +
 	"\x18EVENT_KIND_FLEET_BREAKER\x10\x02\x12\x13\n" +
 	"\x0fEVENT_KIND_PACE\x10\x03\x12\x18\n" +
-	"\x14EVENT_KIND_COOL_DOWN\x10\x042\xcd\x05\n" +
+	"\x14EVENT_KIND_COOL_DOWN\x10\x04\x12\x13\n" +
+	"\x0fEVENT_KIND_SHED\x10\x052\xcd\x05\n" +
 	"\rPolicyService\x12C\n" +
 	"\bClassify\x12\x1a.squawk.v1.ClassifyRequest\x1a\x1b.squawk.v1.ClassifyResponse\x12L\n" +
 	"\vDecideRetry\x12\x1d.squawk.v1.DecideRetryRequest\x1a\x1e.squawk.v1.DecideRetryResponse\x12[\n" +

@@ -88,7 +88,8 @@ type PolicyServiceClient interface {
 	GetUpstreams(ctx context.Context, in *GetUpstreamsRequest, opts ...grpc.CallOption) (*GetUpstreamsResponse, error)
 	// GetEvents pages through the pod's recent history of what changed in
 	// its upstreams' state, and why: breaker transitions (the pod's and the
-	// fleet's), pace changes and cool-downs begun, oldest first.
+	// fleet's), pace changes, cool-downs begun and bursts of refused Admits,
+	// oldest first.
 	GetEvents(ctx context.Context, in *GetEventsRequest, opts ...grpc.CallOption) (*GetEventsResponse, error)
 }
 
@@ -235,7 +236,8 @@ type PolicyServiceServer interface {
 	GetUpstreams(context.Context, *GetUpstreamsRequest) (*GetUpstreamsResponse, error)
 	// GetEvents pages through the pod's recent history of what changed in
 	// its upstreams' state, and why: breaker transitions (the pod's and the
-	// fleet's), pace changes and cool-downs begun, oldest first.
+	// fleet's), pace changes, cool-downs begun and bursts of refused Admits,
+	// oldest first.
 	GetEvents(context.Context, *GetEventsRequest) (*GetEventsResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }

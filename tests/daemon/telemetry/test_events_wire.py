@@ -29,6 +29,8 @@ profiles:
       flaky:
         circuit_breaker:
           {minimum_calls: 4, failure_ratio: 0.5, window: 10s, open_for: 1s, half_open_probes: 2}
+      shed-me:
+        rate_limit: {rate: 1, burst: 1, max_queue_delay: 50ms}
       status-trip:
         circuit_breaker: {minimum_calls: 4, failure_ratio: 0.5, window: 60s, open_for: 60s}
 """
@@ -263,3 +265,22 @@ def test_the_status_page_shows_upstreams_and_events_and_no_markup_of_theirs(
     assert "<td>cooling for 8 s (until " in page
     # The newest event comes first.
     assert page.index("status-trip</td><td>CLOSED") < page.index("cooling for 8 s")
+
+
+def test_a_burst_of_sheds_is_one_event_with_the_first_ones_explanation(
+    stubs: list[pb_grpc.PolicyServiceStub],
+) -> None:
+    a = stubs[0]
+    refused = []
+    # A pace of 1/s with a 50 ms queue: most of 20 Admits at once are shed.
+    for _ in range(20):
+        reply = a.Admit(pb.AdmitRequest(upstream="shed-me"), timeout=5)
+        if not reply.allowed:
+            refused.append(reply)
+    assert len(refused) >= 10
+    assert all(r.reason == pb.REASON_UPSTREAM_SATURATED for r in refused)
+    sheds = [e for e in _all(a, "shed-me") if e.kind == pb.EVENT_KIND_SHED]
+    assert len(sheds) == 1
+    (shed,) = sheds
+    assert (shed.before, shed.after) == ("", "shedding: upstream saturated")
+    assert shed.cause == refused[0].explanation and shed.cause.startswith("The call would wait")

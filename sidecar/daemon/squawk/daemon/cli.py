@@ -185,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     events = sub.add_parser(
         "events",
-        help="print the pod's history of breaker transitions, pace changes and cool-downs, "
+        help="print the pod's history of breaker transitions, pace changes, cool-downs and sheds, "
         "each with its cause",
         parents=[log_level],
     )

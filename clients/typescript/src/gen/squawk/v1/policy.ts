@@ -831,6 +831,12 @@ export enum EventKind {
   EVENT_KIND_PACE = "EVENT_KIND_PACE",
   /** EVENT_KIND_COOL_DOWN - A shared Retry-After cool-down began (not each outcome that extends one). */
   EVENT_KIND_COOL_DOWN = "EVENT_KIND_COOL_DOWN",
+  /**
+   * EVENT_KIND_SHED - Admit began refusing calls to the upstream (REASON_UPSTREAM_SATURATED
+   * or REASON_IN_FLIGHT_CAP) after 10 s without such a refusal: one event a
+   * burst, whose cause is its first refusal's explanation.
+   */
+  EVENT_KIND_SHED = "EVENT_KIND_SHED",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -851,6 +857,9 @@ export function eventKindFromJSON(object: any): EventKind {
     case 4:
     case "EVENT_KIND_COOL_DOWN":
       return EventKind.EVENT_KIND_COOL_DOWN;
+    case 5:
+    case "EVENT_KIND_SHED":
+      return EventKind.EVENT_KIND_SHED;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -870,6 +879,8 @@ export function eventKindToJSON(object: EventKind): string {
       return "EVENT_KIND_PACE";
     case EventKind.EVENT_KIND_COOL_DOWN:
       return "EVENT_KIND_COOL_DOWN";
+    case EventKind.EVENT_KIND_SHED:
+      return "EVENT_KIND_SHED";
     case EventKind.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -888,6 +899,8 @@ export function eventKindToNumber(object: EventKind): number {
       return 3;
     case EventKind.EVENT_KIND_COOL_DOWN:
       return 4;
+    case EventKind.EVENT_KIND_SHED:
+      return 5;
     case EventKind.UNRECOGNIZED:
     default:
       return -1;
@@ -6895,7 +6908,8 @@ export const PolicyServiceService = {
   /**
    * GetEvents pages through the pod's recent history of what changed in
    * its upstreams' state, and why: breaker transitions (the pod's and the
-   * fleet's), pace changes and cool-downs begun, oldest first.
+   * fleet's), pace changes, cool-downs begun and bursts of refused Admits,
+   * oldest first.
    */
   getEvents: {
     path: "/squawk.v1.PolicyService/GetEvents" as const,
@@ -6964,7 +6978,8 @@ export interface PolicyServiceServer extends UntypedServiceImplementation {
   /**
    * GetEvents pages through the pod's recent history of what changed in
    * its upstreams' state, and why: breaker transitions (the pod's and the
-   * fleet's), pace changes and cool-downs begun, oldest first.
+   * fleet's), pace changes, cool-downs begun and bursts of refused Admits,
+   * oldest first.
    */
   getEvents: handleUnaryCall<GetEventsRequest, GetEventsResponse>;
 }
@@ -7137,7 +7152,8 @@ export interface PolicyServiceClient extends Client {
   /**
    * GetEvents pages through the pod's recent history of what changed in
    * its upstreams' state, and why: breaker transitions (the pod's and the
-   * fleet's), pace changes and cool-downs begun, oldest first.
+   * fleet's), pace changes, cool-downs begun and bursts of refused Admits,
+   * oldest first.
    */
   getEvents(
     request: GetEventsRequest,

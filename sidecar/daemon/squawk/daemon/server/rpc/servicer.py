@@ -304,6 +304,9 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             upstreams = self.store.upstreams
             pace = upstreams.pace_of(profile.name, request.upstream)
             reply = admission_message(admission)
+            room = reply.reason in (pb.REASON_UPSTREAM_SATURATED, pb.REASON_IN_FLIGHT_CAP)
+            if room and not reply.allowed and upstreams.tracks(profile.name, request.upstream):
+                self._observer.shed(profile.name, request.upstream, reply)
             if self._observer.metrics is not None and upstreams.tracks(
                 profile.name, request.upstream
             ):

@@ -25,6 +25,7 @@ _KINDS = {
     "fleet_breaker": pb.EVENT_KIND_FLEET_BREAKER,
     "pace": pb.EVENT_KIND_PACE,
     "cool_down": pb.EVENT_KIND_COOL_DOWN,
+    "shed": pb.EVENT_KIND_SHED,
 }
 _INT64_MAX = 2**63 - 1
 

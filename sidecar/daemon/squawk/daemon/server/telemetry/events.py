@@ -1,8 +1,8 @@
 """The event history: a bounded ring of what changed, and why (issue 36).
 
-Each breaker transition (the pod's and the fleet's), pace change and
-cool-down begun (more kinds to come: shed bursts, lease revocations, fleet
-caution) is kept with its time, its key and its cause, in arrival order,
+Each breaker transition (the pod's and the fleet's), pace change,
+cool-down begun and burst of refused Admits (more kinds to come: lease
+revocations, fleet caution) is kept with its time, its key and its cause, in arrival order,
 numbered from 1. Readers page through
 it by number (`after`), optionally for one upstream; a reader that falls
 behind the ring's start is told so (`lost`), never shown a gap silently.
@@ -26,7 +26,7 @@ __all__ = ["CAPACITY", "KINDS", "MAX_PAGE", "Event", "EventRing", "Page"]
 # upstreams would not fit, an hour of an incident does.
 CAPACITY = 4096
 MAX_PAGE = 500
-KINDS = ("breaker", "fleet_breaker", "pace", "cool_down")
+KINDS = ("breaker", "fleet_breaker", "pace", "cool_down", "shed")
 
 
 class Event(NamedTuple):

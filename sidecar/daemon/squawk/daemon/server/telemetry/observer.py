@@ -63,6 +63,11 @@ _SHOWN_CACHE = 4096
 _SERIES_CACHE = 1024
 _TRANSITIONS = [(a.name, b.name) for a in BreakerState for b in BreakerState if a is not b]
 
+# A refused Admit after this long without one begins a burst: an event.
+SHED_QUIET_S = 10.0
+# A cause shown in an event: an explanation is a sentence or two.
+MAX_CAUSE_CHARS = 512
+
 # What a pace change's new source says of why it is in force.
 _PACE_CAUSES = {
     PaceSource.NONE: "nothing paces the upstream: no declared rate, no headers, no throttles",
@@ -100,6 +105,8 @@ class Observer:
         self._caller_labels = 0
         # Each decision's metric series, by (rpc, action, reason, state): see _series.
         self._counted: dict[tuple[str, Field, Field, Field | None], _Series] = {}
+        # When each key last refused an Admit for want of room (see refused).
+        self._shed_at: dict[Key, float] = {}
         # Each key's squawk_pace_wait_seconds and squawk_admit_shed_total children.
         self._pace_series: dict[Key, _Series4] = {}
 
@@ -274,6 +281,30 @@ class Observer:
             f"cooling for {shown_seconds(c.left)}",
             c.cause,
             now + c.left,
+        )
+
+    def shed(self, profile: str, upstream: str, reply: pb.AdmitResponse) -> None:
+        """A tracked upstream's Admit refused a call for want of room (its
+        pace, queue or in-flight cap): an event when it begins a burst, the
+        first after SHED_QUIET_S without one, with its explanation."""
+        key = (profile, upstream)
+        now = time.monotonic()
+        last = self._shed_at.get(key)
+        if len(self._shed_at) >= _SHOWN_CACHE and last is None:
+            self._shed_at.clear()
+        self._shed_at[key] = now
+        if last is not None and now - last < SHED_QUIET_S:
+            return
+        shown = self._safe({"squawk.profile": profile, "squawk.upstream": upstream})
+        full = reply.reason == pb.REASON_IN_FLIGHT_CAP
+        self.events.add(
+            time.time(),
+            "shed",
+            str(shown["squawk.profile"]),
+            str(shown["squawk.upstream"]),
+            "",
+            "refusing: in-flight cap full" if full else "shedding: upstream saturated",
+            shown_text(reply.explanation, MAX_CAUSE_CHARS),
         )
 
     def admitted(
