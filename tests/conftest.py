@@ -249,7 +249,7 @@ E2E_MODULES = {
     "test_address_flags", "test_admitted_outcomes", "test_analysis_config", "test_analysis_llm",
     "test_analysis_model", "test_behind",
     "test_analysis_stream", "test_bench_dispatch", "test_bench_outcome", "test_bench_overload",
-    "test_bench_paced", "test_bench_capped",
+    "test_bench_paced", "test_bench_capped", "test_bench_views",
     "test_canary",
     "test_check_policy_misspellings", "test_cli_tls",
     "test_client", "test_client_batch", "test_client_cap", "test_client_connect",
@@ -270,7 +270,8 @@ E2E_MODULES = {
     "test_upstreams", "test_upstreams_cli", "test_vectors",
 }  # fmt: skip
 EXTERNAL_MODULES = {
-    "test_bench_outcome", "test_bench_overload", "test_cli_tls", "test_deploy", "test_dist",
+    "test_bench_outcome", "test_bench_overload", "test_bench_views", "test_cli_tls", "test_deploy",
+    "test_dist",
     "test_examples",
     "test_fallback_conformance", "test_first_run", "test_fleet_view",
     "test_fleet", "test_fleet_connect", "test_fleet_pace", "test_fleet_store", "test_fleet_tables",

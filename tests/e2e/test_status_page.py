@@ -130,7 +130,7 @@ def test_chromium_renders_the_page_of_a_daemon_under_load(pod: tuple[Daemon, int
 
 def test_the_page_is_served_while_the_event_loop_is_busy(pod: tuple[Daemon, int]) -> None:
     """A page read waits for the event loop a second at most: under load it
-    still answers, quickly enough for a browser that reloads every 2 s."""
+    still answers, quickly enough for a browser that reloads every 5 s."""
     daemon, port = pod
     stop, calls = threading.Event(), [0]
     loaders = [threading.Thread(target=_load, args=(daemon.target, stop, calls)) for _ in range(8)]

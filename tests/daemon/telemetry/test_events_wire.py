@@ -248,7 +248,7 @@ def test_the_status_page_shows_upstreams_and_events_and_no_markup_of_theirs(
     assert (status, kind) == (200, "text/html; charset=utf-8")
     page = body.decode()
     assert page.startswith("<!doctype html>")
-    assert '<meta http-equiv="refresh" content="2">' in page
+    assert '<meta http-equiv="refresh" content="5">' in page
     # Nothing to load from elsewhere, and no script of its own or a caller's.
     assert (
         "<script" not in page
