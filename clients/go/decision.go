@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/squawk-dev/squawk/clients/go/squawkv1"
@@ -36,6 +37,13 @@ type Decision struct {
 	// FallbackCause is the daemon error that sent the call to the fallback
 	// (nil when Fallback is false).
 	FallbackCause error
+	// DecisionID is the daemon's id for this refusal, for ExplainDecision /
+	// `squawk explain ID`; empty when the daemon kept none (an allowed call,
+	// the local fallback). The daemon keeps one for a FAIL on a named
+	// upstream, and Run's FAIL on an Admit refusal carries the refusal's.
+	// An id read from the wire is kept only when it is at most 64
+	// characters of printable ASCII.
+	DecisionID string
 }
 
 // Proto returns the decision as the wire message.
@@ -47,6 +55,9 @@ func (d Decision) Proto() *squawkv1.DecideRetryResponse {
 		Explanation:     d.Explanation,
 		ConsumesAttempt: d.ConsumesAttempt,
 		Classification:  d.Classification,
+	}
+	if d.DecisionID != "" {
+		r.DecisionId = proto.String(d.DecisionID)
 	}
 	if d.RetryAfter > 0 {
 		r.RetryAfter = durationpb.New(d.RetryAfter)
@@ -77,5 +88,26 @@ func decisionFromProto(r *squawkv1.DecideRetryResponse) Decision {
 		ConsumesAttempt: r.GetConsumesAttempt(),
 		Classification:  r.GetClassification(),
 		RetryAfter:      r.GetRetryAfter().AsDuration(),
+		DecisionID:      decisionID(r.GetDecisionId()),
 	}
+}
+
+// maxDecisionID is the longest decision id the daemon gives (and takes back
+// in ExplainDecisionRequest).
+const maxDecisionID = 64
+
+// decisionID keeps an answer's decision id only when it is at most 64
+// characters of printable ASCII (space to tilde): it is shown in logs and
+// errors and sent back to ExplainDecision, so anything else from the wire
+// is dropped rather than passed on.
+func decisionID(id string) string {
+	if len(id) > maxDecisionID {
+		return ""
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < ' ' || c > '~' {
+			return ""
+		}
+	}
+	return id
 }

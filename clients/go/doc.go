@@ -11,10 +11,10 @@
 // New starts connecting at once, so the first call does not pay for the
 // connection, and never blocks. Client wraps every PolicyService call:
 // Classify, DecideRetry, DecideRetryBatch, AnalyzeError, CheckDispatch,
-// Admit, ReportOutcome, GetUpstreams and GetEvents, each taking ctx first.
-// All but AnalyzeError, which may wait on a model, and GetUpstreams and
-// GetEvents, listings off the dispatch path, are bounded by the call
-// timeout (WithCallTimeout, 50 ms by default; see DefaultCallTimeout).
+// Admit, ReportOutcome, GetUpstreams, GetEvents and ExplainDecision, each
+// taking ctx first. All but AnalyzeError, which may wait on a model, and
+// GetUpstreams, GetEvents and ExplainDecision, listings off the dispatch
+// path, are bounded by the call timeout (WithCallTimeout, 50 ms by default; see DefaultCallTimeout).
 // Every call carries the W3C trace context of its ctx in the outgoing gRPC
 // metadata (traceparent, tracestate, baggage).
 //
@@ -47,7 +47,16 @@
 // passes it as the next request's after to go on, from 0 for the oldest
 // event the pod still holds; lost counts the events past after that the
 // daemon no longer holds (it keeps the latest 4,096), so a reader that
-// fell behind is told so rather than shown a gap. A DecideRetry naming its
+// fell behind is told so rather than shown a gap. ExplainDecision says
+// why one step was refused: an Admission refused, or a Decision that
+// answered FAIL on a named upstream, carries the daemon's DecisionID (empty
+// when the daemon kept none: an allowed call, the local fallback), and so
+// does a *RunError's Decision when the pod refused the dispatch or the
+// daemon failed the step; ExplainDecision(ctx, id) answers that decision,
+// the upstream's breaker and pace when it was made, and the upstream's
+// events before it (the daemon keeps the latest 4,096 refusals; an id it
+// no longer keeps, or from a restarted daemon, is codes.NotFound). The
+// command `squawk explain ID` shows the same. A DecideRetry naming its
 // upstream records the failure too, and may answer more cautiously because
 // of it.
 //
@@ -74,8 +83,8 @@
 // the report records nothing (0), each counted in FallbackCount, so that a
 // missing sidecar never stops an executor. WithFallbackDisabled turns all
 // of this off; the calls then return the daemon's error. Classify,
-// AnalyzeError, CheckDispatch, GetUpstreams and GetEvents have no
-// fallback: an unreachable daemon is an error.
+// AnalyzeError, CheckDispatch, GetUpstreams, GetEvents and ExplainDecision
+// have no fallback: an unreachable daemon is an error.
 //
 // # Client-side throttling
 //

@@ -28,3 +28,21 @@ func (c *Client) GetEvents(ctx context.Context, req *squawkv1.GetEventsRequest) 
 	}
 	return resp, nil
 }
+
+// ExplainDecision answers why the pod refused a step: the decision that
+// decisionID names (an Admission's or a Decision's DecisionID: an Admit
+// refused, a DecideRetry that answered FAIL on a named upstream), the
+// upstream's state when it was made (breaker, pace) and the upstream's
+// latest events up to it (at most 10, oldest first), as
+// `squawk explain ID` shows them. An id is valid with the daemon process
+// that gave it while it keeps the decision (the latest 4,096 refusals): an
+// unknown one, or one from a restarted daemon, is codes.NotFound, and an
+// empty one or one over 64 characters an *InputError for "decision_id".
+// Bounded by ctx only, with no fallback, like GetEvents.
+func (c *Client) ExplainDecision(ctx context.Context, decisionID string) (*squawkv1.ExplainDecisionResponse, error) {
+	resp, err := c.rpc.ExplainDecision(ctx, &squawkv1.ExplainDecisionRequest{DecisionId: decisionID})
+	if err != nil {
+		return nil, wrapCallError(ctx, "ExplainDecision", err)
+	}
+	return resp, nil
+}

@@ -73,6 +73,8 @@ func override(d Decision, tier Tier, attempt, budget int, backoff Backoff) Decis
 			d.Delay = hint.AsDuration()
 		}
 		d.ConsumesAttempt = true
+		// The resend is the hook's, not the refusal the daemon kept.
+		d.DecisionID = ""
 		d.Explanation = fmt.Sprintf("The error hook asked for a resend; the policy had answered %s. "+
 			"Resend the same payload after %d ms, attempt %d of %d.", had, roundMS(d.Delay), attempt+1, budget)
 	}
@@ -90,11 +92,13 @@ func final(r squawkv1.Reason) bool {
 	return false
 }
 
-// cancelledDecision is what a RETRY becomes when ctx ends during its wait.
+// cancelledDecision is what a RETRY becomes when ctx ends during its wait:
+// a local FAIL, which the daemon kept no decision id for.
 func cancelledDecision(d Decision) Decision {
 	d.Action = squawkv1.Action_ACTION_FAIL
 	d.Reason = squawkv1.Reason_REASON_CANCELLED
 	d.Delay = 0
+	d.DecisionID = ""
 	d.Explanation = "The step was cancelled while waiting to resend; nothing is retried after cancellation."
 	return d
 }

@@ -89,7 +89,7 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			// confused daemon) is not slept, since its call would start
 			// too late.
 			if hasDeadline && a.Wait > time.Until(deadline) {
-				return admitted{}, &RunError{Decision: saturated(a.Wait, fmt.Sprintf(
+				return admitted{}, &RunError{Decision: saturated(a.Wait, "", fmt.Sprintf(
 					"The pod paces the dispatches to %s: this one could start in %d ms, past the step's deadline.",
 					req.GetUpstream(), roundMS(a.Wait)))}
 			}
@@ -109,7 +109,7 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 			if why == "" {
 				why = "The upstream's pace cannot start it within the step's deadline or the queue's limit."
 			}
-			return admitted{}, &RunError{Decision: saturated(a.RetryAfter, fmt.Sprintf(
+			return admitted{}, &RunError{Decision: saturated(a.RetryAfter, a.DecisionID, fmt.Sprintf(
 				"The pod refused the dispatch to %s: %s. %s", req.GetUpstream(), a.Reason, why))}
 		}
 		if hasDeadline && a.RetryAfter > time.Until(deadline) {
@@ -133,18 +133,22 @@ func (c *Client) awaitAdmission(ctx context.Context, req *squawkv1.AdmitRequest,
 }
 
 // saturated is the FAIL that ends a step the pod's pace cannot start
-// before its deadline; retryAfter is when the pace has room again.
-func saturated(retryAfter time.Duration, why string) Decision {
+// before its deadline; retryAfter is when the pace has room again, and id
+// the refusal's Admission.DecisionID (empty for a paced start the runner
+// itself found too late).
+func saturated(retryAfter time.Duration, id, why string) Decision {
 	return Decision{
 		Action:          squawkv1.Action_ACTION_FAIL,
 		Reason:          squawkv1.Reason_REASON_UPSTREAM_SATURATED,
 		Explanation:     why,
 		ConsumesAttempt: true,
 		RetryAfter:      retryAfter,
+		DecisionID:      id,
 	}
 }
 
-// refused is the FAIL that ends a step on an Admit refusal.
+// refused is the FAIL that ends a step on an Admit refusal, carrying the
+// refusal's decision id.
 func refused(a Admission, why string) Decision {
 	return Decision{
 		Action:          squawkv1.Action_ACTION_FAIL,
@@ -152,6 +156,7 @@ func refused(a Admission, why string) Decision {
 		Explanation:     why,
 		ConsumesAttempt: true,
 		RetryAfter:      a.RetryAfter,
+		DecisionID:      a.DecisionID,
 	}
 }
 

@@ -52,7 +52,10 @@ type RunError struct {
 	// run that stopped on cancellation it is a local REASON_CANCELLED FAIL,
 	// for one the pod would not admit a FAIL with the refusal's reason
 	// (REASON_CIRCUIT_OPEN or REASON_UPSTREAM_COOLING_DOWN), and it is the
-	// zero Decision when DecideRetry or Admit itself failed.
+	// zero Decision when DecideRetry or Admit itself failed. Its DecisionID
+	// names the daemon's refusal (for ExplainDecision) when the pod refused
+	// the dispatch or the daemon answered FAIL on the step's upstream, and
+	// is empty for a local decision.
 	Decision Decision
 	// Err is the last error the step returned; nil when it never ran.
 	Err error

@@ -77,6 +77,11 @@ type Admission struct {
 	// waiting for the slot (Run does). False when refused, from an older
 	// daemon, and when falling back.
 	HoldsSlot bool
+	// DecisionID is the daemon's id for this refusal, for ExplainDecision /
+	// `squawk explain ID`; empty when the daemon kept none (an allowed call,
+	// the local fallback). An id read from the wire is kept only when it is
+	// at most 64 characters of printable ASCII.
+	DecisionID string
 }
 
 // String is a short log-friendly form, e.g. "ADMITTED (breaker CLOSED)" or
@@ -165,6 +170,7 @@ func admissionFromProto(resp *squawkv1.AdmitResponse) Admission {
 	if !a.Allowed {
 		a.RetryAfter = boundedWait(resp.GetRetryAfter())
 		a.Explanation = boundedText(resp.GetExplanation(), maxExplanation)
+		a.DecisionID = decisionID(resp.GetDecisionId())
 		return a
 	}
 	a.Wait = boundedWait(resp.GetWait())

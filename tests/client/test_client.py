@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -360,6 +361,8 @@ def test_the_public_names_are_pinned() -> None:
             "Decision",
             "ErrorInfo",
             "Event",
+            "ExplainDecisionRequest",
+            "ExplainDecisionResponse",
             "FleetState",
             "GetEventsRequest",
             "GetEventsResponse",
@@ -408,6 +411,74 @@ def test_get_events_pages_the_history_in_both_clients(daemon: Daemon) -> None:
             return await client.get_events(upstream="py-events")
 
     assert [e.after for e in asyncio.run(asked()).events] == ["cooling for 30 s"]
+
+
+EXPLAIN_POLICY = """\
+profiles:
+  default:
+    upstreams:
+      py-explain:
+        circuit_breaker: {minimum_calls: 4, failure_ratio: 0.5, window: 60s, open_for: 60s}
+"""
+
+
+def test_a_refused_step_names_the_decision_the_daemon_explains(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(EXPLAIN_POLICY)
+    daemon = start_daemon("--policy", str(policy))
+    try:
+        with SquawkClient(daemon.target, call_timeout=timedelta(seconds=5)) as client:
+            failed = [pb.Outcome(upstream="py-explain", http_status=503) for _ in range(4)]
+            assert client.report_outcome(failed) == 4
+            called: list[dict[str, str]] = []
+            with pytest.raises(StepFailed) as refused:
+                run_step_sync(
+                    client,
+                    called.append,
+                    {},
+                    options=StepOptions(
+                        upstream="py-explain", capability="search", deadline=timedelta(seconds=5)
+                    ),
+                )
+            assert called == []  # refused before the call
+            decision = refused.value.decision
+            assert decision.reason is Reason.CIRCUIT_OPEN and decision.decision_id
+            why = client.explain_decision(decision.decision_id)
+            assert (why.rpc, why.upstream, why.breaker_state) == (
+                "Admit",
+                "py-explain",
+                pb.BREAKER_STATE_OPEN,
+            )
+            assert [(e.before, e.after) for e in why.events] == [("CLOSED", "OPEN")]
+            # DecideRetry's FAIL on the open upstream names its own.
+            answer = client.decide_retry(
+                pb.DecideRetryRequest(attempt=1, http_status=503, upstream="py-explain")
+            )
+            assert answer.action is Action.FAIL and answer.decision_id
+            assert answer.decision_id != decision.decision_id
+            with pytest.raises(SquawkError, match=r"^NOT_FOUND: decision_id: '000000-1'"):
+                client.explain_decision("000000-1")
+            # A decision the daemon kept nothing for carries no id.
+            fine = client.decide_retry(pb.DecideRetryRequest(attempt=1, http_status=503))
+            assert fine.action is Action.RETRY and fine.decision_id == ""
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.parametrize(
+    ("sent", "kept"),
+    [("3fa2c1-17", "3fa2c1-17"), ("x" * 64, "x" * 64), ("x" * 65, ""), ("a\nb", ""), ("é", "")],
+)
+def test_a_decision_id_from_the_wire_is_kept_only_in_its_shape(sent: str, kept: str) -> None:
+    from squawk_client._admission import admission
+    from squawk_client._decision import from_message
+
+    answer = pb.DecideRetryResponse(
+        action=pb.ACTION_FAIL, reason=pb.REASON_CIRCUIT_OPEN, decision_id=sent
+    )
+    assert from_message(answer).decision_id == kept
+    assert admission(pb.AdmitResponse(allowed=False, decision_id=sent)).decision_id == kept
+    assert admission(pb.AdmitResponse(allowed=True, decision_id=sent)).decision_id == ""
 
 
 BATCH = [

@@ -1158,7 +1158,12 @@ type DecideRetryResponse struct {
 	// half-opens; RETRY_BUDGET_EXHAUSTED: until the oldest retry leaves a
 	// ratio budget, unset for a token bucket), or, for DEADLINE_EXCEEDED
 	// caused by the shared cool-down, the cool-down left.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,7,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// Set when the request named an upstream and the answer is FAIL: the
+	// decision's id, for ExplainDecision (`squawk explain ID`). Valid with the
+	// daemon process that gave it, while it keeps the decision (the latest
+	// 4,096).
+	DecisionId    *string `protobuf:"bytes,8,opt,name=decision_id,json=decisionId,proto3,oneof" json:"decision_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1240,6 +1245,13 @@ func (x *DecideRetryResponse) GetRetryAfter() *durationpb.Duration {
 		return x.RetryAfter
 	}
 	return nil
+}
+
+func (x *DecideRetryResponse) GetDecisionId() string {
+	if x != nil && x.DecisionId != nil {
+		return *x.DecisionId
+	}
+	return ""
 }
 
 // DecideRetryBatchRequest asks for many decisions in one call.
@@ -2178,7 +2190,11 @@ type AdmitResponse struct {
 	// calls in flight (rate_limit.max_in_flight) until its outcome names this
 	// admission. Report that outcome at once rather than in a later batch:
 	// another caller waits for the slot.
-	HoldsSlot     bool `protobuf:"varint,12,opt,name=holds_slot,json=holdsSlot,proto3" json:"holds_slot,omitempty"`
+	HoldsSlot bool `protobuf:"varint,12,opt,name=holds_slot,json=holdsSlot,proto3" json:"holds_slot,omitempty"`
+	// Set when the call was refused (allowed is false) on a named upstream:
+	// the decision's id, for ExplainDecision (`squawk explain ID`), as
+	// DecideRetryResponse.decision_id.
+	DecisionId    *string `protobuf:"bytes,13,opt,name=decision_id,json=decisionId,proto3,oneof" json:"decision_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2295,6 +2311,13 @@ func (x *AdmitResponse) GetHoldsSlot() bool {
 		return x.HoldsSlot
 	}
 	return false
+}
+
+func (x *AdmitResponse) GetDecisionId() string {
+	if x != nil && x.DecisionId != nil {
+		return *x.DecisionId
+	}
+	return ""
 }
 
 // Outcome is how one dispatch ended.
@@ -3364,6 +3387,192 @@ func (x *Event) GetUntil() *timestamppb.Timestamp {
 	return nil
 }
 
+// ExplainDecisionRequest names one decision.
+type ExplainDecisionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required. An AdmitResponse's or DecideRetryResponse's decision_id, from
+	// this daemon process. At most 64 characters.
+	DecisionId    string `protobuf:"bytes,1,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainDecisionRequest) Reset() {
+	*x = ExplainDecisionRequest{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainDecisionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainDecisionRequest) ProtoMessage() {}
+
+func (x *ExplainDecisionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainDecisionRequest.ProtoReflect.Descriptor instead.
+func (*ExplainDecisionRequest) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ExplainDecisionRequest) GetDecisionId() string {
+	if x != nil {
+		return x.DecisionId
+	}
+	return ""
+}
+
+// ExplainDecisionResponse is one decision, the state it was made in, and
+// what changed before it.
+type ExplainDecisionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The id asked for.
+	DecisionId string `protobuf:"bytes,1,opt,name=decision_id,json=decisionId,proto3" json:"decision_id,omitempty"`
+	// When it was made.
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// "Admit" or "DecideRetry".
+	Rpc string `protobuf:"bytes,3,opt,name=rpc,proto3" json:"rpc,omitempty"`
+	// The profile whose settings applied.
+	Profile string `protobuf:"bytes,4,opt,name=profile,proto3" json:"profile,omitempty"`
+	// The upstream's name, as any caller string is shown: secrets redacted.
+	Upstream string `protobuf:"bytes,5,opt,name=upstream,proto3" json:"upstream,omitempty"`
+	// The rule that decided.
+	Reason Reason `protobuf:"varint,6,opt,name=reason,proto3,enum=squawk.v1.Reason" json:"reason,omitempty"`
+	// The decision's own explanation, as its answer carried it.
+	Explanation string `protobuf:"bytes,7,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	// The pod's breaker for the upstream when the decision was made.
+	BreakerState BreakerState `protobuf:"varint,8,opt,name=breaker_state,json=breakerState,proto3,enum=squawk.v1.BreakerState" json:"breaker_state,omitempty"`
+	// Where the upstream's pace came from when it was made, as last looked
+	// at (at most 0.1 s before).
+	PaceSource PaceSource `protobuf:"varint,9,opt,name=pace_source,json=paceSource,proto3,enum=squawk.v1.PaceSource" json:"pace_source,omitempty"`
+	// The calls per second that pace allowed; 0 when none.
+	Rate float64 `protobuf:"fixed64,10,opt,name=rate,proto3" json:"rate,omitempty"`
+	// The upstream's latest events (at most 10) up to the decision, oldest
+	// first: what changed before it, with each change's cause.
+	Events        []*Event `protobuf:"bytes,11,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainDecisionResponse) Reset() {
+	*x = ExplainDecisionResponse{}
+	mi := &file_squawk_v1_policy_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainDecisionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainDecisionResponse) ProtoMessage() {}
+
+func (x *ExplainDecisionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_squawk_v1_policy_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainDecisionResponse.ProtoReflect.Descriptor instead.
+func (*ExplainDecisionResponse) Descriptor() ([]byte, []int) {
+	return file_squawk_v1_policy_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ExplainDecisionResponse) GetDecisionId() string {
+	if x != nil {
+		return x.DecisionId
+	}
+	return ""
+}
+
+func (x *ExplainDecisionResponse) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *ExplainDecisionResponse) GetRpc() string {
+	if x != nil {
+		return x.Rpc
+	}
+	return ""
+}
+
+func (x *ExplainDecisionResponse) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *ExplainDecisionResponse) GetUpstream() string {
+	if x != nil {
+		return x.Upstream
+	}
+	return ""
+}
+
+func (x *ExplainDecisionResponse) GetReason() Reason {
+	if x != nil {
+		return x.Reason
+	}
+	return Reason_REASON_UNSPECIFIED
+}
+
+func (x *ExplainDecisionResponse) GetExplanation() string {
+	if x != nil {
+		return x.Explanation
+	}
+	return ""
+}
+
+func (x *ExplainDecisionResponse) GetBreakerState() BreakerState {
+	if x != nil {
+		return x.BreakerState
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *ExplainDecisionResponse) GetPaceSource() PaceSource {
+	if x != nil {
+		return x.PaceSource
+	}
+	return PaceSource_PACE_SOURCE_UNSPECIFIED
+}
+
+func (x *ExplainDecisionResponse) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *ExplainDecisionResponse) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 var File_squawk_v1_policy_proto protoreflect.FileDescriptor
 
 const file_squawk_v1_policy_proto_rawDesc = "" +
@@ -3415,7 +3624,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
 	"\r_max_attemptsB\x19\n" +
-	"\x17_max_validation_retries\"\xea\x02\n" +
+	"\x17_max_validation_retries\"\xa0\x03\n" +
 	"\x13DecideRetryResponse\x12)\n" +
 	"\x06action\x18\x01 \x01(\x0e2\x11.squawk.v1.ActionR\x06action\x12/\n" +
 	"\x05delay\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05delay\x12)\n" +
@@ -3424,7 +3633,10 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x10consumes_attempt\x18\x05 \x01(\bR\x0fconsumesAttempt\x12C\n" +
 	"\x0eclassification\x18\x06 \x01(\v2\x1b.squawk.v1.ClassifyResponseR\x0eclassification\x12:\n" +
 	"\vretry_after\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"T\n" +
+	"retryAfter\x12$\n" +
+	"\vdecision_id\x18\b \x01(\tH\x00R\n" +
+	"decisionId\x88\x01\x01B\x0e\n" +
+	"\f_decision_id\"T\n" +
 	"\x17DecideRetryBatchRequest\x129\n" +
 	"\brequests\x18\x01 \x03(\v2\x1d.squawk.v1.DecideRetryRequestR\brequests\"W\n" +
 	"\x18DecideRetryBatchResponse\x12;\n" +
@@ -3492,7 +3704,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\apermits\x18\x06 \x01(\x05R\apermits\x128\n" +
 	"\vcriticality\x18\a \x01(\x0e2\x16.squawk.v1.CriticalityR\vcriticality\x12!\n" +
 	"\ffairness_key\x18\b \x01(\tR\vfairnessKey\x12'\n" +
-	"\x0ffairness_weight\x18\t \x01(\x01R\x0efairnessWeight\"\xf7\x03\n" +
+	"\x0ffairness_weight\x18\t \x01(\x01R\x0efairnessWeight\"\xad\x04\n" +
 	"\rAdmitResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12)\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12:\n" +
@@ -3508,7 +3720,10 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	" \x01(\tR\vadmissionId\x123\n" +
 	"\aspacing\x18\v \x01(\v2\x19.google.protobuf.DurationR\aspacing\x12\x1d\n" +
 	"\n" +
-	"holds_slot\x18\f \x01(\bR\tholdsSlot\"\xfe\x03\n" +
+	"holds_slot\x18\f \x01(\bR\tholdsSlot\x12$\n" +
+	"\vdecision_id\x18\r \x01(\tH\x00R\n" +
+	"decisionId\x88\x01\x01B\x0e\n" +
+	"\f_decision_id\"\xfe\x03\n" +
 	"\aOutcome\x12\x1a\n" +
 	"\bupstream\x18\x01 \x01(\tR\bupstream\x12\x1e\n" +
 	"\n" +
@@ -3601,7 +3816,25 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x06before\x18\x06 \x01(\tR\x06before\x12\x14\n" +
 	"\x05after\x18\a \x01(\tR\x05after\x12\x14\n" +
 	"\x05cause\x18\b \x01(\tR\x05cause\x120\n" +
-	"\x05until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05until*\xcd\x01\n" +
+	"\x05until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"9\n" +
+	"\x16ExplainDecisionRequest\x12\x1f\n" +
+	"\vdecision_id\x18\x01 \x01(\tR\n" +
+	"decisionId\"\xb3\x03\n" +
+	"\x17ExplainDecisionResponse\x12\x1f\n" +
+	"\vdecision_id\x18\x01 \x01(\tR\n" +
+	"decisionId\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x10\n" +
+	"\x03rpc\x18\x03 \x01(\tR\x03rpc\x12\x18\n" +
+	"\aprofile\x18\x04 \x01(\tR\aprofile\x12\x1a\n" +
+	"\bupstream\x18\x05 \x01(\tR\bupstream\x12)\n" +
+	"\x06reason\x18\x06 \x01(\x0e2\x11.squawk.v1.ReasonR\x06reason\x12 \n" +
+	"\vexplanation\x18\a \x01(\tR\vexplanation\x12<\n" +
+	"\rbreaker_state\x18\b \x01(\x0e2\x17.squawk.v1.BreakerStateR\fbreakerState\x126\n" +
+	"\vpace_source\x18\t \x01(\x0e2\x15.squawk.v1.PaceSourceR\n" +
+	"paceSource\x12\x12\n" +
+	"\x04rate\x18\n" +
+	" \x01(\x01R\x04rate\x12(\n" +
+	"\x06events\x18\v \x03(\v2\x10.squawk.v1.EventR\x06events*\xcd\x01\n" +
 	"\rErrorCategory\x12\x1e\n" +
 	"\x1aERROR_CATEGORY_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aERROR_CATEGORY_INPUT_ERROR\x10\x01\x12\x1c\n" +
@@ -3668,7 +3901,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x18EVENT_KIND_FLEET_BREAKER\x10\x02\x12\x13\n" +
 	"\x0fEVENT_KIND_PACE\x10\x03\x12\x18\n" +
 	"\x14EVENT_KIND_COOL_DOWN\x10\x04\x12\x13\n" +
-	"\x0fEVENT_KIND_SHED\x10\x052\xcd\x05\n" +
+	"\x0fEVENT_KIND_SHED\x10\x052\xa7\x06\n" +
 	"\rPolicyService\x12C\n" +
 	"\bClassify\x12\x1a.squawk.v1.ClassifyRequest\x1a\x1b.squawk.v1.ClassifyResponse\x12L\n" +
 	"\vDecideRetry\x12\x1d.squawk.v1.DecideRetryRequest\x1a\x1e.squawk.v1.DecideRetryResponse\x12[\n" +
@@ -3678,7 +3911,8 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x05Admit\x12\x17.squawk.v1.AdmitRequest\x1a\x18.squawk.v1.AdmitResponse\x12R\n" +
 	"\rReportOutcome\x12\x1f.squawk.v1.ReportOutcomeRequest\x1a .squawk.v1.ReportOutcomeResponse\x12O\n" +
 	"\fGetUpstreams\x12\x1e.squawk.v1.GetUpstreamsRequest\x1a\x1f.squawk.v1.GetUpstreamsResponse\x12F\n" +
-	"\tGetEvents\x12\x1b.squawk.v1.GetEventsRequest\x1a\x1c.squawk.v1.GetEventsResponseB;Z9github.com/squawk-dev/squawk/clients/go/squawkv1;squawkv1b\x06proto3"
+	"\tGetEvents\x12\x1b.squawk.v1.GetEventsRequest\x1a\x1c.squawk.v1.GetEventsResponse\x12X\n" +
+	"\x0fExplainDecision\x12!.squawk.v1.ExplainDecisionRequest\x1a\".squawk.v1.ExplainDecisionResponseB;Z9github.com/squawk-dev/squawk/clients/go/squawkv1;squawkv1b\x06proto3"
 
 var (
 	file_squawk_v1_policy_proto_rawDescOnce sync.Once
@@ -3693,7 +3927,7 @@ func file_squawk_v1_policy_proto_rawDescGZIP() []byte {
 }
 
 var file_squawk_v1_policy_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_squawk_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_squawk_v1_policy_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_squawk_v1_policy_proto_goTypes = []any{
 	(ErrorCategory)(0),               // 0: squawk.v1.ErrorCategory
 	(Action)(0),                      // 1: squawk.v1.Action
@@ -3728,90 +3962,99 @@ var file_squawk_v1_policy_proto_goTypes = []any{
 	(*GetEventsRequest)(nil),         // 30: squawk.v1.GetEventsRequest
 	(*GetEventsResponse)(nil),        // 31: squawk.v1.GetEventsResponse
 	(*Event)(nil),                    // 32: squawk.v1.Event
-	nil,                              // 33: squawk.v1.ClassifyRequest.HeadersEntry
-	nil,                              // 34: squawk.v1.DecideRetryRequest.HeadersEntry
-	nil,                              // 35: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	nil,                              // 36: squawk.v1.Outcome.HeadersEntry
-	(*durationpb.Duration)(nil),      // 37: google.protobuf.Duration
-	(*structpb.Struct)(nil),          // 38: google.protobuf.Struct
-	(*structpb.Value)(nil),           // 39: google.protobuf.Value
-	(*timestamppb.Timestamp)(nil),    // 40: google.protobuf.Timestamp
+	(*ExplainDecisionRequest)(nil),   // 33: squawk.v1.ExplainDecisionRequest
+	(*ExplainDecisionResponse)(nil),  // 34: squawk.v1.ExplainDecisionResponse
+	nil,                              // 35: squawk.v1.ClassifyRequest.HeadersEntry
+	nil,                              // 36: squawk.v1.DecideRetryRequest.HeadersEntry
+	nil,                              // 37: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	nil,                              // 38: squawk.v1.Outcome.HeadersEntry
+	(*durationpb.Duration)(nil),      // 39: google.protobuf.Duration
+	(*structpb.Struct)(nil),          // 40: google.protobuf.Struct
+	(*structpb.Value)(nil),           // 41: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil),    // 42: google.protobuf.Timestamp
 }
 var file_squawk_v1_policy_proto_depIdxs = []int32{
-	33, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
+	35, // 0: squawk.v1.ClassifyRequest.headers:type_name -> squawk.v1.ClassifyRequest.HeadersEntry
 	0,  // 1: squawk.v1.ClassifyResponse.category:type_name -> squawk.v1.ErrorCategory
-	37, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
-	34, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
-	37, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
+	39, // 2: squawk.v1.ClassifyResponse.retry_after:type_name -> google.protobuf.Duration
+	36, // 3: squawk.v1.DecideRetryRequest.headers:type_name -> squawk.v1.DecideRetryRequest.HeadersEntry
+	39, // 4: squawk.v1.DecideRetryRequest.deadline:type_name -> google.protobuf.Duration
 	1,  // 5: squawk.v1.DecideRetryResponse.action:type_name -> squawk.v1.Action
-	37, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
+	39, // 6: squawk.v1.DecideRetryResponse.delay:type_name -> google.protobuf.Duration
 	2,  // 7: squawk.v1.DecideRetryResponse.reason:type_name -> squawk.v1.Reason
 	9,  // 8: squawk.v1.DecideRetryResponse.classification:type_name -> squawk.v1.ClassifyResponse
-	37, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
+	39, // 9: squawk.v1.DecideRetryResponse.retry_after:type_name -> google.protobuf.Duration
 	10, // 10: squawk.v1.DecideRetryBatchRequest.requests:type_name -> squawk.v1.DecideRetryRequest
 	14, // 11: squawk.v1.DecideRetryBatchResponse.results:type_name -> squawk.v1.DecideRetryBatchResult
 	11, // 12: squawk.v1.DecideRetryBatchResult.decision:type_name -> squawk.v1.DecideRetryResponse
-	38, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
-	38, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
-	35, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
-	39, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
-	38, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
+	40, // 13: squawk.v1.AnalyzeErrorRequest.original_request:type_name -> google.protobuf.Struct
+	40, // 14: squawk.v1.AnalyzeErrorRequest.parameter_schema:type_name -> google.protobuf.Struct
+	37, // 15: squawk.v1.AnalyzeErrorRequest.dependency_results:type_name -> squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry
+	41, // 16: squawk.v1.RejectedChange.proposed_value:type_name -> google.protobuf.Value
+	40, // 17: squawk.v1.AnalyzeErrorResponse.suggested_changes:type_name -> google.protobuf.Struct
 	6,  // 18: squawk.v1.AnalyzeErrorResponse.source:type_name -> squawk.v1.AnalysisSource
 	16, // 19: squawk.v1.AnalyzeErrorResponse.rejected_changes:type_name -> squawk.v1.RejectedChange
-	38, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
-	38, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
+	40, // 20: squawk.v1.CheckDispatchRequest.parameters:type_name -> google.protobuf.Struct
+	40, // 21: squawk.v1.CheckDispatchRequest.parameter_schema:type_name -> google.protobuf.Struct
 	19, // 22: squawk.v1.CheckDispatchResponse.violations:type_name -> squawk.v1.Violation
-	37, // 23: squawk.v1.AdmitRequest.deadline:type_name -> google.protobuf.Duration
+	39, // 23: squawk.v1.AdmitRequest.deadline:type_name -> google.protobuf.Duration
 	3,  // 24: squawk.v1.AdmitRequest.criticality:type_name -> squawk.v1.Criticality
 	2,  // 25: squawk.v1.AdmitResponse.reason:type_name -> squawk.v1.Reason
-	37, // 26: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	39, // 26: squawk.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
 	5,  // 27: squawk.v1.AdmitResponse.breaker_state:type_name -> squawk.v1.BreakerState
-	37, // 28: squawk.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
-	37, // 29: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
-	37, // 30: squawk.v1.AdmitResponse.spacing:type_name -> google.protobuf.Duration
-	37, // 31: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
-	36, // 32: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
-	37, // 33: squawk.v1.Outcome.age:type_name -> google.protobuf.Duration
+	39, // 28: squawk.v1.AdmitResponse.wait:type_name -> google.protobuf.Duration
+	39, // 29: squawk.v1.AdmitResponse.lease:type_name -> google.protobuf.Duration
+	39, // 30: squawk.v1.AdmitResponse.spacing:type_name -> google.protobuf.Duration
+	39, // 31: squawk.v1.Outcome.latency:type_name -> google.protobuf.Duration
+	38, // 32: squawk.v1.Outcome.headers:type_name -> squawk.v1.Outcome.HeadersEntry
+	39, // 33: squawk.v1.Outcome.age:type_name -> google.protobuf.Duration
 	23, // 34: squawk.v1.ReportOutcomeRequest.outcomes:type_name -> squawk.v1.Outcome
 	28, // 35: squawk.v1.GetUpstreamsResponse.upstreams:type_name -> squawk.v1.UpstreamState
 	5,  // 36: squawk.v1.UpstreamState.breaker_state:type_name -> squawk.v1.BreakerState
-	37, // 37: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
-	37, // 38: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
+	39, // 37: squawk.v1.UpstreamState.breaker_state_age:type_name -> google.protobuf.Duration
+	39, // 38: squawk.v1.UpstreamState.cool_down_left:type_name -> google.protobuf.Duration
 	4,  // 39: squawk.v1.UpstreamState.pace_source:type_name -> squawk.v1.PaceSource
-	37, // 40: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
+	39, // 40: squawk.v1.UpstreamState.queue_delay:type_name -> google.protobuf.Duration
 	29, // 41: squawk.v1.UpstreamState.fleet:type_name -> squawk.v1.FleetState
 	5,  // 42: squawk.v1.FleetState.breaker_state:type_name -> squawk.v1.BreakerState
-	37, // 43: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
-	37, // 44: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
-	37, // 45: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
+	39, // 43: squawk.v1.FleetState.breaker_retry_after:type_name -> google.protobuf.Duration
+	39, // 44: squawk.v1.FleetState.cool_down_left:type_name -> google.protobuf.Duration
+	39, // 45: squawk.v1.FleetState.age:type_name -> google.protobuf.Duration
 	32, // 46: squawk.v1.GetEventsResponse.events:type_name -> squawk.v1.Event
-	40, // 47: squawk.v1.Event.time:type_name -> google.protobuf.Timestamp
+	42, // 47: squawk.v1.Event.time:type_name -> google.protobuf.Timestamp
 	7,  // 48: squawk.v1.Event.kind:type_name -> squawk.v1.EventKind
-	40, // 49: squawk.v1.Event.until:type_name -> google.protobuf.Timestamp
-	38, // 50: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
-	8,  // 51: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
-	10, // 52: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
-	12, // 53: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
-	15, // 54: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
-	18, // 55: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
-	21, // 56: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
-	24, // 57: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
-	26, // 58: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
-	30, // 59: squawk.v1.PolicyService.GetEvents:input_type -> squawk.v1.GetEventsRequest
-	9,  // 60: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
-	11, // 61: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
-	13, // 62: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
-	17, // 63: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
-	20, // 64: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
-	22, // 65: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
-	25, // 66: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
-	27, // 67: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
-	31, // 68: squawk.v1.PolicyService.GetEvents:output_type -> squawk.v1.GetEventsResponse
-	60, // [60:69] is the sub-list for method output_type
-	51, // [51:60] is the sub-list for method input_type
-	51, // [51:51] is the sub-list for extension type_name
-	51, // [51:51] is the sub-list for extension extendee
-	0,  // [0:51] is the sub-list for field type_name
+	42, // 49: squawk.v1.Event.until:type_name -> google.protobuf.Timestamp
+	42, // 50: squawk.v1.ExplainDecisionResponse.time:type_name -> google.protobuf.Timestamp
+	2,  // 51: squawk.v1.ExplainDecisionResponse.reason:type_name -> squawk.v1.Reason
+	5,  // 52: squawk.v1.ExplainDecisionResponse.breaker_state:type_name -> squawk.v1.BreakerState
+	4,  // 53: squawk.v1.ExplainDecisionResponse.pace_source:type_name -> squawk.v1.PaceSource
+	32, // 54: squawk.v1.ExplainDecisionResponse.events:type_name -> squawk.v1.Event
+	40, // 55: squawk.v1.AnalyzeErrorRequest.DependencyResultsEntry.value:type_name -> google.protobuf.Struct
+	8,  // 56: squawk.v1.PolicyService.Classify:input_type -> squawk.v1.ClassifyRequest
+	10, // 57: squawk.v1.PolicyService.DecideRetry:input_type -> squawk.v1.DecideRetryRequest
+	12, // 58: squawk.v1.PolicyService.DecideRetryBatch:input_type -> squawk.v1.DecideRetryBatchRequest
+	15, // 59: squawk.v1.PolicyService.AnalyzeError:input_type -> squawk.v1.AnalyzeErrorRequest
+	18, // 60: squawk.v1.PolicyService.CheckDispatch:input_type -> squawk.v1.CheckDispatchRequest
+	21, // 61: squawk.v1.PolicyService.Admit:input_type -> squawk.v1.AdmitRequest
+	24, // 62: squawk.v1.PolicyService.ReportOutcome:input_type -> squawk.v1.ReportOutcomeRequest
+	26, // 63: squawk.v1.PolicyService.GetUpstreams:input_type -> squawk.v1.GetUpstreamsRequest
+	30, // 64: squawk.v1.PolicyService.GetEvents:input_type -> squawk.v1.GetEventsRequest
+	33, // 65: squawk.v1.PolicyService.ExplainDecision:input_type -> squawk.v1.ExplainDecisionRequest
+	9,  // 66: squawk.v1.PolicyService.Classify:output_type -> squawk.v1.ClassifyResponse
+	11, // 67: squawk.v1.PolicyService.DecideRetry:output_type -> squawk.v1.DecideRetryResponse
+	13, // 68: squawk.v1.PolicyService.DecideRetryBatch:output_type -> squawk.v1.DecideRetryBatchResponse
+	17, // 69: squawk.v1.PolicyService.AnalyzeError:output_type -> squawk.v1.AnalyzeErrorResponse
+	20, // 70: squawk.v1.PolicyService.CheckDispatch:output_type -> squawk.v1.CheckDispatchResponse
+	22, // 71: squawk.v1.PolicyService.Admit:output_type -> squawk.v1.AdmitResponse
+	25, // 72: squawk.v1.PolicyService.ReportOutcome:output_type -> squawk.v1.ReportOutcomeResponse
+	27, // 73: squawk.v1.PolicyService.GetUpstreams:output_type -> squawk.v1.GetUpstreamsResponse
+	31, // 74: squawk.v1.PolicyService.GetEvents:output_type -> squawk.v1.GetEventsResponse
+	34, // 75: squawk.v1.PolicyService.ExplainDecision:output_type -> squawk.v1.ExplainDecisionResponse
+	66, // [66:76] is the sub-list for method output_type
+	56, // [56:66] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_squawk_v1_policy_proto_init() }
@@ -3820,18 +4063,20 @@ func file_squawk_v1_policy_proto_init() {
 		return
 	}
 	file_squawk_v1_policy_proto_msgTypes[2].OneofWrappers = []any{}
+	file_squawk_v1_policy_proto_msgTypes[3].OneofWrappers = []any{}
 	file_squawk_v1_policy_proto_msgTypes[6].OneofWrappers = []any{
 		(*DecideRetryBatchResult_Decision)(nil),
 		(*DecideRetryBatchResult_Error)(nil),
 	}
 	file_squawk_v1_policy_proto_msgTypes[7].OneofWrappers = []any{}
+	file_squawk_v1_policy_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_squawk_v1_policy_proto_rawDesc), len(file_squawk_v1_policy_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,6 +41,7 @@ const (
 	PolicyService_ReportOutcome_FullMethodName    = "/squawk.v1.PolicyService/ReportOutcome"
 	PolicyService_GetUpstreams_FullMethodName     = "/squawk.v1.PolicyService/GetUpstreams"
 	PolicyService_GetEvents_FullMethodName        = "/squawk.v1.PolicyService/GetEvents"
+	PolicyService_ExplainDecision_FullMethodName  = "/squawk.v1.PolicyService/ExplainDecision"
 )
 
 // PolicyServiceClient is the client API for PolicyService service.
@@ -91,6 +92,11 @@ type PolicyServiceClient interface {
 	// fleet's), pace changes, cool-downs begun and bursts of refused Admits,
 	// oldest first.
 	GetEvents(ctx context.Context, in *GetEventsRequest, opts ...grpc.CallOption) (*GetEventsResponse, error)
+	// ExplainDecision says why a step was refused: the decision a
+	// decision_id names (an Admit refused, a DecideRetry that answered FAIL
+	// on a named upstream), the upstream's state when it was made, and the
+	// upstream's events before it.
+	ExplainDecision(ctx context.Context, in *ExplainDecisionRequest, opts ...grpc.CallOption) (*ExplainDecisionResponse, error)
 }
 
 type policyServiceClient struct {
@@ -191,6 +197,16 @@ func (c *policyServiceClient) GetEvents(ctx context.Context, in *GetEventsReques
 	return out, nil
 }
 
+func (c *policyServiceClient) ExplainDecision(ctx context.Context, in *ExplainDecisionRequest, opts ...grpc.CallOption) (*ExplainDecisionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainDecisionResponse)
+	err := c.cc.Invoke(ctx, PolicyService_ExplainDecision_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PolicyServiceServer is the server API for PolicyService service.
 // All implementations must embed UnimplementedPolicyServiceServer
 // for forward compatibility.
@@ -239,6 +255,11 @@ type PolicyServiceServer interface {
 	// fleet's), pace changes, cool-downs begun and bursts of refused Admits,
 	// oldest first.
 	GetEvents(context.Context, *GetEventsRequest) (*GetEventsResponse, error)
+	// ExplainDecision says why a step was refused: the decision a
+	// decision_id names (an Admit refused, a DecideRetry that answered FAIL
+	// on a named upstream), the upstream's state when it was made, and the
+	// upstream's events before it.
+	ExplainDecision(context.Context, *ExplainDecisionRequest) (*ExplainDecisionResponse, error)
 	mustEmbedUnimplementedPolicyServiceServer()
 }
 
@@ -275,6 +296,9 @@ func (UnimplementedPolicyServiceServer) GetUpstreams(context.Context, *GetUpstre
 }
 func (UnimplementedPolicyServiceServer) GetEvents(context.Context, *GetEventsRequest) (*GetEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetEvents not implemented")
+}
+func (UnimplementedPolicyServiceServer) ExplainDecision(context.Context, *ExplainDecisionRequest) (*ExplainDecisionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExplainDecision not implemented")
 }
 func (UnimplementedPolicyServiceServer) mustEmbedUnimplementedPolicyServiceServer() {}
 func (UnimplementedPolicyServiceServer) testEmbeddedByValue()                       {}
@@ -459,6 +483,24 @@ func _PolicyService_GetEvents_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PolicyService_ExplainDecision_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainDecisionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PolicyServiceServer).ExplainDecision(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PolicyService_ExplainDecision_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PolicyServiceServer).ExplainDecision(ctx, req.(*ExplainDecisionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PolicyService_ServiceDesc is the grpc.ServiceDesc for PolicyService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -501,6 +543,10 @@ var PolicyService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetEvents",
 			Handler:    _PolicyService_GetEvents_Handler,
+		},
+		{
+			MethodName: "ExplainDecision",
+			Handler:    _PolicyService_ExplainDecision_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -60,6 +60,9 @@ class Admission:
     # When allowed: the call holds a slot of the upstream's declared cap on
     # calls in flight; its outcome is reported at once.
     holds_slot: bool = False
+    # When refused by the daemon: its id for the refusal, which `squawk
+    # explain ID` (ExplainDecision) explains; "" when it kept none.
+    decision_id: str = ""
 
 
 OPEN = Admission(True, Reason.ADMITTED, timedelta(0), BreakerState.CLOSED, False, fallback=True)
@@ -133,6 +136,7 @@ def admission(reply: pb.AdmitResponse) -> Admission:
         admission_id=_admission_id(reply.admission_id) if allowed else "",
         spacing=_spacing(reply) if permits > 1 else timedelta(0),
         holds_slot=allowed and reply.holds_slot,
+        decision_id="" if allowed else decision_id(reply.decision_id),
     )
 
 
@@ -143,6 +147,17 @@ _MAX_SPACING = timedelta(seconds=1)
 
 def _spacing(reply: pb.AdmitResponse) -> timedelta:
     return min(max(reply.spacing.ToTimedelta(), timedelta(0)), _MAX_SPACING)
+
+
+def decision_id(text: str) -> str:
+    """A decision_id as the daemon gives it (a short printable token), or ""
+    for anything else: an answer is hostile input until bounded."""
+    if len(text) <= MAX_DECISION_ID and text.isascii() and text.isprintable():
+        return text
+    return ""
+
+
+MAX_DECISION_ID = 64
 
 
 def _admission_id(text: str) -> str:

@@ -468,6 +468,20 @@ class SquawkClient:
             raise_for(exc)
         return reply
 
+    def explain_decision(self, decision_id: str) -> pb.ExplainDecisionResponse:
+        """Why a step was refused: the decision `decision_id` names (a
+        Decision's or Admission's decision_id), the upstream's state when it
+        was made and its events before it; no fallback. SquawkError
+        NOT_FOUND when the daemon no longer keeps it."""
+        request = pb.ExplainDecisionRequest(decision_id=decision_id)
+        try:
+            reply: pb.ExplainDecisionResponse = self._stub.ExplainDecision(
+                request, timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(), metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise_for(exc)
+        return reply
+
     def _admit_step(
         self,
         key: Key,
@@ -703,6 +717,17 @@ class AsyncSquawkClient:
         """One page of GetUpstreams, as the daemon answers it; no fallback."""
         try:
             reply: pb.GetUpstreamsResponse = await self._stub.GetUpstreams(
+                request, timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(), metadata=_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise_for(exc)
+        return reply
+
+    async def explain_decision(self, decision_id: str) -> pb.ExplainDecisionResponse:
+        """Why a step was refused: as SquawkClient.explain_decision."""
+        request = pb.ExplainDecisionRequest(decision_id=decision_id)
+        try:
+            reply: pb.ExplainDecisionResponse = await self._stub.ExplainDecision(
                 request, timeout=DEFAULT_BATCH_TIMEOUT.total_seconds(), metadata=_metadata()
             )
         except grpc.RpcError as exc:

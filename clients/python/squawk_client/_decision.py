@@ -14,6 +14,7 @@ from squawk.policy.env import apply_env
 from squawk.v1 import policy_pb2 as pb
 from squawk.wire import attempt_state, classification_message
 
+from ._admission import decision_id
 from ._errors import SquawkInputError
 
 __all__ = ["Decision", "fallback_decision", "fallback_profile", "from_message"]
@@ -44,6 +45,9 @@ class Decision:
     # Set when the pod's upstream state ended the attempt (CIRCUIT_OPEN,
     # RETRY_BUDGET_EXHAUSTED): how long until the upstream admits calls again.
     retry_after: timedelta | None = None
+    # The daemon's id for a refusal it kept (a FAIL on a named upstream, an
+    # Admit refused): `squawk explain ID` says why; "" when it kept none.
+    decision_id: str = ""
 
 
 def from_message(message: pb.DecideRetryResponse) -> Decision:
@@ -55,6 +59,7 @@ def from_message(message: pb.DecideRetryResponse) -> Decision:
         consumes_attempt=message.consumes_attempt,
         classification=message.classification,
         retry_after=message.retry_after.ToTimedelta() if message.HasField("retry_after") else None,
+        decision_id=decision_id(message.decision_id),
     )
 
 

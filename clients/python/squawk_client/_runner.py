@@ -367,6 +367,8 @@ class _Attempts:
                 action=Action.RETRY,
                 delay=wait,
                 consumes_attempt=True,
+                # The hook's own answer: no refusal of the daemon's to explain.
+                decision_id="",
                 explanation=(
                     f"The error hook asked for a resend; {_answered(decision)}. Resend the "
                     f"same payload after {ms} ms, attempt {self.attempt + 1} of {self.budget}."
@@ -403,7 +405,7 @@ class _Attempts:
             )
         else:
             return
-        self.fail_before_call(admission.reason, why)
+        self.fail_before_call(admission.reason, why, admission.decision_id)
 
     def paced(self, admission: Admission) -> None:
         """Raise StepFailed when an allowed dispatch's paced wait passes the
@@ -424,8 +426,16 @@ class _Attempts:
         )
         self.fail_before_call(Reason.UPSTREAM_SATURATED, why)
 
-    def fail_before_call(self, reason: Reason, why: str) -> NoReturn:
-        decision = Decision(Action.FAIL, timedelta(0), reason, why, True, pb.ClassifyResponse())
+    def fail_before_call(self, reason: Reason, why: str, decision_id: str = "") -> NoReturn:
+        decision = Decision(
+            Action.FAIL,
+            timedelta(0),
+            reason,
+            why,
+            True,
+            pb.ClassifyResponse(),
+            decision_id=decision_id,
+        )
         raise StepFailed(decision, self.calls - 1) from self.last_error
 
     def admit_deadline(self) -> timedelta | None:

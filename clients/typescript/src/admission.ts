@@ -33,6 +33,7 @@ export function openAdmission(): Admission {
     admissionId: "",
     spacing: undefined,
     holdsSlot: false,
+    decisionId: "",
     fallback: true,
   };
 }
@@ -89,6 +90,20 @@ export function admissionIdOf(text: string): string {
   return /^[0-9a-f]{16}$/.test(text) ? text : "";
 }
 
+/** The longest decision id kept from an answer (the daemon's ExplainDecisionRequest.decision_id bound). */
+export const MAX_DECISION_ID_CHARS = 64;
+
+/**
+ * An answer's decision id (AdmitResponse.decision_id,
+ * DecideRetryResponse.decision_id), kept only as the daemon gives it: at
+ * most 64 characters of printable ASCII. An answer is hostile input until
+ * bounded: the id reaches error messages, logs and `squawk explain`, so
+ * anything longer, or holding a control character or non-ASCII, is "".
+ */
+export function decisionIdOf(text: unknown): string {
+  return typeof text === "string" && text.length <= MAX_DECISION_ID_CHARS && /^[\x20-\x7e]*$/.test(text) ? text : "";
+}
+
 /** The longest deadline Admit accepts (AdmitRequest.deadline: at most a day). */
 export const MAX_ADMIT_DEADLINE_MS = 86_400_000;
 
@@ -132,8 +147,19 @@ export type Admitted =
       readonly urgent: boolean;
     };
 
-/** The FAIL that ends a step the pod would not admit (in time). */
-function refused(admission: Admission, explanation: string, reason = admission.reason, retryAfter = admission.retryAfter): Decision {
+/**
+ * The FAIL that ends a step the pod would not admit (in time). It carries
+ * the refusal's decision id (for explainDecision, `squawk explain ID`) when
+ * the daemon refused the dispatch; a paced start past the deadline is the
+ * runner's own refusal of an admitted call, and carries none.
+ */
+function refused(
+  admission: Admission,
+  explanation: string,
+  reason = admission.reason,
+  retryAfter = admission.retryAfter,
+  decisionId = admission.allowed ? "" : decisionIdOf(admission.decisionId),
+): Decision {
   return {
     action: Action.ACTION_FAIL,
     delay: durationFromMs(0),
@@ -143,6 +169,7 @@ function refused(admission: Admission, explanation: string, reason = admission.r
     classification: undefined,
     // When the upstream admits again, for a caller that schedules the step later.
     retryAfter,
+    decisionId,
     fallback: admission.fallback,
   };
 }
@@ -234,6 +261,8 @@ async function paced(gate: Gate, admission: Admission): Promise<Decision | undef
       `The pod paces the dispatch to ${gate.upstream} to start in ${roundHalfEven(waitMs)} ms, past the step's deadline.`,
       Reason.REASON_UPSTREAM_SATURATED,
       admission.wait,
+      // The daemon admitted it: no refusal of its to explain.
+      "",
     );
   }
   // Whole ms, rounded up: a start a fraction early would overrun the pace.

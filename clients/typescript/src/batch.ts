@@ -2,6 +2,7 @@
 import { status } from "@grpc/grpc-js";
 import { fieldFromMessage, SquawkError, SquawkInputError } from "./errors";
 import type { DecideRetryBatchResponse, DecideRetryRequest } from "./gen/squawk/v1/policy";
+import { decisionIdOf } from "./admission";
 import type { Decision } from "./options";
 
 /** The most requests one batch may carry; the daemon refuses more, and so does the fallback. */
@@ -27,7 +28,9 @@ export function batchFromResponse(response: DecideRetryBatchResponse, requested:
     );
   }
   return response.results.map((result, i): BatchResult => {
-    if (result.decision !== undefined) return { decision: { ...result.decision, fallback: false } };
+    if (result.decision !== undefined) {
+      return { decision: { ...result.decision, decisionId: decisionIdOf(result.decision.decisionId), fallback: false } };
+    }
     if (result.error !== undefined) return { error: new SquawkInputError(fieldFromMessage(result.error), result.error) };
     throw new SquawkError(
       status.INTERNAL,

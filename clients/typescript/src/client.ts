@@ -3,11 +3,11 @@
 // admissions and reports when the daemon cannot answer.
 import { connectivityState, credentials as grpcCredentials, Metadata, status, type ServiceError } from "@grpc/grpc-js";
 import { context as otelContext, propagation, type Context, type TextMapPropagator, type TextMapSetter } from "@opentelemetry/api";
-import { admissionIdOf, leasedAdmission, openAdmission, spacingOf, type LeasedPermit } from "./admission";
+import { admissionIdOf, decisionIdOf, leasedAdmission, openAdmission, spacingOf, type LeasedPermit } from "./admission";
 import { BATCH_ITEMS_PER_TIMEOUT, batchFromResponse, batchLocally, type BatchResult } from "./batch";
 import { durationFromMs, durationToMs } from "./duration";
 import { fallbackProfileFromEnv } from "./env";
-import { inputErrorFrom, isServiceError, SquawkError } from "./errors";
+import { inputErrorFrom, isServiceError, SquawkError, SquawkInputError } from "./errors";
 import { fallbackDecide, type FallbackProfile } from "./fallback";
 import {
   AdmitRequest,
@@ -15,6 +15,7 @@ import {
   BreakerState,
   CheckDispatchRequest,
   ClassifyRequest,
+  ExplainDecisionRequest,
   GetEventsRequest,
   GetUpstreamsRequest,
   PolicyServiceClient,
@@ -25,6 +26,7 @@ import {
   type DecideRetryBatchResponse,
   type DecideRetryRequest,
   type DecideRetryResponse,
+  type ExplainDecisionResponse,
   type GetEventsResponse,
   type GetUpstreamsResponse,
   type ReportOutcomeResponse,
@@ -223,7 +225,7 @@ export class Leases {
   }
 }
 
-/** Each GetUpstreams and GetEvents page's deadline when the call names none (the Python client's too). */
+/** Each GetUpstreams and GetEvents page's, and each ExplainDecision's, deadline when the call names none (the Python client's too). */
 const UPSTREAMS_PAGE_TIMEOUT_MS = 1000;
 
 /** An analysis may call a model: it gets seconds, not the 50 ms of a decision. */
@@ -268,6 +270,7 @@ const RPC_METHODS: Readonly<Record<SquawkMethod, RpcMethod>> = Object.freeze({
   reportOutcome: "ReportOutcome",
   getUpstreams: "GetUpstreams",
   getEvents: "GetEvents",
+  explainDecision: "ExplainDecision",
 });
 
 /**
@@ -404,7 +407,8 @@ export class SquawkClient {
         (md, co, cb) => this.stub.decideRetry(request, md, co, cb),
         options,
       );
-      return { ...response, fallback: false };
+      // Hostile until bounded: kept only in the shape the daemon gives.
+      return { ...response, decisionId: decisionIdOf(response.decisionId), fallback: false };
     } catch (error) {
       const cause = this.fallbackCause(error, options);
       if (cause === undefined) throw this.translate("decideRetry", error, options);
@@ -502,8 +506,10 @@ export class SquawkClient {
         spacing: spacingOf(answer),
         // A refusal holds nothing, whatever the answer says.
         holdsSlot: answer.allowed && answer.holdsSlot,
+        // Only a refusal has one to explain, kept only in the shape the daemon gives.
+        decisionId: answer.allowed ? "" : decisionIdOf(answer.decisionId),
       };
-      if (pooled) return { ...this.keepSpares(key, response, askedAt), fallback: false };
+      if (pooled) return { ...this.keepSpares(key, response, askedAt), decisionId: response.decisionId, fallback: false };
       return { ...response, fallback: false };
     } catch (error) {
       this.failOpen("admit", error, options);
@@ -622,6 +628,32 @@ export class SquawkClient {
   }
 
   /**
+   * Why a step was refused: the decision `decisionId` names (a Decision's
+   * or an Admission's `decisionId`: an Admit the pod refused, a decideRetry
+   * that answered FAIL on a named upstream), the upstream's state when it
+   * was made (`breakerState`, `paceSource`, `rate`) and the upstream's
+   * latest events before it (at most 10, oldest first), as `squawk explain
+   * ID` shows it. No fallback: only the daemon knows.
+   *
+   * An id the daemon no longer keeps (it keeps the latest 4,096 refusals,
+   * and a restarted daemon none of the last one's) is a SquawkError
+   * NOT_FOUND; an empty id, or one over 64 characters, a SquawkInputError
+   * naming `decision_id`. The call gets a getEvents page's deadline
+   * (`timeoutMs`, else 1 s or the client's callTimeoutMs if longer).
+   */
+  async explainDecision(decisionId: string, options: CallOptions = {}): Promise<ExplainDecisionResponse> {
+    if (typeof decisionId !== "string") {
+      throw new SquawkInputError("decision_id", `decision_id: explainDecision needs a string, got ${typeof decisionId}`);
+    }
+    const request = checked("explainDecision", ExplainDecisionRequest.fromPartial, { decisionId });
+    return this.call<ExplainDecisionResponse>(
+      "explainDecision",
+      (md, co, cb) => this.stub.explainDecision(request, md, co, cb),
+      { ...options, timeoutMs: this.pageTimeoutMs(options) },
+    );
+  }
+
+  /**
    * Queue one outcome for a batched report (see `batchOutcomes`). Answers
    * false, queueing nothing, when the client does not batch: report it with
    * reportOutcome. An outcome that cannot be encoded is a SquawkInputError
@@ -732,7 +764,7 @@ export class SquawkClient {
   }
 
   private decideLocally(request: DecideRetryRequest): Decision {
-    const decision: Decision = { ...fallbackDecide(request, this.now(), this.fallbackProfile), fallback: true };
+    const decision: Decision = { ...fallbackDecide(request, this.now(), this.fallbackProfile), decisionId: "", fallback: true };
     this.fallbacks += 1;
     return decision;
   }

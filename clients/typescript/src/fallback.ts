@@ -74,6 +74,8 @@ export function fallbackDecide(
     classification: seen,
     // The pod's upstream state lives in the daemon; the fallback has none.
     retryAfter: undefined,
+    // Nor a decision the daemon kept: nothing for ExplainDecision.
+    decisionId: "",
   });
   const fail = (reason: Reason, explanation: string): DecideRetryResponse => answer(Action.ACTION_FAIL, reason, explanation);
 

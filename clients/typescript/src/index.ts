@@ -63,6 +63,8 @@ export {
   DecideRetryRequest,
   DecideRetryResponse,
   Event,
+  ExplainDecisionRequest,
+  ExplainDecisionResponse,
   FleetState,
   GetEventsRequest,
   GetEventsResponse,

@@ -16,8 +16,16 @@ import type {
   Outcome,
 } from "./gen/squawk/v1/policy";
 
-/** A decision, from the daemon (`fallback: false`) or the local fallback (`fallback: true`). */
-export type Decision = DecideRetryResponse & { readonly fallback: boolean };
+/**
+ * A decision, from the daemon (`fallback: false`) or the local fallback
+ * (`fallback: true`). `decisionId` is the daemon's id for this refusal (a
+ * FAIL on a named upstream, or the runner's FAIL for an Admit the pod
+ * refused), to pass to explainDecision or `squawk explain ID`; "" when the
+ * daemon kept none (a RETRY or CORRECT, a step without an upstream, the
+ * local fallback), and for an id that is not at most 64 characters of
+ * printable ASCII.
+ */
+export type Decision = DecideRetryResponse & { readonly fallback: boolean; readonly decisionId: string };
 
 /** A ClassifyRequest; every field may be left out (proto3 defaults). */
 export type ClassifyInput = DeepPartial<ClassifyRequest>;
@@ -38,8 +46,12 @@ export type CheckDispatchInput = DeepPartial<CheckDispatchRequest>;
  * The pod's answer before a dispatch, from the daemon (`fallback: false`), or
  * the client's fail-open admission when the daemon could not answer
  * (`fallback: true`: allowed, REASON_ADMITTED, breaker CLOSED).
+ * `decisionId` is the daemon's id for this refusal, to pass to
+ * explainDecision or `squawk explain ID`; "" when the daemon kept none (an
+ * allowed call, a spare permit of a lease, the fail-open admission), and
+ * for an id that is not at most 64 characters of printable ASCII.
  */
-export type Admission = AdmitResponse & { readonly fallback: boolean };
+export type Admission = AdmitResponse & { readonly fallback: boolean; readonly decisionId: string };
 
 /** An AdmitRequest; every field may be left out (an empty upstream is admitted untracked). */
 export type AdmitInput = DeepPartial<AdmitRequest>;
@@ -63,7 +75,8 @@ export type SquawkMethod =
   | "admit"
   | "reportOutcome"
   | "getUpstreams"
-  | "getEvents";
+  | "getEvents"
+  | "explainDecision";
 
 export interface FallbackEvent {
   /**

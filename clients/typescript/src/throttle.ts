@@ -30,7 +30,8 @@ export type RpcMethod =
   | "Admit"
   | "ReportOutcome"
   | "GetUpstreams"
-  | "GetEvents";
+  | "GetEvents"
+  | "ExplainDecision";
 
 /** The seconds of the rolling window, one bucket each (Hystrix's 10 s window). */
 export const THROTTLE_WINDOW_SECONDS = 10;

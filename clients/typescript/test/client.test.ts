@@ -111,6 +111,7 @@ class RecordingServer {
       reportOutcome: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
       getUpstreams: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
       getEvents: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
+      explainDecision: (_call, cb) => cb({ code: status.UNIMPLEMENTED } as ServiceError, null),
     };
     this.server.addService(PolicyServiceService, impl);
     this.port = await new Promise<number>((resolve, reject) =>

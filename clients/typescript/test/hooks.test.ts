@@ -30,6 +30,7 @@ function decision(action: Action, reason: Reason, delayMs = 0, retryAfterMs?: nu
       httpStatus: 403,
       retryAfter: retryAfterMs === undefined ? undefined : durationFromMs(retryAfterMs),
     }),
+    decisionId: "",
     fallback: false,
   };
 }

@@ -37,6 +37,7 @@ function decision(action: Action, reason: Reason, delayMs = 0, consumesAttempt =
     consumesAttempt,
     retryAfter: undefined,
     classification: undefined,
+    decisionId: "",
     fallback: false,
   };
 }
@@ -89,6 +90,7 @@ const ADMITTED: Admission = {
   admissionId: "",
   spacing: undefined,
   holdsSlot: false,
+  decisionId: "",
   fallback: false,
 };
 
@@ -532,6 +534,35 @@ describe("runStep and the pacer", () => {
       runStep(new Script([], [older]), 0, async () => assert.fail("dispatched"), { upstream: "llm" }),
       (e: unknown) => e instanceof StepFailedError && e.decision.explanation.includes("the step's deadline or the queue's limit"),
     );
+  });
+
+  test("each refusal of the pod's carries its decision id; a paced start past the deadline, the runner's own, none", async () => {
+    const id = "3fa2c1-17";
+    const refusedOn = async (admission: Partial<Admission>, options: { deadlineMs?: number; maxAttempts?: number } = {}) => {
+      const { sleep } = recordingSleep();
+      const run = runStep(new Script([], [admission, admission, admission]), 0, async () => assert.fail("dispatched"), {
+        upstream: "llm",
+        sleep,
+        ...options,
+      });
+      const error = await run.then(
+        () => assert.fail("resolved"),
+        (e: unknown) => e,
+      );
+      assert.ok(error instanceof StepFailedError, String(error));
+      assert.equal(error.decision.action, Action.ACTION_FAIL);
+      return error.decision.decisionId;
+    };
+    const open = { allowed: false, reason: Reason.REASON_CIRCUIT_OPEN, retryAfter: durationFromMs(60_000), permits: 0, decisionId: id };
+    // Shed at once; the breaker's retry_after past the deadline; refusals past the attempt budget.
+    assert.equal(await refusedOn({ ...open, reason: SATURATED }), id);
+    assert.equal(await refusedOn(open, { deadlineMs: 1000 }), id);
+    const cooling = { ...open, reason: Reason.REASON_UPSTREAM_COOLING_DOWN, retryAfter: durationFromMs(10) };
+    assert.equal(await refusedOn(cooling, { maxAttempts: 2 }), id);
+    // An allowed answer paced past the deadline: the daemon refused nothing.
+    assert.equal(await refusedOn({ wait: durationFromMs(2000), decisionId: id }, { deadlineMs: 1000 }), "");
+    // A stand-in's id is bounded as the client bounds the daemon's.
+    assert.equal(await refusedOn({ ...open, decisionId: "x".repeat(65) }, { deadlineMs: 1000 }), "");
   });
 
   test("a hostile wait is never a stall: a day away without a deadline sheds, a negative one starts now", async () => {

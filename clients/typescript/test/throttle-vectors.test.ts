@@ -43,6 +43,7 @@ const METHODS: ReadonlySet<string> = new Set<RpcMethod>([
   "ReportOutcome",
   "GetUpstreams",
   "GetEvents",
+  "ExplainDecision",
 ]);
 
 /**

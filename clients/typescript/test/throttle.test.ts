@@ -21,7 +21,7 @@ const NOT_SENT = /^squawk: not sent: the daemon answered 0 of the last (\d+) (\w
 
 /** The fallback's decision of INPUT, as the client gives it. */
 function fallbackDecision(): Decision {
-  return { ...fallbackDecide(decideRequest(INPUT), Date.now()), fallback: true };
+  return { ...fallbackDecide(decideRequest(INPUT), Date.now()), decisionId: "", fallback: true };
 }
 
 describe("against a daemon refusing every call for load", () => {

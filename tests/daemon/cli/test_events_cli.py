@@ -120,3 +120,28 @@ def test_an_unknown_profile_is_refused_by_name(pod: Daemon) -> None:
     done = squawk("events", "--target", pod.target, "--profile", "nope")
     assert done.returncode == 2
     assert done.stderr.startswith("squawk: INVALID_ARGUMENT: profile:"), done.stderr
+
+
+def test_explain_shows_a_refusal_its_state_and_the_events_before_it(
+    pod: Daemon, stub: pb_grpc.PolicyServiceStub
+) -> None:
+    refused = stub.Admit(pb.AdmitRequest(upstream="tripping"), timeout=10)
+    assert not refused.allowed and refused.decision_id
+    done = squawk("explain", "--target", pod.target, refused.decision_id)
+    assert (done.returncode, done.stderr) == (0, "")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"decision {refused.decision_id}: Admit refused at 20")
+    assert lines[1:4] == [
+        "upstream: default tripping",
+        "reason: CIRCUIT_OPEN",
+        f"  {refused.explanation}",
+    ]
+    assert lines[4] == "state then: breaker OPEN, pace none"
+    assert lines[5] == "events before it:"
+    assert " breaker default tripping CLOSED -> OPEN (until " in lines[6]
+
+
+def test_explain_of_an_id_not_kept_says_so(pod: Daemon) -> None:
+    done = squawk("explain", "--target", pod.target, "000000-9")
+    assert done.returncode == 1
+    assert done.stderr.startswith("squawk: NOT_FOUND: decision_id: '000000-9' is not kept")

@@ -29,6 +29,8 @@ profiles:
       flaky:
         circuit_breaker:
           {minimum_calls: 4, failure_ratio: 0.5, window: 10s, open_for: 1s, half_open_probes: 2}
+      explain-me:
+        circuit_breaker: {minimum_calls: 4, failure_ratio: 0.5, window: 60s, open_for: 60s}
       shed-me:
         rate_limit: {rate: 1, burst: 1, max_queue_delay: 50ms}
       status-trip:
@@ -284,3 +286,58 @@ def test_a_burst_of_sheds_is_one_event_with_the_first_ones_explanation(
     (shed,) = sheds
     assert (shed.before, shed.after) == ("", "shedding: upstream saturated")
     assert shed.cause == refused[0].explanation and shed.cause.startswith("The call would wait")
+
+
+def test_a_refusal_names_a_decision_that_explains_itself(
+    stubs: list[pb_grpc.PolicyServiceStub],
+) -> None:
+    a, b, _ = stubs
+    allowed = a.Admit(pb.AdmitRequest(upstream="explain-me"), timeout=5)
+    assert allowed.allowed and allowed.decision_id == ""
+    for _ in range(4):
+        _report(b, pb.Outcome(upstream="explain-me", http_status=503))
+    refused = a.Admit(pb.AdmitRequest(upstream="explain-me"), timeout=5)
+    assert not refused.allowed and refused.reason == pb.REASON_CIRCUIT_OPEN
+    assert refused.decision_id
+    why: pb.ExplainDecisionResponse = b.ExplainDecision(
+        pb.ExplainDecisionRequest(decision_id=refused.decision_id), timeout=5
+    )
+    assert (why.decision_id, why.rpc, why.profile, why.upstream) == (
+        refused.decision_id,
+        "Admit",
+        "default",
+        "explain-me",
+    )
+    assert (why.reason, why.explanation) == (refused.reason, refused.explanation)
+    assert why.breaker_state == pb.BREAKER_STATE_OPEN
+    # What changed before it: the trip, with the window that tripped it.
+    assert [(e.before, e.after) for e in why.events] == [("CLOSED", "OPEN")]
+    assert why.events[0].cause.startswith("4 of 4 calls in the window failed")
+    # A DecideRetry that fails the step on the open upstream names its own.
+    failed = a.DecideRetry(
+        pb.DecideRetryRequest(attempt=1, http_status=503, upstream="explain-me"), timeout=5
+    )
+    assert failed.action == pb.ACTION_FAIL and failed.decision_id
+    assert failed.decision_id != refused.decision_id
+    again = b.ExplainDecision(pb.ExplainDecisionRequest(decision_id=failed.decision_id), timeout=5)
+    assert (again.rpc, again.reason) == ("DecideRetry", failed.reason)
+
+
+@pytest.mark.parametrize(
+    ("decision_id", "code", "starts"),
+    [
+        ("", grpc.StatusCode.INVALID_ARGUMENT, "decision_id:"),
+        ("x" * 65, grpc.StatusCode.INVALID_ARGUMENT, "decision_id:"),
+        ("000000-1", grpc.StatusCode.NOT_FOUND, "decision_id: '000000-1' is not kept"),
+        (SECRET, grpc.StatusCode.NOT_FOUND, "decision_id: '[REDACTED]' is not kept"),
+    ],
+)
+def test_an_id_not_kept_is_not_found_and_a_bad_one_refused(
+    stubs: list[pb_grpc.PolicyServiceStub], decision_id: str, code: grpc.StatusCode, starts: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        stubs[0].ExplainDecision(pb.ExplainDecisionRequest(decision_id=decision_id), timeout=5)
+    assert caught.value.code() == code
+    details = caught.value.details() or ""
+    assert details.startswith(starts), details
+    assert SECRET not in details

@@ -47,6 +47,8 @@ export const PUBLIC_VALUES: readonly string[] = [
   "DecideRetryRequest",
   "DecideRetryResponse",
   "Event",
+  "ExplainDecisionRequest",
+  "ExplainDecisionResponse",
   "FleetState",
   "GetEventsRequest",
   "GetEventsResponse",

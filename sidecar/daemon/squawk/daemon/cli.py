@@ -28,6 +28,7 @@ from . import settings, upstream_watch
 from .config import ConfigError, load_config, load_policy, needs, parse_config, read_policy_file
 from .dial import add_target_flags, check_local, hint, open_channel
 from .event_list import list_events
+from .explain import explain
 from .local import classify_locally, decide_locally
 from .pem import shown_path
 from .server.lifecycle.app import BindError, Daemon, default_shutdown_notice
@@ -197,6 +198,17 @@ def _parser() -> argparse.ArgumentParser:
         "--follow",
         action="store_true",
         help="go on printing new events every second until Ctrl-C, as tail -f",
+    )
+    why = sub.add_parser(
+        "explain",
+        help="why a step was refused: the decision an id names, its state and the events before it",
+        parents=[log_level],
+    )
+    add_target_flags(why, required=True, help="the running daemon's address")
+    why.add_argument(
+        "decision_id",
+        metavar="ID",
+        help="the decision_id of a refused Admit or a FAIL (a runner's failure carries it)",
     )
     live = sub.add_parser(
         "top",
@@ -410,6 +422,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
                 return upstream_watch.watch(args, sys.stdout, sys.stderr)
             print(list_upstreams(args))
             return 0
+        if args.command == "explain":
+            return explain(args, sys.stdout)
         if args.command == "top":
             return top(args, sys.stdout, sys.stderr)
         if args.command == "events":

@@ -30,14 +30,15 @@ from squawk.v1 import policy_pb2_grpc as pb_grpc
 
 from .dial import hint, open_channel
 
-__all__ = ["FOLLOW_EVERY_S", "event_cells", "event_line", "list_events"]
+__all__ = ["FOLLOW_EVERY_S", "event_cells", "event_line", "list_events", "when"]
 
 FOLLOW_EVERY_S = 1.0
 # Pages read at most in one go: the history holds 4,096 events, 9 pages.
 _MAX_PAGES = 20
 
 
-def _when(t: Timestamp, date: bool = True) -> str:
+def when(t: Timestamp, date: bool = True) -> str:
+    """A timestamp as the CLI shows it: UTC, to the millisecond."""
     at = datetime.fromtimestamp(t.ToNanoseconds() / 1e9, UTC)
     text = at.strftime("%Y-%m-%dT%H:%M:%S.%f" if date else "%H:%M:%S.%f")
     return text[:-3] + "Z"
@@ -51,8 +52,8 @@ def event_cells(e: pb.Event) -> tuple[str, str, str, str, str, str, str]:
     name = redact(repr(e.upstream)[1:-1])
     change = f"{e.before} -> {e.after}" if e.before else e.after
     if e.HasField("until"):
-        change += f" (until {_when(e.until, date=False)})"
-    return _when(e.time), f"#{e.number}", kind, e.profile, name, change, e.cause
+        change += f" (until {when(e.until, date=False)})"
+    return when(e.time), f"#{e.number}", kind, e.profile, name, change, e.cause
 
 
 def event_line(e: pb.Event) -> str:

@@ -1195,7 +1195,16 @@ export interface DecideRetryResponse {
    * ratio budget, unset for a token bucket), or, for DEADLINE_EXCEEDED
    * caused by the shared cool-down, the cool-down left.
    */
-  retryAfter: Duration | undefined;
+  retryAfter:
+    | Duration
+    | undefined;
+  /**
+   * Set when the request named an upstream and the answer is FAIL: the
+   * decision's id, for ExplainDecision (`squawk explain ID`). Valid with the
+   * daemon process that gave it, while it keeps the decision (the latest
+   * 4,096).
+   */
+  decisionId?: string | undefined;
 }
 
 /** DecideRetryBatchRequest asks for many decisions in one call. */
@@ -1594,6 +1603,12 @@ export interface AdmitResponse {
    * another caller waits for the slot.
    */
   holdsSlot: boolean;
+  /**
+   * Set when the call was refused (allowed is false) on a named upstream:
+   * the decision's id, for ExplainDecision (`squawk explain ID`), as
+   * DecideRetryResponse.decision_id.
+   */
+  decisionId?: string | undefined;
 }
 
 /** Outcome is how one dispatch ended. */
@@ -1965,6 +1980,52 @@ export interface Event {
    * a cool-down's end. Unset when nothing ends it.
    */
   until: Date | undefined;
+}
+
+/** ExplainDecisionRequest names one decision. */
+export interface ExplainDecisionRequest {
+  /**
+   * Required. An AdmitResponse's or DecideRetryResponse's decision_id, from
+   * this daemon process. At most 64 characters.
+   */
+  decisionId: string;
+}
+
+/**
+ * ExplainDecisionResponse is one decision, the state it was made in, and
+ * what changed before it.
+ */
+export interface ExplainDecisionResponse {
+  /** The id asked for. */
+  decisionId: string;
+  /** When it was made. */
+  time:
+    | Date
+    | undefined;
+  /** "Admit" or "DecideRetry". */
+  rpc: string;
+  /** The profile whose settings applied. */
+  profile: string;
+  /** The upstream's name, as any caller string is shown: secrets redacted. */
+  upstream: string;
+  /** The rule that decided. */
+  reason: Reason;
+  /** The decision's own explanation, as its answer carried it. */
+  explanation: string;
+  /** The pod's breaker for the upstream when the decision was made. */
+  breakerState: BreakerState;
+  /**
+   * Where the upstream's pace came from when it was made, as last looked
+   * at (at most 0.1 s before).
+   */
+  paceSource: PaceSource;
+  /** The calls per second that pace allowed; 0 when none. */
+  rate: number;
+  /**
+   * The upstream's latest events (at most 10) up to the decision, oldest
+   * first: what changed before it, with each change's cause.
+   */
+  events: Event[];
 }
 
 function createBaseClassifyRequest(): ClassifyRequest {
@@ -2929,6 +2990,7 @@ function createBaseDecideRetryResponse(): DecideRetryResponse {
     consumesAttempt: false,
     classification: undefined,
     retryAfter: undefined,
+    decisionId: undefined,
   };
 }
 
@@ -2954,6 +3016,9 @@ export const DecideRetryResponse: MessageFns<DecideRetryResponse> = {
     }
     if (message.retryAfter !== undefined) {
       Duration.encode(message.retryAfter, writer.uint32(58).fork()).join();
+    }
+    if (message.decisionId !== undefined) {
+      writer.uint32(66).string(message.decisionId);
     }
     return writer;
   },
@@ -3027,6 +3092,14 @@ export const DecideRetryResponse: MessageFns<DecideRetryResponse> = {
             message.retryAfter = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.decisionId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3056,6 +3129,11 @@ export const DecideRetryResponse: MessageFns<DecideRetryResponse> = {
         : isSet(object.retry_after)
         ? Duration.fromJSON(object.retry_after)
         : undefined,
+      decisionId: isSet(object.decisionId)
+        ? globalThis.String(object.decisionId)
+        : isSet(object.decision_id)
+        ? globalThis.String(object.decision_id)
+        : undefined,
     };
   },
 
@@ -3082,6 +3160,9 @@ export const DecideRetryResponse: MessageFns<DecideRetryResponse> = {
     if (message.retryAfter !== undefined) {
       obj.retryAfter = Duration.toJSON(message.retryAfter);
     }
+    if (message.decisionId !== undefined) {
+      obj.decisionId = message.decisionId;
+    }
     return obj;
   },
 
@@ -3103,6 +3184,7 @@ export const DecideRetryResponse: MessageFns<DecideRetryResponse> = {
     message.retryAfter = (object.retryAfter !== undefined && object.retryAfter !== null)
       ? Duration.fromPartial(object.retryAfter)
       : undefined;
+    message.decisionId = object.decisionId ?? undefined;
     return message;
   },
 };
@@ -4610,6 +4692,7 @@ function createBaseAdmitResponse(): AdmitResponse {
     admissionId: "",
     spacing: undefined,
     holdsSlot: false,
+    decisionId: undefined,
   };
 }
 
@@ -4650,6 +4733,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     }
     if (message.holdsSlot !== false) {
       writer.uint32(96).bool(message.holdsSlot);
+    }
+    if (message.decisionId !== undefined) {
+      writer.uint32(106).string(message.decisionId);
     }
     return writer;
   },
@@ -4763,6 +4849,14 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
             message.holdsSlot = reader.bool();
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.decisionId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4805,6 +4899,11 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
         : isSet(object.holds_slot)
         ? globalThis.Boolean(object.holds_slot)
         : false,
+      decisionId: isSet(object.decisionId)
+        ? globalThis.String(object.decisionId)
+        : isSet(object.decision_id)
+        ? globalThis.String(object.decision_id)
+        : undefined,
     };
   },
 
@@ -4846,6 +4945,9 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
     if (message.holdsSlot !== false) {
       obj.holdsSlot = message.holdsSlot;
     }
+    if (message.decisionId !== undefined) {
+      obj.decisionId = message.decisionId;
+    }
     return obj;
   },
 
@@ -4872,6 +4974,7 @@ export const AdmitResponse: MessageFns<AdmitResponse> = {
       ? Duration.fromPartial(object.spacing)
       : undefined;
     message.holdsSlot = object.holdsSlot ?? false;
+    message.decisionId = object.decisionId ?? undefined;
     return message;
   },
 };
@@ -6777,6 +6880,332 @@ export const Event: MessageFns<Event> = {
   },
 };
 
+function createBaseExplainDecisionRequest(): ExplainDecisionRequest {
+  return { decisionId: "" };
+}
+
+export const ExplainDecisionRequest: MessageFns<ExplainDecisionRequest> = {
+  encode(message: ExplainDecisionRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.decisionId !== "") {
+      writer.uint32(10).string(message.decisionId);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExplainDecisionRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExplainDecisionRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.decisionId = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExplainDecisionRequest {
+    return {
+      decisionId: isSet(object.decisionId)
+        ? globalThis.String(object.decisionId)
+        : isSet(object.decision_id)
+        ? globalThis.String(object.decision_id)
+        : "",
+    };
+  },
+
+  toJSON(message: ExplainDecisionRequest): unknown {
+    const obj: any = {};
+    if (message.decisionId !== "") {
+      obj.decisionId = message.decisionId;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ExplainDecisionRequest>): ExplainDecisionRequest {
+    return ExplainDecisionRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ExplainDecisionRequest>): ExplainDecisionRequest {
+    const message = createBaseExplainDecisionRequest();
+    message.decisionId = object.decisionId ?? "";
+    return message;
+  },
+};
+
+function createBaseExplainDecisionResponse(): ExplainDecisionResponse {
+  return {
+    decisionId: "",
+    time: undefined,
+    rpc: "",
+    profile: "",
+    upstream: "",
+    reason: Reason.REASON_UNSPECIFIED,
+    explanation: "",
+    breakerState: BreakerState.BREAKER_STATE_UNSPECIFIED,
+    paceSource: PaceSource.PACE_SOURCE_UNSPECIFIED,
+    rate: 0,
+    events: [],
+  };
+}
+
+export const ExplainDecisionResponse: MessageFns<ExplainDecisionResponse> = {
+  encode(message: ExplainDecisionResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.decisionId !== "") {
+      writer.uint32(10).string(message.decisionId);
+    }
+    if (message.time !== undefined) {
+      Timestamp.encode(toTimestamp(message.time), writer.uint32(18).fork()).join();
+    }
+    if (message.rpc !== "") {
+      writer.uint32(26).string(message.rpc);
+    }
+    if (message.profile !== "") {
+      writer.uint32(34).string(message.profile);
+    }
+    if (message.upstream !== "") {
+      writer.uint32(42).string(message.upstream);
+    }
+    if (message.reason !== Reason.REASON_UNSPECIFIED) {
+      writer.uint32(48).int32(reasonToNumber(message.reason));
+    }
+    if (message.explanation !== "") {
+      writer.uint32(58).string(message.explanation);
+    }
+    if (message.breakerState !== BreakerState.BREAKER_STATE_UNSPECIFIED) {
+      writer.uint32(64).int32(breakerStateToNumber(message.breakerState));
+    }
+    if (message.paceSource !== PaceSource.PACE_SOURCE_UNSPECIFIED) {
+      writer.uint32(72).int32(paceSourceToNumber(message.paceSource));
+    }
+    if (message.rate !== 0) {
+      writer.uint32(81).double(message.rate);
+    }
+    for (const v of message.events) {
+      Event.encode(v!, writer.uint32(90).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ExplainDecisionResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseExplainDecisionResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.decisionId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.time = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.rpc = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.profile = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.upstream = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.reason = reasonFromJSON(reader.int32());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.explanation = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.breakerState = breakerStateFromJSON(reader.int32());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.paceSource = paceSourceFromJSON(reader.int32());
+            continue;
+          }
+          case 10: {
+            if (tag !== 81) {
+              break;
+            }
+
+            message.rate = reader.double();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.events.push(Event.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ExplainDecisionResponse {
+    return {
+      decisionId: isSet(object.decisionId)
+        ? globalThis.String(object.decisionId)
+        : isSet(object.decision_id)
+        ? globalThis.String(object.decision_id)
+        : "",
+      time: isSet(object.time) ? fromJsonTimestamp(object.time) : undefined,
+      rpc: isSet(object.rpc) ? globalThis.String(object.rpc) : "",
+      profile: isSet(object.profile) ? globalThis.String(object.profile) : "",
+      upstream: isSet(object.upstream) ? globalThis.String(object.upstream) : "",
+      reason: isSet(object.reason) ? reasonFromJSON(object.reason) : Reason.REASON_UNSPECIFIED,
+      explanation: isSet(object.explanation) ? globalThis.String(object.explanation) : "",
+      breakerState: isSet(object.breakerState)
+        ? breakerStateFromJSON(object.breakerState)
+        : isSet(object.breaker_state)
+        ? breakerStateFromJSON(object.breaker_state)
+        : BreakerState.BREAKER_STATE_UNSPECIFIED,
+      paceSource: isSet(object.paceSource)
+        ? paceSourceFromJSON(object.paceSource)
+        : isSet(object.pace_source)
+        ? paceSourceFromJSON(object.pace_source)
+        : PaceSource.PACE_SOURCE_UNSPECIFIED,
+      rate: isSet(object.rate) ? globalThis.Number(object.rate) : 0,
+      events: globalThis.Array.isArray(object?.events) ? object.events.map((e: any) => Event.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: ExplainDecisionResponse): unknown {
+    const obj: any = {};
+    if (message.decisionId !== "") {
+      obj.decisionId = message.decisionId;
+    }
+    if (message.time !== undefined) {
+      obj.time = message.time.toISOString();
+    }
+    if (message.rpc !== "") {
+      obj.rpc = message.rpc;
+    }
+    if (message.profile !== "") {
+      obj.profile = message.profile;
+    }
+    if (message.upstream !== "") {
+      obj.upstream = message.upstream;
+    }
+    if (message.reason !== Reason.REASON_UNSPECIFIED) {
+      obj.reason = reasonToJSON(message.reason);
+    }
+    if (message.explanation !== "") {
+      obj.explanation = message.explanation;
+    }
+    if (message.breakerState !== BreakerState.BREAKER_STATE_UNSPECIFIED) {
+      obj.breakerState = breakerStateToJSON(message.breakerState);
+    }
+    if (message.paceSource !== PaceSource.PACE_SOURCE_UNSPECIFIED) {
+      obj.paceSource = paceSourceToJSON(message.paceSource);
+    }
+    if (message.rate !== 0) {
+      obj.rate = floatToJson(message.rate);
+    }
+    if (message.events?.length) {
+      obj.events = message.events.map((e) => Event.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<ExplainDecisionResponse>): ExplainDecisionResponse {
+    return ExplainDecisionResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<ExplainDecisionResponse>): ExplainDecisionResponse {
+    const message = createBaseExplainDecisionResponse();
+    message.decisionId = object.decisionId ?? "";
+    message.time = object.time ?? undefined;
+    message.rpc = object.rpc ?? "";
+    message.profile = object.profile ?? "";
+    message.upstream = object.upstream ?? "";
+    message.reason = object.reason ?? Reason.REASON_UNSPECIFIED;
+    message.explanation = object.explanation ?? "";
+    message.breakerState = object.breakerState ?? BreakerState.BREAKER_STATE_UNSPECIFIED;
+    message.paceSource = object.paceSource ?? PaceSource.PACE_SOURCE_UNSPECIFIED;
+    message.rate = object.rate ?? 0;
+    message.events = object.events?.map((e) => Event.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 /**
  * PolicyService answers "what kind of failure is this, and what should the
  * executor do about it" from one policy shared by every executor in the pod.
@@ -6920,6 +7349,23 @@ export const PolicyServiceService = {
     responseSerialize: (value: GetEventsResponse): Buffer => Buffer.from(GetEventsResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetEventsResponse => GetEventsResponse.decode(value),
   },
+  /**
+   * ExplainDecision says why a step was refused: the decision a
+   * decision_id names (an Admit refused, a DecideRetry that answered FAIL
+   * on a named upstream), the upstream's state when it was made, and the
+   * upstream's events before it.
+   */
+  explainDecision: {
+    path: "/squawk.v1.PolicyService/ExplainDecision" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ExplainDecisionRequest): Buffer =>
+      Buffer.from(ExplainDecisionRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ExplainDecisionRequest => ExplainDecisionRequest.decode(value),
+    responseSerialize: (value: ExplainDecisionResponse): Buffer =>
+      Buffer.from(ExplainDecisionResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ExplainDecisionResponse => ExplainDecisionResponse.decode(value),
+  },
 } as const;
 
 export interface PolicyServiceServer extends UntypedServiceImplementation {
@@ -6982,6 +7428,13 @@ export interface PolicyServiceServer extends UntypedServiceImplementation {
    * oldest first.
    */
   getEvents: handleUnaryCall<GetEventsRequest, GetEventsResponse>;
+  /**
+   * ExplainDecision says why a step was refused: the decision a
+   * decision_id names (an Admit refused, a DecideRetry that answered FAIL
+   * on a named upstream), the upstream's state when it was made, and the
+   * upstream's events before it.
+   */
+  explainDecision: handleUnaryCall<ExplainDecisionRequest, ExplainDecisionResponse>;
 }
 
 export interface PolicyServiceClient extends Client {
@@ -7169,6 +7622,27 @@ export interface PolicyServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetEventsResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * ExplainDecision says why a step was refused: the decision a
+   * decision_id names (an Admit refused, a DecideRetry that answered FAIL
+   * on a named upstream), the upstream's state when it was made, and the
+   * upstream's events before it.
+   */
+  explainDecision(
+    request: ExplainDecisionRequest,
+    callback: (error: ServiceError | null, response: ExplainDecisionResponse) => void,
+  ): ClientUnaryCall;
+  explainDecision(
+    request: ExplainDecisionRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ExplainDecisionResponse) => void,
+  ): ClientUnaryCall;
+  explainDecision(
+    request: ExplainDecisionRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ExplainDecisionResponse) => void,
   ): ClientUnaryCall;
 }
 

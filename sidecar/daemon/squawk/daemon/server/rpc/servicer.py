@@ -17,6 +17,7 @@ import grpc
 
 from squawk.policy import (
     Action,
+    BreakerState,
     Decision,
     Outcome,
     Policy,
@@ -53,7 +54,9 @@ from squawk.wire import (
 
 from ...analysis import Analyzer, AnalyzerSettings, wire
 from ..telemetry import spans
-from ..telemetry.event_page import answer
+from ..telemetry.decisions_kept import CAPACITY as KEPT_DECISIONS
+from ..telemetry.decisions_kept import MAX_ID_CHARS
+from ..telemetry.event_page import answer, fill_event
 from ..telemetry.fields import admission_fields, classification_fields, decision_fields
 from ..telemetry.observer import Observer
 from ..telemetry.spans import ServerSpans
@@ -174,7 +177,18 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         after, source = await self.store.after_failure(
             profile, request.upstream, failed, decision, deadline
         )
-        return after, decision_message(after), source
+        reply = decision_message(after)
+        if reply.action == pb.ACTION_FAIL:
+            upstreams = self.store.upstreams
+            reply.decision_id = self._observer.keep(
+                "DecideRetry",
+                profile.name,
+                request.upstream,
+                reply,
+                upstreams.breaker_of(profile.name, request.upstream),
+                upstreams.pace_of(profile.name, request.upstream),
+            )
+        return after, reply, source
 
     @boundary
     async def Classify(
@@ -304,6 +318,15 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
             upstreams = self.store.upstreams
             pace = upstreams.pace_of(profile.name, request.upstream)
             reply = admission_message(admission)
+            if not reply.allowed:
+                reply.decision_id = self._observer.keep(
+                    "Admit",
+                    profile.name,
+                    request.upstream,
+                    reply,
+                    BreakerState(reply.breaker_state or BreakerState.CLOSED),
+                    pace,
+                )
             room = reply.reason in (pb.REASON_UPSTREAM_SATURATED, pb.REASON_IN_FLIGHT_CAP)
             if room and not reply.allowed and upstreams.tracks(profile.name, request.upstream):
                 self._observer.shed(profile.name, request.upstream, reply)
@@ -400,6 +423,52 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         """One page of the event history (telemetry/event_page.py): at most
         MAX_PAGE events, found by index, so a call costs its page alone."""
         return self.events_page(request)
+
+    @boundary
+    async def ExplainDecision(
+        self,
+        request: pb.ExplainDecisionRequest,
+        context: grpc.aio.ServicerContext[pb.ExplainDecisionRequest, pb.ExplainDecisionResponse],
+    ) -> pb.ExplainDecisionResponse:
+        """A refusal kept (telemetry/decisions_kept.py), its state and the
+        upstream's events before it; NOT_FOUND for an id not kept."""
+        check_chars("decision_id", request.decision_id, MAX_ID_CHARS)
+        if not request.decision_id:
+            raise PolicyInputError(
+                "decision_id", "is required: an AdmitResponse's or DecideRetryResponse's"
+            )
+        reply = self.explain(request.decision_id)
+        if reply is None:
+            shown = shown_text(request.decision_id, MAX_ID_CHARS)
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"decision_id: {shown!r} is not kept: the daemon keeps the latest "
+                f"{KEPT_DECISIONS:,} refusals, and a restarted daemon none of the last one's",
+            )
+        assert reply is not None
+        return reply
+
+    def explain(self, decision_id: str) -> pb.ExplainDecisionResponse | None:
+        """ExplainDecision's answer, or None when `decision_id` is not kept."""
+        kept = self._observer.kept.get(decision_id)
+        if kept is None:
+            return None
+        reply = pb.ExplainDecisionResponse(
+            decision_id=decision_id,
+            rpc=kept.rpc,
+            profile=kept.profile,
+            upstream=kept.upstream,
+            reason=kept.reason,  # type: ignore[arg-type]
+            explanation=kept.explanation,
+            breaker_state=kept.breaker_state,  # type: ignore[arg-type]
+            pace_source=kept.pace_source,  # type: ignore[arg-type]
+            rate=kept.rate,
+        )
+        reply.time.FromNanoseconds(int(kept.at * 1e9))
+        ring = self._observer.events
+        for event in ring.before(kept.last_event, kept.upstream, kept.profile):
+            fill_event(event, reply.events.add())
+        return reply
 
     def upstream_rows(self, limit: int) -> tuple[list[pb.UpstreamState], int]:
         """Up to `limit` tracked upstreams as GetUpstreams shows them, those

@@ -14,7 +14,7 @@ from squawk.v1 import policy_pb2 as pb
 
 from .events import Event, EventRing
 
-__all__ = ["DEFAULT_PAGE", "MAX_QUERY_CHARS", "answer", "request_from_query"]
+__all__ = ["DEFAULT_PAGE", "MAX_QUERY_CHARS", "answer", "fill_event", "request_from_query"]
 
 # A page when page_size is unset.
 DEFAULT_PAGE = 100
@@ -54,7 +54,7 @@ def answer(
     )
     reply = pb.GetEventsResponse(next_after=page.next_after, lost=page.lost)
     for event in page.events:
-        _fill(event, reply.events.add())
+        fill_event(event, reply.events.add())
     return reply
 
 
@@ -90,7 +90,7 @@ def request_from_query(query: str) -> pb.GetEventsRequest:
     return request
 
 
-def _fill(event: Event, out: pb.Event) -> None:
+def fill_event(event: Event, out: pb.Event) -> None:
     out.number = event.seq
     out.time.FromNanoseconds(int(event.at * 1e9))
     out.kind = _KINDS[event.kind]

@@ -104,6 +104,20 @@ class EventRing:
                     break
         return Page(tuple(found), last, lost)
 
+    def before(
+        self, number: int, upstream: str, profile: str, count: int = 10
+    ) -> tuple[Event, ...]:
+        """The latest `count` events of (`profile`, `upstream`) numbered at
+        most `number`, oldest first."""
+        found: list[Event] = []
+        for event in reversed(tuple(self._events)):
+            if event.seq > number or event.upstream != upstream or event.profile != profile:
+                continue
+            found.append(event)
+            if len(found) == count:
+                break
+        return tuple(reversed(found))
+
     @property
     def last(self) -> int:
         """The number of the latest event (0 before the first)."""

@@ -28,6 +28,7 @@ from squawk.v1 import policy_pb2 as pb
 from ...throttle import LOG_EVERY_S, Throttle
 from ..tracking.registry import CoolDown, Key, PaceChange, Transition, pinned_keys
 from .decision_log import LOG_SLICE, write_line
+from .decisions_kept import Kept, KeptDecisions
 from .events import EventRing
 from .fields import Field, decision_fields
 from .metrics import MAX_UPSTREAM_LABELS, OTHER_UPSTREAMS, Metrics, label_value
@@ -97,8 +98,10 @@ class Observer:
         self.active = metrics is not None or log is not None
         self._shown: dict[str, str] = {}
         self._throttle = Throttle(LOG_EVERY_S)
-        # What changed, and why: the event history (telemetry/events.py).
+        # What changed, and why: the event history (telemetry/events.py);
+        # and the refusals kept for `squawk explain` (decisions_kept.py).
         self.events = EventRing()
+        self.kept = KeptDecisions()
         # The keys with a metric label of their own, and the policy file's keys.
         self._labels: dict[Key, str] = {}
         self._pinned: frozenset[Key] = frozenset()
@@ -281,6 +284,34 @@ class Observer:
             f"cooling for {shown_seconds(c.left)}",
             c.cause,
             now + c.left,
+        )
+
+    def keep(
+        self,
+        rpc: str,
+        profile: str,
+        upstream: str,
+        answer: pb.AdmitResponse | pb.DecideRetryResponse,
+        breaker: BreakerState,
+        pace: tuple[PaceSource, float],
+    ) -> str:
+        """Keep a refusal (an Admit refused, a DecideRetry's FAIL) for
+        ExplainDecision, with the upstream's state and the latest event's
+        number now; its id."""
+        shown = self._safe({"squawk.upstream": upstream})
+        return self.kept.keep(
+            Kept(
+                time.time(),
+                rpc,
+                profile,
+                str(shown["squawk.upstream"]),
+                int(answer.reason),
+                shown_text(answer.explanation, MAX_CAUSE_CHARS * 2),
+                int(breaker),
+                int(pace[0]),
+                pace[1],
+                self.events.last,
+            )
         )
 
     def shed(self, profile: str, upstream: str, reply: pb.AdmitResponse) -> None:

@@ -457,6 +457,11 @@ class Upstreams:
             state = self._overflow.get(profile.name, _FRESH)
         return admit(state, config, self._clock(), deadline=deadline, cost=cost)[1].allowed
 
+    def breaker_of(self, profile: str, upstream: str) -> BreakerState:
+        """The key's breaker state as last stored (CLOSED when untracked)."""
+        entry = self._find((profile, upstream))
+        return BreakerState.CLOSED if entry is None else entry.state.breaker.state
+
     def pace_of(self, profile: str, upstream: str) -> tuple[PaceSource, float]:
         """The key's pace (source, calls/s) as last looked at: at most
         _PACE_LOOK_S old. An untracked key's reads as none."""
