@@ -29,13 +29,18 @@ def loadgen(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_a_tiny_views_run(loadgen: Path, tmp_path: Path) -> None:
     out = tmp_path / "views.json"
     args = ["--loadgen", str(loadgen), "--seconds", "1", "--rounds", "1", "--fill", "1"]
+    args += ["--viewers", "3"]
     assert views.main([*args, "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     (row,) = report["rounds"]
-    assert row["view_reads"] >= 1
+    # Three sets beside the load and one alone each read at least once.
+    assert row["view_reads"] >= 4 and row["viewers"] == 3 and row["scrapes"] >= 1
     assert row["loaded_cpu_per_s"] > 0 and row["loaded_viewed_cpu_per_s"] > 0
     assert row["views_share_of_loaded"] == pytest.approx(
-        (row["loaded_viewed_cpu_per_s"] - row["loaded_cpu_per_s"]) / row["loaded_cpu_per_s"]
+        (row["loaded_viewed_cpu_per_s"] - row["loaded_cpu_per_s"]) / 3 / row["loaded_cpu_per_s"]
+    )
+    assert row["scrape_share_of_loaded"] == pytest.approx(
+        (row["loaded_scraped_cpu_per_s"] - row["loaded_cpu_per_s"]) / 15 / row["loaded_cpu_per_s"]
     )
     assert report["views_share_of_loaded"] == row["views_share_of_loaded"]
     assert report["met"] == (report["views_share_of_loaded"] <= report["goal"] == 0.01)

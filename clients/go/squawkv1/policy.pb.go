@@ -2690,6 +2690,10 @@ type GetUpstreamsResponse struct {
 	// tracked after a listing began appears on a later page; one dropped
 	// meanwhile does not.
 	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The number of the newest event in the daemon's history (GetEvents'
+	// numbering; 0: none yet) as the page was built: a live view that has
+	// read up to it skips GetEvents, one RPC a refresh instead of two.
+	LastEvent     int64 `protobuf:"varint,4,opt,name=last_event,json=lastEvent,proto3" json:"last_event,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2743,6 +2747,13 @@ func (x *GetUpstreamsResponse) GetNextPageToken() string {
 		return x.NextPageToken
 	}
 	return ""
+}
+
+func (x *GetUpstreamsResponse) GetLastEvent() int64 {
+	if x != nil {
+		return x.LastEvent
+	}
+	return 0
 }
 
 // UpstreamState is the pod's view of one (profile, upstream).
@@ -3754,11 +3765,13 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x04 \x01(\tR\tpageToken\x12#\n" +
-	"\rinclude_fleet\x18\x05 \x01(\bR\fincludeFleet\"\x94\x01\n" +
+	"\rinclude_fleet\x18\x05 \x01(\bR\fincludeFleet\"\xb3\x01\n" +
 	"\x14GetUpstreamsResponse\x126\n" +
 	"\tupstreams\x18\x01 \x03(\v2\x18.squawk.v1.UpstreamStateR\tupstreams\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12&\n" +
-	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\"\xe4\x05\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\x12\x1d\n" +
+	"\n" +
+	"last_event\x18\x04 \x01(\x03R\tlastEvent\"\xe4\x05\n" +
 	"\rUpstreamState\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12<\n" +

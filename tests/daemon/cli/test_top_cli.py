@@ -2,10 +2,11 @@
 as the counters' change over the time between refreshes, the latest events
 underneath) from hand-made states; then the real command against a daemon
 three executors report to, plain into a pipe, and on a terminal, where
-keys sort, filter and quit."""
+keys sort, filter and quit; and what each refresh asks the daemon."""
 
 from __future__ import annotations
 
+import io
 import os
 import pty
 import select
@@ -13,13 +14,15 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 
 from conftest import ROOT, SQUAWK, Daemon, start_daemon
-from squawk.daemon.top import frame
+from squawk.daemon.cli import _parser
+from squawk.daemon.top import frame, top
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -176,3 +179,60 @@ def test_on_a_terminal_keys_sort_filter_and_quit(pod: Daemon) -> None:
             process.communicate()
     assert (process.returncode, err) == (0, b"")
     assert shown.count(b"\x1b[H\x1b[2J") >= 3
+
+
+_REAL_STUB = pb_grpc.PolicyServiceStub
+_CALLS: list[str] = []
+
+
+class _CountingStub:
+    """The real stub, counting the RPCs top sends."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self._stub = _REAL_STUB(channel)
+
+    def __getattr__(self, name: str) -> Any:
+        _CALLS.append(name)
+        return getattr(self._stub, name)
+
+
+class _Screen(io.StringIO):
+    """top's output; a cool-down begins as its first refresh is shown."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self._target = target
+
+    def write(self, text: str) -> int:
+        if not self.tell():
+            with grpc.insecure_channel(self._target) as channel:
+                _REAL_STUB(channel).ReportOutcome(
+                    pb.ReportOutcomeRequest(
+                        outcomes=[
+                            pb.Outcome(
+                                upstream="top-new", http_status=429, headers={"retry-after": "9"}
+                            )
+                        ]
+                    ),
+                    timeout=5,
+                )
+        return super().write(text)
+
+
+def test_a_refresh_asks_for_events_only_when_there_are_new_ones(
+    pod: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pb_grpc, "PolicyServiceStub", _CountingStub)
+    _CALLS.clear()
+    args = _parser().parse_args(
+        ["top", "--target", pod.target, "--interval", "0.1", "--count", "4"]
+    )
+    out = _Screen(pod.target)
+    assert top(args, out, io.StringIO()) == 0
+    # The first refresh reads the history; the second the cool-down begun
+    # after it; the two after that, with nothing new, GetUpstreams alone.
+    assert _CALLS == ["GetUpstreams", "GetEvents"] * 2 + ["GetUpstreams"] * 2
+    blocks = out.getvalue().split("\n\n# ")
+    assert len(blocks) == 4
+    assert "top-new" not in blocks[0].split("LATEST EVENTS", 1)[1]
+    assert all(" cool_down default top-new " in b.split("LATEST EVENTS", 1)[1] for b in blocks[1:])

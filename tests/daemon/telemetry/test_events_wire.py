@@ -341,3 +341,18 @@ def test_an_id_not_kept_is_not_found_and_a_bad_one_refused(
     details = caught.value.details() or ""
     assert details.startswith(starts), details
     assert SECRET not in details
+
+
+def test_get_upstreams_names_the_newest_event(stubs: list[pb_grpc.PolicyServiceStub]) -> None:
+    a, b, _ = stubs
+    # A cool-down begun is an event; every page of GetUpstreams names it.
+    _report(a, pb.Outcome(upstream="newest", http_status=429, headers={"retry-after": "5"}))
+    listed = b.GetUpstreams(pb.GetUpstreamsRequest(page_size=1), timeout=5)
+    newest = listed.last_event
+    assert newest > 0
+    # It is GetEvents' number of the cool-down just begun, the last one held.
+    (cooled,) = _all(a, "newest")
+    page = _events(a, after=newest - 1, page_size=500)
+    assert [e.upstream for e in page.events] == ["newest"] == [cooled.upstream]
+    assert page.next_after == newest
+    assert not _events(a, after=newest).events

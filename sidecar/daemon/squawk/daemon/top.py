@@ -1,13 +1,14 @@
 """`squawk top`: every upstream's state and what it does per second, with
 the latest events underneath, refreshed every second (issue 36).
 
-Each refresh reads GetUpstreams (every page) and the events since the last
-one (GetEvents). The per-second columns are the counters' change since the
-previous refresh over the time between them: PACED/S (Admits given a wait),
-SHED/S (refused UPSTREAM_SATURATED), THROTTLED/S (outcomes reported
-throttled); "-" on a row's first refresh. Rows with trouble come first (a
-breaker not CLOSED, a cool-down, a shed or a throttle since the last
-refresh), then by the sort key.
+Each refresh reads GetUpstreams (every page), and the events since the
+last one (GetEvents) only when GetUpstreams' last_event says there are
+any: one RPC a refresh while nothing happens. The per-second columns are
+the counters' change since the previous refresh over the time between
+them: PACED/S (Admits given a wait), SHED/S (refused UPSTREAM_SATURATED),
+THROTTLED/S (outcomes reported throttled); "-" on a row's first refresh.
+Rows with trouble come first (a breaker not CLOSED, a cool-down, a shed or
+a throttle since the last refresh), then by the sort key.
 
 On a terminal each refresh redraws the screen, and keys act at once: `s`
 moves to the next sort key (name, shed, throttled, paced), `f` shows only
@@ -187,15 +188,17 @@ def top(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             stub = pb_grpc.PolicyServiceStub(channel)
             while True:
                 try:
-                    states, _ = fetch_states(stub, args.profile)
-                    page = stub.GetEvents(
-                        pb.GetEventsRequest(after=after, profile=args.profile, page_size=500),
-                        timeout=10,
-                    )
-                    if page.next_after < after:  # the daemon restarted
-                        events.clear()
-                    events.extend(page.events)
-                    after = page.next_after
+                    states, _, last = fetch_states(stub, args.profile)
+                    if last != after:
+                        if last < after:  # the daemon restarted
+                            events.clear()
+                            after = 0
+                        page = stub.GetEvents(
+                            pb.GetEventsRequest(after=after, profile=args.profile, page_size=500),
+                            timeout=10,
+                        )
+                        events.extend(page.events)
+                        after = page.next_after
                     now = time.monotonic()
                     shown = frame(states, list(events), seen, now, sort, troubled_only)
                     text, seen, code = shown.text, shown.seen, 0

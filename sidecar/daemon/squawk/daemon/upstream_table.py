@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from google.protobuf.duration_pb2 import Duration
 
@@ -26,6 +27,7 @@ from .dial import open_channel
 __all__ = [
     "COLUMNS",
     "NO_FLEET_VIEW",
+    "Listing",
     "fetch_states",
     "list_upstreams",
     "read_upstreams",
@@ -153,28 +155,40 @@ def list_upstreams(args: argparse.Namespace) -> str:
         return read_upstreams(pb_grpc.PolicyServiceStub(channel), args)
 
 
+class Listing(NamedTuple):
+    """Every upstream GetUpstreams listed; whether it stopped at _MAX_PAGES;
+    the newest event's number as its first page was built."""
+
+    states: list[pb.UpstreamState]
+    stopped: bool
+    last_event: int
+
+
 def fetch_states(
     stub: pb_grpc.PolicyServiceStub, profile: str = "", fleet: bool = False
-) -> tuple[list[pb.UpstreamState], bool]:
-    """Every page of GetUpstreams, at most _MAX_PAGES; whether it stopped
-    there. Names tracked while it lists come on later pages: under a flood
-    of new names the listing stops at a bound rather than chase them."""
+) -> Listing:
+    """Every page of GetUpstreams, at most _MAX_PAGES. Names tracked while
+    it lists come on later pages: under a flood of new names the listing
+    stops at a bound rather than chase them."""
     states: list[pb.UpstreamState] = []
     request = pb.GetUpstreamsRequest(profile=profile, include_fleet=fleet)
+    last_event = -1
     for _ in range(_MAX_PAGES):
         reply = stub.GetUpstreams(request, timeout=10)
         states.extend(reply.upstreams)
+        if last_event < 0:
+            last_event = reply.last_event
         if not reply.next_page_token:
-            return states, False
+            return Listing(states, False, last_event)
         request.page_token = reply.next_page_token
-    return states, True
+    return Listing(states, True, last_event)
 
 
 def read_upstreams(stub: pb_grpc.PolicyServiceStub, args: argparse.Namespace) -> str:
     """Every page of GetUpstreams, sorted by profile and name for the table.
     With `args.fleet` the fleet's columns are added when any row has a view;
     when none has, the pod's table and NO_FLEET_VIEW under it."""
-    states, stopped = fetch_states(stub, args.profile, args.fleet)
+    states, stopped, _ = fetch_states(stub, args.profile, args.fleet)
     more = (
         f"\n(stopped after {_MAX_PAGES} pages; more upstreams are being tracked)" if stopped else ""
     )

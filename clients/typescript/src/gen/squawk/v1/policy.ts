@@ -1748,6 +1748,12 @@ export interface GetUpstreamsResponse {
    * meanwhile does not.
    */
   nextPageToken: string;
+  /**
+   * The number of the newest event in the daemon's history (GetEvents'
+   * numbering; 0: none yet) as the page was built: a live view that has
+   * read up to it skips GetEvents, one RPC a refresh instead of two.
+   */
+  lastEvent: number;
 }
 
 /** UpstreamState is the pod's view of one (profile, upstream). */
@@ -5652,7 +5658,7 @@ export const GetUpstreamsRequest: MessageFns<GetUpstreamsRequest> = {
 };
 
 function createBaseGetUpstreamsResponse(): GetUpstreamsResponse {
-  return { upstreams: [], truncated: false, nextPageToken: "" };
+  return { upstreams: [], truncated: false, nextPageToken: "", lastEvent: 0 };
 }
 
 export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
@@ -5665,6 +5671,9 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
     }
     if (message.nextPageToken !== "") {
       writer.uint32(26).string(message.nextPageToken);
+    }
+    if (message.lastEvent !== 0) {
+      writer.uint32(32).int64(message.lastEvent);
     }
     return writer;
   },
@@ -5706,6 +5715,14 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
             message.nextPageToken = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.lastEvent = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -5729,6 +5746,11 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
         : isSet(object.next_page_token)
         ? globalThis.String(object.next_page_token)
         : "",
+      lastEvent: isSet(object.lastEvent)
+        ? globalThis.Number(object.lastEvent)
+        : isSet(object.last_event)
+        ? globalThis.Number(object.last_event)
+        : 0,
     };
   },
 
@@ -5743,6 +5765,9 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
     if (message.nextPageToken !== "") {
       obj.nextPageToken = message.nextPageToken;
     }
+    if (message.lastEvent !== 0) {
+      obj.lastEvent = Math.round(message.lastEvent);
+    }
     return obj;
   },
 
@@ -5754,6 +5779,7 @@ export const GetUpstreamsResponse: MessageFns<GetUpstreamsResponse> = {
     message.upstreams = object.upstreams?.map((e) => UpstreamState.fromPartial(e)) || [];
     message.truncated = object.truncated ?? false;
     message.nextPageToken = object.nextPageToken ?? "";
+    message.lastEvent = object.lastEvent ?? 0;
     return message;
   },
 };

@@ -412,6 +412,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
         if more:
             reply.next_page_token = str(keys[-1][0])
             reply.truncated = True
+        reply.last_event = self._observer.events.last
         return reply
 
     @boundary
