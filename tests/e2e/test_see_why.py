@@ -19,18 +19,24 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import grpc
 import httpx
 import pytest
 
-from conftest import ROOT, SQUAWK, Daemon, start_daemon
+from conftest import ROOT, SQUAWK, Daemon, free_port, start_daemon
+from squawk.daemon.server.telemetry.events import CAPACITY
+from squawk.daemon.server.telemetry.metrics import MAX_UPSTREAM_LABELS, OTHER_UPSTREAMS
+from squawk.daemon.server.telemetry.status_page import EVENTS, MAX_ROWS
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 from squawk_client import AsyncSquawkClient, Reason, StepError, StepFailed, StepOptions, run_step
@@ -238,3 +244,53 @@ def test_three_executors_above_a_throttling_upstream(pod: Daemon, upstream: _Ups
     assert "pace learned " in told
     before = told.split("events before it:", 1)[1]
     assert " cool_down default llm " in before and "Retry-After 1 s" in before
+
+
+def test_a_flood_of_names_keeps_the_ring_the_labels_and_the_page_bounded(
+    tmp_path: Path,
+) -> None:
+    """6,000 invented names, each throttled with a Retry-After (a cool-down
+    begun, an event), and 300 more admitted: the history keeps its last
+    CAPACITY events, the metrics MAX_UPSTREAM_LABELS names of their own and
+    "other", the status page MAX_ROWS rows."""
+    port = free_port()
+    daemon = start_daemon("--metrics-listen", f"127.0.0.1:{port}")
+    try:
+        with grpc.insecure_channel(daemon.target) as channel:
+            stub = pb_grpc.PolicyServiceStub(channel)
+            for start in range(0, 6000, 1000):
+                stub.ReportOutcome(
+                    pb.ReportOutcomeRequest(
+                        outcomes=[
+                            pb.Outcome(
+                                upstream=f"invented-{i}",
+                                http_status=429,
+                                headers={"retry-after": "30"},
+                            )
+                            for i in range(start, start + 1000)
+                        ]
+                    ),
+                    timeout=30,
+                )
+            for i in range(300):  # an Admit's series carry its name
+                stub.Admit(pb.AdmitRequest(upstream=f"invented-admit-{i}"), timeout=10)
+            held, after = 0, 0
+            while True:
+                page = stub.GetEvents(pb.GetEventsRequest(after=after, page_size=500), timeout=10)
+                held += len(page.events)
+                if page.next_after == after:
+                    break
+                after = page.next_after
+            last = stub.GetUpstreams(pb.GetUpstreamsRequest(page_size=1), timeout=10).last_event
+        assert last >= 6000
+        assert held == CAPACITY
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            scrape = r.read().decode()
+        labels = set(re.findall(r'upstream="([^"]*)"', scrape))
+        assert OTHER_UPSTREAMS in labels
+        assert len(labels) <= MAX_UPSTREAM_LABELS + 1
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as r:
+            page_text = r.read().decode()
+        assert page_text.count("invented-") <= MAX_ROWS + EVENTS
+    finally:
+        daemon.stop()
