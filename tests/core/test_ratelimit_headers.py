@@ -22,6 +22,7 @@ from squawk.policy.limits import (
     MAX_POLICY_DURATION,
     MAX_RETRY_AFTER,
 )
+from squawk.policy.outcome import Outcome, is_near_limit
 from squawk.policy.ratelimit import MAX_COUNT, spent_quota_wait
 
 CASES = json.loads((ROOT / "tests" / "vectors" / "ratelimit_headers.json").read_text())["cases"]
@@ -178,3 +179,33 @@ def test_an_absolute_reset_needs_a_finite_clock() -> None:
     assert spent_quota_wait(headers, 1714564800.0) == (timedelta(seconds=60), "x-ratelimit-reset")
     delta = {**headers, "RateLimit": '"a";r=0;t=5'}
     assert spent_quota_wait(delta, math.inf) == (timedelta(seconds=5), "RateLimit")
+
+
+def _answer(status: int, requests: Quota | None, tokens: Quota | None = None) -> Outcome:
+    return Outcome(
+        success=status < 400,
+        http_status=status,
+        hint=RateLimitHint(requests, tokens) if requests or tokens else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "near"),
+    [
+        # 80 of 100 used: at the ratio, near (envoyproxy/ratelimit's >= 80 %).
+        (_answer(200, Quota(100, 20, None, None)), True),
+        (_answer(200, Quota(100, 21, None, None)), False),
+        (_answer(200, Quota(100, 0, None, None)), True),
+        # The token quota alone near its limit is enough.
+        (_answer(200, Quota(100, 90, None, None), Quota(40_000, 1_000, None, None)), True),
+        # A refusal is over the limit (a throttle), not near it.
+        (_answer(429, Quota(100, 0, None, None)), False),
+        # No limit, no remaining, a zero limit, no headers: nothing to say.
+        (_answer(200, Quota(None, 3, None, None)), False),
+        (_answer(200, Quota(100, None, None, None)), False),
+        (_answer(200, Quota(0, 0, None, None)), False),
+        (_answer(200, None), False),
+    ],
+)
+def test_an_answer_near_its_quotas_limit(answer: Outcome, near: bool) -> None:
+    assert is_near_limit(answer) is near

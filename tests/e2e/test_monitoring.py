@@ -74,7 +74,7 @@ def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_rules_pass_promtools_check_and_its_unit_tests() -> None:
     checked = _promtool("check", "rules", "squawk-alerts.yaml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 8 rules found" in checked.stdout
+    assert "SUCCESS: 9 rules found" in checked.stdout
     tested = _promtool("test", "rules", "squawk-alerts.test.yaml")
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
@@ -154,6 +154,14 @@ def _drive(target: str, policy: Path, daemon_pid: int) -> None:
         stub = pb_grpc.PolicyServiceStub(channel)
         failed = [pb.Outcome(upstream="tripping", http_status=503) for _ in range(4)]
         stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=failed), timeout=10)
+        # An answer whose headers say 90 of 100 requests are used.
+        near = {
+            "x-ratelimit-limit-requests": "100",
+            "x-ratelimit-remaining-requests": "10",
+            "x-ratelimit-reset-requests": "1s",
+        }
+        nearly = pb.Outcome(upstream="paced", success=True, http_status=200, headers=near)
+        stub.ReportOutcome(pb.ReportOutcomeRequest(outcomes=[nearly]), timeout=10)
         for i in range(20):
             stub.Admit(
                 pb.AdmitRequest(

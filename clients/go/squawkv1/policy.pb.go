@@ -2813,7 +2813,13 @@ type UpstreamState struct {
 	// an HTTP 429 or 529, a 503 with a Retry-After, or a
 	// grpc-retry-pushback-ms that asks not to retry (through ReportOutcome or
 	// DecideRetry). Never negative; counted whatever the breaker's state.
-	Throttled     int64 `protobuf:"varint,18,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	Throttled int64 `protobuf:"varint,18,opt,name=throttled,proto3" json:"throttled,omitempty"`
+	// Answers since the pod began tracking the upstream that were not
+	// throttled but whose rate-limit headers said 80 % or more of a quota
+	// (requests or tokens) is used: remaining at most a fifth of limit
+	// (envoyproxy/ratelimit's near_limit). Its rate rising says the upstream
+	// will soon refuse.
+	NearLimit     int64 `protobuf:"varint,19,opt,name=near_limit,json=nearLimit,proto3" json:"near_limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2970,6 +2976,13 @@ func (x *UpstreamState) GetFleet() *FleetState {
 func (x *UpstreamState) GetThrottled() int64 {
 	if x != nil {
 		return x.Throttled
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetNearLimit() int64 {
+	if x != nil {
+		return x.NearLimit
 	}
 	return 0
 }
@@ -3771,7 +3784,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12&\n" +
 	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\x12\x1d\n" +
 	"\n" +
-	"last_event\x18\x04 \x01(\x03R\tlastEvent\"\xe4\x05\n" +
+	"last_event\x18\x04 \x01(\x03R\tlastEvent\"\x83\x06\n" +
 	"\rUpstreamState\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12<\n" +
@@ -3794,7 +3807,9 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x05paced\x18\x0f \x01(\x03R\x05paced\x12\x12\n" +
 	"\x04shed\x18\x10 \x01(\x03R\x04shed\x12+\n" +
 	"\x05fleet\x18\x11 \x01(\v2\x15.squawk.v1.FleetStateR\x05fleet\x12\x1c\n" +
-	"\tthrottled\x18\x12 \x01(\x03R\tthrottled\"\xe0\x03\n" +
+	"\tthrottled\x18\x12 \x01(\x03R\tthrottled\x12\x1d\n" +
+	"\n" +
+	"near_limit\x18\x13 \x01(\x03R\tnearLimit\"\xe0\x03\n" +
 	"\n" +
 	"FleetState\x12<\n" +
 	"\rbreaker_state\x18\x01 \x01(\x0e2\x17.squawk.v1.BreakerStateR\fbreakerState\x12!\n" +

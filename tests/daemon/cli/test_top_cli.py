@@ -36,7 +36,7 @@ profiles:
 
 
 def _state(
-    name: str, *, shed: int = 0, throttled: int = 0, open_: bool = False
+    name: str, *, shed: int = 0, throttled: int = 0, near: int = 0, open_: bool = False
 ) -> pb.UpstreamState:
     return pb.UpstreamState(
         profile="default",
@@ -44,6 +44,7 @@ def _state(
         breaker_state=pb.BREAKER_STATE_OPEN if open_ else pb.BREAKER_STATE_CLOSED,
         shed=shed,
         throttled=throttled,
+        near_limit=near,
         pace_source=pb.PACE_SOURCE_NONE,
     )
 
@@ -63,11 +64,20 @@ def test_a_frame_puts_trouble_first_and_reads_rates_over_the_time_between() -> N
     second = frame(later, [], first.seen, now=102.0, sort="shed")
     rows = {r[1]: r for r in _rows(second.text)}
     # 30 shed and 5 throttled over the 2 s between the refreshes.
-    assert rows["shedding"][-3:] == ["0", "15", "2.5"]
+    assert rows["shedding"][-4:] == ["0", "15", "2.5", "0"]
     assert [r[1] for r in _rows(second.text)] == ["shedding", "open", "calm"]
     only = frame(later, [], first.seen, now=102.0, troubled_only=True)
     assert [r[1] for r in _rows(only.text)] == ["open", "shedding"]
     assert "LATEST EVENTS\n(none yet)" in only.text
+
+
+def test_answers_near_the_quotas_limit_are_trouble() -> None:
+    first = frame([_state("a"), _state("nearly", near=3)], [], {}, now=10.0)
+    second = frame([_state("a"), _state("nearly", near=7)], [], first.seen, now=12.0)
+    rows = _rows(second.text)
+    # 4 answers near the limit over 2 s: NEAR/S 2, and the row leads.
+    assert [r[1] for r in rows] == ["nearly", "a"]
+    assert rows[0][-1] == "2" and rows[1][-1] == "0"
 
 
 def test_a_cool_down_is_trouble() -> None:
@@ -138,7 +148,7 @@ def test_into_a_pipe_each_refresh_is_a_plain_block_with_its_rates(pod: Daemon) -
     # The open breaker and the throttling upstream lead; busy throttles each second.
     assert list(rows)[:2] == ["tripping", "busy"] or list(rows)[:2] == ["busy", "tripping"]
     assert rows["tripping"][2] == "OPEN"
-    assert float(rows["busy"][-1]) > 0 and rows["steady"][-1] == "0"
+    assert float(rows["busy"][-2]) > 0 and rows["steady"][-2] == "0"
     assert " breaker default tripping CLOSED -> OPEN (until " in last
 
 

@@ -356,3 +356,33 @@ def test_get_upstreams_names_the_newest_event(stubs: list[pb_grpc.PolicyServiceS
     assert [e.upstream for e in page.events] == ["newest"] == [cooled.upstream]
     assert page.next_after == newest
     assert not _events(a, after=newest).events
+
+
+def _openai(remaining: int) -> dict[str, str]:
+    """OpenAI's request-quota headers, as its rate-limit guide states them."""
+    return {
+        "x-ratelimit-limit-requests": "100",
+        "x-ratelimit-remaining-requests": str(remaining),
+        "x-ratelimit-reset-requests": "1s",
+    }
+
+
+def test_answers_near_the_quotas_limit_are_counted(
+    stubs: list[pb_grpc.PolicyServiceStub],
+) -> None:
+    a, b, _ = stubs
+    _report(
+        a,
+        # 80 of 100 used, and 95: near the limit; 50 used: not.
+        pb.Outcome(upstream="nearly", success=True, http_status=200, headers=_openai(20)),
+        pb.Outcome(upstream="nearly", success=True, http_status=200, headers=_openai(5)),
+        pb.Outcome(upstream="nearly", success=True, http_status=200, headers=_openai(50)),
+        # A refusal is over the limit, a throttle: not near it.
+        pb.Outcome(upstream="nearly", http_status=429, headers=_openai(0)),
+        # An answer with no quota header says nothing.
+        pb.Outcome(upstream="nearly", success=True, http_status=200),
+    )
+    (row,) = b.GetUpstreams(pb.GetUpstreamsRequest(upstream="nearly"), timeout=5).upstreams
+    assert (row.near_limit, row.throttled) == (2, 1)
+    _, _, body = _http("/metrics")
+    assert 'squawk_quota_near_limit_total{profile="default",upstream="nearly"} 2.0' in body.decode()

@@ -633,3 +633,30 @@ def test_metrics_alone_count_each_decision_in_its_series_and_the_kept_series_are
     assert value("squawk_decisions_total", admit) == 5
     fail = {"rpc": "DecideRetry", "action": "FAIL", "reason": "R7"}
     assert value("squawk_decisions_total", fail) == 1
+
+
+def test_a_forgotten_name_takes_every_series_labelled_with_it() -> None:
+    """Names come and go: each series a name's label kept past the registry's
+    drop would outlive it, and the series would grow without bound."""
+    metrics = Metrics()
+    observer = Observer(metrics)
+    for name in ("gone-api", "kept-api"):
+        observer.admitted("default", name, pb.AdmitResponse(allowed=True))
+        observer.admitted(
+            "default", name, pb.AdmitResponse(reason=pb.REASON_UPSTREAM_SATURATED), by_share=True
+        )
+        observer.near_limit("default", name)
+
+    def labelled(name: str) -> set[str]:
+        return {
+            family.name
+            for family in metrics.registry.collect()
+            for sample in family.samples
+            if sample.labels.get("upstream") == name
+        }
+
+    kinds = {"squawk_pace_wait_seconds", "squawk_admit_levels", "squawk_quota_near_limit"}
+    assert kinds | {"squawk_admit_shed", "squawk_admit_share_refused"} <= labelled("gone-api")
+    observer.forget("default", "gone-api")
+    assert labelled("gone-api") == set()
+    assert kinds <= labelled("kept-api")

@@ -53,6 +53,7 @@ from .ratelimit import RateLimitHint
 from .types import PolicyInputError
 
 __all__ = [
+    "NEAR_LIMIT",
     "OVERLOAD_STATUSES",
     "STEP_TRANSIENT",
     "THROTTLING_STATUSES",
@@ -62,6 +63,7 @@ __all__ = [
     "check_cost",
     "check_outcome",
     "counts_as_failure",
+    "is_near_limit",
     "is_quota_throttle",
     "is_throttled",
     "throttle_verdict",
@@ -155,6 +157,30 @@ def is_throttled(outcome: Outcome) -> bool:
         status in THROTTLING_STATUSES
         or (status == 503 and outcome.retry_after is not None)
         or outcome.refused_retry
+    )
+
+
+# The share of a quota used past which an answer is "near its limit":
+# envoyproxy/ratelimit's near_limit ratio (its NEAR_LIMIT_RATIO, 0.8).
+NEAR_LIMIT = 0.8
+
+
+def is_near_limit(outcome: Outcome) -> bool:
+    """Whether an answer that was not throttled says, in its rate-limit
+    headers, that NEAR_LIMIT or more of a quota (requests or tokens) is
+    used: the warning before the upstream refuses (envoyproxy/ratelimit
+    counts such hits as near_limit, a refusal as over_limit; here the
+    refusal is a throttle)."""
+    hint = outcome.hint
+    if hint is None or is_throttled(outcome):
+        return False
+    return any(
+        q is not None
+        and q.limit is not None
+        and q.remaining is not None
+        and q.limit > 0
+        and q.limit - q.remaining >= NEAR_LIMIT * q.limit
+        for q in (hint.requests, hint.tokens)
     )
 
 

@@ -6,9 +6,11 @@ last one (GetEvents) only when GetUpstreams' last_event says there are
 any: one RPC a refresh while nothing happens. The per-second columns are
 the counters' change since the previous refresh over the time between
 them: PACED/S (Admits given a wait), SHED/S (refused UPSTREAM_SATURATED),
-THROTTLED/S (outcomes reported throttled); "-" on a row's first refresh.
-Rows with trouble come first (a breaker not CLOSED, a cool-down, a shed or
-a throttle since the last refresh), then by the sort key.
+THROTTLED/S (outcomes reported throttled), NEAR/S (answers whose headers
+said 80 % or more of a quota is used); "-" on a row's first refresh. Rows
+with trouble come first (a breaker not CLOSED, a cool-down, a shed, a
+throttle or a near-limit answer since the last refresh), then by the sort
+key.
 
 On a terminal each refresh redraws the screen, and keys act at once: `s`
 moves to the next sort key (name, shed, throttled, paced), `f` shows only
@@ -62,6 +64,7 @@ _COLUMNS = (
     "PACED/S",
     "SHED/S",
     "THROTTLED/S",
+    "NEAR/S",
 )
 
 
@@ -69,10 +72,11 @@ class Rates(NamedTuple):
     paced: float | None
     shed: float | None
     throttled: float | None
+    near_limit: float | None = None
 
 
-# A row's counters as last read: (paced, shed, throttled, when).
-Seen = dict[tuple[str, str], tuple[int, int, int, float]]
+# A row's counters as last read: (paced, shed, throttled, near_limit, when).
+Seen = dict[tuple[str, str], tuple[int, int, int, int, float]]
 
 
 class Frame(NamedTuple):
@@ -84,13 +88,14 @@ class Frame(NamedTuple):
 
 def _rates(s: pb.UpstreamState, seen: Seen, now: float) -> Rates:
     before = seen.get((s.profile, s.upstream))
-    if before is None or now <= before[3]:
+    if before is None or now <= before[4]:
         return Rates(None, None, None)
-    dt = now - before[3]
+    dt = now - before[4]
     return Rates(
         max(0, s.paced - before[0]) / dt,
         max(0, s.shed - before[1]) / dt,
         max(0, s.throttled - before[2]) / dt,
+        max(0, s.near_limit - before[3]) / dt,
     )
 
 
@@ -100,6 +105,7 @@ def _troubled(s: pb.UpstreamState, r: Rates) -> bool:
         or s.cool_down_left.ToNanoseconds() > 0
         or bool(r.shed)
         or bool(r.throttled)
+        or bool(r.near_limit)
     )
 
 
@@ -130,7 +136,13 @@ def frame(
         rows.append(
             (
                 (not _troubled(s, r), -(key or 0.0), s.profile, s.upstream),
-                (*shown, _per_s(r.paced), _per_s(r.shed), _per_s(r.throttled)),
+                (
+                    *shown,
+                    _per_s(r.paced),
+                    _per_s(r.shed),
+                    _per_s(r.throttled),
+                    _per_s(r.near_limit),
+                ),
             )
         )
     rows.sort(key=lambda row: row[0])
@@ -145,7 +157,9 @@ def frame(
     lines += ["", "LATEST EVENTS", *(event_line(e) for e in events)]
     if not events:
         lines.append("(none yet)")
-    seen = {(s.profile, s.upstream): (s.paced, s.shed, s.throttled, now) for s in states}
+    seen = {
+        (s.profile, s.upstream): (s.paced, s.shed, s.throttled, s.near_limit, now) for s in states
+    }
     return Frame("\n".join(lines), seen)
 
 

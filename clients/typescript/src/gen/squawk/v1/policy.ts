@@ -1839,6 +1839,14 @@ export interface UpstreamState {
    * DecideRetry). Never negative; counted whatever the breaker's state.
    */
   throttled: number;
+  /**
+   * Answers since the pod began tracking the upstream that were not
+   * throttled but whose rate-limit headers said 80 % or more of a quota
+   * (requests or tokens) is used: remaining at most a fifth of limit
+   * (envoyproxy/ratelimit's near_limit). Its rate rising says the upstream
+   * will soon refuse.
+   */
+  nearLimit: number;
 }
 
 /**
@@ -5804,6 +5812,7 @@ function createBaseUpstreamState(): UpstreamState {
     shed: 0,
     fleet: undefined,
     throttled: 0,
+    nearLimit: 0,
   };
 }
 
@@ -5862,6 +5871,9 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     }
     if (message.throttled !== 0) {
       writer.uint32(144).int64(message.throttled);
+    }
+    if (message.nearLimit !== 0) {
+      writer.uint32(152).int64(message.nearLimit);
     }
     return writer;
   },
@@ -6023,6 +6035,14 @@ export const UpstreamState: MessageFns<UpstreamState> = {
             message.throttled = longToNumber(reader.int64());
             continue;
           }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.nearLimit = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6099,6 +6119,11 @@ export const UpstreamState: MessageFns<UpstreamState> = {
       shed: isSet(object.shed) ? globalThis.Number(object.shed) : 0,
       fleet: isSet(object.fleet) ? FleetState.fromJSON(object.fleet) : undefined,
       throttled: isSet(object.throttled) ? globalThis.Number(object.throttled) : 0,
+      nearLimit: isSet(object.nearLimit)
+        ? globalThis.Number(object.nearLimit)
+        : isSet(object.near_limit)
+        ? globalThis.Number(object.near_limit)
+        : 0,
     };
   },
 
@@ -6158,6 +6183,9 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     if (message.throttled !== 0) {
       obj.throttled = Math.round(message.throttled);
     }
+    if (message.nearLimit !== 0) {
+      obj.nearLimit = Math.round(message.nearLimit);
+    }
     return obj;
   },
 
@@ -6192,6 +6220,7 @@ export const UpstreamState: MessageFns<UpstreamState> = {
       ? FleetState.fromPartial(object.fleet)
       : undefined;
     message.throttled = object.throttled ?? 0;
+    message.nearLimit = object.nearLimit ?? 0;
     return message;
   },
 };

@@ -376,6 +376,7 @@ def _store(policy: Policy, settings: StateSettings, observer: Observer) -> PodSt
         on_untracked=observer.untracked,
         on_pace=observer.pace_changed,
         on_cool_down=observer.cooled,
+        on_near_limit=observer.near_limit,
     )
     if settings.store is Store.MEMORY:
         return PodStore(upstreams)

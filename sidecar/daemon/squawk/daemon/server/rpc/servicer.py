@@ -114,6 +114,7 @@ class PolicyServicer(pb_grpc.PolicyServiceServicer):
                 self._observer.forget,
                 self._observer.untracked,
                 on_pace=self._observer.pace_changed,
+                on_near_limit=self._observer.near_limit,
                 on_cool_down=self._observer.cooled,
             )
         )
@@ -527,6 +528,7 @@ def _fill_upstream(view: UpstreamView, out: pb.UpstreamState) -> None:
     out.paced = view.paced
     out.shed = view.shed
     out.throttled = view.throttled
+    out.near_limit = view.near_limit
 
 
 def _fill_fleet(f: FleetSnapshot, out: pb.FleetState) -> None:

@@ -227,6 +227,14 @@ class Metrics:
             ["profile", "upstream", "criticality", "result"],
             registry=self.registry,
         )
+        self.quota_near_limit = Counter(
+            "squawk_quota_near_limit",
+            "Answers that were not throttled but whose rate-limit headers said 80 % or "
+            "more of a quota (requests or tokens) is used (envoyproxy/ratelimit's "
+            "near_limit): the upstream will soon refuse. By profile and upstream.",
+            ["profile", "upstream"],
+            registry=self.registry,
+        )
         self.admit_cap_full = Counter(
             "squawk_admit_cap_full",
             "Admit calls refused IN_FLIGHT_CAP: the upstream's declared cap on calls in "

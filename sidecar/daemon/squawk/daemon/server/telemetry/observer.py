@@ -161,8 +161,20 @@ class Observer:
             return
         m, shown = self.metrics, label_value(profile)
         m.breaker_state.remove(shown, label)
-        for series in (m.pace_rate, m.pace_wait, m.admit_shed):
+        # Every series labelled with it: one left behind would outlive the
+        # name, and names that come and go would grow the series unbounded.
+        for series in (
+            m.pace_rate,
+            m.pace_wait,
+            m.admit_shed,
+            m.admit_cap_full,
+            m.admit_share_refused,
+            m.quota_near_limit,
+        ):
             series.remove(shown, label)
+        for level in Criticality:
+            for result in ("admitted", "shed"):
+                m.admit_levels.remove(shown, label, level.name, result)
         for before, after in _TRANSITIONS:
             m.breaker_transitions.remove(shown, label, before, after)
             m.fleet_breaker_transitions.remove(shown, label, before, after)
@@ -380,6 +392,13 @@ class Observer:
                 series.share.inc()
         elif reply.reason == pb.REASON_IN_FLIGHT_CAP:
             series.cap_full.inc()
+
+    def near_limit(self, profile: str, upstream: str) -> None:
+        """A tracked upstream's answer said its quota is nearly used."""
+        if self.metrics is not None:
+            key = (profile, upstream)
+            label = self._upstream_label(key)
+            self.metrics.quota_near_limit.labels(label_value(profile), label).inc()
 
     def store_up(self, up: bool) -> None:
         """The fleet state store went away (False) or came back (True)."""

@@ -79,7 +79,7 @@ from squawk.policy import (
 )
 from squawk.policy.breaker import advance
 from squawk.policy.cooldown import held
-from squawk.policy.outcome import is_throttled
+from squawk.policy.outcome import is_near_limit, is_throttled
 from squawk.policy.pacer import SHARED_SOURCES, hold_at_most, pace_source
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
@@ -175,6 +175,9 @@ class UpstreamView(NamedTuple):
     shed: int = 0
     # Outcomes reported throttled (squawk.policy.outcome.is_throttled) since then.
     throttled: int = 0
+    # Answers whose headers said the quota is nearly used
+    # (squawk.policy.outcome.is_near_limit) since then.
+    near_limit: int = 0
 
 
 @dataclass(slots=True)
@@ -189,6 +192,7 @@ class _Entry:
     paced: int = 0
     shed: int = 0
     throttled: int = 0
+    near_limit: int = 0
     # The pace as last looked at (source, calls/s), when, and as last reported.
     pace: tuple[PaceSource, float] = NO_PACE
     pace_at: float = float("-inf")
@@ -215,13 +219,16 @@ class Upstreams:
         rng: random.Random | None = None,
         on_pace: Callable[[PaceChange], None] | None = None,
         on_cool_down: Callable[[CoolDown], None] | None = None,
+        on_near_limit: Callable[[str, str], None] | None = None,
     ) -> None:
         """`on_forget(profile, upstream)`: a key was dropped (its metric
         series may go); `on_untracked(profile)`: a call about a new name
         was answered from a fresh state, for want of an idle key to drop.
         `rng` jitters every refusal's wait (squawk.policy.cooldown.spread);
         `on_pace(change)`: a tracked key's pace changed (see PaceChange);
-        `on_cool_down(c)`: a tracked key's cool-down began (see CoolDown)."""
+        `on_cool_down(c)`: a tracked key's cool-down began (see CoolDown);
+        `on_near_limit(profile, upstream)`: a tracked key's answer said its
+        quota is nearly used."""
         self._policy = policy
         self._clock = clock
         self.rng = rng if rng is not None else random.Random()
@@ -230,6 +237,7 @@ class Upstreams:
         self._on_untracked = on_untracked
         self._on_pace = on_pace
         self._on_cool_down = on_cool_down
+        self._on_near_limit = on_near_limit
         # The policy file's names, and (least recently used first) the rest.
         self._pinned: dict[Key, _Entry] = {}
         self._entries: OrderedDict[Key, _Entry] = OrderedDict()
@@ -497,8 +505,15 @@ class Upstreams:
         at = self._admitted(key, outcome, now)
         state = record_outcome(entry.state, config, now, outcome, at)
         self._store(key, entry, state, now, config, outcome)
-        entry.throttled += is_throttled(outcome)
+        self._count(key, entry, outcome)
         self._look_at_pace(key, entry, config, now)
+
+    def _count(self, key: Key, entry: _Entry, outcome: Outcome) -> None:
+        entry.throttled += is_throttled(outcome)
+        if outcome.hint is not None and is_near_limit(outcome):
+            entry.near_limit += 1
+            if self._on_near_limit is not None:
+                self._on_near_limit(*key)
 
     def after_failure(
         self,
@@ -527,7 +542,7 @@ class Upstreams:
             self._overflow[profile.name] = state
         else:
             self._store(key, entry, state, now, config, outcome)
-            entry.throttled += is_throttled(outcome)
+            self._count(key, entry, outcome)
             self._look_at_pace(key, entry, config, now)
         return decision
 
@@ -600,7 +615,16 @@ class Upstreams:
         # An OPEN breaker whose time is up reads as HALF_OPEN since `until`.
         since = entry.since if snapshot.breaker_state is stored.state else stored.until
         age = timedelta(seconds=now - since)
-        return UpstreamView(key[0], key[1], snapshot, age, entry.paced, entry.shed, entry.throttled)
+        return UpstreamView(
+            key[0],
+            key[1],
+            snapshot,
+            age,
+            entry.paced,
+            entry.shed,
+            entry.throttled,
+            entry.near_limit,
+        )
 
     def notable(self, limit: int) -> tuple[list[Key], int]:
         """Up to `limit` tracked keys, those whose breaker is not CLOSED or
