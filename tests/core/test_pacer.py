@@ -1227,7 +1227,7 @@ def test_the_lower_levels_are_given_shorter_waits(
 def test_a_call_that_sends_no_level_takes_the_policys() -> None:
     # rate 10, the queue's limit 1 s; the policy's default SHEDDABLE gives
     # a call without a level a quarter of it (the slot at 300 ms is past
-    # 250 ms), while a call that says CRITICAL still waits up to the whole.
+    # 250 ms), while a call that says CRITICAL takes the lane ahead of them.
     config = RateLimitConfig(rate=10, criticality=Criticality.SHEDDABLE)
     p, waits = Pacer(), []
     for _ in range(12):
@@ -1237,18 +1237,77 @@ def test_a_call_that_sends_no_level_takes_the_policys() -> None:
         waits.append(granted.wait // MS)
     assert waits[-1] == 200
     _, critical = pace(p, config, 0.0, criticality=Criticality.CRITICAL)
-    assert (critical.allowed, critical.wait) == (True, 300 * MS)
+    assert (critical.allowed, critical.wait) == (True, timedelta(0))
 
 
-def test_a_critical_call_finds_the_queue_short_behind_sheddable_ones() -> None:
-    # Sheddable calls fill the queue only to their quarter (250 ms); a
-    # critical call arriving then waits 300 ms, and is admitted.
+@pytest.mark.parametrize(
+    ("level", "wait_ms"),
+    [
+        # Sheddable calls asking: a critical call starts ahead of their
+        # queue (200 ms of grants), at the lane's next slot.
+        (Criticality.CRITICAL_PLUS, 0),
+        (Criticality.CRITICAL, 0),
+        # The sheddable levels wait behind the queue, or are shed.
+        (Criticality.SHEDDABLE_PLUS, 300),
+        (Criticality.SHEDDABLE, None),
+    ],
+)
+def test_a_critical_call_starts_ahead_of_the_sheddable_queue(
+    level: Criticality, wait_ms: int | None
+) -> None:
     config = RateLimitConfig(rate=10)
     p = Pacer()
     for _ in range(10):
         p, _ = pace(p, config, 0.0, criticality=Criticality.SHEDDABLE)
-    _, critical = pace(p, config, 0.0)
-    assert (critical.allowed, critical.wait) == (True, 300 * MS)
+    _, call = pace(p, config, 0.0, criticality=level)
+    if wait_ms is None:
+        assert not call.allowed
+    else:
+        assert (call.allowed, call.wait) == (True, wait_ms * MS)
+
+
+def test_the_lane_spaces_critical_calls_and_pushes_the_sheddable_ones_back() -> None:
+    config = RateLimitConfig(rate=10)
+    p, _ = pace(Pacer(), config, 0.0, criticality=Criticality.SHEDDABLE)  # starts at 0
+    p, _ = pace(p, config, 0.0, criticality=Criticality.SHEDDABLE)  # at 100 ms
+    # Two critical calls: the lane's slots, at once and 100 ms later.
+    p, first = pace(p, config, 0.0, criticality=Criticality.CRITICAL)
+    p, second = pace(p, config, 0.0, criticality=Criticality.CRITICAL)
+    assert (first.wait, second.wait) == (timedelta(0), 100 * MS)
+    # Each took a slot of the pace: the next sheddable call starts at 400 ms,
+    # not 200 ms, so four calls start in the pace's first 400 ms.
+    _, shed_next = pace(p, config, 0.0, criticality=Criticality.SHEDDABLE_PLUS)
+    assert shed_next.wait == 400 * MS
+
+
+def test_with_no_sheddable_call_asking_the_lane_is_closed() -> None:
+    # Every call of one level (none sends a criticality): FIFO, as before.
+    config = RateLimitConfig(rate=10)
+    p = Pacer()
+    for _ in range(3):
+        p, _ = pace(p, config, 0.0)
+    _, fourth = pace(p, config, 0.0)
+    assert fourth.wait == 300 * MS
+    # A sheddable call a second before (LOWER_S) no longer opens it.
+    p, _ = pace(Pacer(), config, 0.0, criticality=Criticality.SHEDDABLE)
+    p, _ = pace(p, config, 1.05)
+    _, after = pace(p, config, 1.05)
+    assert after.wait == 100 * MS
+
+
+def test_a_cool_down_holds_the_sheddable_calls_and_a_spent_quota_every_call() -> None:
+    config = RateLimitConfig(rate=10)
+    held = hold(Pacer(), 0.8)  # a cool-down handed to the pace
+    p, shed = pace(held, config, 0.0, criticality=Criticality.SHEDDABLE)
+    assert not shed.allowed
+    _, critical = pace(p, config, 0.0, criticality=Criticality.CRITICAL)
+    assert (critical.allowed, critical.wait) == (True, timedelta(0))
+    # A quota the headers said is spent (its reset 2 s away) refuses the
+    # critical call too: the upstream would.
+    spent = observe(Pacer(), NOTHING, 0.0, THROTTLED._replace(hint=_hint(100, 0, 0.5)))
+    spent, _ = pace(spent, NOTHING, 0.0, criticality=Criticality.SHEDDABLE)
+    _, critical = pace(spent, NOTHING, 0.0, criticality=Criticality.CRITICAL)
+    assert (critical.allowed, critical.wait) == (True, 500 * MS)
 
 
 def test_critical_plus_waits_past_the_short_queue() -> None:
@@ -1266,3 +1325,18 @@ def test_critical_plus_waits_past_the_short_queue() -> None:
     assert critical.shed is not None and critical.shed.limit == pytest.approx(0.4)
     _, plus = pace(p, config, 0.2, criticality=Criticality.CRITICAL_PLUS)
     assert (plus.allowed, plus.wait) == (True, 500 * MS)
+
+
+def test_the_lanes_queue_holds_critical_calls_up_to_the_whole_queue_limit() -> None:
+    # The lane's queue is the critical calls' alone: they wait up to
+    # max_queue_delay (1 s), a slot apart, and past it are refused.
+    config = RateLimitConfig(rate=10)
+    p, _ = pace(Pacer(), config, 0.0, criticality=Criticality.SHEDDABLE)
+    waits = []
+    for _ in range(15):
+        p, granted = pace(p, config, 0.0, criticality=Criticality.CRITICAL)
+        if not granted.allowed:
+            break
+        waits.append(granted.wait // MS)
+    assert waits == [100 * i for i in range(11)]
+    assert granted.shed is not None and granted.shed.limit == 1.0

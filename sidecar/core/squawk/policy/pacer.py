@@ -5,7 +5,7 @@ UpstreamState; admit() asks `pace()` after the cool-down and the breaker
 let a call through, and record_outcome() feeds every finished call to
 `observe()`. docs/upstreams.md §Pacing is the manual.
 
-A Pacer is the states of six small machines, each in its own module with
+A Pacer is the states of eight small machines, each in its own module with
 its own rules; this module holds only the precedence between them:
 
 - spacing.py: GCRA's arrival times (and the mean cost), which space starts;
@@ -14,7 +14,8 @@ its own rules; this module holds only the precedence between them:
 - cubic.py (with clocker.py): the rate learned from throttling;
 - aimd.py: the concurrency limit learned from slowness;
 - capped.py: the cap on calls in flight the policy declares;
-- fair.py: the max-min shares of a binding pace between fairness keys.
+- fair.py: the max-min shares of a binding pace between fairness keys;
+- precedence.py: the lane that starts critical calls ahead of sheddable ones.
 
 The pace in force is the policy's, else the headers', else the learned one
 (`PaceSource`); the declared cap, then the concurrency limit, refuse
@@ -29,7 +30,7 @@ import random
 from datetime import timedelta
 from typing import NamedTuple
 
-from . import aimd, capped, cubic, fair, header_quota, short_queue, spacing
+from . import aimd, capped, cubic, fair, header_quota, precedence, short_queue, spacing
 from .aimd import Limit
 from .aimd import limited as _limited
 from .capped import NOT_DECLARED, Capped
@@ -41,6 +42,7 @@ from .fair import NO_KEYS, Fair, Fairness
 from .header_quota import MAX_HOLD, MAX_HOLD_S, HeaderQuota, bounded_seconds
 from .limits import MAX_BURST, MAX_PERMITS, MAX_RATE, MAX_TOKEN_RATE
 from .pace_types import LEASE, MIN_POLICY_RATE, Pace, PaceSample, PaceSnapshot, RateLimitConfig
+from .precedence import NO_LANE, Lane
 from .shed import Shed, ShedCause
 from .short_queue import CODEL_INTERVAL, CODEL_TARGET, SHORT_SLOTS, Queue
 from .spacing import NO_RATES, Rates, Spacing
@@ -98,6 +100,7 @@ class Pacer(NamedTuple):
     concurrency: Limit = Limit()
     capped: Capped = NOT_DECLARED
     fair: Fair = NO_KEYS
+    lane: Lane = NO_LANE
 
 
 def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> Rates:
@@ -209,6 +212,14 @@ def pace(
     spaced = spacing.current(pacer.spacing, rates, now)
     units = cost if cost > 0.0 else spaced.mean_cost
     start = spacing.start(spaced, rates, now, units, quota.hold_until, bound)
+    level = config.criticality if criticality is None else criticality
+    lane = precedence.asked(pacer.lane, level, now)
+    laned = precedence.opens(lane, level, now)
+    if laned:
+        # Ahead of the sheddable grants, and through a cool-down's hold;
+        # not through a quota the headers said is spent.
+        spent = quota.spent_until if quota.spent_until > now else now
+        start = min(start, precedence.start(lane, rates.rate, spent))
     keys, key, own = pacer.fair, "", None
     if fairness is not None or keys.tenants:
         key, weight = fairness or ("", 1.0)
@@ -224,7 +235,7 @@ def pace(
         if early > 0.0 or queued > 0.0:
             over = Shed(ShedCause.SHARE, 0.0, own, rates.rate, 0.0, rates.source)
             retry_after = spread(time_left(now + max(early, queued), now), rng)
-            refused = pacer._replace(spacing=spaced, fair=keys)
+            refused = pacer._replace(spacing=spaced, fair=keys, lane=lane)
             return refused, Pace(False, _ZERO, retry_after, 0, over)
     slot = min(spacing.slot(rates, units), bound)
     wait = time_left(start, now)
@@ -232,8 +243,9 @@ def pace(
     queue, longest = short_queue.arrive(
         pacer.queue, now, wait_s, start <= now, slot, config._max_wait_s
     )
-    level = config.criticality if criticality is None else criticality
-    if level is not Criticality.CRITICAL:
+    if laned:
+        longest = config._max_wait_s  # the lane's queue is the critical calls' alone
+    elif level is not Criticality.CRITICAL:
         longest = _longest(level, longest, config._max_wait_s)
     if wait and ((deadline is not None and wait >= deadline) or wait_s > longest):
         queue, left = short_queue.refuse(queue, now, start, slot)
@@ -242,7 +254,7 @@ def pace(
         by = spacing.wait_cause(spaced, rates, units, quota.hold_until)
         why = Shed(cause, wait_s, most, rates.rate, rates.token_rate, rates.source, by, past)
         retry_after = spread(time_left(now + min(left, bound), now), rng)
-        refused = pacer._replace(spacing=spaced, queue=queue, fair=keys)
+        refused = pacer._replace(spacing=spaced, queue=queue, fair=keys, lane=lane)
         return refused, Pace(False, _ZERO, retry_after, 0, why)
     learned = cubic.granted(pacer.learned, now, rates.source is PaceSource.LEARNED)
     return Pacer(
@@ -253,6 +265,7 @@ def pace(
         aimd.started(limit, now) if limited else limit,
         capped.started(pacer.capped, now) if cap else pacer.capped,
         keys if own is None else fair.reserved(keys, key, start, own),
+        precedence.started(lane, rates.rate, start) if laned else lane,
     ), Pace(True, wait, None, 1)
 
 
@@ -321,7 +334,7 @@ def observe(
         and slots is pacer.capped
     ):
         return pacer
-    return Pacer(spaced, pacer.queue, quota, learned, limit, slots, pacer.fair)
+    return Pacer(spaced, pacer.queue, quota, learned, limit, slots, pacer.fair, pacer.lane)
 
 
 # The share of the queue's limit in force a call of each level may wait
@@ -421,4 +434,5 @@ def pacer_is_idle(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
         and spacing.is_idle(pacer.spacing, now)
         and sum(capped.in_flight(pacer.capped, now)[:2]) == 0
         and all(t.tat <= now for t in pacer.fair.tenants.values())
+        and precedence.is_idle(pacer.lane, now)
     )
