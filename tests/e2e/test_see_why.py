@@ -213,7 +213,7 @@ def test_three_executors_above_a_throttling_upstream(pod: Daemon, upstream: _Ups
     table = last.split("\n", 1)[1].split("\n\nLATEST EVENTS", 1)[0]
     live = _row(table, "llm")
     assert live["PACE"] == "learned"
-    assert float(live["SHED/S"]) > 0
+    assert float(live["SHED/S"]) > 0 and float(live["ADMITTED/S"]) > 0
 
     # The events: the first 429 began the cool-down, its Retry-After ends it.
     with grpc.insecure_channel(pod.target) as channel:

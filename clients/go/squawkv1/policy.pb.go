@@ -2819,7 +2819,14 @@ type UpstreamState struct {
 	// (requests or tokens) is used: remaining at most a fifth of limit
 	// (envoyproxy/ratelimit's near_limit). Its rate rising says the upstream
 	// will soon refuse.
-	NearLimit     int64 `protobuf:"varint,19,opt,name=near_limit,json=nearLimit,proto3" json:"near_limit,omitempty"`
+	NearLimit int64 `protobuf:"varint,19,opt,name=near_limit,json=nearLimit,proto3" json:"near_limit,omitempty"`
+	// Calls admitted since the pod began tracking the upstream (each permit
+	// of a grant counts one): with the outcomes, what a live view reads as
+	// the calls started per second.
+	Admitted int64 `protobuf:"varint,20,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	// Outcomes reported successful since the pod began tracking the
+	// upstream (through ReportOutcome; DecideRetry reports failures only).
+	Succeeded     int64 `protobuf:"varint,21,opt,name=succeeded,proto3" json:"succeeded,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2983,6 +2990,20 @@ func (x *UpstreamState) GetThrottled() int64 {
 func (x *UpstreamState) GetNearLimit() int64 {
 	if x != nil {
 		return x.NearLimit
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetAdmitted() int64 {
+	if x != nil {
+		return x.Admitted
+	}
+	return 0
+}
+
+func (x *UpstreamState) GetSucceeded() int64 {
+	if x != nil {
+		return x.Succeeded
 	}
 	return 0
 }
@@ -3784,7 +3805,7 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\x12&\n" +
 	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken\x12\x1d\n" +
 	"\n" +
-	"last_event\x18\x04 \x01(\x03R\tlastEvent\"\x83\x06\n" +
+	"last_event\x18\x04 \x01(\x03R\tlastEvent\"\xbd\x06\n" +
 	"\rUpstreamState\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x1a\n" +
 	"\bupstream\x18\x02 \x01(\tR\bupstream\x12<\n" +
@@ -3809,7 +3830,9 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x05fleet\x18\x11 \x01(\v2\x15.squawk.v1.FleetStateR\x05fleet\x12\x1c\n" +
 	"\tthrottled\x18\x12 \x01(\x03R\tthrottled\x12\x1d\n" +
 	"\n" +
-	"near_limit\x18\x13 \x01(\x03R\tnearLimit\"\xe0\x03\n" +
+	"near_limit\x18\x13 \x01(\x03R\tnearLimit\x12\x1a\n" +
+	"\badmitted\x18\x14 \x01(\x03R\badmitted\x12\x1c\n" +
+	"\tsucceeded\x18\x15 \x01(\x03R\tsucceeded\"\xe0\x03\n" +
 	"\n" +
 	"FleetState\x12<\n" +
 	"\rbreaker_state\x18\x01 \x01(\x0e2\x17.squawk.v1.BreakerStateR\fbreakerState\x12!\n" +

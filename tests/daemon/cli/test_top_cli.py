@@ -22,7 +22,7 @@ from google.protobuf.duration_pb2 import Duration
 
 from conftest import ROOT, SQUAWK, Daemon, start_daemon
 from squawk.daemon.cli import _parser
-from squawk.daemon.top import frame, top
+from squawk.daemon.top import Last, frame, sparkline, top
 from squawk.v1 import policy_pb2 as pb
 from squawk.v1 import policy_pb2_grpc as pb_grpc
 
@@ -54,17 +54,31 @@ def _rows(text: str) -> list[list[str]]:
     return [line.split() for line in table.splitlines()[1:]]
 
 
+def _named(text: str) -> dict[str, dict[str, str]]:
+    """The table's rows by upstream, each cell by its column's name."""
+    table = text.split("\n\nLATEST EVENTS", 1)[0].splitlines()
+    head = table[0].split()
+    return {
+        cells[1]: dict(zip(head, cells, strict=True)) for cells in (r.split() for r in table[1:])
+    }
+
+
 def test_a_frame_puts_trouble_first_and_reads_rates_over_the_time_between() -> None:
     states = [_state("calm"), _state("shedding", shed=10), _state("open", open_=True)]
     first = frame(states, [], {}, now=100.0)
     # The first refresh has no rate to show; the open breaker leads.
     assert [r[1] for r in _rows(first.text)] == ["open", "calm", "shedding"]
-    assert {r[-1] for r in _rows(first.text)} == {"-"}
+    assert {r["NEAR/S"] for r in _named(first.text).values()} == {"-"}
     later = [_state("calm"), _state("shedding", shed=40, throttled=5), _state("open", open_=True)]
     second = frame(later, [], first.seen, now=102.0, sort="shed")
-    rows = {r[1]: r for r in _rows(second.text)}
     # 30 shed and 5 throttled over the 2 s between the refreshes.
-    assert rows["shedding"][-4:] == ["0", "15", "2.5", "0"]
+    named = _named(second.text)["shedding"]
+    assert [named[c] for c in ("PACED/S", "SHED/S", "THROTTLED/S", "NEAR/S")] == [
+        "0",
+        "15",
+        "2.5",
+        "0",
+    ]
     assert [r[1] for r in _rows(second.text)] == ["shedding", "open", "calm"]
     only = frame(later, [], first.seen, now=102.0, troubled_only=True)
     assert [r[1] for r in _rows(only.text)] == ["open", "shedding"]
@@ -77,7 +91,40 @@ def test_answers_near_the_quotas_limit_are_trouble() -> None:
     rows = _rows(second.text)
     # 4 answers near the limit over 2 s: NEAR/S 2, and the row leads.
     assert [r[1] for r in rows] == ["nearly", "a"]
-    assert rows[0][-1] == "2" and rows[1][-1] == "0"
+    named = _named(second.text)
+    assert (named["nearly"]["NEAR/S"], named["a"]["NEAR/S"]) == ("2", "0")
+
+
+def test_a_sparkline_scales_each_ten_seconds_to_the_largest() -> None:
+    # Succeeded grows by 0, 1, ..., 11 in the twelve ten-second stretches
+    # of the last two minutes; throttled by 5 in the last one alone.
+    total, history = 0, [(0.0, 0, 0)]
+    for i in range(12):
+        total += i
+        history.append((10.0 * (i + 1), total, 5 if i == 11 else 0))
+    shown = tuple(history)
+    # Eight heights: a stretch's count x 7 // the largest (11).
+    assert sparkline(shown, 120.0, 1) == "▁▁▂▂▃▄▄▅▆▆▇█"
+    assert sparkline(shown, 120.0, 2) == "▁▁▁▁▁▁▁▁▁▁▁█"
+    # Before the view's first reading, dots.
+    assert sparkline(shown[6:], 120.0, 1) == "······▄▅▆▆▇█"
+
+
+def test_the_admitted_rate_and_the_sparklines_come_with_the_row() -> None:
+    calm = pb.UpstreamState(profile="default", upstream="calm", admitted=100, succeeded=120)
+    history = tuple((float(t), t, 0) for t in range(0, 111, 10))
+    seen = {("default", "calm"): Last(0, 0, 0, 0, 80, 118.0, history)}
+    shown = frame([calm], [], seen, now=120.0)
+    header, row = shown.text.splitlines()[:2]
+    cells = dict(zip(header.split(), row.split(), strict=True))
+    assert cells["ADMITTED/S"] == "10"  # 20 admitted over the 2 s between
+    assert cells["OK/2MIN"] == "████████████" and cells["429/2MIN"] == "▁▁▁▁▁▁▁▁▁▁▁▁"
+    # Later refreshes carry the history on, a sample a second at most.
+    kept = shown.seen
+    for now in (120.5, 120.7):
+        kept = frame([calm], [], kept, now=now).seen
+    later = kept[("default", "calm")].history
+    assert [h[0] for h in later[-3:]] == [110.0, 120.0, 120.7]
 
 
 def test_a_cool_down_is_trouble() -> None:
@@ -148,7 +195,8 @@ def test_into_a_pipe_each_refresh_is_a_plain_block_with_its_rates(pod: Daemon) -
     # The open breaker and the throttling upstream lead; busy throttles each second.
     assert list(rows)[:2] == ["tripping", "busy"] or list(rows)[:2] == ["busy", "tripping"]
     assert rows["tripping"][2] == "OPEN"
-    assert float(rows["busy"][-2]) > 0 and rows["steady"][-2] == "0"
+    named = _named(last.split("\n", 1)[1])
+    assert float(named["busy"]["THROTTLED/S"]) > 0 and named["steady"]["THROTTLED/S"] == "0"
     assert " breaker default tripping CLOSED -> OPEN (until " in last
 
 

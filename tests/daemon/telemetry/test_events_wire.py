@@ -386,3 +386,21 @@ def test_answers_near_the_quotas_limit_are_counted(
     assert (row.near_limit, row.throttled) == (2, 1)
     _, _, body = _http("/metrics")
     assert 'squawk_quota_near_limit_total{profile="default",upstream="nearly"} 2.0' in body.decode()
+
+
+def test_a_row_counts_the_calls_admitted_and_the_successes(
+    stubs: list[pb_grpc.PolicyServiceStub],
+) -> None:
+    a, b, c = stubs
+    for stub in (a, b, c):
+        stub.Admit(pb.AdmitRequest(upstream="counted"), timeout=5)
+    # A grant of 4 permits is 4 calls admitted.
+    leased = a.Admit(pb.AdmitRequest(upstream="counted", permits=4), timeout=5)
+    _report(
+        b,
+        pb.Outcome(upstream="counted", success=True, http_status=200),
+        pb.Outcome(upstream="counted", success=True, http_status=200),
+        pb.Outcome(upstream="counted", http_status=500),
+    )
+    (row,) = c.GetUpstreams(pb.GetUpstreamsRequest(upstream="counted"), timeout=5).upstreams
+    assert (row.admitted, row.succeeded) == (3 + leased.permits, 2)

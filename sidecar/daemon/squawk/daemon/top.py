@@ -5,9 +5,12 @@ Each refresh reads GetUpstreams (every page), and the events since the
 last one (GetEvents) only when GetUpstreams' last_event says there are
 any: one RPC a refresh while nothing happens. The per-second columns are
 the counters' change since the previous refresh over the time between
-them: PACED/S (Admits given a wait), SHED/S (refused UPSTREAM_SATURATED),
-THROTTLED/S (outcomes reported throttled), NEAR/S (answers whose headers
-said 80 % or more of a quota is used); "-" on a row's first refresh. Rows
+them: ADMITTED/S (calls admitted), PACED/S (Admits given a wait), SHED/S
+(refused UPSTREAM_SATURATED), THROTTLED/S (outcomes reported throttled),
+NEAR/S (answers whose headers said 80 % or more of a quota is used); "-"
+on a row's first refresh. OK/2MIN and 429/2MIN are sparklines of the
+successes and the throttles over the last two minutes, ten seconds a
+character, from what this view read (dots before it began). Rows
 with trouble come first (a breaker not CLOSED, a cool-down, a shed, a
 throttle or a near-limit answer since the last refresh), then by the sort
 key.
@@ -45,10 +48,15 @@ from .dial import hint, open_channel
 from .event_list import event_line
 from .upstream_table import fetch_states, row_cells
 
-__all__ = ["EVENTS_SHOWN", "SORTS", "Frame", "Rates", "frame", "top"]
+__all__ = ["EVENTS_SHOWN", "SORTS", "SPARK_S", "Frame", "Rates", "frame", "sparkline", "top"]
 
 EVENTS_SHOWN = 8
 SORTS = ("name", "shed", "throttled", "paced")
+# The sparklines' span: SPARK_BINS characters of SPARK_S / SPARK_BINS each.
+SPARK_S = 120.0
+SPARK_BINS = 12
+_BLOCKS = "▁▂▃▄▅▆▇█"
+_NO_READING = "·"  # a stretch before the view's first reading: not a space, so cells stay one word
 _CLEAR = "\x1b[H\x1b[2J"
 _COLUMNS = (
     "PROFILE",
@@ -61,10 +69,13 @@ _COLUMNS = (
     "QUEUE",
     "IN-FLIGHT",
     "RETRIES",
+    "ADMITTED/S",
     "PACED/S",
     "SHED/S",
     "THROTTLED/S",
     "NEAR/S",
+    "OK/2MIN",
+    "429/2MIN",
 )
 
 
@@ -73,10 +84,23 @@ class Rates(NamedTuple):
     shed: float | None
     throttled: float | None
     near_limit: float | None = None
+    admitted: float | None = None
 
 
-# A row's counters as last read: (paced, shed, throttled, near_limit, when).
-Seen = dict[tuple[str, str], tuple[int, int, int, int, float]]
+class Last(NamedTuple):
+    """A row's counters as last read, and when; and (when, succeeded,
+    throttled) about once a second over the last SPARK_S, oldest first."""
+
+    paced: int
+    shed: int
+    throttled: int
+    near_limit: int
+    admitted: int
+    at: float
+    history: tuple[tuple[float, int, int], ...] = ()
+
+
+Seen = dict[tuple[str, str], Last]
 
 
 class Frame(NamedTuple):
@@ -88,14 +112,44 @@ class Frame(NamedTuple):
 
 def _rates(s: pb.UpstreamState, seen: Seen, now: float) -> Rates:
     before = seen.get((s.profile, s.upstream))
-    if before is None or now <= before[4]:
+    if before is None or now <= before.at:
         return Rates(None, None, None)
-    dt = now - before[4]
+    dt = now - before.at
     return Rates(
-        max(0, s.paced - before[0]) / dt,
-        max(0, s.shed - before[1]) / dt,
-        max(0, s.throttled - before[2]) / dt,
-        max(0, s.near_limit - before[3]) / dt,
+        max(0, s.paced - before.paced) / dt,
+        max(0, s.shed - before.shed) / dt,
+        max(0, s.throttled - before.throttled) / dt,
+        max(0, s.near_limit - before.near_limit) / dt,
+        max(0, s.admitted - before.admitted) / dt,
+    )
+
+
+def _history(
+    s: pb.UpstreamState, last: Last | None, now: float
+) -> tuple[tuple[float, int, int], ...]:
+    """The row's samples with this refresh's: over SPARK_S, about a second
+    apart (a refresh within the second of the one before replaces it)."""
+    kept = tuple(h for h in (last.history if last else ()) if now - h[0] <= SPARK_S)
+    if len(kept) > 1 and now - kept[-2][0] < 1.0:
+        kept = kept[:-1]
+    return (*kept, (now, s.succeeded, s.throttled))
+
+
+def sparkline(history: tuple[tuple[float, int, int], ...], now: float, field: int) -> str:
+    """SPARK_BINS characters for the last SPARK_S: each what the counter
+    `field` (1: succeeded, 2: throttled) grew by in its stretch, scaled to
+    the largest; a dot where the view has no reading from before it."""
+    width = SPARK_S / SPARK_BINS
+    counts: list[int | None] = []
+    for i in range(SPARK_BINS):
+        start, end = now - SPARK_S + i * width, now - SPARK_S + (i + 1) * width
+        before = [int(h[field]) for h in history if h[0] <= start + 1e-9]
+        upto = [int(h[field]) for h in history if h[0] <= end + 1e-9]
+        counts.append(upto[-1] - before[-1] if before and upto else None)
+    most = max((c for c in counts if c is not None), default=0)
+    return "".join(
+        _NO_READING if c is None else _BLOCKS[(len(_BLOCKS) - 1) * c // most if most else 0]
+        for c in counts
     )
 
 
@@ -124,24 +178,30 @@ def frame(
     """The table of `states` with their rates since `seen`, and `events`
     (the latest, oldest first) underneath."""
     rows = []
+    histories = {}
     for s in states:
+        key = (s.profile, s.upstream)
         r = _rates(s, seen, now)
+        histories[key] = history = _history(s, seen.get(key), now)
         if troubled_only and not _troubled(s, r):
             continue
         cells = row_cells(s)
         # row_cells' order: profile, name, breaker, for, calls, failures,
         # retries, cool-down, pace, rate, queue, in-flight, paced, shed, throttled.
         shown = (*cells[0:4], cells[7], *cells[8:12], cells[6])
-        key = {"shed": r.shed, "throttled": r.throttled, "paced": r.paced}.get(sort)
+        order = {"shed": r.shed, "throttled": r.throttled, "paced": r.paced}.get(sort)
         rows.append(
             (
-                (not _troubled(s, r), -(key or 0.0), s.profile, s.upstream),
+                (not _troubled(s, r), -(order or 0.0), s.profile, s.upstream),
                 (
                     *shown,
+                    _per_s(r.admitted),
                     _per_s(r.paced),
                     _per_s(r.shed),
                     _per_s(r.throttled),
                     _per_s(r.near_limit),
+                    sparkline(history, now, 1),
+                    sparkline(history, now, 2),
                 ),
             )
         )
@@ -158,7 +218,9 @@ def frame(
     if not events:
         lines.append("(none yet)")
     seen = {
-        (s.profile, s.upstream): (s.paced, s.shed, s.throttled, s.near_limit, now) for s in states
+        key: Last(s.paced, s.shed, s.throttled, s.near_limit, s.admitted, now, histories[key])
+        for s in states
+        if (key := (s.profile, s.upstream))
     }
     return Frame("\n".join(lines), seen)
 

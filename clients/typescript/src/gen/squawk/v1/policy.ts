@@ -1847,6 +1847,17 @@ export interface UpstreamState {
    * will soon refuse.
    */
   nearLimit: number;
+  /**
+   * Calls admitted since the pod began tracking the upstream (each permit
+   * of a grant counts one): with the outcomes, what a live view reads as
+   * the calls started per second.
+   */
+  admitted: number;
+  /**
+   * Outcomes reported successful since the pod began tracking the
+   * upstream (through ReportOutcome; DecideRetry reports failures only).
+   */
+  succeeded: number;
 }
 
 /**
@@ -5813,6 +5824,8 @@ function createBaseUpstreamState(): UpstreamState {
     fleet: undefined,
     throttled: 0,
     nearLimit: 0,
+    admitted: 0,
+    succeeded: 0,
   };
 }
 
@@ -5874,6 +5887,12 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     }
     if (message.nearLimit !== 0) {
       writer.uint32(152).int64(message.nearLimit);
+    }
+    if (message.admitted !== 0) {
+      writer.uint32(160).int64(message.admitted);
+    }
+    if (message.succeeded !== 0) {
+      writer.uint32(168).int64(message.succeeded);
     }
     return writer;
   },
@@ -6043,6 +6062,22 @@ export const UpstreamState: MessageFns<UpstreamState> = {
             message.nearLimit = longToNumber(reader.int64());
             continue;
           }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.admitted = longToNumber(reader.int64());
+            continue;
+          }
+          case 21: {
+            if (tag !== 168) {
+              break;
+            }
+
+            message.succeeded = longToNumber(reader.int64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6124,6 +6159,8 @@ export const UpstreamState: MessageFns<UpstreamState> = {
         : isSet(object.near_limit)
         ? globalThis.Number(object.near_limit)
         : 0,
+      admitted: isSet(object.admitted) ? globalThis.Number(object.admitted) : 0,
+      succeeded: isSet(object.succeeded) ? globalThis.Number(object.succeeded) : 0,
     };
   },
 
@@ -6186,6 +6223,12 @@ export const UpstreamState: MessageFns<UpstreamState> = {
     if (message.nearLimit !== 0) {
       obj.nearLimit = Math.round(message.nearLimit);
     }
+    if (message.admitted !== 0) {
+      obj.admitted = Math.round(message.admitted);
+    }
+    if (message.succeeded !== 0) {
+      obj.succeeded = Math.round(message.succeeded);
+    }
     return obj;
   },
 
@@ -6221,6 +6264,8 @@ export const UpstreamState: MessageFns<UpstreamState> = {
       : undefined;
     message.throttled = object.throttled ?? 0;
     message.nearLimit = object.nearLimit ?? 0;
+    message.admitted = object.admitted ?? 0;
+    message.succeeded = object.succeeded ?? 0;
     return message;
   },
 };

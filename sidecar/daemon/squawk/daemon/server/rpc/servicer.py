@@ -529,6 +529,8 @@ def _fill_upstream(view: UpstreamView, out: pb.UpstreamState) -> None:
     out.shed = view.shed
     out.throttled = view.throttled
     out.near_limit = view.near_limit
+    out.admitted = view.admitted
+    out.succeeded = view.succeeded
 
 
 def _fill_fleet(f: FleetSnapshot, out: pb.FleetState) -> None:

@@ -178,6 +178,10 @@ class UpstreamView(NamedTuple):
     # Answers whose headers said the quota is nearly used
     # (squawk.policy.outcome.is_near_limit) since then.
     near_limit: int = 0
+    # Calls admitted (each permit of a grant), and outcomes reported
+    # successful, since then.
+    admitted: int = 0
+    succeeded: int = 0
 
 
 @dataclass(slots=True)
@@ -193,6 +197,8 @@ class _Entry:
     shed: int = 0
     throttled: int = 0
     near_limit: int = 0
+    admitted: int = 0
+    succeeded: int = 0
     # The pace as last looked at (source, calls/s), when, and as last reported.
     pace: tuple[PaceSource, float] = NO_PACE
     pace_at: float = float("-inf")
@@ -447,6 +453,7 @@ class Upstreams:
             entry.shed += 1
         self._look_at_pace(key, entry, config, now)
         if admission.allowed:
+            entry.admitted += admission.permits
             admitted = self.admissions.add(key, now, admission.permits)
             # Built, not _replace()d: a third of the cost, on every Admit.
             admission = Admission(*admission[:-1], admitted)
@@ -509,6 +516,7 @@ class Upstreams:
         self._look_at_pace(key, entry, config, now)
 
     def _count(self, key: Key, entry: _Entry, outcome: Outcome) -> None:
+        entry.succeeded += outcome.success
         entry.throttled += is_throttled(outcome)
         if outcome.hint is not None and is_near_limit(outcome):
             entry.near_limit += 1
@@ -624,6 +632,8 @@ class Upstreams:
             entry.shed,
             entry.throttled,
             entry.near_limit,
+            entry.admitted,
+            entry.succeeded,
         )
 
     def notable(self, limit: int) -> tuple[list[Key], int]:
