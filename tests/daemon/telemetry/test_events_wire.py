@@ -7,6 +7,7 @@ field refused by name."""
 
 from __future__ import annotations
 
+import html
 import json
 import time
 import urllib.error
@@ -404,3 +405,32 @@ def test_a_row_counts_the_calls_admitted_and_the_successes(
     )
     (row,) = c.GetUpstreams(pb.GetUpstreamsRequest(upstream="counted"), timeout=5).upstreams
     assert (row.admitted, row.succeeded) == (3 + leased.permits, 2)
+
+
+def test_the_status_page_explains_a_refusal_it_is_asked_about(
+    stubs: list[pb_grpc.PolicyServiceStub],
+) -> None:
+    a, _, _ = stubs
+    answers = [a.Admit(pb.AdmitRequest(upstream="shed-me"), timeout=5) for _ in range(3)]
+    refused = next(r for r in answers if not r.allowed)
+    status, kind, body = _http(f"/status?decision={refused.decision_id}")
+    page = body.decode()
+    assert (status, kind) == (200, "text/html; charset=utf-8")
+    asked = page.split("<h2>Decision</h2><pre>", 1)[1].split("</pre>", 1)[0]
+    assert asked.startswith(f"decision {refused.decision_id}: Admit refused at ")
+    assert "upstream: default shed-me\nreason: UPSTREAM_SATURATED\n" in asked
+    assert html.escape(refused.explanation) in asked
+    assert "<h2>Upstreams</h2>" in page  # and the page as ever below it
+    # An id not kept is said so; a bad query is a 400 naming its field.
+    _, _, body = _http("/status?decision=000000-1")
+    assert "000000-1 is not kept" in body.decode()
+    _, _, body = _http(f"/status?decision={SECRET}")
+    assert "[REDACTED] is not kept" in body.decode() and SECRET not in body.decode()
+    for query, field in (
+        ("decision=a&decision=b", "decision"),
+        ("decision=" + "x" * 65, "decision"),
+        ("upstream=shed-me", "query"),
+        ("decision", "query"),
+    ):
+        status, _, body = _http(f"/status?{query}")
+        assert status == 400 and body.decode().startswith(f"{field}: "), (query, body)

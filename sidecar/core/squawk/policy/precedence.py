@@ -14,6 +14,10 @@ starts at the pace's next slot among the critical calls alone (a GCRA of
 their own at the pace's rate), not behind the queue, and a cool-down's hold
 does not hold it (the sheddable calls are held; a quota the upstream's
 headers said is spent still holds every call, as it would refuse them).
+The only cool-downs a pace holds are a learned pace's short ones (at most
+squawk.policy.upstream.CLOSED_AFTER, 2 s), and then the lane is spaced at
+the learned rate; a longer cool-down, the upstream closed, refuses every
+call before the pace is asked.
 The shared spacing still counts its start, so the sheddable calls after
 it start a slot later: over any stretch the pod starts no more than the
 pace, and at any moment at most the sheddable grants already queued (the

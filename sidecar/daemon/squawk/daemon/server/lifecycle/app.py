@@ -54,7 +54,7 @@ from ..telemetry.loop_lag import watch_loop_lag
 from ..telemetry.metrics import Metrics
 from ..telemetry.observer import Observer
 from ..telemetry.spans import ServerSpans
-from ..telemetry.status_page import EVENTS, MAX_ROWS, render
+from ..telemetry.status_page import EVENTS, MAX_ROWS, decision_asked, render
 from ..telemetry.tracing import FLUSH_BOUND_S, CountingBatchSpanProcessor, shutdown_tracing
 from ..tracking.pod_store import PodStore
 from ..tracking.registry import Upstreams
@@ -269,16 +269,24 @@ class Daemon:
     def _status_html(self, query: str) -> tuple[str, str, bytes]:
         """/status on the metrics port (telemetry/status_page.py). The rows
         are read on the event loop, which owns the registry; the metrics
-        port's thread waits for them at most a second."""
+        port's thread waits for them at most a second. ?decision=ID adds
+        that refusal's explanation (a bad query is a 400 naming the field)."""
+        try:
+            asked = decision_asked(query)
+        except PolicyInputError as exc:
+            error = shown_text(str(exc), MAX_ERROR_CHARS)
+            return "400 Bad Request", "text/plain; charset=utf-8", f"{error}\n".encode()
 
-        async def read() -> tuple[list[pb.UpstreamState], int]:
-            return self.servicer.upstream_rows(MAX_ROWS)
+        async def read() -> tuple[list[pb.UpstreamState], int, pb.ExplainDecisionResponse | None]:
+            rows, more = self.servicer.upstream_rows(MAX_ROWS)
+            return rows, more, self.servicer.explain(asked) if asked else None
 
         try:
-            rows, more = asyncio.run_coroutine_threadsafe(read(), self._loop).result(1.0)
+            rows, more, explained = asyncio.run_coroutine_threadsafe(read(), self._loop).result(1.0)
         except (TimeoutError, RuntimeError):
             return "503 Service Unavailable", "text/plain", b"the daemon is busy: try again\n"
-        page = render(rows, more, self.servicer.latest_events(EVENTS), time.time())
+        events = self.servicer.latest_events(EVENTS)
+        page = render(rows, more, events, time.time(), asked, explained)
         return "200 OK", "text/html; charset=utf-8", page
 
     def _remove_sockets(self) -> None:

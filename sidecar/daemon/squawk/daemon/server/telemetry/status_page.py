@@ -8,6 +8,9 @@ the same text the CLI prints (squawk.daemon.upstream_table,
 squawk.daemon.event_list: names redacted and escaped there), HTML-escaped
 here, so a name cannot add markup. Bounded: at most MAX_ROWS upstreams
 (a line says how many more) and the EVENTS latest events.
+
+`/status?decision=ID` puts above them why a step was refused: the
+decision a runner's failure named, as `squawk explain ID` prints it.
 """
 
 from __future__ import annotations
@@ -15,13 +18,22 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from urllib.parse import parse_qs
 
+from squawk.policy import PolicyInputError
+from squawk.policy.limits import check_chars
+from squawk.policy.text import shown_text
 from squawk.v1 import policy_pb2 as pb
 
 from ...event_list import event_cells
+from ...explain import explanation_text
 from ...upstream_table import COLUMNS, row_cells
+from .decisions_kept import MAX_ID_CHARS
 
-__all__ = ["EVENTS", "MAX_ROWS", "REFRESH_S", "render"]
+__all__ = ["EVENTS", "MAX_QUERY_CHARS", "MAX_ROWS", "REFRESH_S", "decision_asked", "render"]
+
+# ?decision=ID at its longest, with room to spare.
+MAX_QUERY_CHARS = 256
 
 # A person reads it; every 5 s keeps what it costs the daemon under 0.5 %
 # of its CPU at 1,000 calls/s (bench/views.py).
@@ -53,11 +65,50 @@ def _row(cells: Sequence[str], tag: str = "td", css: str = "") -> str:
     return f'<tr class="{css}">{inner}</tr>' if css else f"<tr>{inner}</tr>"
 
 
+def decision_asked(query: str) -> str:
+    """The decision id /status's query asks about ("" for none);
+    PolicyInputError naming a bad, unknown or repeated field."""
+    if not query:
+        return ""
+    if len(query) > MAX_QUERY_CHARS:
+        raise PolicyInputError("query", f"must be at most {MAX_QUERY_CHARS} characters")
+    try:
+        fields = parse_qs(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise PolicyInputError("query", "is not a query string of name=value pairs") from None
+    if set(fields) != {"decision"}:
+        raise PolicyInputError("query", "has one field, decision (a refusal's decision_id)")
+    values = fields["decision"]
+    if len(values) != 1 or not values[0]:
+        raise PolicyInputError("decision", "must be given once, a refusal's decision_id")
+    check_chars("decision", values[0], MAX_ID_CHARS)
+    return values[0]
+
+
+def _decision(asked: str, explained: pb.ExplainDecisionResponse | None) -> str:
+    if not asked:
+        return ""
+    if explained is None:
+        return (
+            f'<h2>Decision</h2><p class="note">{html.escape(shown_text(asked, MAX_ID_CHARS))} '
+            "is not kept: the daemon keeps its latest refusals only, and a restarted daemon "
+            "none of the last one's.</p>"
+        )
+    return f"<h2>Decision</h2><pre>{html.escape(explanation_text(explained))}</pre>"
+
+
 def render(
-    upstreams: Sequence[pb.UpstreamState], more: int, events: Sequence[pb.Event], now: float
+    upstreams: Sequence[pb.UpstreamState],
+    more: int,
+    events: Sequence[pb.Event],
+    now: float,
+    asked: str = "",
+    explained: pb.ExplainDecisionResponse | None = None,
 ) -> bytes:
-    """The page: `upstreams` (the first MAX_ROWS, `more` left out), then
-    `events`, newest first; `now`: wall seconds, for its heading."""
+    """The page: the decision `asked` about when one was (`explained`:
+    None when it is not kept), then `upstreams` (the first MAX_ROWS, `more`
+    left out), then `events`, newest first; `now`: wall seconds, for its
+    heading."""
     stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     rows = [
         _row(cells, css=cells[2])
@@ -79,6 +130,7 @@ def render(
         "<title>Squawk status</title>"
         f"<style>{_STYLE}</style></head><body>"
         f'<h1>Squawk status</h1><p class="note">{stamp}, every {REFRESH_S} s</p>'
+        f"{_decision(asked, explained)}"
         "<h2>Upstreams</h2>"
         f"<table><thead>{_row(COLUMNS, 'th')}</thead><tbody>{''.join(rows)}</tbody></table>"
         f"{none}{left_out}"
