@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from squawk.policy import BreakerState, Outcome
+from squawk.policy import BreakerState, Outcome, PaceSource, Quota, RateLimitHint
 from squawk.policy.breaker import Breaker, BreakerConfig, record
 from squawk.policy.outcome import Verdict
-from squawk.policy.why import breaker_cause, fleet_breaker_cause, outcome_text
+from squawk.policy.why import breaker_cause, fleet_breaker_cause, outcome_text, pace_cause
 
 CONFIG = BreakerConfig(
     failure_ratio=0.5,
@@ -110,3 +110,42 @@ def test_the_fleets_trip_counts_its_failing_pods() -> None:
     assert fleet_breaker_cause(BreakerState.HALF_OPEN, BreakerState.OPEN, 0, 0, 0, CONFIG).endswith(
         "(across the fleet)"
     )
+
+
+_READ = RateLimitHint(
+    Quota(100, 10, timedelta(seconds=1), None),
+    Quota(40_000, 1_500.4, timedelta(milliseconds=250), None),
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "last", "text"),
+    [
+        (
+            PaceSource.HEADERS,
+            Outcome(True, 200, hint=_READ),
+            "read from the upstream's rate-limit headers: requests 10 of 100 left, "
+            "resetting in 1 s; tokens 1,500 of 40,000 left, resetting in 250 ms",
+        ),
+        (
+            PaceSource.HEADERS,
+            Outcome(True, 200, hint=RateLimitHint(Quota(None, 0, None, None), None)),
+            "read from the upstream's rate-limit headers: requests 0 left",
+        ),
+        (
+            PaceSource.LEARNED,
+            Outcome(False, 429, retry_after=timedelta(seconds=1)),
+            "learned from the upstream's throttling (429, 503 with Retry-After); "
+            "last: HTTP 429 (throttled), Retry-After 1 s",
+        ),
+        # What the last outcome says only where it is the pace's cause.
+        (
+            PaceSource.LEARNED,
+            Outcome(True, 200, hint=_READ),
+            "learned from the upstream's throttling (429, 503 with Retry-After)",
+        ),
+        (PaceSource.POLICY, None, "the rate declared in the policy (rate_limit.rate)"),
+    ],
+)
+def test_a_pace_says_what_it_read(source: PaceSource, last: Outcome | None, text: str) -> None:
+    assert pace_cause(source, last) == text

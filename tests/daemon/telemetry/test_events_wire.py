@@ -434,3 +434,15 @@ def test_the_status_page_explains_a_refusal_it_is_asked_about(
     ):
         status, _, body = _http(f"/status?{query}")
         assert status == 400 and body.decode().startswith(f"{field}: "), (query, body)
+
+
+def test_a_header_pace_names_the_quota_it_read(stubs: list[pb_grpc.PolicyServiceStub]) -> None:
+    a, b, _ = stubs
+    # 10 of 100 requests left for the next second: the headers pace it.
+    _report(a, pb.Outcome(upstream="announced", success=True, http_status=200, headers=_openai(10)))
+    b.Admit(pb.AdmitRequest(upstream="announced"), timeout=5)  # the pace is looked at
+    paced = [e for e in _all(b, "announced") if e.kind == pb.EVENT_KIND_PACE]
+    assert paced and paced[0].after.startswith("headers ")
+    assert paced[0].cause == (
+        "read from the upstream's rate-limit headers: requests 10 of 100 left, resetting in 1 s"
+    )

@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from .breaker import Breaker, BreakerConfig
 from .outcome import Outcome, is_throttled
+from .ratelimit import Quota, RateLimitHint
 from .timing import seconds, shown_seconds
-from .types import BreakerState
+from .types import BreakerState, PaceSource
 
-__all__ = ["breaker_cause", "fleet_breaker_cause", "outcome_text"]
+__all__ = ["breaker_cause", "fleet_breaker_cause", "hint_text", "outcome_text", "pace_cause"]
+
+_PACE_CAUSES = {
+    PaceSource.NONE: "nothing paces the upstream: no declared rate, no headers, no throttles",
+    PaceSource.POLICY: "the rate declared in the policy (rate_limit.rate)",
+    PaceSource.HEADERS: "read from the upstream's rate-limit headers",
+    PaceSource.LEARNED: "learned from the upstream's throttling (429, 503 with Retry-After)",
+}
 
 
 def outcome_text(outcome: Outcome) -> str:
@@ -86,3 +94,47 @@ def _tripped(failures: int, calls: int, config: BreakerConfig) -> str:
         f"{failures} of {calls} calls in the window failed ({share:.0%}): at or over "
         f"failure_ratio {config.failure_ratio:.0%} with minimum_calls {config.minimum_calls}"
     )
+
+
+def pace_cause(source: PaceSource, last: Outcome | None = None) -> str:
+    """Why the pace is `source` now, with what `last` (the latest outcome
+    that read a quota or was throttled) said: the quota the headers read
+    for a header pace, the throttle for a learned one."""
+    cause = _PACE_CAUSES[source]
+    if last is None:
+        return cause
+    if source is PaceSource.HEADERS and last.hint is not None:
+        read = hint_text(last.hint)
+        return f"{cause}: {read}" if read else cause
+    if source is PaceSource.LEARNED and is_throttled(last):
+        return f"{cause}; last: {outcome_text(last)}"
+    return cause
+
+
+def hint_text(hint: RateLimitHint) -> str:
+    """A reading of the rate-limit headers as numbers: "requests 10 of 100
+    left, resetting in 1 s; tokens 0 left". Numbers parsed and bounded
+    by squawk.policy.ratelimit, never the headers' own text."""
+    parts = [
+        _quota_text(name, quota)
+        for name, quota in (("requests", hint.requests), ("tokens", hint.tokens))
+        if quota is not None
+    ]
+    return "; ".join(p for p in parts if p)
+
+
+def _quota_text(name: str, quota: Quota) -> str:
+    words = []
+    if quota.remaining is not None:
+        left = _count(quota.remaining)
+        limit = f" of {_count(quota.limit)}" if quota.limit is not None else ""
+        words.append(f"{left}{limit} left")
+    elif quota.limit is not None:
+        words.append(f"limit {_count(quota.limit)}")
+    if quota.reset is not None:
+        words.append(f"resetting in {shown_seconds(seconds(quota.reset))}")
+    return f"{name} {', '.join(words)}" if words else ""
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}" if value == int(value) or value >= 100 else f"{value:.3g}"

@@ -23,6 +23,7 @@ from squawk.policy import BreakerState, Criticality, Decision, PaceSource, Polic
 from squawk.policy.limits import MAX_NAME_CHARS
 from squawk.policy.text import shown_text
 from squawk.policy.timing import shown_seconds
+from squawk.policy.why import pace_cause
 from squawk.v1 import policy_pb2 as pb
 
 from ...throttle import LOG_EVERY_S, Throttle
@@ -70,12 +71,6 @@ SHED_QUIET_S = 10.0
 MAX_CAUSE_CHARS = 512
 
 # What a pace change's new source says of why it is in force.
-_PACE_CAUSES = {
-    PaceSource.NONE: "nothing paces the upstream: no declared rate, no headers, no throttles",
-    PaceSource.POLICY: "the rate declared in the policy (rate_limit.rate)",
-    PaceSource.HEADERS: "read from the upstream's rate-limit headers",
-    PaceSource.LEARNED: "learned from the upstream's throttling (429, 503 with Retry-After)",
-}
 
 # The status code each cause of a refused call answers with.
 _CODES = {
@@ -259,7 +254,7 @@ class Observer:
             str(shown["squawk.upstream"]),
             f"{before} {change.rate_before:.3g}/s",
             f"{after} {change.rate_after:.3g}/s",
-            _PACE_CAUSES[change.after],
+            change.cause or pace_cause(change.after),
         )
         if self.metrics is not None:
             label = self._upstream_label((change.profile, change.upstream))

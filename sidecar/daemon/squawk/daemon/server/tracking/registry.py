@@ -83,7 +83,7 @@ from squawk.policy.outcome import is_near_limit, is_throttled
 from squawk.policy.pacer import SHARED_SOURCES, hold_at_most, pace_source
 from squawk.policy.retry_budget import carried
 from squawk.policy.timing import EMPTY
-from squawk.policy.why import breaker_cause, outcome_text
+from squawk.policy.why import breaker_cause, outcome_text, pace_cause
 
 from .admissions import Admissions
 
@@ -133,6 +133,9 @@ class PaceChange(NamedTuple):
     after: PaceSource
     rate_before: float
     rate_after: float
+    # Why, with what the latest outcome that read a quota or was throttled
+    # said (squawk.policy.why.pace_cause).
+    cause: str = ""
 
 
 class Transition(NamedTuple):
@@ -199,6 +202,8 @@ class _Entry:
     near_limit: int = 0
     admitted: int = 0
     succeeded: int = 0
+    # The latest outcome that read a quota or was throttled: the pace's cause.
+    told: Outcome | None = None
     # The pace as last looked at (source, calls/s), when, and as last reported.
     pace: tuple[PaceSource, float] = NO_PACE
     pace_at: float = float("-inf")
@@ -497,7 +502,8 @@ class Upstreams:
             return
         entry.pace_shown = pace
         if self._on_pace is not None:
-            self._on_pace(PaceChange(key[0], key[1], before, after, was, rate))
+            cause = pace_cause(after, entry.told)
+            self._on_pace(PaceChange(key[0], key[1], before, after, was, rate, cause))
 
     def record(self, profile: Profile, upstream: str, outcome: Outcome) -> None:
         now = self._clock()
@@ -517,7 +523,10 @@ class Upstreams:
 
     def _count(self, key: Key, entry: _Entry, outcome: Outcome) -> None:
         entry.succeeded += outcome.success
-        entry.throttled += is_throttled(outcome)
+        throttled = is_throttled(outcome)
+        entry.throttled += throttled
+        if throttled or outcome.hint is not None:
+            entry.told = outcome
         if outcome.hint is not None and is_near_limit(outcome):
             entry.near_limit += 1
             if self._on_near_limit is not None:
