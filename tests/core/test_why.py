@@ -10,8 +10,15 @@ import pytest
 
 from squawk.policy import BreakerState, Outcome, PaceSource, Quota, RateLimitHint
 from squawk.policy.breaker import Breaker, BreakerConfig, record
+from squawk.policy.fleet import Restore
 from squawk.policy.outcome import Verdict
-from squawk.policy.why import breaker_cause, fleet_breaker_cause, outcome_text, pace_cause
+from squawk.policy.why import (
+    breaker_cause,
+    fleet_breaker_cause,
+    outcome_text,
+    pace_cause,
+    restored_cause,
+)
 
 CONFIG = BreakerConfig(
     failure_ratio=0.5,
@@ -149,3 +156,16 @@ _READ = RateLimitHint(
 )
 def test_a_pace_says_what_it_read(source: PaceSource, last: Outcome | None, text: str) -> None:
     assert pace_cause(source, last) == text
+
+
+@pytest.mark.parametrize(
+    ("restore", "what"),
+    [
+        (Restore(3, 50.0, 110.0), "OPEN breaker (50 s left) and cool-down (110 s left)"),
+        (Restore(3, 0.0, 2.5), "cool-down (2.5 s left)"),
+    ],
+)
+def test_caution_written_back_says_what_the_store_had_lost(restore: Restore, what: str) -> None:
+    assert restored_cause(restore) == (
+        f"the store had lost the fleet's {what} this pod still held (flushed or restarted)"
+    )

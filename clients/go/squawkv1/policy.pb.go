@@ -608,6 +608,10 @@ const (
 	// or REASON_IN_FLIGHT_CAP) after 10 s without such a refusal: one event a
 	// burst, whose cause is its first refusal's explanation.
 	EventKind_EVENT_KIND_SHED EventKind = 5
+	// The Redis store had lost the fleet's caution this pod still held (an
+	// OPEN breaker, a cool-down: the store was flushed or restarted empty),
+	// and the pod wrote it back for the time it had left.
+	EventKind_EVENT_KIND_FLEET_CAUTION EventKind = 6
 )
 
 // Enum value maps for EventKind.
@@ -619,6 +623,7 @@ var (
 		3: "EVENT_KIND_PACE",
 		4: "EVENT_KIND_COOL_DOWN",
 		5: "EVENT_KIND_SHED",
+		6: "EVENT_KIND_FLEET_CAUTION",
 	}
 	EventKind_value = map[string]int32{
 		"EVENT_KIND_UNSPECIFIED":   0,
@@ -627,6 +632,7 @@ var (
 		"EVENT_KIND_PACE":          3,
 		"EVENT_KIND_COOL_DOWN":     4,
 		"EVENT_KIND_SHED":          5,
+		"EVENT_KIND_FLEET_CAUTION": 6,
 	}
 )
 
@@ -3945,14 +3951,15 @@ const file_squawk_v1_policy_proto_rawDesc = "" +
 	"\x14ANALYSIS_SOURCE_NONE\x10\x01\x12\x1d\n" +
 	"\x19ANALYSIS_SOURCE_HEURISTIC\x10\x02\x12\x17\n" +
 	"\x13ANALYSIS_SOURCE_LLM\x10\x03\x12\x1e\n" +
-	"\x1aANALYSIS_SOURCE_CONTEXTUAL\x10\x04*\xa1\x01\n" +
+	"\x1aANALYSIS_SOURCE_CONTEXTUAL\x10\x04*\xbf\x01\n" +
 	"\tEventKind\x12\x1a\n" +
 	"\x16EVENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12EVENT_KIND_BREAKER\x10\x01\x12\x1c\n" +
 	"\x18EVENT_KIND_FLEET_BREAKER\x10\x02\x12\x13\n" +
 	"\x0fEVENT_KIND_PACE\x10\x03\x12\x18\n" +
 	"\x14EVENT_KIND_COOL_DOWN\x10\x04\x12\x13\n" +
-	"\x0fEVENT_KIND_SHED\x10\x052\xa7\x06\n" +
+	"\x0fEVENT_KIND_SHED\x10\x05\x12\x1c\n" +
+	"\x18EVENT_KIND_FLEET_CAUTION\x10\x062\xa7\x06\n" +
 	"\rPolicyService\x12C\n" +
 	"\bClassify\x12\x1a.squawk.v1.ClassifyRequest\x1a\x1b.squawk.v1.ClassifyResponse\x12L\n" +
 	"\vDecideRetry\x12\x1d.squawk.v1.DecideRetryRequest\x1a\x1e.squawk.v1.DecideRetryResponse\x12[\n" +

@@ -12,6 +12,7 @@ import gc
 import hashlib
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -502,6 +503,25 @@ def test_a_flushed_store_gets_the_fleets_open_breaker_and_cool_down_back(
         # meet the emptied store; one that reads it back holds nothing lost).
         restored = sum(pod.metric("squawk_state_restored_total") for pod in pods)
         assert restored >= 2
+        # And kept in their event history, with what the store had lost.
+        caution = [
+            e
+            for pod in pods
+            for e in pod.stub.GetEvents(pb.GetEventsRequest(page_size=500), timeout=5).events
+            if e.kind == pb.EVENT_KIND_FLEET_CAUTION
+        ]
+        assert len(caution) == restored
+        lost = {e.upstream: e for e in caution}
+        assert (lost["flushed-open"].before, lost["flushed-open"].after) == (
+            "lost by the store",
+            "written back",
+        )
+        assert re.fullmatch(
+            r"the store had lost the fleet's OPEN breaker \(5\d(\.\d)? s left\) this pod still "
+            r"held \(flushed or restarted\)",
+            lost["flushed-open"].cause,
+        ), lost["flushed-open"].cause
+        assert "cool-down (" in lost["flushed-cool"].cause
         logs = [pod.daemon.output() for pod in pods]
         said = [log.count("lost the state of upstream") for log in logs]
         # Once a pod at most: a second upstream is held for the next line.

@@ -10,12 +10,20 @@ names reach the text: nothing a caller sent, so no redaction is needed.
 from __future__ import annotations
 
 from .breaker import Breaker, BreakerConfig
+from .fleet import Restore
 from .outcome import Outcome, is_throttled
 from .ratelimit import Quota, RateLimitHint
 from .timing import seconds, shown_seconds
 from .types import BreakerState, PaceSource
 
-__all__ = ["breaker_cause", "fleet_breaker_cause", "hint_text", "outcome_text", "pace_cause"]
+__all__ = [
+    "breaker_cause",
+    "fleet_breaker_cause",
+    "hint_text",
+    "outcome_text",
+    "pace_cause",
+    "restored_cause",
+]
 
 _PACE_CAUSES = {
     PaceSource.NONE: "nothing paces the upstream: no declared rate, no headers, no throttles",
@@ -138,3 +146,16 @@ def _quota_text(name: str, quota: Quota) -> str:
 
 def _count(value: float) -> str:
     return f"{value:,.0f}" if value == int(value) or value >= 100 else f"{value:.3g}"
+
+
+def restored_cause(restore: Restore) -> str:
+    """What a pod wrote back to a store that had lost it: "the store had
+    lost the fleet's OPEN breaker (50 s left) and cool-down (110 s left)
+    this pod still held"."""
+    held = []
+    if restore.open_left > 0.0:
+        held.append(f"OPEN breaker ({shown_seconds(restore.open_left)} left)")
+    if restore.cooling > 0.0:
+        held.append(f"cool-down ({shown_seconds(restore.cooling)} left)")
+    what = " and ".join(held) or "caution"
+    return f"the store had lost the fleet's {what} this pod still held (flushed or restarted)"

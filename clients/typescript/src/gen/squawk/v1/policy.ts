@@ -837,6 +837,12 @@ export enum EventKind {
    * burst, whose cause is its first refusal's explanation.
    */
   EVENT_KIND_SHED = "EVENT_KIND_SHED",
+  /**
+   * EVENT_KIND_FLEET_CAUTION - The Redis store had lost the fleet's caution this pod still held (an
+   * OPEN breaker, a cool-down: the store was flushed or restarted empty),
+   * and the pod wrote it back for the time it had left.
+   */
+  EVENT_KIND_FLEET_CAUTION = "EVENT_KIND_FLEET_CAUTION",
   UNRECOGNIZED = "UNRECOGNIZED",
 }
 
@@ -860,6 +866,9 @@ export function eventKindFromJSON(object: any): EventKind {
     case 5:
     case "EVENT_KIND_SHED":
       return EventKind.EVENT_KIND_SHED;
+    case 6:
+    case "EVENT_KIND_FLEET_CAUTION":
+      return EventKind.EVENT_KIND_FLEET_CAUTION;
     case -1:
     case "UNRECOGNIZED":
     default:
@@ -881,6 +890,8 @@ export function eventKindToJSON(object: EventKind): string {
       return "EVENT_KIND_COOL_DOWN";
     case EventKind.EVENT_KIND_SHED:
       return "EVENT_KIND_SHED";
+    case EventKind.EVENT_KIND_FLEET_CAUTION:
+      return "EVENT_KIND_FLEET_CAUTION";
     case EventKind.UNRECOGNIZED:
     default:
       return "UNRECOGNIZED";
@@ -901,6 +912,8 @@ export function eventKindToNumber(object: EventKind): number {
       return 4;
     case EventKind.EVENT_KIND_SHED:
       return 5;
+    case EventKind.EVENT_KIND_FLEET_CAUTION:
+      return 6;
     case EventKind.UNRECOGNIZED:
     default:
       return -1;

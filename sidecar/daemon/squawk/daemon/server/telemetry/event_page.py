@@ -26,6 +26,7 @@ _KINDS = {
     "pace": pb.EVENT_KIND_PACE,
     "cool_down": pb.EVENT_KIND_COOL_DOWN,
     "shed": pb.EVENT_KIND_SHED,
+    "fleet_caution": pb.EVENT_KIND_FLEET_CAUTION,
 }
 _INT64_MAX = 2**63 - 1
 

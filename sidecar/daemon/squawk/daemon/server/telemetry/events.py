@@ -26,7 +26,7 @@ __all__ = ["CAPACITY", "KINDS", "MAX_PAGE", "Event", "EventRing", "Page"]
 # upstreams would not fit, an hour of an incident does.
 CAPACITY = 4096
 MAX_PAGE = 500
-KINDS = ("breaker", "fleet_breaker", "pace", "cool_down", "shed")
+KINDS = ("breaker", "fleet_breaker", "pace", "cool_down", "shed", "fleet_caution")
 
 
 class Event(NamedTuple):

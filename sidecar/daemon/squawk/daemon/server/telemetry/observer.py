@@ -405,11 +405,22 @@ class Observer:
         if self.metrics is not None:
             self.metrics.state_writes_dropped.inc(count)
 
-    def store_restored(self, count: int) -> None:
-        """The fleet state store lost caution this pod held, which it wrote
-        back `count` times (the store logs it)."""
+    def store_restored(self, profile: str, upstream: str, cause: str) -> None:
+        """The fleet state store lost caution this pod held for (profile,
+        upstream), which it wrote back (the store logs it): counted, and an
+        event with what was lost."""
         if self.metrics is not None:
-            self.metrics.state_restored.inc(count)
+            self.metrics.state_restored.inc()
+        shown = self._safe({"squawk.profile": profile, "squawk.upstream": upstream})
+        self.events.add(
+            time.time(),
+            "fleet_caution",
+            str(shown["squawk.profile"]),
+            str(shown["squawk.upstream"]),
+            "lost by the store",
+            "written back",
+            cause,
+        )
 
     def shed_outcomes(self, count: int) -> None:
         """Count the outcomes of a ReportOutcome answered without being recorded."""

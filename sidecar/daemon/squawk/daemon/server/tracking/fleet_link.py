@@ -32,7 +32,7 @@ from squawk.policy.fleet import (
     moved,
     viewed,
 )
-from squawk.policy.why import fleet_breaker_cause
+from squawk.policy.why import fleet_breaker_cause, restored_cause
 
 from ...config.state import StateSettings
 from ...throttle import Throttle
@@ -78,7 +78,7 @@ class SyncLink:
         throttle: Throttle,
         clock: Callable[[], float],
         on_transition: Callable[[Transition], None] | None = None,
-        on_restored: Callable[[int], None] | None = None,
+        on_restored: Callable[[str, str, str], None] | None = None,
         on_dropped: Callable[[int], None] | None = None,
         on_new: Callable[[], None] | None = None,
         on_odd: Callable[[BaseException], None] | None = None,
@@ -234,7 +234,7 @@ class SyncLink:
         at most once per the throttle's interval."""
         self.restored += 1
         if self._on_restored is not None:
-            self._on_restored(1)
+            self._on_restored(tracked.profile.name, tracked.upstream, restored_cause(restore))
         notes.restored(self._throttle, self.settings.where, tracked, restore)
         return Call(tracked, tracked.keys, self._words.keep(restore, config))
 

@@ -75,7 +75,7 @@ class FleetStore(PodStore):
         on_up: Callable[[bool], None] | None = None,
         on_dropped: Callable[[int], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        on_restored: Callable[[int], None] | None = None,
+        on_restored: Callable[[str, str, str], None] | None = None,
     ) -> None:
         super().__init__(upstreams)
         self.settings = settings
