@@ -430,6 +430,8 @@ def test_the_status_page_explains_a_refusal_it_is_asked_about(
         ("decision=a&decision=b", "decision"),
         ("decision=" + "x" * 65, "decision"),
         ("upstream=shed-me", "query"),
+        ("decision=%00%0d", "decision"),
+        ("decision=%ff%fe", "decision"),
         ("decision", "query"),
     ):
         status, _, body = _http(f"/status?{query}")

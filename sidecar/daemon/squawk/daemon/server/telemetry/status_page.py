@@ -82,6 +82,9 @@ def decision_asked(query: str) -> str:
     if len(values) != 1 or not values[0]:
         raise PolicyInputError("decision", "must be given once, a refusal's decision_id")
     check_chars("decision", values[0], MAX_ID_CHARS)
+    if not (values[0].isascii() and values[0].isprintable()):
+        # Every id the daemon gives is a short printable token.
+        raise PolicyInputError("decision", "must be printable ASCII, a refusal's decision_id")
     return values[0]
 
 
