@@ -107,7 +107,7 @@ def test_a_header_hold_never_passes_the_cap_it_is_given() -> None:
     quota = header_quota.read(HeaderQuota(), RateLimitHint(spent, None), 0.0, 30.0, 60.0)
     assert quota.hold_until == 60.0
     assert header_quota.hold_at_most(quota, 10.0).hold_until == 10.0
-    assert header_quota.hold(quota, 50.0) is quota
+    assert header_quota.hold_at_most(quota, 70.0) is quota
 
 
 def test_only_a_call_admitted_after_the_limit_came_on_frees_a_slot() -> None:

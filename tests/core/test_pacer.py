@@ -39,7 +39,7 @@ from squawk.policy import (
 )
 from squawk.policy.clocker import BUCKET, Clock
 from squawk.policy.cubic import Learned
-from squawk.policy.pacer import hold, hold_at_most
+from squawk.policy.pacer import hold_at_most
 from squawk.policy.ratelimit import Quota, RateLimitHint
 
 MS = timedelta(milliseconds=1)
@@ -386,55 +386,92 @@ def test_a_cut_read_mid_bucket_rises_to_the_whole_bucket() -> None:
     assert pacer_snapshot(p, NOTHING, 1.0).rate == pytest.approx(8.32)
 
 
+COOLING = PaceSample(True, False, True, retry_after=timedelta(seconds=1))
+
+
 def _onset() -> Pacer:
-    # Three successes at 0; 429s with Retry-After: 1 s at 0.2 (arming, and
-    # cooling the pod) and 0.21 (the first cut).
-    cooling = PaceSample(True, False, True, retry_after=timedelta(seconds=1))
+    # Five successes in [0, 0.5), one at 0.5 folding them (6 / 0.5 = 12/s,
+    # smoothed 0.8 x 12 = 9.6/s); 429s with Retry-After: 1 s at 0.6 (arming,
+    # and cooling the pod until 1.6) and 0.65 (a call started before it,
+    # still out: the cool-down until 1.65).
     p = Pacer()
-    for _ in range(3):
-        p = observe(p, NOTHING, 0.0, OK)
-    return observe(observe(p, NOTHING, 0.2, cooling), NOTHING, 0.21, cooling)
+    for at in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5):
+        p = observe(p, NOTHING, at, OK)
+    return observe(observe(p, NOTHING, 0.6, COOLING), NOTHING, 0.65, COOLING)
 
 
-def test_the_first_cut_rises_to_its_bucket_whatever_the_pace_granted_since() -> None:
-    # The onset of an overload, as the benchmark's four executors met it:
-    # three successes in [0, 0.5); the 429 at 0.2 arms and cools the pod
-    # for its Retry-After, 1 s; the one at 0.21 cuts from the 3 / 0.5 = 6/s
-    # then reported. The pace grants calls after the cut (at 0.3 and 0.6:
-    # the grants clock then reads a rate); the flood's other 13 successes
-    # report at 0.4 and count in the arming bucket. When that bucket
-    # completes (the success at 1.3, after the cool-down), W_max rises to
-    # the 16 / 0.5 = 32/s the upstream served: its calls started before
-    # any learned pace, so what the pace granted since says nothing of
-    # them. Held to those grants, W_max stayed at 6 and the pod was paced
-    # at a fifth of the upstream's rate for seconds.
+def test_the_cool_down_s_calls_are_released_at_the_rate_served_doubling() -> None:
+    # The onset of an overload as the benchmark's executors met it: the
+    # cool-down holds back every call, and all of them ask again when it
+    # ends. The throttle during it does not cut (its call started before
+    # it). From its end the pace releases them at the 9.6/s served before
+    # the arming throttle, doubling each second, until a throttle cuts it:
+    # before, they went out at once into an upstream that had refilled
+    # one bucket, and 10-20 were throttled.
     p = _onset()
-    assert p.learned.w_max == pytest.approx(6)
-    p, granted = pace(p, NOTHING, 0.3)
-    assert granted.allowed
-    for _ in range(13):
-        p = observe(p, NOTHING, 0.4, OK)
-    p, _ = pace(p, NOTHING, 0.6)
-    p = observe(p, NOTHING, 1.3, OK)
-    assert p.learned.w_max == pytest.approx(32)
+    assert p.learned.w_max == 0.0
+    assert pacer_snapshot(p, NOTHING, 1.0).source is PaceSource.NONE
+    for at, rate in ((1.65, 9.6), (2.65, 19.2), (3.15, 9.6 * 2**1.5)):
+        view = pacer_snapshot(p, NOTHING, at)
+        assert view.source is PaceSource.LEARNED
+        assert view.rate == pytest.approx(rate)
+    # Past `quiet` (30 s) after the last throttle it is off.
+    assert pacer_snapshot(p, NOTHING, 30.65).source is PaceSource.NONE
 
 
-def test_made_up_successes_in_the_first_cut_s_bucket_last_until_the_next_throttle() -> None:
-    # As above, but one caller reports 1,000 successes into the arming
-    # bucket: W_max rises with them (the first cut's bucket is not held to
-    # the grants), and the next throttle's cut, held to the calls the pace
-    # granted, takes it back under what the pod was granted.
+def test_no_release_when_no_success_was_ever_reported() -> None:
+    # A pod's first outcome is a 429 with Retry-After: nothing says what the
+    # upstream serves, and a release from the 0.5/s floor would hold its
+    # calls far under it for seconds. After the cool-down nothing paces.
+    p = observe(Pacer(), NOTHING, 0.0, COOLING)
+    assert pacer_snapshot(p, NOTHING, 1.5).source is PaceSource.NONE
+
+
+def test_the_release_s_first_cut_reads_its_cycle_from_the_arming_throttle() -> None:
+    # Armed at 0 (the cool-down until 1), the release granted 44 calls and
+    # 40 succeeded by 3.0, when a throttle cuts. Its bucket reads 28/s
+    # (what the upstream had stored in the cool-down was served on top);
+    # the 3 s since the arming throttle read 40 / 3 = 13.3/s: both met an
+    # upstream with nothing left. W_max is the middle, and a bucket that
+    # completes after it with more successes does not raise it (the first
+    # cut of an episode read from its bucket alone does: see
+    # test_a_cut_read_mid_bucket_rises_to_the_whole_bucket).
+    learned = Learned(
+        cut_at=0.0,
+        throttled_at=0.0,
+        paused_until=1.0,
+        release=10.0,
+        successes=Clock(at=3.0, events=0, rate=28.0),
+        grants=Clock(at=3.0, events=0, rate=30.0),
+        cycle=(40, 44),
+    )
+    p = observe(Pacer(learned=learned), NOTHING, 3.0, THROTTLED)
+    middle = (28 + 40 / 3) / 2
+    assert p.learned.w_max == pytest.approx(middle)
+    for _ in range(20):
+        p = observe(p, NOTHING, 3.1, OK)
+    p = observe(p, NOTHING, 3.5, OK)
+    assert p.learned.w_max == pytest.approx(middle)
+
+
+def test_made_up_successes_in_the_cool_down_lift_neither_the_release_nor_its_cut() -> None:
+    # As the onset above, but one caller reports 1,000 successes during the
+    # cool-down: the release is what was served before the throttle, and
+    # the release's cut is held to what the pace granted since.
     p = _onset()
     for _ in range(1000):
-        p = observe(p, NOTHING, 0.4, OK)
+        p = observe(p, NOTHING, 1.0, OK)
+    assert pacer_snapshot(p, NOTHING, 1.65).rate == pytest.approx(9.6)
     granted = 0
-    for at in (1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9):
+    at = 1.65
+    while at < 3.2:
         p, answer = pace(p, NOTHING, at)
-        granted += answer.allowed
-        p = observe(p, NOTHING, at, OK)
-    assert p.learned.w_max > 1000
-    p = observe(p, NOTHING, 2.6, THROTTLED)
-    assert p.learned.w_max <= granted / BUCKET
+        if answer.allowed:
+            granted += 1
+            p = observe(p, NOTHING, at + answer.wait.total_seconds(), OK)
+        at += 0.05
+    p = observe(p, NOTHING, 3.2, THROTTLED)
+    assert 0.0 < p.learned.w_max <= granted / BUCKET
 
 
 def test_a_later_cut_takes_the_middle_of_its_bucket_and_its_cycle() -> None:
@@ -462,18 +499,18 @@ def test_a_later_cut_takes_the_middle_of_its_bucket_and_its_cycle() -> None:
 def test_the_cool_down_of_the_arming_throttle_keeps_its_calls_in_its_bucket() -> None:
     # Five successes in [0, 0.5); the 429 at 0.45 arms and cools the pod for
     # its Retry-After, 1 s. Three calls still out succeed at 0.6, then one
-    # throttles at 0.65: they count in the arming bucket (8 / 0.5 = 16/s),
-    # not in a bucket of their own that would read 3 / 0.5 = 6/s beside a
-    # smoothed 0.8 x 6 / 0.5 = 9.6/s (the 429 at 0.6 folding the first).
-    cooling = PaceSample(True, False, True, retry_after=timedelta(seconds=1))
+    # throttles at 0.65: they count in the arming bucket (8 successes), not
+    # in a bucket of their own that would read 3 / 0.5 = 6/s, and the
+    # throttle, a call started before the cool-down, cuts nothing.
     p = Pacer()
     for at in (0.0, 0.1, 0.2, 0.3, 0.4):
         p = observe(p, NOTHING, at, OK)
-    p = observe(p, NOTHING, 0.45, cooling)
+    p = observe(p, NOTHING, 0.45, COOLING)
     for _ in range(3):
         p = observe(p, NOTHING, 0.6, OK)
-    p = observe(p, NOTHING, 0.65, cooling)
-    assert pacer_snapshot(p, NOTHING, 0.65).rate == pytest.approx(0.7 * 16)
+    p = observe(p, NOTHING, 0.65, COOLING)
+    assert (p.learned.successes.at, p.learned.successes.events) == (0.0, 8)
+    assert p.learned.w_max == 0.0
 
 
 def test_a_silent_stretch_is_no_reading() -> None:
@@ -718,35 +755,55 @@ def test_a_throttle_cools_the_pod_only_until_the_pacer_learned() -> None:
     assert admit(state, declared, 1.2)[1].reason is Reason.UPSTREAM_COOLING_DOWN
 
 
-def test_the_pace_takes_over_the_cool_down_its_cut_ends() -> None:
-    # Five successes at 0.0; the 429 at 0.05 (Retry-After 1 s) arms the pace
-    # and cools the pod until 1.05; the one at 0.1 cuts from 5 / 0.5 = 10/s
-    # served: 7/s. The rest of the cool-down becomes the pace's hold, so a
-    # call asking at 0.2 is not refused but told to start when it ends
-    # (0.85 s), the next one slot later (the rate at 0.2, 0.1 s after the
-    # cut: 0.4 (0.1 - K)^3 + 10 = 7.44/s), and the third, past the queue's
-    # 1 s limit, is refused at once as saturated.
+def test_a_cool_down_ends_into_the_release_not_a_herd() -> None:
+    # Five successes at 0.0 (10/s, the pod's first bucket); the 429 at 0.05
+    # (Retry-After 1 s) arms the pace and cools the pod until 1.05; one at
+    # 0.1 (a call still out) until 1.1. Meanwhile every call is refused as
+    # cooling down; from 1.1 the calls start 1 / 10 s apart, the third past
+    # the queue's 1 s limit refused at once as saturated only later.
     config = UpstreamConfig()
     throttled = Outcome(False, 429, retry_after=timedelta(seconds=1))
     state = UpstreamState()
     for _ in range(5):
         state = record_outcome(state, config, 0.0, Outcome(True))
     state = record_outcome(state, config, 0.05, throttled)
-    assert admit(state, config, 0.07)[1].reason is Reason.UPSTREAM_COOLING_DOWN
     state = record_outcome(state, config, 0.1, throttled)
+    assert admit(state, config, 0.2)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+    assert admit(state, config, 1.09)[1].reason is Reason.UPSTREAM_COOLING_DOWN
     waits = []
     for _ in range(3):
-        state, answer = admit(state, config, 0.2, deadline=timedelta(seconds=10))
-        waits.append(answer.wait if answer.allowed else answer.reason)
-    assert waits[0] == 850 * MS
-    rate = 0.4 * (0.1 - K) ** 3 + 10
-    assert waits[1] == pytest.approx(timedelta(seconds=0.85 + 1 / rate), abs=MS)
-    assert waits[2] is Reason.UPSTREAM_SATURATED
+        state, answer = admit(state, config, 1.1, deadline=timedelta(seconds=10))
+        assert answer.allowed
+        waits.append(answer.wait)
+    assert waits == [timedelta(0), 100 * MS, 200 * MS]
+
+
+def test_a_short_cool_down_holds_the_sheddable_calls_not_the_critical_ones() -> None:
+    # A 429 with Retry-After 1 s cools the pod. While a sheddable call asks
+    # within the last second, a critical one takes the lane through the
+    # cool-down (one start per answer); with no sheddable call asking, or a
+    # cool-down past CLOSED_AFTER (the upstream closed), it is refused too.
+    config = UpstreamConfig()
+    cooled = record_outcome(
+        UpstreamState(), config, 0.0, Outcome(False, 429, retry_after=timedelta(seconds=1))
+    )
+    _, alone = admit(cooled, config, 0.1, criticality=Criticality.CRITICAL)
+    assert alone.reason is Reason.UPSTREAM_COOLING_DOWN
+    state, shed = admit(cooled, config, 0.1, criticality=Criticality.SHEDDABLE)
+    assert shed.reason is Reason.UPSTREAM_COOLING_DOWN
+    _, critical = admit(state, config, 0.2, criticality=Criticality.CRITICAL, permits=8)
+    assert (critical.allowed, critical.permits) == (True, 1)
+    closed = record_outcome(
+        UpstreamState(), config, 0.0, Outcome(False, 429, retry_after=timedelta(seconds=60))
+    )
+    state, _ = admit(closed, config, 0.1, criticality=Criticality.SHEDDABLE)
+    _, refused = admit(state, config, 0.2, criticality=Criticality.CRITICAL)
+    assert refused.reason is Reason.UPSTREAM_COOLING_DOWN
 
 
 def test_a_closed_upstreams_cool_down_stays_a_cool_down_when_a_cut_follows() -> None:
     # Retry-After 300 s arms the pace and closes the upstream; a 1 s one cuts.
-    # Past CLOSED_AFTER the cool-down is not handed to the pace: still refused.
+    # Past CLOSED_AFTER a throttle cools the pod even under a learned pace.
     config = UpstreamConfig()
     state = record_outcome(
         UpstreamState(), config, 0.0, Outcome(False, 429, retry_after=timedelta(seconds=300))
@@ -758,10 +815,11 @@ def test_a_closed_upstreams_cool_down_stays_a_cool_down_when_a_cut_follows() -> 
 
 
 def test_a_hold_is_shortened_to_a_lower_cap_and_never_lengthened() -> None:
-    p = hold(Pacer(), 100.0)
+    # A quota spent for 30 s holds every start until then.
+    p = observe(Pacer(), NOTHING, 0.0, THROTTLED._replace(hint=_hint(100, 0, 30.0)))
+    assert p.quota.hold_until == 30.0
     assert hold_at_most(p, 10.0).quota.hold_until == 10.0
     assert hold_at_most(p, 200.0) is p
-    assert hold(p, 50.0) is p
 
 
 @pytest.mark.parametrize(
@@ -1295,14 +1353,8 @@ def test_with_no_sheddable_call_asking_the_lane_is_closed() -> None:
     assert after.wait == 100 * MS
 
 
-def test_a_cool_down_holds_the_sheddable_calls_and_a_spent_quota_every_call() -> None:
-    config = RateLimitConfig(rate=10)
-    held = hold(Pacer(), 0.8)  # a cool-down handed to the pace
-    p, shed = pace(held, config, 0.0, criticality=Criticality.SHEDDABLE)
-    assert not shed.allowed
-    _, critical = pace(p, config, 0.0, criticality=Criticality.CRITICAL)
-    assert (critical.allowed, critical.wait) == (True, timedelta(0))
-    # A quota the headers said is spent (its reset 2 s away) refuses the
+def test_a_spent_quota_holds_every_call_critical_ones_too() -> None:
+    # A quota the headers said is spent (its reset 0.5 s away) refuses the
     # critical call too: the upstream would.
     spent = observe(Pacer(), NOTHING, 0.0, THROTTLED._replace(hint=_hint(100, 0, 0.5)))
     spent, _ = pace(spent, NOTHING, 0.0, criticality=Criticality.SHEDDABLE)

@@ -152,8 +152,7 @@ QUEUE = "past the queue's limit of 1 s (rate_limit.max_queue_delay)"
         (
             hold,
             ShedCause.QUEUE,
-            "The call would wait 30 s for the upstream's hold to end (its quota spent, "
-            f"or its Retry-After), {QUEUE}.",
+            f"The call would wait 30 s for the upstream's hold to end (its quota spent), {QUEUE}.",
         ),
         (
             in_flight,

@@ -3,8 +3,8 @@
 squawk.policy.ratelimit reads the headers into a RateLimitHint; this
 machine turns each reading into a rate, a burst and a hold, and keeps them
 for `quiet`. docs/upstreams.md §Pacing (item 2) tells the rules; the code
-says how each bound is kept. A hold is also where the pacer takes over a
-cool-down (squawk.policy.upstream), so `hold` and `hold_at_most` live here.
+says how each bound is kept; `hold_at_most` shortens a hold when a reload
+lowers `max_cool_down`.
 
 Every value is bounded: a negative, NaN, huge or far-away header is
 ignored or capped, every rate has a floor and every hold ends within
@@ -32,7 +32,6 @@ __all__ = [
     "MIN_HEADER_RATE",
     "HeaderQuota",
     "bounded_seconds",
-    "hold",
     "hold_at_most",
     "read",
 ]
@@ -69,8 +68,7 @@ class HeaderQuota(NamedTuple):
     burst: float = 1.0
     # Until when the rates hold.
     until: float = -math.inf
-    # The moment before which nothing starts (a quota with nothing left,
-    # or a cool-down handed over).
+    # The moment before which nothing starts (a quota with nothing left).
     hold_until: float = -math.inf
     # A refilling request quota's readings: the largest least refill rate
     # read in the half of HEADER_MEMORY that started at `bound_at`, and in
@@ -86,7 +84,7 @@ class HeaderQuota(NamedTuple):
     level: float = 0.0
     lowest: float = 1.0
     # The end of the hold the last spent reading set: a reading with calls
-    # left again ends it (not a cool-down handed over, see hold).
+    # left again ends it.
     spent_until: float = -math.inf
 
 
@@ -202,13 +200,6 @@ def _unused(
     return quota._replace(
         rate=lifted, lifted=lifted, boosted_at=now, until=now + quiet, level=level, lowest=level
     )
-
-
-def hold(quota: HeaderQuota, until: float) -> HeaderQuota:
-    """`quota` holding every start until `until`."""
-    if until <= quota.hold_until:
-        return quota
-    return quota._replace(hold_until=until)
 
 
 def hold_at_most(quota: HeaderQuota, latest: float) -> HeaderQuota:

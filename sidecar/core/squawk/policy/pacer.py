@@ -37,7 +37,6 @@ from .capped import NOT_DECLARED, Capped
 from .clocker import BUCKET, SMOOTHING
 from .cooldown import spread
 from .cubic import BETA, MIN_RATE, SCALE, Learned
-from .cubic import learning as _learning
 from .fair import NO_KEYS, Fair, Fairness
 from .header_quota import MAX_HOLD, MAX_HOLD_S, HeaderQuota, bounded_seconds
 from .limits import MAX_BURST, MAX_PERMITS, MAX_RATE, MAX_TOKEN_RATE
@@ -70,7 +69,7 @@ __all__ = [
     "PaceSnapshot",
     "Pacer",
     "RateLimitConfig",
-    "hold",
+    "cooling_lane",
     "hold_at_most",
     "observe",
     "pace",
@@ -115,19 +114,17 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> Rates:
             config._tokens,
         )
     quota = pacer.quota
-    learning = _learning(pacer.learned, now, config._quiet_s)
+    learned = cubic.in_force(pacer.learned, now, config._quiet_s)
     if now < quota.until:
         # Headers are hints: throttles met under their pace cut the
         # learned one, and the lower of the two is in force.
-        if learning:
-            learned = cubic.rate(pacer.learned, now)
-            if not 0.0 < quota.rate <= learned:
-                tokens = quota.token_rate
-                return Rates(PaceSource.LEARNED, learned, 1.0, tokens, tokens)
+        if learned and not 0.0 < quota.rate <= learned:
+            tokens = quota.token_rate
+            return Rates(PaceSource.LEARNED, learned, 1.0, tokens, tokens)
         tokens = quota.token_rate
         return Rates(PaceSource.HEADERS, quota.rate, quota.burst, tokens, tokens)
-    if learning:
-        return Rates(PaceSource.LEARNED, cubic.rate(pacer.learned, now), 1.0, 0.0, 0.0)
+    if learned:
+        return Rates(PaceSource.LEARNED, learned, 1.0, 0.0, 0.0)
     return NO_RATES
 
 
@@ -182,7 +179,7 @@ def pace(
         and not config._policy
         and now >= quota.until
         and now >= quota.hold_until
-        and not _learning(pacer.learned, now, config._quiet_s)
+        and not cubic.in_force(pacer.learned, now, config._quiet_s)
         and not _limited(pacer.concurrency, now, config._quiet_s)
     ):
         if permits == 1:
@@ -216,8 +213,8 @@ def pace(
     lane = precedence.asked(pacer.lane, level, now)
     laned = precedence.opens(lane, level, now)
     if laned:
-        # Ahead of the sheddable grants, and through a cool-down's hold;
-        # not through a quota the headers said is spent.
+        # Ahead of the sheddable grants; not through a quota the headers
+        # said is spent.
         spent = quota.spent_until if quota.spent_until > now else now
         start = min(start, precedence.start(lane, rates.rate, spent))
     keys, key, own = pacer.fair, "", None
@@ -357,11 +354,20 @@ def _declared(pacer: Pacer, now: float) -> Pacer:
     return pacer if held is pacer.capped else pacer._replace(capped=held)
 
 
-def hold(pacer: Pacer, until: float) -> Pacer:
-    """The pacer holding every start until `until` (then spacing them at
-    its pace): a cool-down handed over to it (squawk.policy.upstream)."""
-    quota = header_quota.hold(pacer.quota, until)
-    return pacer if quota is pacer.quota else pacer._replace(quota=quota)
+def cooling_lane(
+    pacer: Pacer, config: RateLimitConfig, now: float, criticality: Criticality | None
+) -> tuple[Pacer, bool]:
+    """(pacer, passes): a call of `criticality` asking while a short
+    cool-down runs (squawk.policy.upstream) is counted in the lane, and
+    passes it when it takes the lane: the sheddable calls the cool-down
+    holds back are what overloaded the upstream, and a critical call waits
+    for neither them nor their cool-down (SRE book: a level is rejected
+    only once every lower level is)."""
+    level = config.criticality if criticality is None else criticality
+    lane = precedence.asked(pacer.lane, level, now)
+    return (pacer if lane is pacer.lane else pacer._replace(lane=lane)), precedence.opens(
+        lane, level, now
+    )
 
 
 def hold_at_most(pacer: Pacer, latest: float) -> Pacer:

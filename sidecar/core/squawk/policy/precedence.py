@@ -4,20 +4,15 @@ Google's rule for criticality (the SRE book, "Handling Overload"): a
 level is rejected only once every lower level is rejected already. The
 short queue's limits per level (squawk.policy.pacer._longest) shed the
 sheddable calls first, but a grant is a start already promised: a critical
-call arriving behind the sheddable grants of the queue waited for them,
-and a cool-down handed to the pace held it as long as the flood that
-caused it.
+call arriving behind the sheddable grants of the queue waited for them.
 
 So while a sheddable call (SHEDDABLE or SHEDDABLE_PLUS) asked within
 LOWER_S, a critical one (CRITICAL or CRITICAL_PLUS) takes the lane: it
 starts at the pace's next slot among the critical calls alone (a GCRA of
-their own at the pace's rate), not behind the queue, and a cool-down's hold
-does not hold it (the sheddable calls are held; a quota the upstream's
-headers said is spent still holds every call, as it would refuse them).
-The only cool-downs a pace holds are a learned pace's short ones (at most
-squawk.policy.upstream.CLOSED_AFTER, 2 s), and then the lane is spaced at
-the learned rate; a longer cool-down, the upstream closed, refuses every
-call before the pace is asked.
+their own at the pace's rate), not behind the queue. A quota the
+upstream's headers said is spent still holds every call, as the upstream
+would refuse them, and a cool-down refuses every call before the pace is
+asked: the upstream asked every caller to wait.
 The shared spacing still counts its start, so the sheddable calls after
 it start a slot later: over any stretch the pod starts no more than the
 pace, and at any moment at most the sheddable grants already queued (the

@@ -53,8 +53,8 @@ class WaitCause(enum.Enum):
     RATE = 1
     # The token units/s pace (Shed.token_rate), for the call's cost.
     TOKENS = 2
-    # A hold: the upstream's quota has nothing left, or a cool-down was
-    # handed to the pace; nothing starts before it ends.
+    # A hold: the upstream's quota has nothing left; nothing starts before
+    # it ends.
     HOLD = 3
 
 
@@ -120,7 +120,7 @@ def explain(shed: Shed) -> str:
 
 def _waited_for(shed: Shed) -> str:
     if shed.waited_for is WaitCause.HOLD:
-        return "for the upstream's hold to end (its quota spent, or its Retry-After)"
+        return "for the upstream's hold to end (its quota spent)"
     if shed.waited_for is WaitCause.TOKENS:
         pace = f"the token pace of {_number(shed.token_rate)} units/s"
     else:

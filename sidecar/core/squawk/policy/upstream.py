@@ -222,13 +222,21 @@ def admit(
         raise PolicyInputError("deadline", "must not be negative")
     cb = config.circuit_breaker
     cooling = time_left(state.cool_until, now)
+    pacer = state.pacer
     if cooling:
-        breaker = _breaker.advance(state.breaker, cb, now)
-        wait = within(spread(cooling, rng, COOL_DOWN_SPREAD_FRACTION), cooling, deadline)
-        refused = Admission(
-            False, Reason.UPSTREAM_COOLING_DOWN, wait, breaker.state, False, permits=0
-        )
-        return _with(state, breaker=breaker), refused
+        passes = False
+        if cooling <= CLOSED_AFTER:
+            # A short cool-down (an upstream full, not closed) holds the
+            # sheddable calls, not the critical ones (squawk.policy.pacer).
+            pacer, passes = _pacer.cooling_lane(pacer, config.rate_limit, now, criticality)
+        if not passes:
+            breaker = _breaker.advance(state.breaker, cb, now)
+            wait = within(spread(cooling, rng, COOL_DOWN_SPREAD_FRACTION), cooling, deadline)
+            refused = Admission(
+                False, Reason.UPSTREAM_COOLING_DOWN, wait, breaker.state, False, permits=0
+            )
+            return _with(state, breaker=breaker, pacer=pacer), refused
+        permits = 1  # the lane's calls one at a time, never a lease
     breaker, allowed, probe = _breaker.admit(state.breaker, cb, now)
     if not allowed:
         open_left = time_left(breaker.until, now)
@@ -238,7 +246,7 @@ def admit(
     if breaker.state is not BreakerState.CLOSED:
         permits = 1
     pacer, paced = _pacer.pace(
-        state.pacer,
+        pacer,
         config.rate_limit,
         now,
         cost=cost,
@@ -335,7 +343,6 @@ def record_outcome(
     # the upstream refused, the Retry-After says how long; and the fleet's
     # store, which learns no pace, reads the same outcome the same way
     # (squawk.policy.fleet.outcome).
-    was_learned = _pacer.pace_source(state.pacer, config.rate_limit, now) is PaceSource.LEARNED
     pacer = _pacer.observe(
         state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
     )
@@ -351,13 +358,6 @@ def record_outcome(
             _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.HEADERS
         )
     until = state.cool_until
-    if learned and not was_learned and timedelta(0) < time_left(until, now) <= CLOSED_AFTER:
-        # The cut came while its arming throttle's short cool-down still
-        # runs: the pace takes the rest over as a hold, so a call meanwhile
-        # is told when to start or shed at once, not refused until a herd
-        # asks again the moment the cool-down ends.
-        pacer = _pacer.hold(pacer, until)
-        until = NOT_COOLING
     if counted is Verdict.FAILURE and not learned:
         until = cool_down(
             until, now, outcome.retry_after, config.share_retry_after, config.max_cool_down
