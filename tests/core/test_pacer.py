@@ -427,6 +427,22 @@ def test_no_release_when_no_success_was_ever_reported() -> None:
     assert pacer_snapshot(p, NOTHING, 1.5).source is PaceSource.NONE
 
 
+def test_a_header_pace_spaces_the_calls_a_cool_down_held_not_a_release() -> None:
+    # The headers announce 500 left of 1,000, refilled within 1 s: the
+    # pace is theirs (475/s). A 429 with Retry-After arms the learned pace; after the
+    # cool-down the headers' pace still spaces the calls, not a release
+    # from the rate served before (which had read the demand, not the quota).
+    hinted = OK._replace(hint=_hint(1000, 500, 1.0))
+    p = Pacer()
+    for at in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5):
+        p = observe(p, NOTHING, at, hinted)
+    assert pacer_snapshot(p, NOTHING, 0.55).source is PaceSource.HEADERS
+    p = observe(p, NOTHING, 0.6, COOLING)
+    assert p.learned.release > 0.0
+    view = pacer_snapshot(p, NOTHING, 1.7)
+    assert (view.source, view.rate) == (PaceSource.HEADERS, 475.0)
+
+
 def test_the_release_s_first_cut_reads_its_cycle_from_the_arming_throttle() -> None:
     # Armed at 0 (the cool-down until 1), the release granted 44 calls and
     # 40 succeeded by 3.0, when a throttle cuts. Its bucket reads 28/s

@@ -117,7 +117,10 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> Rates:
     learned = cubic.in_force(pacer.learned, now, config._quiet_s)
     if now < quota.until:
         # Headers are hints: throttles met under their pace cut the
-        # learned one, and the lower of the two is in force.
+        # learned one, and the lower of the two is in force. Not a
+        # release: the headers' pace spaces the calls a cool-down held.
+        if not cubic.learning(pacer.learned, now, config._quiet_s):
+            learned = 0.0
         if learned and not 0.0 < quota.rate <= learned:
             tokens = quota.token_rate
             return Rates(PaceSource.LEARNED, learned, 1.0, tokens, tokens)
