@@ -443,6 +443,29 @@ def test_a_header_pace_spaces_the_calls_a_cool_down_held_not_a_release() -> None
     assert (view.source, view.rate) == (PaceSource.HEADERS, 475.0)
 
 
+def test_a_throttle_whose_headers_say_the_quota_is_unused_discredits_them() -> None:
+    # An upstream whose headers lie (a huge quota, nearly all left, reset
+    # in 1 s) paces nothing real: 950,000/s. When it answers 429 with the
+    # same headers, they do not describe the limit that throttled (a lie,
+    # or GitHub's secondary limits): after the cool-down the release
+    # paces the calls, at the 9.6/s served before, not the headers; each
+    # further reading leaves them doubted until `quiet` (30 s) after the
+    # throttle. Before, the calls the cool-down held went out at 950,000/s.
+    lie = _hint(1_000_000, 999_999, 1.0)
+    hinted = OK._replace(hint=lie)
+    p = Pacer()
+    for at in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5):
+        p = observe(p, NOTHING, at, hinted)
+    assert pacer_snapshot(p, NOTHING, 0.55).source is PaceSource.HEADERS
+    p = observe(p, NOTHING, 0.6, COOLING._replace(hint=lie))
+    p = observe(p, NOTHING, 1.7, hinted)
+    view = pacer_snapshot(p, NOTHING, 1.7)
+    assert view.source is PaceSource.LEARNED
+    assert view.rate == pytest.approx(9.6 * 2**0.1)
+    p = observe(p, NOTHING, 30.7, hinted)
+    assert pacer_snapshot(p, NOTHING, 30.7).source is PaceSource.HEADERS
+
+
 def test_the_release_s_first_cut_reads_its_cycle_from_the_arming_throttle() -> None:
     # Armed at 0 (the cool-down until 1), the release granted 44 calls and
     # 40 succeeded by 3.0, when a throttle cuts. Its bucket reads 28/s

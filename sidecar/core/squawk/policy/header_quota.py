@@ -86,6 +86,9 @@ class HeaderQuota(NamedTuple):
     # The end of the hold the last spent reading set: a reading with calls
     # left again ends it.
     spent_until: float = -math.inf
+    # Until when the headers are not believed: a throttle came with a
+    # reading that said the quota was at least half unused.
+    doubted_until: float = -math.inf
 
 
 def read(
@@ -96,13 +99,24 @@ def read(
     max_hold: float,
     *,
     binding: bool = False,
+    throttled: bool = False,
 ) -> HeaderQuota:
     """`quota` after one reading of the headers at `now`; `quiet`: how long
     it holds (seconds), `max_hold`: the longest hold (the upstream's
     max_cool_down, at most MAX_HOLD); `binding`: calls wait for the pace's
-    slots (a quota left unused then says the pace is too low)."""
+    slots (a quota left unused then says the pace is too low); `throttled`:
+    the reading came with a throttle."""
     calls = _quota_rate(hint.requests)
     tokens = _quota_rate(hint.tokens)
+    if throttled and (
+        (calls is not None and calls.unused)
+        or (calls is None and tokens is not None and tokens.unused)
+    ):
+        # The upstream refused a call while its headers said the quota
+        # was at least half unused: they do not describe the limit that
+        # throttles (a lie, or another limit, as GitHub's secondary ones),
+        # and outcomes, not them, pace the calls for `quiet`.
+        quota = quota._replace(doubted_until=now + quiet)
     if calls is not None and calls.level >= 0.0:
         # The least share left read while the pace binds, over at least
         # BOOST_EVERY: a quota left unused while nothing waits says nothing
@@ -162,6 +176,7 @@ def read(
         quota.level,
         quota.lowest,
         spent_until,
+        quota.doubted_until,
     )
 
 

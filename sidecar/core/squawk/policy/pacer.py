@@ -115,7 +115,7 @@ def _rates(pacer: Pacer, config: RateLimitConfig, now: float) -> Rates:
         )
     quota = pacer.quota
     learned = cubic.in_force(pacer.learned, now, config._quiet_s)
-    if now < quota.until:
+    if quota.doubted_until <= now < quota.until:
         # Headers are hints: throttles met under their pace cut the
         # learned one, and the lower of the two is in force. Not a
         # release: the headers' pace spaces the calls a cool-down held.
@@ -301,6 +301,7 @@ def observe(
             config._quiet_s,
             seconds(max_hold),
             binding=queue.shed_until >= now or queue.above_since <= now,
+            throttled=sample.throttled,
         )
     admitted_at = sample.admitted_at
     slots = pacer.capped
