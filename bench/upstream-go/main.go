@@ -21,7 +21,8 @@
 // OpenAI's and Anthropic's APIs, for their SDKs. GET /capacity?c=N sets C
 // (the bucket follows); GET /counts answers the counts per 100 ms of wall
 // time (Unix ms / 100) and executor as JSON rows [bucket, executor,
-// attempts, successes, 429s, 5xx] (529s count as 5xx).
+// attempts, successes, 429s, 5xx] (529s count as 5xx); GET /tokens the calls
+// its bucket holds now.
 package main
 
 import (
@@ -353,6 +354,17 @@ func (u *upstream) setStorm(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
+// serveTokens answers the calls the bucket (or the window) holds now: what
+// the upstream can serve at once on top of its rate, which a phase's
+// capacity counts (a minute's bucket stores what the calls before it left).
+func (u *upstream) serveTokens(w http.ResponseWriter, _ *http.Request) {
+	u.mu.Lock()
+	u.refill(time.Now())
+	tokens := u.tokens
+	u.mu.Unlock()
+	fmt.Fprintln(w, strconv.FormatFloat(tokens, 'f', 3, 64))
+}
+
 func (u *upstream) serveCounts(w http.ResponseWriter, _ *http.Request) {
 	u.mu.Lock()
 	rows := make([][]any, 0, len(u.counts))
@@ -407,6 +419,7 @@ func main() {
 	mux.HandleFunc("/capacity", u.setCapacity)
 	mux.HandleFunc("/storm", u.setStorm)
 	mux.HandleFunc("/counts", u.serveCounts)
+	mux.HandleFunc("/tokens", u.serveTokens)
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	srv := &http.Server{Addr: *listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	log.Fatal(srv.ListenAndServe())

@@ -163,6 +163,21 @@ def test_the_10x_goals_hold_on_their_bounds() -> None:
     assert [holds for _, holds in run.checks(TEN, past, 20)[:5]] == [False] * 5
 
 
+def test_the_dialects_attempts_bound_counts_what_the_bucket_held() -> None:
+    # A minute's bucket held 0.15 x C's worth of the phase as the overload
+    # began: a pace that sends C and that is served, not over-sending.
+    # Attempts at 1.25 x C are within 1.1 x C + 0.15; at 1.26, past it.
+    openai_m = next(v for v in run.variants(1, 2, 1) if v.name == "openai-m")
+    fine = {"attempts_per_c": 1.25, "successes_per_c": 1.25, "bank_per_c": 0.15}
+    whole = {"attempts": 100, "throttled": 0}
+    lines = run.checks(openai_m, result(fine, {}, whole), 20)
+    assert [holds for _, holds in lines] == [True, True, True]
+    over = result(fine | {"attempts_per_c": 1.26}, {}, whole)
+    assert [holds for _, holds in run.checks(openai_m, over, 20)] == [False, True, True]
+    # Without a bucket's store (a run recorded before it was read), 1.1 x C.
+    assert not run.checks(openai_m, result(fine | {"bank_per_c": 0.0}, {}, whole), 20)[0][1]
+
+
 def test_the_other_variants_goals() -> None:
     by_name = {v.name: v for v in run.variants(1, 2, 1)}
     two = result({"successes_per_c": 0.95, "attempts_per_c": 1.11}, {}, {})

@@ -128,6 +128,15 @@ def test_a_dialects_headers_read_as_its_true_bucket(
             assert reset == math.ceil(1 / C)
 
 
+def test_the_upstream_tells_what_its_bucket_holds(start: Start) -> None:
+    # The benchmark counts it in a phase's capacity: a second's bucket
+    # starts full (C = 2 calls), and a call takes one (refilling 2/s).
+    port = start("-capacity", str(C), "-dialect", "openai-s")
+    assert float(run.get(f"http://127.0.0.1:{port}/tokens")) == pytest.approx(C)
+    assert call(port)[0] == 200
+    assert 1.0 <= float(run.get(f"http://127.0.0.1:{port}/tokens")) < 1.5
+
+
 def test_the_openai_per_minute_reset_is_a_go_duration_of_minutes(start: Start) -> None:
     # 60 x 0.05/s = 3 calls a minute. A rejection that costs a whole token
     # empties the bucket: it lacks all 3, 60 s of refill, which Go writes "1m0s".
