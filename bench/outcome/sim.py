@@ -13,7 +13,8 @@ is judged by the spread of its outcomes rather than by one draw.
 The model, kept to what the pacer sees: Poisson arrivals of steps (0.5 x C,
 then the overload, then 0.5 x C; or 0.8 x C with the capacity halved), each
 with a 10 s deadline and 3 attempts; Admit with the deadline left (a refusal
-waits its retry_after and asks again, if that fits); a paced wait is slept;
+waits its retry_after and asks again, if that fits, but a step the pace
+sheds, UPSTREAM_SATURATED, ends as the runners end it); a paced wait is slept;
 the upstream is a token bucket of C calls/s holding BURST_S x C (the
 benchmark's upstream) answering 429 with Retry-After: 1 when empty; an
 outcome reaches the daemon within `report_delay` (the runners batch them
@@ -37,8 +38,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from squawk.policy.fair import Fairness
 from squawk.policy.outcome import Outcome
 from squawk.policy.ratelimit import rate_limit_hint
+from squawk.policy.types import Reason
 from squawk.policy.upstream import UpstreamConfig, UpstreamState, admit, record_outcome
 
 __all__ = ["Result", "main", "simulate"]
@@ -62,6 +65,10 @@ DIALECTS = {
     "coarse": (1.0, "coarse"),
     "lying": (1.0, "lying"),
 }
+
+
+# The weights variant's keys (issue 35's weights 3 : 1).
+HEAVY, LIGHT = Fairness("heavy", 3.0), Fairness("light", 1.0)
 
 
 def _go_duration(seconds: float) -> str:
@@ -128,6 +135,8 @@ class Result:
     step_success: float = 0.0
     # The share of the middle phase's attempts the upstream rejected.
     rejected: float = 0.0
+    # weights: the heavy key's successes over the light one's (0: no keys).
+    ratio: float = 0.0
 
 
 @dataclass(slots=True)
@@ -135,6 +144,7 @@ class _Step:
     deadline: float
     attempts: int = 0
     ok: bool = False
+    fairness: Fairness | None = None
 
 
 @dataclass(slots=True)
@@ -178,15 +188,27 @@ def simulate(
     squawk: bool = True,
     burst_s: float = BURST_S,
 ) -> Result:
-    """One run of `variant` ("2x", "10x", "halving", or "storm-S": half the
-    calls of the middle phase answered status S at random, at 0.5 x C).
+    """One run of `variant` ("2x", "10x", "halving", "weights": two
+    fairness keys at weights 3 : 1 asking 2 x C each, or "storm-S": half
+    the calls of the middle phase answered status S at random, at 0.5 x C).
     `squawk`: admit every attempt (else send at once, a plain retry loop).
     `burst_s`: the seconds of C a header-less upstream's bucket holds (a
     dialect's has its own): the learned pace must hold for any."""
     halving = variant == "halving"
     storm = int(variant[6:]) if variant.startswith("storm-") else 0
     bucket_s, dialect = DIALECTS.get(variant, (burst_s, ""))
-    overload = 0.8 if halving else 0.5 if storm else 10.0 if dialect else float(variant.rstrip("x"))
+    weights = variant == "weights"
+    overload = (
+        0.8
+        if halving
+        else 0.5
+        if storm
+        else 10.0
+        if dialect
+        else 4.0
+        if weights
+        else float(variant.rstrip("x"))
+    )
     low = 0.8 if halving else 0.5
     cfg = config or UpstreamConfig()
     rng = random.Random(seed)
@@ -218,8 +240,11 @@ def simulate(
             retry=step.attempts > 0,
             rng=jitter,
             deadline=timedelta(seconds=left),
+            fairness=step.fairness,
         )
         if not answer.allowed:
+            if answer.reason is Reason.UPSTREAM_SATURATED:
+                return  # shed: the runners end the step at once
             wait = answer.retry_after.total_seconds() if answer.retry_after else 0.05
             if wait < left:
                 at(now + wait, ask, step)
@@ -254,7 +279,8 @@ def simulate(
     for seconds, demand in ((warm, low), (hot, overload), (after, low)):
         t = start
         while (t := t + rng.expovariate(demand * capacity)) < start + seconds:
-            steps.append(_Step(t + DEADLINE_S))
+            key = (HEAVY if rng.random() < 0.5 else LIGHT) if weights else None
+            steps.append(_Step(t + DEADLINE_S, fairness=key))
             at(t, ask, steps[-1])
         start += seconds
     while events:
@@ -272,7 +298,12 @@ def simulate(
         served = inside(world.served, warm + 5.0) / ((hot - 5.0) * capacity / 2)
         return Result(served, attempts, done)
     sent = max(1, inside(world.sent, warm))
-    return Result(inside(world.served, warm) / (hot * capacity), attempts, done, rejected / sent)
+    ratio = 0.0
+    if weights:
+        ok = {k: sum(s.ok for s in middle if s.fairness == k) for k in (HEAVY, LIGHT)}
+        ratio = ok[HEAVY] / max(1, ok[LIGHT])
+    served = inside(world.served, warm) / (hot * capacity)
+    return Result(served, attempts, done, rejected / sent, ratio)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -311,6 +342,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" {statistics.fmean(r.step_success for r in plain):16.3f}"
             f" {statistics.fmean(r.rejected for r in runs):16.3f}"
             f" {max(r.rejected for r in runs):5.3f}"
+            + (
+                f"   heavy : light {statistics.fmean(r.ratio for r in runs):.2f}"
+                if variant == "weights"
+                else ""
+            )
         )
     return 0
 

@@ -11,12 +11,22 @@ shares its seats the same way).
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squawk.policy import Pacer, RateLimitConfig, pace
+from squawk.policy import (
+    Outcome,
+    Pacer,
+    RateLimitConfig,
+    UpstreamConfig,
+    UpstreamState,
+    admit,
+    pace,
+    record_outcome,
+)
 from squawk.policy.fair import (
     DEMAND_S,
     MAX_KEYS,
@@ -215,3 +225,50 @@ def test_fairness_never_lets_more_through_than_the_pace(
             # A wait is rounded up to the millisecond: a start may read up
             # to 1 ms late, and a window's first one shorten it by that.
             assert j - i + 1 <= RATE * (starts[j] - first + 0.001) + 1
+
+
+def test_the_shares_hold_from_the_first_release_after_a_cool_down() -> None:
+    # The onset of an overload as the outcome benchmark's weights variant
+    # meets it: keys at 3 : 1 ask 5/s each while nothing paces (all served,
+    # and each success reported), then 40/s each from 2.0; the first call
+    # of the overload is answered 429 with Retry-After 1 s, which cools the
+    # pod until 3.0, and then the pace releases calls at the rate served
+    # before. Each key's demand was measured all along, so the release's
+    # first second already serves them 3 : 1. Before, nothing was measured
+    # until the pace bound, and the light key took half of that second: a
+    # demand over DEMAND_S (4 s) lagged it.
+    config = UpstreamConfig()
+    heavy, light = Fairness("heavy", 3.0), Fairness("light", 1.0)
+    state = UpstreamState()
+    asks = [(i / 5 + k / 10, key) for i in range(10) for k, key in enumerate((heavy, light))]
+    asks += [
+        (2.0 + i / 40 + k / 80, key) for i in range(80) for k, key in enumerate((heavy, light))
+    ]
+    granted = {heavy: 0, light: 0}
+    throttle = Outcome(False, 429, retry_after=timedelta(seconds=1))
+    for at, key in asks:
+        state, admission = admit(state, config, at, fairness=key)
+        if at < 2.0:
+            state = record_outcome(state, config, at, Outcome(True))
+        elif at == 2.0:
+            state = record_outcome(state, config, at, throttle)
+        elif 3.0 <= at < 4.0 and admission.allowed:
+            granted[key] += 1
+    assert granted[light] >= 1
+    assert granted[heavy] / granted[light] >= 2.5, granted
+
+
+def test_demand_is_measured_while_nothing_paces() -> None:
+    # 20 asks/s for 2 s with no pace: every call starts at once, and the
+    # key's demand is the running mean of its asks (a lease of 4 counts 4).
+    p = Pacer()
+    for i in range(40):
+        p, got = pace(p, RateLimitConfig(), i / 20, fairness=Fairness("a"))
+        assert got.allowed and got.wait == timedelta(0)
+    expected = 20 * (1 - math.exp(-2 / DEMAND_S))
+    assert p.fair.tenants["a"].demand_at(2.0) == pytest.approx(expected, rel=0.05)
+    p, got = pace(p, RateLimitConfig(), 2.0, fairness=Fairness("a"), permits=4)
+    assert got.permits == 4
+    assert p.fair.tenants["a"].demand_at(2.0) == pytest.approx(expected + 1.0, rel=0.05)
+    # Without a key, nothing is kept.
+    assert pace(Pacer(), RateLimitConfig(), 0.0)[0].fair.tenants == {}

@@ -95,9 +95,10 @@ class Fair(NamedTuple):
 NO_KEYS = Fair()
 
 
-def asked(fair: Fair, key: str, weight: float, now: float) -> tuple[Fair, str]:
-    """(fair, key): one more ask by `key` at `now` with `weight`; the key
-    it counts under (OVERFLOW when MAX_KEYS others are asking)."""
+def asked(fair: Fair, key: str, weight: float, now: float, calls: int = 1) -> tuple[Fair, str]:
+    """(fair, key): `calls` more asked by `key` at `now` with `weight` (one
+    Admit, or a lease of several); the key it counts under (OVERFLOW when
+    MAX_KEYS others are asking)."""
     tenants = dict(fair.tenants)
     if key not in tenants and len(tenants) >= MAX_KEYS - 1:
         for name in [n for n, t in tenants.items() if t.demand_at(now) < MIN_DEMAND]:
@@ -105,7 +106,7 @@ def asked(fair: Fair, key: str, weight: float, now: float) -> tuple[Fair, str]:
         if len(tenants) >= MAX_KEYS - 1:  # one place kept for OVERFLOW
             key = OVERFLOW
     tenant = tenants.get(key)
-    demand = (tenant.demand_at(now) if tenant else 0.0) + 1.0 / DEMAND_S
+    demand = (tenant.demand_at(now) if tenant else 0.0) + calls / DEMAND_S
     tat = tenant.tat if tenant else -math.inf
     tenants[key] = Tenant(demand, now, weight, tat)
     return Fair(MappingProxyType(tenants)), key

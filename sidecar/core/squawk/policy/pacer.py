@@ -69,6 +69,7 @@ __all__ = [
     "PaceSnapshot",
     "Pacer",
     "RateLimitConfig",
+    "asked",
     "cooling_lane",
     "hold_at_most",
     "observe",
@@ -185,9 +186,12 @@ def pace(
         and not cubic.in_force(pacer.learned, now, config._quiet_s)
         and not _limited(pacer.concurrency, now, config._quiet_s)
     ):
-        if permits == 1:
+        granted = min(permits, MAX_PERMITS)
+        if fairness is not None or pacer.fair.tenants:
+            pacer = asked(pacer, now, fairness, granted)
+        if granted == 1:
             return pacer, _NOW
-        return pacer, Pace(True, _ZERO, None, min(permits, MAX_PERMITS))
+        return pacer, Pace(True, _ZERO, None, granted)
     limit = pacer.concurrency
     limited = _limited(limit, now, config._quiet_s)
     if limited:
@@ -358,6 +362,17 @@ def _declared(pacer: Pacer, now: float) -> Pacer:
     return pacer if held is pacer.capped else pacer._replace(capped=held)
 
 
+def asked(pacer: Pacer, now: float, fairness: Fairness | None, calls: int = 1) -> Pacer:
+    """The pacer after `calls` asked by `fairness`'s key while nothing
+    shares a pace (nothing paces, or a cool-down refuses every call): the
+    keys' demands are measured before a pace binds, so that its shares hold
+    from its first grant. Measured from then on, they lagged it by seconds
+    (DEMAND_S), and the light key of a 3 : 1 pair took half of the calls
+    released after the first cool-down of an overload."""
+    key, weight = fairness or ("", 1.0)
+    return pacer._replace(fair=fair.asked(pacer.fair, key, weight, now, calls)[0])
+
+
 def cooling_lane(
     pacer: Pacer, config: RateLimitConfig, now: float, criticality: Criticality | None
 ) -> tuple[Pacer, bool]:
@@ -443,6 +458,8 @@ def pacer_is_idle(pacer: Pacer, config: RateLimitConfig, now: float) -> bool:
         and not _limited(pacer.concurrency, now, quiet)
         and spacing.is_idle(pacer.spacing, now)
         and sum(capped.in_flight(pacer.capped, now)[:2]) == 0
-        and all(t.tat <= now for t in pacer.fair.tenants.values())
+        and all(
+            t.tat <= now and t.demand_at(now) < fair.MIN_DEMAND for t in pacer.fair.tenants.values()
+        )
         and precedence.is_idle(pacer.lane, now)
     )
