@@ -19,7 +19,8 @@ the upstream is a token bucket of C calls/s holding BURST_S x C (the
 benchmark's upstream) answering 429 with Retry-After: 1 when empty; an
 outcome reaches the daemon within `report_delay` (the runners batch them
 for up to 50 ms); a throttled attempt is retried after its Retry-After plus
-up to 20 % (the jitter every Squawk refusal gets). What it leaves out: the
+up to 20 % (the jitter every Squawk refusal gets), a storm's after the
+default backoff. What it leaves out: the
 retry budget (so it retries more than the runners do), the executors' own
 scheduling, the daemon's latency and CPU.
 """
@@ -50,6 +51,7 @@ BURST_S = 0.5  # as bench.outcome.run
 DEADLINE_S = 10.0
 MAX_ATTEMPTS = 3
 RETRY_AFTER = timedelta(seconds=1)
+BACKOFF_S = 0.5  # the default profile's first backoff
 LATENCY_S = 0.002
 EPOCH = 1_714_564_800.0  # the simulated clock's zero, as a wall time
 # Header dialects at 10x overload: (bucket seconds, dialect). The bucket
@@ -67,8 +69,31 @@ DIALECTS = {
 }
 
 
-# The weights variant's keys (issue 35's weights 3 : 1).
+# The keyed variants (issue 35's): each key and its part of the demand.
+# weights: 3 : 1, each asking 2 x C; tenants: three light keys at 0.2 x C
+# and one flooding at 2 x C, at equal weights.
 HEAVY, LIGHT = Fairness("heavy", 3.0), Fairness("light", 1.0)
+FLOOD = Fairness("tenant-flood")
+KEYED: dict[str, tuple[tuple[Fairness, float], ...]] = {
+    "weights": ((HEAVY, 2.0), (LIGHT, 2.0)),
+    "tenants": (
+        (Fairness("tenant-a"), 0.2),
+        (Fairness("tenant-b"), 0.2),
+        (Fairness("tenant-c"), 0.2),
+        (FLOOD, 2.0),
+    ),
+}
+
+
+def _retry_in(outcome: Outcome, attempts: int, squawk: bool, rng: random.Random) -> float:
+    """Seconds until a failed attempt is sent again: its Retry-After plus
+    up to 20 %; without one (a storm's status), the default profile's
+    backoff, 0.5 s doubling, with DecideRetry's sine jitter of +-10 %, or
+    the full jitter of the loop without Squawk (bench.outcome.executor)."""
+    if outcome.retry_after is not None:
+        return outcome.retry_after.total_seconds() * rng.uniform(1.0, 1.2)
+    base = BACKOFF_S * 2 ** (attempts - 1)
+    return base * (1 + 0.1 * math.sin(attempts)) if squawk else rng.uniform(0.0, base)
 
 
 def _go_duration(seconds: float) -> str:
@@ -135,7 +160,8 @@ class Result:
     step_success: float = 0.0
     # The share of the middle phase's attempts the upstream rejected.
     rejected: float = 0.0
-    # weights: the heavy key's successes over the light one's (0: no keys).
+    # weights: the heavy key's successes over the light one's; tenants:
+    # the least share of its steps a light key got done (0: no keys).
     ratio: float = 0.0
 
 
@@ -188,8 +214,8 @@ def simulate(
     squawk: bool = True,
     burst_s: float = BURST_S,
 ) -> Result:
-    """One run of `variant` ("2x", "10x", "halving", "weights": two
-    fairness keys at weights 3 : 1 asking 2 x C each, or "storm-S": half
+    """One run of `variant` ("2x", "10x", "halving", a keyed one (KEYED),
+    or "storm-S": half
     the calls of the middle phase answered status S at random, at 0.5 x C).
     `squawk`: admit every attempt (else send at once, a plain retry loop).
     `burst_s`: the seconds of C a header-less upstream's bucket holds (a
@@ -197,7 +223,7 @@ def simulate(
     halving = variant == "halving"
     storm = int(variant[6:]) if variant.startswith("storm-") else 0
     bucket_s, dialect = DIALECTS.get(variant, (burst_s, ""))
-    weights = variant == "weights"
+    keyed = KEYED.get(variant, ())
     overload = (
         0.8
         if halving
@@ -205,8 +231,8 @@ def simulate(
         if storm
         else 10.0
         if dialect
-        else 4.0
-        if weights
+        else sum(part for _, part in keyed)
+        if keyed
         else float(variant.rstrip("x"))
     )
     low = 0.8 if halving else 0.5
@@ -255,13 +281,18 @@ def simulate(
 
     def send(now: float, step: _Step) -> None:
         step.attempts += 1
-        ok = world.call(now)
+        # A storm answers before the bucket, as the benchmark's upstream
+        # does: its overload errors take no call from the capacity.
+        stormed = bool(storm) and warm <= now < warm + hot and rng.random() < 0.5
+        if stormed:
+            world.sent.append(now)
+        ok = not stormed and world.call(now)
         hint = None
         if dialect:
             headers = _headers(dialect, now, world.tokens, world.cap, cap_at(now), rng.random())
             hint = rate_limit_hint(headers, EPOCH + now)
-        if storm and ok and warm <= now < warm + hot and rng.random() < 0.5:
-            ok, outcome = False, Outcome(False, storm)
+        if stormed:
+            outcome = Outcome(False, storm)
         elif ok:
             outcome = Outcome(True, hint=hint)
         else:
@@ -269,7 +300,7 @@ def simulate(
         step.ok = ok
         at(now + LATENCY_S + rng.uniform(0, report_delay), report, outcome)
         if not ok and step.attempts < MAX_ATTEMPTS:
-            at(now + RETRY_AFTER.total_seconds() * rng.uniform(1.0, 1.2), ask, step)
+            at(now + _retry_in(outcome, step.attempts, squawk, rng), ask, step)
 
     def report(now: float, outcome: Outcome) -> None:
         world.state = record_outcome(world.state, cfg, now, outcome)
@@ -279,7 +310,7 @@ def simulate(
     for seconds, demand in ((warm, low), (hot, overload), (after, low)):
         t = start
         while (t := t + rng.expovariate(demand * capacity)) < start + seconds:
-            key = (HEAVY if rng.random() < 0.5 else LIGHT) if weights else None
+            key = rng.choices([k for k, _ in keyed], [p for _, p in keyed])[0] if keyed else None
             steps.append(_Step(t + DEADLINE_S, fairness=key))
             at(t, ask, steps[-1])
         start += seconds
@@ -299,11 +330,24 @@ def simulate(
         return Result(served, attempts, done)
     sent = max(1, inside(world.sent, warm))
     ratio = 0.0
-    if weights:
-        ok = {k: sum(s.ok for s in middle if s.fairness == k) for k in (HEAVY, LIGHT)}
+    ok = {k: sum(s.ok for s in middle if s.fairness == k) for k, _ in keyed}
+    if variant == "weights":
         ratio = ok[HEAVY] / max(1, ok[LIGHT])
+    elif keyed:
+        asked = {k: sum(1 for s in middle if s.fairness == k) for k, _ in keyed}
+        ratio = min(ok[k] / max(1, asked[k]) for k, _ in keyed if k != FLOOD)
     served = inside(world.served, warm) / (hot * capacity)
     return Result(served, attempts, done, rejected / sent, ratio)
+
+
+def _keyed_cell(variant: str, runs: Sequence[Result]) -> str:
+    ratios = sorted(r.ratio for r in runs)
+    if variant == "weights":
+        return f"   heavy : light mean {statistics.fmean(ratios):.2f} min {ratios[0]:.2f}"
+    if variant in KEYED:
+        least = statistics.fmean(ratios)
+        return f"   light keys' steps done: mean of least {least:.3f} min {ratios[0]:.3f}"
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -341,12 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" {statistics.fmean(steps):15.3f} {min(steps):5.3f}"
             f" {statistics.fmean(r.step_success for r in plain):16.3f}"
             f" {statistics.fmean(r.rejected for r in runs):16.3f}"
-            f" {max(r.rejected for r in runs):5.3f}"
-            + (
-                f"   heavy : light {statistics.fmean(r.ratio for r in runs):.2f}"
-                if variant == "weights"
-                else ""
-            )
+            f" {max(r.rejected for r in runs):5.3f}" + _keyed_cell(variant, runs)
         )
     return 0
 

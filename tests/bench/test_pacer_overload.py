@@ -43,13 +43,15 @@ def test_the_learned_pace_follows_a_capacity_that_halves() -> None:
     ("dialect", "rejected", "attempts"),
     # The issue's goals: at most 2 % refused, attempts at most 1.1 x C.
     # "lying" (a quota of 999,999 on most answers, one call left for a day
-    # on the others) is paced by the learned pace, which refuses what it
-    # refuses without headers (the 10x row), and the first throttles of an
-    # overload meet no pace at all: not met yet, held to where it is.
+    # on the others) is paced by the learned pace once a 429 says the quota
+    # is unused, release included (7.4 % refused on average while the
+    # headers' pace still released the calls a cool-down held); the first
+    # throttles of an overload meet no pace at all, and this short run
+    # weighs them more than make bench-outcome's: held to 5 %.
     # "openai-h" is the benchmark's older half-second bucket, with its own
     # goal, checked by make bench-outcome's "headers" variant.
     [
-        (d, 0.12, 2.0) if d == "lying" else (d, 0.02, 1.1)
+        (d, 0.05, 1.1) if d == "lying" else (d, 0.02, 1.1)
         for d in sorted(DIALECTS)
         if d != "openai-h"
     ],
