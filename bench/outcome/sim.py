@@ -298,12 +298,13 @@ def simulate(
         else:
             outcome = Outcome(False, 429, retry_after=RETRY_AFTER, hint=hint)
         step.ok = ok
-        at(now + LATENCY_S + rng.uniform(0, report_delay), report, outcome)
+        at(now + LATENCY_S + rng.uniform(0, report_delay), report, outcome, now)
         if not ok and step.attempts < MAX_ATTEMPTS:
             at(now + _retry_in(outcome, step.attempts, squawk, rng), ask, step)
 
-    def report(now: float, outcome: Outcome) -> None:
-        world.state = record_outcome(world.state, cfg, now, outcome)
+    def report(now: float, outcome: Outcome, sent: float) -> None:
+        # The runners name the call's admission (its start stands in).
+        world.state = record_outcome(world.state, cfg, now, outcome, admitted_at=sent)
 
     steps: list[_Step] = []
     start = 0.0

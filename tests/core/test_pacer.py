@@ -445,8 +445,8 @@ def test_a_header_pace_spaces_the_calls_a_cool_down_held_not_a_release() -> None
 
 def test_a_throttle_whose_headers_say_the_quota_is_unused_discredits_them() -> None:
     # An upstream whose headers lie (a huge quota, nearly all left, reset
-    # in 1 s) paces nothing real: 950,000/s. When it answers 429 with the
-    # same headers, they do not describe the limit that throttled (a lie,
+    # in 1 s) paces nothing real: 950,000/s. When a call the pod admitted
+    # is answered 429 with the same headers, they do not describe the limit that throttled (a lie,
     # or GitHub's secondary limits): after the cool-down the release
     # paces the calls, at the 9.6/s served before, not the headers; each
     # further reading leaves them doubted until `quiet` (30 s) after the
@@ -457,7 +457,10 @@ def test_a_throttle_whose_headers_say_the_quota_is_unused_discredits_them() -> N
     for at in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5):
         p = observe(p, NOTHING, at, hinted)
     assert pacer_snapshot(p, NOTHING, 0.55).source is PaceSource.HEADERS
-    p = observe(p, NOTHING, 0.6, COOLING._replace(hint=lie))
+    # A 429 no admission names (anyone's report) leaves them in force.
+    unadmitted = observe(p, NOTHING, 0.6, COOLING._replace(hint=lie))
+    assert pacer_snapshot(unadmitted, NOTHING, 1.7).source is PaceSource.HEADERS
+    p = observe(p, NOTHING, 0.6, COOLING._replace(hint=lie, admitted_at=0.55))
     p = observe(p, NOTHING, 1.7, hinted)
     view = pacer_snapshot(p, NOTHING, 1.7)
     assert view.source is PaceSource.LEARNED

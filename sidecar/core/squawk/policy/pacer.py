@@ -305,7 +305,10 @@ def observe(
             config._quiet_s,
             seconds(max_hold),
             binding=queue.shed_until >= now or queue.above_since <= now,
-            throttled=sample.throttled,
+            # Only a call the pod admitted discredits them: an outcome no
+            # admission names could be anyone's, and must not switch a
+            # header pace off for every caller.
+            throttled=sample.throttled and sample.admitted_at is not None,
         )
     admitted_at = sample.admitted_at
     slots = pacer.capped
