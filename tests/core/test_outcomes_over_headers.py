@@ -118,6 +118,31 @@ def test_a_quota_left_unused_while_calls_wait_lifts_the_pace_and_only_then() -> 
     assert _rate(fine, 2.0) == pytest.approx(14 / 0.751)
 
 
+def test_a_quota_read_a_call_lower_now_and_then_still_lifts_the_pace() -> None:
+    # As above, but the readings say 16 and 15 left by turns (whole calls,
+    # and the calls in flight when each was written): the quota is not
+    # draining, and the pace rises at the same 0.5 s steps. Before, each
+    # reading a call lower than at the last rise started the 0.5 s over, and
+    # the Anthropic dialect's pace took 4 s to climb from 8 to 20/s at 10x.
+    # A quota that does drain (20, 19, 19, 18, ... 10 left: 2.5 calls each
+    # 0.5 s, more than DRAIN) rises at most once.
+    config = RateLimitConfig()
+    base = observe(Pacer(), config, 0.0, _ok(_reading(20, 5, 0, refills=True, grain=1.0)))
+    busy, draining = base, base
+    for i in range(1, 21):
+        now = i / 10
+        for _ in range(10):
+            busy, _ = pace(busy, config, now, deadline=timedelta(seconds=30))
+            draining, _ = pace(draining, config, now, deadline=timedelta(seconds=30))
+        left = 16 - i % 2
+        busy = observe(busy, config, now, _ok(_reading(20, left, 0, refills=True, grain=1.0)))
+        lower = 20 - i // 2
+        reading = _ok(_reading(20, lower, 0, refills=True, grain=1.0))
+        draining = observe(draining, config, now, reading)
+    assert _rate(busy, 2.0) >= 14 * 1.25**3
+    assert _rate(draining, 2.0) <= 14 * 1.25
+
+
 def test_a_spent_quotas_hold_ends_when_a_reading_has_calls_left() -> None:
     # An IETF-style window spent, reset written as 1 s (rounded up): nothing
     # starts for up to 1 s. A reading 0.2 s later with 19 left (the window

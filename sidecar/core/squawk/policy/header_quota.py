@@ -49,6 +49,10 @@ BOOST = 1.25
 BOOST_EVERY = 0.5
 LOW = 0.1
 COARSE = 0.1
+# A quota read lower than when the pace rose by more than this share of it
+# is draining; by less, it is the count's noise (whole calls, calls in
+# flight), which must not hold the pace down.
+DRAIN = 0.1
 SETTLE_DOWN = 1.1
 MAX_BOOST = 4.0
 # The share of a window's `remaining / reset` (and of `remaining` as a
@@ -201,14 +205,15 @@ def _unused(
     leaves capacity unused (the least refill rate a bucket's readings can
     prove is below the true one; a reset that is not the window's says
     little): it rises by BOOST each BOOST_EVERY, up to MAX_BOOST times what
-    the readings prove, and holds on. A window spent within itself and full
+    the readings prove, and holds on. "No lower" is within DRAIN: a reading
+    a call or two under the last one is noise. A window spent within itself and full
     again at its reset (the least is read over a whole `window`), or a
     quota draining, does not rise."""
     if now >= quota.until or quota.bound <= 0.0:
         return quota
     if now - quota.boosted_at < max(BOOST_EVERY, window):
         return quota
-    if level < quota.level or quota.lowest < 0.5:
+    if level < quota.level - DRAIN or quota.lowest < 0.5:
         return quota._replace(level=level, lowest=level, boosted_at=now)
     proven = max(quota.bound, quota.bound_before)
     lifted = min(quota.rate * BOOST, MAX_BOOST * proven, MAX_RATE)
