@@ -355,7 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.outcome.sim", description=__doc__)
     ap.add_argument("--seeds", type=int, default=100, help="runs per variant (default 100)")
     ap.add_argument(
-        "--variants", default="2x,10x,halving,storm-529,storm-429," + ",".join(DIALECTS)
+        "--variants",
+        default="2x,10x,halving,storm-529,storm-429," + ",".join([*DIALECTS, *KEYED]),
     )
     ap.add_argument("--report-delay", type=float, default=0.05, help="seconds (default 0.05)")
     ap.add_argument(

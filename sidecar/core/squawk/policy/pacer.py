@@ -19,9 +19,11 @@ its own rules; this module holds only the precedence between them:
 
 The pace in force is the policy's, else the headers', else the learned one
 (`PaceSource`); the declared cap, then the concurrency limit, refuse
-before any of them; a hold delays every start. With none of them the pacer does nothing: pace()
-grants at once, returns the state it was given, and lets a busy executor
-take up to MAX_PERMITS permits with one answer (a lease of LEASE).
+before any of them; a hold delays every start. With none of them the
+pacer does nothing but count a fairness key's ask (`asked`): pace()
+grants at once, returns the state it was given when no key is named, and
+lets a busy executor take up to MAX_PERMITS permits with one answer (a
+lease of LEASE).
 """
 
 from __future__ import annotations
