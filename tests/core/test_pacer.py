@@ -1434,3 +1434,28 @@ def test_the_lanes_queue_holds_critical_calls_up_to_the_whole_queue_limit() -> N
         waits.append(granted.wait // MS)
     assert waits == [100 * i for i in range(11)]
     assert granted.shed is not None and granted.shed.limit == 1.0
+
+
+_ANY = st.one_of(
+    st.none(), st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e300, -1.0, 0.0])
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    limit=_ANY,
+    remaining=_ANY,
+    reset=st.one_of(st.none(), st.floats(0.0, 1e6)),
+    refills=st.booleans(),
+)
+def test_no_throttled_reading_doubts_the_headers_past_quiet(
+    limit: float | None, remaining: float | None, reset: float | None, refills: bool
+) -> None:
+    # Whatever an admitted call's 429 carries (NaN, infinities, 1e300,
+    # negatives, nothing), the headers are doubted for at most `quiet`
+    # (30 s) after it, and the pacer still answers.
+    hint = _hint(limit, remaining, reset, refills=refills)
+    p = observe(Pacer(), NOTHING, 5.0, COOLING._replace(hint=hint, admitted_at=4.9))
+    assert p.quota.doubted_until <= 5.0 + NOTHING._quiet_s
+    assert pace(p, NOTHING, 5.1)[1] is not None
+    assert pacer_snapshot(p, NOTHING, 40.0).source is not None

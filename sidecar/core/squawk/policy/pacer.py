@@ -189,8 +189,7 @@ def pace(
         and not _limited(pacer.concurrency, now, config._quiet_s)
     ):
         granted = min(permits, MAX_PERMITS)
-        if fairness is not None or pacer.fair.tenants:
-            pacer = asked(pacer, now, fairness, granted)
+        pacer = asked(pacer, now, fairness, granted)
         if granted == 1:
             return pacer, _NOW
         return pacer, Pace(True, _ZERO, None, granted)
@@ -373,7 +372,10 @@ def asked(pacer: Pacer, now: float, fairness: Fairness | None, calls: int = 1) -
     keys' demands are measured before a pace binds, so that its shares hold
     from its first grant. Measured from then on, they lagged it by seconds
     (DEMAND_S), and the light key of a 3 : 1 pair took half of the calls
-    released after the first cool-down of an overload."""
+    released after the first cool-down of an overload. Unchanged while no
+    call names a key."""
+    if fairness is None and not pacer.fair.tenants:
+        return pacer
     key, weight = fairness or ("", 1.0)
     return pacer._replace(fair=fair.asked(pacer.fair, key, weight, now, calls)[0])
 

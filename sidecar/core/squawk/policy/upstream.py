@@ -225,8 +225,7 @@ def admit(
     pacer = state.pacer
     if cooling:
         passes = False
-        if fairness is not None or pacer.fair.tenants:
-            pacer = _pacer.asked(pacer, now, fairness)
+        pacer = _pacer.asked(pacer, now, fairness)
         if cooling <= CLOSED_AFTER:
             # A short cool-down (an upstream full, not closed) holds the
             # sheddable calls, not the critical ones (squawk.policy.pacer).
