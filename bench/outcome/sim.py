@@ -16,13 +16,14 @@ with a 10 s deadline and 3 attempts; Admit with the deadline left (a refusal
 waits its retry_after and asks again, if that fits, but a step the pace
 sheds, UPSTREAM_SATURATED, ends as the runners end it); a paced wait is slept;
 the upstream is a token bucket of C calls/s holding BURST_S x C (the
-benchmark's upstream) answering 429 with Retry-After: 1 when empty; an
-outcome reaches the daemon within `report_delay` (the runners batch them
-for up to 50 ms); a throttled attempt is retried after its Retry-After plus
-up to 20 % (the jitter every Squawk refusal gets), a storm's after the
-default backoff. What it leaves out: the
-retry budget (so it retries more than the runners do), the executors' own
-scheduling, the daemon's latency and CPU.
+benchmark's upstream) answering 429 with Retry-After: 1 when empty; a
+success reaches the daemon within `report_delay` (the runners batch them
+for up to 50 ms), a failure at once (the runner's DecideRetry carries
+it); a throttled attempt is retried after its Retry-After plus up to 20 %
+(the jitter every Squawk refusal gets), a storm's after the default
+backoff. What it leaves out: the retry budget (so it retries more than
+the runners do), the executors' own scheduling, the daemon's latency and
+CPU.
 """
 
 from __future__ import annotations
@@ -163,6 +164,10 @@ class Result:
     # weights: the heavy key's successes over the light one's; tenants:
     # the least share of its steps a light key got done (0: no keys).
     ratio: float = 0.0
+    # What the upstream held as the middle phase began, over C x its
+    # seconds: served on top of C by a pace that spends it (as
+    # bench.outcome.run's bank_per_c).
+    bank_per_c: float = 0.0
 
 
 @dataclass(slots=True)
@@ -185,12 +190,14 @@ class _World:
     served: list[float] = field(default_factory=list)
     sent: list[float] = field(default_factory=list)
 
-    def call(self, now: float) -> bool:
+    def level(self, now: float) -> float:
+        """What the upstream holds at `now`."""
         if self.fixed:
-            if math.floor(now) > math.floor(self.last):
-                self.tokens = self.capacity(now)
-        else:
-            self.tokens = min(self.cap, self.tokens + (now - self.last) * self.capacity(now))
+            return self.capacity(now) if math.floor(now) > math.floor(self.last) else self.tokens
+        return min(self.cap, self.tokens + (now - self.last) * self.capacity(now))
+
+    def call(self, now: float) -> bool:
+        self.tokens = self.level(now)
         self.last = now
         self.sent.append(now)
         if self.tokens >= 1.0:
@@ -298,7 +305,10 @@ def simulate(
         else:
             outcome = Outcome(False, 429, retry_after=RETRY_AFTER, hint=hint)
         step.ok = ok
-        at(now + LATENCY_S + rng.uniform(0, report_delay), report, outcome, now)
+        # A success waits for its batch; a failure goes with the runner's
+        # DecideRetry, at once.
+        delay = rng.uniform(0, report_delay) if ok else 0.0
+        at(now + LATENCY_S + delay, report, outcome, now)
         if not ok and step.attempts < MAX_ATTEMPTS:
             at(now + _retry_in(outcome, step.attempts, squawk, rng), ask, step)
 
@@ -306,6 +316,8 @@ def simulate(
         # The runners name the call's admission (its start stands in).
         world.state = record_outcome(world.state, cfg, now, outcome, admitted_at=sent)
 
+    bank: list[float] = []
+    at(warm, lambda now: bank.append(world.level(now)))
     steps: list[_Step] = []
     start = 0.0
     for seconds, demand in ((warm, low), (hot, overload), (after, low)):
@@ -338,7 +350,7 @@ def simulate(
         asked = {k: sum(1 for s in middle if s.fairness == k) for k, _ in keyed}
         ratio = min(ok[k] / max(1, asked[k]) for k, _ in keyed if k != FLOOD)
     served = inside(world.served, warm) / (hot * capacity)
-    return Result(served, attempts, done, rejected / sent, ratio)
+    return Result(served, attempts, done, rejected / sent, ratio, bank[0] / (hot * capacity))
 
 
 def _keyed_cell(variant: str, runs: Sequence[Result]) -> str:

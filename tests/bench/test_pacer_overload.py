@@ -45,13 +45,14 @@ def test_the_learned_pace_follows_a_capacity_that_halves() -> None:
     # "lying" (a quota of 999,999 on most answers, one call left for a day
     # on the others) is paced by the learned pace once a 429 says the quota
     # is unused, release included (7.4 % refused on average while the
-    # headers' pace still released the calls a cool-down held); the first
+    # headers' pace still released the calls a cool-down held, 4.2 % while
+    # each of its 429s still cooled the pod for a second); the first
     # throttles of an overload meet no pace at all, and this short run
-    # weighs them more than make bench-outcome's: held to 5 %.
+    # weighs them more than make bench-outcome's: held to 3.5 %.
     # "openai-h" is the benchmark's older half-second bucket, with its own
     # goal, checked by make bench-outcome's "headers" variant.
     [
-        (d, 0.05, 1.1) if d == "lying" else (d, 0.02, 1.1)
+        (d, 0.035, 1.1) if d == "lying" else (d, 0.02, 1.1)
         for d in sorted(DIALECTS)
         if d != "openai-h"
     ],
@@ -64,11 +65,13 @@ def test_every_header_dialect_is_paced_at_its_capacity(
     # IETF fields' fixed window, a reset that counts whole seconds to the
     # next call), a second's or a minute's bucket, at 10x: successes at
     # least 0.95 x C on average (no header, however wrong, shuts the
-    # upstream), refusals on average and attempts in every run bounded.
+    # upstream), refusals on average and attempts in every run bounded
+    # (over C plus what the upstream held as the overload began, which a
+    # pace that spends it is served: make bench-outcome's bound).
     runs = [simulate(dialect, seed, warm=2.0, hot=12.0, after=1.0) for seed in range(8)]
     assert statistics.fmean(r.successes_per_c for r in runs) >= 0.95
     assert statistics.fmean(r.rejected for r in runs) <= rejected
-    assert max(r.attempts_per_c for r in runs) <= attempts
+    assert max(r.attempts_per_c - r.bank_per_c for r in runs) <= attempts
 
 
 def test_a_529_storm_completes_as_many_steps_as_no_squawk() -> None:

@@ -419,6 +419,59 @@ def test_the_cool_down_s_calls_are_released_at_the_rate_served_doubling() -> Non
     assert pacer_snapshot(p, NOTHING, 30.65).source is PaceSource.NONE
 
 
+@pytest.mark.parametrize(
+    ("onset", "release"),
+    # Ten: the bucket read 28/s; two: 12/s, within Poisson's noise at 10/s.
+    [(10, 9.984), (2, 0.8 * 12 + 0.2 * 9.984)],
+)
+def test_a_bucket_that_held_the_onset_does_not_set_the_release(onset: int, release: float) -> None:
+    # 10 successes a second from 0 to 1.9 (a bucket folds when the next
+    # one's first success comes: 6, 5 and 5 of them, the smoothed rate
+    # 9.6, 9.92, 9.984/s), then the overload's onset at 1.95: calls the
+    # upstream served from its store at once, late in the bucket, and its
+    # first 429 (Retry-After: 1 s) at 2.02, in the next. Ten of them make
+    # the bucket read 28/s, over twice what came before: the release starts
+    # at the 9.984/s served before it, not at the 24.4/s the bucket folds
+    # into (0.8 x 28 + 0.2 x 9.984), which met the refilled upstream with
+    # more than it serves. Two are a count's noise, and fold in as usual.
+    p = Pacer()
+    for i in range(20):
+        p = observe(p, NOTHING, i / 10, OK)
+    for i in range(onset):
+        p = observe(p, NOTHING, 1.95 + i / 1000, OK)
+    p = observe(p, NOTHING, 2.02, COOLING)
+    view = pacer_snapshot(p, NOTHING, 3.02)
+    assert view.source is PaceSource.LEARNED
+    assert view.rate == pytest.approx(release)
+
+
+def test_a_release_reserves_two_slots_at_most() -> None:
+    # Every caller the cool-down held asks at its end: the release (9.6/s,
+    # doubling) grants the first at once and the next a slot later, none
+    # past two slots; the rest are refused, to come back at their turn. A start reserved further out
+    # would go out after the throttle that ends the release, into an
+    # upstream with nothing left. Once a cut measured the upstream, the
+    # pace's queue is the usual one again.
+    p = _onset()
+    waits = []
+    for _ in range(20):
+        p, answer = pace(p, NOTHING, 1.7)
+        if answer.allowed:
+            waits.append(answer.wait.total_seconds())
+    assert len(waits) >= 2
+    assert max(waits) <= 2 / 9.6
+    for i in range(16):
+        p = observe(p, NOTHING, 1.7 + i / 20, OK)
+    p = observe(p, NOTHING, 2.5, THROTTLED)
+    assert p.learned.w_max > 0.0
+    waits = []
+    for _ in range(20):
+        p, answer = pace(p, NOTHING, 2.6)
+        if answer.allowed:
+            waits.append(answer.wait.total_seconds())
+    assert len(waits) > 3
+
+
 def test_no_release_when_no_success_was_ever_reported() -> None:
     # A pod's first outcome is a 429 with Retry-After: nothing says what the
     # upstream serves, and a release from the 0.5/s floor would hold its
@@ -927,6 +980,35 @@ def test_a_throttles_retry_after_wins_over_the_quota_it_carries(
     refused = admit(state, config, 59.9)[1]
     assert (refused.allowed, refused.reason) == (False, Reason.UPSTREAM_COOLING_DOWN)
     assert admit(state, config, 60.0)[1].reason is not Reason.UPSTREAM_COOLING_DOWN
+
+
+def test_headers_a_throttle_contradicted_are_no_unspent_quota() -> None:
+    # The benchmark's lying dialect: every answer claims 999,999 of a
+    # million left, and its 429s carry Retry-After: 1. The first throttle
+    # cools the pod for its Retry-After (it arms the learned pace, and the
+    # quota it carries is not spent: GitHub's secondary limits, above), and
+    # discredits the headers (test_a_throttle_whose_headers_say_...). The
+    # next one, in the release, is the learned pace's to answer, as a 429
+    # without headers would be: headers already contradicted say nothing
+    # of why the upstream refuses. Before, each of them stopped the pod for
+    # a second, and each stop's release drew more throttles.
+    config = UpstreamConfig()
+    lie = _hint(1_000_000, 999_999, 1.0)
+    throttled = Outcome(False, 429, retry_after=timedelta(seconds=1), hint=lie)
+    state = UpstreamState()
+    for i in range(10):
+        state = record_outcome(state, config, i / 10, Outcome(True, hint=lie))
+    state = record_outcome(state, config, 1.0, throttled, admitted_at=0.99)
+    assert admit(state, config, 1.5)[1].reason is Reason.UPSTREAM_COOLING_DOWN
+    state = record_outcome(state, config, 2.5, throttled, admitted_at=2.49)
+    view = upstream_snapshot(state, config, 2.6)
+    assert view.pace.source is PaceSource.LEARNED
+    assert admit(state, config, 2.6)[1].reason is not Reason.UPSTREAM_COOLING_DOWN
+    # A Retry-After past CLOSED_AFTER still cools the pod: the upstream is
+    # closed, not full, whatever its headers.
+    closed = Outcome(False, 429, retry_after=timedelta(seconds=60), hint=lie)
+    state = record_outcome(state, config, 3.0, closed, admitted_at=2.99)
+    assert admit(state, config, 3.1)[1].reason is Reason.UPSTREAM_COOLING_DOWN
 
 
 @pytest.mark.parametrize(

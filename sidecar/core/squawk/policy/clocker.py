@@ -24,8 +24,10 @@ class Clock(NamedTuple):
     # The bucket being counted (its start), and the events in it so far.
     at: float = -math.inf
     events: int = 0
-    # The smoothed rate of the buckets before it, per second.
+    # The smoothed rate of the buckets before it, per second; and that rate
+    # before the last bucket was folded in (see squawk.policy.cubic's release).
     rate: float = 0.0
+    before: float = 0.0
 
 
 def bucket_of(now: float) -> float:
@@ -38,11 +40,12 @@ def tick(clock: Clock, bucket: float, add: int) -> Clock:
     is folded when `bucket` is a new one, the events counted in the old."""
     count = clock.events + add
     if clock.at == -math.inf:
-        return Clock(bucket, count, clock.rate)
+        return clock._replace(at=bucket, events=count)
     if bucket > clock.at:
-        return Clock(bucket, 0, SMOOTHING * (count / BUCKET) + (1.0 - SMOOTHING) * clock.rate)
+        folded = SMOOTHING * (count / BUCKET) + (1.0 - SMOOTHING) * clock.rate
+        return Clock(bucket, 0, folded, clock.rate)
     if add:
-        return Clock(clock.at, count, clock.rate)
+        return clock._replace(events=count)
     return clock
 
 

@@ -248,6 +248,14 @@ def pace(
     queue, longest = short_queue.arrive(
         pacer.queue, now, wait_s, start <= now, slot, config._max_wait_s
     )
+    if (
+        own is None
+        and rates.source is PaceSource.LEARNED
+        and cubic.releasing(pacer.learned, now, config._quiet_s)
+    ):
+        # Where keys share the pace, each over its share already queues
+        # one slot at most, and one under it asks for no more than its share.
+        longest = short_queue.releasing(longest, slot)
     if laned:
         longest = config._max_wait_s  # the lane's queue is the critical calls' alone
     elif level is not Criticality.CRITICAL:

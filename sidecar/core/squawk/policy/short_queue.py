@@ -11,6 +11,13 @@ slot is already 20 ms) and the hysteresis of Facebook's "Fail at Scale"
 interval). Facebook's adaptive LIFO is not taken: a grant is already a
 reserved start, and the short queue bounds what LIFO would skip.
 
+A release (squawk.policy.cubic: the calls a cool-down held, let out at a
+rate that doubles until a throttle cuts it) probes past the rate the
+upstream last served, and a start reserved at its rate goes out after the
+throttle that ends it, into an upstream with nothing left: its grants wait
+at most RELEASE_SLOTS slots. With four, the release's end drew two or three
+throttles more in the benchmark's 10x overload.
+
 A refused caller is told to come back at its turn had every caller refused
 before it come back in order (the refused queue's end), at least
 CODEL_INTERVAL away so refused callers do not spin. docs/upstreams.md
@@ -27,16 +34,19 @@ from .shed import ShedCause
 __all__ = [
     "CODEL_INTERVAL",
     "CODEL_TARGET",
+    "RELEASE_SLOTS",
     "SHORT_SLOTS",
     "Queue",
     "arrive",
     "refuse",
     "refused_by",
+    "releasing",
 ]
 
 CODEL_TARGET = 0.005
 CODEL_INTERVAL = 0.1
 SHORT_SLOTS = 4
+RELEASE_SLOTS = 2
 
 
 class Queue(NamedTuple):
@@ -64,6 +74,11 @@ def arrive(
     above = min(queue.above_since, now) if wait > short else math.inf
     short_on = queue.short_on or now - above >= CODEL_INTERVAL
     return Queue(above, short_on, queue.shed_until), short if short_on else max_wait
+
+
+def releasing(longest: float, slot: float) -> float:
+    """The longest wait a release grants, given the queue's `longest`."""
+    return min(longest, max(CODEL_TARGET, RELEASE_SLOTS * slot))
 
 
 def refuse(queue: Queue, now: float, start: float, slot: float) -> tuple[Queue, float]:

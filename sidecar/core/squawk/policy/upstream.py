@@ -337,7 +337,9 @@ def record_outcome(
     )
     # Who answers a throttle (docs/upstreams.md §Pacing): a learned pace's
     # cut, unless its Retry-After is past CLOSED_AFTER (the upstream is
-    # closed, not full) or comes with a quota not spent; the quota it carries,
+    # closed, not full) or comes with a quota not spent (from headers no
+    # throttle has contradicted yet: doubted ones say nothing of why the
+    # upstream refuses, see header_quota.read); the quota it carries,
     # when it has no Retry-After; else the cool-down. A Retry-After wins
     # over a quota, as GitHub documents for its secondary limits (a 403 or
     # 429 whose x-ratelimit-remaining is not 0): the quota does not say why
@@ -348,10 +350,11 @@ def record_outcome(
         state.pacer, config.rate_limit, now, sample, max_hold=config.max_cool_down
     )
     spoke = outcome.hint is not None  # the upstream named its quota
+    believed = pacer.quota.doubted_until <= now
     learned = (
         throttled
         and not _closed(outcome.retry_after)
-        and not (outcome.retry_after is not None and _unspent(outcome.hint))
+        and not (outcome.retry_after is not None and believed and _unspent(outcome.hint))
         and _pacer.pace_source(pacer, config.rate_limit, now) is PaceSource.LEARNED
     )
     if throttled and spoke and outcome.retry_after is None:
